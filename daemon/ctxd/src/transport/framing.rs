@@ -1,0 +1,267 @@
+//! LSP base-protocol framing: `Content-Length` headers, then a UTF-8 JSON body.
+//!
+//! The reader never gives up on a stream. Every malformed frame becomes a
+//! [`FrameError`] for that frame alone, and the reader finds the next frame: after a bad
+//! header it skips to the next `Content-Length`; an oversized body is skipped by its
+//! declared length without being buffered. Header names are matched without regard to
+//! case and `Content-Type` is accepted and ignored, as editors differ there.
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// Longest header block accepted before the reader treats the bytes as garbage.
+const MAX_HEADER_BYTES: usize = 8 * 1024;
+const CONTENT_LENGTH: &[u8] = b"content-length";
+
+/// Why one frame could not be read. The stream itself goes on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame has no Content-Length header")]
+    MissingContentLength,
+    #[error("Content-Length is not a number: {0:?}")]
+    BadContentLength(String),
+    #[error("header block is longer than {MAX_HEADER_BYTES} bytes or not text; skipped to the next Content-Length")]
+    BadHeader,
+    #[error("message of {len} bytes exceeds the limit of {max} bytes; skipped")]
+    TooLarge { len: usize, max: usize },
+    #[error("message body is not valid UTF-8: {0}")]
+    InvalidUtf8(String),
+    #[error("stream ended inside a message body ({got} of {want} bytes)")]
+    Truncated { got: usize, want: usize },
+}
+
+/// Reads frames from a byte stream.
+///
+/// [`FrameReader::next_frame`] is cancel-safe: its only await point is a read into the
+/// buffer, and the frame state lives in the reader, so dropping the future (as
+/// `tokio::select!` does) loses nothing.
+#[derive(Debug)]
+pub struct FrameReader<R> {
+    input: R,
+    buf: BytesMut,
+    max_body: usize,
+    eof: bool,
+    state: State,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum State {
+    Header,
+    Body(usize),
+    Skip { remaining: usize, len: usize },
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    pub fn new(input: R, max_body: usize) -> Self {
+        FrameReader { input, buf: BytesMut::with_capacity(64 * 1024), max_body, eof: false, state: State::Header }
+    }
+
+    /// The next frame's body, an error for a malformed frame, or `None` at the end of
+    /// the stream.
+    pub async fn next_frame(&mut self) -> Option<Result<String, FrameError>> {
+        loop {
+            match self.state {
+                State::Header => match self.parse_header() {
+                    HeaderParse::Complete { header_len, content_length } => {
+                        self.buf.advance(header_len);
+                        match content_length {
+                            Ok(len) if len > self.max_body => self.state = State::Skip { remaining: len, len },
+                            Ok(len) => self.state = State::Body(len),
+                            Err(e) => {
+                                self.resync();
+                                return Some(Err(e));
+                            }
+                        }
+                    }
+                    HeaderParse::Garbage => {
+                        self.buf.advance(1);
+                        self.resync();
+                        return Some(Err(FrameError::BadHeader));
+                    }
+                    HeaderParse::Partial => {
+                        if self.eof {
+                            // Trailing whitespace at the end of a stream is not a frame.
+                            if self.buf.iter().all(u8::is_ascii_whitespace) {
+                                return None;
+                            }
+                            self.buf.clear();
+                            return Some(Err(FrameError::MissingContentLength));
+                        }
+                        self.fill().await;
+                    }
+                },
+                State::Body(len) => {
+                    if self.buf.len() >= len {
+                        self.state = State::Header;
+                        let body = self.buf.split_to(len);
+                        return Some(
+                            String::from_utf8(body.to_vec())
+                                .map_err(|e| FrameError::InvalidUtf8(e.utf8_error().to_string())),
+                        );
+                    }
+                    if self.eof {
+                        self.state = State::Header;
+                        let got = self.buf.len();
+                        self.buf.clear();
+                        return Some(Err(FrameError::Truncated { got, want: len }));
+                    }
+                    self.buf.reserve(len - self.buf.len());
+                    self.fill().await;
+                }
+                State::Skip { remaining, len } => {
+                    let take = remaining.min(self.buf.len());
+                    self.buf.advance(take);
+                    let remaining = remaining - take;
+                    if remaining == 0 || self.eof {
+                        self.state = State::Header;
+                        return Some(Err(FrameError::TooLarge { len, max: self.max_body }));
+                    }
+                    self.state = State::Skip { remaining, len };
+                    self.fill().await;
+                }
+            }
+        }
+    }
+
+    fn parse_header(&self) -> HeaderParse {
+        let data = &self.buf[..];
+        // Leading line breaks between frames are tolerated.
+        let start = data.iter().take_while(|b| **b == b'\r' || **b == b'\n').count();
+        let data = &data[start..];
+        let end = memchr::memmem::find(data, b"\r\n\r\n")
+            .map(|i| (i, i + 4))
+            .or_else(|| memchr::memmem::find(data, b"\n\n").map(|i| (i, i + 2)));
+        let Some((block_end, header_end)) = end else {
+            return if data.len() > MAX_HEADER_BYTES { HeaderParse::Garbage } else { HeaderParse::Partial };
+        };
+        if block_end > MAX_HEADER_BYTES {
+            return HeaderParse::Garbage;
+        }
+        let Ok(block) = std::str::from_utf8(&data[..block_end]) else {
+            return HeaderParse::Garbage;
+        };
+        let mut content_length = Err(FrameError::MissingContentLength);
+        for line in block.split('\n') {
+            let line = line.trim_end_matches('\r');
+            let Some((name, value)) = line.split_once(':') else {
+                continue;
+            };
+            if name.trim().eq_ignore_ascii_case("content-length") {
+                let value = value.trim();
+                content_length = value
+                    .parse::<usize>()
+                    .map_err(|_| FrameError::BadContentLength(value.chars().take(40).collect()));
+            }
+        }
+        HeaderParse::Complete { header_len: start + header_end, content_length }
+    }
+
+    /// Drops bytes up to the next `Content-Length` header (or all but a few bytes that
+    /// could be its start).
+    fn resync(&mut self) {
+        let lower: Vec<u8> = self.buf.iter().map(u8::to_ascii_lowercase).collect();
+        match memchr::memmem::find(&lower, CONTENT_LENGTH) {
+            Some(at) => self.buf.advance(at),
+            None => {
+                let keep = CONTENT_LENGTH.len().min(self.buf.len());
+                let drop = self.buf.len() - keep;
+                self.buf.advance(drop);
+            }
+        }
+    }
+
+    async fn fill(&mut self) {
+        if self.buf.capacity() - self.buf.len() < 8 * 1024 {
+            self.buf.reserve(64 * 1024);
+        }
+        match self.input.read_buf(&mut self.buf).await {
+            Ok(0) | Err(_) => self.eof = true,
+            Ok(_) => {}
+        }
+    }
+}
+
+enum HeaderParse {
+    Complete { header_len: usize, content_length: Result<usize, FrameError> },
+    Partial,
+    Garbage,
+}
+
+/// Frames a message body for writing.
+pub fn encode(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + 32);
+    out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+    out.extend_from_slice(body);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn read_all(input: &[u8], max: usize) -> Vec<Result<String, FrameError>> {
+        let mut reader = FrameReader::new(input, max);
+        let mut out = Vec::new();
+        while let Some(frame) = reader.next_frame().await {
+            out.push(frame);
+        }
+        out
+    }
+
+    fn frame(body: &str) -> Vec<u8> {
+        encode(body.as_bytes())
+    }
+
+    #[tokio::test]
+    async fn reads_consecutive_frames_and_ignores_header_case_and_content_type() {
+        let mut input = frame("{\"a\":1}");
+        input.extend_from_slice(b"content-length: 7\r\nContent-Type: application/vscode-jsonrpc; charset=utf-8\r\n\r\n{\"b\":2}");
+        let frames = read_all(&input, 1024).await;
+        assert_eq!(frames, vec![Ok("{\"a\":1}".to_string()), Ok("{\"b\":2}".to_string())]);
+    }
+
+    #[tokio::test]
+    async fn recovers_after_each_kind_of_bad_frame() {
+        let good = frame("{}");
+        let mut input = Vec::new();
+        input.extend_from_slice(b"Content-Type: x\r\n\r\n"); // no length
+        input.extend_from_slice(&good);
+        input.extend_from_slice(b"Content-Length: lots\r\n\r\n{}"); // bad length
+        input.extend_from_slice(&good);
+        input.extend_from_slice(b"Content-Length: 4\r\n\r\n\xff\xfe\xfd\xfc"); // bad utf-8
+        input.extend_from_slice(&good);
+        input.extend_from_slice(b"Content-Length: 50\r\n\r\n"); // oversized, skipped by length
+        input.extend_from_slice(&[b'x'; 50]);
+        input.extend_from_slice(&good);
+        input.extend_from_slice(b"garbage garbage\r\n\r\n"); // not a header at all
+        input.extend_from_slice(&good);
+        let frames = read_all(&input, 20).await;
+        let oks = frames.iter().filter(|f| f.as_ref().is_ok_and(|b| b == "{}")).count();
+        assert_eq!(oks, 5, "{frames:?}");
+        assert!(frames.contains(&Err(FrameError::MissingContentLength)));
+        assert!(frames.contains(&Err(FrameError::BadContentLength("lots".into()))));
+        assert!(frames.iter().any(|f| matches!(f, Err(FrameError::InvalidUtf8(_)))));
+        assert!(frames.contains(&Err(FrameError::TooLarge { len: 50, max: 20 })));
+    }
+
+    #[tokio::test]
+    async fn truncated_body_at_end_of_stream() {
+        let frames = read_all(b"Content-Length: 10\r\n\r\n{\"a\"", 1024).await;
+        assert_eq!(frames, vec![Err(FrameError::Truncated { got: 4, want: 10 })]);
+    }
+
+    #[tokio::test]
+    async fn frames_split_across_reads() {
+        let input = frame("{\"hello\":\"world\"}");
+        let (client, mut server) = tokio::io::duplex(4);
+        let writer = tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            for chunk in input.chunks(3) {
+                server.write_all(chunk).await.unwrap();
+            }
+        });
+        let mut reader = FrameReader::new(client, 1024);
+        assert_eq!(reader.next_frame().await, Some(Ok("{\"hello\":\"world\"}".to_string())));
+        writer.await.unwrap();
+    }
+}

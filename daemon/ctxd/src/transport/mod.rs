@@ -1,0 +1,324 @@
+//! The stdio transport: frames in, JSON-RPC messages to the LSP service, responses and
+//! notifications out.
+//!
+//! tower-lsp-server supplies the service (lifecycle, routing, typed params,
+//! `$/cancelRequest`, the `Client` handle for notifications); this module replaces its
+//! `Server` loop, which stops reading at the first malformed frame and has no size
+//! limit. Here a bad frame, bad JSON or a panicking handler costs one error reply and
+//! the daemon goes on.
+//!
+//! **Ordering.** Requests are turned into futures in arrival order and pushed into one
+//! `FuturesUnordered`, which first-polls tasks in the order they were pushed. Every
+//! `ctx/` handler hands its command to the session actor before its first `.await`, so
+//! the actor sees commands in the order the client sent them.
+
+pub mod framing;
+
+use std::panic::AssertUnwindSafe;
+
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, SinkExt, StreamExt};
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tower::Service;
+use tower_lsp_server::jsonrpc::{Error, ErrorCode, Id, Request, Response};
+use tower_lsp_server::{ClientSocket, LanguageServer, Loopback, LspService};
+
+use self::framing::{FrameError, FrameReader};
+
+/// Limits of the transport.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest message body accepted, in bytes.
+    pub max_message_bytes: usize,
+    /// Requests in flight before the reader stops reading (back-pressure).
+    pub max_in_flight: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_message_bytes: 64 * 1024 * 1024, max_in_flight: 4096 }
+    }
+}
+
+/// How the stream ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// The client sent `exit` after `shutdown`.
+    ExitAfterShutdown,
+    /// The client sent `exit` without `shutdown` first.
+    ExitWithoutShutdown,
+    /// The input stream closed.
+    InputClosed,
+}
+
+type Reply = BoxFuture<'static, Option<Response>>;
+
+/// Serves one client on `input`/`output` until `exit` or the end of the input.
+pub async fn serve<S, I, O>(input: I, output: O, mut service: LspService<S>, socket: ClientSocket, limits: Limits) -> Ending
+where
+    S: LanguageServer,
+    I: AsyncRead + Unpin,
+    O: AsyncWrite + Unpin + Send + 'static,
+{
+    let (out_tx, out_rx) = mpsc::channel::<Vec<u8>>(1024);
+    let writer = tokio::spawn(write_loop(output, out_rx));
+
+    // Server-to-client requests and notifications (from `Client`), and the sink for the
+    // client's responses to them.
+    let (mut to_client, mut client_responses) = socket.split();
+    let forward_tx = out_tx.clone();
+    let forwarder = tokio::spawn(async move {
+        while let Some(request) = to_client.next().await {
+            if forward_tx.send(encode(&request)).await.is_err() {
+                break;
+            }
+        }
+    });
+
+    let mut reader = FrameReader::new(input, limits.max_message_bytes);
+    let mut in_flight: FuturesUnordered<Reply> = FuturesUnordered::new();
+    let mut shutdown_seen = false;
+    let mut ending = Ending::InputClosed;
+
+    'read: loop {
+        // Back-pressure: with too much in flight, only drain.
+        if in_flight.len() >= limits.max_in_flight {
+            if let Some(Some(response)) = in_flight.next().await {
+                let _ = out_tx.send(encode(&response)).await;
+            }
+            continue;
+        }
+        tokio::select! {
+            biased;
+            Some(done) = in_flight.next(), if !in_flight.is_empty() => {
+                if let Some(response) = done {
+                    let _ = out_tx.send(encode(&response)).await;
+                }
+            }
+            frame = reader.next_frame() => {
+                let Some(frame) = frame else { break 'read };
+                match decode(frame) {
+                    Incoming::Request(request) => {
+                        let method = request.method().to_owned();
+                        let id = request.id().cloned();
+                        // `initialize` holds the service not-ready until it finishes; keep
+                        // answering what is in flight meanwhile.
+                        let ready = loop {
+                            tokio::select! {
+                                biased;
+                                Some(done) = in_flight.next(), if !in_flight.is_empty() => {
+                                    if let Some(response) = done {
+                                        let _ = out_tx.send(encode(&response)).await;
+                                    }
+                                }
+                                ready = futures::future::poll_fn(|cx| service.poll_ready(cx)) => break ready,
+                            }
+                        };
+                        if ready.is_err() {
+                            break 'read;
+                        }
+                        if method == "shutdown" {
+                            shutdown_seen = true;
+                        }
+                        let call = service.call(request);
+                        in_flight.push(guard(call, id, method.clone()));
+                        if method == "exit" {
+                            ending = if shutdown_seen { Ending::ExitAfterShutdown } else { Ending::ExitWithoutShutdown };
+                            break 'read;
+                        }
+                    }
+                    Incoming::Response(response) => {
+                        if client_responses.send(response).await.is_err() {
+                            tracing::warn!("response from the client arrived after the service stopped");
+                        }
+                    }
+                    Incoming::Invalid(response) => {
+                        let _ = out_tx.send(encode(&response)).await;
+                    }
+                    Incoming::Nothing => {}
+                }
+            }
+        }
+    }
+
+    // Answer everything still in flight before closing the output.
+    while let Some(done) = in_flight.next().await {
+        if let Some(response) = done {
+            let _ = out_tx.send(encode(&response)).await;
+        }
+    }
+    forwarder.abort();
+    drop(out_tx);
+    let _ = writer.await;
+    ending
+}
+
+/// Runs a service future, turning a panic into an error reply for that request alone and
+/// giving standard errors a message that names what was wrong.
+fn guard<F, E>(call: F, id: Option<Id>, method: String) -> Reply
+where
+    F: std::future::Future<Output = Result<Option<Response>, E>> + Send + 'static,
+    E: std::fmt::Display,
+{
+    async move {
+        match AssertUnwindSafe(call).catch_unwind().await {
+            Ok(Ok(Some(response))) => Some(explain(response, &method)),
+            Ok(Ok(None)) => None,
+            Ok(Err(e)) => id.map(|id| Response::from_error(id, server_error(format!("{method}: {e}")))),
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".to_owned());
+                tracing::error!(%method, panic = %what, "handler panicked; answering an error and serving on");
+                id.map(|id| {
+                    let mut error = Error::new(ErrorCode::ServerError(ctxd_proto::error_codes::INTERNAL));
+                    error.message = format!("internal error in {method}: {what}").into();
+                    Response::from_error(id, error)
+                })
+            }
+        }
+    }
+    .boxed()
+}
+
+fn server_error(message: String) -> Error {
+    let mut error = Error::new(ErrorCode::InternalError);
+    error.message = message.into();
+    error
+}
+
+/// Rewrites the router's bare "Method not found" into a message naming the method.
+fn explain(response: Response, method: &str) -> Response {
+    let (id, body) = response.into_parts();
+    match body {
+        Err(mut error) if error.code == ErrorCode::MethodNotFound => {
+            error.message = format!("unknown method: {method}").into();
+            Response::from_error(id, error)
+        }
+        body => Response::from_parts(id, body),
+    }
+}
+
+enum Incoming {
+    Request(Request),
+    Response(Response),
+    /// An error to send back: the frame or message could not be understood.
+    Invalid(Response),
+    /// Nothing to do (an empty body).
+    Nothing,
+}
+
+fn rpc_error(code: ErrorCode, message: String) -> Error {
+    let mut error = Error::new(code);
+    error.message = message.into();
+    error
+}
+
+/// Turns a frame into a message, or into the error reply the client should get.
+fn decode(frame: Result<String, FrameError>) -> Incoming {
+    let body = match frame {
+        Ok(body) => body,
+        Err(e) => {
+            tracing::warn!(error = %e, "malformed frame");
+            let code = match e {
+                FrameError::TooLarge { .. } => ErrorCode::ServerError(ctxd_proto::error_codes::MESSAGE_TOO_LARGE),
+                _ => ErrorCode::ParseError,
+            };
+            return Incoming::Invalid(Response::from_error(Id::Null, rpc_error(code, e.to_string())));
+        }
+    };
+    if body.trim().is_empty() {
+        return Incoming::Nothing;
+    }
+    let value: Value = match serde_json::from_str(&body) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(error = %e, "invalid JSON");
+            return Incoming::Invalid(Response::from_error(
+                Id::Null,
+                rpc_error(ErrorCode::ParseError, format!("invalid JSON: {e}")),
+            ));
+        }
+    };
+    classify(value)
+}
+
+fn classify(value: Value) -> Incoming {
+    let invalid = |id: Id, why: String| Incoming::Invalid(Response::from_error(id, rpc_error(ErrorCode::InvalidRequest, why)));
+    let Value::Object(object) = &value else {
+        let why = if value.is_array() {
+            "batch requests are not supported; send one JSON-RPC message per frame".to_owned()
+        } else {
+            "a JSON-RPC message must be a JSON object".to_owned()
+        };
+        return invalid(Id::Null, why);
+    };
+    let id = match object.get("id") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => match n.as_i64() {
+            Some(n) => Some(Id::Number(n)),
+            None => return invalid(Id::Null, format!("request id {n} is not an integer")),
+        },
+        Some(Value::String(s)) => Some(Id::String(s.clone())),
+        Some(other) => return invalid(Id::Null, format!("request id must be a number or a string, not {other}")),
+    };
+    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return invalid(id.unwrap_or(Id::Null), "missing or wrong \"jsonrpc\": \"2.0\"".to_owned());
+    }
+    match object.get("method") {
+        Some(Value::String(_)) => {
+            if let Some(params) = object.get("params")
+                && !(params.is_object() || params.is_array() || params.is_null())
+            {
+                return invalid(id.unwrap_or(Id::Null), "\"params\" must be an object or an array".to_owned());
+            }
+            match serde_json::from_value::<Request>(value) {
+                Ok(request) => Incoming::Request(request),
+                Err(e) => invalid(id.unwrap_or(Id::Null), format!("not a JSON-RPC request: {e}")),
+            }
+        }
+        Some(_) => invalid(id.unwrap_or(Id::Null), "\"method\" must be a string".to_owned()),
+        None if object.contains_key("result") || object.contains_key("error") => {
+            match serde_json::from_value::<Response>(value) {
+                Ok(response) => Incoming::Response(response),
+                Err(e) => {
+                    tracing::warn!(error = %e, "malformed response from the client; dropped");
+                    Incoming::Nothing
+                }
+            }
+        }
+        None => invalid(id.unwrap_or(Id::Null), "a request needs a \"method\"".to_owned()),
+    }
+}
+
+fn encode<T: serde::Serialize>(message: &T) -> Vec<u8> {
+    let body = serde_json::to_vec(message).unwrap_or_else(|e| {
+        // Responses are built from serializable types; this is a bug, not input.
+        tracing::error!(error = %e, "could not serialize an outgoing message");
+        br#"{"jsonrpc":"2.0","error":{"code":-32603,"message":"could not serialize the response"},"id":null}"#.to_vec()
+    });
+    framing::encode(&body)
+}
+
+async fn write_loop<O: AsyncWrite + Unpin>(mut output: O, mut rx: mpsc::Receiver<Vec<u8>>) {
+    while let Some(first) = rx.recv().await {
+        if output.write_all(&first).await.is_err() {
+            break;
+        }
+        // Write whatever else is queued before one flush.
+        while let Ok(more) = rx.try_recv() {
+            if output.write_all(&more).await.is_err() {
+                return;
+            }
+        }
+        if output.flush().await.is_err() {
+            break;
+        }
+    }
+    let _ = output.flush().await;
+}

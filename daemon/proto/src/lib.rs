@@ -1,0 +1,224 @@
+//! Wire types of the ctxd protocol.
+//!
+//! ctxd speaks the LSP base protocol (Content-Length framing, JSON-RPC 2.0) on stdio.
+//! Everything ctxd-specific lives under the `ctx/` prefix. This crate holds only the
+//! serde shapes of those messages: `*Params` for requests and notifications from the
+//! client, `*Result` for replies, `*Notification` params for what ctxd pushes. Field
+//! names are camelCase on the wire. JSON Schemas in `schemas/` are generated from these
+//! types (see `schema.rs`) and a test fails when the committed files drift.
+//!
+//! The core (`ctxd-core`) does not depend on this crate: the daemon converts between
+//! domain and wire types in one place, so the wire can stay stable while the core moves.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub mod schema;
+
+/// A transcript record: one line of a Claude Code style JSONL transcript, as a JSON
+/// object. ctxd reads the fields it knows (`uuid`, `parentUuid`, `type`, `message`, …)
+/// and keeps every other field verbatim.
+pub type Record = serde_json::Map<String, serde_json::Value>;
+
+/// Method names, in one place so the server, the clients and the tests agree.
+pub mod methods {
+    pub const OPEN_SESSION: &str = "ctx/openSession";
+    pub const APPEND: &str = "ctx/append";
+    pub const USAGE: &str = "ctx/usage";
+    pub const CLOSE_SESSION: &str = "ctx/closeSession";
+    pub const USAGE_CHANGED: &str = "ctx/usageChanged";
+
+    /// Every `ctx/` request method this build of ctxd answers, as announced in
+    /// `initialize` under `capabilities.experimental.ctxd.methods`.
+    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION];
+    /// Every `ctx/` notification this build of ctxd sends.
+    pub const NOTIFICATIONS: &[&str] = &[USAGE_CHANGED];
+}
+
+/// Error codes ctxd uses beyond the JSON-RPC standard ones. They sit in the range the
+/// JSON-RPC spec leaves to applications (-32000 to -32099 is reserved for servers; LSP
+/// uses -32800 and up), so ctxd takes -33000 and below.
+pub mod error_codes {
+    /// The session id names no session in the store.
+    pub const UNKNOWN_SESSION: i64 = -33001;
+    /// The store could not be opened, read or written; the message names the path.
+    pub const STORE: i64 = -33002;
+    /// Another ctxd process holds the store.
+    pub const STORE_LOCKED: i64 = -33003;
+    /// A record in `ctx/append` is not a valid transcript record.
+    pub const INVALID_RECORD: i64 = -33004;
+    /// A handler panicked; the daemon is still serving.
+    pub const INTERNAL: i64 = -33005;
+    /// The message exceeded the size ctxd accepts.
+    pub const MESSAGE_TOO_LARGE: i64 = -33006;
+    /// The session's actor stopped (for instance it was closed while the request waited).
+    pub const SESSION_CLOSED: i64 = -33007;
+}
+
+/// `initializationOptions` of the `initialize` request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializationOptions {
+    /// Where ctxd keeps its store; overrides the flag, `CTXD_STATE_DIR` and the XDG default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<String>,
+    /// Settings with the same keys as a settings file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// What ctxd announces under `capabilities.experimental.ctxd` in `initialize`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CtxdCapabilities {
+    /// ctxd's version (the crate version).
+    pub version: String,
+    /// Protocol revision; bumped only when a method or field is renamed or removed.
+    pub protocol: u32,
+    /// `ctx/` request methods this build answers.
+    pub methods: Vec<String>,
+    /// `ctx/` notifications this build sends.
+    pub notifications: Vec<String>,
+    /// The store directory in use.
+    pub state_dir: String,
+}
+
+/// `ctx/openSession` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenSessionParams {
+    /// Working directory of the agent; memory files and git facts come from here.
+    pub cwd: String,
+    /// Model id the session talks to (e.g. `claude-sonnet-4-5-20250929`).
+    pub model: String,
+    /// Resume this session when it exists in the store; create it with this id otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// `ctx/openSession` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenSessionResult {
+    pub session_id: String,
+    /// True when the session existed in the store and was loaded from it.
+    pub resumed: bool,
+    /// Records in the session's transcript (all of them, including before the latest
+    /// compact boundary).
+    pub records: u64,
+    /// Lines of the transcript that could not be read (reported, skipped, never deleted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diagnostics: Vec<String>,
+    pub usage: Usage,
+}
+
+/// `ctx/append` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppendParams {
+    pub session_id: String,
+    /// Records in order; stored in this order after every record already acknowledged.
+    pub records: Vec<Record>,
+}
+
+/// `ctx/append` result, sent only once the records are synced to disk.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppendResult {
+    /// Records written by this call.
+    pub appended: u64,
+    /// Records skipped because a record with the same `uuid` is already in the session
+    /// (a host retrying an append it did not see acknowledged).
+    pub duplicates: u64,
+    /// Records in the transcript after this call.
+    pub records: u64,
+    pub usage: Usage,
+}
+
+/// Params naming one session (`ctx/usage`, `ctx/closeSession`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionParams {
+    pub session_id: String,
+}
+
+/// `ctx/usage` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageResult {
+    pub session_id: String,
+    pub usage: Usage,
+}
+
+/// `ctx/usageChanged` notification params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageChangedNotification {
+    pub session_id: String,
+    pub usage: Usage,
+}
+
+/// How full a session's context is, with every level a status bar needs, so clients
+/// draw without arithmetic of their own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    /// Tokens the next request is expected to carry.
+    pub tokens: u64,
+    /// Of `tokens`, the part the provider reported (the last assistant usage).
+    pub reported_tokens: u64,
+    /// Of `tokens`, the part ctxd estimated (records after the last assistant usage).
+    pub estimated_tokens: u64,
+    /// The context window in force.
+    pub window: u64,
+    /// `window` minus the room kept for the model's output.
+    pub effective_window: u64,
+    /// Auto compaction starts at this many tokens.
+    pub threshold: u64,
+    /// The warning level starts here.
+    pub warning: u64,
+    /// Requests are refused from here unless compaction recovers.
+    pub blocked: u64,
+    /// `tokens` as a percentage of `effectiveWindow`, one decimal.
+    pub percent_used: f64,
+    /// Percentage of the threshold still free before auto compaction, one decimal.
+    pub percent_until_compact: f64,
+    /// Tokens left before auto compaction starts.
+    pub tokens_until_compact: u64,
+    pub level: Level,
+    /// Whether automatic compaction will run at the threshold.
+    pub auto_compact_enabled: bool,
+    pub breakdown: Breakdown,
+}
+
+/// Usage level, for colouring a status bar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Level {
+    Ok,
+    Warning,
+    Compacting,
+    Blocked,
+}
+
+/// Where the tokens go. The parts add up to `window`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Breakdown {
+    pub system_prompt: u64,
+    pub tools: u64,
+    pub memory_files: u64,
+    pub skills: u64,
+    pub messages: MessageBreakdown,
+    pub free_space: u64,
+    pub autocompact_buffer: u64,
+}
+
+/// Message tokens by kind.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageBreakdown {
+    pub tool_results: u64,
+    pub summaries: u64,
+    pub other: u64,
+}
