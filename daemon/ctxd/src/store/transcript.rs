@@ -43,7 +43,7 @@ impl Transcript {
     /// past the end loads nothing.
     pub fn open(path: &Path, create: bool, from: u64) -> Result<(Transcript, Loaded), StoreError> {
         let io = |e: std::io::Error| StoreError::io(path, e);
-        let mut file = OpenOptions::new()
+        let file = OpenOptions::new()
             .read(true)
             .append(true)
             .create(create)

@@ -24,7 +24,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tower::Service;
 use tower_lsp_server::jsonrpc::{Error, ErrorCode, Id, Request, Response};
-use tower_lsp_server::{ClientSocket, LanguageServer, Loopback, LspService};
+use tower_lsp_server::{ClientSocket, LanguageServer, LspService};
 
 use self::framing::{FrameError, FrameReader};
 
