@@ -1,1 +1,337 @@
-//! placeholder replaced below
+//! End-to-end harness: the real `ctxd` binary, spawned over real pipes.
+//!
+//! [`Daemon`] starts the binary with a state directory of the test's choosing, writes
+//! LSP frames to its stdin and reads frames from its stdout on a background thread.
+//! Tests talk to it with [`Daemon::request`] (waits for the matching response) or raw
+//! bytes ([`Daemon::send_raw`]) for the malformed-input cases.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use serde_json::{Value, json};
+
+/// How long a test waits for one answer before failing.
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Path of the `ctxd` binary built for this test run (`CTXD_BIN` overrides it).
+pub fn ctxd_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("CTXD_BIN") {
+        return PathBuf::from(bin);
+    }
+    // Test executables live in target/<profile>/deps; the binary one level up.
+    let exe = std::env::current_exe().unwrap_or_default();
+    let dir = exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
+    dir.join("ctxd")
+}
+
+/// The repository root (for fixtures such as `examples/`).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `../shared/transcripts` beside the checkout.
+pub fn shared_transcripts() -> PathBuf {
+    repo_root().join("../shared/transcripts")
+}
+
+/// A running daemon.
+pub struct Daemon {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    messages: Receiver<Value>,
+    /// Messages read while waiting for something else (notifications, other replies).
+    pub backlog: Vec<Value>,
+    next_id: i64,
+    pub state_dir: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `ctxd serve` on `state_dir`, logging to `<state_dir>/test.log`.
+    pub fn start(state_dir: &Path) -> anyhow::Result<Daemon> {
+        Daemon::start_with(state_dir, &[], &[])
+    }
+
+    pub fn start_with(state_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Daemon> {
+        let bin = ctxd_bin();
+        if !bin.exists() {
+            bail!("{} does not exist: build it first (cargo build --bins)", bin.display());
+        }
+        let log = state_dir.with_extension("log");
+        let mut command = Command::new(&bin);
+        command
+            .arg("--state-dir")
+            .arg(state_dir)
+            .arg("--log-file")
+            .arg(&log)
+            .arg("serve")
+            .args(args)
+            .env("CTXD_LOG", "debug")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().with_context(|| format!("spawning {}", bin.display()))?;
+        let stdout = child.stdout.take().context("no stdout")?;
+        let stdin = child.stdin.take();
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            while let Ok(Some(body)) = read_frame(&mut reader) {
+                let value = serde_json::from_slice(&body).unwrap_or_else(|e| json!({"unparseable": e.to_string()}));
+                if tx.send(value).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Daemon { child, stdin, messages: rx, backlog: Vec::new(), next_id: 1, state_dir: state_dir.to_owned() })
+    }
+
+    /// Starts and initializes a daemon.
+    pub fn started(state_dir: &Path) -> anyhow::Result<Daemon> {
+        let mut daemon = Daemon::start(state_dir)?;
+        daemon.initialize()?;
+        Ok(daemon)
+    }
+
+    pub fn initialize(&mut self) -> anyhow::Result<Value> {
+        let result = self.request("initialize", json!({"processId": null, "capabilities": {}}))?;
+        self.notify("initialized", json!({}))?;
+        Ok(result)
+    }
+
+    /// Writes raw bytes to the daemon's stdin.
+    pub fn send_raw(&mut self, bytes: &[u8]) -> anyhow::Result<()> {
+        let stdin = self.stdin.as_mut().context("stdin closed")?;
+        stdin.write_all(bytes)?;
+        stdin.flush()?;
+        Ok(())
+    }
+
+    /// Writes one framed message.
+    pub fn send(&mut self, message: &Value) -> anyhow::Result<()> {
+        self.send_raw(&frame(&serde_json::to_vec(message)?))
+    }
+
+    /// Sends a request without waiting; returns its id.
+    pub fn send_request(&mut self, method: &str, params: Value) -> anyhow::Result<i64> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
+        Ok(id)
+    }
+
+    pub fn notify(&mut self, method: &str, params: Value) -> anyhow::Result<()> {
+        self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
+    }
+
+    /// The next message from the daemon (backlog first).
+    pub fn next_message(&mut self) -> anyhow::Result<Value> {
+        if !self.backlog.is_empty() {
+            return Ok(self.backlog.remove(0));
+        }
+        self.messages.recv_timeout(TIMEOUT).map_err(|e| match e {
+            RecvTimeoutError::Timeout => anyhow!("no message from ctxd within {TIMEOUT:?}"),
+            RecvTimeoutError::Disconnected => anyhow!("ctxd closed its stdout"),
+        })
+    }
+
+    /// Waits for the response with `id`, keeping everything else in the backlog.
+    pub fn response(&mut self, id: i64) -> anyhow::Result<Value> {
+        if let Some(i) = self.backlog.iter().position(|m| m["id"] == id && m.get("method").is_none()) {
+            return Ok(self.backlog.remove(i));
+        }
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let message = self.messages.recv_timeout(left).map_err(|e| anyhow!("waiting for response {id}: {e}"))?;
+            if message["id"] == id && message.get("method").is_none() {
+                return Ok(message);
+            }
+            self.backlog.push(message);
+        }
+    }
+
+    /// Sends a request and returns its `result`, or `Err` with the JSON-RPC error.
+    pub fn request(&mut self, method: &str, params: Value) -> anyhow::Result<Value> {
+        let id = self.send_request(method, params)?;
+        let response = self.response(id)?;
+        match response.get("error") {
+            Some(error) => Err(anyhow!("{method}: {error}")),
+            None => Ok(response["result"].clone()),
+        }
+    }
+
+    /// Sends a request that must fail; returns the error object.
+    pub fn request_error(&mut self, method: &str, params: Value) -> anyhow::Result<Value> {
+        let id = self.send_request(method, params)?;
+        let response = self.response(id)?;
+        response.get("error").cloned().ok_or_else(|| anyhow!("{method} succeeded: {response}"))
+    }
+
+    /// Waits for the next message with `id: null` (an error for a frame the daemon
+    /// could not read).
+    pub fn null_id_error(&mut self) -> anyhow::Result<Value> {
+        if let Some(i) = self.backlog.iter().position(|m| m["id"].is_null() && m.get("error").is_some()) {
+            return Ok(self.backlog.remove(i)["error"].clone());
+        }
+        loop {
+            let message = self.messages.recv_timeout(TIMEOUT)?;
+            if message["id"].is_null() && message.get("error").is_some() {
+                return Ok(message["error"].clone());
+            }
+            self.backlog.push(message);
+        }
+    }
+
+    /// Notifications with `method` received so far (from the backlog and the pipe).
+    pub fn drain_notifications(&mut self, method: &str) -> Vec<Value> {
+        while let Ok(message) = self.messages.try_recv() {
+            self.backlog.push(message);
+        }
+        let (matching, rest): (Vec<Value>, Vec<Value>) =
+            self.backlog.drain(..).partition(|m| m["method"] == method);
+        self.backlog = rest;
+        matching.into_iter().map(|m| m["params"].clone()).collect()
+    }
+
+    /// Waits for a notification with `method` whose params satisfy `pred`.
+    pub fn wait_notification(&mut self, method: &str, pred: impl Fn(&Value) -> bool) -> anyhow::Result<Value> {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            if let Some(i) = self.backlog.iter().position(|m| m["method"] == method && pred(&m["params"])) {
+                return Ok(self.backlog.remove(i)["params"].clone());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let message = self.messages.recv_timeout(left).map_err(|e| anyhow!("waiting for {method}: {e}"))?;
+            self.backlog.push(message);
+        }
+    }
+
+    /// `shutdown`, `exit`, and the exit status.
+    pub fn stop(mut self) -> anyhow::Result<ExitStatus> {
+        self.request("shutdown", Value::Null)?;
+        self.notify("exit", Value::Null)?;
+        self.stdin.take();
+        self.wait()
+    }
+
+    /// Waits for the process to end (bounded).
+    pub fn wait(&mut self) -> anyhow::Result<ExitStatus> {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                bail!("ctxd did not exit within {TIMEOUT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Closes stdin (the editor went away).
+    pub fn close_stdin(&mut self) {
+        self.stdin.take();
+    }
+
+    /// SIGKILL, as a crash or an OOM killer would.
+    pub fn kill9(&mut self) -> anyhow::Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Frames a body with a Content-Length header.
+pub fn frame(body: &[u8]) -> Vec<u8> {
+    let mut out = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// Reads one frame; `None` at the end of the stream.
+pub fn read_frame(reader: &mut impl BufRead) -> std::io::Result<Option<Vec<u8>>> {
+    let mut length = None;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(None);
+        }
+        let line = line.trim_end();
+        if line.is_empty() {
+            if length.is_some() {
+                break;
+            }
+            continue;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse::<usize>().ok();
+        }
+    }
+    let mut body = vec![0; length.unwrap_or(0)];
+    reader.read_exact(&mut body)?;
+    Ok(Some(body))
+}
+
+/// A user record shaped like a Claude Code transcript line.
+pub fn user_record(uuid: &str, parent: Option<&str>, text: &str) -> Value {
+    json!({
+        "parentUuid": parent,
+        "isSidechain": false,
+        "userType": "external",
+        "cwd": "/home/dev/project",
+        "sessionId": "test",
+        "version": "2.1.0",
+        "type": "user",
+        "message": {"role": "user", "content": text},
+        "uuid": uuid,
+        "timestamp": "2026-11-29T10:00:00.000Z",
+    })
+}
+
+/// An assistant record with usage.
+pub fn assistant_record(uuid: &str, parent: Option<&str>, message_id: &str, input_tokens: u64, output_tokens: u64) -> Value {
+    json!({
+        "parentUuid": parent,
+        "isSidechain": false,
+        "type": "assistant",
+        "message": {
+            "id": message_id, "type": "message", "role": "assistant", "model": "claude-sonnet-4-5-20250929",
+            "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+            "usage": {"input_tokens": input_tokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": output_tokens}
+        },
+        "uuid": uuid,
+        "timestamp": "2026-11-29T10:00:01.000Z",
+    })
+}
+
+/// The uuids stored in a session's transcript file, in file order.
+pub fn stored_uuids(state_dir: &Path, session_id: &str) -> anyhow::Result<Vec<String>> {
+    let path = state_dir.join("sessions").join(format!("{session_id}.jsonl"));
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|v| v["uuid"].as_str().map(str::to_owned))
+        .collect())
+}

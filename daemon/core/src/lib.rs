@@ -5,8 +5,13 @@
 //! did, so they are tested without a runtime, a disk or a network, and the daemon
 //! (`ctxd`) owns every side effect.
 //!
+//! - [`budget`]: windows, thresholds and levels (what "full" means for a model).
+//! - [`memory`]: which memory files (CLAUDE.md and friends) a session loads, over an
+//!   injected filesystem, and the user-context text they render to.
 //! - [`record`]: one transcript line, its exact text and the fields ctxd decides on.
 //! - [`tally`]: the running token count of a session (reported usage plus estimate).
 
+pub mod budget;
+pub mod memory;
 pub mod record;
 pub mod tally;

@@ -1,10 +1,17 @@
 //! ctxd: the daemon. Everything that touches the outside world lives here.
 //!
 //! - [`transport`]: LSP base-protocol framing on stdio and the request loop.
+//! - [`server`]: the protocol surface, one handler per method (a table of contents).
+//! - [`session`]: one actor per open session; the registry that routes commands to them.
 //! - [`store`]: transcripts on disk (the truth) and the rebuildable sled index.
+//! - [`replay`], [`client`]: `ctxd replay`, driving a daemon the way an editor would.
 //! - [`paths`], [`logging`]: where state and logs go.
 
+pub mod client;
 pub mod logging;
 pub mod paths;
+pub mod replay;
+pub mod server;
+pub mod session;
 pub mod store;
 pub mod transport;

@@ -1,1 +1,109 @@
-fn main() {}
+//! The `ctxd` command: the daemon (`ctxd`, `ctxd serve`) and the commands around it.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use ctxd::logging::{self, LogTarget};
+use ctxd::replay::{self, ReplayOptions};
+use ctxd::server::{self, ServeOptions};
+use ctxd::transport::{self, Ending, Limits};
+
+#[derive(Debug, Parser)]
+#[command(name = "ctxd", version, about = "Context-management daemon for AI coding agents")]
+struct Cli {
+    /// State directory (store and logs). Default: $CTXD_STATE_DIR, else the XDG state dir.
+    #[arg(long, global = true, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// Log file. Default: <state dir>/logs/ctxd.log.
+    #[arg(long, global = true, value_name = "FILE", conflicts_with = "log_stderr")]
+    log_file: Option<PathBuf>,
+    /// Log to stderr instead of a file.
+    #[arg(long, global = true)]
+    log_stderr: bool,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the protocol on stdin/stdout (the default).
+    Serve {
+        /// Largest message accepted, in bytes.
+        #[arg(long, default_value_t = 64 * 1024 * 1024)]
+        max_message_bytes: usize,
+    },
+    /// Drive a Claude Code style transcript through the daemon and print usage per turn.
+    Replay {
+        /// The transcript (JSONL).
+        file: PathBuf,
+        /// Model id (default: the model named in the transcript).
+        #[arg(long)]
+        model: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    // Everything ctxd creates (store, index, logs) is for its owner only.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    let cli = Cli::parse();
+    let state_dir = cli.state_dir.clone().unwrap_or_else(ctxd::paths::default_state_dir);
+    let serving = matches!(cli.command, None | Some(Command::Serve { .. }));
+    let target = match (&cli.log_file, cli.log_stderr) {
+        (Some(file), _) => LogTarget::File(file.clone()),
+        (None, true) => LogTarget::Stderr,
+        // Commands other than the daemon log to stderr unless told otherwise.
+        (None, false) if serving => LogTarget::File(state_dir.join("logs").join("ctxd.log")),
+        (None, false) => LogTarget::Stderr,
+    };
+    let _guard = match logging::init(&target) {
+        Ok(guard) => guard,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "ctxd: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "ctxd: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            None => serve(state_dir, Limits::default()).await,
+            Some(Command::Serve { max_message_bytes }) => {
+                serve(state_dir, Limits { max_message_bytes, ..Limits::default() }).await
+            }
+            Some(Command::Replay { file, model }) => {
+                let options = ReplayOptions { transcript: file, model, state_dir: cli.state_dir };
+                let mut stdout = std::io::stdout().lock();
+                replay::run(options, &mut stdout).await.map(|()| ExitCode::SUCCESS)
+            }
+        }
+    });
+    // Pending blocking tasks (a stuck disk) must not hold the process open after exit.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            tracing::error!(error = %e, "ctxd failed");
+            let _ = writeln!(std::io::stderr(), "ctxd: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(state_dir: PathBuf, limits: Limits) -> anyhow::Result<ExitCode> {
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), pid = std::process::id(), "ctxd starting");
+    let (service, socket) = server::service(ServeOptions { state_dir });
+    let ending = transport::serve(tokio::io::stdin(), tokio::io::stdout(), service, socket, limits).await;
+    tracing::info!(?ending, "ctxd stopping");
+    // LSP: exit without a prior shutdown ends with code 1.
+    Ok(match ending {
+        Ending::ExitWithoutShutdown => ExitCode::from(1),
+        Ending::ExitAfterShutdown | Ending::InputClosed => ExitCode::SUCCESS,
+    })
+}

@@ -62,17 +62,24 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         loop {
             match self.state {
                 State::Header => match self.parse_header() {
-                    HeaderParse::Complete { header_len, content_length } => {
-                        self.buf.advance(header_len);
-                        match content_length {
-                            Ok(len) if len > self.max_body => self.state = State::Skip { remaining: len, len },
-                            Ok(len) => self.state = State::Body(len),
-                            Err(e) => {
-                                self.resync();
-                                return Some(Err(e));
-                            }
+                    HeaderParse::Complete { header_len, content_length } => match content_length {
+                        Ok(len) => {
+                            self.buf.advance(header_len);
+                            self.state = if len > self.max_body {
+                                State::Skip { remaining: len, len }
+                            } else {
+                                State::Body(len)
+                            };
                         }
-                    }
+                        Err(e) => {
+                            tracing::debug!(buffered = %String::from_utf8_lossy(&self.buf[..self.buf.len().min(300)]), "bad header block");
+                            // The block may have swallowed the start of a real frame:
+                            // look for the next header from just past this one's start.
+                            self.buf.advance(1);
+                            self.resync();
+                            return Some(Err(e));
+                        }
+                    },
                     HeaderParse::Garbage => {
                         self.buf.advance(1);
                         self.resync();
@@ -156,14 +163,17 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         HeaderParse::Complete { header_len: start + header_end, content_length }
     }
 
-    /// Drops bytes up to the next `Content-Length` header (or all but a few bytes that
-    /// could be its start).
+    /// Drops bytes up to the next `Content-Length` header, keeping a tail that could be
+    /// the start of one still arriving.
     fn resync(&mut self) {
         let lower: Vec<u8> = self.buf.iter().map(u8::to_ascii_lowercase).collect();
         match memchr::memmem::find(&lower, CONTENT_LENGTH) {
             Some(at) => self.buf.advance(at),
             None => {
-                let keep = CONTENT_LENGTH.len().min(self.buf.len());
+                let keep = (1..CONTENT_LENGTH.len().min(lower.len() + 1))
+                    .rev()
+                    .find(|&n| lower.ends_with(&CONTENT_LENGTH[..n]))
+                    .unwrap_or(0);
                 let drop = self.buf.len() - keep;
                 self.buf.advance(drop);
             }
@@ -242,6 +252,20 @@ mod tests {
         assert!(frames.contains(&Err(FrameError::BadContentLength("lots".into()))));
         assert!(frames.iter().any(|f| matches!(f, Err(FrameError::InvalidUtf8(_)))));
         assert!(frames.contains(&Err(FrameError::TooLarge { len: 50, max: 20 })));
+    }
+
+    #[tokio::test]
+    async fn a_bad_header_does_not_eat_the_next_frame_when_it_arrives_later() {
+        use tokio::io::AsyncWriteExt;
+        let (client, mut server) = tokio::io::duplex(1 << 16);
+        let mut reader = FrameReader::new(client, 1024);
+        server.write_all(&frame("{\"a\":1}")).await.unwrap();
+        assert_eq!(reader.next_frame().await, Some(Ok("{\"a\":1}".into())));
+        server.write_all(b"Content-Type: application/json\r\n\r\n{}").await.unwrap();
+        assert_eq!(reader.next_frame().await, Some(Err(FrameError::MissingContentLength)));
+        server.write_all(b"Con").await.unwrap();
+        server.write_all(&frame("{\"b\":2}")[3..]).await.unwrap();
+        assert_eq!(reader.next_frame().await, Some(Ok("{\"b\":2}".into())));
     }
 
     #[tokio::test]

@@ -1,0 +1,172 @@
+//! `ctxd replay FILE.jsonl`: drives a transcript through a daemon over the real protocol,
+//! record by record as a host would, and prints one line per turn.
+//!
+//! The daemon runs in-process on an in-memory pipe with a temporary store (unless a
+//! state directory is given), so the command needs no server, no key and no network.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use ctxd_core::record::{Kind, Record};
+use serde_json::{Value, json};
+
+use crate::client::RpcClient;
+use crate::server::{ServeOptions, service};
+use crate::transport::{self, Limits};
+
+/// What `ctxd replay` was asked to do.
+#[derive(Debug, Clone)]
+pub struct ReplayOptions {
+    pub transcript: PathBuf,
+    pub model: Option<String>,
+    pub state_dir: Option<PathBuf>,
+}
+
+/// Runs the replay and writes its report to `out`.
+pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&options.transcript)
+        .with_context(|| format!("cannot read {}", options.transcript.display()))?;
+    let mut records = Vec::new();
+    let mut skipped = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<serde_json::Map<String, Value>>(line) {
+            Ok(object) => records.push(object),
+            Err(e) => skipped.push(format!("line {}: {e}", n + 1)),
+        }
+    }
+    let model = options.model.clone().or_else(|| first_model(&records)).unwrap_or_else(|| "claude-sonnet-4-5".to_owned());
+    let cwd = records
+        .iter()
+        .find_map(|r| r.get("cwd").and_then(Value::as_str))
+        .unwrap_or("/")
+        .to_owned();
+
+    let temp;
+    let state_dir = match &options.state_dir {
+        Some(dir) => dir.clone(),
+        None => {
+            temp = tempfile::Builder::new().prefix("ctxd-replay-").tempdir()?;
+            temp.path().to_owned()
+        }
+    };
+
+    // The daemon, in-process, on an in-memory pipe.
+    let (client_io, server_io) = tokio::io::duplex(1 << 20);
+    let (server_read, server_write) = tokio::io::split(server_io);
+    let (svc, socket) = service(ServeOptions { state_dir: state_dir.clone() });
+    let daemon = tokio::spawn(transport::serve(server_read, server_write, svc, socket, Limits::default()));
+    let (client_read, client_write) = tokio::io::split(client_io);
+    let client = RpcClient::new(client_read, client_write);
+
+    client.request("initialize", json!({"capabilities": {}, "processId": null})).await?;
+    client.notify("initialized", json!({})).await?;
+    let opened = client.request("ctx/openSession", json!({"cwd": cwd, "model": model})).await?;
+    let session_id = opened["sessionId"].as_str().unwrap_or_default().to_owned();
+    let usage = &opened["usage"];
+    writeln!(
+        out,
+        "replaying {} ({} records) · model {model} · window {} · compact at {} · warning at {} · blocked at {}",
+        display_name(&options.transcript),
+        records.len(),
+        thousands(usage["window"].as_u64().unwrap_or(0)),
+        thousands(usage["threshold"].as_u64().unwrap_or(0)),
+        thousands(usage["warning"].as_u64().unwrap_or(0)),
+        thousands(usage["blocked"].as_u64().unwrap_or(0)),
+    )?;
+    for line in &skipped {
+        writeln!(out, "skipped malformed {line}")?;
+    }
+
+    let mut turn = 0usize;
+    let mut last_usage: Option<Value> = None;
+    for object in &records {
+        let starts_turn = Record::from_object(object).is_ok_and(|r| is_prompt(&r));
+        if starts_turn {
+            if let Some(usage) = last_usage.take() {
+                report(out, turn, &usage)?;
+            }
+            turn += 1;
+        }
+        let result = client.request("ctx/append", json!({"sessionId": session_id, "records": [object]})).await?;
+        last_usage = Some(result["usage"].clone());
+    }
+    if let Some(usage) = last_usage {
+        report(out, turn, &usage)?;
+    }
+    client.request("ctx/closeSession", json!({"sessionId": session_id})).await?;
+    client.request("shutdown", Value::Null).await?;
+    client.notify("exit", Value::Null).await?;
+    drop(client);
+    let _ = daemon.await;
+    Ok(())
+}
+
+fn first_model(records: &[serde_json::Map<String, Value>]) -> Option<String> {
+    records.iter().find_map(|r| {
+        r.get("message")?.get("model")?.as_str().filter(|m| !m.starts_with('<')).map(str::to_owned)
+    })
+}
+
+/// A turn starts at a user prompt: a user record that is not a tool result and not
+/// meta.
+fn is_prompt(record: &Record) -> bool {
+    let head = record.head();
+    if head.kind != Kind::User || head.is_meta || head.is_sidechain || head.is_compact_summary {
+        return false;
+    }
+    let value = record.to_value();
+    match &value["message"]["content"] {
+        Value::String(_) => true,
+        Value::Array(blocks) => !blocks.iter().any(|b| b["type"] == "tool_result"),
+        _ => false,
+    }
+}
+
+fn report(out: &mut dyn Write, turn: usize, usage: &Value) -> anyhow::Result<()> {
+    let tokens = usage["tokens"].as_u64().unwrap_or(0);
+    let window = usage["window"].as_u64().unwrap_or(0);
+    writeln!(
+        out,
+        "turn {turn:>4}  {:>9} / {} tokens  {:>5.1}% used  {:>9} until compact  {}",
+        thousands(tokens),
+        thousands(window),
+        usage["percentUsed"].as_f64().unwrap_or(0.0),
+        thousands(usage["tokensUntilCompact"].as_u64().unwrap_or(0)),
+        usage["level"].as_str().unwrap_or("?"),
+    )?;
+    Ok(())
+}
+
+fn display_name(path: &Path) -> String {
+    path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
+}
+
+/// 1234567 → "1,234,567".
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_separators() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(1234567), "1,234,567");
+    }
+}

@@ -1,0 +1,205 @@
+//! The protocol surface: a table of contents of the methods ctxd answers.
+//!
+//! Each `ctx/` handler decodes its params, queues one command on a session actor
+//! (synchronously, before any `.await`), awaits the answer and encodes it. Errors are
+//! mapped to JSON-RPC errors in one function, [`rpc_error`].
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use ctxd_core::budget::EnvConfig;
+use ctxd_core::record::Record;
+use ctxd_proto::{self as proto, error_codes, methods};
+use serde_json::Value;
+use tokio::sync::oneshot;
+use tower_lsp_server::jsonrpc::{Error, ErrorCode, Result};
+use tower_lsp_server::ls_types::{InitializeParams, InitializeResult, InitializedParams, ServerCapabilities, ServerInfo};
+use tower_lsp_server::{Client, LanguageServer, LspService};
+
+use crate::session::{Environment, Notifier, SessionError, Sessions};
+use crate::store::{Store, StoreError};
+
+/// Options the daemon was started with.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// State directory unless `initializationOptions.stateDir` says otherwise.
+    pub state_dir: PathBuf,
+}
+
+/// The language server.
+#[derive(Debug)]
+pub struct Backend {
+    client: Client,
+    options: ServeOptions,
+    sessions: OnceLock<Arc<Sessions>>,
+}
+
+/// Builds the LSP service with every `ctx/` method registered.
+pub fn service(options: ServeOptions) -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
+    LspService::build(|client| Backend { client, options, sessions: OnceLock::new() })
+        .custom_method(methods::OPEN_SESSION, Backend::open_session)
+        .custom_method(methods::APPEND, Backend::append)
+        .custom_method(methods::USAGE, Backend::usage)
+        .custom_method(methods::CLOSE_SESSION, Backend::close_session)
+        .finish()
+}
+
+impl LanguageServer for Backend {
+    async fn initialize(&self, params: InitializeParams) -> Result<InitializeResult> {
+        let options: proto::InitializationOptions = match params.initialization_options {
+            None | Some(Value::Null) => proto::InitializationOptions::default(),
+            Some(value) => serde_json::from_value(value)
+                .map_err(|e| Error::invalid_params(format!("initializationOptions: {e}")))?,
+        };
+        let state_dir = options.state_dir.as_ref().map_or_else(|| self.options.state_dir.clone(), PathBuf::from);
+        let dir = state_dir.clone();
+        let store = tokio::task::spawn_blocking(move || Store::open(&dir))
+            .await
+            .map_err(|e| internal(format!("opening the store: {e}")))?
+            .map_err(store_error)?;
+        if store.index().fresh && !store.session_ids().unwrap_or_default().is_empty() {
+            tracing::info!("index is new; session entries will be rebuilt from the transcripts as sessions open");
+        }
+        let (env, warnings) = EnvConfig::from_vars(std::env::vars());
+        for warning in warnings {
+            tracing::warn!(%warning, "ignoring an invalid environment variable");
+        }
+        let client_window = options
+            .settings
+            .as_ref()
+            .and_then(|s| s.get("autoCompactWindow"))
+            .and_then(Value::as_u64);
+        let environment = Environment { env, client_window };
+        let sessions = Sessions::new(Arc::new(store), environment, Notifier::new(self.client.clone()));
+        if self.sessions.set(Arc::new(sessions)).is_err() {
+            return Err(Error::invalid_request());
+        }
+        tracing::info!(state_dir = %state_dir.display(), "initialized");
+        let capabilities = proto::CtxdCapabilities {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            protocol: 1,
+            methods: methods::REQUESTS.iter().map(|m| (*m).to_owned()).collect(),
+            notifications: methods::NOTIFICATIONS.iter().map(|m| (*m).to_owned()).collect(),
+            state_dir: state_dir.display().to_string(),
+        };
+        let experimental = serde_json::json!({ "ctxd": capabilities });
+        Ok(InitializeResult {
+            capabilities: ServerCapabilities { experimental: Some(experimental), ..ServerCapabilities::default() },
+            server_info: Some(ServerInfo { name: "ctxd".to_owned(), version: Some(env!("CARGO_PKG_VERSION").to_owned()) }),
+            ..InitializeResult::default()
+        })
+    }
+
+    async fn initialized(&self, _: InitializedParams) {
+        tracing::debug!("client initialized");
+    }
+
+    async fn shutdown(&self) -> Result<()> {
+        if let Some(sessions) = self.sessions.get() {
+            sessions.close_all().await;
+        }
+        tracing::info!("shutdown");
+        Ok(())
+    }
+}
+
+impl Backend {
+    fn sessions(&self) -> Result<&Arc<Sessions>> {
+        // The service refuses requests before `initialize`; this covers a failed one.
+        self.sessions.get().ok_or_else(|| {
+            let mut e = Error::new(ErrorCode::ServerError(error_codes::STORE));
+            e.message = "the store is not open: initialize failed or has not run".into();
+            e
+        })
+    }
+
+    pub async fn open_session(&self, params: proto::OpenSessionParams) -> Result<proto::OpenSessionResult> {
+        let sessions = self.sessions()?;
+        let (id, rx) = sessions.open(&params).map_err(rpc_error)?;
+        let opened = match answer(rx, &id).await {
+            Ok(opened) => opened,
+            Err(e) => {
+                sessions.forget(&id);
+                return Err(e);
+            }
+        };
+        Ok(proto::OpenSessionResult {
+            session_id: id,
+            resumed: opened.resumed,
+            records: opened.records,
+            diagnostics: opened.diagnostics,
+            usage: opened.usage.to_proto(),
+        })
+    }
+
+    pub async fn append(&self, params: proto::AppendParams) -> Result<proto::AppendResult> {
+        let sessions = self.sessions()?;
+        let mut records = Vec::with_capacity(params.records.len());
+        for (i, object) in params.records.iter().enumerate() {
+            let record = Record::from_object(object).map_err(|e| {
+                let mut err = Error::new(ErrorCode::ServerError(error_codes::INVALID_RECORD));
+                err.message = format!("records[{i}]: {e}; nothing was appended").into();
+                err
+            })?;
+            records.push(record);
+        }
+        let rx = sessions.append(&params.session_id, records).map_err(rpc_error)?;
+        let appended = answer(rx, &params.session_id).await?;
+        Ok(proto::AppendResult {
+            appended: appended.appended,
+            duplicates: appended.duplicates,
+            records: appended.records,
+            usage: appended.usage.to_proto(),
+        })
+    }
+
+    pub async fn usage(&self, params: proto::SessionParams) -> Result<proto::UsageResult> {
+        let rx = self.sessions()?.usage(&params.session_id).map_err(rpc_error)?;
+        let usage = rx.await.map_err(|_| rpc_error(SessionError::Closed(params.session_id.clone())))?;
+        Ok(proto::UsageResult { session_id: params.session_id, usage: usage.to_proto() })
+    }
+
+    pub async fn close_session(&self, params: proto::SessionParams) -> Result<Value> {
+        let rx = self.sessions()?.close(&params.session_id).map_err(rpc_error)?;
+        rx.await.map_err(|_| rpc_error(SessionError::Closed(params.session_id)))?;
+        Ok(Value::Null)
+    }
+}
+
+/// Awaits an actor's answer to a command that can fail.
+async fn answer<T>(rx: oneshot::Receiver<std::result::Result<T, SessionError>>, id: &str) -> Result<T> {
+    match rx.await {
+        Ok(result) => result.map_err(rpc_error),
+        Err(_) => Err(rpc_error(SessionError::Closed(id.to_owned()))),
+    }
+}
+
+fn with_code(code: i64, message: String) -> Error {
+    let mut e = Error::new(ErrorCode::ServerError(code));
+    e.message = message.into();
+    e
+}
+
+fn internal(message: String) -> Error {
+    with_code(error_codes::INTERNAL, message)
+}
+
+/// The one place session errors become JSON-RPC errors.
+pub fn rpc_error(e: SessionError) -> Error {
+    let message = e.to_string();
+    match e {
+        SessionError::NotOpen(_) | SessionError::UnknownSession(_) => with_code(error_codes::UNKNOWN_SESSION, message),
+        SessionError::InvalidSessionId(_) => Error::invalid_params(message),
+        SessionError::Store(_) => with_code(error_codes::STORE, message),
+        SessionError::Closed(_) => with_code(error_codes::SESSION_CLOSED, message),
+        SessionError::Internal(_) => internal(message),
+    }
+}
+
+fn store_error(e: StoreError) -> Error {
+    let code = match e {
+        StoreError::Locked { .. } => error_codes::STORE_LOCKED,
+        _ => error_codes::STORE,
+    };
+    with_code(code, e.to_string())
+}

@@ -1,0 +1,465 @@
+//! The session actor: one tokio task per open session that owns its transcript file and
+//! its in-memory state, and answers commands in the order they were queued.
+//!
+//! **Group commit.** When the actor wakes it takes every command already queued (up to a
+//! bound). Consecutive appends in that batch are written with one `write` and one
+//! `sync_data`, then each is acknowledged. A burst of appends thus costs one sync, and no
+//! append is acknowledged before its bytes are on disk.
+//!
+//! **Isolation.** A panic while handling a batch is caught: the commands of that batch
+//! get an error, the state is reloaded from disk, and the actor serves on. A slow disk
+//! stalls only this session.
+
+use std::collections::HashSet;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ctxd_core::budget::Thresholds;
+use ctxd_core::record::Record;
+use ctxd_core::tally::Tally;
+use futures::FutureExt;
+use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument;
+
+use super::usage::UsageSnapshot;
+use super::{Notifier, SessionError, SessionSetup};
+use crate::store::transcript::Transcript;
+use crate::store::{SessionEntry, Store};
+
+/// Most commands taken from the queue in one batch.
+const MAX_BATCH: usize = 1024;
+/// Fastest rate at which `ctx/usageChanged` is pushed for one session.
+pub const USAGE_PUSH_INTERVAL: Duration = Duration::from_millis(100);
+
+/// A command for a session actor. Each carries the channel its answer goes back on.
+#[derive(Debug)]
+pub enum Command {
+    /// Report the session as loaded (sent first by whoever opens it).
+    Open { reply: oneshot::Sender<Result<Opened, SessionError>> },
+    Append { records: Vec<Record>, reply: oneshot::Sender<Result<Appended, SessionError>> },
+    Usage { reply: oneshot::Sender<UsageSnapshot> },
+    Close { reply: oneshot::Sender<()> },
+}
+
+/// Answer to [`Command::Open`].
+#[derive(Debug, Clone)]
+pub struct Opened {
+    pub resumed: bool,
+    pub records: u64,
+    pub diagnostics: Vec<String>,
+    pub usage: UsageSnapshot,
+}
+
+/// Answer to [`Command::Append`].
+#[derive(Debug, Clone)]
+pub struct Appended {
+    pub appended: u64,
+    pub duplicates: u64,
+    pub records: u64,
+    pub usage: UsageSnapshot,
+}
+
+/// The state of one session, owned by its actor.
+struct Session {
+    id: String,
+    setup: SessionSetup,
+    store: Arc<Store>,
+    transcript: Option<Transcript>,
+    /// Records from the latest compact boundary on (everything before it is only on disk).
+    view: Vec<Record>,
+    /// Uuids in `view`, to drop records a host re-sends after a lost acknowledgement.
+    uuids: HashSet<Arc<str>>,
+    /// Records in the transcript, before the boundary included.
+    total_records: u64,
+    records_before_view: u64,
+    view_offset: Option<u64>,
+    tally: Tally,
+    thresholds: Thresholds,
+    resumed: bool,
+    diagnostics: Vec<String>,
+    notifier: Notifier,
+    push: PushState,
+}
+
+#[derive(Default)]
+struct PushState {
+    last_sent: Option<Instant>,
+    last_usage: Option<UsageSnapshot>,
+    due: Option<tokio::time::Instant>,
+}
+
+/// Spawns the actor for a session; it loads (or creates) the transcript first.
+pub fn spawn(
+    id: String,
+    setup: SessionSetup,
+    store: Arc<Store>,
+    notifier: Notifier,
+    create: bool,
+) -> mpsc::UnboundedSender<Command> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let span = tracing::info_span!("session", id = %id);
+    tokio::spawn(run(id, setup, store, notifier, create, rx).instrument(span));
+    tx
+}
+
+async fn run(
+    id: String,
+    setup: SessionSetup,
+    store: Arc<Store>,
+    notifier: Notifier,
+    create: bool,
+    mut rx: mpsc::UnboundedReceiver<Command>,
+) {
+    let thresholds = setup.thresholds.clone();
+    let mut session = Session {
+        id,
+        setup,
+        store,
+        transcript: None,
+        view: Vec::new(),
+        uuids: HashSet::new(),
+        total_records: 0,
+        records_before_view: 0,
+        view_offset: None,
+        tally: Tally::default(),
+        thresholds,
+        resumed: false,
+        diagnostics: Vec::new(),
+        notifier,
+        push: PushState::default(),
+    };
+    if let Err(e) = session.load(create).await {
+        tracing::error!(error = %e, "could not load the session");
+        // Everyone waiting learns why; the registry drops this actor.
+        while let Ok(cmd) = rx.try_recv() {
+            fail(cmd, &e);
+        }
+        rx.close();
+        while let Some(cmd) = rx.recv().await {
+            fail(cmd, &e);
+        }
+        return;
+    }
+    loop {
+        let due = session.push.due;
+        let first = tokio::select! {
+            cmd = rx.recv() => cmd,
+            () = sleep_until(due), if due.is_some() => {
+                session.push_usage_now().await;
+                continue;
+            }
+        };
+        let Some(first) = first else { break };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(cmd) => batch.push(cmd),
+                Err(_) => break,
+            }
+        }
+        let closing = batch.iter().any(|c| matches!(c, Command::Close { .. }));
+        let outcome = AssertUnwindSafe(session.handle_batch(batch)).catch_unwind().await;
+        if outcome.is_err() {
+            tracing::error!("a command panicked; its batch was answered with errors; reloading the session from disk");
+            if let Err(e) = session.load(false).await {
+                tracing::error!(error = %e, "reload after a panic failed; closing the session");
+                break;
+            }
+        }
+        if closing {
+            break;
+        }
+    }
+    session.flush_index();
+}
+
+async fn sleep_until(due: Option<tokio::time::Instant>) {
+    match due {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn fail(cmd: Command, e: &SessionError) {
+    match cmd {
+        Command::Open { reply } => drop(reply.send(Err(e.clone()))),
+        Command::Append { reply, .. } => drop(reply.send(Err(e.clone()))),
+        Command::Usage { .. } | Command::Close { .. } => {}
+    }
+}
+
+impl Session {
+    /// Loads the transcript from the latest compact boundary on. The index says where
+    /// that boundary is; it is checked against the file, and rebuilt by a scan when it is
+    /// missing or wrong.
+    async fn load(&mut self, create: bool) -> Result<(), SessionError> {
+        let path = self.store.transcript_path(&self.id)?;
+        let exists = path.exists();
+        if !exists && !create {
+            return Err(SessionError::UnknownSession(self.id.clone()));
+        }
+        let store = self.store.clone();
+        let id = self.id.clone();
+        let transcript = self.transcript.take();
+        drop(transcript); // reopened below; the OS keeps appends ordered
+        let loaded = tokio::task::spawn_blocking(move || load_from_disk(&store, &id, &path))
+            .await
+            .map_err(|e| SessionError::Internal(format!("loading task failed: {e}")))??;
+        let LoadResult { transcript, records, records_before, view_offset, damaged, torn_bytes, rebuilt_index } = loaded;
+        if torn_bytes > 0 {
+            self.diagnostics.push(format!("cut {torn_bytes} bytes of a torn last line (never acknowledged)"));
+        }
+        if rebuilt_index {
+            tracing::info!("index entry rebuilt from the transcript");
+        }
+        self.diagnostics.extend(damaged);
+        self.resumed = exists;
+        self.transcript = Some(transcript);
+        self.view.clear();
+        self.uuids.clear();
+        self.tally = Tally::default();
+        self.records_before_view = records_before;
+        self.total_records = records_before;
+        self.view_offset = view_offset;
+        for record in records {
+            self.apply(record, None);
+        }
+        let entry = self.index_entry();
+        self.store.index().put(&self.id, &entry);
+        tracing::info!(records = self.total_records, in_view = self.view.len(), resumed = self.resumed, "session loaded");
+        Ok(())
+    }
+
+    fn index_entry(&self) -> SessionEntry {
+        SessionEntry {
+            boundary_offset: self.view_offset,
+            records_before_boundary: self.records_before_view,
+            cwd: self.setup.cwd.clone(),
+            model: self.setup.model.clone(),
+        }
+    }
+
+    fn flush_index(&self) {
+        self.store.index().put(&self.id, &self.index_entry());
+    }
+
+    /// Folds one stored record into the in-memory state. `offset` is its byte offset
+    /// when just appended (to index a new boundary).
+    fn apply(&mut self, record: Record, offset: Option<u64>) {
+        if record.is_compact_boundary() {
+            // The model sees nothing before the latest boundary.
+            self.records_before_view = self.total_records;
+            self.view.clear();
+            self.uuids.clear();
+            self.tally = Tally::default();
+            if offset.is_some() {
+                self.view_offset = offset;
+            }
+        }
+        self.total_records += 1;
+        self.tally.observe(&record);
+        if let Some(uuid) = record.uuid() {
+            self.uuids.insert(Arc::from(uuid));
+        }
+        self.view.push(record);
+    }
+
+    async fn handle_batch(&mut self, batch: Vec<Command>) {
+        let mut appends = Vec::new();
+        for cmd in batch {
+            match cmd {
+                Command::Append { records, reply } => appends.push((records, reply)),
+                other => {
+                    self.commit(std::mem::take(&mut appends)).await;
+                    self.handle_one(other).await;
+                }
+            }
+        }
+        self.commit(appends).await;
+    }
+
+    async fn handle_one(&mut self, cmd: Command) {
+        match cmd {
+            Command::Open { reply } => {
+                let opened = Opened {
+                    resumed: self.resumed,
+                    records: self.total_records,
+                    diagnostics: self.diagnostics.clone(),
+                    usage: self.usage(),
+                };
+                let _ = reply.send(Ok(opened));
+            }
+            Command::Usage { reply } => {
+                let _ = reply.send(self.usage());
+            }
+            Command::Close { reply } => {
+                self.flush_index();
+                let _ = reply.send(());
+            }
+            Command::Append { .. } => {}
+        }
+    }
+
+    /// Writes a group of appends with one sync, then acknowledges each.
+    async fn commit(&mut self, group: Vec<(Vec<Record>, oneshot::Sender<Result<Appended, SessionError>>)>) {
+        if group.is_empty() {
+            return;
+        }
+        // Drop records already stored (same uuid) or repeated within the group.
+        let mut seen: HashSet<Arc<str>> = HashSet::new();
+        let mut plan = Vec::with_capacity(group.len());
+        let mut lines: Vec<Record> = Vec::new();
+        for (records, reply) in group {
+            let mut fresh = Vec::with_capacity(records.len());
+            let mut duplicates = 0u64;
+            for record in records {
+                let dup = record.uuid().is_some_and(|u| self.uuids.contains(u) || !seen.insert(Arc::from(u)));
+                if dup {
+                    duplicates += 1;
+                } else {
+                    fresh.push(record);
+                }
+            }
+            plan.push((fresh.len(), duplicates, reply));
+            lines.extend(fresh);
+        }
+        let Some(mut transcript) = self.transcript.take() else {
+            for (_, _, reply) in plan {
+                let _ = reply.send(Err(SessionError::Internal("transcript is not open".into())));
+            }
+            return;
+        };
+        let text: Vec<Arc<str>> = lines.iter().map(|r| r.line_arc().clone()).collect();
+        let written = tokio::task::spawn_blocking(move || {
+            let refs: Vec<&str> = text.iter().map(|l| l.as_ref()).collect();
+            let result = if refs.is_empty() { Ok(Vec::new()) } else { transcript.append(&refs) };
+            (transcript, result)
+        })
+        .await;
+        let (transcript, result) = match written {
+            Ok(pair) => pair,
+            Err(e) => {
+                // The blocking task panicked: the file handle is gone with it.
+                let error = SessionError::Internal(format!("write task failed: {e}"));
+                for (_, _, reply) in plan {
+                    let _ = reply.send(Err(error.clone()));
+                }
+                return;
+            }
+        };
+        self.transcript = Some(transcript);
+        let offsets = match result {
+            Ok(offsets) => offsets,
+            Err(e) => {
+                tracing::error!(error = %e, "append failed; nothing acknowledged");
+                let error = SessionError::Store(e.to_string());
+                for (_, _, reply) in plan {
+                    let _ = reply.send(Err(error.clone()));
+                }
+                return;
+            }
+        };
+        let mut boundary_seen = false;
+        let mut records = lines.into_iter().zip(offsets);
+        let mut acks = Vec::with_capacity(plan.len());
+        for (count, duplicates, reply) in plan {
+            for (record, offset) in records.by_ref().take(count) {
+                boundary_seen |= record.is_compact_boundary();
+                self.apply(record, Some(offset));
+            }
+            acks.push((count as u64, duplicates, self.total_records, reply));
+        }
+        if boundary_seen {
+            self.flush_index();
+        }
+        let usage = self.usage();
+        for (appended, duplicates, records, reply) in acks {
+            let _ = reply.send(Ok(Appended { appended, duplicates, records, usage: usage.clone() }));
+        }
+        self.usage_changed(usage).await;
+    }
+
+    fn usage(&self) -> UsageSnapshot {
+        UsageSnapshot::compute(&self.tally, &self.thresholds, false)
+    }
+
+    /// Pushes `ctx/usageChanged` when the usage changed, at most once per
+    /// [`USAGE_PUSH_INTERVAL`]; a change inside the interval is sent when it ends, so the
+    /// last state always arrives.
+    async fn usage_changed(&mut self, usage: UsageSnapshot) {
+        if self.push.last_usage.as_ref() == Some(&usage) {
+            return;
+        }
+        let now = Instant::now();
+        match self.push.last_sent {
+            Some(at) if now.duration_since(at) < USAGE_PUSH_INTERVAL => {
+                if self.push.due.is_none() {
+                    self.push.due = Some(tokio::time::Instant::from_std(at + USAGE_PUSH_INTERVAL));
+                }
+            }
+            _ => self.push_usage_now().await,
+        }
+    }
+
+    async fn push_usage_now(&mut self) {
+        self.push.due = None;
+        let usage = self.usage();
+        if self.push.last_usage.as_ref() == Some(&usage) {
+            return;
+        }
+        self.push.last_sent = Some(Instant::now());
+        self.push.last_usage = Some(usage.clone());
+        self.notifier.usage_changed(&self.id, usage).await;
+    }
+}
+
+struct LoadResult {
+    transcript: Transcript,
+    records: Vec<Record>,
+    records_before: u64,
+    view_offset: Option<u64>,
+    damaged: Vec<String>,
+    torn_bytes: u64,
+    rebuilt_index: bool,
+}
+
+/// Opens the transcript and reads it from the latest compact boundary. Runs on a
+/// blocking thread.
+fn load_from_disk(store: &Store, id: &str, path: &std::path::Path) -> Result<LoadResult, SessionError> {
+    let entry = store.index().get(id);
+    // First try the indexed boundary; confirm the line there really is a boundary.
+    if let Some(SessionEntry { boundary_offset: Some(offset), records_before_boundary, .. }) = entry {
+        let (transcript, loaded) = Transcript::open(path, false, offset)?;
+        let first_is_boundary = loaded.records.first().is_some_and(|(o, r)| *o == offset && r.is_compact_boundary());
+        if first_is_boundary {
+            return Ok(LoadResult {
+                transcript,
+                records: loaded.records.into_iter().map(|(_, r)| r).collect(),
+                records_before: records_before_boundary,
+                view_offset: Some(offset),
+                damaged: loaded.damaged,
+                torn_bytes: loaded.torn_bytes,
+                rebuilt_index: false,
+            });
+        }
+        tracing::warn!(offset, "index points at no compact boundary; scanning the transcript");
+    }
+    // No usable index entry: scan for the last boundary, then load from it.
+    let exists = path.exists();
+    let (offset, before, _) = if exists {
+        crate::store::transcript::scan_for_boundary(path)?
+    } else {
+        (None, 0, 0)
+    };
+    let (transcript, loaded) = Transcript::open(path, true, offset.unwrap_or(0))?;
+    Ok(LoadResult {
+        transcript,
+        records: loaded.records.into_iter().map(|(_, r)| r).collect(),
+        records_before: before,
+        view_offset: offset,
+        damaged: loaded.damaged,
+        torn_bytes: loaded.torn_bytes,
+        rebuilt_index: exists,
+    })
+}

@@ -1,0 +1,199 @@
+//! Open sessions: a registry of actors, one per session.
+//!
+//! Every method here is synchronous up to the point where the command is queued on the
+//! actor, and returns the receiver of the answer. Protocol handlers call them before
+//! their first `.await`, which is what keeps one session's commands in the order the
+//! client sent them.
+
+pub mod actor;
+pub mod usage;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use ctxd_core::budget::{EnvConfig, Thresholds, WindowInputs, resolve_window, thresholds};
+use ctxd_core::record::Record;
+use ctxd_proto as proto;
+use tokio::sync::{mpsc, oneshot};
+use tower_lsp_server::Client;
+
+use self::actor::{Appended, Command, Opened};
+use self::usage::UsageSnapshot;
+use crate::store::{Store, StoreError};
+
+/// Why a session command failed. Cloneable so one failure can answer many waiters.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SessionError {
+    #[error("unknown session {0:?}: it is not open; open it with ctx/openSession")]
+    NotOpen(String),
+    #[error("unknown session {0:?}: no transcript with this id in the store")]
+    UnknownSession(String),
+    #[error("{0}")]
+    InvalidSessionId(String),
+    #[error("store error: {0}")]
+    Store(String),
+    #[error("session {0:?} closed before answering")]
+    Closed(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<StoreError> for SessionError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::InvalidSessionId(_) => SessionError::InvalidSessionId(e.to_string()),
+            other => SessionError::Store(other.to_string()),
+        }
+    }
+}
+
+/// What a session is opened with: where the agent works, which model, and the levels
+/// that follow from them.
+#[derive(Debug, Clone)]
+pub struct SessionSetup {
+    pub cwd: String,
+    pub model: String,
+    pub thresholds: Thresholds,
+}
+
+/// Where a session's notifications go.
+#[derive(Debug, Clone, Default)]
+pub struct Notifier {
+    client: Option<Client>,
+}
+
+impl Notifier {
+    pub fn new(client: Client) -> Notifier {
+        Notifier { client: Some(client) }
+    }
+
+    pub async fn usage_changed(&self, session_id: &str, usage: UsageSnapshot) {
+        if let Some(client) = &self.client {
+            let params = proto::UsageChangedNotification { session_id: session_id.to_owned(), usage: usage.to_proto() };
+            client.send_notification::<UsageChanged>(params).await;
+        }
+    }
+}
+
+/// `ctx/usageChanged` as an LSP notification type.
+#[derive(Debug)]
+pub enum UsageChanged {}
+
+impl tower_lsp_server::ls_types::notification::Notification for UsageChanged {
+    type Params = proto::UsageChangedNotification;
+    const METHOD: &'static str = proto::methods::USAGE_CHANGED;
+}
+
+/// Daemon-wide inputs every session needs.
+#[derive(Debug, Clone, Default)]
+pub struct Environment {
+    pub env: EnvConfig,
+    /// `autoCompactWindow` given by the client in `initializationOptions.settings`.
+    pub client_window: Option<u64>,
+}
+
+/// The registry of open sessions.
+#[derive(Debug)]
+pub struct Sessions {
+    store: Arc<Store>,
+    environment: Environment,
+    notifier: Notifier,
+    open: Mutex<HashMap<String, mpsc::UnboundedSender<Command>>>,
+}
+
+impl Sessions {
+    pub fn new(store: Arc<Store>, environment: Environment, notifier: Notifier) -> Sessions {
+        Sessions { store, environment, notifier, open: Mutex::new(HashMap::new()) }
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    fn open_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::UnboundedSender<Command>>> {
+        // A panic while holding this lock cannot leave the map half-updated (every
+        // update is one insert or remove), so a poisoned lock is still good.
+        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Opens a session (resuming it when its transcript exists) and queues the `Open`
+    /// command. An already open session answers from its live state.
+    pub fn open(&self, params: &proto::OpenSessionParams) -> Result<(String, oneshot::Receiver<Result<Opened, SessionError>>), SessionError> {
+        let id = match &params.session_id {
+            Some(id) => id.clone(),
+            None => uuid::Uuid::new_v4().to_string(),
+        };
+        crate::store::validate_session_id(&id)?;
+        let (reply, rx) = oneshot::channel();
+        let mut open = self.open_map();
+        let live = open.get(&id).filter(|tx| !tx.is_closed()).cloned();
+        let tx = match live {
+            Some(tx) => tx,
+            None => {
+                let setup = self.setup(&params.cwd, &params.model);
+                let tx = actor::spawn(id.clone(), setup, self.store.clone(), self.notifier.clone(), true);
+                open.insert(id.clone(), tx.clone());
+                tx
+            }
+        };
+        tx.send(Command::Open { reply }).map_err(|_| SessionError::Closed(id.clone()))?;
+        Ok((id, rx))
+    }
+
+    /// Drops a session whose open failed, so the next open starts afresh.
+    pub fn forget(&self, id: &str) {
+        let mut open = self.open_map();
+        if open.get(id).is_some_and(mpsc::UnboundedSender::is_closed) {
+            open.remove(id);
+        }
+    }
+
+    fn setup(&self, cwd: &str, model: &str) -> SessionSetup {
+        let env = &self.environment.env;
+        let inputs = WindowInputs { client: self.environment.client_window, ..WindowInputs::default() };
+        let resolved = resolve_window(model, &inputs, env);
+        for warning in &resolved.warnings {
+            tracing::warn!(%warning, "window resolution");
+        }
+        SessionSetup { cwd: cwd.to_owned(), model: model.to_owned(), thresholds: thresholds(&resolved, env, true) }
+    }
+
+    fn sender(&self, id: &str) -> Result<mpsc::UnboundedSender<Command>, SessionError> {
+        crate::store::validate_session_id(id)?;
+        self.open_map().get(id).cloned().ok_or_else(|| SessionError::NotOpen(id.to_owned()))
+    }
+
+    pub fn append(&self, id: &str, records: Vec<Record>) -> Result<oneshot::Receiver<Result<Appended, SessionError>>, SessionError> {
+        let tx = self.sender(id)?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(Command::Append { records, reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
+        Ok(rx)
+    }
+
+    pub fn usage(&self, id: &str) -> Result<oneshot::Receiver<UsageSnapshot>, SessionError> {
+        let tx = self.sender(id)?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(Command::Usage { reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
+        Ok(rx)
+    }
+
+    /// Closes a session: it leaves the registry at once (later commands for it fail as
+    /// not open) and its actor finishes what was queued before the close.
+    pub fn close(&self, id: &str) -> Result<oneshot::Receiver<()>, SessionError> {
+        crate::store::validate_session_id(id)?;
+        let tx = self.open_map().remove(id).ok_or_else(|| SessionError::NotOpen(id.to_owned()))?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(Command::Close { reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
+        Ok(rx)
+    }
+
+    /// Closes every session and waits until each has finished its queue.
+    pub async fn close_all(&self) {
+        let ids: Vec<String> = self.open_map().keys().cloned().collect();
+        let waits: Vec<_> = ids.iter().filter_map(|id| self.close(id).ok()).collect();
+        for wait in waits {
+            let _ = wait.await;
+        }
+        self.store.index().flush();
+    }
+}

@@ -1,0 +1,165 @@
+//! Durability over real pipes and real crashes: every acknowledged append survives
+//! `kill -9`; the sled index can be deleted or damaged without losing anything.
+
+use std::io::Write;
+use std::time::Duration;
+
+use ctxd_e2e::{Daemon, stored_uuids, user_record};
+use serde_json::json;
+
+fn open(daemon: &mut Daemon, id: &str) -> serde_json::Value {
+    daemon.request("ctx/openSession", json!({"cwd": "/p", "model": "claude-sonnet-4-5", "sessionId": id})).unwrap()
+}
+
+/// Streams appends with many in flight, kills the daemon with SIGKILL while they are
+/// being written, restarts, and checks that every acknowledged record is stored, in
+/// order, and that the store opens cleanly. Repeated several times on one store.
+#[test]
+fn kill_9_in_the_middle_of_a_stream_of_appends_loses_nothing_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut acknowledged: Vec<String> = Vec::new();
+    let mut next = 0usize;
+    for round in 0..5 {
+        let mut daemon = Daemon::started(&state).unwrap();
+        let opened = open(&mut daemon, "crashy");
+        assert_eq!(opened["resumed"], round > 0);
+        // What is stored now must start with everything acknowledged before, in order.
+        let stored = stored_uuids(&state, "crashy").unwrap();
+        assert!(stored.len() >= acknowledged.len(), "round {round}: lost records");
+        assert_eq!(stored[..acknowledged.len()], acknowledged[..], "round {round}: order or content differs");
+        assert_eq!(opened["records"].as_u64().unwrap(), stored.len() as u64);
+        // Records written but never acknowledged (the crash came first) are kept; they
+        // count as acknowledged from here on, since they are durable.
+        acknowledged = stored;
+        next = next.max(acknowledged.len());
+
+        // Pipeline a burst, read some of the replies, then crash with the rest in flight.
+        let mut in_flight = Vec::new();
+        for _ in 0..400 {
+            let uuid = format!("r{next:06}");
+            next += 1;
+            let records = json!([user_record(&uuid, None, &"payload ".repeat(100))]);
+            let id = daemon.send_request("ctx/append", json!({"sessionId": "crashy", "records": records})).unwrap();
+            in_flight.push((id, uuid));
+        }
+        let take = 50 + round * 60;
+        for (id, uuid) in in_flight.iter().take(take) {
+            let response = daemon.response(*id).unwrap();
+            assert!(response.get("error").is_none(), "{response}");
+            acknowledged.push(uuid.clone());
+        }
+        daemon.kill9().unwrap();
+    }
+    let mut daemon = Daemon::started(&state).unwrap();
+    let opened = open(&mut daemon, "crashy");
+    assert!(opened.get("diagnostics").is_none_or(|d| d.as_array().unwrap().iter().all(|m| m.as_str().unwrap().contains("torn"))), "{opened}");
+    let stored = stored_uuids(&state, "crashy").unwrap();
+    assert_eq!(stored[..acknowledged.len()], acknowledged[..]);
+    // No record is stored twice.
+    let mut unique = stored.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), stored.len());
+}
+
+#[test]
+fn a_torn_last_line_is_cut_and_the_session_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    open(&mut daemon, "torn");
+    let records = json!([user_record("u1", None, "a"), user_record("u2", Some("u1"), "b")]);
+    daemon.request("ctx/append", json!({"sessionId": "torn", "records": records})).unwrap();
+    daemon.kill9().unwrap();
+    // A crash in the middle of a write leaves half a line.
+    let path = state.join("sessions/torn.jsonl");
+    std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"{\"type\":\"user\",\"uuid\":\"u3\",\"mess").unwrap();
+
+    let mut daemon = Daemon::started(&state).unwrap();
+    let opened = open(&mut daemon, "torn");
+    assert_eq!(opened["records"], 2);
+    let diagnostics = opened["diagnostics"].to_string();
+    assert!(diagnostics.contains("torn"), "{diagnostics}");
+    let records = json!([user_record("u3", Some("u2"), "c")]);
+    daemon.request("ctx/append", json!({"sessionId": "torn", "records": records})).unwrap();
+    assert_eq!(stored_uuids(&state, "torn").unwrap(), ["u1", "u2", "u3"]);
+}
+
+fn boundary(uuid: &str) -> serde_json::Value {
+    json!({"parentUuid": null, "logicalParentUuid": "x", "type": "system", "subtype": "compact_boundary",
+           "content": "Conversation compacted", "uuid": uuid, "compactMetadata": {"trigger": "manual", "preTokens": 1000}})
+}
+
+#[test]
+fn deleting_or_damaging_the_index_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    open(&mut daemon, "indexed");
+    let records = json!([
+        user_record("u1", None, "before"),
+        boundary("b1"),
+        user_record("u2", Some("b1"), "after"),
+    ]);
+    let appended = daemon.request("ctx/append", json!({"sessionId": "indexed", "records": records})).unwrap();
+    let usage = appended["usage"].clone();
+    assert!(daemon.stop().unwrap().success());
+    let expected = stored_uuids(&state, "indexed").unwrap();
+
+    // Deleted.
+    std::fs::remove_dir_all(state.join("index")).unwrap();
+    let mut daemon = Daemon::started(&state).unwrap();
+    let opened = open(&mut daemon, "indexed");
+    assert_eq!(opened["records"], 3);
+    assert_eq!(opened["usage"], usage, "usage counts only what follows the boundary");
+    assert!(daemon.stop().unwrap().success());
+
+    // Damaged: every file of the index overwritten with garbage.
+    for entry in walk(&state.join("index")) {
+        std::fs::write(&entry, b"\x00garbage\xff not a sled file").unwrap();
+    }
+    let mut daemon = Daemon::started(&state).unwrap();
+    let opened = open(&mut daemon, "indexed");
+    assert_eq!(opened["records"], 3);
+    assert_eq!(opened["usage"], usage);
+    assert_eq!(stored_uuids(&state, "indexed").unwrap(), expected);
+    // The damaged index is kept aside, never deleted.
+    let aside = std::fs::read_dir(&state).unwrap().filter_map(Result::ok).any(|e| e.file_name().to_string_lossy().starts_with("index.damaged-"));
+    assert!(aside, "damaged index should be moved aside");
+    std::thread::sleep(Duration::from_millis(10));
+}
+
+#[test]
+fn an_index_pointing_at_the_wrong_place_is_not_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    open(&mut daemon, "stale");
+    let records = json!([user_record("u1", None, "one"), boundary("b1"), user_record("u2", Some("b1"), "two")]);
+    daemon.request("ctx/append", json!({"sessionId": "stale", "records": records})).unwrap();
+    assert!(daemon.stop().unwrap().success());
+    // The transcript is replaced behind the daemon's back by one without a boundary at
+    // the indexed offset (as if restored from an older backup).
+    let path = state.join("sessions/stale.jsonl");
+    let old = std::fs::read_to_string(&path).unwrap();
+    let first_line = old.lines().next().unwrap();
+    let padded = format!("{first_line}\n{first_line}\n{first_line}\n");
+    std::fs::write(&path, padded).unwrap();
+    let mut daemon = Daemon::started(&state).unwrap();
+    let opened = open(&mut daemon, "stale");
+    assert_eq!(opened["records"], 3);
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().filter_map(Result::ok) {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}

@@ -1,0 +1,80 @@
+//! The LSP lifecycle over real pipes: initialize, capabilities, shutdown, exit codes,
+//! and one daemon per store.
+
+use ctxd_e2e::Daemon;
+use serde_json::{Value, json};
+
+#[test]
+fn initialize_announces_ctx_methods_and_shutdown_exits_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start(&dir.path().join("state")).unwrap();
+    let result = daemon.initialize().unwrap();
+    assert_eq!(result["serverInfo"]["name"], "ctxd");
+    assert_eq!(result["serverInfo"]["version"], env!("CARGO_PKG_VERSION"));
+    let ctxd = &result["capabilities"]["experimental"]["ctxd"];
+    let methods: Vec<&str> = ctxd["methods"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+    for m in ["ctx/openSession", "ctx/append", "ctx/usage", "ctx/closeSession"] {
+        assert!(methods.contains(&m), "{m} missing from {methods:?}");
+    }
+    assert_eq!(ctxd["stateDir"], dir.path().join("state").display().to_string());
+    let status = daemon.stop().unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn exit_without_shutdown_is_code_1_and_closed_stdin_is_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::started(&dir.path().join("a")).unwrap();
+    daemon.notify("exit", Value::Null).unwrap();
+    assert_eq!(daemon.wait().unwrap().code(), Some(1));
+
+    let mut daemon = Daemon::started(&dir.path().join("b")).unwrap();
+    daemon.close_stdin();
+    assert_eq!(daemon.wait().unwrap().code(), Some(0));
+}
+
+#[test]
+fn requests_before_initialize_are_refused_not_fatal() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start(&dir.path().join("state")).unwrap();
+    let error = daemon.request_error("ctx/usage", json!({"sessionId": "x"})).unwrap();
+    assert_eq!(error["code"], -32002, "{error}");
+    daemon.initialize().unwrap();
+    let error = daemon.request_error("ctx/usage", json!({"sessionId": "x"})).unwrap();
+    assert_eq!(error["code"], -33001, "{error}");
+}
+
+#[test]
+fn a_second_daemon_on_the_same_store_gets_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut first = Daemon::started(&state).unwrap();
+    let opened = first.request("ctx/openSession", json!({"cwd": "/tmp", "model": "claude-sonnet-4-5"})).unwrap();
+    let id = opened["sessionId"].as_str().unwrap().to_owned();
+
+    let mut second = Daemon::start(&state).unwrap();
+    let error = second.request_error("initialize", json!({"capabilities": {}})).unwrap();
+    assert_eq!(error["code"], -33003, "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains(&state.display().to_string()), "{message}");
+    assert!(message.contains(&format!("pid {}", first.pid())), "{message}");
+
+    // The first daemon is unaffected.
+    let records = json!([ctxd_e2e::user_record("u1", None, "still here")]);
+    first.request("ctx/append", json!({"sessionId": id, "records": records})).unwrap();
+    assert_eq!(ctxd_e2e::stored_uuids(&state, &id).unwrap(), ["u1"]);
+}
+
+#[test]
+fn initialization_options_can_move_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = dir.path().join("elsewhere");
+    let mut daemon = Daemon::start(&dir.path().join("flag")).unwrap();
+    let result = daemon
+        .request("initialize", json!({"capabilities": {}, "initializationOptions": {"stateDir": elsewhere}}))
+        .unwrap();
+    assert_eq!(result["capabilities"]["experimental"]["ctxd"]["stateDir"], elsewhere.display().to_string());
+    let opened = daemon.request("ctx/openSession", json!({"cwd": "/", "model": "m", "sessionId": "moved"})).unwrap();
+    assert_eq!(opened["sessionId"], "moved");
+    assert!(elsewhere.join("sessions/moved.jsonl").exists());
+}
