@@ -1,5 +1,6 @@
 //! Logging: `tracing` to a file (default `<state dir>/logs/ctxd.log`) or to stderr,
-//! filtered by `CTXD_LOG` (same syntax as `RUST_LOG`, default `info`).
+//! filtered by `CTXD_LOG` (same syntax as `RUST_LOG`; default `info` for the daemon and
+//! `warn` for one-shot commands, whose stderr a person reads).
 //!
 //! **Invariant:** nothing but the protocol is written to stdout. The log file is opened
 //! owner-only and in append mode, and written from a background thread so a slow disk
@@ -21,8 +22,8 @@ pub enum LogTarget {
 
 /// Installs the global subscriber. Keep the returned guard alive for the life of the
 /// process: dropping it flushes and stops the writer thread.
-pub fn init(target: &LogTarget) -> anyhow::Result<Option<WorkerGuard>> {
-    let filter = EnvFilter::try_from_env("CTXD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+pub fn init(target: &LogTarget, default_level: &str) -> anyhow::Result<Option<WorkerGuard>> {
+    let filter = EnvFilter::try_from_env("CTXD_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
     match target {
         LogTarget::Stderr => {
             tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).init();

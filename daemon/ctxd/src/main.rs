@@ -48,6 +48,9 @@ fn main() -> ExitCode {
     // Everything ctxd creates (store, index, logs) is for its owner only.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let cli = Cli::parse();
+    // A panic is logged (stderr is not the protocol, but the log is where people look);
+    // the transport turns it into an error reply for the request that caused it.
+    std::panic::set_hook(Box::new(|info| tracing::error!(%info, "panic")));
     let state_dir = cli.state_dir.clone().unwrap_or_else(ctxd::paths::default_state_dir);
     let serving = matches!(cli.command, None | Some(Command::Serve { .. }));
     let target = match (&cli.log_file, cli.log_stderr) {
@@ -57,7 +60,8 @@ fn main() -> ExitCode {
         (None, false) if serving => LogTarget::File(state_dir.join("logs").join("ctxd.log")),
         (None, false) => LogTarget::Stderr,
     };
-    let _guard = match logging::init(&target) {
+    let default_level = if serving { "info" } else { "warn" };
+    let _guard = match logging::init(&target, default_level) {
         Ok(guard) => guard,
         Err(e) => {
             let _ = writeln!(std::io::stderr(), "ctxd: {e}");

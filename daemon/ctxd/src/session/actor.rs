@@ -445,9 +445,12 @@ fn load_from_disk(store: &Store, id: &str, path: &std::path::Path) -> Result<Loa
         }
         tracing::warn!(offset, "index points at no compact boundary; scanning the transcript");
     }
-    // No usable index entry: scan for the last boundary, then load from it.
+    // An entry that knows of no boundary: load from the start (a boundary written after
+    // the entry was saved is still found, as loading applies boundaries as it goes).
+    // No usable entry: a quick scan for the last boundary, then load from it.
     let exists = path.exists();
-    let (offset, before, _) = if exists {
+    let trusted_no_boundary = matches!(entry, Some(SessionEntry { boundary_offset: None, .. }));
+    let (offset, before, _) = if exists && !trusted_no_boundary {
         crate::store::transcript::scan_for_boundary(path)?
     } else {
         (None, 0, 0)
@@ -460,6 +463,6 @@ fn load_from_disk(store: &Store, id: &str, path: &std::path::Path) -> Result<Loa
         view_offset: offset,
         damaged: loaded.damaged,
         torn_bytes: loaded.torn_bytes,
-        rebuilt_index: exists,
+        rebuilt_index: exists && !trusted_no_boundary,
     })
 }

@@ -322,3 +322,53 @@ async fn write_loop<O: AsyncWrite + Unpin>(mut output: O, mut rx: mpsc::Receiver
     }
     let _ = output.flush().await;
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+    use tower_lsp_server::jsonrpc::Result;
+    use tower_lsp_server::ls_types::{InitializeParams, InitializeResult};
+
+    use super::*;
+    use crate::client::RpcClient;
+
+    #[derive(Debug)]
+    struct Panicky;
+
+    impl LanguageServer for Panicky {
+        async fn initialize(&self, _: InitializeParams) -> Result<InitializeResult> {
+            Ok(InitializeResult::default())
+        }
+        async fn shutdown(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Panicky {
+        async fn boom(&self, params: Value) -> Result<Value> {
+            if params["panic"] == true {
+                panic!("deliberate panic for the test");
+            }
+            Ok(params)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_handler_answers_an_error_and_the_server_lives_on() {
+        let (service, socket) = LspService::build(|_| Panicky).custom_method("test/boom", Panicky::boom).finish();
+        let (client_io, server_io) = tokio::io::duplex(1 << 16);
+        let (server_read, server_write) = tokio::io::split(server_io);
+        let server = tokio::spawn(serve(server_read, server_write, service, socket, Limits::default()));
+        let (client_read, client_write) = tokio::io::split(client_io);
+        let client = RpcClient::new(client_read, client_write);
+        client.request("initialize", json!({"capabilities": {}})).await.unwrap();
+        let error = client.request("test/boom", json!({"panic": true})).await.unwrap_err().to_string();
+        assert!(error.contains("deliberate panic"), "{error}");
+        assert!(error.contains("test/boom"), "{error}");
+        let fine = client.request("test/boom", json!({"panic": false, "n": 1})).await.unwrap();
+        assert_eq!(fine["n"], 1);
+        client.request("shutdown", Value::Null).await.unwrap();
+        client.notify("exit", Value::Null).await.unwrap();
+        assert_eq!(server.await.unwrap(), Ending::ExitAfterShutdown);
+    }
+}

@@ -1,0 +1,270 @@
+//! Whole-daemon benchmarks over real pipes: durable append throughput, resume, idle
+//! memory and start-up. Each figure is printed next to a baseline measured in the same
+//! run, as medians over several repetitions, because these machines are shared and
+//! noisy.
+//!
+//! ```text
+//! cargo build --release -p ctxd && cargo bench -p ctxd-e2e --bench daemon
+//! cargo bench -p ctxd-e2e --bench daemon -- --quick     # fewer repetitions
+//! ```
+
+use std::collections::HashMap;
+use std::io::{BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ctxd_e2e::{frame, read_frame};
+use serde_json::{Value, json};
+
+fn main() -> anyhow::Result<()> {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let reps = if quick { 3 } else { 7 };
+    let bin = ctxd_e2e::ctxd_bin();
+    anyhow::ensure!(bin.exists(), "{} missing: cargo build --release -p ctxd", bin.display());
+    println!("ctxd benchmarks · binary {} · {} cores · medians of {reps} runs", bin.display(), std::thread::available_parallelism().map_or(0, |n| n.get()));
+
+    startup_and_idle_memory(reps)?;
+    append_throughput(reps, quick)?;
+    resume(reps, quick)?;
+    Ok(())
+}
+
+/// A connection to a daemon, shared by several client threads through [`Handle`]s.
+struct Conn {
+    child: Child,
+    handle: Handle,
+}
+
+impl Conn {
+    fn start(state: &Path) -> anyhow::Result<Conn> {
+        let mut child = Command::new(ctxd_e2e::ctxd_bin())
+            .arg("--state-dir")
+            .arg(state)
+            .arg("--log-file")
+            .arg(state.with_extension("log"))
+            .arg("serve")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let stdout = child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+        let stdin = Arc::new(Mutex::new(child.stdin.take().ok_or_else(|| anyhow::anyhow!("no stdin"))?));
+        let waiters: Arc<Mutex<HashMap<i64, Sender<Value>>>> = Arc::default();
+        let routing = waiters.clone();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            while let Ok(Some(body)) = read_frame(&mut reader) {
+                let Ok(message) = serde_json::from_slice::<Value>(&body) else { continue };
+                if let Some(id) = message["id"].as_i64()
+                    && let Some(tx) = routing.lock().unwrap().remove(&id)
+                {
+                    let _ = tx.send(message);
+                }
+            }
+        });
+        Ok(Conn { child, handle: Handle { stdin, waiters, next_id: Arc::new(Mutex::new(1)) } })
+    }
+
+    fn request(&self, method: &str, params: Value) -> anyhow::Result<Value> {
+        self.handle.request(method, params)
+    }
+
+    fn clone_handle(&self) -> Handle {
+        self.handle.clone()
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One thread's way to send requests on a shared connection.
+#[derive(Clone)]
+struct Handle {
+    stdin: Arc<Mutex<ChildStdin>>,
+    waiters: Arc<Mutex<HashMap<i64, Sender<Value>>>>,
+    next_id: Arc<Mutex<i64>>,
+}
+
+impl Handle {
+    fn request(&self, method: &str, params: Value) -> anyhow::Result<Value> {
+        let id = {
+            let mut n = self.next_id.lock().unwrap();
+            *n += 1;
+            *n
+        };
+        let (tx, rx) = channel();
+        self.waiters.lock().unwrap().insert(id, tx);
+        let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
+        {
+            let mut stdin = self.stdin.lock().unwrap();
+            stdin.write_all(&frame(&body))?;
+            stdin.flush()?;
+        }
+        let response = rx.recv_timeout(Duration::from_secs(120))?;
+        anyhow::ensure!(response.get("error").is_none(), "{method}: {}", response["error"]);
+        Ok(response["result"].clone())
+    }
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(|a, b| a.total_cmp(b));
+    xs[xs.len() / 2]
+}
+
+fn temp_state() -> anyhow::Result<(tempfile::TempDir, PathBuf)> {
+    let dir = tempfile::Builder::new().prefix("ctxd-bench-").tempdir_in(std::env::temp_dir())?;
+    let state = dir.path().join("state");
+    Ok((dir, state))
+}
+
+fn initialize(conn: &Conn) -> anyhow::Result<()> {
+    conn.request("initialize", json!({"capabilities": {}}))?;
+    Ok(())
+}
+
+/// A user record of about `size` bytes.
+fn record(i: usize, size: usize) -> Value {
+    let text = "lorem ipsum dolor sit amet ".repeat(size / 27 + 1);
+    json!({"parentUuid": null, "isSidechain": false, "type": "user", "uuid": format!("rec-{i:08}"),
+           "timestamp": "2026-11-29T10:00:00.000Z", "message": {"role": "user", "content": &text[..size.saturating_sub(160)]}})
+}
+
+fn startup_and_idle_memory(reps: usize) -> anyhow::Result<()> {
+    let mut init_ms = Vec::new();
+    let mut rss_kb = Vec::new();
+    for _ in 0..reps {
+        let (_dir, state) = temp_state()?;
+        let started = Instant::now();
+        let conn = Conn::start(&state)?;
+        initialize(&conn)?;
+        init_ms.push(started.elapsed().as_secs_f64() * 1e3);
+        conn.request("ctx/openSession", json!({"cwd": "/tmp", "model": "claude-sonnet-4-5", "sessionId": "idle"}))?;
+        std::thread::sleep(Duration::from_millis(1500));
+        let status = std::fs::read_to_string(format!("/proc/{}/status", conn.child.id()))?;
+        let rss = status.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()).unwrap_or(0.0);
+        rss_kb.push(rss);
+    }
+    println!("start-up: spawn → initialize answered: median {:.1} ms (max {:.1})", median(init_ms.clone()), init_ms.iter().cloned().fold(0.0, f64::max));
+    println!("idle daemon with one open session: median RSS {:.1} MB", median(rss_kb) / 1024.0);
+    Ok(())
+}
+
+fn append_throughput(reps: usize, quick: bool) -> anyhow::Result<()> {
+    let per_client = if quick { 500 } else { 2_000 };
+    let clients = 8;
+    let mut rates_shared = Vec::new();
+    let mut rates_separate = Vec::new();
+    let mut sync_baseline = Vec::new();
+    for _ in 0..reps {
+        for separate in [false, true] {
+            let (_dir, state) = temp_state()?;
+            let conn = Conn::start(&state)?;
+            initialize(&conn)?;
+            for c in 0..clients {
+                let id = if separate { format!("s{c}") } else { "shared".to_owned() };
+                conn.request("ctx/openSession", json!({"cwd": "/tmp", "model": "claude-sonnet-4-5", "sessionId": id}))?;
+            }
+            let started = Instant::now();
+            let threads: Vec<_> = (0..clients)
+                .map(|c| {
+                    let handle = conn.clone_handle();
+                    std::thread::spawn(move || -> anyhow::Result<()> {
+                        let session = if separate { format!("s{c}") } else { "shared".to_owned() };
+                        for i in 0..per_client {
+                            let rec = record(c * 1_000_000 + i, 1024);
+                            handle.request("ctx/append", json!({"sessionId": session, "records": [rec]}))?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().map_err(|_| anyhow::anyhow!("client thread panicked"))??;
+            }
+            let secs = started.elapsed().as_secs_f64();
+            let rate = (clients * per_client) as f64 / secs;
+            if separate { rates_separate.push(rate) } else { rates_shared.push(rate) }
+        }
+        // Baseline: one 1 KB write + sync_data per record, one writer, no daemon.
+        let (_dir, state) = temp_state()?;
+        std::fs::create_dir_all(&state)?;
+        let mut f = std::fs::File::create(state.join("raw.jsonl"))?;
+        let line = format!("{}\n", record(0, 1024));
+        let n = if quick { 300 } else { 1_000 };
+        let started = Instant::now();
+        for _ in 0..n {
+            f.write_all(line.as_bytes())?;
+            f.sync_data()?;
+        }
+        sync_baseline.push(n as f64 / started.elapsed().as_secs_f64());
+    }
+    let shared = median(rates_shared);
+    let separate = median(rates_separate);
+    let baseline = median(sync_baseline);
+    println!("durable appends, {clients} concurrent clients, 1 KB records, one record per request, each acknowledged after sync:");
+    println!("  one shared session:    {shared:>9.0} records/s  ({:.1}x one-sync-per-record baseline)", shared / baseline);
+    println!("  one session per client: {separate:>8.0} records/s  ({:.1}x baseline)", separate / baseline);
+    println!("  baseline (write+sync_data per 1 KB record, no daemon): {baseline:.0} records/s");
+    Ok(())
+}
+
+fn resume(reps: usize, quick: bool) -> anyhow::Result<()> {
+    let n = if quick { 20_000 } else { 100_000 };
+    let (_dir, state) = temp_state()?;
+    // Build the transcripts through a daemon once (so they are exactly what ctxd writes).
+    {
+        let conn = Conn::start(&state)?;
+        initialize(&conn)?;
+        for (id, boundary_at) in [("plain", None), ("compacted", Some(n - n / 100))] {
+            conn.request("ctx/openSession", json!({"cwd": "/tmp", "model": "claude-sonnet-4-5", "sessionId": id}))?;
+            let mut batch = Vec::new();
+            for i in 0..n {
+                if Some(i) == boundary_at {
+                    batch.push(json!({"type": "system", "subtype": "compact_boundary", "uuid": format!("b-{i}"), "parentUuid": null,
+                                      "compactMetadata": {"trigger": "auto", "preTokens": 900000}}));
+                } else {
+                    batch.push(record(i, 1024));
+                }
+                if batch.len() == 1000 {
+                    conn.request("ctx/append", json!({"sessionId": id, "records": batch}))?;
+                    batch = Vec::new();
+                }
+            }
+            if !batch.is_empty() {
+                conn.request("ctx/append", json!({"sessionId": id, "records": batch}))?;
+            }
+            conn.request("ctx/closeSession", json!({"sessionId": id}))?;
+        }
+        conn.request("shutdown", Value::Null)?;
+    }
+    let bytes = std::fs::metadata(state.join("sessions/plain.jsonl"))?.len();
+    let mut plain = Vec::new();
+    let mut compacted = Vec::new();
+    let mut read_baseline = Vec::new();
+    for _ in 0..reps {
+        for (id, out) in [("plain", &mut plain), ("compacted", &mut compacted)] {
+            let conn = Conn::start(&state)?;
+            initialize(&conn)?;
+            let started = Instant::now();
+            let opened = conn.request("ctx/openSession", json!({"cwd": "/tmp", "model": "claude-sonnet-4-5", "sessionId": id}))?;
+            out.push(started.elapsed().as_secs_f64() * 1e3);
+            anyhow::ensure!(opened["records"] == n as u64, "{id}: {}", opened["records"]);
+        }
+        let started = Instant::now();
+        let data = std::fs::read(state.join("sessions/plain.jsonl"))?;
+        read_baseline.push(started.elapsed().as_secs_f64() * 1e3);
+        anyhow::ensure!(data.len() as u64 == bytes);
+    }
+    let (p, c, r) = (median(plain), median(compacted), median(read_baseline));
+    println!("resume (ctx/openSession on a fresh daemon), {n} records of 1 KB ({:.0} MB):", bytes as f64 / 1e6);
+    println!("  no boundary:                 {p:>8.1} ms  ({:.1}x reading the same bytes with fs::read: {r:.1} ms)", p / r);
+    println!("  boundary before the last 1%: {c:>8.1} ms  ({:.3}x the no-boundary resume)", c / p);
+    Ok(())
+}
