@@ -9,9 +9,12 @@
 //! - [`memory`]: which memory files (CLAUDE.md and friends) a session loads, over an
 //!   injected filesystem, and the user-context text they render to.
 //! - [`record`]: one transcript line, its exact text and the fields ctxd decides on.
+//! - [`summary`]: the offline summarizer (nine sections from the transcript itself) and
+//!   the parser for a model's `<summary>` reply.
 //! - [`tally`]: the running token count of a session (reported usage plus estimate).
 
 pub mod budget;
 pub mod memory;
 pub mod record;
+pub mod summary;
 pub mod tally;

@@ -125,6 +125,17 @@ where
                         }
                         let call = service.call(request);
                         in_flight.push(guard(call, id, method.clone()));
+                        if method == "initialize" {
+                            // The service moves to "initialized" only as `initialize`
+                            // runs; a client that pipelines its first requests behind it
+                            // must not see them refused, so nothing else is dispatched
+                            // until it has answered.
+                            while let Some(done) = in_flight.next().await {
+                                if let Some(response) = done {
+                                    let _ = out_tx.send(encode(&response)).await;
+                                }
+                            }
+                        }
                         if method == "exit" {
                             ending = if shutdown_seen { Ending::ExitAfterShutdown } else { Ending::ExitWithoutShutdown };
                             break 'read;

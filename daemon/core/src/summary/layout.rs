@@ -1,0 +1,530 @@
+//! Laying the nine sections out under an output cap.
+//!
+//! Sections are lists of entries; each entry has a fixed lead ("- First request: ") and
+//! a body that may be cut. When everything fits, everything is written in full. When it
+//! does not, room is shared out so that the longest sections give up the most
+//! (water-filling: no section is cut below what a shorter one keeps), and inside a
+//! section the longest bodies are cut first, down to a per-entry minimum. Only when the
+//! minimums do not fit are whole entries dropped, lowest rank first, behind one visible
+//! marker; entries marked `keep` are never dropped, and headings are always written.
+//! Entries that match the caller's focus keep twice the room of the others, count
+//! towards their section's floor and are dropped last. If even the kept entries do not
+//! fit at their minimums, every minimum shrinks in steps (the "squeeze") before the
+//! layout settles for headings alone.
+
+use std::borrow::Cow;
+
+use super::reply::SECTION_TITLES;
+use super::text::{BYTES_PER_TOKEN, CutStyle, cut, estimate_tokens, push_indented, thousands};
+
+/// One entry of a section.
+#[derive(Debug, Clone)]
+pub(super) struct Entry {
+    /// Written before the body and never cut ("- Latest request: ").
+    pub lead: String,
+    /// The part that may be cut.
+    pub body: String,
+    /// Bytes of body kept when the cap is tight (when the body is longer).
+    pub min_body: usize,
+    /// Bytes of body kept when even the `min_body` forms of a section do not fit,
+    /// before any entry of it is dropped.
+    pub tiny_body: usize,
+    pub style: CutStyle,
+    /// Entries with a lower rank are dropped first.
+    pub rank: u32,
+    /// Never dropped (may still be cut to its minimum).
+    pub keep: bool,
+    /// Matches the caller's focus.
+    pub focus: bool,
+}
+
+impl Entry {
+    pub(super) fn new(lead: impl Into<String>, body: impl Into<String>) -> Entry {
+        Entry {
+            lead: lead.into(),
+            body: body.into(),
+            min_body: 120,
+            tiny_body: 120,
+            style: CutStyle::Head,
+            rank: 0,
+            keep: false,
+            focus: false,
+        }
+    }
+    /// Sets the minimum body (and the tiny form to the same).
+    pub(super) fn min(mut self, bytes: usize) -> Entry {
+        self.min_body = bytes;
+        self.tiny_body = bytes;
+        self
+    }
+    pub(super) fn tiny(mut self, bytes: usize) -> Entry {
+        self.tiny_body = bytes.min(self.min_body);
+        self
+    }
+    pub(super) fn rank(mut self, rank: usize) -> Entry {
+        self.rank = u32::try_from(rank).unwrap_or(u32::MAX);
+        self
+    }
+    pub(super) fn keep(mut self) -> Entry {
+        self.keep = true;
+        self
+    }
+    pub(super) fn head_tail(mut self) -> Entry {
+        self.style = CutStyle::HeadTail;
+        self
+    }
+}
+
+/// One of the nine sections.
+#[derive(Debug, Clone)]
+pub(super) struct Section {
+    /// 1 to 9.
+    pub number: usize,
+    pub entries: Vec<Entry>,
+    /// Written when there are no entries.
+    pub empty: &'static str,
+    /// What the entries are (singular, plural), for the "N more … cut" marker.
+    pub noun: (&'static str, &'static str),
+}
+
+const ENTRY_INDENT: &str = "   ";
+/// Continuation lines line up under the text after "- ", and can never start a
+/// heading.
+const CONTINUATION_INDENT: &str = "     ";
+const OPEN: &str = "<summary>\n";
+const CLOSE: &str = "</summary>";
+
+fn heading(number: usize) -> String {
+    let title = SECTION_TITLES
+        .get(number.wrapping_sub(1))
+        .copied()
+        .unwrap_or("Notes");
+    format!("{number}. {title}:\n")
+}
+
+/// The body as written for a byte limit: whole, cut with a marker, or left out when the
+/// limit is zero.
+fn body_at<'e>(entry: &'e Entry, limit: usize) -> Cow<'e, str> {
+    if entry.body.len() <= limit {
+        Cow::Borrowed(&entry.body)
+    } else if limit == 0 {
+        Cow::Borrowed("")
+    } else {
+        Cow::Owned(cut(&entry.body, limit, entry.style))
+    }
+}
+
+fn write_entry(out: &mut String, entry: &Entry, limit: usize) {
+    out.push_str(ENTRY_INDENT);
+    push_indented(out, &entry.lead, CONTINUATION_INDENT);
+    let body = body_at(entry, limit);
+    if entry.lead.ends_with('\n') && !body.is_empty() {
+        // A lead that ends its line puts the body on the next, indented.
+        out.push_str(CONTINUATION_INDENT);
+    }
+    push_indented(out, &body, CONTINUATION_INDENT);
+    out.push('\n');
+}
+
+fn entry_len(entry: &Entry, limit: usize, scratch: &mut String) -> usize {
+    scratch.clear();
+    write_entry(scratch, entry, limit);
+    scratch.len()
+}
+
+fn dropped_line(count: usize, noun: (&str, &str)) -> String {
+    let noun = if count == 1 { noun.0 } else { noun.1 };
+    format!(
+        "{ENTRY_INDENT}- [… {} more {noun} cut …]\n",
+        thousands(count)
+    )
+}
+
+/// Per-entry body limits (`None` = dropped) for one section.
+type Limits = Vec<Option<usize>>;
+
+fn write_section(section: &Section, limits: &Limits) -> String {
+    let mut out = heading(section.number);
+    if section.entries.is_empty() {
+        out.push_str(ENTRY_INDENT);
+        out.push_str(section.empty);
+        out.push('\n');
+        return out;
+    }
+    let dropped = limits.iter().filter(|l| l.is_none()).count();
+    let mut marker_written = false;
+    for (entry, limit) in section.entries.iter().zip(limits) {
+        match limit {
+            Some(limit) => write_entry(&mut out, entry, *limit),
+            None if !marker_written => {
+                out.push_str(&dropped_line(dropped, section.noun));
+                marker_written = true;
+            }
+            None => {}
+        }
+    }
+    out
+}
+
+fn full_limits(section: &Section) -> Limits {
+    section.entries.iter().map(|e| Some(e.body.len())).collect()
+}
+
+/// An entry's minimum body under a squeeze (percent of the configured minimum).
+fn squeezed(bytes: usize, squeeze: usize) -> usize {
+    bytes.saturating_mul(squeeze) / 100
+}
+
+/// Fits one section into `allowance` bytes (heading included) as well as it can, with
+/// the entries' minimums scaled to `squeeze` percent. The result may be longer when
+/// the kept entries' minimums alone do not fit.
+fn fit_section(section: &Section, allowance: usize, squeeze: usize) -> String {
+    let full = write_section(section, &full_limits(section));
+    if full.len() <= allowance || section.entries.is_empty() {
+        return full;
+    }
+    let mut scratch = String::new();
+    let entries = &section.entries;
+    let heading_len = heading(section.number).len();
+    let mut mins: Vec<usize> = entries
+        .iter()
+        .map(|e| squeezed(e.min_body, squeeze).min(e.body.len()))
+        .collect();
+    let mut min_lens: Vec<usize> = entries
+        .iter()
+        .zip(&mins)
+        .map(|(e, m)| entry_len(e, *m, &mut scratch))
+        .collect();
+    if heading_len + min_lens.iter().sum::<usize>() > allowance {
+        // Shorter forms for every entry before dropping any.
+        mins = entries
+            .iter()
+            .map(|e| squeezed(e.tiny_body, squeeze).min(e.body.len()))
+            .collect();
+        min_lens = entries
+            .iter()
+            .zip(&mins)
+            .map(|(e, m)| entry_len(e, *m, &mut scratch))
+            .collect();
+    }
+
+    // Drop entries until the minimums fit: lowest rank first, focus matches last.
+    let mut alive = vec![true; entries.len()];
+    let mut total = heading_len + min_lens.iter().sum::<usize>();
+    let mut order: Vec<usize> = (0..entries.len()).filter(|&i| !entries[i].keep).collect();
+    order.sort_by_key(|&i| (entries[i].focus, entries[i].rank, i));
+    let mut dropped = 0usize;
+    for i in order {
+        let marker = if dropped > 0 {
+            dropped_line(dropped, section.noun).len()
+        } else {
+            0
+        };
+        if total + marker <= allowance {
+            break;
+        }
+        alive[i] = false;
+        total -= min_lens[i];
+        dropped += 1;
+    }
+    let marker = if dropped > 0 {
+        dropped_line(dropped, section.noun).len()
+    } else {
+        0
+    };
+
+    // Largest common level that fits: each body keeps min(len, max(min, weight × level)).
+    let limit_at = |i: usize, level: usize| -> usize {
+        let weight = if entries[i].focus { 2 } else { 1 };
+        level
+            .saturating_mul(weight)
+            .max(mins[i])
+            .min(entries[i].body.len())
+    };
+    let mut size_at = |level: usize| -> usize {
+        heading_len
+            + marker
+            + (0..entries.len())
+                .filter(|&i| alive[i])
+                .map(|i| entry_len(&entries[i], limit_at(i, level), &mut scratch))
+                .sum::<usize>()
+    };
+    let max_body = entries.iter().map(|e| e.body.len()).max().unwrap_or(0);
+    let (mut lo, mut hi) = (0usize, max_body);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if size_at(mid) <= allowance {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    let limits: Limits = (0..entries.len())
+        .map(|i| alive[i].then(|| limit_at(i, lo)))
+        .collect();
+    write_section(section, &limits)
+}
+
+/// Length of a section with only the given entries, each at its (squeezed) minimum.
+/// With `only_kept`, only entries that are kept or match the focus count, plus the
+/// marker for the others.
+fn min_len_of(section: &Section, squeeze: usize, only_kept: bool) -> usize {
+    if section.entries.is_empty() {
+        return write_section(section, &Vec::new()).len();
+    }
+    let mut scratch = String::new();
+    let mins: usize = section
+        .entries
+        .iter()
+        .filter(|e| !only_kept || e.keep || e.focus)
+        .map(|e| {
+            entry_len(
+                e,
+                squeezed(e.min_body, squeeze).min(e.body.len()),
+                &mut scratch,
+            )
+        })
+        .sum();
+    let left_out = if only_kept {
+        section
+            .entries
+            .iter()
+            .filter(|e| !(e.keep || e.focus))
+            .count()
+    } else {
+        0
+    };
+    let marker = if left_out > 0 {
+        dropped_line(left_out, section.noun).len()
+    } else {
+        0
+    };
+    heading(section.number).len() + mins + marker
+}
+
+/// What each section is given before the rest of the budget is shared out.
+/// - The protected section: every entry at its minimum.
+/// - The others: their kept and focus-matching entries at their minimum, and some room beyond the
+///   heading so the newest entries survive; that extra room is the first thing given
+///   up when the floors do not fit.
+fn floors(sections: &[Section], full_lens: &[usize], budget: usize, squeeze: usize) -> Vec<usize> {
+    let kept: Vec<usize> = sections
+        .iter()
+        .zip(full_lens)
+        .map(|(s, &full)| min_len_of(s, squeeze, true).min(full))
+        .collect();
+    let mut floors: Vec<usize> = sections
+        .iter()
+        .zip(full_lens)
+        .zip(&kept)
+        .map(|((s, &full), &kept)| {
+            if s.number == PROTECTED_SECTION {
+                min_len_of(s, squeeze, false).min(full)
+            } else {
+                kept.max(heading(s.number).len() + FLOOR_BYTES).min(full)
+            }
+        })
+        .collect();
+    if floors.iter().sum::<usize>() <= budget {
+        return floors;
+    }
+    let others = |floors: &[usize]| -> usize {
+        sections
+            .iter()
+            .zip(floors)
+            .filter(|(s, _)| s.number != PROTECTED_SECTION)
+            .map(|(_, f)| *f)
+            .sum()
+    };
+    // Not even the floors fit. The protected section takes what the others leave; if
+    // they would leave it less than half, they keep only their kept entries.
+    if others(&floors) > budget / 2 {
+        for (i, s) in sections.iter().enumerate() {
+            if s.number != PROTECTED_SECTION {
+                floors[i] = kept[i];
+            }
+        }
+    }
+    let others = others(&floors);
+    for (i, s) in sections.iter().enumerate() {
+        if s.number == PROTECTED_SECTION {
+            floors[i] = floors[i].min(budget.saturating_sub(others)).max(kept[i]);
+        }
+    }
+    floors
+}
+
+/// Room every section keeps beyond its heading while others still have more to give.
+const FLOOR_BYTES: usize = 240;
+
+/// The section whose entries all keep their short form if at all possible.
+const PROTECTED_SECTION: usize = 6;
+
+/// Lays the sections out as the `<summary>` text within `cap_tokens` (estimated as
+/// bytes / 4, rounded up). Returns the text and whether anything was cut to fit.
+///
+/// A cap too small for the nine headings still yields the nine headings: the text is
+/// then over the cap, which the caller sees in the token count.
+pub(super) fn layout(sections: &[Section], cap_tokens: u64) -> (String, bool) {
+    let cap_bytes =
+        usize::try_from(cap_tokens.saturating_mul(BYTES_PER_TOKEN)).unwrap_or(usize::MAX);
+    let full: Vec<String> = sections
+        .iter()
+        .map(|s| write_section(s, &full_limits(s)))
+        .collect();
+    let text = join(&full);
+    if text.len() <= cap_bytes {
+        return (text, false);
+    }
+    let fixed = OPEN.len() + CLOSE.len() + sections.len().saturating_sub(1);
+    let full_lens: Vec<usize> = full.iter().map(String::len).collect();
+    // When even the entries that must stay do not fit at their minimums, the minimums
+    // shrink step by step before giving up on entries' bodies altogether.
+    for squeeze in SQUEEZE_STEPS {
+        let mut budget = cap_bytes.saturating_sub(fixed);
+        // Cutting is not exact (markers, word boundaries): retry with the overshoot
+        // taken off the budget.
+        for _ in 0..4 {
+            let floors = floors(sections, &full_lens, budget, squeeze);
+            let fitted = fit_all(sections, &full_lens, &floors, budget, squeeze);
+            let text = join(&fitted);
+            if estimate_tokens(&text) <= cap_tokens {
+                return (text, true);
+            }
+            let over = text.len().saturating_sub(cap_bytes);
+            budget = budget.saturating_sub(over.max(16));
+        }
+    }
+    // Nothing fits: headings only.
+    let bare: Vec<String> = sections.iter().map(|s| heading(s.number)).collect();
+    (join(&bare), true)
+}
+
+/// Percentages of the entries' minimums tried in turn.
+const SQUEEZE_STEPS: [usize; 5] = [100, 60, 35, 20, 0];
+
+/// Shares `budget` bytes between the sections and fits each into its share.
+fn fit_all(
+    sections: &[Section],
+    full_lens: &[usize],
+    floors: &[usize],
+    budget: usize,
+    squeeze: usize,
+) -> Vec<String> {
+    let n = sections.len();
+    let mut remaining = budget.saturating_sub(floors.iter().sum());
+    // Smallest need first, so what a short section does not use flows to longer ones.
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&i| (full_lens[i].saturating_sub(floors[i]), i));
+    let mut out = vec![String::new(); n];
+    for (k, &i) in order.iter().enumerate() {
+        let share = remaining / (n - k);
+        let extra = full_lens[i].saturating_sub(floors[i]).min(share);
+        let text = fit_section(&sections[i], floors[i] + extra, squeeze);
+        remaining = remaining.saturating_sub(text.len().saturating_sub(floors[i]));
+        out[i] = text;
+    }
+    out
+}
+
+fn join(sections: &[String]) -> String {
+    let mut text = String::with_capacity(
+        OPEN.len() + CLOSE.len() + sections.iter().map(|s| s.len() + 1).sum::<usize>(),
+    );
+    text.push_str(OPEN);
+    for (i, s) in sections.iter().enumerate() {
+        if i > 0 {
+            text.push('\n');
+        }
+        text.push_str(s);
+    }
+    text.push_str(CLOSE);
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn section(number: usize, bodies: &[&str]) -> Section {
+        Section {
+            number,
+            entries: bodies
+                .iter()
+                .enumerate()
+                .map(|(i, b)| Entry::new("- ", *b).min(60).rank(i))
+                .collect(),
+            empty: "- none",
+            noun: ("entry", "entries"),
+        }
+    }
+
+    #[test]
+    fn everything_fits_uncut() {
+        let (text, trimmed) = layout(&[section(1, &["a", "b"]), section(2, &[])], 1000);
+        assert!(!trimmed);
+        assert_eq!(
+            text,
+            "<summary>\n1. Primary Request and Intent:\n   - a\n   - b\n\n2. Key Technical Concepts:\n   - none\n</summary>"
+        );
+    }
+
+    #[test]
+    fn the_longest_section_gives_up_the_most() {
+        let long = "x".repeat(4000);
+        let sections = [section(1, &["short entry"]), section(2, &[&long])];
+        let (text, trimmed) = layout(&sections, 300);
+        assert!(trimmed);
+        assert!(estimate_tokens(&text) <= 300, "{}", text.len());
+        assert!(text.contains("- short entry\n"));
+        assert!(text.contains("characters cut …]"));
+    }
+
+    #[test]
+    fn entries_drop_lowest_rank_first_behind_a_marker() {
+        let bodies: Vec<String> = (0..40)
+            .map(|i| format!("entry number {i} {}", "y".repeat(60)))
+            .collect();
+        let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
+        let mut s = section(3, &refs);
+        s.entries[0].keep = true;
+        let (text, _) = layout(&[s], 200);
+        assert!(estimate_tokens(&text) <= 200);
+        assert!(text.contains("entry number 0 "), "kept entry survives");
+        assert!(text.contains("entry number 39"), "highest rank survives");
+        assert!(
+            !text.contains("entry number 1 "),
+            "lowest unkept rank goes first"
+        );
+        assert!(text.contains("more entries cut …]"));
+    }
+
+    #[test]
+    fn focus_entries_keep_more() {
+        let body = "z".repeat(1000);
+        let mut s = section(5, &[&body, &body]);
+        s.entries[1].focus = true;
+        let out = fit_section(&s, 600, 100);
+        let lines: Vec<&str> = out.lines().skip(1).collect();
+        assert_eq!(lines.len(), 2);
+        assert!(
+            lines[1].len() > lines[0].len() + 50,
+            "{} vs {}",
+            lines[1].len(),
+            lines[0].len()
+        );
+    }
+
+    #[test]
+    fn a_cap_below_the_headings_leaves_the_headings() {
+        let sections: Vec<Section> = (1..=9)
+            .map(|n| section(n, &["some body text here"]))
+            .collect();
+        let (text, trimmed) = layout(&sections, 5);
+        assert!(trimmed);
+        for n in 1..=9 {
+            assert!(text.contains(&heading(n)), "{n}");
+        }
+        assert!(!text.contains("some body"));
+    }
+}

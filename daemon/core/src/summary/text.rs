@@ -1,0 +1,279 @@
+//! Small text helpers shared by the offline summarizer: cutting a text to a byte budget
+//! with a visible marker, and the token estimate.
+//!
+//! They live apart from the section builder because every section cuts text the same
+//! way, and the cap arithmetic must agree with the marker that cutting inserts: a reader
+//! of the summary sees exactly how much was left out ("[… 1,234 characters cut …]").
+
+/// Bytes per token in the estimate used for the output cap (the same rule as the rest
+/// of ctxd: bytes divided by four, rounded up).
+pub(super) const BYTES_PER_TOKEN: u64 = 4;
+
+/// Estimated tokens of a text: its UTF-8 length divided by four, rounded up.
+pub fn estimate_tokens(text: &str) -> u64 {
+    (text.len() as u64).div_ceil(BYTES_PER_TOKEN)
+}
+
+/// Which part of a text survives a cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CutStyle {
+    /// Keep the beginning only.
+    Head,
+    /// Keep the beginning and, when there is room, the end (requests often end with the
+    /// actual question).
+    HeadTail,
+}
+
+/// Below this many bytes of kept text a head-and-tail cut keeps only the head: two tiny
+/// fragments read worse than one short one.
+const MIN_SPLIT: usize = 160;
+
+/// `1234567` as `1,234,567`.
+pub(super) fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// The marker that replaces `chars` cut characters.
+pub(super) fn cut_marker(chars: usize) -> String {
+    format!("[… {} characters cut …]", thousands(chars))
+}
+
+/// Largest char boundary at or below `i`.
+fn floor_boundary(s: &str, mut i: usize) -> usize {
+    if i >= s.len() {
+        return s.len();
+    }
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// Smallest char boundary at or above `i`.
+fn ceil_boundary(s: &str, mut i: usize) -> usize {
+    if i >= s.len() {
+        return s.len();
+    }
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    i
+}
+
+/// How far back (or forward) a cut may move to land on whitespace instead of
+/// splitting a word.
+const WORD_SLACK: usize = 24;
+
+/// End of a head of at most `max` bytes, moved back to a whitespace when one is close.
+fn head_end(s: &str, max: usize) -> usize {
+    let end = floor_boundary(s, max);
+    if end == s.len() {
+        return end;
+    }
+    let window_start = end.saturating_sub(WORD_SLACK);
+    match s.as_bytes()[window_start..end]
+        .iter()
+        .rposition(|b| b.is_ascii_whitespace())
+    {
+        Some(p) if window_start + p > 0 => window_start + p,
+        _ => end,
+    }
+}
+
+/// Start of a tail of at most `max` bytes, moved forward past a whitespace when one is
+/// close.
+fn tail_start(s: &str, max: usize) -> usize {
+    let start = ceil_boundary(s, s.len().saturating_sub(max));
+    let window_end = (start + WORD_SLACK).min(s.len());
+    match s.as_bytes()[start..window_end]
+        .iter()
+        .position(|b| b.is_ascii_whitespace())
+    {
+        Some(p) if start + p + 1 < s.len() => start + p + 1,
+        _ => start,
+    }
+}
+
+/// Cuts `text` so the result, marker included, is at most `limit` bytes (or just the
+/// marker when even that does not fit). Returns the text unchanged when it fits.
+pub(super) fn cut(text: &str, limit: usize, style: CutStyle) -> String {
+    if text.len() <= limit {
+        return text.to_owned();
+    }
+    let total_chars = text.chars().count();
+    // The marker is longest when every character is cut; reserve that much, plus the
+    // spaces around it.
+    let reserve = cut_marker(total_chars).len() + 2;
+    let room = limit.saturating_sub(reserve);
+    let (head, tail) = if style == CutStyle::HeadTail && room >= MIN_SPLIT {
+        let head_room = room * 2 / 3;
+        let h = head_end(text, head_room);
+        let t = tail_start(text, room - h.min(room));
+        (h, t.max(h))
+    } else {
+        (head_end(text, room), text.len())
+    };
+    let head_text = text[..head].trim_end();
+    let tail_text = text[tail..].trim_start();
+    let kept = head_text.chars().count() + tail_text.chars().count();
+    let marker = cut_marker(total_chars.saturating_sub(kept));
+    let mut out = String::with_capacity(limit.max(marker.len()));
+    out.push_str(head_text);
+    if !head_text.is_empty() {
+        out.push(' ');
+    }
+    out.push_str(&marker);
+    if !tail_text.is_empty() {
+        out.push(' ');
+        out.push_str(tail_text);
+    }
+    out
+}
+
+/// Cuts to at most `max_chars` characters (not bytes), for the per-message limit the
+/// caller configures in characters.
+pub(super) fn cut_chars(text: &str, max_chars: usize, style: CutStyle) -> String {
+    match text.char_indices().nth(max_chars) {
+        None => text.to_owned(),
+        // Byte length of the first `max_chars` characters is a byte limit that keeps
+        // about that many characters.
+        Some((byte_at_limit, _)) => cut(text, byte_at_limit, style),
+    }
+}
+
+/// The text on one line (whitespace runs become one space), cut to `limit` bytes: for short quotes inside a line (labels,
+/// commands, error lines).
+pub(super) fn short(text: &str, limit: usize) -> String {
+    let mut line = String::new();
+    // Only the first few lines can survive the cut; do not flatten a 200 KB output.
+    let mut budget = limit.saturating_mul(2).max(64);
+    for word in text.split_whitespace() {
+        if budget == 0 {
+            break;
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+        budget = budget.saturating_sub(word.len() + 1);
+    }
+    if line.len() > limit {
+        let end = head_end(&line, limit.saturating_sub(1));
+        let mut out = line[..end].trim_end().to_owned();
+        out.push('…');
+        out
+    } else {
+        line
+    }
+}
+
+/// Pushes `text` onto `out`, starting every line after the first with `indent`, so a
+/// multi-line entry stays inside its bullet and can never look like a section heading.
+pub(super) fn push_indented(out: &mut String, text: &str, indent: &str) {
+    let mut lines = text.split('\n');
+    if let Some(first) = lines.next() {
+        out.push_str(first.strip_suffix('\r').unwrap_or(first));
+    }
+    for line in lines {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        out.push('\n');
+        // No trailing spaces on blank lines.
+        if !line.is_empty() {
+            out.push_str(indent);
+            out.push_str(line);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_groups_digits() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1234), "1,234");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+    }
+
+    #[test]
+    fn cut_respects_the_limit_and_counts_what_it_cut() {
+        let text = "word ".repeat(400); // 2,000 bytes
+        for limit in [60, 100, 159, 200, 500, 1999] {
+            for style in [CutStyle::Head, CutStyle::HeadTail] {
+                let out = cut(&text, limit, style);
+                assert!(out.len() <= limit, "{limit} {style:?}: {} bytes", out.len());
+                assert!(out.contains("characters cut …]"), "{out}");
+                // The count in the marker is exactly what is missing.
+                let kept = out.chars().filter(|c| *c == 'w').count() * 5;
+                let start = out.find("[… ").map(|i| i + "[… ".len()).unwrap_or(0);
+                let digits: String = out[start..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_digit() || *c == ',')
+                    .collect();
+                let n: usize = digits.replace(',', "").parse().unwrap();
+                assert!(
+                    n + kept >= 2000 - 2 && n + kept <= 2000 + 2,
+                    "{limit}: {n} + {kept}"
+                );
+            }
+        }
+        assert_eq!(cut("short", 10, CutStyle::Head), "short");
+    }
+
+    #[test]
+    fn head_tail_keeps_the_end_of_a_long_text() {
+        let text = format!("START {} END", "x ".repeat(1000));
+        let out = cut(&text, 300, CutStyle::HeadTail);
+        assert!(out.starts_with("START"));
+        assert!(out.ends_with("END"));
+        let head_only = cut(&text, 300, CutStyle::Head);
+        assert!(!head_only.ends_with("END"));
+    }
+
+    #[test]
+    fn cut_never_splits_a_character() {
+        let text = "é".repeat(500) + &"ß".repeat(500);
+        for limit in 40..120 {
+            let out = cut(&text, limit, CutStyle::HeadTail);
+            assert!(out.len() <= limit.max(cut_marker(1000).len()));
+        }
+        assert_eq!(
+            cut_chars("äöü", 2, CutStyle::Head),
+            cut("äöü", 4, CutStyle::Head)
+        );
+        assert_eq!(cut_chars("äöü", 3, CutStyle::Head), "äöü");
+    }
+
+    #[test]
+    fn short_flattens_and_cuts() {
+        assert_eq!(short("a\n  b\tc", 50), "a b c");
+        let s = short(&"abc ".repeat(100), 21);
+        assert!(s.len() <= 21 + '…'.len_utf8(), "{s}");
+        assert!(s.ends_with('…'));
+    }
+
+    #[test]
+    fn indented_lines_cannot_start_a_heading() {
+        let mut out = String::new();
+        push_indented(&mut out, "first\n7. Pending Tasks:\r\n\nlast", "   ");
+        assert_eq!(out, "first\n   7. Pending Tasks:\n\n   last");
+    }
+
+    #[test]
+    fn token_estimate_rounds_up() {
+        assert_eq!(estimate_tokens(""), 0);
+        assert_eq!(estimate_tokens("abc"), 1);
+        assert_eq!(estimate_tokens("abcd"), 1);
+        assert_eq!(estimate_tokens("abcde"), 2);
+    }
+}
