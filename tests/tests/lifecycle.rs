@@ -17,6 +17,7 @@ fn initialize_announces_ctx_methods_and_shutdown_exits_cleanly() {
         assert!(methods.contains(&m), "{m} missing from {methods:?}");
     }
     assert_eq!(ctxd["stateDir"], dir.path().join("state").display().to_string());
+    assert_eq!(ctxd["processId"], daemon.pid());
     let status = daemon.stop().unwrap();
     assert!(status.success(), "{status:?}");
 }
@@ -63,6 +64,18 @@ fn a_second_daemon_on_the_same_store_gets_a_clear_error() {
     let records = json!([ctxd_e2e::user_record("u1", None, "still here")]);
     first.request("ctx/append", json!({"sessionId": id, "records": records})).unwrap();
     assert_eq!(ctxd_e2e::stored_uuids(&state, &id).unwrap(), ["u1"]);
+}
+
+#[test]
+fn empty_settings_encoded_as_a_list_are_accepted() {
+    // Lua encodes an empty table as `[]`.
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start(&dir.path().join("state")).unwrap();
+    let result = daemon.request("initialize", json!({"capabilities": {}, "initializationOptions": {"settings": []}})).unwrap();
+    assert_eq!(result["serverInfo"]["name"], "ctxd");
+    let mut daemon = Daemon::start(&dir.path().join("other")).unwrap();
+    let error = daemon.request_error("initialize", json!({"capabilities": {}, "initializationOptions": {"settings": [1]}})).unwrap();
+    assert_eq!(error["code"], -32602, "{error}");
 }
 
 #[test]

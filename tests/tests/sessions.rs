@@ -42,8 +42,9 @@ fn open_append_usage_close_and_resume() {
     let again = daemon.request("ctx/usage", json!({"sessionId": id})).unwrap();
     assert_eq!(again["usage"], *usage);
     daemon.request("ctx/closeSession", json!({"sessionId": id})).unwrap();
-    let error = daemon.request_error("ctx/usage", json!({"sessionId": id})).unwrap();
-    assert_eq!(error["code"], -33001);
+    // A closed session that is in the store comes back on first use.
+    let reopened = daemon.request("ctx/usage", json!({"sessionId": id})).unwrap();
+    assert_eq!(reopened["usage"], *usage);
     assert!(daemon.stop().unwrap().success());
 
     // A new daemon resumes it with everything, in order.
@@ -53,6 +54,35 @@ fn open_append_usage_close_and_resume() {
     assert_eq!(resumed["records"], 3);
     assert_eq!(resumed["usage"]["tokens"], 13_501);
     assert_eq!(stored_uuids(&state, &id).unwrap(), ["u1", "a1", "u2"]);
+}
+
+#[test]
+fn after_a_daemon_restart_sessions_resume_on_first_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    open(&mut daemon, Some("again"));
+    let records = json!([user_record("u1", None, "hello")]);
+    daemon.request("ctx/append", json!({"sessionId": "again", "records": records})).unwrap();
+    daemon.kill9().unwrap();
+    // The editor's client restarts the daemon and carries on without reopening.
+    let mut daemon = Daemon::started(&state).unwrap();
+    let records = json!([user_record("u2", Some("u1"), "world")]);
+    let appended = daemon.request("ctx/append", json!({"sessionId": "again", "records": records})).unwrap();
+    assert_eq!(appended["records"], 2);
+    assert_eq!(stored_uuids(&state, "again").unwrap(), ["u1", "u2"]);
+    // A session that never existed is still unknown.
+    let error = daemon.request_error("ctx/usage", json!({"sessionId": "never"})).unwrap();
+    assert_eq!(error["code"], -33001);
+}
+
+#[test]
+fn usage_is_pushed_when_a_session_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    let opened = open(&mut daemon, Some("pushed"));
+    let pushed = daemon.wait_notification("ctx/usageChanged", |p| p["sessionId"] == "pushed").unwrap();
+    assert_eq!(pushed["usage"], opened["usage"]);
 }
 
 #[test]

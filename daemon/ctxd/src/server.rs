@@ -81,6 +81,7 @@ impl LanguageServer for Backend {
             methods: methods::REQUESTS.iter().map(|m| (*m).to_owned()).collect(),
             notifications: methods::NOTIFICATIONS.iter().map(|m| (*m).to_owned()).collect(),
             state_dir: state_dir.display().to_string(),
+            process_id: std::process::id(),
         };
         let experimental = serde_json::json!({ "ctxd": capabilities });
         Ok(InitializeResult {

@@ -62,9 +62,23 @@ pub struct InitializationOptions {
     /// Where ctxd keeps its store; overrides the flag, `CTXD_STATE_DIR` and the XDG default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_dir: Option<String>,
-    /// Settings with the same keys as a settings file.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Settings with the same keys as a settings file. An empty array is accepted as an
+    /// empty map (Lua encodes an empty table as `[]`).
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "map_or_empty_list")]
     pub settings: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+fn map_or_empty_list<'de, D>(deserializer: D) -> Result<Option<serde_json::Map<String, serde_json::Value>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    use serde::de::Error;
+    match serde_json::Value::deserialize(deserializer)? {
+        serde_json::Value::Null => Ok(None),
+        serde_json::Value::Object(map) => Ok(Some(map)),
+        serde_json::Value::Array(items) if items.is_empty() => Ok(Some(serde_json::Map::new())),
+        other => Err(D::Error::custom(format!("settings must be an object, not {other}"))),
+    }
 }
 
 /// What ctxd announces under `capabilities.experimental.ctxd` in `initialize`.
@@ -81,6 +95,8 @@ pub struct CtxdCapabilities {
     pub notifications: Vec<String>,
     /// The store directory in use.
     pub state_dir: String,
+    /// The daemon's process id (for health checks and logs).
+    pub process_id: u32,
 }
 
 /// `ctx/openSession` params.

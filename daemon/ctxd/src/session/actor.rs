@@ -172,6 +172,16 @@ async fn run(
         }
     }
     session.flush_index();
+    // Commands that raced with the close are answered, not left waiting.
+    rx.close();
+    let closed = SessionError::Closed(session.id.clone());
+    while let Ok(cmd) = rx.try_recv() {
+        fail(cmd, &closed);
+    }
+    // The transcript file is closed before the receiver is dropped, so a new actor for
+    // this session (spawned once the registry sees this one closed) never overlaps it.
+    drop(session);
+    drop(rx);
 }
 
 async fn sleep_until(due: Option<tokio::time::Instant>) {
@@ -226,7 +236,12 @@ impl Session {
             self.apply(record, None);
         }
         let entry = self.index_entry();
-        self.store.index().put(&self.id, &entry);
+        if self.store.index().get(&self.id).as_ref() != Some(&entry) {
+            // New or rebuilt: flushed now, so a client can resume the session by id
+            // after a crash without reopening it (the index remembers cwd and model).
+            self.store.index().put(&self.id, &entry);
+            self.store.index().flush();
+        }
         tracing::info!(records = self.total_records, in_view = self.view.len(), resumed = self.resumed, "session loaded");
         Ok(())
     }
@@ -289,6 +304,9 @@ impl Session {
                     usage: self.usage(),
                 };
                 let _ = reply.send(Ok(opened));
+                // Status bars start from the opened state without asking.
+                let usage = self.usage();
+                self.usage_changed(usage).await;
             }
             Command::Usage { reply } => {
                 let _ = reply.send(self.usage());

@@ -24,7 +24,7 @@ use crate::store::{Store, StoreError};
 /// Why a session command failed. Cloneable so one failure can answer many waiters.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SessionError {
-    #[error("unknown session {0:?}: it is not open; open it with ctx/openSession")]
+    #[error("unknown session {0:?}: it is not open and not in the store; open it with ctx/openSession")]
     NotOpen(String),
     #[error("unknown session {0:?}: no transcript with this id in the store")]
     UnknownSession(String),
@@ -158,9 +158,24 @@ impl Sessions {
         SessionSetup { cwd: cwd.to_owned(), model: model.to_owned(), thresholds: thresholds(&resolved, env, true) }
     }
 
+    /// The actor of an open session. A session that is in the store but not open (the
+    /// daemon restarted under a client) is resumed with the working directory and model
+    /// the index remembers, so clients need not reopen every session after a restart.
     fn sender(&self, id: &str) -> Result<mpsc::UnboundedSender<Command>, SessionError> {
         crate::store::validate_session_id(id)?;
-        self.open_map().get(id).cloned().ok_or_else(|| SessionError::NotOpen(id.to_owned()))
+        let mut open = self.open_map();
+        if let Some(tx) = open.get(id).filter(|tx| !tx.is_closed()) {
+            return Ok(tx.clone());
+        }
+        let known = self.store.index().get(id).filter(|_| self.store.transcript_path(id).is_ok_and(|p| p.exists()));
+        let Some(entry) = known else {
+            return Err(SessionError::NotOpen(id.to_owned()));
+        };
+        tracing::info!(session = id, "resuming a session that was not open");
+        let setup = self.setup(&entry.cwd, &entry.model);
+        let tx = actor::spawn(id.to_owned(), setup, self.store.clone(), self.notifier.clone(), false);
+        open.insert(id.to_owned(), tx.clone());
+        Ok(tx)
     }
 
     pub fn append(&self, id: &str, records: Vec<Record>) -> Result<oneshot::Receiver<Result<Appended, SessionError>>, SessionError> {
@@ -177,11 +192,17 @@ impl Sessions {
         Ok(rx)
     }
 
-    /// Closes a session: it leaves the registry at once (later commands for it fail as
-    /// not open) and its actor finishes what was queued before the close.
+    /// Closes a session: its actor finishes what was queued before the close, then
+    /// stops. The registry keeps the stopped handle, so a later command for the session
+    /// resumes it from disk only once the old actor has let go of the file.
     pub fn close(&self, id: &str) -> Result<oneshot::Receiver<()>, SessionError> {
         crate::store::validate_session_id(id)?;
-        let tx = self.open_map().remove(id).ok_or_else(|| SessionError::NotOpen(id.to_owned()))?;
+        let tx = self
+            .open_map()
+            .get(id)
+            .filter(|tx| !tx.is_closed())
+            .cloned()
+            .ok_or_else(|| SessionError::NotOpen(id.to_owned()))?;
         let (reply, rx) = oneshot::channel();
         tx.send(Command::Close { reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
         Ok(rx)

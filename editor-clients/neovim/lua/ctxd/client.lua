@@ -1,0 +1,290 @@
+--- Running the daemon: a `vim.lsp` client named `ctxd` attached to no buffer, restarted
+--- with back-off when the daemon dies. Requests wait in a queue while the daemon starts
+--- and while the sessions this editor had open are resumed after a restart.
+local config_mod = require("ctxd.config")
+local errors = require("ctxd.errors")
+local sessions = require("ctxd.sessions")
+
+local M = {}
+
+---@class ctxd.ClientState
+local state = {
+  ---@type ctxd.Config|nil
+  config = nil,
+  client_id = nil, ---@type integer|nil
+  ready = false, -- initialized and sessions resumed
+  stopping = false,
+  queue = {}, ---@type { method: string, params: table, callback: function }[]
+  inflight = {}, ---@type table<integer, fun(err: table)> callbacks of sent requests, failed if the daemon exits
+  capabilities = nil, ---@type table|nil capabilities.experimental.ctxd
+  failures = 0,
+  started_at = 0,
+  starts = 0,
+  restart_timer = nil,
+}
+M.state = state
+
+--- Keeps `sessions` in step with what a request did.
+local function track(method, params, err, result)
+  if method == "ctx/openSession" and not err and result then
+    sessions.opened(result.sessionId, params.cwd, params.model, result.usage)
+  elseif method == "ctx/closeSession" and (not err or err.code == -33001) then
+    sessions.closed(params.sessionId)
+  elseif method == "ctx/clear" and not err and result then
+    sessions.cleared(params.sessionId, result.sessionId)
+  end
+end
+
+local function send(method, params, callback)
+  local client = state.client_id and vim.lsp.get_client_by_id(state.client_id)
+  if not client then
+    table.insert(state.queue, { method = method, params = params, callback = callback })
+    return
+  end
+  local token = {}
+  local ok = client:request(method, params, function(err, result)
+    state.inflight[token] = nil
+    track(method, params, err, result)
+    callback(err, result)
+  end)
+  if ok then
+    state.inflight[token] = function(err)
+      callback(err, nil)
+    end
+  else
+    callback({ message = "ctxd is not running; " .. method .. " was not sent" }, nil)
+  end
+end
+
+--- Answers every request the dead daemon will never answer.
+local function fail_inflight()
+  local inflight = state.inflight
+  state.inflight = {}
+  for _, fail in pairs(inflight) do
+    fail({ message = "ctxd exited before answering; retry once it has restarted" })
+  end
+end
+
+local function flush_queue()
+  local queued = state.queue
+  state.queue = {}
+  for _, q in ipairs(queued) do
+    send(q.method, q.params, q.callback)
+  end
+end
+
+--- Resumes every tracked session on a (re)started daemon, then sends what was queued.
+local function resume_sessions()
+  local list = sessions.list()
+  local pending = #list
+  if pending == 0 then
+    state.ready = true
+    flush_queue()
+    return
+  end
+  for _, s in ipairs(list) do
+    send("ctx/openSession", { cwd = s.cwd, model = s.model, sessionId = s.session_id }, function()
+      pending = pending - 1
+      if pending == 0 then
+        state.ready = true
+        flush_queue()
+      end
+    end)
+  end
+end
+
+local function notify(message, level)
+  if state.config and state.config.notify_compaction then
+    vim.notify(message, level)
+  end
+end
+
+local handlers = {
+  ["ctx/usageChanged"] = function(_, params)
+    sessions.set_usage(params.sessionId, params.usage)
+  end,
+  ["ctx/compacted"] = function(_, params)
+    notify(
+      string.format(
+        "ctxd: compacted (%s) %s → %s tokens",
+        params.trigger,
+        require("ctxd.render").format_count(params.preTokens),
+        require("ctxd.render").format_count(params.postTokens)
+      ),
+      vim.log.levels.INFO
+    )
+    vim.api.nvim_exec_autocmds("User", { pattern = "CtxdCompacted", data = params })
+  end,
+  ["ctx/compactFailed"] = function(_, params)
+    notify("ctxd: compaction failed: " .. params.reason, vim.log.levels.WARN)
+    vim.api.nvim_exec_autocmds("User", { pattern = "CtxdCompactFailed", data = params })
+  end,
+  ["ctx/contextChanged"] = function(_, params)
+    vim.api.nvim_exec_autocmds("User", { pattern = "CtxdContextChanged", data = params })
+  end,
+}
+
+local start
+
+--- The delay before the next start: doubling, reset after a stable run.
+local function next_delay()
+  local r = state.config.restart
+  if vim.uv.now() - state.started_at >= r.stable_ms then
+    state.failures = 0
+  end
+  local delay = math.min(r.max_ms, r.initial_ms * 2 ^ state.failures)
+  state.failures = state.failures + 1
+  return delay
+end
+
+local function on_exit(client_id)
+  if client_id ~= state.client_id then
+    return
+  end
+  local was_ready = state.ready
+  state.client_id, state.ready, state.capabilities = nil, false, nil
+  fail_inflight()
+  if not was_ready then
+    -- This start failed: do not keep callers waiting through the back-off.
+    local queued = state.queue
+    state.queue = {}
+    for _, q in ipairs(queued) do
+      q.callback({ message = "ctxd could not start; see :CtxdLog and :checkhealth ctxd" }, nil)
+    end
+  end
+  vim.cmd.redrawstatus({ bang = true })
+  if state.stopping then
+    return
+  end
+  local delay = next_delay()
+  state.restart_timer = vim.defer_fn(function()
+    state.restart_timer = nil
+    if not state.stopping and not state.client_id then
+      start()
+    end
+  end, delay)
+end
+
+start = function()
+  local config = assert(state.config, "ctxd: setup() was not called")
+  state.ready, state.capabilities = false, nil
+  state.started_at = vim.uv.now()
+  state.starts = state.starts + 1
+  local client_id = vim.lsp.start({
+    name = "ctxd",
+    cmd = config.cmd,
+    cmd_env = config.cmd_env,
+    init_options = config_mod.init_options(config),
+    handlers = handlers,
+    on_init = function(_, result)
+      state.capabilities = vim.tbl_get(result or {}, "capabilities", "experimental", "ctxd")
+      resume_sessions()
+    end,
+    on_exit = function(_, _, id)
+      vim.schedule(function()
+        on_exit(id)
+      end)
+    end,
+  }, { attach = false, silent = true })
+  state.client_id = client_id
+  if not client_id then
+    vim.notify("ctxd: could not start " .. table.concat(config.cmd, " "), vim.log.levels.ERROR)
+    on_exit(nil)
+  end
+end
+
+--- Starts the daemon with `config` (stopping one already running).
+---@param config ctxd.Config
+function M.start(config)
+  state.config = config
+  state.stopping = false
+  state.failures = 0
+  if state.client_id then
+    M.stop(function()
+      state.stopping = false
+      start()
+    end)
+  else
+    start()
+  end
+end
+
+--- Sends `method` with `params`; `callback(err, result)` gets the answer. Requests wait
+--- while the daemon starts or restarts.
+---@param method string
+---@param params table
+---@param callback? fun(err: table|nil, result: any)
+function M.request(method, params, callback)
+  callback = callback or function() end
+  if not state.config then
+    callback({ code = -32099, message = "ctxd is not set up: call require('ctxd').setup()" }, nil)
+    return
+  end
+  if not state.ready then
+    table.insert(state.queue, { method = method, params = params, callback = callback })
+    return
+  end
+  send(method, params, callback)
+end
+
+--- Sends a notification (e.g. `workspace/didChangeConfiguration`) if the daemon runs.
+function M.notify(method, params)
+  local client = state.client_id and vim.lsp.get_client_by_id(state.client_id)
+  return client ~= nil and client:notify(method, params)
+end
+
+--- Stops the daemon without restarting it; `on_stopped` runs once it exited.
+---@param on_stopped? fun()
+function M.stop(on_stopped)
+  state.stopping = true
+  if state.restart_timer then
+    state.restart_timer:stop()
+    state.restart_timer = nil
+  end
+  local client = state.client_id and vim.lsp.get_client_by_id(state.client_id)
+  if not client then
+    state.client_id = nil
+    if on_stopped then
+      on_stopped()
+    end
+    return
+  end
+  client:stop()
+  local timer = assert(vim.uv.new_timer())
+  timer:start(50, 50, vim.schedule_wrap(function()
+    if client:is_stopped() or not vim.lsp.get_client_by_id(client.id) then
+      timer:stop()
+      timer:close()
+      state.client_id = nil
+      if on_stopped then
+        on_stopped()
+      end
+    end
+  end))
+end
+
+--- True when the daemon is initialized and the sessions resumed.
+function M.is_ready()
+  return state.ready
+end
+
+--- Pid of the daemon process, found among Neovim's children by the command's name.
+---@return integer|nil
+function M.pid()
+  if not state.config or not state.client_id then
+    return nil
+  end
+  -- The kernel keeps the first 15 characters of a process name.
+  local name = vim.fs.basename(state.config.cmd[1]):sub(1, 15)
+  for _, pid in ipairs(vim.api.nvim_get_proc_children(vim.fn.getpid())) do
+    local proc = vim.api.nvim_get_proc(pid)
+    if proc and proc.name == name then
+      return pid
+    end
+  end
+  return nil
+end
+
+M.describe_error = errors.describe
+
+return M

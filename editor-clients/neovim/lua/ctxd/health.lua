@@ -1,0 +1,64 @@
+--- `:checkhealth ctxd`: Neovim version, the daemon command, the running daemon and
+--- what it supports, the log file, open sessions.
+local M = {}
+
+local WANTED_METHODS = { "ctx/compact", "ctx/context", "ctx/setAutoCompactWindow", "ctx/clear" }
+
+function M.check()
+  local health = vim.health
+  local client = require("ctxd.client")
+  local config_mod = require("ctxd.config")
+
+  health.start("ctxd: editor")
+  if vim.fn.has("nvim-0.11") == 1 then
+    health.ok("Neovim " .. tostring(vim.version()))
+  else
+    health.error("Neovim 0.11 or newer is needed (vim.lsp client API)")
+  end
+
+  local state = client.state
+  if not state.config then
+    health.error("setup() was not called", { "require('ctxd').setup({ cmd = { 'ctxd', 'serve' } })" })
+    return
+  end
+  local exe = state.config.cmd[1]
+  if vim.fn.executable(exe) == 1 then
+    health.ok("daemon command: " .. table.concat(state.config.cmd, " "))
+  else
+    health.error(exe .. " is not executable", { "install ctxd or pass cmd = { '/path/to/ctxd', 'serve' } to setup()" })
+  end
+
+  health.start("ctxd: daemon")
+  local caps = state.capabilities
+  if client.is_ready() and caps then
+    health.ok(string.format("running (pid %s), ctxd %s, protocol %s", tostring(client.pid()), caps.version, caps.protocol))
+    health.info("state dir: " .. caps.stateDir)
+    health.info("methods: " .. table.concat(caps.methods, ", "))
+    local missing = vim.tbl_filter(function(m)
+      return not vim.tbl_contains(caps.methods, m)
+    end, WANTED_METHODS)
+    if #missing > 0 then
+      health.warn("this ctxd does not answer " .. table.concat(missing, ", ") .. " yet; those commands report an error")
+    end
+  else
+    health.warn(string.format("not running (started %d times); it restarts with back-off", state.starts))
+  end
+  local log = config_mod.log_path(state.config, caps and caps.stateDir)
+  if log and vim.fn.filereadable(log) == 1 then
+    health.ok("log: " .. log .. " (:CtxdLog)")
+  else
+    health.warn("no log file found" .. (log and (" at " .. log) or ""))
+  end
+
+  health.start("ctxd: sessions")
+  local list = require("ctxd.sessions").list()
+  if #list == 0 then
+    health.info("no session open")
+  end
+  for _, s in ipairs(list) do
+    local text = s.usage and require("ctxd.render").status_text(s.usage) or "no usage yet"
+    health.info(string.format("%s  %s  (%s)", s.session_id, text, s.model))
+  end
+end
+
+return M

@@ -1,0 +1,116 @@
+--- ctxd for Neovim: a thin client of the ctxd daemon.
+---
+--- ```lua
+--- require("ctxd").setup({ cmd = { "ctxd", "serve" } })
+--- require("ctxd").request("ctx/openSession", { cwd = vim.fn.getcwd(), model = "claude-sonnet-4-5-20250929" },
+---   function(err, result) … end)
+--- vim.o.statusline = "%f %= %{%v:lua.require'ctxd'.statusline()%}"
+--- ```
+local client = require("ctxd.client")
+local config_mod = require("ctxd.config")
+local render = require("ctxd.render")
+local sessions = require("ctxd.sessions")
+
+local M = {}
+
+local function define_highlights()
+  local links = { CtxdOk = "DiagnosticOk", CtxdWarning = "DiagnosticWarn", CtxdCompacting = "DiagnosticInfo", CtxdBlocked = "DiagnosticError" }
+  for group, target in pairs(links) do
+    vim.api.nvim_set_hl(0, group, { link = target, default = true })
+  end
+end
+
+--- Starts the daemon and defines the commands and highlight groups.
+---@param opts? ctxd.Config|table
+function M.setup(opts)
+  if vim.fn.has("nvim-0.11") == 0 then
+    vim.notify("ctxd needs Neovim 0.11 or newer", vim.log.levels.ERROR)
+    return
+  end
+  local config = config_mod.resolve(opts)
+  define_highlights()
+  require("ctxd.commands").register()
+  client.start(config)
+end
+
+--- Sends any `ctx/` method. `callback(err, result)`; `err` is the JSON-RPC error
+--- (`code`, `message`), e.g. code -32601 for a method the daemon does not have.
+--- Sessions opened, cleared and closed through here are tracked: their usage feeds
+--- `status()`, and they are resumed when the daemon restarts.
+---@param method string
+---@param params table
+---@param callback? fun(err: table|nil, result: any)
+function M.request(method, params, callback)
+  client.request(method, params, callback)
+end
+
+--- Sends new daemon settings (`workspace/didChangeConfiguration`) and keeps them for restarts.
+---@param settings table
+function M.update_settings(settings)
+  if client.state.config then
+    client.state.config.settings = settings
+  end
+  client.notify("workspace/didChangeConfiguration", { settings = settings })
+end
+
+--- The status of a session (default: the one whose usage changed last), e.g.
+--- `ctx 62.6% · 16.9k to compact`; `""` when no session is open.
+---@param session_id? string
+---@return string
+function M.status(session_id)
+  local session = sessions.get(session_id)
+  if not session then
+    return ""
+  end
+  if not client.is_ready() then
+    return render.DAEMON_DOWN_TEXT
+  end
+  return session.usage and render.status_text(session.usage) or ""
+end
+
+--- Highlight group for `status()`: `CtxdOk`, `CtxdWarning`, `CtxdCompacting`, `CtxdBlocked`.
+---@param session_id? string
+---@return string
+function M.status_highlight(session_id)
+  local session = sessions.get(session_id)
+  if not session or not session.usage or not client.is_ready() then
+    return "CtxdOk"
+  end
+  return render.level_highlight(session.usage.level)
+end
+
+--- `status()` coloured and escaped for 'statusline' (use with `%{% … %}`).
+---@param session_id? string
+---@return string
+function M.statusline(session_id)
+  local text = M.status(session_id)
+  if text == "" then
+    return ""
+  end
+  return "%#" .. M.status_highlight(session_id) .. "#" .. text:gsub("%%", "%%%%") .. "%*"
+end
+
+--- Open sessions with their latest usage.
+---@return ctxd.Session[]
+function M.sessions()
+  return sessions.list()
+end
+
+--- Restarts the daemon (sessions are resumed).
+function M.restart()
+  assert(client.state.config, "ctxd: setup() was not called")
+  client.start(client.state.config)
+end
+
+--- Stops the daemon for good (until `setup()` or `restart()`).
+---@param on_stopped? fun()
+function M.stop(on_stopped)
+  client.stop(on_stopped)
+end
+
+--- Pid of the running daemon, or nil.
+function M.pid()
+  return client.pid()
+end
+
+return M

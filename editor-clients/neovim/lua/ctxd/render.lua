@@ -1,0 +1,197 @@
+--- Everything the user sees about a session, as pure functions of the daemon's usage
+--- object (and of the `ctx/context` answer). No thresholds are recomputed here: the
+--- daemon already says the level, the percentages and the tokens left.
+---
+--- The VS Code client has the same functions in `src/render.ts`; both are checked
+--- against `editor-clients/fixtures/render-cases.json`, so the two editors show the
+--- same strings for the same usage.
+local M = {}
+
+---@alias ctxd.Level "ok"|"warning"|"compacting"|"blocked"
+
+---@class ctxd.Usage
+---@field tokens integer
+---@field reportedTokens integer
+---@field estimatedTokens integer
+---@field window integer
+---@field effectiveWindow integer
+---@field threshold integer
+---@field warning integer
+---@field blocked integer
+---@field percentUsed number
+---@field percentUntilCompact number
+---@field tokensUntilCompact integer
+---@field level ctxd.Level
+---@field autoCompactEnabled boolean
+---@field breakdown table
+
+--- `50060` -> `50,060`.
+---@param n number
+---@return string
+function M.format_count(n)
+  local digits = string.format("%d", math.floor(n))
+  local formatted = digits:reverse():gsub("(%d%d%d)", "%1,"):reverse()
+  return (formatted:gsub("^,", ""))
+end
+
+--- Short token counts: `999`, `16.9k`, `1.2M`, rounding half up at the tenth with
+--- integer arithmetic so that Lua and JavaScript agree on every input.
+---@param n number
+---@return string
+function M.format_tokens(n)
+  n = math.floor(n)
+  if n < 1000 then
+    return tostring(n)
+  end
+  local tenths_k = math.floor((n + 50) / 100)
+  if tenths_k < 10000 then
+    return string.format("%d.%dk", math.floor(tenths_k / 10), tenths_k % 10)
+  end
+  local tenths_m = math.floor((n + 50000) / 100000)
+  return string.format("%d.%dM", math.floor(tenths_m / 10), tenths_m % 10)
+end
+
+local function percent(p)
+  return string.format("%.1f", p)
+end
+
+--- The status text shared by both editors, e.g. `ctx 62.6% · 16.9k to compact`.
+---@param usage ctxd.Usage
+---@return string
+function M.status_text(usage)
+  local used = "ctx " .. percent(usage.percentUsed) .. "%"
+  if usage.level == "compacting" then
+    return used .. " · compacting"
+  elseif usage.level == "blocked" then
+    return used .. " · blocked"
+  elseif not usage.autoCompactEnabled then
+    return used .. " · auto-compact off"
+  end
+  return used .. " · " .. M.format_tokens(usage.tokensUntilCompact) .. " to compact"
+end
+
+--- Highlight group for a level (linked to the Diagnostic groups in `setup`).
+---@param level ctxd.Level
+---@return string
+function M.level_highlight(level)
+  return ({ ok = "CtxdOk", warning = "CtxdWarning", compacting = "CtxdCompacting", blocked = "CtxdBlocked" })[level]
+    or "CtxdOk"
+end
+
+--- Levels, window and threshold, one `{label, value}` row each.
+---@param usage ctxd.Usage
+---@return string[][]
+function M.summary_rows(usage)
+  local f = M.format_count
+  local auto_compact_at = f(usage.threshold)
+  if not usage.autoCompactEnabled then
+    auto_compact_at = auto_compact_at .. " (auto-compact off)"
+  end
+  return {
+    { "Level", usage.level },
+    {
+      "Tokens",
+      string.format("%s (reported %s, estimated %s)", f(usage.tokens), f(usage.reportedTokens), f(usage.estimatedTokens)),
+    },
+    { "Used", percent(usage.percentUsed) .. "% of the effective window" },
+    { "Window", string.format("%s (effective %s)", f(usage.window), f(usage.effectiveWindow)) },
+    { "Warning at", f(usage.warning) },
+    { "Auto-compact at", auto_compact_at },
+    { "Blocked at", f(usage.blocked) },
+    { "Until compaction", string.format("%s (%s%%)", f(usage.tokensUntilCompact), percent(usage.percentUntilCompact)) },
+  }
+end
+
+--- Where the tokens go, one `{label, tokens}` row per category.
+---@param usage ctxd.Usage
+---@return string[][]
+function M.breakdown_rows(usage)
+  local b = usage.breakdown
+  local rows = {
+    { "System prompt", b.systemPrompt },
+    { "Tools", b.tools },
+    { "Memory files", b.memoryFiles },
+    { "Skills", b.skills },
+    { "Messages: tool results", b.messages.toolResults },
+    { "Messages: summaries", b.messages.summaries },
+    { "Messages: other", b.messages.other },
+    { "Free space", b.freeSpace },
+    { "Autocompact buffer", b.autocompactBuffer },
+  }
+  return vim.tbl_map(function(row)
+    return { row[1], M.format_count(row[2]) }
+  end, rows)
+end
+
+--- Memory files as `{path, kind, tokens, status}`.
+---@param context { memoryFiles: table[] }
+---@return string[][]
+function M.memory_file_rows(context)
+  return vim.tbl_map(function(f)
+    return { f.path, f.kind, M.format_count(f.tokens), f.status }
+  end, context.memoryFiles)
+end
+
+--- Rules waiting for a matching path, as `{path, globs}`.
+---@param context { pendingRules: table[] }
+---@return string[][]
+function M.pending_rule_rows(context)
+  return vim.tbl_map(function(r)
+    return { r.path, table.concat(r.paths, ", ") }
+  end, context.pendingRules)
+end
+
+--- Rows as aligned text lines, indented by two spaces.
+---@param rows string[][]
+---@return string[]
+local function aligned(rows)
+  local widths = {}
+  for _, row in ipairs(rows) do
+    for i, cell in ipairs(row) do
+      widths[i] = math.max(widths[i] or 0, vim.fn.strdisplaywidth(cell))
+    end
+  end
+  return vim.tbl_map(function(row)
+    local cells = {}
+    for i, cell in ipairs(row) do
+      local pad = i < #row and string.rep(" ", widths[i] - vim.fn.strdisplaywidth(cell)) or ""
+      cells[i] = cell .. pad
+    end
+    return "  " .. table.concat(cells, "  ")
+  end, rows)
+end
+
+--- The lines of the context window. `context` is the `ctx/context` answer, or only
+--- `{ usage = … }` when the daemon does not have `ctx/context` yet; `note` says so.
+---@param session_id string
+---@param context { usage: ctxd.Usage, memoryFiles?: table[], pendingRules?: table[] }
+---@param note? string
+---@return string[]
+function M.context_lines(session_id, context, note)
+  local lines = { "ctxd context: " .. session_id, "" }
+  if note then
+    vim.list_extend(lines, { note, "" })
+  end
+  vim.list_extend(lines, { M.status_text(context.usage), "" })
+  vim.list_extend(lines, aligned(M.summary_rows(context.usage)))
+  vim.list_extend(lines, { "", "Breakdown" })
+  vim.list_extend(lines, aligned(M.breakdown_rows(context.usage)))
+  if context.memoryFiles then
+    vim.list_extend(lines, { "", "Memory files" })
+    if #context.memoryFiles == 0 then
+      table.insert(lines, "  none loaded")
+    else
+      vim.list_extend(lines, aligned(M.memory_file_rows(context)))
+    end
+  end
+  if context.pendingRules and #context.pendingRules > 0 then
+    vim.list_extend(lines, { "", "Pending rules" })
+    vim.list_extend(lines, aligned(M.pending_rule_rows(context)))
+  end
+  return lines
+end
+
+--- The status while the daemon is down and restarting.
+M.DAEMON_DOWN_TEXT = "ctxd restarting"
+
+return M

@@ -1,0 +1,64 @@
+-- Rendering is a pure function of the usage object; the cases are shared with VS Code.
+local t = require("minitest")
+local render = require("ctxd.render")
+local config = require("ctxd.config")
+
+local cases = vim.json.decode(table.concat(vim.fn.readfile(test_env.fixtures .. "/render-cases.json"), "\n"))
+
+describe("shared render cases", function()
+  it("formats token counts", function()
+    for _, c in ipairs(cases.formatTokens) do
+      t.eq(c[2], render.format_tokens(c[1]), "format_tokens(" .. c[1] .. ")")
+    end
+  end)
+
+  for _, c in ipairs(cases.usageCases) do
+    it("renders " .. c.name, function()
+      t.eq(c.statusText, render.status_text(c.usage), "status text")
+      t.eq(c.summaryRows, render.summary_rows(c.usage), "summary rows")
+      t.eq(c.breakdownRows, render.breakdown_rows(c.usage), "breakdown rows")
+    end)
+  end
+
+  it("renders memory files and pending rules", function()
+    local c = cases.contextCase
+    t.eq(c.memoryFileRows, render.memory_file_rows(c.context))
+    t.eq(c.pendingRuleRows, render.pending_rule_rows(c.context))
+  end)
+end)
+
+describe("context lines", function()
+  it("lists memory files with their sizes when ctx/context gives them", function()
+    local lines = render.context_lines("s-1", cases.contextCase.context)
+    t.eq("ctxd context: s-1", lines[1])
+    t.truthy(vim.tbl_contains(lines, "Memory files"))
+    t.truthy(vim.tbl_contains(lines, "  /home/dev/project/CLAUDE.md              project  1,428  loaded"), vim.inspect(lines))
+    t.truthy(vim.tbl_contains(lines, "Pending rules"))
+  end)
+
+  it("shows the note and no memory files when only a usage is known", function()
+    local lines = render.context_lines("s-1", { usage = cases.usageCases[1].usage }, "only usage")
+    t.eq({ "ctxd context: s-1", "", "only usage", "", "ctx 0.0% · 67.0k to compact", "" }, vim.list_slice(lines, 1, 6))
+    t.truthy(not vim.tbl_contains(lines, "Memory files"))
+  end)
+end)
+
+describe("config", function()
+  it("builds the default command from bin and log_file", function()
+    local c = config.resolve({ bin = "/opt/ctxd", log_file = "/tmp/x.log", state_dir = "/tmp/s" })
+    t.eq({ "/opt/ctxd", "serve", "--log-file", "/tmp/x.log", "--state-dir", "/tmp/s" }, c.cmd)
+    t.eq("/tmp/x.log", config.log_path(c))
+  end)
+
+  it("leaves empty settings out of initializationOptions (they would encode as [])", function()
+    t.eq(nil, config.init_options(config.resolve({ cmd = { "ctxd" } })))
+    t.eq({ settings = { autoCompactWindow = 1000 } }, config.init_options(config.resolve({ cmd = { "ctxd" }, settings = { autoCompactWindow = 1000 } })))
+  end)
+
+  it("finds the log from the daemon's state dir when cmd names no log file", function()
+    local c = config.resolve({ cmd = { "ctxd", "serve" } })
+    t.eq(nil, config.log_path(c))
+    t.eq("/s/logs/ctxd.log", config.log_path(c, "/s"))
+    t.eq("/l.log", config.log_path(config.resolve({ cmd = { "ctxd", "--log-file=/l.log" } })))
+  end)
+end)

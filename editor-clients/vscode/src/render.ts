@@ -1,0 +1,196 @@
+/**
+ * Everything the user sees about a session, as pure functions of the daemon's usage
+ * object (and of the `ctx/context` answer). No thresholds are recomputed here: the
+ * daemon already says the level, the percentages and the tokens left; these functions
+ * only format them.
+ *
+ * The Neovim client has the same functions in `lua/ctxd/render.lua`; both are checked
+ * against `editor-clients/fixtures/render-cases.json`, so the two editors show the same
+ * strings for the same usage.
+ */
+import type { ContextResult, Level, Usage } from "./lsp_ext";
+
+/** A label and its formatted value. */
+export type Row = [string, string];
+
+/** `50060` → `50,060`. */
+export function formatCount(n: number): string {
+    const digits = String(Math.trunc(n));
+    return digits.replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+}
+
+/**
+ * Short token counts: `999`, `16.9k`, `1.2M`. Rounds half up at the tenth with integer
+ * arithmetic, so JavaScript and Lua agree on every input.
+ */
+export function formatTokens(n: number): string {
+    if (n < 1000) {
+        return String(Math.trunc(n));
+    }
+    const tenthsOfK = Math.floor((n + 50) / 100);
+    if (tenthsOfK < 10000) {
+        return `${Math.floor(tenthsOfK / 10)}.${tenthsOfK % 10}k`;
+    }
+    const tenthsOfM = Math.floor((n + 50000) / 100000);
+    return `${Math.floor(tenthsOfM / 10)}.${tenthsOfM % 10}M`;
+}
+
+function percent(p: number): string {
+    return p.toFixed(1);
+}
+
+/** The status text shared by both editors, e.g. `ctx 62.6% · 16.9k to compact`. */
+export function statusText(usage: Usage): string {
+    const used = `ctx ${percent(usage.percentUsed)}%`;
+    switch (usage.level) {
+        case "compacting":
+            return `${used} · compacting`;
+        case "blocked":
+            return `${used} · blocked`;
+        case "ok":
+        case "warning":
+            if (!usage.autoCompactEnabled) {
+                return `${used} · auto-compact off`;
+            }
+            return `${used} · ${formatTokens(usage.tokensUntilCompact)} to compact`;
+    }
+}
+
+/** Codicon shown before the status text; the compacting one spins. */
+export function levelIcon(level: Level): string {
+    switch (level) {
+        case "ok":
+            return "$(dashboard)";
+        case "warning":
+            return "$(warning)";
+        case "compacting":
+            return "$(sync~spin)";
+        case "blocked":
+            return "$(error)";
+    }
+}
+
+/**
+ * Theme colour id for the status bar item's background. VS Code only honours the
+ * warning and error backgrounds there, so `ok` has none.
+ */
+export function levelBackground(level: Level): string | undefined {
+    switch (level) {
+        case "ok":
+            return undefined;
+        case "warning":
+        case "compacting":
+            return "statusBarItem.warningBackground";
+        case "blocked":
+            return "statusBarItem.errorBackground";
+    }
+}
+
+/** The whole status bar label: icon and text. */
+export function statusBarText(usage: Usage): string {
+    return `${levelIcon(usage.level)} ${statusText(usage)}`;
+}
+
+/** Levels, window and threshold, one row each. */
+export function summaryRows(usage: Usage): Row[] {
+    const autoCompactAt = usage.autoCompactEnabled
+        ? formatCount(usage.threshold)
+        : `${formatCount(usage.threshold)} (auto-compact off)`;
+    return [
+        ["Level", usage.level],
+        [
+            "Tokens",
+            `${formatCount(usage.tokens)} (reported ${formatCount(usage.reportedTokens)}, estimated ${formatCount(usage.estimatedTokens)})`,
+        ],
+        ["Used", `${percent(usage.percentUsed)}% of the effective window`],
+        ["Window", `${formatCount(usage.window)} (effective ${formatCount(usage.effectiveWindow)})`],
+        ["Warning at", formatCount(usage.warning)],
+        ["Auto-compact at", autoCompactAt],
+        ["Blocked at", formatCount(usage.blocked)],
+        ["Until compaction", `${formatCount(usage.tokensUntilCompact)} (${percent(usage.percentUntilCompact)}%)`],
+    ];
+}
+
+/** Where the tokens go, one row per category. */
+export function breakdownRows(usage: Usage): Row[] {
+    const b = usage.breakdown;
+    const rows: [string, number][] = [
+        ["System prompt", b.systemPrompt],
+        ["Tools", b.tools],
+        ["Memory files", b.memoryFiles],
+        ["Skills", b.skills],
+        ["Messages: tool results", b.messages.toolResults],
+        ["Messages: summaries", b.messages.summaries],
+        ["Messages: other", b.messages.other],
+        ["Free space", b.freeSpace],
+        ["Autocompact buffer", b.autocompactBuffer],
+    ];
+    return rows.map(([label, tokens]) => [label, formatCount(tokens)]);
+}
+
+/** Memory files as `[path, kind, tokens, status]`. */
+export function memoryFileRows(context: Pick<ContextResult, "memoryFiles">): [string, string, string, string][] {
+    return context.memoryFiles.map((f) => [f.path, f.kind, formatCount(f.tokens), f.status]);
+}
+
+/** Rules waiting for a matching path, as `[path, globs]`. */
+export function pendingRuleRows(context: Pick<ContextResult, "pendingRules">): Row[] {
+    return context.pendingRules.map((r) => [r.path, r.paths.join(", ")]);
+}
+
+function escapeMarkdown(text: string): string {
+    return text.replace(/[\\`*_[\]|<>]/g, "\\$&");
+}
+
+function markdownTable(header: string[], rows: string[][]): string[] {
+    const line = (cells: string[]) => `| ${cells.join(" | ")} |`;
+    return [line(header), line(header.map(() => "---")), ...rows.map((r) => line(r.map(escapeMarkdown)))];
+}
+
+/** Markdown for the status bar tooltip: summary, then the breakdown. */
+export function statusTooltip(sessionId: string, usage: Usage): string {
+    return [
+        `**ctxd session** \`${sessionId}\``,
+        "",
+        ...markdownTable(["", ""], summaryRows(usage)),
+        "",
+        "**Breakdown**",
+        "",
+        ...markdownTable(["Category", "Tokens"], breakdownRows(usage)),
+        "",
+        "Click for the full context view.",
+    ].join("\n");
+}
+
+/**
+ * The context view's document (markdown). `context` is the `ctx/context` answer, or
+ * only a usage when the daemon does not have `ctx/context` yet; `note` says so.
+ */
+export function contextDocument(
+    sessionId: string,
+    context: { usage: Usage } & Partial<Pick<ContextResult, "memoryFiles" | "pendingRules">>,
+    note?: string,
+): string {
+    const lines = [`# ctxd context: ${sessionId}`, ""];
+    if (note !== undefined) {
+        lines.push(`> ${note}`, "");
+    }
+    lines.push(`**${statusText(context.usage)}**`, "");
+    lines.push(...markdownTable(["", ""], summaryRows(context.usage)), "");
+    lines.push("## Breakdown", "", ...markdownTable(["Category", "Tokens"], breakdownRows(context.usage)), "");
+    if (context.memoryFiles !== undefined) {
+        lines.push("## Memory files", "");
+        if (context.memoryFiles.length === 0) {
+            lines.push("None loaded.", "");
+        } else {
+            lines.push(...markdownTable(["Path", "Kind", "Tokens", "Status"], memoryFileRows({ memoryFiles: context.memoryFiles })), "");
+        }
+    }
+    if (context.pendingRules !== undefined && context.pendingRules.length > 0) {
+        lines.push("## Pending rules", "", ...markdownTable(["Rule", "Applies to"], pendingRuleRows({ pendingRules: context.pendingRules })), "");
+    }
+    return lines.join("\n");
+}
+
+/** The status bar label while the daemon is down (no usage to show). */
+export const DAEMON_DOWN_TEXT = "$(debug-disconnect) ctxd restarting";

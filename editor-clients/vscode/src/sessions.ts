@@ -1,0 +1,218 @@
+/**
+ * The sessions this editor opened on ctxd, and the API other extensions call.
+ *
+ * `CtxdSessions` is the only place that sends `ctx/` requests. It does not know about
+ * `vscode` nor about how the daemon runs: it talks through a `Connection` (the
+ * extension adapts its `LanguageClient`, the tests a `vscode-jsonrpc` connection to a
+ * real `ctxd`). It remembers each open session's `cwd` and `model` so that after the
+ * daemon restarts `reopenAll` can resume them by id.
+ *
+ * **Invariant:** the usage a listener sees is exactly what the daemon sent (from
+ * `ctx/usageChanged`, or the `ctx/openSession` answer that starts a session); nothing
+ * here computes levels or thresholds.
+ */
+import { Disposable, Emitter, Event, RequestType } from "vscode-jsonrpc";
+
+import * as ext from "./lsp_ext";
+
+/** What `CtxdSessions` needs from a JSON-RPC connection to the daemon. */
+export interface Connection {
+    request<R>(method: string, params: unknown): Promise<R>;
+    onNotification(method: string, handler: (params: unknown) => void): Disposable;
+}
+
+/** One open session as the editor knows it. */
+export interface SessionInfo {
+    sessionId: string;
+    cwd: string;
+    model: string;
+    /** The latest usage the daemon sent, if any. */
+    usage?: ext.Usage;
+}
+
+/**
+ * The API `activate()` returns, for the host agent extension:
+ *
+ * ```ts
+ * const ctxd = vscode.extensions.getExtension<CtxdApi>("ctxd.ctxd")!.exports;
+ * const { sessionId } = await ctxd.openSession({ cwd, model });
+ * ctxd.onUsageChanged(({ usage }) => …);
+ * await ctxd.append(sessionId, [record]);
+ * ```
+ */
+export interface CtxdApi {
+    /** Bumped when a member is renamed or removed. */
+    readonly apiVersion: 1;
+    openSession(params: ext.OpenSessionParams): Promise<ext.OpenSessionResult>;
+    append(sessionId: string, records: ext.TranscriptRecord[]): Promise<ext.AppendResult>;
+    assemble(params: ext.AssembleParams): Promise<ext.AssembleResult>;
+    usage(sessionId: string): Promise<ext.Usage>;
+    compact(sessionId: string, instructions?: string): Promise<ext.CompactResult>;
+    context(sessionId: string): Promise<ext.ContextResult>;
+    setAutoCompactWindow(model: string, window: number | "auto"): Promise<ext.SetAutoCompactWindowResult>;
+    /** Starts a new empty session in place of `sessionId`; returns the new id. */
+    clear(sessionId: string): Promise<string>;
+    closeSession(sessionId: string): Promise<void>;
+    /** Any `ctx/` method, for what this API does not wrap yet. */
+    request<R = unknown>(method: string, params: unknown): Promise<R>;
+    /** Open sessions with their latest usage. */
+    sessions(): SessionInfo[];
+    readonly onUsageChanged: Event<ext.UsageChangedParams>;
+    readonly onCompacted: Event<ext.CompactedParams>;
+    readonly onCompactFailed: Event<ext.CompactFailedParams>;
+    readonly onContextChanged: Event<ext.ContextChangedParams>;
+    /** A session was opened, cleared into a new id, or closed. */
+    readonly onSessionsChanged: Event<void>;
+}
+
+export class CtxdSessions implements CtxdApi {
+    readonly apiVersion = 1 as const;
+
+    private readonly open = new Map<string, SessionInfo>();
+    private connection: Connection | undefined;
+    private subscriptions: Disposable[] = [];
+    /** Settles when `reopenAll` is done; requests wait for it so none meets "not open". */
+    private reopened: Promise<void> = Promise.resolve();
+
+    private readonly usageEmitter = new Emitter<ext.UsageChangedParams>();
+    private readonly compactedEmitter = new Emitter<ext.CompactedParams>();
+    private readonly compactFailedEmitter = new Emitter<ext.CompactFailedParams>();
+    private readonly contextChangedEmitter = new Emitter<ext.ContextChangedParams>();
+    private readonly sessionsEmitter = new Emitter<void>();
+
+    readonly onUsageChanged = this.usageEmitter.event;
+    readonly onCompacted = this.compactedEmitter.event;
+    readonly onCompactFailed = this.compactFailedEmitter.event;
+    readonly onContextChanged = this.contextChangedEmitter.event;
+    readonly onSessionsChanged = this.sessionsEmitter.event;
+
+    /** Routes the daemon's notifications from `connection` to this object's events. */
+    attach(connection: Connection): void {
+        this.detach();
+        this.connection = connection;
+        const on = <P>(type: { method: string }, handler: (params: P) => void) =>
+            this.subscriptions.push(connection.onNotification(type.method, (params) => handler(params as P)));
+        on<ext.UsageChangedParams>(ext.usageChanged, (p) => this.setUsage(p.sessionId, p.usage));
+        on<ext.CompactedParams>(ext.compacted, (p) => this.compactedEmitter.fire(p));
+        on<ext.CompactFailedParams>(ext.compactFailed, (p) => this.compactFailedEmitter.fire(p));
+        on<ext.ContextChangedParams>(ext.contextChanged, (p) => this.contextChangedEmitter.fire(p));
+    }
+
+    detach(): void {
+        for (const s of this.subscriptions) {
+            s.dispose();
+        }
+        this.subscriptions = [];
+        this.connection = undefined;
+    }
+
+    /** Resumes every session this editor had open (after the daemon restarted). */
+    reopenAll(): Promise<void> {
+        const connection = this.connection;
+        if (connection === undefined) {
+            return Promise.resolve();
+        }
+        const reopen = [...this.open.values()].map((s) =>
+            connection
+                .request<ext.OpenSessionResult>(ext.openSession.method, { cwd: s.cwd, model: s.model, sessionId: s.sessionId })
+                .then(
+                    (result) => this.setUsage(result.sessionId, result.usage),
+                    () => undefined,
+                ),
+        );
+        this.reopened = Promise.all(reopen).then(() => undefined);
+        return this.reopened;
+    }
+
+    sessions(): SessionInfo[] {
+        return [...this.open.values()].map((s) => ({ ...s }));
+    }
+
+    /** The latest usage of `sessionId` that the daemon sent. */
+    latestUsage(sessionId: string): ext.Usage | undefined {
+        return this.open.get(sessionId)?.usage;
+    }
+
+    async openSession(params: ext.OpenSessionParams): Promise<ext.OpenSessionResult> {
+        const result = await this.send(ext.openSession, params);
+        const known = this.open.get(result.sessionId);
+        this.open.set(result.sessionId, { sessionId: result.sessionId, cwd: params.cwd, model: params.model, usage: known?.usage });
+        this.sessionsEmitter.fire();
+        this.setUsage(result.sessionId, result.usage);
+        return result;
+    }
+
+    append(sessionId: string, records: ext.TranscriptRecord[]): Promise<ext.AppendResult> {
+        return this.send(ext.append, { sessionId, records });
+    }
+
+    assemble(params: ext.AssembleParams): Promise<ext.AssembleResult> {
+        return this.send(ext.assemble, params);
+    }
+
+    async usage(sessionId: string): Promise<ext.Usage> {
+        return (await this.send(ext.usage, { sessionId })).usage;
+    }
+
+    compact(sessionId: string, instructions?: string): Promise<ext.CompactResult> {
+        const params: ext.CompactParams = instructions ? { sessionId, instructions } : { sessionId };
+        return this.send(ext.compact, params);
+    }
+
+    context(sessionId: string): Promise<ext.ContextResult> {
+        return this.send(ext.context, { sessionId });
+    }
+
+    setAutoCompactWindow(model: string, window: number | "auto"): Promise<ext.SetAutoCompactWindowResult> {
+        return this.send(ext.setAutoCompactWindow, { model, window });
+    }
+
+    async clear(sessionId: string): Promise<string> {
+        const result = await this.send(ext.clear, { sessionId });
+        const old = this.open.get(sessionId);
+        if (old !== undefined) {
+            this.open.delete(sessionId);
+            this.open.set(result.sessionId, { sessionId: result.sessionId, cwd: old.cwd, model: old.model });
+            this.sessionsEmitter.fire();
+        }
+        return result.sessionId;
+    }
+
+    async closeSession(sessionId: string): Promise<void> {
+        try {
+            await this.send(ext.closeSession, { sessionId });
+        } finally {
+            if (this.open.delete(sessionId)) {
+                this.sessionsEmitter.fire();
+            }
+        }
+    }
+
+    async request<R = unknown>(method: string, params: unknown): Promise<R> {
+        await this.reopened;
+        if (this.connection === undefined) {
+            throw new Error(`ctxd is not running; ${method} was not sent`);
+        }
+        return this.connection.request<R>(method, params);
+    }
+
+    dispose(): void {
+        this.detach();
+        for (const e of [this.usageEmitter, this.compactedEmitter, this.compactFailedEmitter, this.contextChangedEmitter]) {
+            e.dispose();
+        }
+        this.sessionsEmitter.dispose();
+    }
+
+    private send<P, R>(type: RequestType<P, R, void>, params: P): Promise<R> {
+        return this.request<R>(type.method, params);
+    }
+
+    private setUsage(sessionId: string, usage: ext.Usage): void {
+        const session = this.open.get(sessionId);
+        if (session !== undefined) {
+            session.usage = usage;
+        }
+        this.usageEmitter.fire({ sessionId, usage });
+    }
+}

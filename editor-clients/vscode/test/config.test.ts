@@ -1,0 +1,110 @@
+/** Settings → daemon command line, environment and initializationOptions; package.json contributions. */
+import * as assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { describe, it } from "node:test";
+
+import {
+    daemonEnv,
+    daemonSettings,
+    findExecutable,
+    initializationOptions,
+    readConfig,
+    SETTING_KEYS,
+    type SettingKey,
+    serveArgs,
+} from "../src/config";
+import { packageRoot } from "./support/daemon";
+
+function reader(values: Partial<Record<SettingKey, unknown>>) {
+    return (key: SettingKey) => values[key];
+}
+
+describe("readConfig", () => {
+    it("defaults to ctxd from PATH and the daemon's own window", () => {
+        const config = readConfig(reader({}));
+        assert.deepEqual(config, {
+            serverPath: "ctxd",
+            stateDir: undefined,
+            logLevel: "info",
+            autoCompactWindow: "auto",
+            autoCompactEnabled: true,
+            idleCompaction: false,
+            provider: undefined,
+            model: undefined,
+        });
+        assert.deepEqual(initializationOptions(config), {
+            settings: { autoCompactEnabled: true, idleCompaction: false, logLevel: "info" },
+        });
+        assert.deepEqual(serveArgs(config), ["serve", "--log-stderr"]);
+        assert.deepEqual(daemonEnv(config), { CTXD_LOG: "info" });
+    });
+
+    it("passes every setting on to the daemon", () => {
+        const config = readConfig(
+            reader({
+                path: "~/bin/ctxd",
+                stateDir: "/var/ctxd",
+                logLevel: "debug",
+                autoCompactWindow: 200_000,
+                autoCompactEnabled: false,
+                idleCompaction: true,
+                provider: "anthropic",
+                model: "claude-haiku-4-5",
+            }),
+        );
+        assert.equal(config.serverPath, path.join(os.homedir(), "bin/ctxd"));
+        assert.deepEqual(initializationOptions(config), {
+            stateDir: "/var/ctxd",
+            settings: {
+                autoCompactEnabled: false,
+                idleCompaction: true,
+                logLevel: "debug",
+                autoCompactWindow: 200_000,
+                provider: "anthropic",
+                model: "claude-haiku-4-5",
+            },
+        });
+        assert.deepEqual(serveArgs(config), ["serve", "--log-stderr", "--state-dir", "/var/ctxd"]);
+        assert.deepEqual(daemonEnv(config), { CTXD_LOG: "debug" });
+    });
+
+    it("ignores values of the wrong type", () => {
+        const config = readConfig(reader({ path: "  ", logLevel: "loud", autoCompactWindow: "huge" }));
+        assert.equal(config.serverPath, "ctxd");
+        assert.equal(config.logLevel, "info");
+        assert.equal(daemonSettings(config).autoCompactWindow, undefined);
+    });
+});
+
+describe("findExecutable", () => {
+    it("finds a command on the search path, and checks a path as given", () => {
+        const dir = fs.mkdtempSync(path.join(os.tmpdir(), "ctxd-find-"));
+        const exe = path.join(dir, "ctxd");
+        fs.writeFileSync(exe, "#!/bin/sh\n", { mode: 0o755 });
+        fs.writeFileSync(path.join(dir, "plain"), "", { mode: 0o644 });
+        assert.equal(findExecutable("ctxd", `/nonexistent${path.delimiter}${dir}`), exe);
+        assert.equal(findExecutable(exe, ""), exe);
+        assert.equal(findExecutable("plain", dir), undefined);
+        assert.equal(findExecutable(path.join(dir, "missing"), ""), undefined);
+    });
+});
+
+describe("package.json", () => {
+    const manifest = JSON.parse(fs.readFileSync(path.join(packageRoot, "package.json"), "utf8"));
+
+    it("contributes every setting, each with a description", () => {
+        const properties: Record<string, { markdownDescription?: string; description?: string }> =
+            manifest.contributes.configuration.properties;
+        assert.deepEqual(Object.keys(properties).sort(), SETTING_KEYS.map((k) => `ctxd.${k}`).sort());
+        for (const [key, property] of Object.entries(properties)) {
+            assert.ok((property.markdownDescription ?? property.description ?? "").length > 20, `${key} has a description`);
+        }
+    });
+
+    it("activates without a workspace and runs from the compiled entry point", () => {
+        assert.equal(manifest.main, "./out/src/extension.js");
+        assert.ok(fs.existsSync(path.join(packageRoot, manifest.main)), "compiled before testing");
+    });
+});

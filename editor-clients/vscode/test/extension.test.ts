@@ -1,0 +1,101 @@
+/**
+ * The whole extension: `activate()` with the stand-in `vscode` module, its real
+ * `LanguageClient` starting the real ctxd, the API another extension would call, and a
+ * crash of the daemon followed by the client's restart.
+ */
+import "./support/installVscode";
+
+import * as assert from "node:assert/strict";
+import * as path from "node:path";
+import { after, before, describe, it } from "node:test";
+
+import type { CtxdApi } from "../src/extension";
+import * as extension from "../src/extension";
+import type { UsageChangedParams } from "../src/lsp_ext";
+import { DAEMON_DOWN_TEXT } from "../src/render";
+import { ctxdBin, tempStateDir } from "./support/daemon";
+import { childPids } from "./support/processes";
+import { assistantRecord, userRecord } from "./support/records";
+import { fake } from "./support/vscode";
+import { waitFor } from "./support/wait";
+
+const MODEL = "claude-sonnet-4-5-20250929";
+/** The daemon's process name as /proc shows it (at most 15 characters). */
+const daemonName = path.basename(ctxdBin()).slice(0, 15);
+
+describe("activate() on a real ctxd", () => {
+    const subscriptions: { dispose(): unknown }[] = [];
+    let api: CtxdApi;
+    let changes: UsageChangedParams[];
+
+    before(async () => {
+        fake.reset();
+        fake.config = { path: ctxdBin(), stateDir: tempStateDir(), autoCompactWindow: 100_000, logLevel: "debug" };
+        api = await extension.activate({ subscriptions } as never);
+        changes = [];
+        api.onUsageChanged((c) => changes.push(c));
+    });
+    after(async () => {
+        for (const s of subscriptions) {
+            await s.dispose();
+        }
+    });
+
+    it("starts the daemon with the settings and returns the API", () => {
+        assert.deepEqual(fake.messages, [], "no error on start");
+        assert.equal(api.apiVersion, 1);
+        assert.equal(childPids(daemonName).length, 1);
+        const [log] = fake.outputChannels;
+        assert.equal(log.name, "ctxd");
+        assert.ok(log.lines.some((l) => l.startsWith("[info] ctxd: ctxd starting")), "daemon log in the channel");
+    });
+
+    it("opens a session, shows its status bar item, and follows ctx/usageChanged", async () => {
+        const { sessionId, usage } = await api.openSession({ cwd: process.cwd(), model: MODEL });
+        assert.equal(usage.window, 100_000, "autoCompactWindow reached the daemon");
+        const item = fake.statusBarItems.find((i) => i.id === `ctxd.session.${sessionId}`);
+        assert.ok(item);
+        assert.equal(item.text, "$(dashboard) ctx 0.0% · 67.0k to compact");
+        const user = userRecord("hi");
+        await api.append(sessionId, [user, assistantRecord(50_060, user.uuid as string)]);
+        await waitFor("the status bar at 62.6%", () => (item.text.includes("62.6%") ? true : undefined));
+        assert.equal(item.text, "$(warning) ctx 62.6% · 16.9k to compact");
+    });
+
+    it("sends changed settings with workspace/didChangeConfiguration", async () => {
+        fake.config.autoCompactEnabled = false;
+        fake.configurationChanged.fire({ affectsConfiguration: (section) => section === "ctxd" || section === "ctxd.autoCompactEnabled" });
+        const [log] = fake.outputChannels;
+        // The daemon logs that it received the notification (it does not act on it yet).
+        await waitFor("the daemon to see didChangeConfiguration", () =>
+            log.lines.some((l) => l.includes("didChangeConfiguration")) ? true : undefined,
+        );
+    });
+
+    it("shows the log on command", async () => {
+        await fake.commands.get("ctxd.showLog")?.();
+        assert.equal(fake.outputShown, 1);
+    });
+
+    it("restarts a crashed daemon and resumes the session; the status bar follows again", async () => {
+        const [sessionId] = api.sessions().map((s) => s.sessionId);
+        const item = fake.statusBarItems.find((i) => i.id === `ctxd.session.${sessionId}`);
+        assert.ok(item);
+        const [pid] = childPids(daemonName);
+        process.kill(pid, "SIGKILL");
+        await waitFor("a new daemon", () => {
+            const pids = childPids(daemonName);
+            return pids.length === 1 && pids[0] !== pid ? true : undefined;
+        });
+        await waitFor("the session resumed", () => {
+            const down = item.texts.lastIndexOf(DAEMON_DOWN_TEXT);
+            return down >= 0 && item.texts.slice(down).some((t) => t.includes("62.6%")) ? true : undefined;
+        });
+        const before = changes.length;
+        const user = userRecord("after the crash");
+        await api.append(sessionId, [user, assistantRecord(60_000, user.uuid as string)]);
+        await waitFor("the status bar at 75.0%", () => (item.text.includes("75.0%") ? true : undefined));
+        assert.ok(changes.length > before);
+        assert.equal(item.text, "$(warning) ctx 75.0% · 7.0k to compact");
+    });
+});

@@ -1,0 +1,94 @@
+/** Rendering is a pure function of the usage object; the cases are shared with Neovim. */
+import * as assert from "node:assert/strict";
+import { describe, it } from "node:test";
+
+import {
+    breakdownRows,
+    contextDocument,
+    formatCount,
+    formatTokens,
+    levelBackground,
+    levelIcon,
+    memoryFileRows,
+    pendingRuleRows,
+    statusBarText,
+    statusText,
+    statusTooltip,
+    summaryRows,
+} from "../src/render";
+import { renderCases, usageCase } from "./support/fixtures";
+
+describe("shared render cases", () => {
+    it("formats token counts", () => {
+        for (const [n, expected] of renderCases.formatTokens) {
+            assert.equal(formatTokens(n), expected, `formatTokens(${n})`);
+        }
+    });
+
+    for (const c of renderCases.usageCases) {
+        it(`renders ${c.name}`, () => {
+            assert.equal(statusText(c.usage), c.statusText);
+            assert.deepEqual(summaryRows(c.usage), c.summaryRows);
+            assert.deepEqual(breakdownRows(c.usage), c.breakdownRows);
+        });
+    }
+
+    it("renders memory files and pending rules", () => {
+        const { context, memoryFileRows: files, pendingRuleRows: rules } = renderCases.contextCase;
+        assert.deepEqual(memoryFileRows(context), files);
+        assert.deepEqual(pendingRuleRows(context), rules);
+    });
+});
+
+describe("status bar rendering", () => {
+    it("puts the level's icon before the shared text, spinning while compacting", () => {
+        assert.equal(statusBarText(usageCase("ok").usage), `$(dashboard) ${usageCase("ok").statusText}`);
+        assert.equal(statusBarText(usageCase("compacting").usage), "$(sync~spin) ctx 94.4% · compacting");
+        assert.equal(levelIcon("warning"), "$(warning)");
+        assert.equal(levelIcon("blocked"), "$(error)");
+    });
+
+    it("colours warning and compacting yellow, blocked red, ok not at all", () => {
+        assert.equal(levelBackground("ok"), undefined);
+        assert.equal(levelBackground("warning"), "statusBarItem.warningBackground");
+        assert.equal(levelBackground("compacting"), "statusBarItem.warningBackground");
+        assert.equal(levelBackground("blocked"), "statusBarItem.errorBackground");
+    });
+
+    it("lists window, threshold and breakdown in the tooltip", () => {
+        const c = usageCase("warning");
+        const tooltip = statusTooltip("s-1", c.usage);
+        assert.match(tooltip, /\*\*ctxd session\*\* `s-1`/);
+        assert.match(tooltip, /\| Window \| 100,000 \(effective 80,000\) \|/);
+        assert.match(tooltip, /\| Auto-compact at \| 67,000 \|/);
+        for (const [label, tokens] of c.breakdownRows) {
+            assert.ok(tooltip.includes(`| ${label} | ${tokens} |`), `tooltip row ${label}`);
+        }
+    });
+
+    it("formats counts with thousands separators", () => {
+        assert.equal(formatCount(0), "0");
+        assert.equal(formatCount(999), "999");
+        assert.equal(formatCount(1000), "1,000");
+        assert.equal(formatCount(1234567), "1,234,567");
+    });
+});
+
+describe("context document", () => {
+    it("shows memory files with their token sizes when ctx/context gives them", () => {
+        const { context } = renderCases.contextCase;
+        const doc = contextDocument("s-1", context);
+        assert.match(doc, /^# ctxd context: s-1/);
+        assert.match(doc, /## Memory files/);
+        assert.ok(doc.includes("| /home/dev/project/CLAUDE.md | project | 1,428 | loaded |"));
+        assert.match(doc, /## Pending rules/);
+        assert.ok(doc.includes("src/\\*\\*/\\*.rs, daemon/\\*\\*/\\*.rs"));
+    });
+
+    it("shows only the breakdown and a note when the daemon gave only a usage", () => {
+        const doc = contextDocument("s-1", { usage: usageCase("ok").usage }, "no ctx/context yet");
+        assert.match(doc, /> no ctx\/context yet/);
+        assert.match(doc, /## Breakdown/);
+        assert.doesNotMatch(doc, /## Memory files/);
+    });
+});
