@@ -4,12 +4,15 @@
 //! - [`server`]: the protocol surface, one handler per method (a table of contents).
 //! - [`session`]: one actor per open session; the registry that routes commands to them.
 //! - [`store`]: transcripts on disk (the truth) and the rebuildable sled index.
+//! - [`provider`]: who writes compaction summaries: Anthropic and OpenAI-compatible
+//!   endpoints over HTTP (streaming, retries, typed failures).
 //! - [`replay`], [`client`]: `ctxd replay`, driving a daemon the way an editor would.
 //! - [`paths`], [`logging`]: where state and logs go.
 
 pub mod client;
 pub mod logging;
 pub mod paths;
+pub mod provider;
 pub mod replay;
 pub mod server;
 pub mod session;

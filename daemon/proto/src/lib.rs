@@ -14,6 +14,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub mod schema;
+pub mod settings;
+
+pub use settings::Settings;
 
 /// A transcript record: one line of a Claude Code style JSONL transcript, as a JSON
 /// object. ctxd reads the fields it knows (`uuid`, `parentUuid`, `type`, `message`, …)
@@ -62,8 +65,12 @@ pub struct InitializationOptions {
     /// Where ctxd keeps its store; overrides the flag, `CTXD_STATE_DIR` and the XDG default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_dir: Option<String>,
-    /// Settings with the same keys as a settings file. An empty array is accepted as an
-    /// empty map (Lua encodes an empty table as `[]`).
+    /// Client data: the context window the client wants (below the environment and the
+    /// settings files in the resolution order, above the model default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_compact_window: Option<u64>,
+    /// Settings with the same keys as a settings file (`schemas/settings.json`). An empty
+    /// array is accepted as an empty map (Lua encodes an empty table as `[]`).
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "map_or_empty_list")]
     pub settings: Option<serde_json::Map<String, serde_json::Value>>,
 }

@@ -23,6 +23,7 @@ fn file<T: JsonSchema>(name: &str) -> SchemaFile {
 pub fn all() -> Vec<SchemaFile> {
     vec![
         file::<InitializationOptions>("initializationOptions"),
+        file::<Settings>("settings"),
         file::<CtxdCapabilities>("capabilities"),
         file::<OpenSessionParams>("ctx.openSession.params"),
         file::<OpenSessionResult>("ctx.openSession.result"),

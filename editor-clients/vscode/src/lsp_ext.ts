@@ -62,11 +62,15 @@ export interface CtxdCapabilities {
     methods: string[];
     notifications: string[];
     stateDir: string;
+    /** The daemon's process id. */
+    processId: number;
 }
 
 /** `initializationOptions` of `initialize`. */
 export interface InitializationOptions {
     stateDir?: string;
+    /** Client data: the window the client wants (below env and settings files). */
+    autoCompactWindow?: number;
     settings?: Record<string, unknown>;
 }
 

@@ -211,8 +211,14 @@ export class CtxdSessions implements CtxdApi {
     private setUsage(sessionId: string, usage: ext.Usage): void {
         const session = this.open.get(sessionId);
         if (session !== undefined) {
+            // The daemon pushes the opened state as well as answering with it: the same
+            // usage twice for a session already drawn is one change.
+            if (session.usage !== undefined && JSON.stringify(session.usage) === JSON.stringify(usage)) {
+                return;
+            }
             session.usage = usage;
         }
         this.usageEmitter.fire({ sessionId, usage });
     }
+
 }

@@ -23,8 +23,8 @@ const breakdownKeys = {
 const messageKeys = { toolResults: true, summaries: true, other: true } satisfies Keys<ext.MessageBreakdown>;
 const openResultKeys = { sessionId: true, resumed: true, records: true, diagnostics: true, usage: true } satisfies Keys<ext.OpenSessionResult>;
 const appendResultKeys = { appended: true, duplicates: true, records: true, usage: true } satisfies Keys<ext.AppendResult>;
-const capabilityKeys = { version: true, protocol: true, methods: true, notifications: true, stateDir: true } satisfies Keys<ext.CtxdCapabilities>;
-const initKeys = { stateDir: true, settings: true } satisfies Keys<ext.InitializationOptions>;
+const capabilityKeys = { version: true, protocol: true, methods: true, notifications: true, stateDir: true, processId: true } satisfies Keys<ext.CtxdCapabilities>;
+const initKeys = { stateDir: true, autoCompactWindow: true, settings: true } satisfies Keys<ext.InitializationOptions>;
 
 /** Properties of the schema named `name`, or of its `$defs` entry `def`. */
 function schemaKeys(name: string, def?: string): string[] {

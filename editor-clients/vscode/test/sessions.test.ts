@@ -36,7 +36,10 @@ describe("CtxdSessions on a real ctxd", () => {
         const opened = await sessions.openSession({ cwd: process.cwd(), model: MODEL });
         assert.equal(opened.resumed, false);
         assert.equal(opened.usage.window, 100_000);
-        assert.deepEqual(changes, [{ sessionId: opened.sessionId, usage: opened.usage }]);
+        // The daemon's push of the opened state may arrive before the answer or be
+        // folded into it; either way the last change is the opened usage.
+        assert.ok(changes.length >= 1 && changes.length <= 2, JSON.stringify(changes));
+        assert.deepEqual(changes[changes.length - 1], { sessionId: opened.sessionId, usage: opened.usage });
         assert.equal(statusText(opened.usage), "ctx 0.0% · 67.0k to compact");
         assert.deepEqual(sessions.sessions().map((s) => s.sessionId), [opened.sessionId]);
     });
@@ -102,7 +105,10 @@ describe("CtxdSessions on a real ctxd", () => {
         const { sessionId } = await sessions.openSession({ cwd: process.cwd(), model: MODEL });
         await sessions.closeSession(sessionId);
         assert.deepEqual(sessions.sessions(), []);
-        await assert.rejects(sessions.usage(sessionId), (e: unknown) => /not open/.test(describeError("ctx/usage", e)));
+        // The daemon still has it in its store and resumes it on first use.
+        const again = await sessions.usage(sessionId);
+        assert.equal(again.tokens, 0);
+        await assert.rejects(sessions.usage("never-opened"), (e: unknown) => /not open/.test(describeError("ctx/usage", e)));
     });
 
     it("resumes its sessions on a restarted daemon, and usage flows again", async () => {
