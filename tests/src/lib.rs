@@ -70,6 +70,9 @@ impl Daemon {
             .arg("serve")
             .args(args)
             .env("CTXD_LOG", "debug")
+            // The user's own settings (~/.claude, ~/.config/ctxd) stay out of tests.
+            .env("HOME", state_dir.with_extension("home"))
+            .env("XDG_CONFIG_HOME", state_dir.with_extension("home").join(".config"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());

@@ -3,6 +3,7 @@
 //! - [`transport`]: LSP base-protocol framing on stdio and the request loop.
 //! - [`server`]: the protocol surface, one handler per method (a table of contents).
 //! - [`session`]: one actor per open session; the registry that routes commands to them.
+//! - [`settings`]: settings files, stacked per working directory.
 //! - [`store`]: transcripts on disk (the truth) and the rebuildable sled index.
 //! - [`provider`]: who writes compaction summaries: Anthropic and OpenAI-compatible
 //!   endpoints over HTTP (streaming, retries, typed failures).
@@ -16,5 +17,6 @@ pub mod provider;
 pub mod replay;
 pub mod server;
 pub mod session;
+pub mod settings;
 pub mod store;
 pub mod transport;

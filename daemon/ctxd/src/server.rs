@@ -7,16 +7,19 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use ctxd_core::budget::EnvConfig;
+use ctxd_core::budget::{EnvConfig, WindowSource};
 use ctxd_core::record::Record;
 use ctxd_proto::{self as proto, error_codes, methods};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tower_lsp_server::jsonrpc::{Error, ErrorCode, Result};
-use tower_lsp_server::ls_types::{InitializeParams, InitializeResult, InitializedParams, ServerCapabilities, ServerInfo};
+use tower_lsp_server::ls_types::{
+    DidChangeConfigurationParams, InitializeParams, InitializeResult, InitializedParams, ServerCapabilities, ServerInfo,
+};
 use tower_lsp_server::{Client, LanguageServer, LspService};
 
 use crate::session::{Environment, Notifier, SessionError, Sessions};
+use crate::settings::SettingsSources;
 use crate::store::{Store, StoreError};
 
 /// Options the daemon was started with.
@@ -41,6 +44,7 @@ pub fn service(options: ServeOptions) -> (LspService<Backend>, tower_lsp_server:
         .custom_method(methods::APPEND, Backend::append)
         .custom_method(methods::USAGE, Backend::usage)
         .custom_method(methods::CLOSE_SESSION, Backend::close_session)
+        .custom_method(methods::SET_AUTO_COMPACT_WINDOW, Backend::set_auto_compact_window)
         .finish()
 }
 
@@ -64,12 +68,16 @@ impl LanguageServer for Backend {
         for warning in warnings {
             tracing::warn!(%warning, "ignoring an invalid environment variable");
         }
-        let client_window = options
-            .settings
-            .as_ref()
-            .and_then(|s| s.get("autoCompactWindow"))
-            .and_then(Value::as_u64);
-        let environment = Environment { env, client_window };
+        let client = crate::settings::client_layer("initializationOptions.settings", options.settings.as_ref());
+        for problem in &client.problems {
+            tracing::warn!(%problem, "settings");
+        }
+        let environment = Environment {
+            env,
+            client_window: options.auto_compact_window,
+            client_settings: client.settings,
+            sources: SettingsSources::standard(&state_dir),
+        };
         let sessions = Sessions::new(Arc::new(store), environment, Notifier::new(self.client.clone()));
         if self.sessions.set(Arc::new(sessions)).is_err() {
             return Err(Error::invalid_request());
@@ -93,6 +101,24 @@ impl LanguageServer for Backend {
 
     async fn initialized(&self, _: InitializedParams) {
         tracing::debug!("client initialized");
+    }
+
+    async fn did_change_configuration(&self, params: DidChangeConfigurationParams) {
+        let Ok(sessions) = self.sessions() else { return };
+        let object = match &params.settings {
+            Value::Object(map) => Some(map.clone()),
+            Value::Null => None,
+            Value::Array(items) if items.is_empty() => None,
+            other => {
+                tracing::warn!(settings = %other, "didChangeConfiguration: settings must be an object; ignored");
+                return;
+            }
+        };
+        let layer = crate::settings::client_layer("workspace/didChangeConfiguration", object.as_ref());
+        for problem in &layer.problems {
+            tracing::warn!(%problem, "settings");
+        }
+        sessions.settings_changed(layer.settings);
     }
 
     async fn shutdown(&self) -> Result<()> {
@@ -158,6 +184,28 @@ impl Backend {
         let rx = self.sessions()?.usage(&params.session_id).map_err(rpc_error)?;
         let usage = rx.await.map_err(|_| rpc_error(SessionError::Closed(params.session_id.clone())))?;
         Ok(proto::UsageResult { session_id: params.session_id, usage: usage.to_proto() })
+    }
+
+    pub async fn set_auto_compact_window(&self, params: proto::SetAutoCompactWindowParams) -> Result<proto::SetAutoCompactWindowResult> {
+        let window = match params.window {
+            proto::WindowChoice::Tokens(n) => Some(n),
+            proto::WindowChoice::Auto(_) => None,
+        };
+        let (resolved, source) = self.sessions()?.set_auto_compact_window(&params.model, window).map_err(rpc_error)?;
+        let source = match source {
+            WindowSource::Env => "env",
+            WindowSource::Setting => "setting",
+            WindowSource::Client => "client",
+            WindowSource::Experiment => "experiment",
+            WindowSource::ModelDefault => "modelDefault",
+            WindowSource::SubagentCeiling => "subagentCeiling",
+        };
+        Ok(proto::SetAutoCompactWindowResult {
+            model: params.model,
+            window: resolved.window,
+            source: source.to_owned(),
+            warnings: resolved.warnings,
+        })
     }
 
     pub async fn close_session(&self, params: proto::SessionParams) -> Result<Value> {

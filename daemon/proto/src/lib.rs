@@ -30,10 +30,11 @@ pub mod methods {
     pub const USAGE: &str = "ctx/usage";
     pub const CLOSE_SESSION: &str = "ctx/closeSession";
     pub const USAGE_CHANGED: &str = "ctx/usageChanged";
+    pub const SET_AUTO_COMPACT_WINDOW: &str = "ctx/setAutoCompactWindow";
 
     /// Every `ctx/` request method this build of ctxd answers, as announced in
     /// `initialize` under `capabilities.experimental.ctxd.methods`.
-    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION];
+    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION, SET_AUTO_COMPACT_WINDOW];
     /// Every `ctx/` notification this build of ctxd sends.
     pub const NOTIFICATIONS: &[&str] = &[USAGE_CHANGED];
 }
@@ -244,4 +245,43 @@ pub struct MessageBreakdown {
     pub tool_results: u64,
     pub summaries: u64,
     pub other: u64,
+}
+
+/// `ctx/setAutoCompactWindow` params: save the window for a model (like Claude Code's
+/// `/autocompact`), or clear the saved one with `"auto"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SetAutoCompactWindowParams {
+    pub model: String,
+    pub window: WindowChoice,
+}
+
+/// A window in tokens, or `"auto"` for the model's own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum WindowChoice {
+    Tokens(u64),
+    Auto(AutoWord),
+}
+
+/// The word `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AutoWord {
+    Auto,
+}
+
+/// `ctx/setAutoCompactWindow` result: the window now in force for the model (before any
+/// environment variable or project setting of a particular session).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SetAutoCompactWindowResult {
+    pub model: String,
+    pub window: u64,
+    /// Where the window came from: `env`, `setting`, `client`, `experiment`, `modelDefault`
+    /// or `subagentCeiling`.
+    pub source: String,
+    /// Problems with the value (clamped into range, above the model's window, …).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }

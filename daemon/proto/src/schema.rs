@@ -33,6 +33,8 @@ pub fn all() -> Vec<SchemaFile> {
         file::<UsageResult>("ctx.usage.result"),
         file::<SessionParams>("ctx.closeSession.params"),
         file::<UsageChangedNotification>("ctx.usageChanged.params"),
+        file::<SetAutoCompactWindowParams>("ctx.setAutoCompactWindow.params"),
+        file::<SetAutoCompactWindowResult>("ctx.setAutoCompactWindow.result"),
     ]
 }
 

@@ -534,7 +534,7 @@ mod tests {
         // A first line longer than the limit leaves only the note.
         assert_eq!(
             cut_status("?? a-very-long-name\n", 5),
-            "... (1 more line, 18 characters, not shown; run `git status` to see the rest)"
+            "... (1 more line, 19 characters, not shown; run `git status` to see the rest)"
         );
         // Multi-byte characters are counted as characters and never split.
         assert_eq!(

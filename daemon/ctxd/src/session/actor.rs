@@ -39,6 +39,8 @@ pub enum Command {
     Open { reply: oneshot::Sender<Result<Opened, SessionError>> },
     Append { records: Vec<Record>, reply: oneshot::Sender<Result<Appended, SessionError>> },
     Usage { reply: oneshot::Sender<UsageSnapshot> },
+    /// Settings changed: new levels (and settings) for the session.
+    Reconfigure { setup: SessionSetup },
     Close { reply: oneshot::Sender<()> },
 }
 
@@ -195,7 +197,7 @@ fn fail(cmd: Command, e: &SessionError) {
     match cmd {
         Command::Open { reply } => drop(reply.send(Err(e.clone()))),
         Command::Append { reply, .. } => drop(reply.send(Err(e.clone()))),
-        Command::Usage { .. } | Command::Close { .. } => {}
+        Command::Usage { .. } | Command::Reconfigure { .. } | Command::Close { .. } => {}
     }
 }
 
@@ -224,6 +226,7 @@ impl Session {
             tracing::info!("index entry rebuilt from the transcript");
         }
         self.diagnostics.extend(damaged);
+        self.diagnostics.extend(self.setup.problems.iter().cloned());
         self.resumed = exists;
         self.transcript = Some(transcript);
         self.view.clear();
@@ -310,6 +313,12 @@ impl Session {
             }
             Command::Usage { reply } => {
                 let _ = reply.send(self.usage());
+            }
+            Command::Reconfigure { setup } => {
+                self.thresholds = setup.thresholds;
+                self.setup = setup;
+                let usage = self.usage();
+                self.usage_changed(usage).await;
             }
             Command::Close { reply } => {
                 self.flush_index();

@@ -11,7 +11,7 @@ pub mod usage;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use ctxd_core::budget::{EnvConfig, Thresholds, WindowInputs, resolve_window, thresholds};
+use ctxd_core::budget::{EnvConfig, ResolvedWindow, Thresholds, WindowInputs, WindowSource, resolve_window, thresholds};
 use ctxd_core::record::Record;
 use ctxd_proto as proto;
 use tokio::sync::{mpsc, oneshot};
@@ -19,6 +19,7 @@ use tower_lsp_server::Client;
 
 use self::actor::{Appended, Command, Opened};
 use self::usage::UsageSnapshot;
+use crate::settings::{self, SettingsSources};
 use crate::store::{Store, StoreError};
 
 /// Why a session command failed. Cloneable so one failure can answer many waiters.
@@ -47,13 +48,16 @@ impl From<StoreError> for SessionError {
     }
 }
 
-/// What a session is opened with: where the agent works, which model, and the levels
-/// that follow from them.
+/// What a session is opened with: where the agent works, which model, its stacked
+/// settings, and the levels that follow from them.
 #[derive(Debug, Clone)]
 pub struct SessionSetup {
     pub cwd: String,
     pub model: String,
+    pub settings: ctxd_proto::Settings,
     pub thresholds: Thresholds,
+    /// Settings and window problems, reported when the session opens.
+    pub problems: Vec<String>,
 }
 
 /// Where a session's notifications go.
@@ -85,11 +89,22 @@ impl tower_lsp_server::ls_types::notification::Notification for UsageChanged {
 }
 
 /// Daemon-wide inputs every session needs.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Environment {
     pub env: EnvConfig,
-    /// `autoCompactWindow` given by the client in `initializationOptions.settings`.
+    /// Client data: `initializationOptions.autoCompactWindow`.
     pub client_window: Option<u64>,
+    /// `initializationOptions.settings`.
+    pub client_settings: ctxd_proto::Settings,
+    pub sources: SettingsSources,
+}
+
+/// An open session as the registry knows it.
+#[derive(Debug, Clone)]
+struct Handle {
+    tx: mpsc::UnboundedSender<Command>,
+    cwd: String,
+    model: String,
 }
 
 /// The registry of open sessions.
@@ -97,20 +112,22 @@ pub struct Environment {
 pub struct Sessions {
     store: Arc<Store>,
     environment: Environment,
+    /// The latest `workspace/didChangeConfiguration` settings.
+    changed: Mutex<ctxd_proto::Settings>,
     notifier: Notifier,
-    open: Mutex<HashMap<String, mpsc::UnboundedSender<Command>>>,
+    open: Mutex<HashMap<String, Handle>>,
 }
 
 impl Sessions {
     pub fn new(store: Arc<Store>, environment: Environment, notifier: Notifier) -> Sessions {
-        Sessions { store, environment, notifier, open: Mutex::new(HashMap::new()) }
+        Sessions { store, environment, changed: Mutex::default(), notifier, open: Mutex::new(HashMap::new()) }
     }
 
     pub fn store(&self) -> &Arc<Store> {
         &self.store
     }
 
-    fn open_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, mpsc::UnboundedSender<Command>>> {
+    fn open_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Handle>> {
         // A panic while holding this lock cannot leave the map half-updated (every
         // update is one insert or remove), so a poisoned lock is still good.
         self.open.lock().unwrap_or_else(PoisonError::into_inner)
@@ -126,13 +143,13 @@ impl Sessions {
         crate::store::validate_session_id(&id)?;
         let (reply, rx) = oneshot::channel();
         let mut open = self.open_map();
-        let live = open.get(&id).filter(|tx| !tx.is_closed()).cloned();
+        let live = open.get(&id).filter(|h| !h.tx.is_closed()).map(|h| h.tx.clone());
         let tx = match live {
             Some(tx) => tx,
             None => {
                 let setup = self.setup(&params.cwd, &params.model);
                 let tx = actor::spawn(id.clone(), setup, self.store.clone(), self.notifier.clone(), true);
-                open.insert(id.clone(), tx.clone());
+                open.insert(id.clone(), Handle { tx: tx.clone(), cwd: params.cwd.clone(), model: params.model.clone() });
                 tx
             }
         };
@@ -143,19 +160,60 @@ impl Sessions {
     /// Drops a session whose open failed, so the next open starts afresh.
     pub fn forget(&self, id: &str) {
         let mut open = self.open_map();
-        if open.get(id).is_some_and(mpsc::UnboundedSender::is_closed) {
+        if open.get(id).is_some_and(|h| h.tx.is_closed()) {
             open.remove(id);
         }
     }
 
+    /// Stacks the settings for `cwd` and resolves the window and levels for `model`.
     fn setup(&self, cwd: &str, model: &str) -> SessionSetup {
-        let env = &self.environment.env;
-        let inputs = WindowInputs { client: self.environment.client_window, ..WindowInputs::default() };
-        let resolved = resolve_window(model, &inputs, env);
-        for warning in &resolved.warnings {
-            tracing::warn!(%warning, "window resolution");
+        let changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let layered = settings::resolve(&self.environment.sources, std::path::Path::new(cwd), &self.environment.client_settings, &changed);
+        let (resolved, levels) = self.levels(&layered.settings, model);
+        let mut problems = layered.problems;
+        problems.extend(resolved.warnings.iter().cloned());
+        for problem in &problems {
+            tracing::warn!(%problem, cwd, "settings");
         }
-        SessionSetup { cwd: cwd.to_owned(), model: model.to_owned(), thresholds: thresholds(&resolved, env, true) }
+        SessionSetup { cwd: cwd.to_owned(), model: model.to_owned(), settings: layered.settings, thresholds: levels, problems }
+    }
+
+    fn levels(&self, settings: &ctxd_proto::Settings, model: &str) -> (ResolvedWindow, Thresholds) {
+        let env = &self.environment.env;
+        let inputs = WindowInputs { setting: settings.window_for(model), client: self.environment.client_window, ..WindowInputs::default() };
+        let resolved = resolve_window(model, &inputs, env);
+        let levels = thresholds(&resolved, env, settings.auto_compact_enabled.unwrap_or(true));
+        (resolved, levels)
+    }
+
+    /// New `workspace/didChangeConfiguration` settings: every open session recomputes its
+    /// levels (and pushes its usage if they moved).
+    pub fn settings_changed(&self, changed: ctxd_proto::Settings) {
+        *self.changed.lock().unwrap_or_else(PoisonError::into_inner) = changed;
+        self.reconfigure(|_| true);
+    }
+
+    fn reconfigure(&self, which: impl Fn(&str) -> bool) {
+        let handles: Vec<Handle> = self.open_map().values().filter(|h| which(&h.model)).cloned().collect();
+        for handle in handles {
+            let setup = self.setup(&handle.cwd, &handle.model);
+            let _ = handle.tx.send(Command::Reconfigure { setup });
+        }
+    }
+
+    /// `ctx/setAutoCompactWindow`: saves (or clears) the window of a model and applies it
+    /// to the open sessions of that model. Returns the window now in force for the model
+    /// outside any project.
+    pub fn set_auto_compact_window(&self, model: &str, window: Option<u64>) -> Result<(ResolvedWindow, WindowSource), SessionError> {
+        settings::save_window(&self.environment.sources, model, window)
+            .map_err(|e| SessionError::Store(format!("{}: {e}", self.environment.sources.saved_file.display())))?;
+        self.reconfigure(|m| m == model);
+        let changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let home = self.environment.sources.home.clone().unwrap_or_else(|| std::path::PathBuf::from("/"));
+        let layered = settings::resolve(&self.environment.sources, &home, &self.environment.client_settings, &changed);
+        let (resolved, _) = self.levels(&layered.settings, model);
+        let source = resolved.source;
+        Ok((resolved, source))
     }
 
     /// The actor of an open session. A session that is in the store but not open (the
@@ -164,8 +222,8 @@ impl Sessions {
     fn sender(&self, id: &str) -> Result<mpsc::UnboundedSender<Command>, SessionError> {
         crate::store::validate_session_id(id)?;
         let mut open = self.open_map();
-        if let Some(tx) = open.get(id).filter(|tx| !tx.is_closed()) {
-            return Ok(tx.clone());
+        if let Some(handle) = open.get(id).filter(|h| !h.tx.is_closed()) {
+            return Ok(handle.tx.clone());
         }
         let known = self.store.index().get(id).filter(|_| self.store.transcript_path(id).is_ok_and(|p| p.exists()));
         let Some(entry) = known else {
@@ -174,7 +232,7 @@ impl Sessions {
         tracing::info!(session = id, "resuming a session that was not open");
         let setup = self.setup(&entry.cwd, &entry.model);
         let tx = actor::spawn(id.to_owned(), setup, self.store.clone(), self.notifier.clone(), false);
-        open.insert(id.to_owned(), tx.clone());
+        open.insert(id.to_owned(), Handle { tx: tx.clone(), cwd: entry.cwd, model: entry.model });
         Ok(tx)
     }
 
@@ -200,8 +258,8 @@ impl Sessions {
         let tx = self
             .open_map()
             .get(id)
-            .filter(|tx| !tx.is_closed())
-            .cloned()
+            .filter(|h| !h.tx.is_closed())
+            .map(|h| h.tx.clone())
             .ok_or_else(|| SessionError::NotOpen(id.to_owned()))?;
         let (reply, rx) = oneshot::channel();
         tx.send(Command::Close { reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;

@@ -1,0 +1,365 @@
+//! Checking that a summary kept what the next turn cannot do without, and adding what it
+//! left out.
+//!
+//! A model's summary is good prose and sometimes forgets things: a user message in the
+//! middle, the file it was just editing, an open task. Those losses are the ones users
+//! notice ("I told you that an hour ago"), and they can be detected without a model: the
+//! transcript says what the user wrote, which files the last turns touched, what the
+//! todo list holds and what was asked last. Each is looked for in the summary by content
+//! (normalized word overlap, file names), not by wording, and whatever is missing is
+//! appended in one short section, in a fixed order, so the same inputs always give the
+//! same text.
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+use crate::record::{Kind, Record};
+
+use super::content::{tool_calls, user_prompt};
+use super::text::{content_words, shorten};
+
+const HEADING: &str = include_str!("templates/fidelity_heading.md");
+
+/// Turns whose file reads and edits must be mentioned.
+pub const DEFAULT_RECENT_TURNS: usize = 3;
+
+/// A message counts as mentioned when at least half its content words appear in the
+/// summary, or this many of them (long messages are paraphrased, not copied).
+const ENOUGH_WORDS: usize = 20;
+
+/// Longest quote of a user message in the appended section, in characters.
+const QUOTE_CHARS: usize = 400;
+/// Longest quote of the latest request: it steers the next step, so more of it stays.
+const LATEST_QUOTE_CHARS: usize = 1_000;
+
+/// Tools whose `file_path` (or `notebook_path`) input names a file the turn touched.
+const FILE_TOOLS: &[&str] = &["Read", "Edit", "MultiEdit", "Write", "NotebookEdit"];
+
+/// An open item of the latest todo list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenTodo {
+    pub content: String,
+    /// `pending`, `in_progress`, or whatever the list said.
+    pub status: String,
+}
+
+/// What the summary must mention.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FidelityFacts {
+    /// Every real user message in order, except the latest one.
+    pub user_messages: Vec<String>,
+    /// The latest real user message.
+    pub last_request: Option<String>,
+    /// Files read or changed in the last few turns, in order of first touch.
+    pub recent_files: Vec<String>,
+    /// Items of the latest TodoWrite list that are not completed.
+    pub open_todos: Vec<OpenTodo>,
+}
+
+impl FidelityFacts {
+    /// Collects the facts from the records being summarized. Real user messages are
+    /// user records the user typed: not tool results, meta rows, compact summaries,
+    /// transcript-only rows, command echoes or reminders. A turn starts at each real
+    /// user message; files come from the `recent_turns` latest turns.
+    pub fn from_records(records: &[Record], recent_turns: usize) -> FidelityFacts {
+        let mut prompts: Vec<(usize, String)> = Vec::new();
+        let mut todos: Option<Vec<OpenTodo>> = None;
+        for (i, record) in records.iter().enumerate() {
+            if record.head().is_sidechain {
+                continue;
+            }
+            if let Some(text) = user_prompt(record) {
+                prompts.push((i, text));
+            }
+            if record.head().kind == Kind::Assistant {
+                for call in tool_calls(record) {
+                    if call.name == "TodoWrite" {
+                        todos = Some(open_todos(&call.input));
+                    }
+                }
+            }
+        }
+        let turns_from = match prompts.len().checked_sub(recent_turns.max(1)) {
+            Some(k) => prompts[k].0,
+            None => 0,
+        };
+        let mut recent_files: Vec<String> = Vec::new();
+        for record in &records[turns_from..] {
+            if record.head().is_sidechain {
+                continue;
+            }
+            for call in tool_calls(record) {
+                if !FILE_TOOLS.contains(&call.name.as_str()) {
+                    continue;
+                }
+                let path = call
+                    .input
+                    .get("file_path")
+                    .or_else(|| call.input.get("notebook_path"))
+                    .and_then(Value::as_str);
+                if let Some(path) = path
+                    && !recent_files.iter().any(|p| p == path)
+                {
+                    recent_files.push(path.to_owned());
+                }
+            }
+        }
+        let last_request = prompts.pop().map(|(_, text)| text);
+        FidelityFacts {
+            user_messages: prompts.into_iter().map(|(_, text)| text).collect(),
+            last_request,
+            recent_files,
+            open_todos: todos.unwrap_or_default(),
+        }
+    }
+}
+
+fn open_todos(input: &Value) -> Vec<OpenTodo> {
+    let Some(items) = input.get("todos").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    items
+        .iter()
+        .filter_map(|item| {
+            let content = item.get("content").and_then(Value::as_str)?.trim();
+            let status = item.get("status").and_then(Value::as_str).unwrap_or("pending");
+            (status != "completed" && !content.is_empty()).then(|| OpenTodo {
+                content: content.to_owned(),
+                status: status.to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// One thing the summary was checked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FidelityItem {
+    UserMessage(String),
+    LatestRequest(String),
+    File(String),
+    OpenTodo(OpenTodo),
+}
+
+/// What the check found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FidelityReport {
+    /// Items checked. Messages without a content word ("ok", "go on") are not
+    /// checkable and not counted.
+    pub checked: usize,
+    /// Items the model's summary did not mention, in the order they are appended.
+    pub missing_before: Vec<FidelityItem>,
+    /// The section appended to the summary, if anything was missing.
+    pub appended: Option<String>,
+}
+
+/// The summary to install and the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FidelityOutcome {
+    pub summary: String,
+    pub report: FidelityReport,
+}
+
+/// Checks `summary` (the body, tags removed) against `facts` and appends what is
+/// missing. The order is fixed: user messages, the latest request, files, open tasks.
+pub fn check_fidelity(summary: &str, facts: &FidelityFacts) -> FidelityOutcome {
+    let words: HashSet<String> = content_words(summary).into_iter().collect();
+    let mut checked = 0;
+    let mut missing: Vec<FidelityItem> = Vec::new();
+    let mut seen: HashSet<&str> = HashSet::new();
+    for message in &facts.user_messages {
+        if !seen.insert(message.as_str()) {
+            continue;
+        }
+        match mentioned(message, &words) {
+            None => {}
+            Some(true) => checked += 1,
+            Some(false) => {
+                checked += 1;
+                missing.push(FidelityItem::UserMessage(message.clone()));
+            }
+        }
+    }
+    if let Some(last) = &facts.last_request {
+        match mentioned(last, &words) {
+            None => {}
+            Some(true) => checked += 1,
+            Some(false) => {
+                checked += 1;
+                missing.push(FidelityItem::LatestRequest(last.clone()));
+            }
+        }
+    }
+    for path in &facts.recent_files {
+        checked += 1;
+        if !file_mentioned(path, summary) {
+            missing.push(FidelityItem::File(path.clone()));
+        }
+    }
+    for todo in &facts.open_todos {
+        match mentioned(&todo.content, &words) {
+            None => {}
+            Some(true) => checked += 1,
+            Some(false) => {
+                checked += 1;
+                missing.push(FidelityItem::OpenTodo(todo.clone()));
+            }
+        }
+    }
+    let appended = (!missing.is_empty()).then(|| render(&missing));
+    let summary = match &appended {
+        Some(section) => format!("{}\n\n{section}", summary.trim_end()),
+        None => summary.to_owned(),
+    };
+    FidelityOutcome {
+        summary,
+        report: FidelityReport {
+            checked,
+            missing_before: missing,
+            appended,
+        },
+    }
+}
+
+/// Whether a text's content is in the summary; `None` when it has no content word.
+fn mentioned(text: &str, summary_words: &HashSet<String>) -> Option<bool> {
+    let words: HashSet<String> = content_words(text).into_iter().collect();
+    if words.is_empty() {
+        return None;
+    }
+    let found = words.iter().filter(|w| summary_words.contains(*w)).count();
+    Some(found * 2 >= words.len() || found >= ENOUGH_WORDS)
+}
+
+/// A file counts as mentioned when its path or its file name appears.
+fn file_mentioned(path: &str, summary: &str) -> bool {
+    if summary.contains(path) {
+        return true;
+    }
+    let name = path.rsplit(['/', '\\']).next().unwrap_or(path);
+    !name.is_empty() && summary.contains(name)
+}
+
+fn render(missing: &[FidelityItem]) -> String {
+    let mut out = HEADING.trim_end().to_owned();
+    for item in missing {
+        out.push('\n');
+        match item {
+            FidelityItem::UserMessage(text) => {
+                out.push_str(&format!("- User message: \"{}\"", shorten(text, QUOTE_CHARS)));
+            }
+            FidelityItem::LatestRequest(text) => {
+                out.push_str(&format!(
+                    "- Latest user request: \"{}\"",
+                    shorten(text, LATEST_QUOTE_CHARS)
+                ));
+            }
+            FidelityItem::File(path) => out.push_str(&format!("- File touched in the last turns: {path}")),
+            FidelityItem::OpenTodo(todo) => out.push_str(&format!(
+                "- Open task ({}): {}",
+                todo.status.replace('_', " "),
+                shorten(&todo.content, QUOTE_CHARS)
+            )),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use expect_test::expect;
+
+    use super::*;
+
+    fn facts() -> FidelityFacts {
+        FidelityFacts {
+            user_messages: vec![
+                "Add retry logic to the HTTP client with exponential backoff".to_owned(),
+                "Also make sure the timeout is configurable through settings.toml".to_owned(),
+                "ok".to_owned(),
+            ],
+            last_request: Some("Now write tests for the retry logic".to_owned()),
+            recent_files: vec!["/repo/src/client.rs".to_owned(), "/repo/settings.toml".to_owned()],
+            open_todos: vec![OpenTodo {
+                content: "Write retry tests".to_owned(),
+                status: "in_progress".to_owned(),
+            }],
+        }
+    }
+
+    #[test]
+    fn a_complete_summary_gets_nothing_appended() {
+        let summary = "1. Primary Request and Intent:\n   The user wants retries with exponential backoff in the HTTP client, \
+                       a timeout configurable in settings.toml, and tests for the retry logic.\n\
+                       3. Files and Code Sections:\n   - client.rs: retry loop\n7. Pending Tasks:\n   - write retry tests";
+        let outcome = check_fidelity(summary, &facts());
+        assert_eq!(outcome.summary, summary);
+        assert_eq!(outcome.report.missing_before, Vec::new());
+        assert_eq!(outcome.report.appended, None);
+        // Two messages, the latest request, two files, one task; "ok" is not checkable.
+        assert_eq!(outcome.report.checked, 6);
+    }
+
+    #[test]
+    fn a_summary_missing_a_message_and_a_file_gets_them_appended() {
+        let summary = "1. Primary Request and Intent:\n   Retries with exponential backoff in the HTTP client; \
+                       tests for the retry logic are next.\n3. Files and Code Sections:\n   - src/client.rs";
+        let outcome = check_fidelity(summary, &facts());
+        assert_eq!(
+            outcome.report.missing_before,
+            vec![
+                FidelityItem::UserMessage(
+                    "Also make sure the timeout is configurable through settings.toml".to_owned()
+                ),
+                FidelityItem::File("/repo/settings.toml".to_owned()),
+            ]
+        );
+        expect![[r#"
+            1. Primary Request and Intent:
+               Retries with exponential backoff in the HTTP client; tests for the retry logic are next.
+            3. Files and Code Sections:
+               - src/client.rs
+
+            Details the summary did not mention (added by ctxd from the transcript):
+            - User message: "Also make sure the timeout is configurable through settings.toml"
+            - File touched in the last turns: /repo/settings.toml"#]]
+        .assert_eq(&outcome.summary);
+        // The open task counts as mentioned: "retry" and "test" are both there.
+        assert_eq!(outcome.report.checked, 6);
+        // Running the check on its own output finds nothing more: the section mentions
+        // everything it adds.
+        let again = check_fidelity(&outcome.summary, &facts());
+        assert_eq!(again.report.missing_before, Vec::new());
+    }
+
+    #[test]
+    fn wording_does_not_matter_but_content_does() {
+        let facts = FidelityFacts {
+            last_request: Some("please fix the failing parser tests".to_owned()),
+            ..FidelityFacts::default()
+        };
+        // Same content words in other forms: "fixing", "parser", "test".
+        let paraphrase = check_fidelity("Work stopped while fixing a parser test that fails.", &facts);
+        assert_eq!(paraphrase.report.missing_before, Vec::new());
+        let unrelated = check_fidelity("The user asked about deployment.", &facts);
+        assert_eq!(
+            unrelated.report.missing_before,
+            vec![FidelityItem::LatestRequest("please fix the failing parser tests".to_owned())]
+        );
+        assert!(unrelated.summary.ends_with("- Latest user request: \"please fix the failing parser tests\""));
+    }
+
+    #[test]
+    fn every_missing_kind_is_rendered_in_a_fixed_order() {
+        let outcome = check_fidelity("Nothing relevant.", &facts());
+        expect![[r#"
+            Details the summary did not mention (added by ctxd from the transcript):
+            - User message: "Add retry logic to the HTTP client with exponential backoff"
+            - User message: "Also make sure the timeout is configurable through settings.toml"
+            - Latest user request: "Now write tests for the retry logic"
+            - File touched in the last turns: /repo/src/client.rs
+            - File touched in the last turns: /repo/settings.toml
+            - Open task (in progress): Write retry tests"#]]
+        .assert_eq(outcome.report.appended.as_deref().unwrap_or(""));
+    }
+}

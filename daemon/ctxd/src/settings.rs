@@ -1,0 +1,211 @@
+//! Loading the settings layers from disk and stacking them for one working directory.
+//!
+//! Lowest first: Claude Code's user, project and local settings (context keys only),
+//! ctxd's user (`~/.config/ctxd/settings.json`), the windows saved with
+//! `ctx/setAutoCompactWindow` (`<state dir>/saved-settings.json`), ctxd's project
+//! (`.ctxd/settings.json`) and local (`.ctxd/settings.local.json`) files, the client's
+//! `initializationOptions.settings`, then `workspace/didChangeConfiguration`. A file that
+//! is missing is skipped; a file that is not JSON, or a key of the wrong type, is reported
+//! by path and key and the rest still loads. Hooks are taken from files only.
+
+use std::path::{Path, PathBuf};
+
+use ctxd_proto::settings::{Settings, parse_layer};
+
+/// Where the settings files are.
+#[derive(Debug, Clone)]
+pub struct SettingsSources {
+    /// The user's home (for `~/.claude/settings.json`).
+    pub home: Option<PathBuf>,
+    /// ctxd's user settings file.
+    pub user_file: Option<PathBuf>,
+    /// Windows saved by `ctx/setAutoCompactWindow`.
+    pub saved_file: PathBuf,
+}
+
+impl SettingsSources {
+    /// The usual places, with the saved windows in the store.
+    pub fn standard(state_dir: &Path) -> SettingsSources {
+        let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
+        let config_home = std::env::var_os("XDG_CONFIG_HOME")
+            .filter(|h| !h.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| home.as_ref().map(|h| h.join(".config")));
+        SettingsSources {
+            home,
+            user_file: config_home.map(|c| c.join("ctxd/settings.json")),
+            saved_file: state_dir.join("saved-settings.json"),
+        }
+    }
+}
+
+/// The stacked settings and what was wrong on the way.
+#[derive(Debug, Clone, Default)]
+pub struct Layered {
+    pub settings: Settings,
+    pub problems: Vec<String>,
+}
+
+/// Stacks every layer for a session working in `cwd`.
+pub fn resolve(sources: &SettingsSources, cwd: &Path, client: &Settings, changed: &Settings) -> Layered {
+    let mut out = Layered::default();
+    let claude = Some(Settings::CLAUDE_KEYS);
+    if let Some(home) = &sources.home {
+        load_file(&home.join(".claude/settings.json"), claude, &mut out);
+    }
+    load_file(&cwd.join(".claude/settings.json"), claude, &mut out);
+    load_file(&cwd.join(".claude/settings.local.json"), claude, &mut out);
+    if let Some(user) = &sources.user_file {
+        load_file(user, None, &mut out);
+    }
+    load_file(&sources.saved_file, None, &mut out);
+    load_file(&cwd.join(".ctxd/settings.json"), None, &mut out);
+    load_file(&cwd.join(".ctxd/settings.local.json"), None, &mut out);
+    for (name, layer) in [("initializationOptions.settings", client), ("workspace/didChangeConfiguration", changed)] {
+        let mut layer = layer.clone();
+        if layer.hooks.take().is_some() {
+            out.problems.push(format!("{name}: `hooks` ignored: hook commands are read from settings files only"));
+        }
+        out.settings.overlay(layer);
+    }
+    out
+}
+
+fn load_file(path: &Path, only: Option<&[&str]>, out: &mut Layered) {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+        Err(e) => {
+            out.problems.push(format!("{}: cannot read: {e}", path.display()));
+            return;
+        }
+    };
+    let value: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => {
+            out.problems.push(format!("{}: not valid JSON: {e}", path.display()));
+            return;
+        }
+    };
+    let Some(object) = value.as_object() else {
+        out.problems.push(format!("{}: a settings file must hold a JSON object", path.display()));
+        return;
+    };
+    let (layer, problems) = parse_layer(&path.display().to_string(), object, only);
+    out.problems.extend(problems);
+    out.settings.overlay(layer);
+}
+
+/// Reads a client-sent settings object (initialize or didChangeConfiguration) as a layer.
+pub fn client_layer(source: &str, object: Option<&serde_json::Map<String, serde_json::Value>>) -> Layered {
+    match object {
+        None => Layered::default(),
+        Some(object) => {
+            let (settings, problems) = parse_layer(source, object, None);
+            Layered { settings, problems }
+        }
+    }
+}
+
+/// Saves (or with `None` clears) the window for `model` in the saved-settings file,
+/// keeping whatever else the file holds.
+pub fn save_window(sources: &SettingsSources, model: &str, window: Option<u64>) -> std::io::Result<()> {
+    let path = &sources.saved_file;
+    let mut root: serde_json::Map<String, serde_json::Value> = match std::fs::read_to_string(path) {
+        Ok(text) => serde_json::from_str(&text).unwrap_or_default(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::Map::new(),
+        Err(e) => return Err(e),
+    };
+    let models = root
+        .entry("modelSettings")
+        .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+    if !models.is_object() {
+        *models = serde_json::Value::Object(serde_json::Map::new());
+    }
+    if let Some(models) = models.as_object_mut() {
+        match window {
+            Some(w) => {
+                models.insert(model.to_owned(), serde_json::json!({ "autoCompactWindow": w }));
+            }
+            None => {
+                models.remove(model);
+            }
+        }
+    }
+    let text = serde_json::to_string_pretty(&serde_json::Value::Object(root)).unwrap_or_default();
+    // Write then rename, so a crash never leaves half a file.
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, format!("{text}\n"))?;
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn write(path: &Path, value: serde_json::Value) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, value.to_string()).unwrap();
+    }
+
+    #[test]
+    fn layers_stack_in_order_and_problems_name_file_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let cwd = dir.path().join("project");
+        let sources = SettingsSources {
+            home: Some(home.clone()),
+            user_file: Some(home.join(".config/ctxd/settings.json")),
+            saved_file: dir.path().join("state/saved-settings.json"),
+        };
+        write(&home.join(".claude/settings.json"), json!({"autoCompactWindow": 300000, "idleCompaction": false, "theme": "dark",
+            "hooks": {"PreCompact": [{"hooks": [{"type": "command", "command": "echo claude"}]}]}}));
+        write(&home.join(".config/ctxd/settings.json"), json!({"autoCompactWindow": 400000, "provider": "offline"}));
+        write(&cwd.join(".ctxd/settings.json"), json!({"autoCompactEnabled": "yes", "model": "m-project", "colour": 1}));
+        write(&cwd.join(".ctxd/settings.local.json"), json!({"model": "m-local",
+            "hooks": {"PreCompact": [{"hooks": [{"type": "command", "command": "echo local"}]}]}}));
+        std::fs::create_dir_all(cwd.join(".claude")).unwrap();
+        std::fs::write(cwd.join(".claude/settings.json"), "{ not json").unwrap();
+        let client = Settings { idle_compaction: Some(true), ..Settings::default() };
+        let layered = resolve(&sources, &cwd, &client, &Settings::default());
+        let s = &layered.settings;
+        assert_eq!(s.auto_compact_window, Some(400_000));
+        assert_eq!(s.idle_compaction, Some(true), "client layer wins over files");
+        assert_eq!(s.model.as_deref(), Some("m-local"));
+        assert_eq!(s.auto_compact_enabled, None, "wrong type is not taken");
+        let hooks: Vec<_> = s.hooks.as_ref().unwrap()["PreCompact"].iter().map(|m| m.hooks[0].command.clone()).collect();
+        assert_eq!(hooks, ["echo claude", "echo local"]);
+        let problems = layered.problems.join("\n");
+        assert!(problems.contains(".ctxd/settings.json: key `autoCompactEnabled`"), "{problems}");
+        assert!(problems.contains("unknown key `colour`"), "{problems}");
+        assert!(problems.contains(".claude/settings.json: not valid JSON"), "{problems}");
+        assert!(!problems.contains("theme"), "Claude's other keys are not ours to judge: {problems}");
+    }
+
+    #[test]
+    fn hooks_from_a_client_are_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let sources = SettingsSources { home: None, user_file: None, saved_file: dir.path().join("saved.json") };
+        let client: Settings = serde_json::from_value(json!({"hooks": {"PreCompact": [{"hooks": [{"type": "command", "command": "rm -rf /"}]}]}})).unwrap();
+        let layered = resolve(&sources, dir.path(), &client, &Settings::default());
+        assert!(layered.settings.hooks.is_none());
+        assert!(layered.problems[0].contains("hooks"), "{:?}", layered.problems);
+    }
+
+    #[test]
+    fn saved_windows_round_trip_and_clear() {
+        let dir = tempfile::tempdir().unwrap();
+        let sources = SettingsSources { home: None, user_file: None, saved_file: dir.path().join("saved.json") };
+        save_window(&sources, "claude-sonnet-4-5", Some(500_000)).unwrap();
+        save_window(&sources, "claude-opus-4-1", Some(300_000)).unwrap();
+        let s = resolve(&sources, dir.path(), &Settings::default(), &Settings::default()).settings;
+        assert_eq!(s.window_for("claude-sonnet-4-5"), Some(500_000));
+        assert_eq!(s.window_for("claude-opus-4-1"), Some(300_000));
+        save_window(&sources, "claude-sonnet-4-5", None).unwrap();
+        let s = resolve(&sources, dir.path(), &Settings::default(), &Settings::default()).settings;
+        assert_eq!(s.window_for("claude-sonnet-4-5"), None);
+        assert_eq!(s.window_for("claude-opus-4-1"), Some(300_000));
+    }
+}

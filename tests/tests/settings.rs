@@ -1,0 +1,97 @@
+//! Settings over real pipes: files on disk, the client's layer, live changes, saved
+//! windows, and bad values reported by file and key.
+
+use ctxd_e2e::{Daemon, assistant_record};
+use serde_json::json;
+
+const MODEL: &str = "claude-sonnet-4-5-20250929";
+
+#[test]
+fn project_settings_set_the_window_and_bad_keys_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(project.join(".ctxd")).unwrap();
+    std::fs::write(project.join(".ctxd/settings.json"), r#"{"autoCompactWindow": 120000, "idleCompaction": "sometimes"}"#).unwrap();
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    let opened = daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL})).unwrap();
+    assert_eq!(opened["usage"]["window"], 120_000);
+    assert_eq!(opened["usage"]["threshold"], 120_000 - 20_000 - 13_000);
+    let diagnostics = opened["diagnostics"].to_string();
+    assert!(diagnostics.contains(".ctxd/settings.json: key `idleCompaction`"), "{diagnostics}");
+}
+
+#[test]
+fn claude_code_settings_are_a_lower_layer() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let home = state.with_extension("home");
+    std::fs::create_dir_all(home.join(".claude")).unwrap();
+    std::fs::write(home.join(".claude/settings.json"), r#"{"autoCompactWindow": 150000, "autoCompactEnabled": false, "theme": "dark"}"#).unwrap();
+    let mut daemon = Daemon::started(&state).unwrap();
+    let opened = daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": MODEL})).unwrap();
+    assert_eq!(opened["usage"]["window"], 150_000);
+    assert_eq!(opened["usage"]["autoCompactEnabled"], false);
+    assert!(opened.get("diagnostics").is_none(), "{opened}");
+}
+
+#[test]
+fn did_change_configuration_moves_open_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start(&dir.path().join("state")).unwrap();
+    daemon
+        .request("initialize", json!({"capabilities": {}, "initializationOptions": {"settings": {"autoCompactWindow": 300000}}}))
+        .unwrap();
+    let opened = daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": MODEL, "sessionId": "live"})).unwrap();
+    assert_eq!(opened["usage"]["window"], 200_000, "the model's own window caps the setting");
+    daemon.notify("workspace/didChangeConfiguration", json!({"settings": {"autoCompactWindow": 100000}})).unwrap();
+    let pushed = daemon.wait_notification("ctx/usageChanged", |p| p["usage"]["window"] == 100_000).unwrap();
+    assert_eq!(pushed["sessionId"], "live");
+    assert_eq!(pushed["usage"]["threshold"], 67_000);
+}
+
+#[test]
+fn set_auto_compact_window_saves_per_model_and_auto_clears() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": MODEL, "sessionId": "s"})).unwrap();
+    let set = daemon.request("ctx/setAutoCompactWindow", json!({"model": MODEL, "window": 110000})).unwrap();
+    assert_eq!(set["window"], 110_000);
+    assert_eq!(set["source"], "setting");
+    daemon.wait_notification("ctx/usageChanged", |p| p["usage"]["window"] == 110_000).unwrap();
+    // Saved: a new daemon on the same store uses it.
+    assert!(daemon.stop().unwrap().success());
+    let mut daemon = Daemon::started(&state).unwrap();
+    let opened = daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": MODEL, "sessionId": "s"})).unwrap();
+    assert_eq!(opened["usage"]["window"], 110_000);
+    let cleared = daemon.request("ctx/setAutoCompactWindow", json!({"model": MODEL, "window": "auto"})).unwrap();
+    assert_eq!(cleared["window"], 200_000);
+    assert_eq!(cleared["source"], "modelDefault");
+    // Out of range values are clamped and say so.
+    let low = daemon.request("ctx/setAutoCompactWindow", json!({"model": MODEL, "window": 5000})).unwrap();
+    assert_eq!(low["window"], 100_000);
+    assert!(!low["warnings"].as_array().unwrap().is_empty(), "{low}");
+    let error = daemon.request_error("ctx/setAutoCompactWindow", json!({"model": MODEL, "window": "huge"})).unwrap();
+    assert_eq!(error["code"], -32602);
+}
+
+#[test]
+fn environment_overrides_win_and_bad_values_are_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::start_with(
+        &state,
+        &[],
+        &[("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "150k"), ("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE", "150")],
+    )
+    .unwrap();
+    daemon.initialize().unwrap();
+    let opened = daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": MODEL, "sessionId": "e"})).unwrap();
+    assert_eq!(opened["usage"]["window"], 150_000);
+    assert_eq!(opened["usage"]["threshold"], 150_000 - 20_000 - 13_000, "the bad percentage is ignored");
+    let records = json!([assistant_record("a1", None, "m1", 120_000, 0)]);
+    let appended = daemon.request("ctx/append", json!({"sessionId": "e", "records": records})).unwrap();
+    assert_eq!(appended["usage"]["level"], "warning");
+    let log = std::fs::read_to_string(state.with_extension("log")).unwrap();
+    assert!(log.contains("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"), "the warning is logged");
+}
