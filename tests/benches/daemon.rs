@@ -93,7 +93,8 @@ struct Handle {
 }
 
 impl Handle {
-    fn request(&self, method: &str, params: Value) -> anyhow::Result<Value> {
+    /// Sends a request; the receiver gets its response.
+    fn send(&self, method: &str, params: Value) -> anyhow::Result<std::sync::mpsc::Receiver<Value>> {
         let id = {
             let mut n = self.next_id.lock().unwrap();
             *n += 1;
@@ -102,11 +103,14 @@ impl Handle {
         let (tx, rx) = channel();
         self.waiters.lock().unwrap().insert(id, tx);
         let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
-        {
-            let mut stdin = self.stdin.lock().unwrap();
-            stdin.write_all(&frame(&body))?;
-            stdin.flush()?;
-        }
+        let mut stdin = self.stdin.lock().unwrap();
+        stdin.write_all(&frame(&body))?;
+        stdin.flush()?;
+        Ok(rx)
+    }
+
+    fn request(&self, method: &str, params: Value) -> anyhow::Result<Value> {
+        let rx = self.send(method, params)?;
         let response = rx.recv_timeout(Duration::from_secs(120))?;
         anyhow::ensure!(response.get("error").is_none(), "{method}: {}", response["error"]);
         Ok(response["result"].clone())
@@ -156,14 +160,39 @@ fn startup_and_idle_memory(reps: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Sends `count` appends from one client thread with up to `window` unanswered at a time.
+fn client_appends(handle: &Handle, session: &str, base: usize, count: usize, window: usize) -> anyhow::Result<()> {
+    let mut pending = std::collections::VecDeque::new();
+    for i in 0..count {
+        if pending.len() == window {
+            let rx: std::sync::mpsc::Receiver<Value> = pending.pop_front().ok_or_else(|| anyhow::anyhow!("empty window"))?;
+            let response = rx.recv_timeout(Duration::from_secs(120))?;
+            anyhow::ensure!(response.get("error").is_none(), "append: {}", response["error"]);
+        }
+        pending.push_back(handle.send("ctx/append", json!({"sessionId": session, "records": [record(base + i, 1024)]}))?);
+    }
+    for rx in pending {
+        let response = rx.recv_timeout(Duration::from_secs(120))?;
+        anyhow::ensure!(response.get("error").is_none(), "append: {}", response["error"]);
+    }
+    Ok(())
+}
+
 fn append_throughput(reps: usize, quick: bool) -> anyhow::Result<()> {
     let per_client = if quick { 500 } else { 2_000 };
     let clients = 8;
-    let mut rates_shared = Vec::new();
-    let mut rates_separate = Vec::new();
+    // (label, one session per client?, requests in flight per client)
+    let modes: [(&str, bool, usize); 4] = [
+        ("one shared session, each client waits for every ack", false, 1),
+        ("one session per client, each client waits for every ack", true, 1),
+        ("one shared session, up to 32 in flight per client", false, 32),
+        ("one session per client, up to 32 in flight per client", true, 32),
+    ];
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
     let mut sync_baseline = Vec::new();
     for _ in 0..reps {
-        for separate in [false, true] {
+        for (m, (_, separate, window)) in modes.iter().enumerate() {
+            let (separate, window) = (*separate, *window);
             let (_dir, state) = temp_state()?;
             let conn = Conn::start(&state)?;
             initialize(&conn)?;
@@ -177,20 +206,14 @@ fn append_throughput(reps: usize, quick: bool) -> anyhow::Result<()> {
                     let handle = conn.clone_handle();
                     std::thread::spawn(move || -> anyhow::Result<()> {
                         let session = if separate { format!("s{c}") } else { "shared".to_owned() };
-                        for i in 0..per_client {
-                            let rec = record(c * 1_000_000 + i, 1024);
-                            handle.request("ctx/append", json!({"sessionId": session, "records": [rec]}))?;
-                        }
-                        Ok(())
+                        client_appends(&handle, &session, c * 1_000_000, per_client, window)
                     })
                 })
                 .collect();
             for t in threads {
                 t.join().map_err(|_| anyhow::anyhow!("client thread panicked"))??;
             }
-            let secs = started.elapsed().as_secs_f64();
-            let rate = (clients * per_client) as f64 / secs;
-            if separate { rates_separate.push(rate) } else { rates_shared.push(rate) }
+            rates[m].push((clients * per_client) as f64 / started.elapsed().as_secs_f64());
         }
         // Baseline: one 1 KB write + sync_data per record, one writer, no daemon.
         let (_dir, state) = temp_state()?;
@@ -205,13 +228,13 @@ fn append_throughput(reps: usize, quick: bool) -> anyhow::Result<()> {
         }
         sync_baseline.push(n as f64 / started.elapsed().as_secs_f64());
     }
-    let shared = median(rates_shared);
-    let separate = median(rates_separate);
     let baseline = median(sync_baseline);
-    println!("durable appends, {clients} concurrent clients, 1 KB records, one record per request, each acknowledged after sync:");
-    println!("  one shared session:    {shared:>9.0} records/s  ({:.1}x one-sync-per-record baseline)", shared / baseline);
-    println!("  one session per client: {separate:>8.0} records/s  ({:.1}x baseline)", separate / baseline);
-    println!("  baseline (write+sync_data per 1 KB record, no daemon): {baseline:.0} records/s");
+    println!("durable appends, {clients} concurrent clients, 1 KB records, one record per request, acknowledged after sync:");
+    for ((label, _, _), r) in modes.iter().zip(rates) {
+        let rate = median(r);
+        println!("  {label:<58} {rate:>8.0} records/s  ({:.1}x baseline)", rate / baseline);
+    }
+    println!("  baseline: write + sync_data per 1 KB record, one writer, no daemon: {baseline:.0} records/s");
     Ok(())
 }
 

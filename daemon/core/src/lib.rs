@@ -6,6 +6,7 @@
 //! (`ctxd`) owns every side effect.
 //!
 //! - [`budget`]: windows, thresholds and levels (what "full" means for a model).
+//! - [`ledger`]: the file-read ledger (what the agent read, and whether it changed).
 //! - [`memory`]: which memory files (CLAUDE.md and friends) a session loads, over an
 //!   injected filesystem, and the user-context text they render to.
 //! - [`record`]: one transcript line, its exact text and the fields ctxd decides on.
@@ -14,6 +15,7 @@
 //! - [`tally`]: the running token count of a session (reported usage plus estimate).
 
 pub mod budget;
+pub mod ledger;
 pub mod memory;
 pub mod record;
 pub mod summary;

@@ -28,20 +28,6 @@ pub(super) fn role(message: &Value) -> &str {
     message.get("role").and_then(Value::as_str).unwrap_or("")
 }
 
-/// The text blocks of a content value, joined by blank lines.
-pub(super) fn plain_text(content: &Value) -> String {
-    match content {
-        Value::String(s) => s.clone(),
-        Value::Array(items) => items
-            .iter()
-            .filter(|b| block_type(b) == "text")
-            .filter_map(|b| b.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n\n"),
-        _ => String::new(),
-    }
-}
-
 /// The record as a JSON object (the parsed line).
 pub(super) fn record_object(record: &Record) -> Map<String, Value> {
     match record.to_value() {

@@ -54,7 +54,7 @@ mod text;
 mod tests;
 
 pub use fidelity::{
-    DEFAULT_RECENT_TURNS, FidelityFacts, FidelityItem, FidelityOutcome, FidelityReport,
+    DEFAULT_RECENT_TURNS, FidelityFacts, FidelityItem, FidelityOutcome, FidelityReport, OpenTodo,
     check_fidelity,
 };
 pub use guards::{
@@ -62,13 +62,13 @@ pub use guards::{
     THRASH_REFILLS, THRASH_TURNS, THRASHING_MESSAGE,
 };
 pub use install::{
-    CompactionView, CopySkip, InstallError, InstallInput, KeptPlacement, PostCompact,
-    SplitDirection, UNDO_SUBTYPE, UndoError, build_post_compact, build_undo_record,
-    common_fields, compaction_view, latest_tool_round, safe_split, tools_used, undo_target,
+    CompactionView, InstallError, InstallInput, PartialPlan, PostCompact, SplitDirection,
+    UNDO_SUBTYPE, UndoError, auto_kept_start, build_post_compact, build_undo_record, common_fields,
+    compaction_view, partial_plan, safe_split, tools_used, undo_target,
 };
 pub use ladder::{
-    DEFAULT_MIN_CUT_FRACTION, Ladder, LadderError, LadderPolicy, LadderStep, Rung,
-    RungAttempt, RungOutcome, RungVerdict,
+    DEFAULT_MIN_CUT_PERCENT, Ladder, LadderError, LadderPolicy, LadderStep, Rung, RungAttempt,
+    RungOutcome, RungVerdict,
 };
 pub use prompt::{
     KeptMessages, PromptForm, PromptSpec, SummaryMessage, fallback_system_prompt,
@@ -82,9 +82,10 @@ pub use request::{
     count_cache_markers, fallback_request, fork_request,
 };
 pub use restore::{
-    FileReadEntry, PlanFile, PostCompactSizes, RESTORE_ROOM_SHARE, RestoreBudget,
-    RestoreInput, RestorePlan, RestoreReport, RestoredAttachment, SkillEntry,
-    plan_restoration,
+    FileOutcome, FileReadEntry, MAX_DIGEST_TOKENS, MAX_FILE_TOKENS, MAX_RESTORED_FILES,
+    MAX_SKILL_TOKENS, MAX_TOKENS_PER_FILE, MAX_TOKENS_PER_SKILL, PlanFile, PostCompactSizes,
+    RESTORE_ROOM_PERCENT, RestoreBudget, RestoreInput, RestorePlan, RestoreReport,
+    RestoredAttachment, SkillEntry, plan_restoration,
 };
 
 use serde::{Deserialize, Serialize};

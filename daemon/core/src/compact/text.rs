@@ -91,11 +91,17 @@ pub(super) fn content_words(text: &str) -> Vec<String> {
     out
 }
 
-/// Strips one common English ending so "tests", "testing" and "tested" compare equal.
+/// Strips one common English ending so "tests", "testing" and "tested" (and "retries"
+/// and "retry") compare equal.
 /// Both sides of every comparison go through it, so its crudeness cancels out.
 fn stem(word: &str) -> String {
     if word.contains(['_', '.', '/']) {
         return word.to_owned();
+    }
+    if let Some(base) = word.strip_suffix("ies")
+        && base.chars().count() >= 3
+    {
+        return format!("{base}y");
     }
     for suffix in ["ing", "ed", "es", "s"] {
         if let Some(base) = word.strip_suffix(suffix)

@@ -187,8 +187,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("real")).unwrap();
         std::os::unix::fs::symlink(dir.path().join("real"), dir.path().join("link")).unwrap();
-        std::os::unix::fs::symlink(dir.path().join("gone"), dir.path().join("dangling"))
-            .unwrap();
+        std::os::unix::fs::symlink(dir.path().join("gone"), dir.path().join("dangling")).unwrap();
         let listed = sorted(RealFs::new().list_dir(dir.path()).unwrap());
         assert_eq!(
             listed,
@@ -199,7 +198,10 @@ mod tests {
             ]
         );
         // A dangling link reads as absent.
-        assert_eq!(RealFs::new().read(&dir.path().join("dangling")).unwrap(), None);
+        assert_eq!(
+            RealFs::new().read(&dir.path().join("dangling")).unwrap(),
+            None
+        );
     }
 
     #[test]

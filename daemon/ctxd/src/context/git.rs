@@ -178,7 +178,8 @@ impl Git<'_> {
     }
 
     fn main_branch(&self) -> Option<String> {
-        if let Some(remote_head) = self.line(&["symbolic-ref", "--quiet", "refs/remotes/origin/HEAD"])
+        if let Some(remote_head) =
+            self.line(&["symbolic-ref", "--quiet", "refs/remotes/origin/HEAD"])
         {
             let name = remote_head
                 .strip_prefix("refs/remotes/origin/")
@@ -187,7 +188,12 @@ impl Git<'_> {
         }
         ["main", "master"].into_iter().find_map(|name| {
             let exists = self
-                .run(&["show-ref", "--verify", "--quiet", &format!("refs/heads/{name}")])
+                .run(&[
+                    "show-ref",
+                    "--verify",
+                    "--quiet",
+                    &format!("refs/heads/{name}"),
+                ])
                 .is_ok_and(|out| out.success);
             exists.then(|| name.to_owned())
         })
@@ -209,7 +215,14 @@ impl Git<'_> {
 
     fn recent_commits(&self) -> Vec<String> {
         let count = RECENT_COMMITS.to_string();
-        match self.run(&["log", "--oneline", "--no-decorate", "--no-show-signature", "-n", &count]) {
+        match self.run(&[
+            "log",
+            "--oneline",
+            "--no-decorate",
+            "--no-show-signature",
+            "-n",
+            &count,
+        ]) {
             // Fails on a branch with no commits yet; that is simply no history.
             Ok(out) if out.success => out.text().lines().map(str::to_owned).collect(),
             Ok(_) => Vec::new(),
@@ -333,7 +346,9 @@ fn run_with_timeout(mut command: Command, timeout: Duration) -> Result<Output, R
                     return Err(RunError::Timeout(timeout));
                 }
                 Ok(None) => {
-                    std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+                    std::thread::sleep(
+                        pause.min(deadline.saturating_duration_since(Instant::now())),
+                    );
                     pause = (pause * 2).min(Duration::from_millis(20));
                 }
                 Err(err) => {
@@ -417,7 +432,12 @@ mod tests {
     fn facts_of_a_repository_with_history_and_changes() {
         let dir = repo();
         for n in 1..=6 {
-            commit_file(dir.path(), "a.txt", &format!("v{n}\n"), &format!("commit number {n}"));
+            commit_file(
+                dir.path(),
+                "a.txt",
+                &format!("v{n}\n"),
+                &format!("commit number {n}"),
+            );
         }
         git(dir.path(), &["checkout", "-q", "-b", "feature/x"]);
         std::fs::write(dir.path().join("a.txt"), "dirty\n").unwrap();
@@ -435,7 +455,13 @@ mod tests {
             .collect();
         assert_eq!(
             subjects,
-            ["commit number 6", "commit number 5", "commit number 4", "commit number 3", "commit number 2"]
+            [
+                "commit number 6",
+                "commit number 5",
+                "commit number 4",
+                "commit number 3",
+                "commit number 2"
+            ]
         );
 
         let text = render(&facts);
@@ -445,7 +471,10 @@ mod tests {
         assert!(text.contains("\nMain branch (the usual target for pull requests): main\n"));
         assert!(text.contains("\nGit user: Ada Tester\n"));
         assert!(text.contains("\nStatus:\n M a.txt\n?? new.txt\n"));
-        assert!(text.contains(&format!("\nRecent commits:\n{}\n", facts.recent_commits.join("\n"))));
+        assert!(text.contains(&format!(
+            "\nRecent commits:\n{}\n",
+            facts.recent_commits.join("\n")
+        )));
 
         // Nothing was locked or left behind by the capture.
         assert!(!dir.path().join(".git/index.lock").exists());
@@ -477,14 +506,33 @@ mod tests {
         let dir = repo();
         commit_file(dir.path(), "a.txt", "a", "first");
         git(dir.path(), &["branch", "-m", "main", "master"]);
-        assert_eq!(capture(dir.path()).unwrap().main_branch.as_deref(), Some("master"));
+        assert_eq!(
+            capture(dir.path()).unwrap().main_branch.as_deref(),
+            Some("master")
+        );
 
         git(dir.path(), &["branch", "main"]);
-        assert_eq!(capture(dir.path()).unwrap().main_branch.as_deref(), Some("main"));
+        assert_eq!(
+            capture(dir.path()).unwrap().main_branch.as_deref(),
+            Some("main")
+        );
 
-        git(dir.path(), &["update-ref", "refs/remotes/origin/trunk", "HEAD"]);
-        git(dir.path(), &["symbolic-ref", "refs/remotes/origin/HEAD", "refs/remotes/origin/trunk"]);
-        assert_eq!(capture(dir.path()).unwrap().main_branch.as_deref(), Some("trunk"));
+        git(
+            dir.path(),
+            &["update-ref", "refs/remotes/origin/trunk", "HEAD"],
+        );
+        git(
+            dir.path(),
+            &[
+                "symbolic-ref",
+                "refs/remotes/origin/HEAD",
+                "refs/remotes/origin/trunk",
+            ],
+        );
+        assert_eq!(
+            capture(dir.path()).unwrap().main_branch.as_deref(),
+            Some("trunk")
+        );
     }
 
     #[test]
@@ -508,7 +556,10 @@ mod tests {
         let (kept, note) = status.rsplit_once('\n').unwrap();
         assert!(kept.chars().count() <= STATUS_MAX_CHARS, "{}", kept.len());
         // Every kept line is whole.
-        assert!(kept.lines().all(|line| line.starts_with("?? untracked-file-") && line.ends_with(".txt")));
+        assert!(
+            kept.lines()
+                .all(|line| line.starts_with("?? untracked-file-") && line.ends_with(".txt"))
+        );
         let kept_lines = kept.lines().count();
         // Each line is "?? untracked-file-NNNN.txt": 26 characters and a newline.
         assert_eq!(kept_lines, (STATUS_MAX_CHARS + 1) / 27);
@@ -556,10 +607,16 @@ mod tests {
     fn without_git_there_are_no_facts() {
         let dir = repo();
         let missing = PathBuf::from("/nonexistent/bin/git");
-        assert_eq!(capture_with(dir.path(), &GitOptions::with_program(&missing)), None);
+        assert_eq!(
+            capture_with(dir.path(), &GitOptions::with_program(&missing)),
+            None
+        );
         // A bare name that is on no PATH behaves the same.
         assert_eq!(
-            capture_with(dir.path(), &GitOptions::with_program("git-that-is-not-installed")),
+            capture_with(
+                dir.path(),
+                &GitOptions::with_program("git-that-is-not-installed")
+            ),
             None
         );
     }
@@ -579,6 +636,10 @@ mod tests {
         };
         let started = Instant::now();
         assert_eq!(capture_with(dir.path(), &options), None);
-        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
     }
 }

@@ -1,0 +1,199 @@
+//! The guards that keep automatic compaction from looping.
+//!
+//! Automatic compaction runs without anyone watching, so its failure modes must end on
+//! their own and say why once:
+//! - **circuit breaker**: after [`CIRCUIT_BREAKER_FAILURES`] automatic compactions in a
+//!   row fail, automatic compaction stops for the session (each attempt costs a large
+//!   request);
+//! - **thrashing**: when the context refills to the threshold within [`THRASH_TURNS`]
+//!   turns of the previous compaction [`THRASH_REFILLS`] times in a row, compacting is
+//!   not keeping up with what each turn adds; automatic compaction stops with a message
+//!   beginning [`THRASHING_MESSAGE`];
+//! - **fixed prefix**: when the part compaction cannot remove (system prompt, tools,
+//!   memory files) is already above the threshold, no summary can bring the context
+//!   under it; that is reported once instead of compacting every turn.
+//!
+//! A manual compaction is the user taking over: it lifts a stop and clears the counts.
+//! The state is a small serializable struct the daemon keeps per session.
+
+use serde::{Deserialize, Serialize};
+
+use crate::budget::Thresholds;
+
+use super::Trigger;
+
+/// Consecutive failed automatic compactions that stop automatic compaction.
+pub const CIRCUIT_BREAKER_FAILURES: u32 = 3;
+/// A refill within this many turns of the previous compaction counts as quick.
+pub const THRASH_TURNS: u32 = 3;
+/// Quick refills in a row that stop automatic compaction.
+pub const THRASH_REFILLS: u32 = 3;
+/// The start of the message automatic compaction stops with when it thrashes.
+pub const THRASHING_MESSAGE: &str = "Autocompact is thrashing: the context refilled to the limit within 3 turns of the previous compact, 3 times in a row";
+
+/// Why automatic compaction stopped for the session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum StopReason {
+    /// Too many automatic compactions in a row failed; `last` is the latest reason.
+    CircuitBreaker { failures: u32, last: String },
+    /// The context kept refilling right after each compaction.
+    Thrashing,
+}
+
+impl StopReason {
+    /// The message for the user (`ctx/compactFailed`).
+    pub fn message(&self) -> String {
+        match self {
+            StopReason::CircuitBreaker { failures, last } => format!(
+                "Automatic compaction is off for this session after {failures} failed attempts in a row \
+                 (the last one: {last}). Compact manually to turn it back on."
+            ),
+            StopReason::Thrashing => format!(
+                "{THRASHING_MESSAGE}. Automatic compaction is off for this session: each turn adds more than \
+                 compaction can take away (large file reads or tool outputs, or a large fixed context). \
+                 Compact manually to turn it back on, or use a larger window."
+            ),
+        }
+    }
+}
+
+/// What the caller should do about automatic compaction now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AutoDecision {
+    /// Below the threshold, or automatic compaction is disabled: nothing to do.
+    NotDue,
+    /// Compact now.
+    Compact,
+    /// Automatic compaction is stopped for the session. `notify` is true only the
+    /// first time (send `ctx/compactFailed` with `message`).
+    Stopped {
+        reason: StopReason,
+        message: String,
+        notify: bool,
+    },
+    /// The fixed prefix alone is at or above the threshold: compacting cannot help.
+    /// `notify` is true once per episode (until the prefix drops below the threshold).
+    CannotHelp { message: String, notify: bool },
+}
+
+/// A failed compaction, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FailureRecord {
+    pub trigger: Trigger,
+    pub reason: String,
+}
+
+/// The guard state of one session.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactGuards {
+    /// Automatic compactions that failed in a row.
+    pub consecutive_failures: u32,
+    pub last_failure: Option<FailureRecord>,
+    /// Turns since the latest successful compaction; `None` before the first.
+    pub turns_since_compact: Option<u32>,
+    /// Automatic compactions in a row that came within [`THRASH_TURNS`] turns of the
+    /// previous one.
+    pub quick_refills: u32,
+    /// Set once automatic compaction stopped.
+    pub stopped: Option<StopReason>,
+    /// The fixed prefix above the threshold was reported and has not dropped since.
+    pub fixed_prefix_reported: bool,
+}
+
+impl CompactGuards {
+    /// Decides whether automatic compaction should run at `tokens`, given the part of
+    /// the context compaction cannot remove (`fixed_prefix`).
+    pub fn check_auto(&mut self, tokens: u64, thresholds: &Thresholds, fixed_prefix: u64) -> AutoDecision {
+        if fixed_prefix < thresholds.threshold {
+            self.fixed_prefix_reported = false;
+        }
+        if !thresholds.should_auto_compact(tokens) {
+            return AutoDecision::NotDue;
+        }
+        if let Some(reason) = &self.stopped {
+            return AutoDecision::Stopped {
+                message: reason.message(),
+                reason: reason.clone(),
+                notify: false,
+            };
+        }
+        if fixed_prefix >= thresholds.threshold {
+            let notify = !self.fixed_prefix_reported;
+            self.fixed_prefix_reported = true;
+            return AutoDecision::CannotHelp {
+                message: format!(
+                    "Compaction cannot help: the part of the context it cannot remove (system prompt, tools and \
+                     memory files, {fixed_prefix} tokens) is already at or above the compact threshold \
+                     ({} tokens). Remove tools, MCP servers or memory files, or use a model with a larger window.",
+                    thresholds.threshold
+                ),
+                notify,
+            };
+        }
+        let quick = self.turns_since_compact.is_some_and(|t| t <= THRASH_TURNS);
+        if quick && self.quick_refills + 1 >= THRASH_REFILLS {
+            let reason = StopReason::Thrashing;
+            self.stopped = Some(reason.clone());
+            return AutoDecision::Stopped {
+                message: reason.message(),
+                reason,
+                notify: true,
+            };
+        }
+        AutoDecision::Compact
+    }
+
+    /// One model turn finished (the caller decides what a turn is: one request to the
+    /// model).
+    pub fn record_turn(&mut self) {
+        self.turns_since_compact = self.turns_since_compact.map(|t| t.saturating_add(1));
+    }
+
+    /// A manual compaction is starting: the user takes over, so a stop is lifted and
+    /// the counts start again.
+    pub fn note_manual_compact(&mut self) {
+        self.consecutive_failures = 0;
+        self.last_failure = None;
+        self.quick_refills = 0;
+        self.stopped = None;
+    }
+
+    /// A compaction was installed.
+    pub fn record_success(&mut self, trigger: Trigger) {
+        self.consecutive_failures = 0;
+        self.last_failure = None;
+        let quick = self.turns_since_compact.is_some_and(|t| t <= THRASH_TURNS);
+        self.quick_refills = if trigger.is_automatic() && quick {
+            self.quick_refills + 1
+        } else {
+            0
+        };
+        self.turns_since_compact = Some(0);
+    }
+
+    /// A compaction failed. Returns the stop reason when this failure stopped automatic
+    /// compaction (send `ctx/compactFailed` with its message). The user's own attempts
+    /// (manual, partial) do not count toward the breaker.
+    pub fn record_failure(&mut self, trigger: Trigger, reason: &str) -> Option<StopReason> {
+        self.last_failure = Some(FailureRecord {
+            trigger,
+            reason: reason.to_owned(),
+        });
+        if !trigger.is_automatic() {
+            return None;
+        }
+        self.consecutive_failures += 1;
+        if self.consecutive_failures >= CIRCUIT_BREAKER_FAILURES && self.stopped.is_none() {
+            let stop = StopReason::CircuitBreaker {
+                failures: self.consecutive_failures,
+                last: reason.to_owned(),
+            };
+            self.stopped = Some(stop.clone());
+            return Some(stop);
+        }
+        None
+    }
+}

@@ -1,0 +1,162 @@
+//! Stage 2: the tool-result budget.
+//!
+//! A new tool result too large for the context is stored on disk and the model sees a
+//! preview with the file's path instead; the new results of one message also share an
+//! aggregate budget. The core only decides: it names the results to store, gives their
+//! full text and the preview, and the daemon writes the file once and appends a
+//! replacement record. From then on the recorded replacement is applied the same way on
+//! every request and after resume, whatever the budget settings say, so the prompt
+//! prefix stays stable.
+//!
+//! "New" means not answered by the model yet (after the last response): a result the
+//! model already saw in full keeps being sent in full.
+
+use std::collections::BTreeMap;
+
+use super::Applied;
+use super::config::BudgetConfig;
+use super::item::{BYTES_PER_TOKEN, Block, Item, Role};
+use super::raw;
+use super::state::{Offload, Replacement};
+
+/// The file a result is stored in: `<dir>/<tool_use_id>.txt`, with any character that
+/// is not safe in a file name replaced.
+pub fn offload_path(dir: &str, tool_use_id: &str) -> String {
+    let name: String = tool_use_id
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+        .collect();
+    format!("{}/{name}.txt", dir.trim_end_matches('/'))
+}
+
+/// The text the model sees instead of a stored result.
+pub fn preview_text(content: &str, path: &str, config: &BudgetConfig) -> String {
+    let head_end = floor_char_boundary(content, config.preview_head_bytes.min(content.len()));
+    let tail_start = ceil_char_boundary(content, content.len().saturating_sub(config.preview_tail_bytes).max(head_end));
+    let tokens = content.len() as u64 / BYTES_PER_TOKEN;
+    let mut out = format!(
+        "[This output was too large for the context: {} bytes, about {tokens} tokens. It is stored in full at {path}; read that file for any part not shown below.]\n\n",
+        content.len()
+    );
+    out.push_str(&content[..head_end]);
+    if tail_start > head_end {
+        out.push_str(&format!("\n\n[… {} bytes not shown …]\n\n", tail_start - head_end));
+        out.push_str(&content[tail_start..]);
+    }
+    out
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+fn ceil_char_boundary(s: &str, mut i: usize) -> usize {
+    while i < s.len() && !s.is_char_boundary(i) {
+        i += 1;
+    }
+    i
+}
+
+/// A result block whose content is the replacement's preview.
+pub fn replaced(block: &Block, replacement: &Replacement) -> Block {
+    match block.result() {
+        Some(r) if !r.replaced && !r.cleared => {
+            block.rebuild_result(&[("content", &raw::string(&replacement.preview))], |r| r.replaced = true)
+        }
+        _ => block.clone(),
+    }
+}
+
+/// Chooses which new results to store. `unanswered` are the items after the last
+/// response; results already recorded are left alone. Returns the offloads (in view
+/// order) and the tokens they save.
+pub fn decide_offloads(
+    unanswered: &[Item],
+    recorded: &BTreeMap<String, Replacement>,
+    config: &BudgetConfig,
+    dir: &str,
+) -> (Vec<Offload>, u64) {
+    let candidates: Vec<&Block> = unanswered
+        .iter()
+        .filter(|item| item.role == Role::User && !item.snipped)
+        .flat_map(|item| item.blocks.iter())
+        .filter(|b| {
+            b.result()
+                .is_some_and(|r| !r.replaced && !r.cleared && !recorded.contains_key(r.tool_use_id.as_ref()))
+        })
+        .collect();
+    let mut chosen: Vec<bool> = candidates.iter().map(|b| b.tokens() > config.per_result_tokens).collect();
+    let mut total: u64 = candidates.iter().zip(&chosen).filter(|(_, c)| !**c).map(|(b, _)| b.tokens()).sum();
+    if total > config.per_message_tokens {
+        // Largest first; among equals the earliest, so the choice is deterministic.
+        let mut order: Vec<usize> = (0..candidates.len()).filter(|&i| !chosen[i]).collect();
+        order.sort_by(|&a, &b| candidates[b].tokens().cmp(&candidates[a].tokens()).then(a.cmp(&b)));
+        for i in order {
+            if total <= config.per_message_tokens {
+                break;
+            }
+            chosen[i] = true;
+            total -= candidates[i].tokens();
+        }
+    }
+    let mut saved = 0;
+    let offloads = candidates
+        .iter()
+        .zip(&chosen)
+        .filter(|(_, c)| **c)
+        .filter_map(|(block, _)| {
+            let id = block.result()?.tool_use_id.to_string();
+            let content = block.result_text();
+            let path = offload_path(dir, &id);
+            let replacement = Replacement {
+                preview: preview_text(&content, &path, config),
+                path,
+                original_bytes: content.len() as u64,
+            };
+            saved += block.tokens().saturating_sub(replaced(block, &replacement).tokens());
+            Some(Offload { tool_use_id: id, replacement, content })
+        })
+        .collect();
+    (offloads, saved)
+}
+
+/// The stage: decides new offloads and applies every replacement (recorded or new).
+pub fn apply_tool_result_budget(
+    items: Vec<Item>,
+    recorded: &BTreeMap<String, Replacement>,
+    config: &BudgetConfig,
+    dir: &str,
+) -> (Vec<Item>, Applied, Vec<Offload>) {
+    let unanswered_from = items.iter().rposition(|i| i.role == Role::Assistant).map_or(0, |i| i + 1);
+    let (offloads, saved) = decide_offloads(&items[unanswered_from..], recorded, config, dir);
+    let mut all = recorded.clone();
+    for o in &offloads {
+        all.insert(o.tool_use_id.clone(), o.replacement.clone());
+    }
+    let items = items
+        .into_iter()
+        .map(|mut item| {
+            for block in &mut item.blocks {
+                if let Some(r) = block.result().and_then(|r| all.get(r.tool_use_id.as_ref())) {
+                    *block = replaced(block, r);
+                }
+            }
+            item
+        })
+        .collect();
+    let applied = budget_applied(&offloads, saved, recorded.len());
+    (items, applied, offloads)
+}
+
+/// The stage's report (shared by the incremental path).
+pub(crate) fn budget_applied(offloads: &[Offload], saved: u64, recorded: usize) -> Applied {
+    Applied {
+        stage: "tool_result_budget",
+        acted: !offloads.is_empty(),
+        tokens_freed: saved,
+        detail: format!("{} new results stored, {recorded} recorded replacements", offloads.len()),
+    }
+}

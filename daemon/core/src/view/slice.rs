@@ -1,0 +1,115 @@
+//! Stage 1: the view starts after the latest compact boundary.
+//!
+//! Everything before a boundary was summarized; the model sees the summary and what
+//! follows it. A boundary may name a preserved segment (records kept verbatim by the
+//! compaction, stored before the boundary): those records are put back right after the
+//! record the boundary anchors them to (the summary), as the host does on resume.
+
+use serde::Deserialize;
+
+use super::Applied;
+use crate::record::{Kind, Record};
+
+/// Which records make up the view, in view order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Slice {
+    /// Index of the latest compact boundary.
+    pub boundary: Option<usize>,
+    /// Index of the first record after the boundary (0 without one).
+    pub start: usize,
+    /// Record indices in view order: those after the boundary, with the preserved
+    /// segment spliced in after its anchor.
+    pub order: Vec<usize>,
+    /// How many records of a preserved segment were put back.
+    pub preserved: usize,
+    /// Why a preserved segment the boundary names could not be put back.
+    pub note: Option<&'static str>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BoundaryLine {
+    #[serde(default)]
+    compact_metadata: Option<CompactMetadata>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CompactMetadata {
+    #[serde(default)]
+    preserved_segment: Option<PreservedSegment>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PreservedSegment {
+    head_uuid: String,
+    anchor_uuid: String,
+    tail_uuid: String,
+}
+
+/// Finds the latest boundary and the records of the view.
+pub fn slice_after_boundary(records: &[Record]) -> (Slice, Applied) {
+    let boundary = records.iter().rposition(Record::is_compact_boundary);
+    let start = boundary.map_or(0, |b| b + 1);
+    let mut slice = Slice { boundary, start, order: (start..records.len()).collect(), ..Slice::default() };
+    if let Some(b) = boundary {
+        splice_preserved(records, b, &mut slice);
+    }
+    let detail = match boundary {
+        Some(b) => {
+            let mut d = format!("after the boundary at record {b}: {} records", slice.order.len());
+            if slice.preserved > 0 {
+                d.push_str(&format!(", {} preserved before it", slice.preserved));
+            }
+            if let Some(note) = slice.note {
+                d.push_str("; ");
+                d.push_str(note);
+            }
+            d
+        }
+        None => format!("no boundary: {} records", slice.order.len()),
+    };
+    let applied = Applied {
+        stage: "slice",
+        acted: boundary.is_some(),
+        tokens_freed: 0,
+        detail,
+    };
+    (slice, applied)
+}
+
+fn splice_preserved(records: &[Record], boundary: usize, slice: &mut Slice) {
+    let Ok(line) = serde_json::from_str::<BoundaryLine>(records[boundary].line()) else {
+        return;
+    };
+    let Some(segment) = line.compact_metadata.and_then(|m| m.preserved_segment) else {
+        return;
+    };
+    let before = &records[..boundary];
+    let head = before.iter().position(|r| r.uuid() == Some(segment.head_uuid.as_str()));
+    let tail = before.iter().rposition(|r| r.uuid() == Some(segment.tail_uuid.as_str()));
+    let (Some(head), Some(tail)) = (head, tail) else {
+        slice.note = Some("its preserved segment is not among the records given");
+        return;
+    };
+    if head > tail {
+        slice.note = Some("its preserved segment ends before it starts");
+        return;
+    }
+    // File order between head and tail: a parent-pointer walk would miss parallel tool
+    // results, which hang off different tool_use lines.
+    let kept: Vec<usize> = (head..=tail)
+        .filter(|&i| {
+            let h = records[i].head();
+            !h.is_sidechain && matches!(h.kind, Kind::User | Kind::Assistant | Kind::Attachment)
+        })
+        .collect();
+    let anchor = slice
+        .order
+        .iter()
+        .position(|&i| records[i].uuid() == Some(segment.anchor_uuid.as_str()))
+        .map_or(0, |p| p + 1);
+    slice.preserved = kept.len();
+    slice.order.splice(anchor..anchor, kept);
+}
