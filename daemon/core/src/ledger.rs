@@ -112,6 +112,38 @@ impl Ledger {
         }
     }
 
+    /// Records a read known only by its hash (an explicit `ctx/fileRead`, replayed from
+    /// its marker record).
+    pub fn record_marker(&mut self, marker: &ReadMarker) -> ReadOutcome {
+        self.next_sequence += 1;
+        let entry = LedgerEntry {
+            path: marker.path.clone(),
+            start_line: marker.start_line,
+            num_lines: marker.num_lines,
+            total_lines: marker.total_lines,
+            hash: marker.hash,
+            bytes: marker.bytes,
+            tokens: marker.bytes.div_ceil(4),
+            reads: 1,
+            sequence: self.next_sequence,
+            source_uuid: None,
+            read_at: marker.timestamp.clone(),
+            stale: false,
+        };
+        match self.entries.get_mut(&marker.path) {
+            Some(old) => {
+                let unchanged = old.hash == entry.hash && old.start_line == entry.start_line && old.num_lines == entry.num_lines;
+                let reads = old.reads.saturating_add(1);
+                *old = LedgerEntry { reads, ..entry };
+                ReadOutcome::Reread { unchanged }
+            }
+            None => {
+                self.entries.insert(marker.path.clone(), entry);
+                ReadOutcome::New
+            }
+        }
+    }
+
     /// Puts back an entry loaded from the index.
     pub fn restore(&mut self, entry: LedgerEntry) {
         self.next_sequence = self.next_sequence.max(entry.sequence);
@@ -210,6 +242,80 @@ pub fn file_read_in(record: &Record) -> Option<FileRead> {
         source_uuid: outer.uuid,
         timestamp: outer.timestamp,
     })
+}
+
+/// Record type ctxd appends for an explicit `ctx/fileRead`, so the ledger can be rebuilt
+/// from the transcript. Never sent to a model.
+pub const READ_MARKER_TYPE: &str = "ctxd-file-read";
+
+/// An explicit read, as stored in its marker record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadMarker {
+    pub path: String,
+    pub start_line: u64,
+    pub num_lines: u64,
+    pub total_lines: Option<u64>,
+    /// Hash of the text read, as hex (JSON numbers lose precision past 2^53).
+    #[serde(with = "hex_u64")]
+    pub hash: u64,
+    pub bytes: u64,
+    pub timestamp: Option<String>,
+}
+
+impl ReadMarker {
+    /// Measures a read of `text` (the whole file) or of a line range of it.
+    pub fn measure(path: &str, text: &str, start_line: Option<u64>, num_lines: Option<u64>, timestamp: Option<String>) -> ReadMarker {
+        let total = text.split_inclusive('\n').count() as u64;
+        let start = start_line.unwrap_or(1).max(1);
+        let num = num_lines.unwrap_or(total.saturating_sub(start - 1));
+        let seen = if start == 1 && num >= total { text.to_owned() } else { line_range(text, start, num) };
+        ReadMarker {
+            path: path.to_owned(),
+            start_line: start,
+            num_lines: num,
+            total_lines: Some(total),
+            hash: text_hash(&seen),
+            bytes: seen.len() as u64,
+            timestamp,
+        }
+    }
+
+    /// The record that stores this read in the transcript.
+    pub fn to_record(&self, uuid: &str) -> serde_json::Map<String, serde_json::Value> {
+        let mut object = serde_json::Map::new();
+        object.insert("type".into(), READ_MARKER_TYPE.into());
+        object.insert("uuid".into(), uuid.into());
+        if let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(self) {
+            object.extend(fields);
+        }
+        object
+    }
+
+    /// The marker a record holds, if it is one.
+    pub fn from_record(record: &Record) -> Option<ReadMarker> {
+        if record.head().kind != Kind::Other || !record.line().contains(READ_MARKER_TYPE) {
+            return None;
+        }
+        let value: serde_json::Value = serde_json::from_str(record.line()).ok()?;
+        if value.get("type")?.as_str()? != READ_MARKER_TYPE {
+            return None;
+        }
+        serde_json::from_value(value).ok()
+    }
+}
+
+mod hex_u64 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{value:016x}"))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        let text = String::deserialize(d)?;
+        u64::from_str_radix(&text, 16).map_err(serde::de::Error::custom)
+    }
 }
 
 /// The lines `start_line..start_line + num_lines` (1-based) of `text`.
@@ -335,6 +441,20 @@ mod tests {
         let note = changed_file_note("/p/f", None, &"x".repeat(10_000), 100);
         assert!(note.contains("more bytes not shown"));
         assert!(note.len() < 600, "{}", note.len());
+    }
+
+    #[test]
+    fn explicit_reads_round_trip_through_their_marker_record() {
+        let marker = ReadMarker::measure("/p/f", "a\nb\nc\n", Some(2), Some(1), Some("t".into()));
+        assert_eq!((marker.start_line, marker.num_lines, marker.total_lines), (2, 1, Some(3)));
+        let record = Record::from_object(&marker.to_record("m1")).unwrap();
+        assert_eq!(ReadMarker::from_record(&record), Some(marker.clone()));
+        let mut ledger = Ledger::default();
+        assert_eq!(ledger.record_marker(&marker), ReadOutcome::New);
+        let entry = ledger.get("/p/f").unwrap();
+        assert!(!has_changed(entry, "a\nb\nc\n"));
+        assert!(has_changed(entry, "a\nB\nc\n"));
+        assert_eq!(ledger.record_marker(&marker), ReadOutcome::Reread { unchanged: true });
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use ctxd_core::budget::{EnvConfig, WindowSource};
+use ctxd_core::ledger::ReadOutcome;
 use ctxd_core::record::Record;
 use ctxd_proto::{self as proto, error_codes, methods};
 use serde_json::Value;
@@ -45,6 +46,7 @@ pub fn service(options: ServeOptions) -> (LspService<Backend>, tower_lsp_server:
         .custom_method(methods::USAGE, Backend::usage)
         .custom_method(methods::CLOSE_SESSION, Backend::close_session)
         .custom_method(methods::SET_AUTO_COMPACT_WINDOW, Backend::set_auto_compact_window)
+        .custom_method(methods::FILE_READ, Backend::file_read)
         .finish()
 }
 
@@ -180,6 +182,29 @@ impl Backend {
         })
     }
 
+    pub async fn file_read(&self, params: proto::FileReadParams) -> Result<proto::FileReadResult> {
+        let rx = self
+            .sessions()?
+            .file_read(&params.session_id, params.path, params.start_line, params.num_lines)
+            .map_err(rpc_error)?;
+        let answer = answer(rx, &params.session_id).await?;
+        let (already_read, unchanged) = match answer.outcome {
+            ReadOutcome::New => (false, false),
+            ReadOutcome::Reread { unchanged } => (true, unchanged),
+        };
+        let e = answer.entry;
+        Ok(proto::FileReadResult {
+            path: e.path,
+            already_read,
+            unchanged,
+            reads: e.reads,
+            start_line: e.start_line,
+            num_lines: e.num_lines,
+            total_lines: e.total_lines,
+            tokens: e.tokens,
+        })
+    }
+
     pub async fn usage(&self, params: proto::SessionParams) -> Result<proto::UsageResult> {
         let rx = self.sessions()?.usage(&params.session_id).map_err(rpc_error)?;
         let usage = rx.await.map_err(|_| rpc_error(SessionError::Closed(params.session_id.clone())))?;
@@ -238,7 +263,7 @@ pub fn rpc_error(e: SessionError) -> Error {
     let message = e.to_string();
     match e {
         SessionError::NotOpen(_) | SessionError::UnknownSession(_) => with_code(error_codes::UNKNOWN_SESSION, message),
-        SessionError::InvalidSessionId(_) => Error::invalid_params(message),
+        SessionError::InvalidSessionId(_) | SessionError::InvalidParams(_) => Error::invalid_params(message),
         SessionError::Store(_) => with_code(error_codes::STORE, message),
         SessionError::Closed(_) => with_code(error_codes::SESSION_CLOSED, message),
         SessionError::Internal(_) => internal(message),

@@ -31,10 +31,11 @@ pub mod methods {
     pub const CLOSE_SESSION: &str = "ctx/closeSession";
     pub const USAGE_CHANGED: &str = "ctx/usageChanged";
     pub const SET_AUTO_COMPACT_WINDOW: &str = "ctx/setAutoCompactWindow";
+    pub const FILE_READ: &str = "ctx/fileRead";
 
     /// Every `ctx/` request method this build of ctxd answers, as announced in
     /// `initialize` under `capabilities.experimental.ctxd.methods`.
-    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION, SET_AUTO_COMPACT_WINDOW];
+    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION, SET_AUTO_COMPACT_WINDOW, FILE_READ];
     /// Every `ctx/` notification this build of ctxd sends.
     pub const NOTIFICATIONS: &[&str] = &[USAGE_CHANGED];
 }
@@ -284,4 +285,40 @@ pub struct SetAutoCompactWindowResult {
     /// Problems with the value (clamped into range, above the model's window, …).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+}
+
+/// `ctx/fileRead` params: the agent read a file (or a line range of it) by some means
+/// ctxd does not see in the transcript. Read tool results in appended records are
+/// recorded without this call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FileReadParams {
+    pub session_id: String,
+    /// Absolute path.
+    pub path: String,
+    /// First line read, 1-based (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_line: Option<u64>,
+    /// Lines read (default: to the end).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_lines: Option<u64>,
+}
+
+/// `ctx/fileRead` result: the ledger entry, and whether the agent already had this text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FileReadResult {
+    pub path: String,
+    /// The path was read before in this session.
+    pub already_read: bool,
+    /// Read before, and the same lines had the same content then.
+    pub unchanged: bool,
+    /// Times the path was read in this session.
+    pub reads: u32,
+    pub start_line: u64,
+    pub num_lines: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_lines: Option<u64>,
+    /// Estimated tokens of the text read.
+    pub tokens: u64,
 }

@@ -34,6 +34,8 @@ pub fn all() -> Vec<SchemaFile> {
         file::<SessionParams>("ctx.closeSession.params"),
         file::<UsageChangedNotification>("ctx.usageChanged.params"),
         file::<SetAutoCompactWindowParams>("ctx.setAutoCompactWindow.params"),
+        file::<FileReadParams>("ctx.fileRead.params"),
+        file::<FileReadResult>("ctx.fileRead.result"),
         file::<SetAutoCompactWindowResult>("ctx.setAutoCompactWindow.result"),
     ]
 }

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 
 use super::Applied;
 use super::config::BudgetConfig;
+use super::content::ContentRules;
 use super::item::{BYTES_PER_TOKEN, Block, Item, Role};
 use super::raw;
 use super::state::{Offload, Replacement};
@@ -123,35 +124,14 @@ pub fn decide_offloads(
     (offloads, saved)
 }
 
-/// The stage: decides new offloads and applies every replacement (recorded or new).
-pub fn apply_tool_result_budget(
-    items: Vec<Item>,
-    recorded: &BTreeMap<String, Replacement>,
-    config: &BudgetConfig,
-    dir: &str,
-) -> (Vec<Item>, Applied, Vec<Offload>) {
-    let unanswered_from = items.iter().rposition(|i| i.role == Role::Assistant).map_or(0, |i| i + 1);
-    let (offloads, saved) = decide_offloads(&items[unanswered_from..], recorded, config, dir);
-    let mut all = recorded.clone();
-    for o in &offloads {
-        all.insert(o.tool_use_id.clone(), o.replacement.clone());
-    }
-    let items = items
-        .into_iter()
-        .map(|mut item| {
-            for block in &mut item.blocks {
-                if let Some(r) = block.result().and_then(|r| all.get(r.tool_use_id.as_ref())) {
-                    *block = replaced(block, r);
-                }
-            }
-            item
-        })
-        .collect();
-    let applied = budget_applied(&offloads, saved, recorded.len());
-    (items, applied, offloads)
+/// The stage: every replacement in `replacements` (recorded, plus any just decided)
+/// applied to the view.
+pub fn apply_tool_result_budget(items: Vec<Item>, replacements: &BTreeMap<String, Replacement>) -> Vec<Item> {
+    let rules = ContentRules { replacements, ..ContentRules::NONE };
+    items.into_iter().map(|item| rules.apply_to_item(item)).collect()
 }
 
-/// The stage's report (shared by the incremental path).
+/// The stage's report.
 pub(crate) fn budget_applied(offloads: &[Offload], saved: u64, recorded: usize) -> Applied {
     Applied {
         stage: "tool_result_budget",

@@ -17,7 +17,7 @@
 //! Savings and "most recent" are counted over the results the request will carry (after
 //! snips and collapses): clearing a result a collapse already hides saves nothing.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use serde_json::json;
@@ -25,7 +25,8 @@ use serde_json::json;
 use super::Applied;
 use super::config::MicrocompactConfig;
 use super::ingest::LastResponse;
-use super::item::{BYTES_PER_TOKEN, Block, BlockKind, Item, Role};
+use super::content::ContentRules;
+use super::item::{BYTES_PER_TOKEN, Block, Item, Role};
 use super::raw;
 use super::state::{MicrocompactRecord, PinnedEdits, PipelineState, Replacement, Trigger};
 
@@ -201,62 +202,19 @@ pub fn result_ids<'a>(items: impl Iterator<Item = &'a Item>) -> HashSet<&'a str>
         .collect()
 }
 
-/// The stage. `survivors[i]` says whether item `i` is still in the view after the
-/// collapses (computed ahead: see the module docs).
-#[allow(clippy::too_many_arguments)]
+/// The stage: cleared results become the placeholder; with cache editing, results carry
+/// their `cache_reference` and pinned edits are attached. `present` are the result ids
+/// the request will carry (after collapses).
 pub fn microcompact(
     mut items: Vec<Item>,
-    survivors: &[bool],
     state: &PipelineState,
-    decided: &BTreeMap<String, Replacement>,
-    tool_names: &HashMap<Arc<str>, Arc<str>>,
-    last_response: Option<&LastResponse>,
-    now_ms: i64,
+    present: &HashSet<&str>,
     config: &MicrocompactConfig,
-) -> (Vec<Item>, Applied, Option<MicrocompactRecord>) {
-    let visible = || {
-        items
-            .iter()
-            .zip(survivors.iter().chain(std::iter::repeat(&true)))
-            .filter(|(item, s)| **s && !item.snipped && item.role == Role::User)
-            .map(|(item, _)| item)
-    };
-    let results: Vec<&Block> = visible().flat_map(|i| i.blocks.iter()).filter(|b| b.result().is_some()).collect();
-    let last_user_uuid = visible().filter_map(|i| i.uuid.as_deref()).last();
-    let decision = decide(&DecideInput {
-        results: &results,
-        tool_names,
-        state,
-        decided,
-        last_response,
-        last_user_uuid,
-        now_ms,
-        config,
-    });
-    let mut after = state.clone();
-    if let Some((record, _)) = &decision {
-        after.apply(&super::state::StateRecord::Microcompact(record.clone()));
-    }
-    let pinned = if config.cache_editing {
-        pinned_blocks(&after.cache_edits, &result_ids(visible()))
-    } else {
-        HashMap::new()
-    };
-    for item in items.iter_mut() {
-        for block in item.blocks.iter_mut() {
-            if let BlockKind::ToolResult(r) = &block.kind {
-                if after.cleared.contains(r.tool_use_id.as_ref()) {
-                    *block = cleared(block);
-                }
-                if config.cache_editing {
-                    *block = with_cache_reference(block);
-                }
-            }
-        }
-    }
+) -> Vec<Item> {
+    let pinned = if config.cache_editing { pinned_blocks(&state.cache_edits, present) } else { HashMap::new() };
     attach_pinned(&mut items, &pinned);
-    let applied = microcompact_applied(decision.as_ref(), &after);
-    (items, applied, decision.map(|(record, _)| record))
+    let rules = ContentRules { cleared: &state.cleared, cache_reference: config.cache_editing, ..ContentRules::NONE };
+    items.into_iter().map(|item| rules.apply_to_item(item)).collect()
 }
 
 /// The stage's report.
@@ -275,9 +233,4 @@ pub(crate) fn microcompact_applied(decision: Option<&(MicrocompactRecord, u64)>,
         },
         None => Applied { stage: "microcompact", acted: false, tokens_freed: 0, detail: format!("unchanged; {totals}") },
     }
-}
-
-/// Ids the state clears, as a set for lookups.
-pub fn cleared_set(state: &PipelineState) -> &BTreeSet<String> {
-    &state.cleared
 }

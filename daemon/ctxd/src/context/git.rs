@@ -94,6 +94,11 @@ pub fn capture_with(cwd: &Path, options: &GitOptions) -> Option<GitFacts> {
             tracing::debug!(cwd = %cwd.display(), "not inside a git work tree; no git facts");
             return None;
         }
+        // Spawning in a missing directory fails the same way as a missing program.
+        Err(RunError::NotFound) if !cwd.is_dir() => {
+            tracing::debug!(cwd = %cwd.display(), "working directory does not exist; no git facts");
+            return None;
+        }
         Err(RunError::NotFound) => {
             tracing::debug!(program = ?options.program, "git not found; no git facts");
             return None;
@@ -601,6 +606,12 @@ mod tests {
         // Inside `.git` is not a work tree either.
         let repo = repo();
         assert_eq!(capture(&repo.path().join(".git")), None);
+    }
+
+    #[test]
+    fn a_missing_directory_has_no_facts() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(capture(&dir.path().join("gone")), None);
     }
 
     #[test]

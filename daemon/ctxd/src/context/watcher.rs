@@ -60,6 +60,9 @@ pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(50);
 /// periods after the first change it has not been told about.
 pub const MAX_DELAY_FACTOR: u32 = 8;
 
+/// The longest quiet period [`Watcher::start`] accepts.
+const MAX_DEBOUNCE: Duration = Duration::from_secs(60);
+
 /// Bounds of the debouncer's own timeout (and tick). It only has to pair the two halves
 /// of a rename, which arrive together; longer would add latency, shorter would wake its
 /// thread more often.
@@ -149,6 +152,8 @@ impl Watcher {
     /// when the OS watcher cannot be created the service runs degraded, delivers
     /// nothing, and says so through [`Watcher::degraded`].
     pub fn start(debounce: Duration) -> Watcher {
+        // Keeps deadline arithmetic far from overflow; nobody wants a longer quiet period.
+        let debounce = debounce.min(MAX_DEBOUNCE);
         let degraded = Arc::new(AtomicBool::new(false));
         let (events_tx, events_rx) = mpsc::channel();
         let stitch = (debounce / 4).clamp(STITCH_MIN, STITCH_MAX);
@@ -1171,6 +1176,13 @@ mod tests {
         std::fs::create_dir_all(cwd.join(".claude/rules")).unwrap();
         std::fs::write(cwd.join(".claude/rules/style.md"), "Short lines.").unwrap();
         assert!(next(&mut sub).await.contains(&cwd.join(".claude/rules")));
+    }
+
+    #[test]
+    fn handles_can_move_between_tasks() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Watcher>();
+        send_sync::<Subscription>();
     }
 
     #[test]

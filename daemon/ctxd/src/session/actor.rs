@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ctxd_core::budget::Thresholds;
+use ctxd_core::ledger::{Ledger, LedgerEntry, ReadMarker, ReadOutcome, file_read_in};
 use ctxd_core::record::Record;
 use ctxd_core::tally::Tally;
 use futures::FutureExt;
@@ -39,6 +40,8 @@ pub enum Command {
     Open { reply: oneshot::Sender<Result<Opened, SessionError>> },
     Append { records: Vec<Record>, reply: oneshot::Sender<Result<Appended, SessionError>> },
     Usage { reply: oneshot::Sender<UsageSnapshot> },
+    /// The agent read a file outside the transcript's Read results.
+    FileRead { path: String, start_line: Option<u64>, num_lines: Option<u64>, reply: oneshot::Sender<Result<FileReadAnswer, SessionError>> },
     /// Settings changed: new levels (and settings) for the session.
     Reconfigure { setup: SessionSetup },
     Close { reply: oneshot::Sender<()> },
@@ -62,6 +65,13 @@ pub struct Appended {
     pub usage: UsageSnapshot,
 }
 
+/// Answer to [`Command::FileRead`].
+#[derive(Debug, Clone)]
+pub struct FileReadAnswer {
+    pub outcome: ReadOutcome,
+    pub entry: LedgerEntry,
+}
+
 /// The state of one session, owned by its actor.
 struct Session {
     id: String,
@@ -77,6 +87,8 @@ struct Session {
     records_before_view: u64,
     view_offset: Option<u64>,
     tally: Tally,
+    /// Every file the agent read in this session (before the boundary too).
+    ledger: Ledger,
     thresholds: Thresholds,
     resumed: bool,
     diagnostics: Vec<String>,
@@ -125,6 +137,7 @@ async fn run(
         records_before_view: 0,
         view_offset: None,
         tally: Tally::default(),
+        ledger: Ledger::default(),
         thresholds,
         resumed: false,
         diagnostics: Vec::new(),
@@ -197,6 +210,7 @@ fn fail(cmd: Command, e: &SessionError) {
     match cmd {
         Command::Open { reply } => drop(reply.send(Err(e.clone()))),
         Command::Append { reply, .. } => drop(reply.send(Err(e.clone()))),
+        Command::FileRead { reply, .. } => drop(reply.send(Err(e.clone()))),
         Command::Usage { .. } | Command::Reconfigure { .. } | Command::Close { .. } => {}
     }
 }
@@ -218,7 +232,7 @@ impl Session {
         let loaded = tokio::task::spawn_blocking(move || load_from_disk(&store, &id, &path))
             .await
             .map_err(|e| SessionError::Internal(format!("loading task failed: {e}")))??;
-        let LoadResult { transcript, records, records_before, view_offset, damaged, torn_bytes, rebuilt_index } = loaded;
+        let LoadResult { transcript, records, records_before, view_offset, damaged, torn_bytes, rebuilt_index, earlier } = loaded;
         if torn_bytes > 0 {
             self.diagnostics.push(format!("cut {torn_bytes} bytes of a torn last line (never acknowledged)"));
         }
@@ -232,6 +246,15 @@ impl Session {
         self.view.clear();
         self.uuids.clear();
         self.tally = Tally::default();
+        // The ledger: what the index kept of reads before the boundary (or, when the
+        // index is new, what a scan of that part found), then the reads in the view.
+        self.ledger = Ledger::default();
+        for entry in self.store.index().ledger_entries(&self.id) {
+            self.ledger.restore(entry);
+        }
+        for record in &earlier {
+            self.note_read(record, true);
+        }
         self.records_before_view = records_before;
         self.total_records = records_before;
         self.view_offset = view_offset;
@@ -277,10 +300,28 @@ impl Session {
         }
         self.total_records += 1;
         self.tally.observe(&record);
+        self.note_read(&record, offset.is_some());
         if let Some(uuid) = record.uuid() {
             self.uuids.insert(Arc::from(uuid));
         }
         self.view.push(record);
+    }
+
+    /// Records a file read carried by `record`, if any; `persist` writes the entry to the
+    /// index (for records just appended, or found by a rebuild scan).
+    fn note_read(&mut self, record: &Record, persist: bool) {
+        let path = if let Some(read) = file_read_in(record) {
+            self.ledger.record(&read);
+            read.path
+        } else if let Some(marker) = ReadMarker::from_record(record) {
+            self.ledger.record_marker(&marker);
+            marker.path
+        } else {
+            return;
+        };
+        if persist && let Some(entry) = self.ledger.get(&path) {
+            self.store.index().put_ledger(&self.id, entry);
+        }
     }
 
     async fn handle_batch(&mut self, batch: Vec<Command>) {
@@ -313,6 +354,10 @@ impl Session {
             }
             Command::Usage { reply } => {
                 let _ = reply.send(self.usage());
+            }
+            Command::FileRead { path, start_line, num_lines, reply } => {
+                let answer = self.file_read(path, start_line, num_lines).await;
+                let _ = reply.send(answer);
             }
             Command::Reconfigure { setup } => {
                 self.thresholds = setup.thresholds;
@@ -407,6 +452,32 @@ impl Session {
         self.usage_changed(usage).await;
     }
 
+    /// An explicit read: measure the file now, store a marker record (so the ledger can be
+    /// rebuilt from the transcript), record it in the ledger.
+    async fn file_read(&mut self, path: String, start_line: Option<u64>, num_lines: Option<u64>) -> Result<FileReadAnswer, SessionError> {
+        let reading = path.clone();
+        let text = tokio::task::spawn_blocking(move || std::fs::read(&reading))
+            .await
+            .map_err(|e| SessionError::Internal(format!("read task failed: {e}")))?
+            .map_err(|e| SessionError::InvalidParams(format!("cannot read {path}: {e}")))?;
+        let text = String::from_utf8_lossy(&text);
+        let marker = ReadMarker::measure(&path, &text, start_line, num_lines, Some(now_rfc3339()));
+        let before = self.ledger.get(&path).cloned();
+        let record = Record::from_object(&marker.to_record(&uuid::Uuid::new_v4().to_string()))
+            .map_err(|e| SessionError::Internal(format!("marker record: {e}")))?;
+        let (tx, rx) = oneshot::channel();
+        self.commit(vec![(vec![record], tx)]).await;
+        rx.await.map_err(|_| SessionError::Closed(self.id.clone()))??;
+        let entry = self.ledger.get(&path).cloned().ok_or_else(|| SessionError::Internal("ledger entry missing".into()))?;
+        let outcome = match before {
+            None => ReadOutcome::New,
+            Some(old) => ReadOutcome::Reread {
+                unchanged: old.hash == entry.hash && old.start_line == entry.start_line && old.num_lines == entry.num_lines,
+            },
+        };
+        Ok(FileReadAnswer { outcome, entry })
+    }
+
     fn usage(&self) -> UsageSnapshot {
         UsageSnapshot::compute(&self.tally, &self.thresholds, false)
     }
@@ -449,6 +520,9 @@ struct LoadResult {
     damaged: Vec<String>,
     torn_bytes: u64,
     rebuilt_index: bool,
+    /// Records before the boundary that carry file reads (only when the index had to be
+    /// rebuilt, so its ledger entries are missing).
+    earlier: Vec<Record>,
 }
 
 /// Opens the transcript and reads it from the latest compact boundary. Runs on a
@@ -468,6 +542,7 @@ fn load_from_disk(store: &Store, id: &str, path: &std::path::Path) -> Result<Loa
                 damaged: loaded.damaged,
                 torn_bytes: loaded.torn_bytes,
                 rebuilt_index: false,
+                earlier: Vec::new(),
             });
         }
         tracing::warn!(offset, "index points at no compact boundary; scanning the transcript");
@@ -483,6 +558,13 @@ fn load_from_disk(store: &Store, id: &str, path: &std::path::Path) -> Result<Loa
         (None, 0, 0)
     };
     let (transcript, loaded) = Transcript::open(path, true, offset.unwrap_or(0))?;
+    // A rebuilt index has no ledger: find the reads before the boundary in the file.
+    let earlier = match offset {
+        Some(offset) if offset > 0 && store.index().ledger_entries(id).is_empty() => {
+            crate::store::transcript::records_with_reads(path, offset)?
+        }
+        _ => Vec::new(),
+    };
     Ok(LoadResult {
         transcript,
         records: loaded.records.into_iter().map(|(_, r)| r).collect(),
@@ -491,5 +573,30 @@ fn load_from_disk(store: &Store, id: &str, path: &std::path::Path) -> Result<Loa
         damaged: loaded.damaged,
         torn_bytes: loaded.torn_bytes,
         rebuilt_index: exists && !trusted_no_boundary,
+        earlier,
     })
+}
+
+/// Now as RFC 3339 UTC with milliseconds, like transcript timestamps.
+pub fn now_rfc3339() -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = now.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3_600,
+        rem % 3_600 / 60,
+        rem % 60,
+        now.subsec_millis()
+    )
 }

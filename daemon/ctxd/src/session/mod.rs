@@ -31,6 +31,8 @@ pub enum SessionError {
     UnknownSession(String),
     #[error("{0}")]
     InvalidSessionId(String),
+    #[error("{0}")]
+    InvalidParams(String),
     #[error("store error: {0}")]
     Store(String),
     #[error("session {0:?} closed before answering")]
@@ -240,6 +242,22 @@ impl Sessions {
         let tx = self.sender(id)?;
         let (reply, rx) = oneshot::channel();
         tx.send(Command::Append { records, reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
+        Ok(rx)
+    }
+
+    pub fn file_read(
+        &self,
+        id: &str,
+        path: String,
+        start_line: Option<u64>,
+        num_lines: Option<u64>,
+    ) -> Result<oneshot::Receiver<Result<actor::FileReadAnswer, SessionError>>, SessionError> {
+        if !std::path::Path::new(&path).is_absolute() {
+            return Err(SessionError::InvalidParams(format!("path must be absolute: {path:?}")));
+        }
+        let tx = self.sender(id)?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(Command::FileRead { path, start_line, num_lines, reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
         Ok(rx)
     }
 

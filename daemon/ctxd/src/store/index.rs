@@ -30,6 +30,8 @@ pub struct SessionEntry {
 pub struct Index {
     path: PathBuf,
     sessions: sled::Tree,
+    /// File-read ledger entries, keyed `<session id>\0<path>`.
+    ledger: sled::Tree,
     /// True when this open created the index from nothing (first use, deleted, or moved
     /// aside after damage): its entries must be rebuilt from the transcripts.
     pub fresh: bool,
@@ -75,7 +77,8 @@ impl Index {
         .map_err(|_| StoreError::Index { path: path.to_owned(), message: "sled panicked while opening".into() })?;
         let db = opened.map_err(err)?;
         let sessions = db.open_tree("sessions").map_err(err)?;
-        Ok(Index { path: path.to_owned(), sessions, fresh: false, _db: db })
+        let ledger = db.open_tree("ledger").map_err(err)?;
+        Ok(Index { path: path.to_owned(), sessions, ledger, fresh: false, _db: db })
     }
 
     /// The entry of a session, if the index has a readable one.
@@ -99,6 +102,25 @@ impl Index {
         if let Err(e) = self.sessions.insert(session_id, bytes) {
             tracing::warn!(index = %self.path.display(), error = %e, "index write failed; the transcript is unaffected");
         }
+    }
+
+    /// Records a ledger entry of a session. Failures are logged: the index is a cache.
+    pub fn put_ledger(&self, session_id: &str, entry: &ctxd_core::ledger::LedgerEntry) {
+        let Ok(bytes) = serde_json::to_vec(entry) else { return };
+        let key = format!("{session_id}\0{}", entry.path);
+        if let Err(e) = self.ledger.insert(key.as_bytes(), bytes) {
+            tracing::warn!(index = %self.path.display(), error = %e, "ledger write failed; it will be rebuilt from the transcript");
+        }
+    }
+
+    /// Every ledger entry the index has for a session.
+    pub fn ledger_entries(&self, session_id: &str) -> Vec<ctxd_core::ledger::LedgerEntry> {
+        let prefix = format!("{session_id}\0");
+        self.ledger
+            .scan_prefix(prefix.as_bytes())
+            .filter_map(Result::ok)
+            .filter_map(|(_, v)| serde_json::from_slice(&v).ok())
+            .collect()
     }
 
     /// Flushes to disk (on clean shutdown).

@@ -195,6 +195,26 @@ pub fn scan_for_boundary(path: &Path) -> Result<(Option<u64>, u64, u64), StoreEr
     Ok((last, before, count))
 }
 
+/// The records before byte `end` that carry a file read (a Read result or an explicit
+/// read marker), for rebuilding a lost ledger.
+pub fn records_with_reads(path: &Path, end: u64) -> Result<Vec<Record>, StoreError> {
+    let mut file = File::open(path).map_err(|e| StoreError::io(path, e))?;
+    let mut bytes = Vec::with_capacity(end as usize);
+    (&mut file).take(end).read_to_end(&mut bytes).map_err(|e| StoreError::io(path, e))?;
+    let mut out = Vec::new();
+    for line in bytes.split(|b| *b == b'\n') {
+        let is_candidate = memchr::memmem::find(line, b"\"filePath\"").is_some()
+            || memchr::memmem::find(line, ctxd_core::ledger::READ_MARKER_TYPE.as_bytes()).is_some();
+        if is_candidate
+            && let Ok(text) = std::str::from_utf8(line)
+            && let Ok(record) = Record::parse(text)
+        {
+            out.push(record);
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,84 @@
+//! Block-level rules, applied when a message is materialized.
+//!
+//! Stored-output previews, cleared placeholders, cache references and media stripping
+//! change the content of single blocks and never the shape of the view. They are applied
+//! at the last moment (when normalization seals a message, or renders the open tail of
+//! the view for one request), so a rule recorded after an item was appended still
+//! reaches it, and an item is never transformed twice.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::budget::replaced;
+use super::item::{Block, BlockKind, Item};
+use super::microcompact::{cleared, with_cache_reference};
+use super::state::Replacement;
+
+static NO_REPLACEMENTS: BTreeMap<String, Replacement> = BTreeMap::new();
+static NO_IDS: BTreeSet<String> = BTreeSet::new();
+
+/// The text an image or document of a meta message becomes after an oversized-media
+/// refusal.
+pub const MEDIA_REMOVED: &str = "[media removed: the provider refused it as too large]";
+
+/// What to do to blocks on their way into a request.
+#[derive(Debug, Clone, Copy)]
+pub struct ContentRules<'a> {
+    /// Recorded replacements (stored outputs).
+    pub replacements: &'a BTreeMap<String, Replacement>,
+    /// Replacements this request decided (not recorded yet).
+    pub decided: &'a BTreeMap<String, Replacement>,
+    /// Results cleared by time-based microcompact.
+    pub cleared: &'a BTreeSet<String>,
+    /// Put `cache_reference` on every result (cache editing on).
+    pub cache_reference: bool,
+    pub strip_meta_media: bool,
+}
+
+impl ContentRules<'static> {
+    /// Leaves every block as it is.
+    pub const NONE: ContentRules<'static> = ContentRules {
+        replacements: &NO_REPLACEMENTS,
+        decided: &NO_REPLACEMENTS,
+        cleared: &NO_IDS,
+        cache_reference: false,
+        strip_meta_media: false,
+    };
+}
+
+impl ContentRules<'_> {
+    /// One block under the rules; `meta_like` says the item is host-made context.
+    pub fn apply_block(&self, block: &Block, meta_like: bool) -> Block {
+        match &block.kind {
+            BlockKind::ToolResult(r) => {
+                let id = r.tool_use_id.as_ref();
+                let mut out = match self.replacements.get(id).or_else(|| self.decided.get(id)) {
+                    Some(replacement) => replaced(block, replacement),
+                    None => block.clone(),
+                };
+                if self.cleared.contains(id) {
+                    out = cleared(&out);
+                }
+                if self.cache_reference {
+                    out = with_cache_reference(&out);
+                }
+                out
+            }
+            BlockKind::Image | BlockKind::Document if meta_like && self.strip_meta_media => {
+                Block::text(MEDIA_REMOVED).unwrap_or_else(|| block.clone())
+            }
+            _ => block.clone(),
+        }
+    }
+
+    /// The blocks of an item under the rules.
+    pub fn materialize(&self, item: &Item) -> Vec<Block> {
+        let meta_like = item.origin.is_meta_like();
+        item.blocks.iter().map(|b| self.apply_block(b, meta_like)).collect()
+    }
+
+    /// An item with its blocks under the rules.
+    pub fn apply_to_item(&self, mut item: Item) -> Item {
+        item.blocks = self.materialize(&item);
+        item
+    }
+}

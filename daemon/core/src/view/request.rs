@@ -1,0 +1,77 @@
+//! The request body the pipeline returns.
+//!
+//! A struct rather than a `serde_json::Value`: its messages share their blocks (and most
+//! messages themselves) with the view cache, so producing it after one appended record
+//! copies pointers, not a session's text, and serializing it copies each block's stored
+//! JSON text verbatim. `to_value` gives a `Value` for callers (and tests) that want one.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
+use serde_json::Value;
+
+use super::item::{Block, Role};
+
+/// One message of a request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiMessage {
+    pub role: Role,
+    pub content: Vec<Block>,
+}
+
+impl ApiMessage {
+    pub fn tokens(&self) -> u64 {
+        self.content.iter().map(Block::tokens).sum()
+    }
+}
+
+impl Serialize for ApiMessage {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("role", self.role.as_str())?;
+        map.serialize_entry("content", &self.content)?;
+        map.end()
+    }
+}
+
+/// A Messages API request body: `model`, `max_tokens`, `system`, `messages`, `tools`.
+/// The daemon adds what the pipeline does not decide (thinking, metadata, betas).
+#[derive(Debug, Clone, Serialize)]
+pub struct Request {
+    pub model: String,
+    pub max_tokens: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub system: Vec<Value>,
+    #[serde(serialize_with = "serialize_messages")]
+    pub messages: Vec<Arc<ApiMessage>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<Value>,
+}
+
+fn serialize_messages<S: Serializer>(messages: &[Arc<ApiMessage>], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(messages.iter().map(|m| &**m))
+}
+
+impl Request {
+    /// The body as a JSON value.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    /// The body as JSON text.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+impl PartialEq for Request {
+    fn eq(&self, other: &Request) -> bool {
+        self.model == other.model
+            && self.max_tokens == other.max_tokens
+            && self.system == other.system
+            && self.tools == other.tools
+            && self.messages.len() == other.messages.len()
+            && self.messages.iter().zip(&other.messages).all(|(a, b)| a == b)
+    }
+}
