@@ -308,7 +308,8 @@ pub fn plan_restoration(input: &RestoreInput) -> RestorePlan {
             };
             if let Some(a) = attachment {
                 places += 1;
-                report.file_tokens += a.tokens;
+                // Content counts at the ledger's estimate; a note as rendered.
+                report.file_tokens += if outcome == FileOutcome::Restored { entry.tokens } else { a.tokens };
                 attachments.push(a);
             }
             outcome
@@ -417,9 +418,9 @@ fn file_attachment(entry: &FileReadEntry, content: &str, display: &str) -> Resto
 /// A file named but not restored, in the host's `compact_file_reference` shape.
 fn reference_attachment(path: &str, display: &str, reason: FileOutcome) -> RestoredAttachment {
     let why = match reason {
-        FileOutcome::ReferenceTooLarge => "it is too large to show here",
-        FileOutcome::ReferenceNoContent => "its content could not be loaded again",
-        _ => "showing it would take too much of the context",
+        FileOutcome::ReferenceTooLarge => "it is too large",
+        FileOutcome::ReferenceNoContent => "it could not be loaded again",
+        _ => "it would take too much of the context",
     };
     let rendered = vec![reminder(&format!(
         "{path} was read earlier in this session; its content is not repeated here because {why}. \

@@ -195,12 +195,12 @@ fn post_compact_records_for_automatic_compaction() {
     let mut next = counter();
     let built = build_post_compact(&input, &mut next).unwrap();
     expect![[r#"
-        {"parentUuid":null,"logicalParentUuid":"r3","isSidechain":false,"type":"system","subtype":"compact_boundary","content":"Conversation compacted","isMeta":false,"timestamp":"2026-11-29T10:05:00.000Z","uuid":"uuid-1","level":"info","compactMetadata":{"trigger":"auto","preTokens":150050,"postTokens":12816,"durationMs":840,"preservedSegment":{"headUuid":"a5","anchorUuid":"uuid-2","tailUuid":"r3"}},"userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
+        {"parentUuid":null,"logicalParentUuid":"r3","isSidechain":false,"type":"system","subtype":"compact_boundary","content":"Conversation compacted","isMeta":false,"timestamp":"2026-11-29T10:05:00.000Z","uuid":"uuid-1","level":"info","compactMetadata":{"trigger":"auto","preTokens":150050,"postTokens":12452,"durationMs":840,"preservedSegment":{"headUuid":"a5","anchorUuid":"uuid-2","tailUuid":"r3"}},"userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
         {"parentUuid":"uuid-1","isSidechain":false,"type":"user","message":{"role":"user","content":"This session continues an earlier conversation that ran out of context. The summary below stands in for the earlier part of it.\n\nTools used before this summary: Read, Edit.\n\nSummary:\n1. Primary Request and Intent:\n   Fix add; write a test.\n\nGo on with the work from the point where it stopped, without asking the user anything further. Do not acknowledge or recap this summary and do not announce that you are resuming: continue the last task directly, as if nothing had interrupted it.\n\nThe messages after this summary are the most recent ones from before compaction, kept exactly as they were. The summary was written without them, so they may show that something it calls pending has already been done."},"isVisibleInTranscriptOnly":true,"isCompactSummary":true,"uuid":"uuid-2","timestamp":"2026-11-29T10:05:00.000Z","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
         {"parentUuid":"uuid-2","isSidechain":false,"message":{"id":"msg_4","type":"message","role":"assistant","model":"claude-x","content":[{"type":"tool_use","id":"toolu_3","name":"Write","input":{"file_path":"/p/tests/test_app.py","content":"from app import add\n"}}],"stop_reason":"tool_use"},"type":"assistant","uuid":"uuid-3","timestamp":"2026-11-29T10:00:01.000Z","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main","ctxdKeptFrom":"a5"}
         {"parentUuid":"uuid-3","isSidechain":false,"type":"user","message":{"role":"user","content":[{"tool_use_id":"toolu_3","type":"tool_result","content":"File created successfully at: /p/tests/test_app.py"}]},"uuid":"uuid-4","timestamp":"2026-11-29T10:00:02.000Z","sourceToolAssistantUUID":"uuid-3","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main","ctxdKeptFrom":"r3"}
         {"parentUuid":"uuid-4","isSidechain":false,"attachment":{"type":"file","filename":"/p/src/app.py","content":{"type":"text","file":{"filePath":"/p/src/app.py","content":"def add(a, b):\n    return a + b\n","numLines":3,"startLine":1,"totalLines":3}},"displayPath":"src/app.py"},"type":"attachment","uuid":"uuid-5","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\nThe Read tool was called with this input: {\"file_path\":\"/p/src/app.py\"}\n</system-reminder>"},{"content":"<system-reminder>\nWhat the Read tool returned:\n1\tdef add(a, b):\n2\t    return a + b\n3\t\n</system-reminder>"}],"renderedRole":"user","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
-        {"parentUuid":"uuid-5","isSidechain":false,"attachment":{"type":"compact_file_reference","filename":"/p/src/big.py","displayPath":"src/big.py"},"type":"attachment","uuid":"uuid-6","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\n/p/src/big.py was read earlier in this session; its content is not repeated here because it is too large to show here. Read it again with the Read tool when you need it.\n</system-reminder>"}],"renderedRole":"system","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
+        {"parentUuid":"uuid-5","isSidechain":false,"attachment":{"type":"compact_file_reference","filename":"/p/src/big.py","displayPath":"src/big.py"},"type":"attachment","uuid":"uuid-6","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\n/p/src/big.py was read earlier in this session; its content is not repeated here because it is too large. Read it again with the Read tool when you need it.\n</system-reminder>"}],"renderedRole":"system","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
         {"parentUuid":"uuid-6","isSidechain":false,"attachment":{"type":"ctxd_read_files","files":[{"path":"/p/src/app.py","exists":true,"changedSinceRead":true},{"path":"/p/src/big.py","exists":true,"changedSinceRead":false}]},"type":"attachment","uuid":"uuid-7","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\nFiles read before this conversation was summarized, newest first. \"unchanged\" means the file still has the content that was read; read a file again only when you need text that is not shown here.\n- src/app.py (changed since it was read, shown above)\n- src/big.py (unchanged)\n</system-reminder>"}],"renderedRole":"system","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
         {"parentUuid":"uuid-7","isSidechain":false,"attachment":{"type":"hook_additional_context","hookEvent":"SessionStart","hookName":"SessionStart:compact","content":["Remember: run pytest before committing."]},"type":"attachment","uuid":"uuid-8","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\nOutput of the SessionStart hook that runs after compaction:\nRemember: run pytest before committing.\n</system-reminder>"}],"renderedRole":"user","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}"#]]
     .assert_eq(&lines(&built.records));
@@ -993,18 +993,20 @@ fn fifty_thousand_tokens_is_a_ceiling() {
 
 #[test]
 fn files_in_the_kept_tail_or_deleted_are_not_restored() {
-    let mut kept = file("/p/kept", 3, 100);
+    let mut kept = file("/p/kept", 100, 100);
     kept.in_kept_tail = true;
-    let mut gone = file("/p/gone", 2, 100);
+    let mut gone = file("/p/gone", 99, 100);
     gone.exists = false;
-    let mut changed = file("/p/changed", 1, 100);
+    let mut changed = file("/p/changed", 98, 100);
     changed.changed_since_read = true;
     let mut files = vec![kept, gone, changed];
-    // Five more older files: the kept and deleted ones used no place, so five restore.
-    files.extend((10..15).map(|i| file(&format!("/p/old{i}"), 100 - i, 10)));
+    // Five older files: the kept and deleted ones used no place, so four of them
+    // restore after the changed one.
+    files.extend((10..15).map(|i| file(&format!("/p/old{i}"), 20 - i, 10)));
     let plan = plan_restoration(&RestoreInput { files, ..RestoreInput::default() });
     let report = outcomes(&plan);
-    assert_eq!(report[0], ("/p/old10".to_owned(), FileOutcome::Restored));
+    assert_eq!(report[0], ("/p/kept".to_owned(), FileOutcome::InKeptTail));
+    assert_eq!(report[6], ("/p/old13".to_owned(), FileOutcome::Restored));
     let by_path = |p: &str| report.iter().find(|(path, _)| path == p).map(|(_, o)| *o);
     assert_eq!(by_path("/p/kept"), Some(FileOutcome::InKeptTail));
     assert_eq!(by_path("/p/gone"), Some(FileOutcome::Deleted));
