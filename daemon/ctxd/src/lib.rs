@@ -8,6 +8,7 @@
 //! - [`provider`]: who writes compaction summaries: Anthropic and OpenAI-compatible
 //!   endpoints over HTTP (streaming, retries, typed failures).
 //! - [`replay`], [`client`]: `ctxd replay`, driving a daemon the way an editor would.
+//! - [`statusline`]: `ctxd statusline`, Claude Code's status line from the transcript tail.
 //! - [`paths`], [`logging`]: where state and logs go.
 
 pub mod client;
@@ -18,5 +19,6 @@ pub mod replay;
 pub mod server;
 pub mod session;
 pub mod settings;
+pub mod statusline;
 pub mod store;
 pub mod transport;

@@ -34,6 +34,8 @@ enum Command {
         #[arg(long, default_value_t = 64 * 1024 * 1024)]
         max_message_bytes: usize,
     },
+    /// Claude Code `statusLine` command: reads its JSON on stdin, prints one line.
+    Statusline,
     /// Drive a Claude Code style transcript through the daemon and print usage per turn.
     Replay {
         /// The transcript (JSONL).
@@ -48,6 +50,13 @@ fn main() -> ExitCode {
     // Everything ctxd creates (store, index, logs) is for its owner only.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
     let cli = Cli::parse();
+    if matches!(cli.command, Some(Command::Statusline)) {
+        // The fast path: no runtime, no store, no log file; stdin to one line.
+        let mut input = String::new();
+        let _ = std::io::Read::read_to_string(&mut std::io::stdin(), &mut input);
+        let _ = writeln!(std::io::stdout(), "{}", ctxd::statusline::run(&input));
+        return ExitCode::SUCCESS;
+    }
     // A panic is logged (stderr is not the protocol, but the log is where people look);
     // the transport turns it into an error reply for the request that caused it.
     std::panic::set_hook(Box::new(|info| tracing::error!(%info, "panic")));
@@ -81,6 +90,7 @@ fn main() -> ExitCode {
             Some(Command::Serve { max_message_bytes }) => {
                 serve(state_dir, Limits { max_message_bytes, ..Limits::default() }).await
             }
+            Some(Command::Statusline) => Ok(ExitCode::SUCCESS),
             Some(Command::Replay { file, model }) => {
                 let options = ReplayOptions { transcript: file, model, state_dir: cli.state_dir };
                 let mut stdout = std::io::stdout().lock();

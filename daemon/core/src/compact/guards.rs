@@ -106,7 +106,12 @@ pub struct CompactGuards {
 impl CompactGuards {
     /// Decides whether automatic compaction should run at `tokens`, given the part of
     /// the context compaction cannot remove (`fixed_prefix`).
-    pub fn check_auto(&mut self, tokens: u64, thresholds: &Thresholds, fixed_prefix: u64) -> AutoDecision {
+    pub fn check_auto(
+        &mut self,
+        tokens: u64,
+        thresholds: &Thresholds,
+        fixed_prefix: u64,
+    ) -> AutoDecision {
         if fixed_prefix < thresholds.threshold {
             self.fixed_prefix_reported = false;
         }

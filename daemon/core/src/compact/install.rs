@@ -45,7 +45,14 @@ pub const UNDO_SUBTYPE: &str = "ctxd_undo_compact";
 const KEPT_FROM: &str = "ctxdKeptFrom";
 
 /// Host fields copied from the last record onto the records built here.
-const COMMON_FIELDS: &[&str] = &["userType", "entrypoint", "cwd", "sessionId", "version", "gitBranch"];
+const COMMON_FIELDS: &[&str] = &[
+    "userType",
+    "entrypoint",
+    "cwd",
+    "sessionId",
+    "version",
+    "gitBranch",
+];
 
 /// The host fields (`sessionId`, `cwd`, `version`, `gitBranch`, `userType`,
 /// `entrypoint`) of a record, to stamp on the records a compaction builds.
@@ -159,7 +166,14 @@ pub fn build_post_compact(
     let mut prev = boundary_uuid.clone();
 
     // The boundary is written once its metadata is known; reserve its place.
-    let kept_before = copy_records(input.kept_before, 0, &mut prev, new_uuid, &mut copies, &mut not_copied);
+    let kept_before = copy_records(
+        input.kept_before,
+        0,
+        &mut prev,
+        new_uuid,
+        &mut copies,
+        &mut not_copied,
+    );
     let summary = summary_record(input, &summary_uuid, &prev);
     prev = summary_uuid.clone();
     let kept_after = copy_records(
@@ -187,7 +201,12 @@ pub fn build_post_compact(
         ));
         prev = uuid;
     }
-    for output in input.hook_outputs.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
+    for output in input
+        .hook_outputs
+        .iter()
+        .map(|o| o.trim())
+        .filter(|o| !o.is_empty())
+    {
         let uuid = new_uuid();
         let rendered = vec![format!(
             "<system-reminder>\nOutput of the SessionStart hook that runs after compaction:\n{output}\n</system-reminder>"
@@ -199,14 +218,20 @@ pub fn build_post_compact(
             "hookName": "SessionStart:compact",
             "content": [output],
         });
-        tail.push(attachment_record(input, &uuid, &prev, attachment, &rendered, "user"));
+        tail.push(attachment_record(
+            input, &uuid, &prev, attachment, &rendered, "user",
+        ));
         prev = uuid;
     }
 
     let segment = if copies.is_empty() {
         None
     } else {
-        let anchor = if input.kept_before.is_empty() { &summary_uuid } else { &boundary_uuid };
+        let anchor = if input.kept_before.is_empty() {
+            &summary_uuid
+        } else {
+            &boundary_uuid
+        };
         Some(json!({
             "headUuid": copies.first().map(|c| c.0.clone()),
             "anchorUuid": anchor,
@@ -328,7 +353,10 @@ fn copy_records(
     let mut renamed: HashMap<String, String> = HashMap::new();
     let mut out = Vec::new();
     for (i, record) in kept.iter().enumerate() {
-        let is_message = matches!(record.head().kind, Kind::User | Kind::Assistant | Kind::Attachment);
+        let is_message = matches!(
+            record.head().kind,
+            Kind::User | Kind::Assistant | Kind::Attachment
+        );
         let Some(original) = record.uuid().filter(|_| is_message) else {
             not_copied.push(index_offset + i);
             continue;
@@ -341,7 +369,9 @@ fn copy_records(
         if let Some(Value::Object(message)) = object.get_mut("message") {
             message.remove("usage");
         }
-        if let Some(source) = object.get("sourceToolAssistantUUID").and_then(Value::as_str)
+        if let Some(source) = object
+            .get("sourceToolAssistantUUID")
+            .and_then(Value::as_str)
             && let Some(copy) = renamed.get(source)
         {
             let copy = copy.clone();
@@ -500,9 +530,13 @@ pub fn safe_split(records: &[Record], split: usize) -> usize {
         if moved < records.len() && moved > 0 && records[moved].head().kind == Kind::Assistant {
             moved = moved.min(response_start(records, moved));
         }
-        let after_results: HashSet<String> = records[moved..].iter().flat_map(tool_result_ids).collect();
+        let after_results: HashSet<String> =
+            records[moved..].iter().flat_map(tool_result_ids).collect();
         for (i, record) in records[..moved].iter().enumerate() {
-            if tool_calls(record).iter().any(|c| after_results.contains(&c.id)) {
+            if tool_calls(record)
+                .iter()
+                .any(|c| after_results.contains(&c.id))
+            {
                 moved = moved.min(response_start(records, i));
                 break;
             }
@@ -560,7 +594,10 @@ pub fn build_undo_record(
     timestamp: &str,
 ) -> Result<Record, RecordError> {
     let mut object = Map::new();
-    object.insert("parentUuid".to_owned(), json!(boundary.head().logical_parent_uuid));
+    object.insert(
+        "parentUuid".to_owned(),
+        json!(boundary.head().logical_parent_uuid),
+    );
     object.insert("isSidechain".to_owned(), json!(false));
     object.insert("type".to_owned(), json!("system"));
     object.insert("subtype".to_owned(), json!(UNDO_SUBTYPE));
@@ -597,7 +634,10 @@ impl CompactionView {
 
     /// The records in the view.
     pub fn select<'a>(&self, records: &'a [Record]) -> Vec<&'a Record> {
-        self.visible(records.len()).into_iter().map(|i| &records[i]).collect()
+        self.visible(records.len())
+            .into_iter()
+            .map(|i| &records[i])
+            .collect()
     }
 }
 
@@ -607,7 +647,8 @@ impl CompactionView {
 pub fn compaction_view(records: &[Record]) -> CompactionView {
     let mut undone: HashMap<String, usize> = HashMap::new();
     for (i, record) in records.iter().enumerate() {
-        if record.head().kind == Kind::System && record.head().subtype.as_deref() == Some(UNDO_SUBTYPE)
+        if record.head().kind == Kind::System
+            && record.head().subtype.as_deref() == Some(UNDO_SUBTYPE)
             && let Some(target) = record_object(record).get("undoes").and_then(Value::as_str)
         {
             undone.entry(target.to_owned()).or_insert(i);
@@ -619,7 +660,11 @@ pub fn compaction_view(records: &[Record]) -> CompactionView {
         if !record.is_compact_boundary() {
             continue;
         }
-        let undo_at = record.uuid().and_then(|u| undone.get(u)).copied().filter(|&u| u > i);
+        let undo_at = record
+            .uuid()
+            .and_then(|u| undone.get(u))
+            .copied()
+            .filter(|&u| u > i);
         if !latest_seen {
             latest_seen = true;
             view.latest_undone = undo_at.is_some();

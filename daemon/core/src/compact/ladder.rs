@@ -81,9 +81,13 @@ pub enum RungOutcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RungVerdict {
     /// Cut at least the minimum: keep its result.
-    Effective { cut: u64 },
+    Effective {
+        cut: u64,
+    },
     /// Cut less than the minimum: discard its result.
-    TooSmall { cut: u64 },
+    TooSmall {
+        cut: u64,
+    },
     Failed,
     NotApplicable,
 }
@@ -126,7 +130,9 @@ pub enum LadderStep {
 pub enum LadderError {
     /// Every rung was tried and the context is still at or above the blocked level:
     /// refuse the request ("prompt is too long") and tell the user.
-    #[error("no way found to bring the context under the blocked level ({tokens} tokens, blocked at {blocked})")]
+    #[error(
+        "no way found to bring the context under the blocked level ({tokens} tokens, blocked at {blocked})"
+    )]
     Exhausted {
         tokens: u64,
         blocked: u64,
@@ -185,7 +191,8 @@ impl Ladder {
         let verdict = match &outcome {
             RungOutcome::Measured { tokens_after } => {
                 let cut = before.saturating_sub(*tokens_after);
-                let enough = u128::from(cut) * 100 >= u128::from(before) * u128::from(self.policy.min_cut_percent);
+                let enough = u128::from(cut) * 100
+                    >= u128::from(before) * u128::from(self.policy.min_cut_percent);
                 if cut > 0 && enough {
                     RungVerdict::Effective { cut }
                 } else {
@@ -195,7 +202,9 @@ impl Ladder {
             RungOutcome::Failed { .. } => RungVerdict::Failed,
             RungOutcome::NotApplicable => RungVerdict::NotApplicable,
         };
-        if let (RungVerdict::Effective { .. }, RungOutcome::Measured { tokens_after }) = (verdict, &outcome) {
+        if let (RungVerdict::Effective { .. }, RungOutcome::Measured { tokens_after }) =
+            (verdict, &outcome)
+        {
             self.tokens = *tokens_after;
         }
         self.attempts.push(RungAttempt {
@@ -252,7 +261,9 @@ mod tests {
         let mut ladder = Ladder::new(150_000, policy());
         assert_eq!(ladder.next_rung(), Some(Rung::ClearToolResults));
         assert_eq!(
-            ladder.record(RungOutcome::Measured { tokens_after: 90_000 }),
+            ladder.record(RungOutcome::Measured {
+                tokens_after: 90_000
+            }),
             Ok(LadderStep::Done {
                 keep: true,
                 worked: Some(Rung::ClearToolResults),
@@ -261,7 +272,10 @@ mod tests {
             })
         );
         assert_eq!(ladder.next_rung(), None);
-        assert_eq!(ladder.record(RungOutcome::NotApplicable), Err(LadderError::Finished));
+        assert_eq!(
+            ladder.record(RungOutcome::NotApplicable),
+            Err(LadderError::Finished)
+        );
     }
 
     #[test]
@@ -269,15 +283,28 @@ mod tests {
         let mut ladder = Ladder::new(150_000, policy());
         // 9 % is not enough: discarded, the count stays.
         assert_eq!(
-            ladder.record(RungOutcome::Measured { tokens_after: 136_500 }),
-            Ok(LadderStep::Next { keep: false, next: Rung::DropMedia })
+            ladder.record(RungOutcome::Measured {
+                tokens_after: 136_500
+            }),
+            Ok(LadderStep::Next {
+                keep: false,
+                next: Rung::DropMedia
+            })
         );
         assert_eq!(ladder.tokens(), 150_000);
-        assert_eq!(ladder.attempts()[0].verdict, RungVerdict::TooSmall { cut: 13_500 });
+        assert_eq!(
+            ladder.attempts()[0].verdict,
+            RungVerdict::TooSmall { cut: 13_500 }
+        );
         // Exactly 10 % is enough, but not under the target: go on.
         assert_eq!(
-            ladder.record(RungOutcome::Measured { tokens_after: 135_000 }),
-            Ok(LadderStep::Next { keep: true, next: Rung::ProviderSummary })
+            ladder.record(RungOutcome::Measured {
+                tokens_after: 135_000
+            }),
+            Ok(LadderStep::Next {
+                keep: true,
+                next: Rung::ProviderSummary
+            })
         );
         assert_eq!(ladder.tokens(), 135_000);
     }
@@ -288,11 +315,18 @@ mod tests {
         ladder.record(RungOutcome::NotApplicable).unwrap();
         ladder.record(RungOutcome::NotApplicable).unwrap();
         assert_eq!(
-            ladder.record(RungOutcome::Failed { reason: "HTTP 529".to_owned() }),
-            Ok(LadderStep::Next { keep: false, next: Rung::OfflineSummary })
+            ladder.record(RungOutcome::Failed {
+                reason: "HTTP 529".to_owned()
+            }),
+            Ok(LadderStep::Next {
+                keep: false,
+                next: Rung::OfflineSummary
+            })
         );
         assert_eq!(
-            ladder.record(RungOutcome::Measured { tokens_after: 30_000 }),
+            ladder.record(RungOutcome::Measured {
+                tokens_after: 30_000
+            }),
             Ok(LadderStep::Done {
                 keep: true,
                 worked: Some(Rung::OfflineSummary),
@@ -309,7 +343,9 @@ mod tests {
         ladder.record(RungOutcome::NotApplicable).unwrap();
         // Under blocked, over target: done, but say so.
         assert_eq!(
-            ladder.record(RungOutcome::Measured { tokens_after: 120_000 }),
+            ladder.record(RungOutcome::Measured {
+                tokens_after: 120_000
+            }),
             Ok(LadderStep::Done {
                 keep: true,
                 worked: Some(Rung::ProviderSummary),
@@ -322,16 +358,34 @@ mod tests {
     #[test]
     fn no_rung_under_the_blocked_level_is_a_typed_failure() {
         let mut ladder = Ladder::new(150_000, policy());
-        ladder.record(RungOutcome::Measured { tokens_after: 149_000 }).unwrap();
+        ladder
+            .record(RungOutcome::Measured {
+                tokens_after: 149_000,
+            })
+            .unwrap();
         ladder.record(RungOutcome::NotApplicable).unwrap();
-        ladder.record(RungOutcome::Failed { reason: "refused".to_owned() }).unwrap();
-        let err = ladder.record(RungOutcome::Measured { tokens_after: 140_000 });
-        let Err(LadderError::Exhausted { tokens, blocked, attempts }) = err else {
+        ladder
+            .record(RungOutcome::Failed {
+                reason: "refused".to_owned(),
+            })
+            .unwrap();
+        let err = ladder.record(RungOutcome::Measured {
+            tokens_after: 140_000,
+        });
+        let Err(LadderError::Exhausted {
+            tokens,
+            blocked,
+            attempts,
+        }) = err
+        else {
             panic!("expected Exhausted, got {err:?}");
         };
         assert_eq!((tokens, blocked), (150_000, 130_000));
         assert_eq!(
-            attempts.iter().map(|a| (a.rung, a.verdict)).collect::<Vec<_>>(),
+            attempts
+                .iter()
+                .map(|a| (a.rung, a.verdict))
+                .collect::<Vec<_>>(),
             vec![
                 (Rung::ClearToolResults, RungVerdict::TooSmall { cut: 1_000 }),
                 (Rung::DropMedia, RungVerdict::NotApplicable),
@@ -346,11 +400,25 @@ mod tests {
         // Cheap rungs cut enough to get under blocked but not under target; both
         // summaries fail: done, not under target, worked = the last effective rung.
         let mut ladder = Ladder::new(150_000, policy());
-        ladder.record(RungOutcome::Measured { tokens_after: 130_000 }).unwrap();
-        ladder.record(RungOutcome::Measured { tokens_after: 115_000 }).unwrap();
-        ladder.record(RungOutcome::Failed { reason: "a".to_owned() }).unwrap();
+        ladder
+            .record(RungOutcome::Measured {
+                tokens_after: 130_000,
+            })
+            .unwrap();
+        ladder
+            .record(RungOutcome::Measured {
+                tokens_after: 115_000,
+            })
+            .unwrap();
+        ladder
+            .record(RungOutcome::Failed {
+                reason: "a".to_owned(),
+            })
+            .unwrap();
         assert_eq!(
-            ladder.record(RungOutcome::Failed { reason: "b".to_owned() }),
+            ladder.record(RungOutcome::Failed {
+                reason: "b".to_owned()
+            }),
             Ok(LadderStep::Done {
                 keep: false,
                 worked: Some(Rung::DropMedia),

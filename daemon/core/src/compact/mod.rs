@@ -77,9 +77,9 @@ pub use prompt::{
 pub use ptl::{MAX_PTL_RETRIES, Overflow, PtlCut, truncate_for_retry};
 pub use reply::{ReplyAttempt, ReplyError, ReplyVerdict, read_summary_reply};
 pub use request::{
-    FALLBACK_MAX_TOKENS, FallbackOptions, FallbackReport, FallbackRequest, ForkOptions,
-    ForkReport, ForkRequest, ForkStyle, MAX_CACHE_BREAKPOINTS, RequestError, ToolRefusal,
-    count_cache_markers, fallback_request, fork_request,
+    FALLBACK_MAX_TOKENS, FallbackOptions, FallbackReport, FallbackRequest, ForkOptions, ForkReport,
+    ForkRequest, ForkStyle, MAX_CACHE_BREAKPOINTS, RequestError, ToolRefusal, count_cache_markers,
+    fallback_request, fork_request,
 };
 pub use restore::{
     FileOutcome, FileReadEntry, MAX_DIGEST_TOKENS, MAX_FILE_TOKENS, MAX_RESTORED_FILES,

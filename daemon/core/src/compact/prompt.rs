@@ -108,7 +108,10 @@ pub fn summary_instruction(spec: &PromptSpec) -> String {
 /// empty ones and exact repeats left out. `None` when nothing remains.
 pub fn merge_instructions(focus: Option<&str>, hook_outputs: &[String]) -> Option<String> {
     let mut parts: Vec<&str> = Vec::new();
-    for part in focus.into_iter().chain(hook_outputs.iter().map(String::as_str)) {
+    for part in focus
+        .into_iter()
+        .chain(hook_outputs.iter().map(String::as_str))
+    {
         let part = part.trim();
         if !part.is_empty() && !parts.contains(&part) {
             parts.push(part);
@@ -210,7 +213,10 @@ mod tests {
             for (i, title) in SECTION_TITLES.iter().enumerate() {
                 let heading = format!("{}. {title}:", i + 1);
                 let found = text[at..].find(&heading);
-                assert!(found.is_some(), "{form:?}: {heading} missing or out of order");
+                assert!(
+                    found.is_some(),
+                    "{form:?}: {heading} missing or out of order"
+                );
                 at += found.unwrap_or(0) + heading.len();
             }
             assert!(text.contains("<summary>"), "{form:?}");
@@ -341,7 +347,9 @@ mod tests {
         .assert_eq(&head);
         assert!(text.contains("<analysis>"));
         let no_hint = summary_instruction(&PromptSpec {
-            form: PromptForm::RecentOnly { start_hint: Some("  ".to_owned()) },
+            form: PromptForm::RecentOnly {
+                start_hint: Some("  ".to_owned()),
+            },
             additional: None,
             newer_messages_kept: false,
         });
@@ -355,7 +363,11 @@ mod tests {
         assert_eq!(
             merge_instructions(
                 Some(" keep the API notes "),
-                &["keep the API notes".to_owned(), "".to_owned(), "mention tests".to_owned()]
+                &[
+                    "keep the API notes".to_owned(),
+                    "".to_owned(),
+                    "mention tests".to_owned()
+                ]
             ),
             Some("keep the API notes\n\nmention tests".to_owned())
         );

@@ -85,7 +85,11 @@ mod tests {
 
     #[test]
     fn missing_summary_once_asks_again_with_the_note() {
-        let verdict = read_summary_reply("Sure, here it is: all good.", ReplyAttempt::First, "Summarize.\n");
+        let verdict = read_summary_reply(
+            "Sure, here it is: all good.",
+            ReplyAttempt::First,
+            "Summarize.\n",
+        );
         let Ok(ReplyVerdict::AskAgain { instruction }) = verdict else {
             panic!("expected AskAgain, got {verdict:?}");
         };
@@ -96,7 +100,11 @@ mod tests {
     #[test]
     fn missing_summary_twice_fails() {
         assert_eq!(
-            read_summary_reply("<analysis>only a draft</analysis>", ReplyAttempt::Reasked, "x"),
+            read_summary_reply(
+                "<analysis>only a draft</analysis>",
+                ReplyAttempt::Reasked,
+                "x"
+            ),
             Err(ReplyError::MissingSummaryTwice)
         );
         // A good second reply is accepted.
@@ -112,7 +120,10 @@ mod tests {
             read_summary_reply("<summary> \n </summary>", ReplyAttempt::First, "x"),
             Err(ReplyError::EmptySummary)
         );
-        assert_eq!(read_summary_reply("  \n", ReplyAttempt::First, "x"), Err(ReplyError::NoText));
+        assert_eq!(
+            read_summary_reply("  \n", ReplyAttempt::First, "x"),
+            Err(ReplyError::NoText)
+        );
         assert_eq!(
             ReplyError::MissingSummaryTwice.to_string(),
             "the reply has no <summary> block, and the reply to asking again had none either"

@@ -196,7 +196,12 @@ fn latest_message_marker(messages: &[Value]) -> Option<Value> {
     messages.iter().rev().find_map(|m| {
         m.get("content")
             .and_then(Value::as_array)
-            .and_then(|blocks| blocks.iter().rev().find_map(|b| b.get("cache_control").cloned()))
+            .and_then(|blocks| {
+                blocks
+                    .iter()
+                    .rev()
+                    .find_map(|b| b.get("cache_control").cloned())
+            })
     })
 }
 
@@ -204,7 +209,10 @@ fn latest_message_marker(messages: &[Value]) -> Option<Value> {
 fn unmarkable(block: &Value) -> bool {
     matches!(block_type(block), "thinking" | "redacted_thinking")
         || (block_type(block) == "text"
-            && block.get("text").and_then(Value::as_str).is_some_and(|t| t.is_empty()))
+            && block
+                .get("text")
+                .and_then(Value::as_str)
+                .is_some_and(|t| t.is_empty()))
 }
 
 /// Puts `marker` on the last markable block of the messages (string content becomes a
@@ -240,10 +248,22 @@ fn marker_positions(body: &Value) -> Vec<MarkerAt> {
     let mut out = Vec::new();
     let marked = |v: &Value| v.get("cache_control").is_some_and(|c| !c.is_null());
     if let Some(system) = body.get("system").and_then(Value::as_array) {
-        out.extend(system.iter().enumerate().filter(|(_, b)| marked(b)).map(|(i, _)| MarkerAt::System(i)));
+        out.extend(
+            system
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| marked(b))
+                .map(|(i, _)| MarkerAt::System(i)),
+        );
     }
     if let Some(tools) = body.get("tools").and_then(Value::as_array) {
-        out.extend(tools.iter().enumerate().filter(|(_, t)| marked(t)).map(|(i, _)| MarkerAt::Tool(i)));
+        out.extend(
+            tools
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| marked(t))
+                .map(|(i, _)| MarkerAt::Tool(i)),
+        );
     }
     if let Some(messages) = body.get("messages").and_then(Value::as_array) {
         for (m, message) in messages.iter().enumerate() {
@@ -284,7 +304,9 @@ fn remove_marker(body: &mut Value, at: MarkerAt) {
                 .and_then(|c| c.get_mut(b));
             match nested {
                 None => block,
-                Some(n) => block.and_then(|blk| blk.get_mut("content")).and_then(|c| c.get_mut(n)),
+                Some(n) => block
+                    .and_then(|blk| blk.get_mut("content"))
+                    .and_then(|c| c.get_mut(n)),
             }
         }
     };
@@ -309,7 +331,12 @@ fn limit_markers(body: &mut Value, keep: Option<(usize, usize)>) -> usize {
         .copied()
         .filter(|at| matches!(at, MarkerAt::Message(..)) && !is_kept(at))
         .collect();
-    order.extend(positions.iter().copied().filter(|at| !matches!(at, MarkerAt::Message(..))));
+    order.extend(
+        positions
+            .iter()
+            .copied()
+            .filter(|at| !matches!(at, MarkerAt::Message(..))),
+    );
     let mut removed = 0;
     for at in order.into_iter().take(excess) {
         remove_marker(body, at);
@@ -410,7 +437,10 @@ pub fn fallback_request(
         }
     }
     if out.first().is_some_and(|m| self::role(m) == "assistant") {
-        out.insert(0, json!({"role": "user", "content": [{"type": "text", "text": LEADING_GAP}]}));
+        out.insert(
+            0,
+            json!({"role": "user", "content": [{"type": "text", "text": LEADING_GAP}]}),
+        );
     }
     // One breakpoint at the end of the conversation: asking again (no <summary>) or
     // retrying resends the same conversation with a different instruction.
@@ -432,7 +462,10 @@ pub fn fallback_request(
     let parent_max = object.get("max_tokens").and_then(Value::as_u64);
     let max_tokens = parent_max.map_or(options.max_tokens, |p| p.min(options.max_tokens));
     let mut body = Map::new();
-    body.insert("model".to_owned(), object.get("model").cloned().unwrap_or(Value::Null));
+    body.insert(
+        "model".to_owned(),
+        object.get("model").cloned().unwrap_or(Value::Null),
+    );
     body.insert(
         "system".to_owned(),
         json!([{"type": "text", "text": fallback_system_prompt()}]),
@@ -444,7 +477,11 @@ pub fn fallback_request(
         && let Some(read) = object
             .get("tools")
             .and_then(Value::as_array)
-            .and_then(|tools| tools.iter().find(|t| t.get("name").and_then(Value::as_str) == Some("Read")))
+            .and_then(|tools| {
+                tools
+                    .iter()
+                    .find(|t| t.get("name").and_then(Value::as_str) == Some("Read"))
+            })
     {
         let mut read = read.clone();
         if let Some(tool) = read.as_object_mut() {
@@ -493,7 +530,9 @@ fn rewrite_block(
             report.tool_blocks_rendered += 1;
             let name = str_field("name").to_owned();
             tool_names.push((str_field("id").to_owned(), name.clone()));
-            let input = block.get("input").map_or_else(String::new, Value::to_string);
+            let input = block
+                .get("input")
+                .map_or_else(String::new, Value::to_string);
             Some(format!("[tool call: {name} {input}]"))
         }
         "tool_result" => {
@@ -511,9 +550,16 @@ fn rewrite_block(
             } else {
                 format!("[tool result: {name}]")
             };
-            Some(if body.is_empty() { label } else { format!("{label}\n{body}") })
+            Some(if body.is_empty() {
+                label
+            } else {
+                format!("{label}\n{body}")
+            })
         }
-        other => Some(format!("[{}]", if other.is_empty() { "block" } else { other })),
+        other => Some(format!(
+            "[{}]",
+            if other.is_empty() { "block" } else { other }
+        )),
     }
 }
 

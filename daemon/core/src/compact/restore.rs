@@ -271,7 +271,11 @@ pub fn plan_restoration(input: &RestoreInput) -> RestorePlan {
     }
 
     let mut files: Vec<&FileReadEntry> = input.files.iter().collect();
-    files.sort_by(|a, b| b.read_order.cmp(&a.read_order).then_with(|| a.path.cmp(&b.path)));
+    files.sort_by(|a, b| {
+        b.read_order
+            .cmp(&a.read_order)
+            .then_with(|| a.path.cmp(&b.path))
+    });
     let mut places = 0usize;
     for entry in &files {
         let outcome = if !entry.exists {
@@ -309,7 +313,11 @@ pub fn plan_restoration(input: &RestoreInput) -> RestorePlan {
             if let Some(a) = attachment {
                 places += 1;
                 // Content counts at the ledger's estimate; a note as rendered.
-                report.file_tokens += if outcome == FileOutcome::Restored { entry.tokens } else { a.tokens };
+                report.file_tokens += if outcome == FileOutcome::Restored {
+                    entry.tokens
+                } else {
+                    a.tokens
+                };
                 attachments.push(a);
             }
             outcome
@@ -318,7 +326,7 @@ pub fn plan_restoration(input: &RestoreInput) -> RestorePlan {
     }
 
     let mut skills: Vec<&SkillEntry> = input.skills.iter().collect();
-    skills.sort_by(|a, b| b.order.cmp(&a.order));
+    skills.sort_by_key(|s| std::cmp::Reverse(s.order));
     let mut restored: Vec<(&SkillEntry, String)> = Vec::new();
     for skill in skills {
         let left = budget.max_skill_tokens.saturating_sub(report.skill_tokens);
@@ -343,7 +351,8 @@ pub fn plan_restoration(input: &RestoreInput) -> RestorePlan {
     }
 
     if !files.is_empty()
-        && let Some(digest) = digest_attachment(&files, &report.files, budget.max_digest_tokens, &display)
+        && let Some(digest) =
+            digest_attachment(&files, &report.files, budget.max_digest_tokens, &display)
     {
         report.digest_tokens = digest.tokens;
         attachments.push(digest);
@@ -390,8 +399,13 @@ fn file_attachment(entry: &FileReadEntry, content: &str, display: &str) -> Resto
         .collect();
     let input = json!({"file_path": entry.path}).to_string();
     let rendered = vec![
-        reminder(&format!("The Read tool was called with this input: {input}")),
-        reminder(&format!("What the Read tool returned:\n{}", numbered.join("\n"))),
+        reminder(&format!(
+            "The Read tool was called with this input: {input}"
+        )),
+        reminder(&format!(
+            "What the Read tool returned:\n{}",
+            numbered.join("\n")
+        )),
     ];
     RestoredAttachment {
         attachment: json!({
@@ -461,7 +475,8 @@ fn plan_attachment(plan: &PlanFile, text: &str, cut: bool) -> RestoredAttachment
 }
 
 fn skills_attachment(skills: &[(&SkillEntry, String)]) -> RestoredAttachment {
-    let mut text = String::from("Skills used earlier in this session, with the instructions they gave:");
+    let mut text =
+        String::from("Skills used earlier in this session, with the instructions they gave:");
     for (skill, content) in skills {
         text.push_str(&format!("\n\n## Skill: {}\n{content}", skill.name));
     }

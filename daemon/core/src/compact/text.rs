@@ -63,13 +63,13 @@ pub(super) fn shorten(text: &str, max_chars: usize) -> String {
 const STOPWORDS: &[&str] = &[
     "the", "and", "for", "are", "but", "not", "you", "all", "any", "can", "had", "her", "was",
     "one", "our", "out", "has", "him", "his", "how", "its", "may", "new", "now", "old", "see",
-    "two", "who", "did", "get", "let", "put", "say", "she", "too", "use", "that", "this",
-    "with", "from", "have", "what", "when", "will", "your", "into", "then", "them", "they",
-    "there", "their", "these", "those", "would", "could", "should", "about", "which", "while",
-    "also", "just", "like", "make", "some", "than", "only", "very", "been", "were", "here",
-    "does", "done", "each", "more", "most", "much", "must", "need", "please", "thanks",
-    "thank", "want", "okay", "yes", "sure", "again", "still", "after", "before", "because",
-    "where", "why", "doesn", "don", "isn", "aren", "didn", "won", "can't", "it's", "i'm",
+    "two", "who", "did", "get", "let", "put", "say", "she", "too", "use", "that", "this", "with",
+    "from", "have", "what", "when", "will", "your", "into", "then", "them", "they", "there",
+    "their", "these", "those", "would", "could", "should", "about", "which", "while", "also",
+    "just", "like", "make", "some", "than", "only", "very", "been", "were", "here", "does", "done",
+    "each", "more", "most", "much", "must", "need", "please", "thanks", "thank", "want", "okay",
+    "yes", "sure", "again", "still", "after", "before", "because", "where", "why", "doesn", "don",
+    "isn", "aren", "didn", "won", "can't", "it's", "i'm",
 ];
 
 /// Lowercase content words of a text, lightly stemmed, without stopwords or words
@@ -77,7 +77,9 @@ const STOPWORDS: &[&str] = &[
 /// so `parse_reply` or `src/app.py` stay one token.
 pub(super) fn content_words(text: &str) -> Vec<String> {
     let mut out = Vec::new();
-    for raw in text.split(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '.' | '/' | '-' | '\''))) {
+    for raw in
+        text.split(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '.' | '/' | '-' | '\'')))
+    {
         let word = raw.trim_matches(|c: char| matches!(c, '.' | '-' | '/' | '\''));
         if word.chars().count() < 3 {
             continue;

@@ -36,6 +36,8 @@ pub struct CollapsePlan {
     unresolved: HashSet<Arc<str>>,
     pub applied: usize,
     pub tokens_freed: u64,
+    /// Tokens freed by each collapse, by its index in the list given.
+    freed: Vec<u64>,
 }
 
 /// Resolves the collapses against the items (after snips).
@@ -44,12 +46,19 @@ pub fn plan_collapses(items: &[Item], collapses: &[Collapse], config: &CollapseC
     if !config.enabled {
         return plan;
     }
+    plan.freed = vec![0; collapses.len()];
+    let slot_tokens = |slot: &Slot| match slot {
+        Slot::Item(i) => items[*i].tokens(),
+        Slot::Summary(k) => summary_item(&collapses[*k]).tokens(),
+    };
     for (k, collapse) in collapses.iter().enumerate() {
         let find = |uuid: &str| {
             plan.slots.iter().position(|s| matches!(s, Slot::Item(i) if items[*i].uuid.as_deref() == Some(uuid)))
         };
         match (find(&collapse.from), find(&collapse.to)) {
             (Some(from), Some(to)) if from <= to => {
+                let span: u64 = plan.slots[from..=to].iter().map(slot_tokens).sum();
+                plan.freed[k] = span.saturating_sub(summary_item(collapse).tokens());
                 plan.slots.splice(from..=to, [Slot::Summary(k)]);
                 plan.applied += 1;
             }
@@ -63,14 +72,7 @@ pub fn plan_collapses(items: &[Item], collapses: &[Collapse], config: &CollapseC
             }
         }
     }
-    let kept: u64 = plan
-        .slots
-        .iter()
-        .map(|s| match s {
-            Slot::Item(i) => items[*i].tokens(),
-            Slot::Summary(k) => summary_item(&collapses[*k]).tokens(),
-        })
-        .sum();
+    let kept: u64 = plan.slots.iter().map(slot_tokens).sum();
     let before: u64 = items.iter().map(Item::tokens).sum();
     plan.tokens_freed = before.saturating_sub(kept);
     plan
@@ -103,6 +105,11 @@ impl CollapsePlan {
                 Slot::Summary(k) => collapses.get(*k).map(summary_item),
             })
             .collect()
+    }
+
+    /// Tokens the collapse at index `k` freed (0 when it did not apply).
+    pub fn freed_by(&self, k: usize) -> u64 {
+        self.freed.get(k).copied().unwrap_or(0)
     }
 
     /// True when a newly appended item is an endpoint the plan is waiting for.

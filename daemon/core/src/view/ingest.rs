@@ -44,6 +44,8 @@ pub struct Ingest {
     pub last_response_index: Option<usize>,
     /// Tool name of every tool_use seen, by id.
     pub tool_names: HashMap<Arc<str>, Arc<str>>,
+    /// Snip and collapse records after the last response.
+    since_response: Vec<StateRecord>,
     seen: HashSet<Arc<str>>,
 }
 
@@ -67,6 +69,9 @@ impl Ingest {
         if let Some(state) = self.state.observe(record) {
             if matches!(state, StateRecord::Snip(_)) {
                 self.growth_tokens = 0;
+            }
+            if matches!(state, StateRecord::Snip(_) | StateRecord::Collapse(_)) {
+                self.since_response.push(state.clone());
             }
             return Ingested::State(state);
         }
@@ -92,9 +97,16 @@ impl Ingest {
             }
             self.last_response = Some(LastResponse { uuid: item.uuid.clone(), timestamp_ms: item.timestamp_ms });
             self.last_response_index = Some(self.items.len());
+            self.since_response.clear();
         }
         self.items.push(item);
         Ingested::Item(self.items.len() - 1)
+    }
+
+    /// Snip and collapse records appended after the last response (the provider's
+    /// reported usage does not reflect them yet).
+    pub fn state_since_response(&self) -> &[StateRecord] {
+        &self.since_response
     }
 
     /// Index of the first item the model has not answered yet.

@@ -56,7 +56,13 @@ pub fn slice_after_boundary(records: &[Record]) -> (Slice, Applied) {
     if let Some(b) = boundary {
         splice_preserved(records, b, &mut slice);
     }
-    let detail = match boundary {
+    let applied = slice_applied(&slice);
+    (slice, applied)
+}
+
+/// The stage's report.
+pub(crate) fn slice_applied(slice: &Slice) -> Applied {
+    let detail = match slice.boundary {
         Some(b) => {
             let mut d = format!("after the boundary at record {b}: {} records", slice.order.len());
             if slice.preserved > 0 {
@@ -70,13 +76,7 @@ pub fn slice_after_boundary(records: &[Record]) -> (Slice, Applied) {
         }
         None => format!("no boundary: {} records", slice.order.len()),
     };
-    let applied = Applied {
-        stage: "slice",
-        acted: boundary.is_some(),
-        tokens_freed: 0,
-        detail,
-    };
-    (slice, applied)
+    Applied { stage: "slice", acted: slice.boundary.is_some(), tokens_freed: 0, detail }
 }
 
 fn splice_preserved(records: &[Record], boundary: usize, slice: &mut Slice) {

@@ -139,6 +139,11 @@ impl SnipPlan {
         Some(item)
     }
 
+    /// True when the record with this uuid is removed.
+    pub fn removes(&self, uuid: &str) -> bool {
+        self.removed.contains(uuid)
+    }
+
     /// True when a newly appended item interacts with the snips (it is named by one, or
     /// holds a tool id of a removed record), so the plan must be made again.
     pub fn touches(&self, item: &Item) -> bool {

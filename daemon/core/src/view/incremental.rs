@@ -1,0 +1,488 @@
+//! The view cache: per-turn cost follows the change, not the session.
+//!
+//! The daemon keeps one [`ViewCache`] per session between requests. It holds three
+//! layers, each reused as long as its inputs are unchanged:
+//!
+//! 1. the parsed items of the records after the latest boundary ([`Ingest`]): a record is
+//!    parsed once, ever (until a new boundary starts a new view);
+//! 2. the structural plans: which records snips remove, which spans collapses replace,
+//!    where cache edits are pinned;
+//! 3. the normalized messages, sealed as soon as the next response begins
+//!    ([`Normalizer`]).
+//!
+//! A request after appended records parses those records, runs them through the plans
+//! and pushes them into the normalizer; only the open end of the view (the last response
+//! and what follows) is rendered again. The layers below are rebuilt only when their
+//! inputs change: a new boundary or a different record list re-parses from the boundary;
+//! a snip, a collapse, new cache edits, a cleared or replaced result that is already in a
+//! sealed message, a microcompact decision, or a settings change re-runs the plans over
+//! the parsed items (no JSON is parsed again). A state record that only touches the open
+//! end (the usual replacement of a just-stored result) is absorbed without a rebuild.
+//!
+//! Assembling from scratch is this same code with an empty cache ([`super::assemble`]),
+//! and tests check that both give the same result after every append.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use super::budget::{budget_applied, decide_offloads};
+use super::check::check_compaction;
+use super::collapse::{CollapsePlan, collapse_applied, plan_collapses};
+use super::config::PipelineConfig;
+use super::content::ContentRules;
+use super::ingest::{Ingest, Ingested};
+use super::item::{Item, Origin, Role};
+use super::microcompact::{self, DecideInput, attach_pinned, microcompact_applied, pinned_blocks, result_ids};
+use super::normalize::Normalizer;
+use super::place::{context_item, extra_items, place_applied, system_blocks};
+use super::request::{ApiMessage, Request};
+use super::slice::{Slice, slice_after_boundary};
+use super::snip::{SnipPlan, apply_snips, efficiency_reminder, snip_applied};
+use super::state::{Offload, PipelineState, Replacement, StateChanges, StateRecord, Trigger};
+use super::{Applied, AssembleInput, Assembled, cache};
+
+/// The first message when the view would otherwise start with a response.
+pub const CONTINUES: &str = "[The conversation continues from earlier messages that are not shown.]";
+
+/// How often each layer was rebuilt (for tests and diagnostics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheCounters {
+    /// Records parsed again from the boundary.
+    pub resets: u32,
+    /// Plans and messages built again from the parsed items.
+    pub rebuilds: u32,
+    /// Requests served by extending what was there.
+    pub extensions: u32,
+}
+
+/// Plain data the daemon keeps per session between requests.
+#[derive(Debug, Default)]
+pub struct ViewCache {
+    built: Option<Built>,
+    counters: CacheCounters,
+}
+
+#[derive(Debug)]
+struct Built {
+    // What the build depends on besides the records.
+    config: PipelineConfig,
+    offered: Vec<String>,
+    user_context: Option<String>,
+    extra_state: PipelineState,
+    // Records consumed so far.
+    consumed: usize,
+    last_line: Option<Arc<str>>,
+    slice: Slice,
+    ingest: Ingest,
+    /// Ingested state plus the caller's: what requests must apply.
+    current: PipelineState,
+    /// The state the plans and sealed messages were built with: `current`, plus a
+    /// microcompact decision the daemon has not recorded yet.
+    folded: PipelineState,
+    folded_is_current: bool,
+    snip: SnipPlan,
+    collapse: CollapsePlan,
+    /// Tokens freed by snips and collapses recorded after the last response.
+    freed_since_response: u64,
+    normalizer: Normalizer,
+}
+
+fn offered_tools(tools: &[serde_json::Value]) -> Vec<String> {
+    let mut names: Vec<String> =
+        tools.iter().filter_map(|t| t.get("name").and_then(|n| n.as_str()).map(String::from)).collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+impl ViewCache {
+    pub fn new() -> ViewCache {
+        ViewCache::default()
+    }
+
+    pub fn counters(&self) -> CacheCounters {
+        self.counters
+    }
+
+    /// Assembles the request for the session's records, reusing what the previous call
+    /// built when its inputs still hold.
+    pub fn assemble(&mut self, input: &AssembleInput<'_>) -> Assembled {
+        let offered = offered_tools(input.tools);
+        let built = match self.built.take() {
+            Some(mut built) if built.extends(input.records) => {
+                if built.sync(input, offered, &mut self.counters) {
+                    built
+                } else {
+                    self.counters.resets += 1;
+                    Built::fresh(input, offered_tools(input.tools), &mut self.counters)
+                }
+            }
+            _ => {
+                self.counters.resets += 1;
+                Built::fresh(input, offered, &mut self.counters)
+            }
+        };
+        let built = self.built.insert(built);
+        built.request(input, &mut self.counters)
+    }
+}
+
+impl Built {
+    fn fresh(input: &AssembleInput<'_>, offered: Vec<String>, counters: &mut CacheCounters) -> Built {
+        let (slice, _) = slice_after_boundary(input.records);
+        let ingest = Ingest::from_records(input.records, &slice);
+        let mut current = ingest.state.clone();
+        current.merge(input.state);
+        let mut built = Built {
+            config: input.config.clone(),
+            offered,
+            user_context: input.base.user_context.clone(),
+            extra_state: input.state.clone(),
+            consumed: input.records.len(),
+            last_line: input.records.last().map(|r| r.line_arc().clone()),
+            slice,
+            ingest,
+            folded: current.clone(),
+            current,
+            folded_is_current: true,
+            snip: SnipPlan::default(),
+            collapse: CollapsePlan::default(),
+            freed_since_response: 0,
+            normalizer: Normalizer::default(),
+        };
+        built.rebuild(None, counters);
+        built
+    }
+
+    /// True when `records` are the records this build consumed, plus maybe more.
+    fn extends(&self, records: &[crate::record::Record]) -> bool {
+        if records.len() < self.consumed {
+            return false;
+        }
+        match (self.consumed.checked_sub(1).and_then(|i| records.get(i)), &self.last_line) {
+            (None, None) => true,
+            (Some(record), Some(line)) => Arc::ptr_eq(record.line_arc(), line) || record.line() == line.as_ref(),
+            _ => false,
+        }
+    }
+
+    /// Takes in the records appended since the last call. Returns false when the view
+    /// must be parsed again (a new boundary).
+    fn sync(&mut self, input: &AssembleInput<'_>, offered: Vec<String>, counters: &mut CacheCounters) -> bool {
+        let mut dirty = false;
+        if self.config != *input.config
+            || self.offered != offered
+            || self.user_context != input.base.user_context
+            || self.extra_state != *input.state
+        {
+            self.config = input.config.clone();
+            self.offered = offered;
+            self.user_context = input.base.user_context.clone();
+            self.extra_state = input.state.clone();
+            self.current = self.ingest.state.clone();
+            self.current.merge(input.state);
+            dirty = true;
+        }
+        let start = self.consumed;
+        for (offset, record) in input.records[start..].iter().enumerate() {
+            if record.is_compact_boundary() {
+                return false;
+            }
+            self.slice.order.push(start + offset);
+            let responses_before = self.ingest.last_response_index;
+            match self.ingest.push(record) {
+                Ingested::State(state) => {
+                    self.current.apply(&state);
+                    if !dirty {
+                        if self.absorbable(&state) {
+                            self.folded.apply(&state);
+                        } else {
+                            dirty = true;
+                        }
+                    }
+                }
+                Ingested::Item(index) => {
+                    if self.ingest.last_response_index != responses_before {
+                        // Usage reported for the next response will reflect every snip
+                        // and collapse recorded so far.
+                        self.freed_since_response = 0;
+                    }
+                    if !dirty {
+                        dirty = !self.extend_with(index);
+                    }
+                }
+                Ingested::Skipped => {}
+            }
+        }
+        self.consumed = input.records.len();
+        self.last_line = input.records.last().map(|r| r.line_arc().clone());
+        if dirty {
+            self.folded = self.current.clone();
+            self.folded_is_current = true;
+            self.rebuild(None, counters);
+        } else {
+            counters.extensions += 1;
+        }
+        true
+    }
+
+    /// Pushes one new item through the plans; false when the plans must be rebuilt.
+    fn extend_with(&mut self, index: usize) -> bool {
+        let Some(item) = self.ingest.items.get(index) else { return true };
+        if self.snip.touches(item) || self.collapse.touches(item) {
+            return false;
+        }
+        if let Some(item) = self.snip.project(item.clone(), false) {
+            let rules = self.fold_rules();
+            let rules = rules.as_rules(&self.folded);
+            self.normalizer.push(item, &rules);
+        }
+        true
+    }
+
+    /// True when a state record changes nothing already sealed.
+    fn absorbable(&self, state: &StateRecord) -> bool {
+        let folded = &self.folded;
+        match state {
+            StateRecord::Snip(s) => folded.snips.contains(s),
+            StateRecord::Collapse(c) => folded.collapses.contains(c),
+            StateRecord::Microcompact(m) => match m.trigger {
+                Trigger::TimeGap => m
+                    .cleared_tool_use_ids
+                    .iter()
+                    .all(|id| folded.cleared.contains(id) || !self.normalizer.is_sealed_result(id)),
+                Trigger::CacheEdits => {
+                    !self.config.microcompact.cache_editing
+                        || folded.cache_edits.iter().any(|e| {
+                            Some(&e.pinned_to_uuid) == m.pinned_to_uuid.as_ref()
+                                && e.tool_use_ids == m.cleared_tool_use_ids
+                        })
+                }
+            },
+            StateRecord::Replacement { tool_use_id, replacement } => match folded.replacements.get(tool_use_id) {
+                // The first record for an id wins: a later one changes nothing.
+                Some(_) => true,
+                None => {
+                    let _ = replacement;
+                    !self.normalizer.is_sealed_result(tool_use_id)
+                }
+            },
+        }
+    }
+
+    fn fold_rules(&self) -> FoldRules {
+        FoldRules {
+            cache_reference: self.config.microcompact.cache_editing,
+            strip_meta_media: self.config.strip_meta_media,
+        }
+    }
+
+    /// Re-runs the plans over the parsed items and refolds the messages, with `folded`
+    /// plus an optional unrecorded decision.
+    fn rebuild(&mut self, decision: Option<&StateRecord>, counters: &mut CacheCounters) {
+        counters.rebuilds += 1;
+        if let Some(decision) = decision {
+            self.folded = self.current.clone();
+            self.folded.apply(decision);
+            self.folded_is_current = self.folded == self.current;
+        }
+        let state = &self.folded;
+        let config = &self.config;
+        let (items, snip) = apply_snips(self.ingest.items.clone(), &state.snips, &config.snip, false);
+        let collapse = plan_collapses(&items, &state.collapses, &config.collapse);
+        let mut items = items;
+        if config.microcompact.cache_editing && !state.cache_edits.is_empty() {
+            let survivors = collapse.survivors(items.len());
+            let present = result_ids(items.iter().zip(&survivors).filter(|(_, s)| **s).map(|(i, _)| i));
+            let pinned = pinned_blocks(&state.cache_edits, &present);
+            attach_pinned(&mut items, &pinned);
+        }
+        let items = collapse.apply(items, &state.collapses);
+        let fold_rules = self.fold_rules();
+        let rules = fold_rules.as_rules(state);
+        let mut normalizer = Normalizer::new(self.offered.iter().cloned());
+        if let Some(context) = context_item(self.user_context.as_deref()) {
+            normalizer.push(context, &rules);
+        }
+        for item in items {
+            normalizer.push(item, &rules);
+        }
+        self.freed_since_response = freed_since_response(&self.ingest, &snip, &collapse, state);
+        self.snip = snip;
+        self.collapse = collapse;
+        self.normalizer = normalizer;
+    }
+
+    /// This request: the decisions, then the messages and the report.
+    fn request(&mut self, input: &AssembleInput<'_>, counters: &mut CacheCounters) -> Assembled {
+        let config = input.config;
+        // Stage 2 decisions: new results over budget.
+        let unanswered = &self.ingest.items[self.ingest.unanswered_from().min(self.ingest.items.len())..];
+        let (offloads, budget_saved) =
+            decide_offloads(unanswered, &self.current.replacements, &config.budget, input.tool_results_dir);
+        let decided: BTreeMap<String, Replacement> =
+            offloads.iter().map(|o| (o.tool_use_id.clone(), o.replacement.clone())).collect();
+
+        // Stage 4 decision: microcompact, over the results the request carries.
+        let results: Vec<&super::item::Block> = self.normalizer.results().iter().collect();
+        let decision = microcompact::decide(&DecideInput {
+            results: &results,
+            tool_names: &self.ingest.tool_names,
+            state: &self.current,
+            decided: &decided,
+            last_response: self.ingest.last_response.as_ref(),
+            last_user_uuid: self.normalizer.last_user_uuid(),
+            now_ms: input.now_ms,
+            config: &config.microcompact,
+        });
+        let decision_record = decision.as_ref().map(|(record, _)| StateRecord::Microcompact(record.clone()));
+        match &decision_record {
+            Some(record) => {
+                let mut target = self.current.clone();
+                target.apply(record);
+                if target != self.folded {
+                    self.rebuild(Some(record), counters);
+                }
+            }
+            None if !self.folded_is_current => {
+                if self.folded != self.current {
+                    self.folded = self.current.clone();
+                    self.rebuild(None, counters);
+                }
+                self.folded_is_current = true;
+            }
+            None => {}
+        }
+
+        let reminder = efficiency_reminder(self.ingest.growth_tokens, &config.snip);
+        let extras = extra_items(&input.base.attachments, reminder.as_ref(), input.fork);
+        let fold_rules = self.fold_rules();
+        let mut rules = fold_rules.as_rules(&self.folded);
+        rules.decided = &decided;
+        let tail = self.normalizer.finish(&extras, &rules);
+        let normalize_stats = tail.stats;
+
+        let mut messages: Vec<Arc<ApiMessage>> = Vec::with_capacity(self.normalizer.sealed().len() + 3);
+        let first_is_user = self
+            .normalizer
+            .sealed()
+            .first()
+            .map(|m| m.role)
+            .or_else(|| tail.messages.first().map(|m| m.role))
+            == Some(Role::User);
+        let mut estimate = 0;
+        if !first_is_user {
+            let placeholder = Item::user_text(Origin::Context, CONTINUES);
+            let message = ApiMessage { role: Role::User, content: placeholder.blocks };
+            estimate += message.tokens();
+            messages.push(Arc::new(message));
+        }
+        let offset = messages.len();
+        messages.extend(self.normalizer.sealed().iter().cloned());
+        let mut host_markers: Vec<(usize, usize)> =
+            self.normalizer.sealed_markers().iter().map(|&(m, b)| (m + offset, b)).collect();
+        let tail_start = messages.len();
+        for (k, message) in tail.messages.into_iter().enumerate() {
+            estimate += message.tokens();
+            host_markers.extend(
+                message.content.iter().enumerate().filter(|(_, b)| b.has_host_marker()).map(|(j, _)| (tail_start + k, j)),
+            );
+            messages.push(Arc::new(message));
+        }
+        let system = system_blocks(input.system, input.base.system_context.as_deref());
+        estimate += self.normalizer.sealed_tokens() + value_tokens(&system) + value_tokens(input.tools);
+        let mut request = Request {
+            model: input.model.to_owned(),
+            max_tokens: input.max_tokens,
+            system,
+            messages,
+            tools: input.tools.to_vec(),
+        };
+        let skip_write = input.fork.is_some_and(|f| f.skip_cache_write);
+        let cache_applied = cache::place_cache_breakpoints(&mut request, skip_write, &host_markers);
+
+        let mc_saved = decision.as_ref().map_or(0, |(_, saved)| *saved);
+        let freed = budget_saved + mc_saved + self.freed_since_response;
+        let (decision_to_compact, check_applied) = check_compaction(&input.compact, estimate, freed);
+
+        let applied = vec![
+            super::slice::slice_applied(&self.slice),
+            budget_applied(&offloads, budget_saved, self.current.replacements.len()),
+            snip_applied(&self.snip.report, config.snip.enabled, reminder.as_ref()),
+            microcompact_applied(decision.as_ref(), &self.folded),
+            collapse_applied(&self.collapse, self.folded.collapses.len()),
+            check_applied,
+            place_applied(&input.base, extras.len()),
+            super::normalize_applied(&normalize_stats),
+            cache_applied,
+        ];
+        let new_state = StateChanges {
+            offloads: offloads.into_iter().collect::<Vec<Offload>>(),
+            microcompact: decision.map(|(record, _)| record),
+            reminder,
+        };
+        Assembled { request, applied, estimate_tokens: estimate, decision: decision_to_compact, new_state }
+    }
+}
+
+/// The settings the block rules take from the configuration.
+#[derive(Debug, Clone, Copy)]
+struct FoldRules {
+    cache_reference: bool,
+    strip_meta_media: bool,
+}
+
+impl FoldRules {
+    fn as_rules<'a>(&self, state: &'a PipelineState) -> ContentRules<'a> {
+        ContentRules {
+            replacements: &state.replacements,
+            cleared: &state.cleared,
+            cache_reference: self.cache_reference,
+            strip_meta_media: self.strip_meta_media,
+            ..ContentRules::NONE
+        }
+    }
+}
+
+/// Tokens freed by snips and collapses recorded after the last response: the provider's
+/// last reported usage still counts them.
+fn freed_since_response(ingest: &Ingest, snip: &SnipPlan, collapse: &CollapsePlan, state: &PipelineState) -> u64 {
+    let pending = ingest.state_since_response();
+    if pending.is_empty() {
+        return 0;
+    }
+    let named: HashSet<&str> = pending
+        .iter()
+        .filter_map(|s| match s {
+            StateRecord::Snip(snip) => Some(snip.removed_uuids.iter().map(String::as_str)),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let snipped: u64 = ingest
+        .items
+        .iter()
+        .filter(|item| item.uuid.as_deref().is_some_and(|u| named.contains(u) && snip.removes(u)))
+        .map(Item::tokens)
+        .sum();
+    let collapsed: u64 = state
+        .collapses
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| pending.iter().any(|s| matches!(s, StateRecord::Collapse(p) if p == *c)))
+        .map(|(k, _)| collapse.freed_by(k))
+        .sum();
+    snipped + collapsed
+}
+
+/// Estimated tokens of JSON values (system blocks, tools).
+fn value_tokens(values: &[serde_json::Value]) -> u64 {
+    values.iter().map(|v| serde_json::to_string(v).map_or(0, |s| s.len() as u64)).sum::<u64>()
+        / super::item::BYTES_PER_TOKEN
+}
+
+/// Runs the whole pipeline on a fresh cache.
+pub(crate) fn assemble_fresh(input: &AssembleInput<'_>) -> Assembled {
+    ViewCache::new().assemble(input)
+}
+

@@ -1,0 +1,252 @@
+//! `ctxd statusline`: Claude Code's `statusLine` command. Reads the JSON Claude Code
+//! passes on stdin (`transcript_path`, `model`, `context_window`, …) and prints one
+//! line: model, context used and percent, tokens until auto-compact, level.
+//!
+//! It reads the transcript from its end, block by block, only until it meets the last
+//! main-chain response that reported usage (or a compact boundary: right after a
+//! compaction the old usage no longer counts, a mistake other status lines make). So its
+//! cost depends on the size of the last turn, not of the transcript. The numbers come
+//! from the same core functions as the daemon's (`Tally`, `budget`).
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+
+use ctxd_core::budget::{EnvConfig, Level, WindowInputs, resolve_window, thresholds};
+use ctxd_core::record::{Kind, Record};
+use ctxd_core::tally::Tally;
+use serde::Deserialize;
+
+/// The part of Claude Code's status-line input ctxd reads.
+#[derive(Debug, Default, Deserialize)]
+pub struct StatusInput {
+    #[serde(default)]
+    pub transcript_path: Option<String>,
+    #[serde(default)]
+    pub model: Option<ModelField>,
+    #[serde(default)]
+    pub context_window: Option<ContextWindowField>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ModelField {
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub display_name: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ContextWindowField {
+    #[serde(default)]
+    pub context_window_size: Option<u64>,
+}
+
+/// Bytes read per step backwards.
+const BLOCK: u64 = 64 * 1024;
+/// Give up looking for a reported usage after this much of the tail (then estimate).
+const MAX_TAIL: u64 = 64 * 1024 * 1024;
+
+/// What the tail of a transcript says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TailUsage {
+    pub tally: Tally,
+    /// A compact boundary came after the last reported usage.
+    pub after_compaction: bool,
+    /// Model named by the last response, if any.
+    pub model: Option<String>,
+}
+
+/// Reads the transcript backwards until the last main-chain usage or compact boundary.
+pub fn tail_usage(path: &Path) -> std::io::Result<TailUsage> {
+    let mut file = File::open(path)?;
+    let len = file.metadata()?.len();
+    let mut pos = len;
+    // Lines collected newest first; `carry` is the partial line at the block's start.
+    let mut newest_first: Vec<Record> = Vec::new();
+    let mut carry: Vec<u8> = Vec::new();
+    let mut stop = None;
+    let mut model = None;
+    'blocks: while pos > 0 && len - pos < MAX_TAIL {
+        let start = pos.saturating_sub(BLOCK);
+        let mut block = vec![0u8; (pos - start) as usize];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut block)?;
+        block.extend_from_slice(&carry);
+        pos = start;
+        // Every line but the first is whole (unless we are at the file's start).
+        let mut lines: Vec<&[u8]> = block.split(|b| *b == b'\n').collect();
+        carry = if pos > 0 { lines.remove(0).to_vec() } else { Vec::new() };
+        for line in lines.into_iter().rev() {
+            if let Some(found) = consider(line, &mut newest_first, &mut model) {
+                stop = Some(found);
+                break 'blocks;
+            }
+        }
+    }
+    let mut tally = Tally::default();
+    let after_compaction = matches!(stop, Some(Stop::Boundary));
+    for record in newest_first.iter().rev() {
+        tally.observe(record);
+    }
+    Ok(TailUsage { tally, after_compaction, model })
+}
+
+enum Stop {
+    Usage,
+    Boundary,
+}
+
+/// Looks at one line (newest first); says when the walk can stop.
+fn consider(line: &[u8], newest_first: &mut Vec<Record>, model: &mut Option<String>) -> Option<Stop> {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return None;
+    }
+    let record = std::str::from_utf8(line).ok().and_then(|t| Record::parse(t).ok())?;
+    let head = record.head();
+    if record.is_compact_boundary() {
+        return Some(Stop::Boundary);
+    }
+    let reported = head.kind == Kind::Assistant
+        && head.usage.is_some()
+        && !head.is_sidechain
+        && !head.is_api_error
+        && head.model.as_deref() != Some("<synthetic>");
+    if reported && model.is_none() {
+        *model = head.model.as_deref().map(str::to_owned);
+    }
+    newest_first.push(record);
+    reported.then_some(Stop::Usage)
+}
+
+/// Builds the status line from the input JSON and the environment.
+pub fn render(input: &StatusInput, env_vars: impl IntoIterator<Item = (String, String)>) -> String {
+    let (env, _warnings) = EnvConfig::from_vars(env_vars);
+    let tail = input
+        .transcript_path
+        .as_deref()
+        .map(|p| tail_usage(Path::new(p)));
+    let (tally, after_compaction, transcript_model) = match tail {
+        Some(Ok(t)) => (t.tally, t.after_compaction, t.model),
+        Some(Err(e)) => return format!("ctx: cannot read transcript ({e})"),
+        None => (Tally::default(), false, None),
+    };
+    let model_id = input
+        .model
+        .as_ref()
+        .and_then(|m| m.id.clone())
+        .or(transcript_model)
+        .unwrap_or_else(|| "unknown".to_owned());
+    let name = input.model.as_ref().and_then(|m| m.display_name.clone()).unwrap_or_else(|| model_id.clone());
+    let client = input.context_window.as_ref().and_then(|c| c.context_window_size);
+    let resolved = resolve_window(&model_id, &WindowInputs { client, ..WindowInputs::default() }, &env);
+    let levels = thresholds(&resolved, &env, true);
+    let tokens = tally.total();
+    let level = match levels.level(tokens) {
+        Level::Ok => "ok",
+        Level::Warning => "warning",
+        Level::Blocked => "blocked",
+    };
+    let compacted = if after_compaction { " · just compacted" } else { "" };
+    let until = if levels.auto_compact_enabled {
+        format!("{} to compact", short(levels.tokens_until_compact(tokens)))
+    } else {
+        "auto-compact off".to_owned()
+    };
+    format!(
+        "{name} · ctx {} / {} ({:.1}%) · {until} · {level}{compacted}",
+        short(tokens),
+        short(levels.window),
+        levels.percent_used(tokens),
+    )
+}
+
+/// 1234 → "1.2k", 1234567 → "1.23M", under 1000 as is.
+fn short(n: u64) -> String {
+    match n {
+        0..1_000 => n.to_string(),
+        1_000..1_000_000 => format!("{:.1}k", n as f64 / 1e3),
+        _ => format!("{:.2}M", n as f64 / 1e6),
+    }
+}
+
+/// Reads the input from `stdin` text; bad input still gives a line, never a failure,
+/// since Claude Code shows whatever the command prints.
+pub fn run(stdin: &str) -> String {
+    let input: StatusInput = serde_json::from_str(stdin).unwrap_or_default();
+    render(&input, std::env::vars())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    fn transcript(lines: &[String]) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        for l in lines {
+            writeln!(f, "{l}").unwrap();
+        }
+        f
+    }
+
+    fn assistant(id: &str, input: u64) -> String {
+        format!(r#"{{"type":"assistant","message":{{"id":"{id}","model":"claude-sonnet-4-5-20250929","content":[{{"type":"text","text":"x"}}],"usage":{{"input_tokens":{input},"output_tokens":100,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}}}}}"#)
+    }
+
+    fn user(text: &str) -> String {
+        format!(r#"{{"type":"user","message":{{"role":"user","content":"{text}"}}}}"#)
+    }
+
+    fn input_for(path: &Path) -> StatusInput {
+        serde_json::from_value(serde_json::json!({"transcript_path": path, "model": {"id": "claude-sonnet-4-5-20250929", "display_name": "Sonnet 4.5"}})).unwrap()
+    }
+
+    #[test]
+    fn last_usage_plus_what_follows() {
+        let f = transcript(&[user("a"), assistant("m1", 50_000), user(&"y".repeat(3998)), assistant("m2", 100_000), user(&"z".repeat(3998))]);
+        let tail = tail_usage(f.path()).unwrap();
+        assert_eq!(tail.tally.reported, 100_100);
+        assert_eq!(tail.tally.estimated(), 1_000);
+        assert!(!tail.after_compaction);
+        let line = render(&input_for(f.path()), Vec::new());
+        assert_eq!(line, "Sonnet 4.5 · ctx 101.1k / 200.0k (56.2%) · 65.9k to compact · ok");
+    }
+
+    #[test]
+    fn right_after_a_compaction_the_old_usage_does_not_count() {
+        let boundary = r#"{"type":"system","subtype":"compact_boundary","uuid":"b","parentUuid":null,"compactMetadata":{"trigger":"auto","preTokens":170000}}"#.to_owned();
+        let summary = format!(r#"{{"type":"user","isCompactSummary":true,"message":{{"role":"user","content":"{}"}}}}"#, "s".repeat(39_998));
+        let f = transcript(&[user("a"), assistant("m1", 170_000), boundary, summary]);
+        let tail = tail_usage(f.path()).unwrap();
+        assert!(tail.after_compaction);
+        assert_eq!(tail.tally.total(), 10_000);
+        let line = render(&input_for(f.path()), Vec::new());
+        assert!(line.contains("ctx 10.0k / 200.0k"), "{line}");
+        assert!(line.ends_with("just compacted"), "{line}");
+    }
+
+    #[test]
+    fn reads_only_the_tail_of_a_long_transcript() {
+        // 40 MB of old turns, then the last response: found without reading them all.
+        let mut lines: Vec<String> = (0..10_000).map(|i| assistant(&format!("old{i}"), 1_000)).collect();
+        let filler = user(&"q".repeat(4_000));
+        lines.extend(std::iter::repeat_n(filler, 10_000));
+        lines.push(assistant("last", 42_000));
+        let f = transcript(&lines);
+        let tail = tail_usage(f.path()).unwrap();
+        assert_eq!(tail.tally.total(), 42_100);
+    }
+
+    #[test]
+    fn split_responses_sidechains_and_garbage() {
+        let side = r#"{"type":"assistant","isSidechain":true,"message":{"id":"s","model":"m","content":"x","usage":{"input_tokens":999999,"output_tokens":1}}}"#.to_owned();
+        let f = transcript(&[assistant("m1", 30_000), assistant("m1", 30_000), "not json".to_owned(), side]);
+        assert_eq!(tail_usage(f.path()).unwrap().tally.total(), 30_100);
+        // No input at all still prints a line.
+        assert!(run("garbage").starts_with("unknown · ctx 0"), "{}", run("garbage"));
+        let missing = run(r#"{"transcript_path": "/nonexistent/x.jsonl"}"#);
+        assert!(missing.contains("cannot read transcript"), "{missing}");
+    }
+}
