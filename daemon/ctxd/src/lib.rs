@@ -7,11 +7,13 @@
 //! - [`store`]: transcripts on disk (the truth) and the rebuildable sled index.
 //! - [`provider`]: who writes compaction summaries: Anthropic and OpenAI-compatible
 //!   endpoints over HTTP (streaming, retries, typed failures).
+//! - [`interop`]: import and export of Claude Code transcripts.
 //! - [`replay`], [`client`]: `ctxd replay`, driving a daemon the way an editor would.
 //! - [`statusline`]: `ctxd statusline`, Claude Code's status line from the transcript tail.
 //! - [`paths`], [`logging`]: where state and logs go.
 
 pub mod client;
+pub mod interop;
 pub mod logging;
 pub mod paths;
 pub mod provider;

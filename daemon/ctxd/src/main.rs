@@ -36,6 +36,15 @@ enum Command {
     },
     /// Claude Code `statusLine` command: reads its JSON on stdin, prints one line.
     Statusline,
+    /// Import a Claude Code transcript (JSONL) into the store as a new session.
+    Import {
+        file: PathBuf,
+        /// Id of the new session (default: a new UUID).
+        #[arg(long)]
+        session_id: Option<String>,
+    },
+    /// Write a session to stdout as a Claude Code transcript.
+    Export { session_id: String },
     /// Drive a Claude Code style transcript through the daemon and print usage per turn.
     Replay {
         /// The transcript (JSONL).
@@ -91,6 +100,12 @@ fn main() -> ExitCode {
                 serve(state_dir, Limits { max_message_bytes, ..Limits::default() }).await
             }
             Some(Command::Statusline) => Ok(ExitCode::SUCCESS),
+            Some(Command::Import { file, session_id }) => import(&state_dir, &file, session_id),
+            Some(Command::Export { session_id }) => {
+                let mut stdout = std::io::stdout().lock();
+                ctxd::interop::export(&state_dir, &session_id, &mut stdout)?;
+                Ok(ExitCode::SUCCESS)
+            }
             Some(Command::Replay { file, model }) => {
                 let options = ReplayOptions { transcript: file, model, state_dir: cli.state_dir };
                 let mut stdout = std::io::stdout().lock();
@@ -120,4 +135,22 @@ async fn serve(state_dir: PathBuf, limits: Limits) -> anyhow::Result<ExitCode> {
         Ending::ExitWithoutShutdown => ExitCode::from(1),
         Ending::ExitAfterShutdown | Ending::InputClosed => ExitCode::SUCCESS,
     })
+}
+
+fn import(state_dir: &std::path::Path, file: &std::path::Path, session_id: Option<String>) -> anyhow::Result<ExitCode> {
+    let store = ctxd::store::Store::open(state_dir)?;
+    let id = session_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let imported = ctxd::interop::import(&store, &id, file)?;
+    let mut err = std::io::stderr().lock();
+    for line in &imported.skipped {
+        writeln!(err, "skipped malformed {line}")?;
+    }
+    writeln!(
+        std::io::stdout(),
+        "imported {} records from {} as session {id} ({} malformed lines skipped)",
+        imported.records,
+        file.display(),
+        imported.skipped.len()
+    )?;
+    Ok(ExitCode::SUCCESS)
 }

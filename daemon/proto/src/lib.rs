@@ -119,6 +119,10 @@ pub struct OpenSessionParams {
     /// Resume this session when it exists in the store; create it with this id otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// Path of a Claude Code transcript to import as this new session (its lines are
+    /// copied verbatim; malformed lines are reported in `diagnostics` and skipped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub import: Option<String>,
 }
 
 /// `ctx/openSession` result.

@@ -112,9 +112,32 @@ const HOST_TEXT_PREFIXES: &[&str] = &[
 
 /// Slash commands that steer the host rather than ask the model for anything.
 const HOST_COMMANDS: &[&str] = &[
-    "compact", "clear", "context", "cost", "status", "help", "config", "model", "exit", "quit",
-    "resume", "login", "logout", "doctor", "permissions", "hooks", "mcp", "memory", "ide",
-    "autocompact", "usage", "statusline", "theme", "vim", "export", "rewind",
+    "compact",
+    "clear",
+    "context",
+    "cost",
+    "status",
+    "help",
+    "config",
+    "model",
+    "exit",
+    "quit",
+    "resume",
+    "login",
+    "logout",
+    "doctor",
+    "permissions",
+    "hooks",
+    "mcp",
+    "memory",
+    "ide",
+    "autocompact",
+    "usage",
+    "statusline",
+    "theme",
+    "vim",
+    "export",
+    "rewind",
 ];
 
 /// The text of `<tag>…</tag>` in `text`.

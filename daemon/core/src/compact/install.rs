@@ -421,15 +421,18 @@ fn check_pairs(kept: &[Record], results_required: bool) -> Result<(), InstallErr
 // ---------------------------------------------------------------------------------
 // Choosing what to keep.
 
-/// Where automatic compaction's kept tail starts, or `None` to keep nothing.
+/// Where the kept tail starts: the newest messages that stay verbatim after the
+/// summary, or `None` to keep nothing. The summary request covers only the records
+/// before it.
 ///
 /// - The records end in a tool round (an assistant response that called tools, then
-///   only its tool results and attachments): keep the round, from the response's first
-///   line. The turn then carries on from the results.
-/// - The records end with a real user message (and attachments): keep that message;
-///   the summary leads up to it.
-/// - Otherwise (the last response finished its turn) nothing needs to stay verbatim.
-pub fn auto_kept_start(records: &[Record]) -> Option<usize> {
+///   its tool results and attachments): keep the round from the response's first line,
+///   so the turn carries on from the results (automatic compaction mid-turn).
+/// - The records end with a real user message: keep that message; the summary leads up
+///   to it.
+/// - The records end with an assistant response: keep that response, so the model sees
+///   its own last words exactly (Claude Code keeps it on manual compaction too).
+pub fn kept_tail_start(records: &[Record]) -> Option<usize> {
     let relevant = |r: &Record| {
         !r.head().is_sidechain && matches!(r.head().kind, Kind::User | Kind::Assistant)
     };
@@ -438,7 +441,11 @@ pub fn auto_kept_start(records: &[Record]) -> Option<usize> {
     if user_prompt(record).is_some() {
         return Some(last);
     }
-    if record.head().kind != Kind::User || tool_result_ids(record).is_empty() {
+    if record.head().kind == Kind::Assistant {
+        return Some(response_start(records, last));
+    }
+    if tool_result_ids(record).is_empty() {
+        // A user record that is neither a prompt nor a tool result (meta, summary).
         return None;
     }
     // Walk back over the tool results to the response that asked for them.

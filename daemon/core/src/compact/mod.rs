@@ -15,11 +15,12 @@
 //!
 //! ```text
 //! guards.check_auto(..)                      is automatic compaction allowed at all?
+//! kept_tail_start(view) / partial_plan(..)   what stays verbatim; the rest is summarized
 //! instruction = summary_instruction(..)      prompt text (prompt)
-//! fork_request(parent, ..)                   path 1: shares the parent's cached prefix
-//!   or fallback_request(parent, ..)          path 2: rewritten input, own system prompt
-//! on "prompt is too long": truncate_for_retry(body, ..)  (ptl), send again
-//! read_summary_reply(reply, attempt)         summary, or ask once more (reply)
+//! fork_request(parent, ..)                   path 1: the parent body of the summarized
+//!   or fallback_request(parent, ..)          part; path 2: rewritten input, own system
+//! on "prompt is too long": truncate_for_retry(body, ..), send again (ptl)
+//! read_summary_reply(reply, attempt, ..)     summary, or ask once more (reply)
 //! check_fidelity(summary, facts)             append what the summary left out
 //! plan_restoration(input)                    files, skills, plan, read-files digest
 //! summary_message_text(..) + build_post_compact(..)   the records to append (install)
@@ -63,8 +64,8 @@ pub use guards::{
 };
 pub use install::{
     CompactionView, InstallError, InstallInput, PartialPlan, PostCompact, SplitDirection,
-    UNDO_SUBTYPE, UndoError, auto_kept_start, build_post_compact, build_undo_record, common_fields,
-    compaction_view, partial_plan, safe_split, tools_used, undo_target,
+    UNDO_SUBTYPE, UndoError, build_post_compact, build_undo_record, common_fields, compaction_view,
+    kept_tail_start, partial_plan, safe_split, tools_used, undo_target,
 };
 pub use ladder::{
     DEFAULT_MIN_CUT_PERCENT, Ladder, LadderError, LadderPolicy, LadderStep, Rung, RungAttempt,

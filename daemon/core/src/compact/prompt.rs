@@ -243,7 +243,7 @@ mod tests {
             6. All User Messages: every message the user wrote (not tool results), in order, as close to their words as you can. They record the user's feedback and every change of mind.
             7. Pending Tasks: work the user asked for that is not done yet.
             8. Current Work: exactly what was being worked on just before this summary: the files, the code, the step.
-            9. Optional Next Step: the next step, but only if it follows directly from the user's latest request and the current work. Quote the latest request and the point where the work stopped word for word, so the next step cannot drift from what was asked. If the last task is finished and nothing else was asked for, say there is no next step.
+            9. Optional Next Step: the next step, but only if it follows directly from the user's latest request and the current work. Quote the latest request and the point where the work stopped word for word, so the next step stays exactly on what was asked. If the last task is finished and nothing else was asked for, say there is no next step.
 
             Reply in this shape:
 
@@ -308,7 +308,7 @@ mod tests {
             6. All User Messages: every message the user wrote (not tool results), in order, as close to their words as you can. They record the user's feedback and every change of mind.
             7. Pending Tasks: work the user asked for that is not done yet.
             8. Current Work: exactly what was being worked on just before this summary: the files, the code, the step.
-            9. Optional Next Step: the next step, but only if it follows directly from the user's latest request and the current work. Quote the latest request and the point where the work stopped word for word, so the next step cannot drift from what was asked. If the last task is finished and nothing else was asked for, say there is no next step.
+            9. Optional Next Step: the next step, but only if it follows directly from the user's latest request and the current work. Quote the latest request and the point where the work stopped word for word, so the next step stays exactly on what was asked. If the last task is finished and nothing else was asked for, say there is no next step.
 
             The newest messages are not shown here: they will stay in the context word for word right after your summary. Write the summary so that it leads up to them.
 
@@ -392,7 +392,7 @@ mod tests {
             kept: KeptMessages::After,
         });
         expect![[r#"
-            This session continues an earlier conversation that ran out of context. The summary below stands in for the earlier part of it.
+            This session picks up where an earlier conversation left off when it ran out of context; the summary below takes the place of that conversation.
 
             Tools used before this summary: Read, Edit.
 
@@ -400,11 +400,11 @@ mod tests {
             1. Primary Request and Intent:
                Fix the parser.
 
-            The full earlier conversation is stored at /state/sessions/s1.jsonl. Read it when you need an exact detail the summary leaves out, such as a code excerpt, an error message or output you wrote.
+            The complete record of the earlier conversation is the file /state/sessions/s1.jsonl. Search it when the summary is not precise enough, for example for the exact text of code or of an error.
 
-            Go on with the work from the point where it stopped, without asking the user anything further. Do not acknowledge or recap this summary and do not announce that you are resuming: continue the last task directly, as if nothing had interrupted it.
+            Keep working on the task that was in progress. Ask the user nothing further, and do not recap, acknowledge or announce anything about this summary: your next message simply takes the next step of that task.
 
-            The messages after this summary are the most recent ones from before compaction, kept exactly as they were. The summary was written without them, so they may show that something it calls pending has already been done."#]]
+            Below this summary come the last messages from before compaction, unchanged. The summary was not written from them, so where the two disagree (a step it lists as pending may already be done there), the messages are right."#]]
         .assert_eq(&text);
     }
 
@@ -417,10 +417,10 @@ mod tests {
             kept: KeptMessages::None,
         });
         assert!(text.contains("\n\nSummary:\nbody\n\n"));
-        assert!(!text.contains("stored at"));
+        assert!(!text.contains("complete record"));
         assert!(!text.contains("Tools used"));
-        assert!(!text.contains("kept exactly"));
-        assert!(text.ends_with("as if nothing had interrupted it."));
+        assert!(!text.contains("unchanged"));
+        assert!(text.ends_with("takes the next step of that task."));
         let before = summary_message_text(&SummaryMessage {
             kept: KeptMessages::Before,
             body: "b".to_owned(),
@@ -428,6 +428,6 @@ mod tests {
             tools_used: Vec::new(),
         });
         assert!(before.ends_with("The summary covers only what came after them."));
-        assert!(!before.contains("stored at"));
+        assert!(!before.contains("complete record"));
     }
 }

@@ -64,7 +64,7 @@ pub struct PtlCut {
 ///
 /// How much: the overflow `N − M` converted into estimate units with the ratio between
 /// the provider's count and this body's estimate (whichever is larger, so a wrong
-/// estimate errs toward dropping more), plus a tenth and [`MARGIN_TOKENS`]. Without
+/// estimate errs toward dropping more), plus a tenth and 2,000 tokens. Without
 /// numbers, a quarter of the droppable history. When every round is gone and that is
 /// still not enough, the first message is replaced by a short placeholder; a cut that
 /// drops everything droppable is returned even if the estimate says it may not be

@@ -399,13 +399,8 @@ fn file_attachment(entry: &FileReadEntry, content: &str, display: &str) -> Resto
         .collect();
     let input = json!({"file_path": entry.path}).to_string();
     let rendered = vec![
-        reminder(&format!(
-            "The Read tool was called with this input: {input}"
-        )),
-        reminder(&format!(
-            "What the Read tool returned:\n{}",
-            numbered.join("\n")
-        )),
+        reminder(&format!("Read call, restored after compaction: {input}")),
+        reminder(&format!("Read result:\n{}", numbered.join("\n"))),
     ];
     RestoredAttachment {
         attachment: json!({
@@ -437,8 +432,8 @@ fn reference_attachment(path: &str, display: &str, reason: FileOutcome) -> Resto
         _ => "it would take too much of the context",
     };
     let rendered = vec![reminder(&format!(
-        "{path} was read earlier in this session; its content is not repeated here because {why}. \
-         Read it again with the Read tool when you need it."
+        "{path} (read earlier in this session) is not shown again here: {why}. \
+         Use the Read tool on it if you need its content."
     ))];
     RestoredAttachment {
         attachment: json!({

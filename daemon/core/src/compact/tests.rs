@@ -160,15 +160,17 @@ fn value(record: &Record) -> Value {
 // Installation.
 
 #[test]
-fn auto_kept_start_keeps_the_open_tool_round() {
+fn kept_tail_start_keeps_the_open_tool_round() {
     let records = session();
-    assert_eq!(auto_kept_start(&records), Some(9), "the Write call a5");
+    assert_eq!(kept_tail_start(&records), Some(9), "the Write call a5");
     // Ending with a real prompt: keep the prompt.
-    assert_eq!(auto_kept_start(&records[..9]), Some(7));
-    // Ending with a finished answer: nothing to keep.
-    assert_eq!(auto_kept_start(&records[..7]), None);
+    assert_eq!(kept_tail_start(&records[..9]), Some(7));
+    // Ending with a finished answer: keep the answer.
+    assert_eq!(kept_tail_start(&records[..7]), Some(6));
+    // No messages: nothing to keep.
+    assert_eq!(kept_tail_start(&[]), None);
     // A response split over lines is kept whole: from a1, not a2.
-    assert_eq!(auto_kept_start(&records[..4]), Some(1));
+    assert_eq!(kept_tail_start(&records[..4]), Some(1));
 }
 
 fn restored_attachments() -> Vec<RestoredAttachment> {
@@ -204,7 +206,7 @@ fn auto_install<'a>(
     attachments: &'a [RestoredAttachment],
     hooks: &'a [String],
 ) -> InstallInput<'a> {
-    let kept_from = auto_kept_start(records).unwrap();
+    let kept_from = kept_tail_start(records).unwrap();
     let summary_text = summary_message_text(&SummaryMessage {
         body: "1. Primary Request and Intent:\n   Fix add; write a test.".to_owned(),
         transcript_path: None,
@@ -239,12 +241,12 @@ fn post_compact_records_for_automatic_compaction() {
     let mut next = counter();
     let built = build_post_compact(&input, &mut next).unwrap();
     expect![[r#"
-        {"parentUuid":null,"logicalParentUuid":"r3","isSidechain":false,"type":"system","subtype":"compact_boundary","content":"Conversation compacted","isMeta":false,"timestamp":"2026-11-29T10:05:00.000Z","uuid":"uuid-1","level":"info","compactMetadata":{"trigger":"auto","preTokens":150050,"postTokens":12452,"durationMs":840,"preservedSegment":{"headUuid":"a5","anchorUuid":"uuid-2","tailUuid":"r3"}},"userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
-        {"parentUuid":"uuid-1","isSidechain":false,"type":"user","message":{"role":"user","content":"This session continues an earlier conversation that ran out of context. The summary below stands in for the earlier part of it.\n\nTools used before this summary: Read, Edit.\n\nSummary:\n1. Primary Request and Intent:\n   Fix add; write a test.\n\nGo on with the work from the point where it stopped, without asking the user anything further. Do not acknowledge or recap this summary and do not announce that you are resuming: continue the last task directly, as if nothing had interrupted it.\n\nThe messages after this summary are the most recent ones from before compaction, kept exactly as they were. The summary was written without them, so they may show that something it calls pending has already been done."},"isVisibleInTranscriptOnly":true,"isCompactSummary":true,"uuid":"uuid-2","timestamp":"2026-11-29T10:05:00.000Z","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
+        {"parentUuid":null,"logicalParentUuid":"r3","isSidechain":false,"type":"system","subtype":"compact_boundary","content":"Conversation compacted","isMeta":false,"timestamp":"2026-11-29T10:05:00.000Z","uuid":"uuid-1","level":"info","compactMetadata":{"trigger":"auto","preTokens":150050,"postTokens":12436,"durationMs":840,"preservedSegment":{"headUuid":"a5","anchorUuid":"uuid-2","tailUuid":"r3"}},"userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
+        {"parentUuid":"uuid-1","isSidechain":false,"type":"user","message":{"role":"user","content":"This session picks up where an earlier conversation left off when it ran out of context; the summary below takes the place of that conversation.\n\nTools used before this summary: Read, Edit.\n\nSummary:\n1. Primary Request and Intent:\n   Fix add; write a test.\n\nKeep working on the task that was in progress. Ask the user nothing further, and do not recap, acknowledge or announce anything about this summary: your next message simply takes the next step of that task.\n\nBelow this summary come the last messages from before compaction, unchanged. The summary was not written from them, so where the two disagree (a step it lists as pending may already be done there), the messages are right."},"isVisibleInTranscriptOnly":true,"isCompactSummary":true,"uuid":"uuid-2","timestamp":"2026-11-29T10:05:00.000Z","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
         {"parentUuid":"uuid-2","isSidechain":false,"message":{"id":"msg_4","type":"message","role":"assistant","model":"claude-x","content":[{"type":"tool_use","id":"toolu_3","name":"Write","input":{"file_path":"/p/tests/test_app.py","content":"from app import add\n"}}],"stop_reason":"tool_use"},"type":"assistant","uuid":"uuid-3","timestamp":"2026-11-29T10:00:01.000Z","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main","ctxdKeptFrom":"a5"}
         {"parentUuid":"uuid-3","isSidechain":false,"type":"user","message":{"role":"user","content":[{"tool_use_id":"toolu_3","type":"tool_result","content":"File created successfully at: /p/tests/test_app.py"}]},"uuid":"uuid-4","timestamp":"2026-11-29T10:00:02.000Z","sourceToolAssistantUUID":"uuid-3","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main","ctxdKeptFrom":"r3"}
-        {"parentUuid":"uuid-4","isSidechain":false,"attachment":{"type":"file","filename":"/p/src/app.py","content":{"type":"text","file":{"filePath":"/p/src/app.py","content":"def add(a, b):\n    return a + b\n","numLines":3,"startLine":1,"totalLines":3}},"displayPath":"src/app.py"},"type":"attachment","uuid":"uuid-5","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\nThe Read tool was called with this input: {\"file_path\":\"/p/src/app.py\"}\n</system-reminder>"},{"content":"<system-reminder>\nWhat the Read tool returned:\n1\tdef add(a, b):\n2\t    return a + b\n3\t\n</system-reminder>"}],"renderedRole":"user","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
-        {"parentUuid":"uuid-5","isSidechain":false,"attachment":{"type":"compact_file_reference","filename":"/p/src/big.py","displayPath":"src/big.py"},"type":"attachment","uuid":"uuid-6","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\n/p/src/big.py was read earlier in this session; its content is not repeated here because it is too large. Read it again with the Read tool when you need it.\n</system-reminder>"}],"renderedRole":"system","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
+        {"parentUuid":"uuid-4","isSidechain":false,"attachment":{"type":"file","filename":"/p/src/app.py","content":{"type":"text","file":{"filePath":"/p/src/app.py","content":"def add(a, b):\n    return a + b\n","numLines":3,"startLine":1,"totalLines":3}},"displayPath":"src/app.py"},"type":"attachment","uuid":"uuid-5","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\nRead call, restored after compaction: {\"file_path\":\"/p/src/app.py\"}\n</system-reminder>"},{"content":"<system-reminder>\nRead result:\n1\tdef add(a, b):\n2\t    return a + b\n3\t\n</system-reminder>"}],"renderedRole":"user","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
+        {"parentUuid":"uuid-5","isSidechain":false,"attachment":{"type":"compact_file_reference","filename":"/p/src/big.py","displayPath":"src/big.py"},"type":"attachment","uuid":"uuid-6","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\n/p/src/big.py (read earlier in this session) is not shown again here: it is too large. Use the Read tool on it if you need its content.\n</system-reminder>"}],"renderedRole":"system","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
         {"parentUuid":"uuid-6","isSidechain":false,"attachment":{"type":"ctxd_read_files","files":[{"path":"/p/src/app.py","exists":true,"changedSinceRead":true},{"path":"/p/src/big.py","exists":true,"changedSinceRead":false}]},"type":"attachment","uuid":"uuid-7","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\nFiles read before this conversation was summarized, newest first. \"unchanged\" means the file still has the content that was read; read a file again only when you need text that is not shown here.\n- src/app.py (changed since it was read, shown above)\n- src/big.py (unchanged)\n</system-reminder>"}],"renderedRole":"system","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
         {"parentUuid":"uuid-7","isSidechain":false,"attachment":{"type":"hook_additional_context","hookEvent":"SessionStart","hookName":"SessionStart:compact","content":["Remember: run pytest before committing."]},"type":"attachment","uuid":"uuid-8","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\nOutput of the SessionStart hook that runs after compaction:\nRemember: run pytest before committing.\n</system-reminder>"}],"renderedRole":"user","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}"#]]
     .assert_eq(&lines(&built.records));
@@ -259,6 +261,105 @@ fn post_compact_records_for_automatic_compaction() {
     );
     // The progress line in the kept tail is not a message: not copied.
     assert_eq!(built.not_copied, vec![1]);
+}
+
+/// Every key path of a JSON value (`.a.b`, arrays as `[]`).
+fn key_paths(value: &Value, prefix: &str, out: &mut std::collections::BTreeSet<String>) {
+    match value {
+        Value::Object(object) => {
+            for (k, v) in object {
+                let path = format!("{prefix}.{k}");
+                out.insert(path.clone());
+                key_paths(v, &path, out);
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                key_paths(item, &format!("{prefix}[]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Key paths of the records Claude Code 2.1.332 wrote for a manual compaction
+/// (`manual-compact.jsonl`: the boundary, the summary, a `compact_file_reference` and a
+/// `file` attachment), host fields left out.
+const REAL_PATHS: &[&str] = &[
+    ".compactMetadata",
+    ".compactMetadata.cumulativeDroppedTokens",
+    ".compactMetadata.durationMs",
+    ".compactMetadata.postTokens",
+    ".compactMetadata.preCompactOrganizationsCoverStart",
+    ".compactMetadata.preTokens",
+    ".compactMetadata.preservedMessages",
+    ".compactMetadata.preservedMessages.allUuids",
+    ".compactMetadata.preservedMessages.anchorUuid",
+    ".compactMetadata.preservedMessages.uuids",
+    ".compactMetadata.preservedSegment",
+    ".compactMetadata.preservedSegment.anchorUuid",
+    ".compactMetadata.preservedSegment.headUuid",
+    ".compactMetadata.preservedSegment.tailUuid",
+    ".compactMetadata.trigger",
+    ".content",
+    ".isMeta",
+    ".isSidechain",
+    ".level",
+    ".logicalParentUuid",
+    ".parentUuid",
+    ".subtype",
+    ".timestamp",
+    ".type",
+    ".uuid",
+    ".isCompactSummary",
+    ".isVisibleInTranscriptOnly",
+    ".message",
+    ".message.content",
+    ".message.role",
+    ".attachment",
+    ".attachment.displayPath",
+    ".attachment.filename",
+    ".attachment.type",
+    ".rendered",
+    ".renderedRole",
+    ".rendered[].content",
+    ".attachment.content",
+    ".attachment.content.file",
+    ".attachment.content.file.content",
+    ".attachment.content.file.filePath",
+    ".attachment.content.file.numLines",
+    ".attachment.content.file.startLine",
+    ".attachment.content.file.totalLines",
+    ".attachment.content.type",
+];
+
+#[test]
+fn built_records_use_the_host_record_shapes() {
+    let records = session();
+    let attachments = restored_attachments();
+    let input = InstallInput {
+        common: serde_json::Map::new(),
+        ..auto_install(&records, &attachments, &[])
+    };
+    let built = build_post_compact(&input, &mut counter()).unwrap();
+    // Boundary, summary, file, file reference: every field is one the host writes.
+    for index in [0, 1, 4, 5] {
+        let mut paths = std::collections::BTreeSet::new();
+        key_paths(&value(&built.records[index]), "", &mut paths);
+        let foreign: Vec<_> = paths
+            .iter()
+            .filter(|p| !REAL_PATHS.contains(&p.as_str()))
+            .collect();
+        assert!(
+            foreign.is_empty(),
+            "record {index} has fields the host does not write: {foreign:?}"
+        );
+    }
+    assert_eq!(value(&built.records[4])["attachment"]["type"], "file");
+    assert_eq!(
+        value(&built.records[5])["attachment"]["type"],
+        "compact_file_reference"
+    );
 }
 
 #[test]
@@ -1226,7 +1327,9 @@ fn a_file_over_five_thousand_tokens_comes_back_as_its_path() {
         "compact_file_reference"
     );
     assert_eq!(plan.attachments[1].rendered_role, "system");
-    assert!(plan.attachments[1].rendered[0].contains("/p/over"));
+    assert!(plan.attachments[1].rendered[0].contains(
+        "/p/over (read earlier in this session) is not shown again here: it is too large."
+    ));
 }
 
 #[test]
@@ -1725,7 +1828,7 @@ fn disabled_auto_compaction_is_never_due() {
 #[test]
 fn a_missing_summary_is_asked_for_again_then_installed_with_fidelity_additions() {
     let records = session();
-    let kept_from = auto_kept_start(&records).unwrap();
+    let kept_from = kept_tail_start(&records).unwrap();
     let instruction = summary_instruction(&PromptSpec {
         form: PromptForm::Full,
         additional: merge_instructions(Some("keep the test plan"), &[]),

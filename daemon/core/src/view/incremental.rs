@@ -39,7 +39,7 @@ use super::request::{ApiMessage, Request};
 use super::slice::{Slice, slice_after_boundary};
 use super::snip::{SnipPlan, apply_snips, efficiency_reminder, snip_applied};
 use super::state::{Offload, PipelineState, Replacement, StateChanges, StateRecord, Trigger};
-use super::{Applied, AssembleInput, Assembled, cache};
+use super::{AssembleInput, Assembled, cache};
 
 /// The first message when the view would otherwise start with a response.
 pub const CONTINUES: &str = "[The conversation continues from earlier messages that are not shown.]";

@@ -170,11 +170,11 @@ pub fn decide(input: &DecideInput<'_>) -> Option<(MicrocompactRecord, u64)> {
 /// The `cache_edits` block of each pinned user record, keeping only deletions of
 /// results present in the view (a reference to a block that is not sent would be
 /// dangling).
-pub fn pinned_blocks(edits: &[PinnedEdits], present: &HashSet<&str>) -> HashMap<Arc<str>, Vec<Block>> {
+pub fn pinned_blocks(edits: &[PinnedEdits], present: &HashSet<Arc<str>>) -> HashMap<Arc<str>, Vec<Block>> {
     let mut out: HashMap<Arc<str>, Vec<Block>> = HashMap::new();
     for pinned in edits {
         let ids: Vec<&str> =
-            pinned.tool_use_ids.iter().map(String::as_str).filter(|id| present.contains(id)).collect();
+            pinned.tool_use_ids.iter().map(String::as_str).filter(|id| present.contains(*id)).collect();
         if let Some(block) = cache_edits_block(&ids) {
             out.entry(Arc::from(pinned.pinned_to_uuid.as_str())).or_default().push(block);
         }
@@ -195,10 +195,10 @@ pub fn attach_pinned(items: &mut [Item], pinned: &HashMap<Arc<str>, Vec<Block>>)
 }
 
 /// Result ids of the given items, for [`pinned_blocks`].
-pub fn result_ids<'a>(items: impl Iterator<Item = &'a Item>) -> HashSet<&'a str> {
+pub fn result_ids<'a>(items: impl Iterator<Item = &'a Item>) -> HashSet<Arc<str>> {
     items
         .flat_map(|i| i.blocks.iter())
-        .filter_map(|b| b.result().map(|r| r.tool_use_id.as_ref()))
+        .filter_map(|b| b.result().map(|r| r.tool_use_id.clone()))
         .collect()
 }
 
@@ -208,7 +208,7 @@ pub fn result_ids<'a>(items: impl Iterator<Item = &'a Item>) -> HashSet<&'a str>
 pub fn microcompact(
     mut items: Vec<Item>,
     state: &PipelineState,
-    present: &HashSet<&str>,
+    present: &HashSet<Arc<str>>,
     config: &MicrocompactConfig,
 ) -> Vec<Item> {
     let pinned = if config.cache_editing { pinned_blocks(&state.cache_edits, present) } else { HashMap::new() };

@@ -100,25 +100,25 @@ impl<'de> Deserialize<'de> for Fields<'de> {
 /// A string that borrows from the input when it has no escapes.
 pub(crate) struct Str<'a>(pub(crate) Cow<'a, str>);
 
-impl<'de> Deserialize<'de> for Str<'de> {
+impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct StrVisitor;
-        impl<'de> Visitor<'de> for StrVisitor {
-            type Value = Str<'de>;
+        struct StrVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for StrVisitor<'a> {
+            type Value = Str<'a>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a string")
             }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Str<'de>, E> {
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Str<'a>, E> {
                 Ok(Str(Cow::Borrowed(v)))
             }
-            fn visit_str<E>(self, v: &str) -> Result<Str<'de>, E> {
+            fn visit_str<E>(self, v: &str) -> Result<Str<'a>, E> {
                 Ok(Str(Cow::Owned(v.to_owned())))
             }
-            fn visit_string<E>(self, v: String) -> Result<Str<'de>, E> {
+            fn visit_string<E>(self, v: String) -> Result<Str<'a>, E> {
                 Ok(Str(Cow::Owned(v)))
             }
         }
-        deserializer.deserialize_str(StrVisitor)
+        deserializer.deserialize_str(StrVisitor(std::marker::PhantomData))
     }
 }
 

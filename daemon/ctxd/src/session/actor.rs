@@ -220,6 +220,19 @@ impl Session {
     /// that boundary is; it is checked against the file, and rebuilt by a scan when it is
     /// missing or wrong.
     async fn load(&mut self, create: bool) -> Result<(), SessionError> {
+        if let Some(source) = self.setup.import.take() {
+            let (store, id) = (self.store.clone(), self.id.clone());
+            let imported = tokio::task::spawn_blocking(move || crate::interop::import(&store, &id, &source))
+                .await
+                .map_err(|e| SessionError::Internal(format!("import task failed: {e}")))??;
+            tracing::info!(records = imported.records, skipped = imported.skipped.len(), "imported a transcript");
+            const SHOWN: usize = 50;
+            let more = imported.skipped.len().saturating_sub(SHOWN);
+            self.diagnostics.extend(imported.skipped.into_iter().take(SHOWN).map(|l| format!("import: malformed {l} skipped")));
+            if more > 0 {
+                self.diagnostics.push(format!("import: {more} more malformed lines skipped (see the log)"));
+            }
+        }
         let path = self.store.transcript_path(&self.id)?;
         let exists = path.exists();
         if !exists && !create {

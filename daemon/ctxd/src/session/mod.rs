@@ -60,6 +60,8 @@ pub struct SessionSetup {
     pub thresholds: Thresholds,
     /// Settings and window problems, reported when the session opens.
     pub problems: Vec<String>,
+    /// A Claude Code transcript to import before loading (new sessions only).
+    pub import: Option<std::path::PathBuf>,
 }
 
 /// Where a session's notifications go.
@@ -146,10 +148,14 @@ impl Sessions {
         let (reply, rx) = oneshot::channel();
         let mut open = self.open_map();
         let live = open.get(&id).filter(|h| !h.tx.is_closed()).map(|h| h.tx.clone());
+        if params.import.is_some() && (live.is_some() || self.store.transcript_path(&id).is_ok_and(|p| p.exists())) {
+            return Err(SessionError::InvalidParams(format!("session {id:?} exists; an import needs a new session id")));
+        }
         let tx = match live {
             Some(tx) => tx,
             None => {
-                let setup = self.setup(&params.cwd, &params.model);
+                let mut setup = self.setup(&params.cwd, &params.model);
+                setup.import = params.import.as_ref().map(std::path::PathBuf::from);
                 let tx = actor::spawn(id.clone(), setup, self.store.clone(), self.notifier.clone(), true);
                 open.insert(id.clone(), Handle { tx: tx.clone(), cwd: params.cwd.clone(), model: params.model.clone() });
                 tx
@@ -177,7 +183,7 @@ impl Sessions {
         for problem in &problems {
             tracing::warn!(%problem, cwd, "settings");
         }
-        SessionSetup { cwd: cwd.to_owned(), model: model.to_owned(), settings: layered.settings, thresholds: levels, problems }
+        SessionSetup { cwd: cwd.to_owned(), model: model.to_owned(), settings: layered.settings, thresholds: levels, problems, import: None }
     }
 
     fn levels(&self, settings: &ctxd_proto::Settings, model: &str) -> (ResolvedWindow, Thresholds) {

@@ -1,0 +1,137 @@
+//! Claude Code interoperability: import a transcript into the store, export a session
+//! as a transcript Claude Code can resume.
+//!
+//! ctxd's transcript lines are Claude Code's, so import copies every readable line
+//! verbatim (malformed lines are reported by line number and skipped) and export copies
+//! them back, leaving out only ctxd's own bookkeeping records (`ctxd-*` types). Import
+//! then export thus gives back the original records, line for line.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+
+use ctxd_core::record::Record;
+
+use crate::store::transcript::Transcript;
+use crate::store::{Store, StoreError};
+
+/// What an import did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Imported {
+    pub records: u64,
+    /// Malformed lines: "line N: why".
+    pub skipped: Vec<String>,
+}
+
+/// Prefix of the record types ctxd writes for itself.
+pub const OWN_TYPE_PREFIX: &str = "ctxd-";
+
+/// Copies the readable lines of `source` into a new session `id` in `store`. Fails if the
+/// session exists (import never overwrites).
+pub fn import(store: &Store, id: &str, source: &Path) -> Result<Imported, StoreError> {
+    let target = store.transcript_path(id)?;
+    if target.exists() {
+        return Err(StoreError::io(&target, std::io::Error::new(std::io::ErrorKind::AlreadyExists, "a session with this id exists")));
+    }
+    let file = std::fs::File::open(source).map_err(|e| StoreError::io(source, e))?;
+    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let mut lines: Vec<String> = Vec::new();
+    let mut imported = Imported::default();
+    let mut buf = Vec::new();
+    let mut number = 0u64;
+    loop {
+        buf.clear();
+        let n = reader.read_until(b'\n', &mut buf).map_err(|e| StoreError::io(source, e))?;
+        if n == 0 {
+            break;
+        }
+        number += 1;
+        while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+            buf.pop();
+        }
+        if buf.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let checked = std::str::from_utf8(&buf)
+            .map_err(|e| format!("not UTF-8: {e}"))
+            .and_then(|text| Record::parse(text).map(|_| text.to_owned()).map_err(|e| e.to_string()));
+        match checked {
+            Ok(text) => lines.push(text),
+            Err(why) => imported.skipped.push(format!("line {number}: {why}")),
+        }
+    }
+    // Write to a temporary name and rename, so a crash never leaves half an import
+    // under the session's name.
+    let partial = target.with_extension("jsonl.importing");
+    let _ = std::fs::remove_file(&partial);
+    let (mut transcript, _) = Transcript::open(&partial, true, u64::MAX)?;
+    for chunk in lines.chunks(4096) {
+        let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        transcript.append(&refs)?;
+    }
+    drop(transcript);
+    std::fs::rename(&partial, &target).map_err(|e| StoreError::io(&target, e))?;
+    imported.records = lines.len() as u64;
+    for line in &imported.skipped {
+        tracing::warn!(source = %source.display(), %line, "malformed line skipped on import");
+    }
+    Ok(imported)
+}
+
+/// Writes session `id`'s records to `out` as a Claude Code transcript.
+pub fn export(store_root: &Path, id: &str, out: &mut dyn Write) -> Result<u64, StoreError> {
+    crate::store::validate_session_id(id)?;
+    let path = store_root.join("sessions").join(format!("{id}.jsonl"));
+    let file = std::fs::File::open(&path).map_err(|e| StoreError::io(&path, e))?;
+    let reader = BufReader::with_capacity(1 << 20, file);
+    let mut written = 0u64;
+    for line in reader.split(b'\n') {
+        let line = line.map_err(|e| StoreError::io(&path, e))?;
+        if line.is_empty() || is_own_record(&line) {
+            continue;
+        }
+        out.write_all(&line).and_then(|()| out.write_all(b"\n")).map_err(|e| StoreError::io(Path::new("<output>"), e))?;
+        written += 1;
+    }
+    out.flush().map_err(|e| StoreError::io(Path::new("<output>"), e))?;
+    Ok(written)
+}
+
+fn is_own_record(line: &[u8]) -> bool {
+    if memchr::memmem::find(line, OWN_TYPE_PREFIX.as_bytes()).is_none() {
+        return false;
+    }
+    std::str::from_utf8(line)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
+        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(|t| t.starts_with(OWN_TYPE_PREFIX)))
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn import_skips_malformed_lines_and_export_gives_the_rest_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state")).unwrap();
+        let source = dir.path().join("in.jsonl");
+        let good1 = r#"{"type":"user","uuid":"a","message":{"role":"user","content":"hi"}}"#;
+        let good2 = r#"{"type":"progress","data":{"x":1},"future":[1,2]}"#;
+        std::fs::write(&source, format!("{good1}\nnot json\n\n[1]\n{good2}\n{{\"type\":\"user\",\"trunc")).unwrap();
+        let imported = import(&store, "imp", &source).unwrap();
+        assert_eq!(imported.records, 2);
+        assert_eq!(imported.skipped.len(), 3, "{:?}", imported.skipped);
+        assert!(imported.skipped[0].starts_with("line 2:"), "{:?}", imported.skipped);
+        assert!(imported.skipped[2].starts_with("line 6:"), "{:?}", imported.skipped);
+        // ctxd's own records are left out of an export.
+        let path = store.transcript_path("imp").unwrap();
+        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        writeln!(f, r#"{{"type":"ctxd-file-read","path":"/x"}}"#).unwrap();
+        let mut out = Vec::new();
+        assert_eq!(export(store.root(), "imp", &mut out).unwrap(), 2);
+        assert_eq!(String::from_utf8(out).unwrap(), format!("{good1}\n{good2}\n"));
+        // Never overwrites.
+        assert!(import(&store, "imp", &source).is_err());
+    }
+}
