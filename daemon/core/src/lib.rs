@@ -6,6 +6,9 @@
 //! (`ctxd`) owns every side effect.
 //!
 //! - [`budget`]: windows, thresholds and levels (what "full" means for a model).
+//! - [`compact`]: the compaction planner: summary prompts and requests (fork and
+//!   fallback), reply reading, prompt-too-long cuts, fidelity check, restoration,
+//!   post-compact records, undo, guards and the reduction ladder.
 //! - [`ledger`]: the file-read ledger (what the agent read, and whether it changed).
 //! - [`memory`]: which memory files (CLAUDE.md and friends) a session loads, over an
 //!   injected filesystem, and the user-context text they render to.
@@ -15,6 +18,7 @@
 //! - [`tally`]: the running token count of a session (reported usage plus estimate).
 
 pub mod budget;
+pub mod compact;
 pub mod ledger;
 pub mod memory;
 pub mod record;

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use super::Applied;
 use super::config::CollapseConfig;
+use super::content::ContentRules;
 use super::item::{Item, Origin};
 use super::state::Collapse;
 
@@ -40,15 +41,21 @@ pub struct CollapsePlan {
     freed: Vec<u64>,
 }
 
-/// Resolves the collapses against the items (after snips).
-pub fn plan_collapses(items: &[Item], collapses: &[Collapse], config: &CollapseConfig) -> CollapsePlan {
+/// Resolves the collapses against the items (after snips); `rules` say what the
+/// replaced items would have cost in the request.
+pub fn plan_collapses(
+    items: &[Item],
+    collapses: &[Collapse],
+    config: &CollapseConfig,
+    rules: &ContentRules<'_>,
+) -> CollapsePlan {
     let mut plan = CollapsePlan { slots: (0..items.len()).map(Slot::Item).collect(), ..CollapsePlan::default() };
     if !config.enabled {
         return plan;
     }
     plan.freed = vec![0; collapses.len()];
     let slot_tokens = |slot: &Slot| match slot {
-        Slot::Item(i) => items[*i].tokens(),
+        Slot::Item(i) => rules.item_tokens(&items[*i]),
         Slot::Summary(k) => summary_item(&collapses[*k]).tokens(),
     };
     for (k, collapse) in collapses.iter().enumerate() {
@@ -73,7 +80,7 @@ pub fn plan_collapses(items: &[Item], collapses: &[Collapse], config: &CollapseC
         }
     }
     let kept: u64 = plan.slots.iter().map(slot_tokens).sum();
-    let before: u64 = items.iter().map(Item::tokens).sum();
+    let before: u64 = items.iter().map(|i| rules.item_tokens(i)).sum();
     plan.tokens_freed = before.saturating_sub(kept);
     plan
 }
@@ -119,8 +126,13 @@ impl CollapsePlan {
 }
 
 /// The stage.
-pub fn apply_collapses(items: Vec<Item>, collapses: &[Collapse], config: &CollapseConfig) -> (Vec<Item>, Applied) {
-    let plan = plan_collapses(&items, collapses, config);
+pub fn apply_collapses(
+    items: Vec<Item>,
+    collapses: &[Collapse],
+    config: &CollapseConfig,
+    rules: &ContentRules<'_>,
+) -> (Vec<Item>, Applied) {
+    let plan = plan_collapses(&items, collapses, config, rules);
     let applied = collapse_applied(&plan, collapses.len());
     (plan.apply(items, collapses), applied)
 }

@@ -9,9 +9,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::budget::replaced;
-use super::item::{Block, BlockKind, Item};
-use super::microcompact::{cleared, with_cache_reference};
+use super::item::{BYTES_PER_TOKEN, Block, BlockKind, Item};
+use super::microcompact::{CLEARED, cleared, with_cache_reference};
 use super::state::Replacement;
+
+/// Tokens of a result block whose content is `content` (a placeholder or a preview).
+pub(crate) fn placeholder_tokens(content: &str, tool_use_id: &str) -> u64 {
+    (content.len() + tool_use_id.len() + 60) as u64 / BYTES_PER_TOKEN
+}
 
 static NO_REPLACEMENTS: BTreeMap<String, Replacement> = BTreeMap::new();
 static NO_IDS: BTreeSet<String> = BTreeSet::new();
@@ -74,6 +79,27 @@ impl ContentRules<'_> {
     pub fn materialize(&self, item: &Item) -> Vec<Block> {
         let meta_like = item.origin.is_meta_like();
         item.blocks.iter().map(|b| self.apply_block(b, meta_like)).collect()
+    }
+
+    /// Estimated tokens of an item under the rules, without building the new blocks
+    /// (for reports: what a snip or collapse removes from the request).
+    pub fn item_tokens(&self, item: &Item) -> u64 {
+        item.blocks
+            .iter()
+            .map(|block| match block.result() {
+                Some(r) if !r.cleared && self.cleared.contains(r.tool_use_id.as_ref()) => {
+                    placeholder_tokens(CLEARED, &r.tool_use_id)
+                }
+                Some(r) if !r.replaced && !r.cleared => {
+                    let id = r.tool_use_id.as_ref();
+                    match self.replacements.get(id).or_else(|| self.decided.get(id)) {
+                        Some(replacement) => placeholder_tokens(&replacement.preview, id),
+                        None => block.tokens(),
+                    }
+                }
+                _ => block.tokens(),
+            })
+            .sum()
     }
 
     /// An item with its blocks under the rules.

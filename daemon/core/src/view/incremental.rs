@@ -84,6 +84,8 @@ struct Built {
     collapse: CollapsePlan,
     /// Tokens freed by snips and collapses recorded after the last response.
     freed_since_response: u64,
+    /// Results in records the plans removed (their sizes are in the plans' reports).
+    hidden_results: HashSet<Arc<str>>,
     normalizer: Normalizer,
 }
 
@@ -148,6 +150,7 @@ impl Built {
             snip: SnipPlan::default(),
             collapse: CollapsePlan::default(),
             freed_since_response: 0,
+            hidden_results: HashSet::new(),
             normalizer: Normalizer::default(),
         };
         built.rebuild(None, counters);
@@ -250,7 +253,7 @@ impl Built {
                 Trigger::TimeGap => m
                     .cleared_tool_use_ids
                     .iter()
-                    .all(|id| folded.cleared.contains(id) || !self.normalizer.is_sealed_result(id)),
+                    .all(|id| folded.cleared.contains(id) || self.only_open(id)),
                 Trigger::CacheEdits => {
                     !self.config.microcompact.cache_editing
                         || folded.cache_edits.iter().any(|e| {
@@ -264,10 +267,16 @@ impl Built {
                 Some(_) => true,
                 None => {
                     let _ = replacement;
-                    !self.normalizer.is_sealed_result(tool_use_id)
+                    self.only_open(tool_use_id)
                 }
             },
         }
+    }
+
+    /// True when a result is nowhere but in the open end of the view (or not appended
+    /// yet): a rule for it changes nothing built.
+    fn only_open(&self, tool_use_id: &str) -> bool {
+        !self.normalizer.is_sealed_result(tool_use_id) && !self.hidden_results.contains(tool_use_id)
     }
 
     fn fold_rules(&self) -> FoldRules {
@@ -288,8 +297,10 @@ impl Built {
         }
         let state = &self.folded;
         let config = &self.config;
-        let (items, snip) = apply_snips(self.ingest.items.clone(), &state.snips, &config.snip, false);
-        let collapse = plan_collapses(&items, &state.collapses, &config.collapse);
+        let fold_rules = self.fold_rules();
+        let rules = fold_rules.as_rules(state);
+        let (items, snip) = apply_snips(self.ingest.items.clone(), &state.snips, &config.snip, &rules, false);
+        let collapse = plan_collapses(&items, &state.collapses, &config.collapse, &rules);
         let mut items = items;
         if config.microcompact.cache_editing && !state.cache_edits.is_empty() {
             let survivors = collapse.survivors(items.len());
@@ -297,9 +308,15 @@ impl Built {
             let pinned = pinned_blocks(&state.cache_edits, &present);
             attach_pinned(&mut items, &pinned);
         }
+        self.hidden_results = result_ids(
+            items.iter().zip(collapse.survivors(items.len())).filter(|(_, s)| !*s).map(|(i, _)| i),
+        );
+        self.hidden_results.extend(
+            self.ingest.items.iter().filter(|i| i.uuid.as_deref().is_some_and(|u| snip.removes(u))).flat_map(|i| {
+                i.blocks.iter().filter_map(|b| b.result().map(|r| r.tool_use_id.clone()))
+            }),
+        );
         let items = collapse.apply(items, &state.collapses);
-        let fold_rules = self.fold_rules();
-        let rules = fold_rules.as_rules(state);
         let mut normalizer = Normalizer::new(self.offered.iter().cloned());
         if let Some(context) = context_item(self.user_context.as_deref()) {
             normalizer.push(context, &rules);

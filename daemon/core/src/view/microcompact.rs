@@ -25,8 +25,8 @@ use serde_json::json;
 use super::Applied;
 use super::config::MicrocompactConfig;
 use super::ingest::LastResponse;
-use super::content::ContentRules;
-use super::item::{BYTES_PER_TOKEN, Block, Item, Role};
+use super::content::{ContentRules, placeholder_tokens};
+use super::item::{Block, Item, Role};
 use super::raw;
 use super::state::{MicrocompactRecord, PinnedEdits, PipelineState, Replacement, Trigger};
 
@@ -66,7 +66,7 @@ pub fn cache_edits_block(tool_use_ids: &[&str]) -> Option<Block> {
 
 /// Tokens a cleared result still costs: the block around the placeholder.
 fn cleared_tokens(tool_use_id: &str) -> u64 {
-    (CLEARED.len() + tool_use_id.len() + 60) as u64 / BYTES_PER_TOKEN
+    placeholder_tokens(CLEARED, tool_use_id)
 }
 
 /// What a decision looks at.

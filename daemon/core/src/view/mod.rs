@@ -160,8 +160,9 @@ pub fn runtime_view(records: &[Record], state: &PipelineState, config: &Pipeline
     let mut all = ingest.state.clone();
     all.merge(state);
     let items = budget::apply_tool_result_budget(ingest.items, &all.replacements);
-    let (items, _) = snip::apply_snips(items, &all.snips, &config.snip, config.include_snipped);
-    let plan = collapse::plan_collapses(&items, &all.collapses, &config.collapse);
+    let rules = content::ContentRules { replacements: &all.replacements, cleared: &all.cleared, ..content::ContentRules::NONE };
+    let (items, _) = snip::apply_snips(items, &all.snips, &config.snip, &rules, config.include_snipped);
+    let plan = collapse::plan_collapses(&items, &all.collapses, &config.collapse, &rules);
     let survivors = plan.survivors(items.len());
     let present = microcompact::result_ids(
         items.iter().zip(&survivors).filter(|(i, s)| **s && !i.snipped).map(|(i, _)| i),

@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use super::Applied;
 use super::config::SnipConfig;
+use super::content::ContentRules;
 use super::item::{Block, BlockKind, Item, Origin, Role};
 use super::state::{Reminder, Snip};
 
@@ -65,8 +66,9 @@ fn is_protected(item: &Item) -> bool {
     item.origin == Origin::CompactSummary || item.blocks.iter().any(|b| b.result().is_some_and(|r| r.has_tool_reference))
 }
 
-/// Resolves the snips against the items of the view.
-pub fn plan_snips(items: &[Item], snips: &[Snip], config: &SnipConfig) -> SnipPlan {
+/// Resolves the snips against the items of the view; `rules` say what removed items
+/// would have cost in the request.
+pub fn plan_snips(items: &[Item], snips: &[Snip], config: &SnipConfig, rules: &ContentRules<'_>) -> SnipPlan {
     let requested: HashSet<Arc<str>> =
         snips.iter().flat_map(|s| s.removed_uuids.iter()).map(|u| Arc::from(u.as_str())).collect();
     let named: Vec<usize> = items
@@ -105,7 +107,7 @@ pub fn plan_snips(items: &[Item], snips: &[Snip], config: &SnipConfig) -> SnipPl
             plan.removed_parents.insert(uuid.clone(), item.parent_uuid.clone());
             plan.removed_tool_ids.extend(tool_ids(item).cloned());
             plan.report.removed += 1;
-            plan.report.tokens_freed += item.tokens();
+            plan.report.tokens_freed += rules.item_tokens(item);
         } else {
             plan.report.protected += 1;
         }
@@ -166,8 +168,14 @@ pub fn efficiency_reminder(growth_tokens: u64, config: &SnipConfig) -> Option<Re
 }
 
 /// The stage: resolves the snips and projects every item.
-pub fn apply_snips(items: Vec<Item>, snips: &[Snip], config: &SnipConfig, include_snipped: bool) -> (Vec<Item>, SnipPlan) {
-    let plan = plan_snips(&items, snips, config);
+pub fn apply_snips(
+    items: Vec<Item>,
+    snips: &[Snip],
+    config: &SnipConfig,
+    rules: &ContentRules<'_>,
+    include_snipped: bool,
+) -> (Vec<Item>, SnipPlan) {
+    let plan = plan_snips(&items, snips, config, rules);
     let items = items.into_iter().filter_map(|item| plan.project(item, include_snipped)).collect();
     (items, plan)
 }

@@ -191,7 +191,8 @@ impl Watcher {
 
     /// Registers a subscriber interested in `targets` (plain paths are files). Paths that
     /// do not exist yet, even under folders that do not exist yet, are fine. The OS
-    /// watches are in place when this returns.
+    /// watches are in place when this returns, so subscribe before reading the files (or
+    /// compare [`FileStamp`]s afterwards) to not miss a change made in between.
     pub fn subscribe<T: Into<Target>>(&self, targets: impl IntoIterator<Item = T>) -> Subscription {
         let id = SubscriptionId(self.shared.next_id.fetch_add(1, Ordering::Relaxed));
         let (tx, changes) = unbounded_channel();

@@ -317,17 +317,19 @@ fn encode<T: serde::Serialize>(message: &T) -> Vec<u8> {
 }
 
 async fn write_loop<O: AsyncWrite + Unpin>(mut output: O, mut rx: mpsc::Receiver<Vec<u8>>) {
+    // Everything queued goes out in one write: tokio's stdout hands each write to a
+    // blocking thread, so one write per message would cost one hand-off per message.
+    let mut buf = Vec::with_capacity(64 * 1024);
     while let Some(first) = rx.recv().await {
-        if output.write_all(&first).await.is_err() {
-            break;
-        }
-        // Write whatever else is queued before one flush.
-        while let Ok(more) = rx.try_recv() {
-            if output.write_all(&more).await.is_err() {
-                return;
+        buf.clear();
+        buf.extend_from_slice(&first);
+        while buf.len() < 4 * 1024 * 1024 {
+            match rx.try_recv() {
+                Ok(more) => buf.extend_from_slice(&more),
+                Err(_) => break,
             }
         }
-        if output.flush().await.is_err() {
+        if output.write_all(&buf).await.is_err() || output.flush().await.is_err() {
             break;
         }
     }

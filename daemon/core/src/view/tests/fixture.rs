@@ -100,6 +100,10 @@ pub fn fixture(spec: &str) -> Fixture {
     for line in spec.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
         let t = tokens(line);
         let arg = |i: usize| t.get(i).cloned().unwrap_or_default();
+        if t[0] == "wait" {
+            clock += arg(1).parse::<i64>().unwrap() * 60_000;
+            continue;
+        }
         clock += 1_000;
         let ts = timestamp(clock);
         let mut message = |kind: &str, uuid: &str, body: Value| -> Value {
@@ -206,10 +210,6 @@ pub fn fixture(spec: &str) -> Fixture {
             "snip" => json!({"type": "ctxd-snip", "timestamp": ts, "removedUuids": t[1..]}),
             "collapse" => json!({"type": "ctxd-collapse", "timestamp": ts, "from": arg(1), "to": arg(2), "summary": arg(3)}),
             "replace" => json!({"type": "ctxd-tool-result-replacement", "toolUseId": arg(1), "path": format!("/store/{}.txt", arg(1)), "preview": arg(2), "originalBytes": 1}),
-            "wait" => {
-                clock += arg(1).parse::<i64>().unwrap() * 60_000;
-                continue;
-            }
             other => panic!("unknown fixture line {other:?}"),
         };
         records.push(Record::parse(&serde_json::to_string(&record).unwrap()).unwrap());
