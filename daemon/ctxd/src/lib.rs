@@ -4,6 +4,7 @@
 //! - [`server`]: the protocol surface, one handler per method (a table of contents).
 //! - [`session`]: one actor per open session; the registry that routes commands to them.
 //! - [`settings`]: settings files, stacked per working directory.
+//! - [`context`]: the real filesystem for memory files, git facts, the file watcher.
 //! - [`store`]: transcripts on disk (the truth) and the rebuildable sled index.
 //! - [`provider`]: who writes compaction summaries: Anthropic and OpenAI-compatible
 //!   endpoints over HTTP (streaming, retries, typed failures).
@@ -13,6 +14,7 @@
 //! - [`paths`], [`logging`]: where state and logs go.
 
 pub mod client;
+pub mod context;
 pub mod interop;
 pub mod logging;
 pub mod paths;

@@ -125,17 +125,9 @@ impl Normalizer {
         &self.sealed_markers
     }
 
-    /// True when a sealed message carries a result for this call.
+    /// True when a sealed message was built from a result for this call.
     pub fn is_sealed_result(&self, tool_use_id: &str) -> bool {
         self.sealed_result_ids.contains(tool_use_id)
-    }
-
-    /// True when a user item still open (rendered per request) carries this result.
-    pub fn is_open_result(&self, tool_use_id: &str) -> bool {
-        self.pending
-            .iter()
-            .flat_map(|i| i.blocks.iter())
-            .any(|b| b.result().is_some_and(|r| r.tool_use_id.as_ref() == tool_use_id))
     }
 
     /// Result blocks pushed so far, in order.
@@ -198,7 +190,15 @@ impl Normalizer {
                 self.seal(user);
             }
         }
-        self.pending.clear();
+        // Every result sealed counts, also those rendered as text or dropped: a rule
+        // recorded for one of them later would change sealed content.
+        for item in self.pending.drain(..) {
+            for block in &item.blocks {
+                if let Some(r) = block.result() {
+                    self.sealed_result_ids.insert(r.tool_use_id.clone());
+                }
+            }
+        }
         let mut open = OpenResponse { message_id: item.message_id, blocks: Vec::new(), tool_uses: Vec::new() };
         extend_response(&mut open, blocks, &mut self.stats);
         self.response = Some(open);

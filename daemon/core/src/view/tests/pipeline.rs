@@ -22,11 +22,16 @@ pub(crate) fn check_incremental(setup: &Setup, records: &[Record]) -> CacheCount
 
 pub(crate) fn assert_same(kept: &Assembled, fresh: &Assembled, n: usize) {
     assert_valid(fresh);
-    if kept.request.to_json() != fresh.request.to_json() {
+    let (a, b) = (kept.request.to_json(), fresh.request.to_json());
+    if a != b {
+        let at = a.bytes().zip(b.bytes()).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
+        let window = |s: &str| s.get(at.saturating_sub(150)..(at + 150).min(s.len())).unwrap_or("").to_owned();
         panic!(
-            "after {n} records the cached request differs:\n--- cached\n{}--- fresh\n{}",
+            "after {n} records the cached request differs:\n--- cached\n{}--- fresh\n{}--- at byte {at}\n{}\n{}",
             rendered(kept),
-            rendered(fresh)
+            rendered(fresh),
+            window(&a),
+            window(&b)
         );
     }
     assert_eq!(kept.applied, fresh.applied, "after {n} records");
@@ -94,7 +99,7 @@ fn stages_apply_in_order() {
         tool_result_budget: 0 new results stored, 1 recorded replacements
         snip*: 3 named, 3 removed, 0 protected (freed 118)
         microcompact*: time_gap: 5 results; 5 cleared, 0 deleted by cache edits (freed 24260)
-        collapse*: 1 of 1 collapses applied (freed 28182)
+        collapse*: 1 of 1 collapses applied (freed 33)
         compact_check: 24888 tokens, no threshold
         place: system context none, user context none, 0 extra blocks
         normalize: 0 lines merged, 0 responses merged, 0 synthetic results, 0 orphan results as text, 0 calls to missing tools as text, 0 duplicates dropped

@@ -1,1 +1,184 @@
-//! placeholder
+//! Whole sessions: the real Claude Code transcript and sessions from the shared
+//! generator, from scratch and through the view cache, with the daemon's persistence of
+//! each request's decisions simulated.
+//!
+//! The generated sessions in `testdata/` were written once with
+//! `gen_session.py --turns T --seed S` (the file names say which; 30 turns would be
+//! 700 KB or more per file, so they are shorter).
+
+use std::path::Path;
+
+use super::pipeline::assert_same;
+use super::*;
+
+const GENERATED: [(&str, &str); 3] = [
+    ("seed 15, 8 turns", include_str!("../testdata/gen_s15_t8.jsonl")),
+    ("seed 51, 6 turns", include_str!("../testdata/gen_s51_t6.jsonl")),
+    ("seed 49, 4 turns", include_str!("../testdata/gen_s49_t4.jsonl")),
+];
+
+/// A real Claude Code 2.1.332 transcript, outside the repository.
+const REAL_TRANSCRIPT: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/transcripts/claude-code-2.1.332/manual-compact.jsonl");
+/// Real Claude Code 2.1.38/2.1.39 transcripts (thinking, `caller` on tool calls, two
+/// boundaries, a thousand progress lines).
+const OLDER_TRANSCRIPTS: [&str; 3] = [
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/transcripts/spotter/4d5611e5-241a-462a-8d15-5122611a9569.jsonl"),
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/transcripts/spotter/tool_heavy.jsonl"),
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/transcripts/spotter/short.jsonl"),
+];
+
+fn records(jsonl: &str) -> Vec<Record> {
+    jsonl.lines().filter(|l| !l.trim().is_empty()).filter_map(|l| Record::parse(l).ok()).collect()
+}
+
+fn read(path: &str) -> Option<Vec<Record>> {
+    if !Path::new(path).exists() {
+        eprintln!("skipped: {path} is not here");
+        return None;
+    }
+    Some(records(&std::fs::read_to_string(path).unwrap()))
+}
+
+fn last_timestamp(records: &[Record]) -> i64 {
+    records.iter().rev().find_map(|r| r.head().timestamp.as_deref().and_then(parse_rfc3339_ms)).unwrap_or(0)
+}
+
+/// Appends the records one at a time as a daemon would: assemble (through the cache and
+/// from scratch, which must agree), persist the decisions, send. `now` follows the
+/// records' own clock.
+fn simulate(setup: &mut Setup, source: &[Record]) -> (Vec<Record>, CacheCounters) {
+    let mut records: Vec<Record> = Vec::new();
+    let mut cache = ViewCache::new();
+    for record in source {
+        records.push(record.clone());
+        if let Some(at) = record.head().timestamp.as_deref().and_then(parse_rfc3339_ms) {
+            setup.now_ms = at + 1_000;
+        }
+        let input = setup.input(&records);
+        let kept = cache.assemble(&input);
+        let fresh = assemble(&input);
+        assert_same(&kept, &fresh, records.len());
+        persist(&mut records, &kept);
+    }
+    (records, cache.counters())
+}
+
+#[test]
+fn the_real_transcript_becomes_a_valid_request() {
+    let Some(records) = read(REAL_TRANSCRIPT) else { return };
+    let mut setup = Setup::new(last_timestamp(&records) + 1_000);
+    setup.base.user_context = Some("Contents of CLAUDE.md".into());
+    let out = setup.run(&records);
+    expect_test::expect![[r#"
+        system: text("You are a coding agent.")+cache
+        tools: Read Bash Grep Glob Edit Write Task+cache
+        user: text("<system-reminder>⏎Contents of CLAU…") text("This session is being continued…")
+        assistant: text("STUB reply #7 (messages=12). Do…")
+        user: text("<local-command-caveat>The comma…") text("<command-name>/compact</command…") text("<local-command-stdout>Compacted…") text("<system-reminder>⏎Note: /home/de…") text("<system-reminder>⏎Called the Rea…") text("<system-reminder>⏎Result of call…") text("<system-reminder>⏎Called the Rea…") text("<system-reminder>⏎Result of call…") text("<system-reminder>⏎Called the Rea…") text("<system-reminder>⏎Result of call…") text("<system-reminder>⏎The following d…") text("<system-reminder>⏎Available agent…") text("<system-reminder>⏎The following s…") text("<system-reminder>⏎# Environment⏎Y…") text("<system-reminder>⏎You are powered…") text("After compaction: what files di…") text("<system-reminder>⏎Codebase and us…") text("<system-reminder>⏎As you answer t…") text("<system-reminder>⏎Today's date is…") text("<system-reminder>⏎Attribution for…")
+        assistant: text("Let me look at that (step 1).") tool_use(toolu_stub_c5cbfb5ef0c44a5baf02 Read)
+        user: tool_result(toolu_stub_c5cbfb5ef0c44a5baf02, 146b)
+        assistant: text("STUB reply #11 (messages=8). Do…")+cache
+    "#]]
+    .assert_eq(&rendered(&out));
+    assert!(out.applied[0].detail.contains("1 preserved"), "{}", out.applied[0].detail);
+
+    // The records from the boundary on: the same minus the preserved response.
+    let boundary = records.iter().rposition(Record::is_compact_boundary).unwrap();
+    let from_boundary = setup.run(&records[boundary..]);
+    assert_eq!(from_boundary.request.messages.len(), out.request.messages.len() - 2);
+
+    // Every prefix, through the cache and from scratch.
+    let mut setup = Setup::new(last_timestamp(&records) + 1_000);
+    let (_, counters) = simulate(&mut setup, &records);
+    assert!(counters.extensions > 60, "{counters:?}");
+}
+
+#[test]
+fn older_real_transcripts_become_valid_requests() {
+    for path in OLDER_TRANSCRIPTS {
+        let Some(records) = read(path) else { continue };
+        let setup = Setup::new(last_timestamp(&records) + 1_000);
+        let out = setup.run(&records);
+        let value = out.request.to_value();
+        // `caller` on tool calls is not sent; signed thinking is.
+        assert!(!value.to_string().contains("\"caller\""), "{path}");
+        assert!(out.request.messages.len() > 2, "{path}");
+    }
+    if let Some(records) = read(OLDER_TRANSCRIPTS[1]) {
+        let mut setup = Setup::new(0);
+        simulate(&mut setup, &records);
+    }
+}
+
+#[test]
+fn generated_sessions_become_valid_requests() {
+    for (name, jsonl) in GENERATED {
+        let records = records(jsonl);
+        let mut setup = Setup::new(last_timestamp(&records) + 1_000);
+        setup.base = BaseContext {
+            system_context: Some("branch main, clean".into()),
+            user_context: Some("Memory.".into()),
+            attachments: vec!["A file changed.".into()],
+        };
+        let out = setup.run(&records);
+        let tool_calls = records.iter().filter(|r| r.line().contains("\"tool_use\"")).count();
+        let sent = out.request.to_json().matches("\"type\":\"tool_result\"").count();
+        assert_eq!(sent, tool_calls, "{name}");
+        // The estimate is the content's size / 4, give or take the JSON around it.
+        let content: u64 = records.iter().map(|r| u64::from(r.head().content_bytes)).sum::<u64>() / 4;
+        assert!(
+            out.estimate_tokens > content && out.estimate_tokens < content + content / 10 + 200,
+            "{name}: {} for {content}",
+            out.estimate_tokens
+        );
+    }
+}
+
+#[test]
+fn generated_sessions_agree_through_the_cache_under_every_setting() {
+    let variants: Vec<(&str, Box<dyn Fn(&mut Setup)>)> = vec![
+        ("defaults", Box::new(|_| {})),
+        (
+            "tight budgets, snip on",
+            Box::new(|s| {
+                s.config.budget.per_result_tokens = 1_500;
+                s.config.budget.per_message_tokens = 2_000;
+                s.config.snip.enabled = true;
+                s.config.snip.reminder_after_tokens = 3_000;
+            }),
+        ),
+        (
+            "cache editing, low microcompact bar",
+            Box::new(|s| {
+                s.config.microcompact.cache_editing = true;
+                s.config.microcompact.min_saved_tokens = 2_000;
+                s.config.microcompact.keep_recent = 2;
+            }),
+        ),
+        (
+            "short cache life",
+            Box::new(|s| {
+                s.config.microcompact.cache_ttl_ms = 20_000;
+                s.config.microcompact.min_saved_tokens = 1_000;
+                s.fork = Some(Fork { instruction: "Summarize.".into(), skip_cache_write: true });
+            }),
+        ),
+    ];
+    for (name, jsonl) in GENERATED {
+        let source = records(jsonl);
+        for (variant, apply) in &variants {
+            let mut setup = Setup::new(0);
+            apply(&mut setup);
+            let (records, counters) = simulate(&mut setup, &source);
+            assert!(
+                counters.extensions as usize > source.len() / 2,
+                "{name}, {variant}: {counters:?}"
+            );
+            let decided = records.len() - source.len();
+            if *variant != "defaults" {
+                assert!(decided > 0, "{name}, {variant}: nothing was decided");
+            }
+        }
+    }
+}
