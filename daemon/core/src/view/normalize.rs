@@ -95,8 +95,11 @@ pub struct Normalizer {
     /// User items after the open response.
     pending: Vec<Item>,
     stats: NormalizeStats,
-    /// Result blocks of every user item pushed, in order (before block rules).
-    results: Vec<Block>,
+    /// `tool_result` blocks of sealed messages, in order (after block rules).
+    placed: Vec<Block>,
+    placed_ids: HashSet<Arc<str>>,
+    /// Sealed message of each user record.
+    message_of: HashMap<Arc<str>, usize>,
     last_user_uuid: Option<Arc<str>>,
 }
 
@@ -130,9 +133,25 @@ impl Normalizer {
         self.sealed_result_ids.contains(tool_use_id)
     }
 
-    /// Result blocks pushed so far, in order.
-    pub fn results(&self) -> &[Block] {
-        &self.results
+    /// `tool_result` blocks of sealed messages, in order.
+    pub fn placed_results(&self) -> &[Block] {
+        &self.placed
+    }
+
+    /// True when a sealed message carries this call's `tool_result`.
+    pub fn is_placed(&self, tool_use_id: &str) -> bool {
+        self.placed_ids.contains(tool_use_id)
+    }
+
+    /// Index among the sealed messages of the message holding a user record; `None`
+    /// when the record is not sealed (open, removed, or unknown).
+    pub fn sealed_message_of(&self, uuid: &str) -> Option<usize> {
+        self.message_of.get(uuid).copied()
+    }
+
+    /// True when a user record is in the open end of the view.
+    pub fn is_open(&self, uuid: &str) -> bool {
+        self.pending.iter().any(|i| i.uuid.as_deref() == Some(uuid))
     }
 
     /// The last user record pushed.
@@ -147,7 +166,6 @@ impl Normalizer {
         }
         match item.role {
             Role::User => {
-                self.results.extend(item.blocks.iter().filter(|b| b.result().is_some()).cloned());
                 if item.uuid.is_some() {
                     self.last_user_uuid = item.uuid.clone();
                 }
@@ -192,7 +210,11 @@ impl Normalizer {
         }
         // Every result sealed counts, also those rendered as text or dropped: a rule
         // recorded for one of them later would change sealed content.
+        let user_message = self.sealed.len().checked_sub(1);
         for item in self.pending.drain(..) {
+            if let (Some(uuid), Some(index)) = (&item.uuid, user_message) {
+                self.message_of.insert(uuid.clone(), index);
+            }
             for block in &item.blocks {
                 if let Some(r) = block.result() {
                     self.sealed_result_ids.insert(r.tool_use_id.clone());
@@ -235,6 +257,8 @@ impl Normalizer {
             }
             if let Some(r) = block.result() {
                 self.sealed_result_ids.insert(r.tool_use_id.clone());
+                self.placed_ids.insert(r.tool_use_id.clone());
+                self.placed.push(block.clone());
             }
         }
         self.sealed.push(Arc::new(message));

@@ -1,0 +1,260 @@
+//! A session's base context: the memory files (user context) and the git snapshot
+//! (system context), memoized and rebuilt only when a watched file changed.
+//!
+//! Discovery results are shared by every session working in the same directory
+//! ([`MemoryCache`]): the first session pays for the reads, the others clone the result.
+//! A session keeps its own copy because rules and nested files activate per session, on
+//! that session's reads. When the watcher reports a change to a memory source, the
+//! session marks its memo dirty and the shared entry is dropped; the next request
+//! rebuilds. [`BaseContext::reload`] (after compaction) clears both levels together, so
+//! instructions come back from disk, never from a stale outer memo.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use ctxd_core::memory::{self, MemoryConfig, MemorySet, Status};
+
+use super::fs::RealFs;
+
+/// Discovery results shared across sessions, per working directory and configuration.
+#[derive(Debug, Default)]
+pub struct MemoryCache {
+    entries: Mutex<HashMap<(PathBuf, String), Arc<MemorySet>>>,
+}
+
+impl MemoryCache {
+    fn key(cwd: &Path, config: &MemoryConfig) -> (PathBuf, String) {
+        (cwd.to_owned(), format!("{config:?}"))
+    }
+
+    /// The discovery for `cwd`, from the cache or from disk.
+    pub fn get_or_discover(&self, cwd: &Path, config: &MemoryConfig, fs: &RealFs) -> Arc<MemorySet> {
+        let key = MemoryCache::key(cwd, config);
+        if let Some(set) = self.entries.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
+            return set.clone();
+        }
+        let set = Arc::new(memory::discover(cwd, config, fs));
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner).insert(key, set.clone());
+        set
+    }
+
+    /// Drops the shared discovery of `cwd` (a memory source changed).
+    pub fn invalidate(&self, cwd: &Path) {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner).retain(|(dir, _), _| dir != cwd);
+    }
+}
+
+/// A memory file as a context view lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryFileInfo {
+    pub path: PathBuf,
+    pub kind: &'static str,
+    pub tokens: u64,
+    pub status: &'static str,
+    /// `paths:` globs of a rule still waiting for a matching read.
+    pub rule_paths: Vec<String>,
+}
+
+/// One session's base context.
+#[derive(Debug)]
+pub struct BaseContext {
+    cwd: PathBuf,
+    config: MemoryConfig,
+    memory: MemorySet,
+    /// Files this session read, replayed into a fresh discovery so its activations stay.
+    reads: Vec<PathBuf>,
+    user_context: Option<Arc<str>>,
+    system_context: Option<Arc<str>>,
+    dirty: bool,
+    date: String,
+}
+
+impl BaseContext {
+    /// Discovers the memory files (or takes them from the shared cache) and captures the
+    /// git snapshot. Blocking: run it on a blocking thread.
+    pub fn load(cwd: &Path, config: MemoryConfig, cache: &MemoryCache, fs: &RealFs, date: String) -> BaseContext {
+        let memory = (*cache.get_or_discover(cwd, &config, fs)).clone();
+        let system_context = super::git::capture(cwd).map(|facts| Arc::from(super::git::render(&facts)));
+        let mut base = BaseContext {
+            cwd: cwd.to_owned(),
+            config,
+            memory,
+            reads: Vec::new(),
+            user_context: None,
+            system_context,
+            dirty: false,
+            date,
+        };
+        base.render();
+        base
+    }
+
+    fn render(&mut self) {
+        let text = memory::render_user_context(&self.memory, &self.date);
+        self.user_context = (!text.trim().is_empty()).then(|| Arc::from(text));
+    }
+
+    /// The user context (memory files and date): the first message of every request.
+    pub fn user_context(&self) -> Option<&Arc<str>> {
+        self.user_context.as_ref()
+    }
+
+    /// The system context (git snapshot from the session's start).
+    pub fn system_context(&self) -> Option<&Arc<str>> {
+        self.system_context.as_ref()
+    }
+
+    /// Paths the watcher should follow for this session's memory sources.
+    pub fn watch_targets(&self) -> Vec<(PathBuf, memory::WatchKind)> {
+        self.memory.watched().iter().map(|(p, k)| (p.clone(), *k)).collect()
+    }
+
+    /// Whether a changed path is one of this session's memory sources.
+    pub fn is_memory_source(&self, path: &Path) -> bool {
+        self.memory.watched().contains_key(path) || self.memory.watched().keys().any(|w| path.starts_with(w) && w != path)
+    }
+
+    /// A memory source changed: the next request rebuilds.
+    pub fn mark_dirty(&mut self) {
+        self.dirty = true;
+    }
+
+    pub fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+
+    /// Rebuilds from disk if marked dirty (clearing the shared memo for this directory
+    /// too). Returns whether it rebuilt. Blocking.
+    pub fn rebuild_if_dirty(&mut self, cache: &MemoryCache, fs: &RealFs) -> bool {
+        if !self.dirty {
+            return false;
+        }
+        self.reload(cache, fs);
+        true
+    }
+
+    /// Post-compact reload: clears the session's memo and the shared one together and
+    /// rediscovers from disk, so instructions come back as they are on disk now.
+    /// Activations from earlier reads are not replayed: they load again on the next
+    /// matching read. Blocking.
+    pub fn reload(&mut self, cache: &MemoryCache, fs: &RealFs) {
+        cache.invalidate(&self.cwd);
+        self.memory = (*cache.get_or_discover(&self.cwd, &self.config, fs)).clone();
+        if !self.dirty {
+            self.reads.clear();
+        } else {
+            // A file changed under a running session: keep what its reads activated.
+            let reads = std::mem::take(&mut self.reads);
+            for path in &reads {
+                self.memory.on_file_read(path, fs);
+            }
+            self.reads = reads;
+        }
+        self.dirty = false;
+        self.render();
+    }
+
+    /// The agent read `path`: returns the text of memory files that this activates
+    /// (rules whose `paths:` match, nested CLAUDE.md below the working directory), to be
+    /// given to the model once, where the read happened. Blocking (may read those files).
+    pub fn on_file_read(&mut self, path: &Path, fs: &RealFs) -> Option<String> {
+        self.reads.push(path.to_owned());
+        let ids = self.memory.on_file_read(path, fs);
+        (!ids.is_empty()).then(|| memory::render_entries(&self.memory, &ids))
+    }
+
+    /// The files of the memory set, for a context view.
+    pub fn files(&self) -> Vec<MemoryFileInfo> {
+        self.memory
+            .ordered_ids()
+            .into_iter()
+            .filter_map(|id| self.memory.entry(id))
+            .map(|e| MemoryFileInfo {
+                path: e.path.clone(),
+                kind: e.kind.label(),
+                tokens: memory::entry_tokens(e),
+                status: match e.status {
+                    Status::Active => "loaded",
+                    Status::Pending => "waiting",
+                    Status::Duplicate => "duplicate",
+                },
+                rule_paths: e.rule_paths.clone(),
+            })
+            .collect()
+    }
+
+    /// Problems found while loading memory files.
+    pub fn diagnostics(&self) -> Vec<String> {
+        self.memory.diagnostics().iter().map(ToString::to_string).collect()
+    }
+
+    /// Tokens of the memory files loaded now.
+    pub fn memory_tokens(&self) -> u64 {
+        self.memory.active().map(memory::entry_tokens).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(home: &Path) -> MemoryConfig {
+        MemoryConfig::new(home)
+    }
+
+    #[test]
+    fn a_second_session_in_the_same_directory_reads_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (home, project) = (dir.path().join("home"), dir.path().join("project"));
+        std::fs::create_dir_all(&project).unwrap();
+        std::fs::write(project.join("CLAUDE.md"), "Use tabs. MARKER-1\n").unwrap();
+        let cache = MemoryCache::default();
+        let fs = RealFs::new();
+        let first = BaseContext::load(&project, config(&home), &cache, &fs, "2026-11-29".into());
+        assert!(first.user_context().unwrap().contains("MARKER-1"));
+        let reads = fs.reads();
+        let lists = fs.lists();
+        let second = BaseContext::load(&project, config(&home), &cache, &fs, "2026-11-29".into());
+        assert_eq!((fs.reads(), fs.lists()), (reads, lists), "the shared discovery was reused");
+        assert_eq!(second.user_context(), first.user_context());
+    }
+
+    #[test]
+    fn nothing_is_read_until_a_change_and_reload_sees_an_edit() {
+        let dir = tempfile::tempdir().unwrap();
+        let (home, project) = (dir.path().join("home"), dir.path().join("project"));
+        std::fs::create_dir_all(&project).unwrap();
+        std::fs::write(project.join("CLAUDE.md"), "version one\n").unwrap();
+        let cache = MemoryCache::default();
+        let fs = RealFs::new();
+        let mut base = BaseContext::load(&project, config(&home), &cache, &fs, "2026-11-29".into());
+        let reads = fs.reads();
+        assert!(!base.rebuild_if_dirty(&cache, &fs));
+        assert_eq!(fs.reads(), reads, "a clean memo does no reads");
+        // Edited before a post-compact reload: the reload sees the edit, through both
+        // the session's memo and the shared one.
+        std::fs::write(project.join("CLAUDE.md"), "version two\n").unwrap();
+        base.reload(&cache, &fs);
+        assert!(base.user_context().unwrap().contains("version two"));
+        assert!(!base.user_context().unwrap().contains("version one"));
+        let other = BaseContext::load(&project, config(&home), &cache, &fs, "2026-11-29".into());
+        assert!(other.user_context().unwrap().contains("version two"));
+    }
+
+    #[test]
+    fn rules_activate_on_a_matching_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let (home, project) = (dir.path().join("home"), dir.path().join("project"));
+        std::fs::create_dir_all(project.join(".claude/rules")).unwrap();
+        std::fs::write(project.join(".claude/rules/rust.md"), "---\npaths: \"**/*.rs\"\n---\nRUST-RULE\n").unwrap();
+        let cache = MemoryCache::default();
+        let fs = RealFs::new();
+        let mut base = BaseContext::load(&project, config(&home), &cache, &fs, "2026-11-29".into());
+        assert!(base.files().iter().any(|f| f.status == "waiting"));
+        assert_eq!(base.on_file_read(&project.join("README.md"), &fs), None);
+        let activated = base.on_file_read(&project.join("src/main.rs"), &fs).unwrap();
+        assert!(activated.contains("RUST-RULE"));
+        assert!(base.files().iter().all(|f| f.status == "loaded"));
+    }
+}
