@@ -47,6 +47,7 @@ pub fn service(options: ServeOptions) -> (LspService<Backend>, tower_lsp_server:
         .custom_method(methods::CLOSE_SESSION, Backend::close_session)
         .custom_method(methods::SET_AUTO_COMPACT_WINDOW, Backend::set_auto_compact_window)
         .custom_method(methods::FILE_READ, Backend::file_read)
+        .custom_method(methods::CONTEXT, Backend::context)
         .finish()
 }
 
@@ -79,6 +80,7 @@ impl LanguageServer for Backend {
             client_window: options.auto_compact_window,
             client_settings: client.settings,
             sources: SettingsSources::standard(&state_dir),
+            services: crate::session::Services::start(),
         };
         let sessions = Sessions::new(Arc::new(store), environment, Notifier::new(self.client.clone()));
         if self.sessions.set(Arc::new(sessions)).is_err() {
@@ -202,6 +204,41 @@ impl Backend {
             num_lines: e.num_lines,
             total_lines: e.total_lines,
             tokens: e.tokens,
+        })
+    }
+
+    pub async fn context(&self, params: proto::SessionParams) -> Result<proto::ContextResult> {
+        let rx = self.sessions()?.context(&params.session_id).map_err(rpc_error)?;
+        let view = rx.await.map_err(|_| rpc_error(SessionError::Closed(params.session_id.clone())))?;
+        let mut usage = view.usage.to_proto();
+        // Memory files are part of what was counted; move them to their own line so the
+        // parts still add up to the window.
+        usage.breakdown.memory_files = view.memory_tokens.min(usage.breakdown.messages.other);
+        usage.breakdown.messages.other -= usage.breakdown.memory_files;
+        let pending_rules = view
+            .memory_files
+            .iter()
+            .filter(|f| f.status == "waiting" && !f.rule_paths.is_empty())
+            .map(|f| proto::PendingRule { path: f.path.display().to_string(), paths: f.rule_paths.clone() })
+            .collect();
+        Ok(proto::ContextResult {
+            session_id: params.session_id,
+            usage,
+            memory_files: view
+                .memory_files
+                .into_iter()
+                .map(|f| proto::MemoryFile {
+                    path: f.path.display().to_string(),
+                    kind: f.kind.to_owned(),
+                    tokens: f.tokens,
+                    status: f.status.to_owned(),
+                })
+                .collect(),
+            pending_rules,
+            diagnostics: view.diagnostics,
+            files_read: view.files_read as u64,
+            stale_files: view.stale_files,
+            git: view.git,
         })
     }
 

@@ -32,12 +32,14 @@ pub mod methods {
     pub const USAGE_CHANGED: &str = "ctx/usageChanged";
     pub const SET_AUTO_COMPACT_WINDOW: &str = "ctx/setAutoCompactWindow";
     pub const FILE_READ: &str = "ctx/fileRead";
+    pub const CONTEXT: &str = "ctx/context";
+    pub const CONTEXT_CHANGED: &str = "ctx/contextChanged";
 
     /// Every `ctx/` request method this build of ctxd answers, as announced in
     /// `initialize` under `capabilities.experimental.ctxd.methods`.
-    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION, SET_AUTO_COMPACT_WINDOW, FILE_READ];
+    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION, SET_AUTO_COMPACT_WINDOW, FILE_READ, CONTEXT];
     /// Every `ctx/` notification this build of ctxd sends.
-    pub const NOTIFICATIONS: &[&str] = &[USAGE_CHANGED];
+    pub const NOTIFICATIONS: &[&str] = &[USAGE_CHANGED, CONTEXT_CHANGED];
 }
 
 /// Error codes ctxd uses beyond the JSON-RPC standard ones. They sit in the range the
@@ -325,4 +327,54 @@ pub struct FileReadResult {
     pub total_lines: Option<u64>,
     /// Estimated tokens of the text read.
     pub tokens: u64,
+}
+
+/// `ctx/contextChanged` notification params: memory files or read files changed on disk.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextChangedNotification {
+    pub session_id: String,
+    pub paths: Vec<String>,
+}
+
+/// `ctx/context` result: what the model sees, by source.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextResult {
+    pub session_id: String,
+    pub usage: Usage,
+    /// Memory files in the order the model sees them, with their state.
+    pub memory_files: Vec<MemoryFile>,
+    /// Rules with `paths:` that wait for a matching read.
+    pub pending_rules: Vec<PendingRule>,
+    /// Problems with memory files (unreadable, not UTF-8, import cycles, …).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub diagnostics: Vec<String>,
+    /// Files the agent read in this session.
+    pub files_read: u64,
+    /// Read files that changed on disk since they were read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stale_files: Vec<String>,
+    /// Whether a git snapshot is part of the system context.
+    pub git: bool,
+}
+
+/// One memory file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryFile {
+    pub path: String,
+    /// managed, user, project, local, rule, nested, auto memory or import.
+    pub kind: String,
+    pub tokens: u64,
+    /// `loaded`, `waiting` (a rule or nested file not activated yet) or `duplicate`.
+    pub status: String,
+}
+
+/// A rule waiting for a read that matches its `paths:` globs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingRule {
+    pub path: String,
+    pub paths: Vec<String>,
 }

@@ -35,6 +35,9 @@ pub fn all() -> Vec<SchemaFile> {
         file::<UsageChangedNotification>("ctx.usageChanged.params"),
         file::<SetAutoCompactWindowParams>("ctx.setAutoCompactWindow.params"),
         file::<FileReadParams>("ctx.fileRead.params"),
+        file::<SessionParams>("ctx.context.params"),
+        file::<ContextResult>("ctx.context.result"),
+        file::<ContextChangedNotification>("ctx.contextChanged.params"),
         file::<FileReadResult>("ctx.fileRead.result"),
         file::<SetAutoCompactWindowResult>("ctx.setAutoCompactWindow.result"),
     ]

@@ -31,8 +31,8 @@ use super::collapse::{CollapsePlan, collapse_applied, plan_collapses};
 use super::config::PipelineConfig;
 use super::content::ContentRules;
 use super::ingest::{Ingest, Ingested};
-use super::item::{Item, Origin, Role};
-use super::microcompact::{self, DecideInput, attach_pinned, microcompact_applied, pinned_blocks, result_ids};
+use super::item::{Block, Item, Origin, Role};
+use super::microcompact::{self, DecideInput, cache_edits_block, microcompact_applied, result_ids};
 use super::normalize::Normalizer;
 use super::place::{context_item, extra_items, place_applied, system_blocks};
 use super::request::{ApiMessage, Request};
@@ -254,13 +254,8 @@ impl Built {
                     .cleared_tool_use_ids
                     .iter()
                     .all(|id| folded.cleared.contains(id) || self.only_open(id)),
-                Trigger::CacheEdits => {
-                    !self.config.microcompact.cache_editing
-                        || folded.cache_edits.iter().any(|e| {
-                            Some(&e.pinned_to_uuid) == m.pinned_to_uuid.as_ref()
-                                && e.tool_use_ids == m.cleared_tool_use_ids
-                        })
-                }
+                // Cache edits are placed when the request is put together.
+                Trigger::CacheEdits => true,
             },
             StateRecord::Replacement { tool_use_id, replacement } => match folded.replacements.get(tool_use_id) {
                 // The first record for an id wins: a later one changes nothing.
@@ -293,7 +288,7 @@ impl Built {
         if let Some(decision) = decision {
             self.folded = self.current.clone();
             self.folded.apply(decision);
-            self.folded_is_current = self.folded == self.current;
+            self.folded_is_current = false;
         }
         let state = &self.folded;
         let config = &self.config;
@@ -301,13 +296,6 @@ impl Built {
         let rules = fold_rules.as_rules(state);
         let (items, snip) = apply_snips(self.ingest.items.clone(), &state.snips, &config.snip, &rules, false);
         let collapse = plan_collapses(&items, &state.collapses, &config.collapse, &rules);
-        let mut items = items;
-        if config.microcompact.cache_editing && !state.cache_edits.is_empty() {
-            let survivors = collapse.survivors(items.len());
-            let present = result_ids(items.iter().zip(&survivors).filter(|(_, s)| **s).map(|(i, _)| i));
-            let pinned = pinned_blocks(&state.cache_edits, &present);
-            attach_pinned(&mut items, &pinned);
-        }
         self.hidden_results = result_ids(
             items.iter().zip(collapse.survivors(items.len())).filter(|(_, s)| !*s).map(|(i, _)| i),
         );
@@ -333,6 +321,18 @@ impl Built {
     /// This request: the decisions, then the messages and the report.
     fn request(&mut self, input: &AssembleInput<'_>, counters: &mut CacheCounters) -> Assembled {
         let config = input.config;
+        // A decision the daemon did not record is not repeated from memory: it is made
+        // again below if it still holds.
+        if !self.folded_is_current {
+            if !same_fold(&self.folded, &self.current) {
+                self.folded = self.current.clone();
+                self.rebuild(None, counters);
+            } else {
+                self.folded = self.current.clone();
+            }
+            self.folded_is_current = true;
+        }
+
         // Stage 2 decisions: new results over budget.
         let unanswered = &self.ingest.items[self.ingest.unanswered_from().min(self.ingest.items.len())..];
         let (offloads, budget_saved) =
@@ -340,45 +340,41 @@ impl Built {
         let decided: BTreeMap<String, Replacement> =
             offloads.iter().map(|o| (o.tool_use_id.clone(), o.replacement.clone())).collect();
 
-        // Stage 4 decision: microcompact, over the results the request carries.
-        let results: Vec<&super::item::Block> = self.normalizer.results().iter().collect();
-        let decision = microcompact::decide(&DecideInput {
-            results: &results,
-            tool_names: &self.ingest.tool_names,
-            state: &self.current,
-            decided: &decided,
-            last_response: self.ingest.last_response.as_ref(),
-            last_user_uuid: self.normalizer.last_user_uuid(),
-            now_ms: input.now_ms,
-            config: &config.microcompact,
-        });
-        let decision_record = decision.as_ref().map(|(record, _)| StateRecord::Microcompact(record.clone()));
-        match &decision_record {
-            Some(record) => {
-                let mut target = self.current.clone();
-                target.apply(record);
-                if target != self.folded {
-                    self.rebuild(Some(record), counters);
-                }
-            }
-            None if !self.folded_is_current => {
-                if self.folded != self.current {
-                    self.folded = self.current.clone();
-                    self.rebuild(None, counters);
-                }
-                self.folded_is_current = true;
-            }
-            None => {}
-        }
-
         let reminder = efficiency_reminder(self.ingest.growth_tokens, &config.snip);
         let extras = extra_items(&input.base.attachments, reminder.as_ref(), input.fork);
-        let fold_rules = self.fold_rules();
-        let mut rules = fold_rules.as_rules(&self.folded);
-        rules.decided = &decided;
-        let tail = self.normalizer.finish(&extras, &rules);
+        let mut tail = self.finish(&extras, &decided);
+
+        // Stage 4 decision: microcompact, over the results the request carries.
+        let decision = {
+            let tail_results = tail.messages.iter().flat_map(|m| m.content.iter()).filter(|b| b.result().is_some());
+            let results: Vec<&Block> = self.normalizer.placed_results().iter().chain(tail_results).collect();
+            microcompact::decide(&DecideInput {
+                results: &results,
+                tool_names: &self.ingest.tool_names,
+                state: &self.current,
+                decided: &decided,
+                last_response: self.ingest.last_response.as_ref(),
+                last_user_uuid: self.normalizer.last_user_uuid(),
+                now_ms: input.now_ms,
+                config: &config.microcompact,
+            })
+        };
+        if let Some((record, _)) = &decision {
+            let record = StateRecord::Microcompact(record.clone());
+            match decision.as_ref().map(|(r, _)| r.trigger) {
+                Some(Trigger::TimeGap) => {
+                    self.rebuild(Some(&record), counters);
+                    tail = self.finish(&extras, &decided);
+                }
+                _ => {
+                    self.folded.apply(&record);
+                    self.folded_is_current = false;
+                }
+            }
+        }
         let normalize_stats = tail.stats;
 
+        // The messages: sealed ones shared, the open end new.
         let mut messages: Vec<Arc<ApiMessage>> = Vec::with_capacity(self.normalizer.sealed().len() + 3);
         let first_is_user = self
             .normalizer
@@ -387,27 +383,25 @@ impl Built {
             .map(|m| m.role)
             .or_else(|| tail.messages.first().map(|m| m.role))
             == Some(Role::User);
-        let mut estimate = 0;
         if !first_is_user {
             let placeholder = Item::user_text(Origin::Context, CONTINUES);
-            let message = ApiMessage { role: Role::User, content: placeholder.blocks };
-            estimate += message.tokens();
-            messages.push(Arc::new(message));
+            messages.push(Arc::new(ApiMessage { role: Role::User, content: placeholder.blocks }));
         }
         let offset = messages.len();
         messages.extend(self.normalizer.sealed().iter().cloned());
+        let tail_start = messages.len();
+        messages.extend(tail.messages.into_iter().map(Arc::new));
+        if config.microcompact.cache_editing && !self.folded.cache_edits.is_empty() {
+            self.pin_cache_edits(&mut messages, offset, tail_start);
+        }
         let mut host_markers: Vec<(usize, usize)> =
             self.normalizer.sealed_markers().iter().map(|&(m, b)| (m + offset, b)).collect();
-        let tail_start = messages.len();
-        for (k, message) in tail.messages.into_iter().enumerate() {
-            estimate += message.tokens();
-            host_markers.extend(
-                message.content.iter().enumerate().filter(|(_, b)| b.has_host_marker()).map(|(j, _)| (tail_start + k, j)),
-            );
-            messages.push(Arc::new(message));
+        for (k, message) in messages.iter().enumerate().skip(tail_start) {
+            host_markers.extend(message.content.iter().enumerate().filter(|(_, b)| b.has_host_marker()).map(|(j, _)| (k, j)));
         }
         let system = system_blocks(input.system, input.base.system_context.as_deref());
-        estimate += self.normalizer.sealed_tokens() + value_tokens(&system) + value_tokens(input.tools);
+        let new_tokens: u64 = messages[..offset].iter().chain(&messages[tail_start..]).map(|m| m.tokens()).sum();
+        let estimate = self.normalizer.sealed_tokens() + new_tokens + value_tokens(&system) + value_tokens(input.tools);
         let mut request = Request {
             model: input.model.to_owned(),
             max_tokens: input.max_tokens,
@@ -429,7 +423,7 @@ impl Built {
             microcompact_applied(decision.as_ref(), &self.folded),
             collapse_applied(&self.collapse, self.folded.collapses.len()),
             check_applied,
-            place_applied(&input.base, extras.len()),
+            place_applied(input.base, extras.len()),
             super::normalize_applied(&normalize_stats),
             cache_applied,
         ];
@@ -440,6 +434,55 @@ impl Built {
         };
         Assembled { request, applied, estimate_tokens: estimate, decision: decision_to_compact, new_state }
     }
+
+    /// The open end of the view for this request.
+    fn finish(&self, extras: &[Item], decided: &BTreeMap<String, Replacement>) -> super::normalize::Tail {
+        let fold_rules = self.fold_rules();
+        let mut rules = fold_rules.as_rules(&self.folded);
+        rules.decided = decided;
+        self.normalizer.finish(extras, &rules)
+    }
+
+    /// Adds each pinned `cache_edits` block at the end of the message of its user record,
+    /// deleting only references the request carries.
+    fn pin_cache_edits(&self, messages: &mut [Arc<ApiMessage>], offset: usize, tail_start: usize) {
+        let present: HashSet<&str> = messages[tail_start..]
+            .iter()
+            .flat_map(|m| m.content.iter())
+            .filter_map(|b| b.result().map(|r| r.tool_use_id.as_ref()))
+            .filter(|id| !self.normalizer.is_placed(id))
+            .collect();
+        let mut blocks: Vec<(usize, Block)> = Vec::new();
+        for pinned in &self.folded.cache_edits {
+            let at = match self.normalizer.sealed_message_of(&pinned.pinned_to_uuid) {
+                Some(index) => Some(index + offset),
+                None if self.normalizer.is_open(&pinned.pinned_to_uuid) => {
+                    messages.len().checked_sub(1).filter(|&i| i >= tail_start)
+                }
+                None => None,
+            };
+            let ids: Vec<&str> = pinned
+                .tool_use_ids
+                .iter()
+                .map(String::as_str)
+                .filter(|id| self.normalizer.is_placed(id) || present.contains(id))
+                .collect();
+            if let (Some(at), Some(block)) = (at, cache_edits_block(&ids)) {
+                blocks.push((at, block));
+            }
+        }
+        for (at, block) in blocks {
+            if let Some(message) = messages.get_mut(at) {
+                Arc::make_mut(message).content.push(block);
+            }
+        }
+    }
+}
+
+/// True when two states build the same messages (cache edits and handled gaps are
+/// applied when the request is put together).
+fn same_fold(a: &PipelineState, b: &PipelineState) -> bool {
+    a.replacements == b.replacements && a.cleared == b.cleared && a.snips == b.snips && a.collapses == b.collapses
 }
 
 /// The settings the block rules take from the configuration.

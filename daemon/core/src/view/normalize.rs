@@ -306,7 +306,8 @@ fn render(
             Some(block) => content.push(block.clone()),
             None => {
                 stats.synthetic_results += 1;
-                content.extend(missing_result(id));
+                // Under the same rules as real results (a cache reference, say).
+                content.extend(missing_result(id).map(|b| rules.apply_block(&b, false)));
             }
         }
     }

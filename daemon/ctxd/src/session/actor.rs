@@ -24,6 +24,8 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
 use super::usage::UsageSnapshot;
+use crate::context::base::{BaseContext, MemoryFileInfo};
+use crate::context::watcher::{Subscription, Target};
 use super::{Notifier, SessionError, SessionSetup};
 use crate::store::transcript::Transcript;
 use crate::store::{SessionEntry, Store};
@@ -40,6 +42,8 @@ pub enum Command {
     Open { reply: oneshot::Sender<Result<Opened, SessionError>> },
     Append { records: Vec<Record>, reply: oneshot::Sender<Result<Appended, SessionError>> },
     Usage { reply: oneshot::Sender<UsageSnapshot> },
+    /// What the model sees: usage, memory files, read files that changed.
+    Context { reply: oneshot::Sender<ContextView> },
     /// The agent read a file outside the transcript's Read results.
     FileRead { path: String, start_line: Option<u64>, num_lines: Option<u64>, reply: oneshot::Sender<Result<FileReadAnswer, SessionError>> },
     /// Settings changed: new levels (and settings) for the session.
@@ -72,6 +76,19 @@ pub struct FileReadAnswer {
     pub entry: LedgerEntry,
 }
 
+/// Answer to [`Command::Context`].
+#[derive(Debug, Clone)]
+pub struct ContextView {
+    pub usage: UsageSnapshot,
+    pub memory_files: Vec<MemoryFileInfo>,
+    pub memory_tokens: u64,
+    pub diagnostics: Vec<String>,
+    pub files_read: usize,
+    /// Read files that changed on disk since the agent read them.
+    pub stale_files: Vec<String>,
+    pub git: bool,
+}
+
 /// The state of one session, owned by its actor.
 struct Session {
     id: String,
@@ -94,6 +111,12 @@ struct Session {
     diagnostics: Vec<String>,
     notifier: Notifier,
     push: PushState,
+    /// Memory files and git snapshot, memoized.
+    base: Option<BaseContext>,
+    /// The watcher's deliveries for this session's memory sources and read files.
+    subscription: Option<Subscription>,
+    /// Memory-file text activated by reads, for the next request.
+    pending_notes: Vec<String>,
 }
 
 #[derive(Default)]
@@ -143,6 +166,9 @@ async fn run(
         diagnostics: Vec::new(),
         notifier,
         push: PushState::default(),
+        base: None,
+        subscription: None,
+        pending_notes: Vec::new(),
     };
     if let Err(e) = session.load(create).await {
         tracing::error!(error = %e, "could not load the session");
@@ -162,6 +188,10 @@ async fn run(
             cmd = rx.recv() => cmd,
             () = sleep_until(due), if due.is_some() => {
                 session.push_usage_now().await;
+                continue;
+            }
+            Some(paths) = next_change(&mut session.subscription) => {
+                session.files_changed(paths).await;
                 continue;
             }
         };
@@ -199,6 +229,13 @@ async fn run(
     drop(rx);
 }
 
+async fn next_change(subscription: &mut Option<Subscription>) -> Option<Vec<std::path::PathBuf>> {
+    match subscription {
+        Some(sub) => sub.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn sleep_until(due: Option<tokio::time::Instant>) {
     match due {
         Some(at) => tokio::time::sleep_until(at).await,
@@ -211,7 +248,7 @@ fn fail(cmd: Command, e: &SessionError) {
         Command::Open { reply } => drop(reply.send(Err(e.clone()))),
         Command::Append { reply, .. } => drop(reply.send(Err(e.clone()))),
         Command::FileRead { reply, .. } => drop(reply.send(Err(e.clone()))),
-        Command::Usage { .. } | Command::Reconfigure { .. } | Command::Close { .. } => {}
+        Command::Usage { .. } | Command::Context { .. } | Command::Reconfigure { .. } | Command::Close { .. } => {}
     }
 }
 
@@ -281,8 +318,112 @@ impl Session {
             self.store.index().put(&self.id, &entry);
             self.store.index().flush();
         }
+        self.load_base().await;
         tracing::info!(records = self.total_records, in_view = self.view.len(), resumed = self.resumed, "session loaded");
         Ok(())
+    }
+
+    /// Loads the base context (shared discovery, git snapshot), replays this session's
+    /// reads so their activations hold, and subscribes to changes of its sources.
+    async fn load_base(&mut self) {
+        let (cwd, config, services) = (self.setup.cwd.clone(), self.setup.memory.clone(), self.setup.services.clone());
+        let reads: Vec<std::path::PathBuf> =
+            self.ledger.newest_first().iter().rev().map(|e| std::path::PathBuf::from(&e.path)).collect();
+        let today = now_rfc3339()[..10].to_owned();
+        let loaded = tokio::task::spawn_blocking(move || {
+            let mut base = BaseContext::load(std::path::Path::new(&cwd), config, &services.memory_cache, &services.fs, today);
+            for path in &reads {
+                base.on_file_read(path, &services.fs);
+            }
+            base
+        })
+        .await;
+        match loaded {
+            Ok(base) => {
+                self.base = Some(base);
+                self.resubscribe();
+            }
+            Err(e) => tracing::error!(error = %e, "base context could not be loaded"),
+        }
+    }
+
+    /// Points the watcher at the memory sources and every read file.
+    fn resubscribe(&mut self) {
+        let mut targets: Vec<Target> = match &self.base {
+            Some(base) => base.watch_targets().into_iter().map(Target::from).collect(),
+            None => Vec::new(),
+        };
+        targets.extend(self.ledger.paths().map(|p| Target::file(p)));
+        match &self.subscription {
+            Some(sub) => sub.update(targets),
+            None => self.subscription = Some(self.setup.services.watcher.subscribe(targets)),
+        }
+    }
+
+    /// The watcher says these paths changed: memory sources mark the memo dirty (rebuilt
+    /// on the next request), read files that really differ from what was read are marked
+    /// stale (the next request tells the model), and the client hears which paths.
+    async fn files_changed(&mut self, paths: Vec<std::path::PathBuf>) {
+        let mut memory = false;
+        let mut read_files = Vec::new();
+        for path in &paths {
+            if self.base.as_ref().is_some_and(|b| b.is_memory_source(path)) {
+                memory = true;
+            }
+            if let Some(entry) = path.to_str().and_then(|p| self.ledger.get(p)) {
+                read_files.push(entry.clone());
+            }
+        }
+        if memory {
+            if let Some(base) = &mut self.base {
+                base.mark_dirty();
+            }
+            self.setup.services.memory_cache.invalidate(std::path::Path::new(&self.setup.cwd));
+        }
+        let checked = tokio::task::spawn_blocking(move || {
+            read_files
+                .into_iter()
+                .filter(|e| match std::fs::read(&e.path) {
+                    Ok(bytes) => ctxd_core::ledger::has_changed(e, &String::from_utf8_lossy(&bytes)),
+                    Err(_) => true,
+                })
+                .map(|e| e.path)
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        for path in &checked {
+            self.ledger.mark_stale(path);
+        }
+        let reported: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        tracing::debug!(paths = ?reported, memory, stale = checked.len(), "files changed");
+        self.notifier.context_changed(&self.id, reported).await;
+    }
+
+    /// The context view; a dirty memo is rebuilt first so the view is current.
+    async fn context_view(&mut self) -> ContextView {
+        if let Some(mut base) = self.base.take() {
+            let services = self.setup.services.clone();
+            let rebuilt = tokio::task::spawn_blocking(move || {
+                base.rebuild_if_dirty(&services.memory_cache, &services.fs);
+                base
+            })
+            .await;
+            if let Ok(base) = rebuilt {
+                self.base = Some(base);
+                self.resubscribe();
+            }
+        }
+        let base = self.base.as_ref();
+        ContextView {
+            usage: self.usage(),
+            memory_files: base.map(BaseContext::files).unwrap_or_default(),
+            memory_tokens: base.map_or(0, BaseContext::memory_tokens),
+            diagnostics: base.map(BaseContext::diagnostics).unwrap_or_default(),
+            files_read: self.ledger.len(),
+            stale_files: self.ledger.newest_first().iter().filter(|e| e.stale).map(|e| e.path.clone()).collect(),
+            git: base.is_some_and(|b| b.system_context().is_some()),
+        }
     }
 
     fn index_entry(&self) -> SessionEntry {
@@ -335,6 +476,15 @@ impl Session {
         if persist && let Some(entry) = self.ledger.get(&path) {
             self.store.index().put_ledger(&self.id, entry);
         }
+        // A new read (not a replay while loading): rules and nested memory files may
+        // activate, and the file joins the watched set.
+        if persist && let Some(base) = &mut self.base {
+            if let Some(note) = base.on_file_read(std::path::Path::new(&path), &self.setup.services.fs) {
+                self.pending_notes.push(note);
+            }
+            self.ledger.clear_stale(&path);
+            self.resubscribe();
+        }
     }
 
     async fn handle_batch(&mut self, batch: Vec<Command>) {
@@ -367,6 +517,10 @@ impl Session {
             }
             Command::Usage { reply } => {
                 let _ = reply.send(self.usage());
+            }
+            Command::Context { reply } => {
+                let view = self.context_view().await;
+                let _ = reply.send(view);
             }
             Command::FileRead { path, start_line, num_lines, reply } => {
                 let answer = self.file_read(path, start_line, num_lines).await;

@@ -62,6 +62,9 @@ pub struct SessionSetup {
     pub problems: Vec<String>,
     /// A Claude Code transcript to import before loading (new sessions only).
     pub import: Option<std::path::PathBuf>,
+    /// Where memory files are looked for.
+    pub memory: ctxd_core::memory::MemoryConfig,
+    pub services: Services,
 }
 
 /// Where a session's notifications go.
@@ -73,6 +76,13 @@ pub struct Notifier {
 impl Notifier {
     pub fn new(client: Client) -> Notifier {
         Notifier { client: Some(client) }
+    }
+
+    pub async fn context_changed(&self, session_id: &str, paths: Vec<String>) {
+        if let Some(client) = &self.client {
+            let params = proto::ContextChangedNotification { session_id: session_id.to_owned(), paths };
+            client.send_notification::<ContextChanged>(params).await;
+        }
     }
 
     pub async fn usage_changed(&self, session_id: &str, usage: UsageSnapshot) {
@@ -92,6 +102,34 @@ impl tower_lsp_server::ls_types::notification::Notification for UsageChanged {
     const METHOD: &'static str = proto::methods::USAGE_CHANGED;
 }
 
+/// `ctx/contextChanged` as an LSP notification type.
+#[derive(Debug)]
+pub enum ContextChanged {}
+
+impl tower_lsp_server::ls_types::notification::Notification for ContextChanged {
+    type Params = proto::ContextChangedNotification;
+    const METHOD: &'static str = proto::methods::CONTEXT_CHANGED;
+}
+
+/// Daemon-wide services every session uses: the file watcher, the shared memory-file
+/// discovery, the counted filesystem.
+#[derive(Debug, Clone)]
+pub struct Services {
+    pub watcher: crate::context::watcher::Watcher,
+    pub memory_cache: Arc<crate::context::base::MemoryCache>,
+    pub fs: Arc<crate::context::fs::RealFs>,
+}
+
+impl Services {
+    pub fn start() -> Services {
+        Services {
+            watcher: crate::context::watcher::Watcher::start(crate::context::watcher::DEFAULT_DEBOUNCE),
+            memory_cache: Arc::default(),
+            fs: Arc::default(),
+        }
+    }
+}
+
 /// Daemon-wide inputs every session needs.
 #[derive(Debug, Clone)]
 pub struct Environment {
@@ -101,6 +139,7 @@ pub struct Environment {
     /// `initializationOptions.settings`.
     pub client_settings: ctxd_proto::Settings,
     pub sources: SettingsSources,
+    pub services: Services,
 }
 
 /// An open session as the registry knows it.
@@ -183,7 +222,22 @@ impl Sessions {
         for problem in &problems {
             tracing::warn!(%problem, cwd, "settings");
         }
-        SessionSetup { cwd: cwd.to_owned(), model: model.to_owned(), settings: layered.settings, thresholds: levels, problems, import: None }
+        let home = self.environment.sources.home.clone().unwrap_or_else(|| std::path::PathBuf::from("/"));
+        let mut memory = ctxd_core::memory::MemoryConfig::new(home);
+        memory.managed_path = Some(std::path::PathBuf::from("/etc/claude-code/CLAUDE.md"));
+        if let Some(names) = &layered.settings.memory_file_names {
+            memory.file_names = names.clone();
+        }
+        SessionSetup {
+            cwd: cwd.to_owned(),
+            model: model.to_owned(),
+            settings: layered.settings,
+            thresholds: levels,
+            problems,
+            import: None,
+            memory,
+            services: self.environment.services.clone(),
+        }
     }
 
     fn levels(&self, settings: &ctxd_proto::Settings, model: &str) -> (ResolvedWindow, Thresholds) {
@@ -264,6 +318,13 @@ impl Sessions {
         let tx = self.sender(id)?;
         let (reply, rx) = oneshot::channel();
         tx.send(Command::FileRead { path, start_line, num_lines, reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
+        Ok(rx)
+    }
+
+    pub fn context(&self, id: &str) -> Result<oneshot::Receiver<actor::ContextView>, SessionError> {
+        let tx = self.sender(id)?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(Command::Context { reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
         Ok(rx)
     }
 

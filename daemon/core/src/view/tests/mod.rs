@@ -4,7 +4,7 @@
 
 mod fixture;
 mod pipeline;
-mod prop;
+mod properties;
 mod sessions;
 mod stages;
 

@@ -260,7 +260,12 @@ proptest! {
             let kept = cache.assemble(&input);
             let fresh = assemble(&input);
             assert_same(&kept, &fresh, records.len());
+            for a in &kept.applied { if a.acted { eprintln!("ACTED {}", a.stage); } }
+            if let Some(m) = &kept.new_state.microcompact { eprintln!("MC {:?}", m.trigger); }
+            if !kept.new_state.offloads.is_empty() { eprintln!("OFFLOAD"); }
+            if kept.new_state.reminder.is_some() { eprintln!("REMINDER"); }
             persist(&mut records, &kept);
         }
+        eprintln!("COUNTERS {:?}", cache.counters());
     }
 }
