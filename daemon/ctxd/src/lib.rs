@@ -8,6 +8,7 @@
 //! - [`store`]: transcripts on disk (the truth) and the rebuildable sled index.
 //! - [`provider`]: who writes compaction summaries: Anthropic and OpenAI-compatible
 //!   endpoints over HTTP (streaming, retries, typed failures).
+//! - [`hooks`]: PreCompact, PostCompact and SessionStart(compact) commands.
 //! - [`interop`]: import and export of Claude Code transcripts.
 //! - [`replay`], [`client`]: `ctxd replay`, driving a daemon the way an editor would.
 //! - [`statusline`]: `ctxd statusline`, Claude Code's status line from the transcript tail.
@@ -15,6 +16,7 @@
 
 pub mod client;
 pub mod context;
+pub mod hooks;
 pub mod interop;
 pub mod logging;
 pub mod paths;

@@ -86,6 +86,9 @@ struct Built {
     freed_since_response: u64,
     /// Results in records the plans removed (their sizes are in the plans' reports).
     hidden_results: HashSet<Arc<str>>,
+    /// The system blocks and tools of the last request and their estimated tokens, so
+    /// an unchanged head is not measured again.
+    head: Option<(Vec<serde_json::Value>, Vec<serde_json::Value>, u64)>,
     normalizer: Normalizer,
 }
 
@@ -151,6 +154,7 @@ impl Built {
             collapse: CollapsePlan::default(),
             freed_since_response: 0,
             hidden_results: HashSet::new(),
+            head: None,
             normalizer: Normalizer::default(),
         };
         built.rebuild(None, counters);
@@ -401,7 +405,7 @@ impl Built {
         }
         let system = system_blocks(input.system, input.base.system_context.as_deref());
         let new_tokens: u64 = messages[..offset].iter().chain(&messages[tail_start..]).map(|m| m.tokens()).sum();
-        let estimate = self.normalizer.sealed_tokens() + new_tokens + value_tokens(&system) + value_tokens(input.tools);
+        let estimate = self.normalizer.sealed_tokens() + new_tokens + self.head_tokens(&system, input.tools);
         let mut request = Request {
             model: input.model.to_owned(),
             max_tokens: input.max_tokens,
@@ -433,6 +437,19 @@ impl Built {
             reminder,
         };
         Assembled { request, applied, estimate_tokens: estimate, decision: decision_to_compact, new_state }
+    }
+
+    /// Estimated tokens of the system blocks and tools, measured again only when they
+    /// change.
+    fn head_tokens(&mut self, system: &[serde_json::Value], tools: &[serde_json::Value]) -> u64 {
+        if let Some((s, t, tokens)) = &self.head {
+            if s.as_slice() == system && t.as_slice() == tools {
+                return *tokens;
+            }
+        }
+        let tokens = value_tokens(system) + value_tokens(tools);
+        self.head = Some((system.to_vec(), tools.to_vec(), tokens));
+        tokens
     }
 
     /// The open end of the view for this request.
