@@ -48,6 +48,7 @@ pub fn service(options: ServeOptions) -> (LspService<Backend>, tower_lsp_server:
         .custom_method(methods::SET_AUTO_COMPACT_WINDOW, Backend::set_auto_compact_window)
         .custom_method(methods::FILE_READ, Backend::file_read)
         .custom_method(methods::CONTEXT, Backend::context)
+        .custom_method(methods::COMPACT, Backend::compact)
         .finish()
 }
 
@@ -207,6 +208,25 @@ impl Backend {
         })
     }
 
+    pub async fn compact(&self, params: proto::CompactParams) -> Result<proto::CompactResult> {
+        let sessions = self.sessions()?;
+        let rx = sessions.compact(&params.session_id, params.instructions).map_err(rpc_error)?;
+        let done = answer(rx, &params.session_id).await?;
+        let usage_rx = sessions.usage(&params.session_id).map_err(rpc_error)?;
+        let usage = usage_rx.await.map_err(|_| rpc_error(SessionError::Closed(params.session_id.clone())))?;
+        Ok(proto::CompactResult {
+            boundary: done.boundary,
+            trigger: done.trigger.as_str().to_owned(),
+            pre_tokens: done.pre_tokens,
+            post_tokens: done.post_tokens,
+            summary: done.summary,
+            summarizer: done.summarizer.to_owned(),
+            fidelity_appended: done.fidelity_appended as u64,
+            problems: done.problems,
+            usage: usage.to_proto(),
+        })
+    }
+
     pub async fn context(&self, params: proto::SessionParams) -> Result<proto::ContextResult> {
         let rx = self.sessions()?.context(&params.session_id).map_err(rpc_error)?;
         let view = rx.await.map_err(|_| rpc_error(SessionError::Closed(params.session_id.clone())))?;
@@ -304,6 +324,9 @@ pub fn rpc_error(e: SessionError) -> Error {
         SessionError::Store(_) => with_code(error_codes::STORE, message),
         SessionError::Closed(_) => with_code(error_codes::SESSION_CLOSED, message),
         SessionError::Internal(_) => internal(message),
+        SessionError::Busy(_) => with_code(error_codes::BUSY, message),
+        SessionError::Cancelled(_) => Error::request_cancelled(),
+        SessionError::CompactFailed(_) => with_code(error_codes::COMPACT_FAILED, message),
     }
 }
 

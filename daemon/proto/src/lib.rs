@@ -33,13 +33,16 @@ pub mod methods {
     pub const SET_AUTO_COMPACT_WINDOW: &str = "ctx/setAutoCompactWindow";
     pub const FILE_READ: &str = "ctx/fileRead";
     pub const CONTEXT: &str = "ctx/context";
+    pub const COMPACT: &str = "ctx/compact";
+    pub const COMPACTED: &str = "ctx/compacted";
+    pub const COMPACT_FAILED: &str = "ctx/compactFailed";
     pub const CONTEXT_CHANGED: &str = "ctx/contextChanged";
 
     /// Every `ctx/` request method this build of ctxd answers, as announced in
     /// `initialize` under `capabilities.experimental.ctxd.methods`.
-    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION, SET_AUTO_COMPACT_WINDOW, FILE_READ, CONTEXT];
+    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION, SET_AUTO_COMPACT_WINDOW, FILE_READ, CONTEXT, COMPACT];
     /// Every `ctx/` notification this build of ctxd sends.
-    pub const NOTIFICATIONS: &[&str] = &[USAGE_CHANGED, CONTEXT_CHANGED];
+    pub const NOTIFICATIONS: &[&str] = &[USAGE_CHANGED, CONTEXT_CHANGED, COMPACTED, COMPACT_FAILED];
 }
 
 /// Error codes ctxd uses beyond the JSON-RPC standard ones. They sit in the range the
@@ -60,6 +63,10 @@ pub mod error_codes {
     pub const MESSAGE_TOO_LARGE: i64 = -33006;
     /// The session's actor stopped (for instance it was closed while the request waited).
     pub const SESSION_CLOSED: i64 = -33007;
+    /// The session is busy with something that excludes this request (a compaction).
+    pub const BUSY: i64 = -33008;
+    /// A compaction failed; the message says why. Nothing was installed.
+    pub const COMPACT_FAILED: i64 = -33009;
 }
 
 /// `initializationOptions` of the `initialize` request.
@@ -377,4 +384,54 @@ pub struct MemoryFile {
 pub struct PendingRule {
     pub path: String,
     pub paths: Vec<String>,
+}
+
+/// `ctx/compact` params: compact now, optionally with focus instructions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactParams {
+    pub session_id: String,
+    /// What the summary must keep (like `/compact focus on the auth bug`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+}
+
+/// `ctx/compact` result, once the compaction is installed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactResult {
+    /// Uuid of the compact boundary record.
+    pub boundary: String,
+    pub trigger: String,
+    pub pre_tokens: u64,
+    pub post_tokens: u64,
+    /// The summary the model continues from.
+    pub summary: String,
+    /// Who wrote it: `offline`, `anthropic`, `openai`.
+    pub summarizer: String,
+    /// Items the summary missed (user messages, files, todos) that ctxd appended.
+    pub fidelity_appended: u64,
+    /// Hook failures and other problems that did not stop the compaction.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
+    pub usage: Usage,
+}
+
+/// `ctx/compacted` notification params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactedNotification {
+    pub session_id: String,
+    pub trigger: String,
+    pub pre_tokens: u64,
+    pub post_tokens: u64,
+}
+
+/// `ctx/compactFailed` notification params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactFailedNotification {
+    pub session_id: String,
+    /// Why; begins `Autocompact is thrashing` when automatic compaction stopped for that.
+    pub reason: String,
 }

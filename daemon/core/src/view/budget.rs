@@ -23,10 +23,8 @@ use super::state::{Offload, Replacement};
 /// The file a result is stored in: `<dir>/<tool_use_id>.txt`, with any character that
 /// is not safe in a file name replaced.
 pub fn offload_path(dir: &str, tool_use_id: &str) -> String {
-    let name: String = tool_use_id
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
-        .collect();
+    let name: String =
+        tool_use_id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect();
     format!("{}/{name}.txt", dir.trim_end_matches('/'))
 }
 
@@ -85,8 +83,7 @@ pub fn decide_offloads(
         .filter(|item| item.role == Role::User && !item.snipped)
         .flat_map(|item| item.blocks.iter())
         .filter(|b| {
-            b.result()
-                .is_some_and(|r| !r.replaced && !r.cleared && !recorded.contains_key(r.tool_use_id.as_ref()))
+            b.result().is_some_and(|r| !r.replaced && !r.cleared && !recorded.contains_key(r.tool_use_id.as_ref()))
         })
         .collect();
     let mut chosen: Vec<bool> = candidates.iter().map(|b| b.tokens() > config.per_result_tokens).collect();

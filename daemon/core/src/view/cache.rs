@@ -62,6 +62,16 @@ pub fn place_cache_breakpoints(
     fork_skips_cache_write: bool,
     host_blocks: &[(usize, usize)],
 ) -> Applied {
+    place(request, fork_skips_cache_write, host_blocks).0
+}
+
+/// [`place_cache_breakpoints`], also saying whether a host marker was removed from the
+/// system blocks or tools (then they are not the host's blocks plus ours).
+pub(crate) fn place(
+    request: &mut Request,
+    fork_skips_cache_write: bool,
+    host_blocks: &[(usize, usize)],
+) -> (Applied, bool) {
     let mut ours: Vec<Place> = Vec::new();
     if !request.tools.is_empty() {
         ours.push(Place::Tool(request.tools.len() - 1));
@@ -87,10 +97,11 @@ pub fn place_cache_breakpoints(
     let strip_count = host.len().saturating_sub(room);
     let stripped: Vec<Place> = host.drain(..strip_count).collect();
 
+    let head_stripped = stripped.iter().any(|p| !matches!(p, Place::Block(..)));
     for place in &stripped {
         match *place {
-            Place::Tool(i) => remove_marker(&mut request.tools[i]),
-            Place::System(i) => remove_marker(&mut request.system[i]),
+            Place::Tool(i) => remove_marker(&mut request.tools, i),
+            Place::System(i) => remove_marker(&mut request.system, i),
             Place::Block(m, b) => {
                 if let Some(msg) = request.messages.get_mut(m) {
                     let msg = Arc::make_mut(msg);
@@ -103,8 +114,8 @@ pub fn place_cache_breakpoints(
     }
     for place in &ours {
         match *place {
-            Place::Tool(i) => add_marker(&mut request.tools[i]),
-            Place::System(i) => add_marker(&mut request.system[i]),
+            Place::Tool(i) => add_marker(&mut request.tools, i),
+            Place::System(i) => add_marker(&mut request.system, i),
             Place::Block(m, b) => {
                 if let Some(msg) = request.messages.get_mut(m) {
                     let msg = Arc::make_mut(msg);
@@ -120,7 +131,7 @@ pub fn place_cache_breakpoints(
         Some(Place::Block(m, _)) => format!("message {m}"),
         _ => "no message".to_owned(),
     };
-    Applied {
+    let applied = Applied {
         stage: "cache_breakpoints",
         acted: !ours.is_empty(),
         tokens_freed: 0,
@@ -130,17 +141,23 @@ pub fn place_cache_breakpoints(
             host.len(),
             stripped.len()
         ),
+    };
+    (applied, head_stripped)
+}
+
+// Both copy the shared list only when the value actually changes.
+fn add_marker(values: &mut Arc<Vec<Value>>, i: usize) {
+    if values.get(i).is_some_and(|v| v.is_object() && !has_marker(v))
+        && let Some(Value::Object(map)) = Arc::make_mut(values).get_mut(i)
+    {
+        map.insert("cache_control".to_owned(), json!({"type": "ephemeral"}));
     }
 }
 
-fn add_marker(value: &mut Value) {
-    if let Value::Object(map) = value {
-        map.entry("cache_control").or_insert_with(|| json!({"type": "ephemeral"}));
-    }
-}
-
-fn remove_marker(value: &mut Value) {
-    if let Value::Object(map) = value {
+fn remove_marker(values: &mut Arc<Vec<Value>>, i: usize) {
+    if values.get(i).is_some_and(has_marker)
+        && let Some(Value::Object(map)) = Arc::make_mut(values).get_mut(i)
+    {
         map.shift_remove("cache_control");
     }
 }

@@ -90,10 +90,10 @@ impl CollapsePlan {
     pub fn survivors(&self, len: usize) -> Vec<bool> {
         let mut out = vec![false; len];
         for slot in &self.slots {
-            if let Slot::Item(i) = slot {
-                if let Some(s) = out.get_mut(*i) {
-                    *s = true;
-                }
+            if let Slot::Item(i) = slot
+                && let Some(s) = out.get_mut(*i)
+            {
+                *s = true;
             }
         }
         out

@@ -5,8 +5,8 @@
 //!
 //! 1. the parsed items of the records after the latest boundary ([`Ingest`]): a record is
 //!    parsed once, ever (until a new boundary starts a new view);
-//! 2. the structural plans: which records snips remove, which spans collapses replace,
-//!    where cache edits are pinned;
+//! 2. the structural plans: which records snips remove (and how parents relink), which
+//!    spans collapses replace;
 //! 3. the normalized messages, sealed as soon as the next response begins
 //!    ([`Normalizer`]).
 //!
@@ -14,10 +14,13 @@
 //! and pushes them into the normalizer; only the open end of the view (the last response
 //! and what follows) is rendered again. The layers below are rebuilt only when their
 //! inputs change: a new boundary or a different record list re-parses from the boundary;
-//! a snip, a collapse, new cache edits, a cleared or replaced result that is already in a
-//! sealed message, a microcompact decision, or a settings change re-runs the plans over
-//! the parsed items (no JSON is parsed again). A state record that only touches the open
-//! end (the usual replacement of a just-stored result) is absorbed without a rebuild.
+//! a snip, a collapse, a cleared or replaced result that is already in a sealed message,
+//! a time-gap microcompact, or a change of settings, tools, user context or outside state
+//! re-runs the plans over the parsed items (no JSON is parsed again). A state record that
+//! only touches the open end (the usual replacement of a just-stored result) is absorbed
+//! without a rebuild, and cache edits never need one: they are added to their pinned
+//! message when the request is put together. The system blocks and tools are reused,
+//! with their markers, while the host passes the same ones.
 //!
 //! Assembling from scratch is this same code with an empty cache ([`super::assemble`]),
 //! and tests check that both give the same result after every append.
@@ -86,9 +89,9 @@ struct Built {
     freed_since_response: u64,
     /// Results in records the plans removed (their sizes are in the plans' reports).
     hidden_results: HashSet<Arc<str>>,
-    /// The system blocks and tools of the last request and their estimated tokens, so
-    /// an unchanged head is not measured again.
-    head: Option<(Vec<serde_json::Value>, Vec<serde_json::Value>, u64)>,
+    /// The head (system blocks, tools) of the last request, kept while the host's
+    /// blocks do not change so it is neither copied nor measured again.
+    head: Option<Head>,
     normalizer: Normalizer,
 }
 
@@ -254,10 +257,9 @@ impl Built {
             StateRecord::Snip(s) => folded.snips.contains(s),
             StateRecord::Collapse(c) => folded.collapses.contains(c),
             StateRecord::Microcompact(m) => match m.trigger {
-                Trigger::TimeGap => m
-                    .cleared_tool_use_ids
-                    .iter()
-                    .all(|id| folded.cleared.contains(id) || self.only_open(id)),
+                Trigger::TimeGap => {
+                    m.cleared_tool_use_ids.iter().all(|id| folded.cleared.contains(id) || self.only_open(id))
+                }
                 // Cache edits are placed when the request is put together.
                 Trigger::CacheEdits => true,
             },
@@ -300,13 +302,14 @@ impl Built {
         let rules = fold_rules.as_rules(state);
         let (items, snip) = apply_snips(self.ingest.items.clone(), &state.snips, &config.snip, &rules, false);
         let collapse = plan_collapses(&items, &state.collapses, &config.collapse, &rules);
-        self.hidden_results = result_ids(
-            items.iter().zip(collapse.survivors(items.len())).filter(|(_, s)| !*s).map(|(i, _)| i),
-        );
+        self.hidden_results =
+            result_ids(items.iter().zip(collapse.survivors(items.len())).filter(|(_, s)| !*s).map(|(i, _)| i));
         self.hidden_results.extend(
-            self.ingest.items.iter().filter(|i| i.uuid.as_deref().is_some_and(|u| snip.removes(u))).flat_map(|i| {
-                i.blocks.iter().filter_map(|b| b.result().map(|r| r.tool_use_id.clone()))
-            }),
+            self.ingest
+                .items
+                .iter()
+                .filter(|i| i.uuid.as_deref().is_some_and(|u| snip.removes(u)))
+                .flat_map(|i| i.blocks.iter().filter_map(|b| b.result().map(|r| r.tool_use_id.clone()))),
         );
         let items = collapse.apply(items, &state.collapses);
         let mut normalizer = Normalizer::new(self.offered.iter().cloned());
@@ -349,7 +352,15 @@ impl Built {
         let mut tail = self.finish(&extras, &decided);
 
         // Stage 4 decision: microcompact, over the results the request carries.
-        let decision = {
+        let may_act = microcompact::may_act(
+            &self.current,
+            self.ingest.last_response.as_ref(),
+            input.now_ms,
+            &config.microcompact,
+        );
+        let decision = if !may_act {
+            None
+        } else {
             let tail_results = tail.messages.iter().flat_map(|m| m.content.iter()).filter(|b| b.result().is_some());
             let results: Vec<&Block> = self.normalizer.placed_results().iter().chain(tail_results).collect();
             microcompact::decide(&DecideInput {
@@ -380,13 +391,9 @@ impl Built {
 
         // The messages: sealed ones shared, the open end new.
         let mut messages: Vec<Arc<ApiMessage>> = Vec::with_capacity(self.normalizer.sealed().len() + 3);
-        let first_is_user = self
-            .normalizer
-            .sealed()
-            .first()
-            .map(|m| m.role)
-            .or_else(|| tail.messages.first().map(|m| m.role))
-            == Some(Role::User);
+        let first_is_user =
+            self.normalizer.sealed().first().map(|m| m.role).or_else(|| tail.messages.first().map(|m| m.role))
+                == Some(Role::User);
         if !first_is_user {
             let placeholder = Item::user_text(Origin::Context, CONTINUES);
             messages.push(Arc::new(ApiMessage { role: Role::User, content: placeholder.blocks }));
@@ -401,20 +408,23 @@ impl Built {
         let mut host_markers: Vec<(usize, usize)> =
             self.normalizer.sealed_markers().iter().map(|&(m, b)| (m + offset, b)).collect();
         for (k, message) in messages.iter().enumerate().skip(tail_start) {
-            host_markers.extend(message.content.iter().enumerate().filter(|(_, b)| b.has_host_marker()).map(|(j, _)| (k, j)));
+            host_markers
+                .extend(message.content.iter().enumerate().filter(|(_, b)| b.has_host_marker()).map(|(j, _)| (k, j)));
         }
-        let system = system_blocks(input.system, input.base.system_context.as_deref());
+        let head = self.head(input);
         let new_tokens: u64 = messages[..offset].iter().chain(&messages[tail_start..]).map(|m| m.tokens()).sum();
-        let estimate = self.normalizer.sealed_tokens() + new_tokens + self.head_tokens(&system, input.tools);
+        let estimate = self.normalizer.sealed_tokens() + new_tokens + head.tokens;
         let mut request = Request {
             model: input.model.to_owned(),
             max_tokens: input.max_tokens,
-            system,
+            system: head.system.clone(),
             messages,
-            tools: input.tools.to_vec(),
+            tools: head.tools.clone(),
         };
         let skip_write = input.fork.is_some_and(|f| f.skip_cache_write);
-        let cache_applied = cache::place_cache_breakpoints(&mut request, skip_write, &host_markers);
+        let (cache_applied, head_stripped) = cache::place(&mut request, skip_write, &host_markers);
+        self.head =
+            (!head_stripped).then(|| Head { system: request.system.clone(), tools: request.tools.clone(), ..head });
 
         let mc_saved = decision.as_ref().map_or(0, |(_, saved)| *saved);
         let freed = budget_saved + mc_saved + self.freed_since_response;
@@ -439,17 +449,30 @@ impl Built {
         Assembled { request, applied, estimate_tokens: estimate, decision: decision_to_compact, new_state }
     }
 
-    /// Estimated tokens of the system blocks and tools, measured again only when they
-    /// change.
-    fn head_tokens(&mut self, system: &[serde_json::Value], tools: &[serde_json::Value]) -> u64 {
-        if let Some((s, t, tokens)) = &self.head {
-            if s.as_slice() == system && t.as_slice() == tools {
-                return *tokens;
+    /// The head of this request: the last one's when the host's blocks are the same.
+    fn head(&mut self, input: &AssembleInput<'_>) -> Head {
+        let system_context = input.base.system_context.as_deref();
+        match self.head.take() {
+            Some(head)
+                if head.host_system.as_slice() == input.system
+                    && head.host_tools.as_slice() == input.tools
+                    && head.system_context.as_deref() == system_context =>
+            {
+                head
+            }
+            _ => {
+                let system = system_blocks(input.system, system_context);
+                let tokens = value_tokens(&system) + value_tokens(input.tools);
+                Head {
+                    host_system: input.system.to_vec(),
+                    host_tools: input.tools.to_vec(),
+                    system_context: system_context.map(String::from),
+                    tokens,
+                    system: Arc::new(system),
+                    tools: Arc::new(input.tools.to_vec()),
+                }
             }
         }
-        let tokens = value_tokens(system) + value_tokens(tools);
-        self.head = Some((system.to_vec(), tools.to_vec(), tokens));
-        tokens
     }
 
     /// The open end of the view for this request.
@@ -500,6 +523,18 @@ impl Built {
 /// applied when the request is put together).
 fn same_fold(a: &PipelineState, b: &PipelineState) -> bool {
     a.replacements == b.replacements && a.cleared == b.cleared && a.snips == b.snips && a.collapses == b.collapses
+}
+
+/// System blocks and tools as the host gave them and as the last request sent them
+/// (with the pipeline's markers).
+#[derive(Debug)]
+struct Head {
+    host_system: Vec<serde_json::Value>,
+    host_tools: Vec<serde_json::Value>,
+    system_context: Option<String>,
+    tokens: u64,
+    system: Arc<Vec<serde_json::Value>>,
+    tools: Arc<Vec<serde_json::Value>>,
 }
 
 /// The settings the block rules take from the configuration.
@@ -562,4 +597,3 @@ fn value_tokens(values: &[serde_json::Value]) -> u64 {
 pub(crate) fn assemble_fresh(input: &AssembleInput<'_>) -> Assembled {
     ViewCache::new().assemble(input)
 }
-

@@ -66,11 +66,18 @@ impl Ingest {
 
     /// Ingests one record (after the boundary).
     pub fn push(&mut self, record: &Record) -> Ingested {
-        if let Some(state) = self.state.observe(record) {
+        if let Some(state) = StateRecord::from_record(record) {
+            // A snip or collapse appended again is not a new one.
+            let new = match &state {
+                StateRecord::Snip(s) => !self.state.snips.contains(s),
+                StateRecord::Collapse(c) => !self.state.collapses.contains(c),
+                _ => false,
+            };
+            self.state.apply(&state);
             if matches!(state, StateRecord::Snip(_)) {
                 self.growth_tokens = 0;
             }
-            if matches!(state, StateRecord::Snip(_) | StateRecord::Collapse(_)) {
+            if new {
                 self.since_response.push(state.clone());
             }
             return Ingested::State(state);

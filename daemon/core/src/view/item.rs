@@ -107,6 +107,14 @@ impl Item {
 
     /// Reads a record; `None` for records that never reach a model (system, bookkeeping,
     /// sidechain, API-error stand-ins) or that carry no content.
+    ///
+    /// Decided from Claude Code 2.1.332's own requests (its transcript keeps them as
+    /// `api-request-blob` lines): the compaction summary is sent although it is marked
+    /// `isVisibleInTranscriptOnly`, so that flag filters nothing; meta user records
+    /// (command caveats, command output) are sent; an attachment is sent as the text of
+    /// its `rendered` parts, and one without `rendered` (`prompt_snapshot`) is host
+    /// bookkeeping. Parts the host renders with the `system` role go in as user text too:
+    /// ctxd follows the seeds, which have no mid-conversation system messages.
     pub fn from_record(record: &Record) -> Option<Item> {
         let head = record.head();
         if head.is_sidechain {
@@ -194,11 +202,7 @@ fn content_blocks(content: &RawValue, role: Role) -> Vec<Block> {
     let Ok(parts) = serde_json::from_str::<Vec<&RawValue>>(content.get()) else {
         return Vec::new();
     };
-    parts
-        .into_iter()
-        .filter_map(Block::parse)
-        .filter(|b| b.belongs_to(role))
-        .collect()
+    parts.into_iter().filter_map(Block::parse).filter(|b| b.belongs_to(role)).collect()
 }
 
 /// An attachment's `rendered` text: `[{"content": "…"}, …]` or a plain string.
@@ -231,7 +235,10 @@ pub struct Block {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BlockKind {
     Text,
-    ToolUse { id: Arc<str>, name: Arc<str> },
+    ToolUse {
+        id: Arc<str>,
+        name: Arc<str>,
+    },
     ToolResult(ToolResult),
     Thinking,
     RedactedThinking,
@@ -264,8 +271,7 @@ pub struct ToolResult {
 // newer host writes into its transcript (`caller`, …) cannot make a request invalid.
 const TEXT_KEYS: &[&str] = &["type", "text", "citations", "cache_control"];
 const TOOL_USE_KEYS: &[&str] = &["type", "id", "name", "input", "cache_control"];
-const TOOL_RESULT_KEYS: &[&str] =
-    &["type", "tool_use_id", "content", "is_error", "cache_control", "cache_reference"];
+const TOOL_RESULT_KEYS: &[&str] = &["type", "tool_use_id", "content", "is_error", "cache_control", "cache_reference"];
 const THINKING_KEYS: &[&str] = &["type", "thinking", "signature"];
 const REDACTED_THINKING_KEYS: &[&str] = &["type", "data"];
 const IMAGE_KEYS: &[&str] = &["type", "source", "cache_control"];
@@ -301,7 +307,7 @@ impl Block {
         self.host_marker
     }
 
-    /// The `tool_use_id` of a result.
+    /// The facts of a `tool_result` block.
     pub fn result(&self) -> Option<&ToolResult> {
         match &self.kind {
             BlockKind::ToolResult(r) => Some(r),
@@ -401,7 +407,8 @@ impl Block {
             }
             "image" => Block::new(BlockKind::Image, keep(IMAGE_KEYS), host_marker),
             "document" => Block::new(BlockKind::Document, keep(DOCUMENT_KEYS), host_marker),
-            "cache_edits" => Block::new(BlockKind::CacheEdits, raw::shared(raw), false),
+            // A request directive, never content: the pipeline makes its own.
+            "cache_edits" => return None,
             other => Block::new(BlockKind::Other(Arc::from(other)), raw::shared(raw), host_marker),
         };
         Some(block)
@@ -409,7 +416,8 @@ impl Block {
 
     fn result_block(result: ToolResult, json: Arc<RawValue>, host_marker: bool, image_bytes: u64) -> Block {
         let len = json.get().len() as u64;
-        let tokens = (len.saturating_sub(image_bytes) / BYTES_PER_TOKEN + u64::from(result.images) * IMAGE_TOKENS).max(1);
+        let tokens =
+            (len.saturating_sub(image_bytes) / BYTES_PER_TOKEN + u64::from(result.images) * IMAGE_TOKENS).max(1);
         Block { kind: BlockKind::ToolResult(result), json, tokens, host_marker }
     }
 
@@ -473,16 +481,21 @@ impl Block {
     /// Blocks a role may carry: results only from the user, tool calls and thinking
     /// only from the assistant.
     fn belongs_to(&self, role: Role) -> bool {
-        match (&self.kind, role) {
-            (BlockKind::ToolResult(_) | BlockKind::CacheEdits, Role::Assistant) => false,
-            (BlockKind::ToolUse { .. } | BlockKind::Thinking | BlockKind::RedactedThinking, Role::User) => false,
-            _ => true,
-        }
+        !matches!(
+            (&self.kind, role),
+            (BlockKind::ToolResult(_) | BlockKind::CacheEdits, Role::Assistant)
+                | (BlockKind::ToolUse { .. } | BlockKind::Thinking | BlockKind::RedactedThinking, Role::User)
+        )
     }
 
     /// Builds a block from JSON the pipeline made itself.
     pub(crate) fn from_json(json: Arc<RawValue>) -> Option<Block> {
         Block::parse(&json)
+    }
+
+    /// A `cache_edits` block from its JSON.
+    pub(crate) fn cache_edits(json: Arc<RawValue>) -> Block {
+        Block::new(BlockKind::CacheEdits, json, false)
     }
 
     /// The text of a result's content, for previews and for turning a result into
@@ -509,7 +522,7 @@ impl Block {
             match (f.str("type").as_deref(), f.str("text")) {
                 (Some("text"), Some(text)) => out.push_str(&text),
                 (Some(other), _) => {
-                    out.push_str("[");
+                    out.push('[');
                     out.push_str(other);
                     out.push_str(" omitted]");
                 }
@@ -581,7 +594,8 @@ mod tests {
 
     #[test]
     fn unknown_members_are_dropped_and_markers_seen() {
-        let b = block(r#"{"type":"tool_use","id":"t1","name":"Read","input":{"a":1},"caller":{"type":"direct"}}"#).unwrap();
+        let b =
+            block(r#"{"type":"tool_use","id":"t1","name":"Read","input":{"a":1},"caller":{"type":"direct"}}"#).unwrap();
         assert_eq!(b.json(), r#"{"type":"tool_use","id":"t1","name":"Read","input":{"a":1}}"#);
         let b = block(r#"{"type":"tool_use","id":"t1","name":"Read"}"#).unwrap();
         assert_eq!(b.json(), r#"{"type":"tool_use","id":"t1","name":"Read","input":{}}"#);

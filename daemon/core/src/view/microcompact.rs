@@ -24,8 +24,8 @@ use serde_json::json;
 
 use super::Applied;
 use super::config::MicrocompactConfig;
-use super::ingest::LastResponse;
 use super::content::{ContentRules, placeholder_tokens};
+use super::ingest::LastResponse;
 use super::item::{Block, Item, Role};
 use super::raw;
 use super::state::{MicrocompactRecord, PinnedEdits, PipelineState, Replacement, Trigger};
@@ -61,7 +61,7 @@ pub fn cache_edits_block(tool_use_ids: &[&str]) -> Option<Block> {
         return None;
     }
     let edits: Vec<_> = tool_use_ids.iter().map(|id| json!({"type": "delete", "cache_reference": id})).collect();
-    Block::from_json(raw::to_raw(&json!({"type": "cache_edits", "edits": edits})))
+    Some(Block::cache_edits(raw::to_raw(&json!({"type": "cache_edits", "edits": edits}))))
 }
 
 /// Tokens a cleared result still costs: the block around the placeholder.
@@ -84,11 +84,30 @@ pub struct DecideInput<'a> {
     pub config: &'a MicrocompactConfig,
 }
 
+/// Whether microcompact could act at all (a cold cache whose gap is not handled yet,
+/// or cache editing on): a cheap test before the results are gathered.
+pub fn may_act(
+    state: &PipelineState,
+    last_response: Option<&LastResponse>,
+    now_ms: i64,
+    config: &MicrocompactConfig,
+) -> bool {
+    if !config.enabled {
+        return false;
+    }
+    match last_response.and_then(|last| Some((last.uuid.as_ref()?, last.timestamp_ms?))) {
+        Some((uuid, at)) if now_ms.saturating_sub(at) > config.cache_ttl_ms => {
+            !state.handled_gaps.contains(uuid.as_ref())
+        }
+        _ => config.cache_editing,
+    }
+}
+
 /// Decides whether microcompact acts on this request; returns the record and the tokens
 /// it saves.
 pub fn decide(input: &DecideInput<'_>) -> Option<(MicrocompactRecord, u64)> {
     let config = input.config;
-    if !config.enabled {
+    if !may_act(input.state, input.last_response, input.now_ms, config) {
         return None;
     }
     let eligible: Vec<&Block> = input
@@ -113,32 +132,29 @@ pub fn decide(input: &DecideInput<'_>) -> Option<(MicrocompactRecord, u64)> {
     let id_of = |b: &Block| b.result().map(|r| r.tool_use_id.to_string()).unwrap_or_default();
 
     let gap = input.last_response.and_then(|last| Some((last.uuid.as_ref()?, last.timestamp_ms?)));
-    if let Some((uuid, at)) = gap {
-        if input.now_ms.saturating_sub(at) > config.cache_ttl_ms {
-            // A cold cache: rewriting is free, cache edits would be pointless.
-            if input.state.handled_gaps.contains(uuid.as_ref()) {
-                return None;
-            }
-            let clear: Vec<&Block> = old
-                .iter()
-                .copied()
-                .filter(|b| b.result().is_some_and(|r| !r.cleared && !input.state.cleared.contains(r.tool_use_id.as_ref())))
-                .collect();
-            let saved: u64 = clear
-                .iter()
-                .map(|b| tokens(b).saturating_sub(cleared_tokens(&id_of(b))))
-                .sum();
-            if clear.is_empty() || saved < config.min_saved_tokens {
-                return None;
-            }
-            let record = MicrocompactRecord {
-                trigger: Trigger::TimeGap,
-                gap_after_uuid: Some(uuid.to_string()),
-                pinned_to_uuid: None,
-                cleared_tool_use_ids: clear.iter().map(|b| id_of(b)).collect(),
-            };
-            return Some((record, saved));
+    if let Some((uuid, at)) = gap
+        && input.now_ms.saturating_sub(at) > config.cache_ttl_ms
+    {
+        // A cold cache: rewriting is free, cache edits would be pointless.
+        if input.state.handled_gaps.contains(uuid.as_ref()) {
+            return None;
         }
+        let clear: Vec<&Block> = old
+            .iter()
+            .copied()
+            .filter(|b| b.result().is_some_and(|r| !r.cleared && !input.state.cleared.contains(r.tool_use_id.as_ref())))
+            .collect();
+        let saved: u64 = clear.iter().map(|b| tokens(b).saturating_sub(cleared_tokens(&id_of(b)))).sum();
+        if clear.is_empty() || saved < config.min_saved_tokens {
+            return None;
+        }
+        let record = MicrocompactRecord {
+            trigger: Trigger::TimeGap,
+            gap_after_uuid: Some(uuid.to_string()),
+            pinned_to_uuid: None,
+            cleared_tool_use_ids: clear.iter().map(|b| id_of(b)).collect(),
+        };
+        return Some((record, saved));
     }
     if !config.cache_editing {
         return None;
@@ -150,7 +166,9 @@ pub fn decide(input: &DecideInput<'_>) -> Option<(MicrocompactRecord, u64)> {
         .copied()
         .filter(|b| {
             b.result().is_some_and(|r| {
-                !r.cleared && !input.state.cleared.contains(r.tool_use_id.as_ref()) && !deleted.contains(r.tool_use_id.as_ref())
+                !r.cleared
+                    && !input.state.cleared.contains(r.tool_use_id.as_ref())
+                    && !deleted.contains(r.tool_use_id.as_ref())
             })
         })
         .collect();
@@ -196,10 +214,7 @@ pub fn attach_pinned(items: &mut [Item], pinned: &HashMap<Arc<str>, Vec<Block>>)
 
 /// Result ids of the given items, for [`pinned_blocks`].
 pub fn result_ids<'a>(items: impl Iterator<Item = &'a Item>) -> HashSet<Arc<str>> {
-    items
-        .flat_map(|i| i.blocks.iter())
-        .filter_map(|b| b.result().map(|r| r.tool_use_id.clone()))
-        .collect()
+    items.flat_map(|i| i.blocks.iter()).filter_map(|b| b.result().map(|r| r.tool_use_id.clone())).collect()
 }
 
 /// The stage: cleared results become the placeholder; with cache editing, results carry
@@ -219,11 +234,8 @@ pub fn microcompact(
 
 /// The stage's report.
 pub(crate) fn microcompact_applied(decision: Option<&(MicrocompactRecord, u64)>, after: &PipelineState) -> Applied {
-    let totals = format!(
-        "{} cleared, {} deleted by cache edits",
-        after.cleared.len(),
-        after.deleted_by_cache_edits().len()
-    );
+    let totals =
+        format!("{} cleared, {} deleted by cache edits", after.cleared.len(), after.deleted_by_cache_edits().len());
     match decision {
         Some((record, saved)) => Applied {
             stage: "microcompact",
@@ -231,6 +243,8 @@ pub(crate) fn microcompact_applied(decision: Option<&(MicrocompactRecord, u64)>,
             tokens_freed: *saved,
             detail: format!("{}: {} results; {totals}", record.trigger.as_str(), record.cleared_tool_use_ids.len()),
         },
-        None => Applied { stage: "microcompact", acted: false, tokens_freed: 0, detail: format!("unchanged; {totals}") },
+        None => {
+            Applied { stage: "microcompact", acted: false, tokens_freed: 0, detail: format!("unchanged; {totals}") }
+        }
     }
 }

@@ -4,8 +4,8 @@
 //! reshaped to be valid and cheap. This module makes that selection, as pure functions
 //! over plain data. The stages, in order, each with its own module and report:
 //!
-//! 1. [`slice`]: start after the latest compact boundary (and put back the segment the
-//!    boundary preserved).
+//! 1. [`slice`](mod@slice): start after the latest compact boundary (and put back the
+//!    segment the boundary preserved).
 //! 2. [`budget`]: store oversized new tool results on disk, show a preview.
 //! 3. [`snip`]: drop the records the model chose to remove; tag user messages.
 //! 4. [`microcompact`]: clear old tool results after a cache-cold gap, or delete them
@@ -160,13 +160,13 @@ pub fn runtime_view(records: &[Record], state: &PipelineState, config: &Pipeline
     let mut all = ingest.state.clone();
     all.merge(state);
     let items = budget::apply_tool_result_budget(ingest.items, &all.replacements);
-    let rules = content::ContentRules { replacements: &all.replacements, cleared: &all.cleared, ..content::ContentRules::NONE };
+    let rules =
+        content::ContentRules { replacements: &all.replacements, cleared: &all.cleared, ..content::ContentRules::NONE };
     let (items, _) = snip::apply_snips(items, &all.snips, &config.snip, &rules, config.include_snipped);
     let plan = collapse::plan_collapses(&items, &all.collapses, &config.collapse, &rules);
     let survivors = plan.survivors(items.len());
-    let present = microcompact::result_ids(
-        items.iter().zip(&survivors).filter(|(i, s)| **s && !i.snipped).map(|(i, _)| i),
-    );
+    let present =
+        microcompact::result_ids(items.iter().zip(&survivors).filter(|(i, s)| **s && !i.snipped).map(|(i, _)| i));
     let items = microcompact::microcompact(items, &all, &present, &config.microcompact);
     plan.apply(items, &all.collapses)
 }

@@ -180,12 +180,13 @@ impl Normalizer {
         if blocks.is_empty() {
             return;
         }
-        if let Some(open) = &mut self.response {
-            if item.message_id.is_some() && open.message_id == item.message_id {
-                self.stats.merged_lines += 1;
-                extend_response(open, blocks, &mut self.stats);
-                return;
-            }
+        if let Some(open) = &mut self.response
+            && item.message_id.is_some()
+            && open.message_id == item.message_id
+        {
+            self.stats.merged_lines += 1;
+            extend_response(open, blocks, &mut self.stats);
+            return;
         }
         match self.response.take() {
             Some(mut open) => {
@@ -368,7 +369,11 @@ fn result_as_text(block: &Block, converted_tool: Option<&str>) -> Option<Block> 
 }
 
 /// The stage over a whole view: every item pushed, then the open end rendered.
-pub fn normalize(items: Vec<Item>, offered: impl IntoIterator<Item = String>, rules: &ContentRules<'_>) -> (Vec<ApiMessage>, NormalizeStats) {
+pub fn normalize(
+    items: Vec<Item>,
+    offered: impl IntoIterator<Item = String>,
+    rules: &ContentRules<'_>,
+) -> (Vec<ApiMessage>, NormalizeStats) {
     let mut normalizer = Normalizer::new(offered);
     for item in items {
         normalizer.push(item, rules);

@@ -43,12 +43,7 @@ pub fn system_blocks(host: &[Value], system_context: Option<&str>) -> Vec<Value>
 /// The first item of the view: the user context, wrapped.
 pub fn context_item(user_context: Option<&str>) -> Option<Item> {
     let text = user_context.filter(|t| !t.trim().is_empty())?;
-    let mut item = Item::user_text(Origin::Context, &format!("<system-reminder>\n{text}\n</system-reminder>"));
-    if item.blocks.is_empty() {
-        return None;
-    }
-    item.uuid = None;
-    Some(item)
+    Some(Item::user_text(Origin::Context, &format!("<system-reminder>\n{text}\n</system-reminder>")))
 }
 
 /// The items added after the view for this request, in order: attachments, the
@@ -61,7 +56,12 @@ pub fn extra_items(attachments: &[String], reminder: Option<&Reminder>, fork: Op
 }
 
 /// The stage over a whole view: context first, extras last.
-pub fn place_base_context(items: Vec<Item>, base: &BaseContext, reminder: Option<&Reminder>, fork: Option<&Fork>) -> Vec<Item> {
+pub fn place_base_context(
+    items: Vec<Item>,
+    base: &BaseContext,
+    reminder: Option<&Reminder>,
+    fork: Option<&Fork>,
+) -> Vec<Item> {
     context_item(base.user_context.as_deref())
         .into_iter()
         .chain(items)

@@ -42,12 +42,8 @@ impl<'a> Fields<'a> {
 
     /// The object again, with the members in `known` only.
     pub(crate) fn keep_only(&self, known: &[&str]) -> Arc<RawValue> {
-        let pairs: Vec<(&str, &RawValue)> = self
-            .0
-            .iter()
-            .filter(|(k, _)| known.contains(&k.as_ref()))
-            .map(|(k, v)| (k.as_ref(), *v))
-            .collect();
+        let pairs: Vec<(&str, &RawValue)> =
+            self.0.iter().filter(|(k, _)| known.contains(&k.as_ref())).map(|(k, v)| (k.as_ref(), *v)).collect();
         object(&pairs)
     }
 

@@ -41,12 +41,21 @@ impl Serialize for ApiMessage {
 pub struct Request {
     pub model: String,
     pub max_tokens: u64,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub system: Vec<Value>,
+    /// Shared with the view cache while the host's blocks do not change.
+    #[serde(skip_serializing_if = "is_empty", serialize_with = "serialize_values")]
+    pub system: Arc<Vec<Value>>,
     #[serde(serialize_with = "serialize_messages")]
     pub messages: Vec<Arc<ApiMessage>>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub tools: Vec<Value>,
+    #[serde(skip_serializing_if = "is_empty", serialize_with = "serialize_values")]
+    pub tools: Arc<Vec<Value>>,
+}
+
+fn is_empty(values: &Arc<Vec<Value>>) -> bool {
+    values.is_empty()
+}
+
+fn serialize_values<S: Serializer>(values: &Arc<Vec<Value>>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(values.iter())
 }
 
 fn serialize_messages<S: Serializer>(messages: &[Arc<ApiMessage>], serializer: S) -> Result<S::Ok, S::Error> {

@@ -105,11 +105,8 @@ fn splice_preserved(records: &[Record], boundary: usize, slice: &mut Slice) {
             !h.is_sidechain && matches!(h.kind, Kind::User | Kind::Assistant | Kind::Attachment)
         })
         .collect();
-    let anchor = slice
-        .order
-        .iter()
-        .position(|&i| records[i].uuid() == Some(segment.anchor_uuid.as_str()))
-        .map_or(0, |p| p + 1);
+    let anchor =
+        slice.order.iter().position(|&i| records[i].uuid() == Some(segment.anchor_uuid.as_str())).map_or(0, |p| p + 1);
     slice.preserved = kept.len();
     slice.order.splice(anchor..anchor, kept);
 }

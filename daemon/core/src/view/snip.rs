@@ -63,7 +63,8 @@ fn tool_ids(item: &Item) -> impl Iterator<Item = &Arc<str>> {
 }
 
 fn is_protected(item: &Item) -> bool {
-    item.origin == Origin::CompactSummary || item.blocks.iter().any(|b| b.result().is_some_and(|r| r.has_tool_reference))
+    item.origin == Origin::CompactSummary
+        || item.blocks.iter().any(|b| b.result().is_some_and(|r| r.has_tool_reference))
 }
 
 /// Resolves the snips against the items of the view; `rules` say what removed items
@@ -133,10 +134,12 @@ impl SnipPlan {
             }
             item.parent_uuid = parent;
         }
-        if self.tag && item.role == Role::User && matches!(item.origin, Origin::Prompt | Origin::ToolResults) {
-            if let Some(tag) = item.uuid.as_deref().map(id_tag).and_then(|t| Block::text(&t)) {
-                item.blocks.push(tag);
-            }
+        if self.tag
+            && item.role == Role::User
+            && matches!(item.origin, Origin::Prompt | Origin::ToolResults)
+            && let Some(tag) = item.uuid.as_deref().map(id_tag).and_then(|t| Block::text(&t))
+        {
+            item.blocks.push(tag);
         }
         Some(item)
     }
@@ -182,15 +185,17 @@ pub fn apply_snips(
 
 /// The stage's report.
 pub(crate) fn snip_applied(report: &SnipReport, tags: bool, reminder: Option<&Reminder>) -> Applied {
-    let mut detail = format!(
-        "{} named, {} removed, {} protected",
-        report.requested, report.removed, report.protected
-    );
+    let mut detail = format!("{} named, {} removed, {} protected", report.requested, report.removed, report.protected);
     if tags {
         detail.push_str("; id tags on");
     }
     if let Some(r) = reminder {
         detail.push_str(&format!("; reminder after {} tokens", r.growth_tokens));
     }
-    Applied { stage: "snip", acted: report.removed > 0 || reminder.is_some(), tokens_freed: report.tokens_freed, detail }
+    Applied {
+        stage: "snip",
+        acted: report.removed > 0 || reminder.is_some(),
+        tokens_freed: report.tokens_freed,
+        detail,
+    }
 }

@@ -160,11 +160,9 @@ impl StateRecord {
         let line: StateLine = serde_json::from_str(record.line()).ok()?;
         match line.kind.as_str() {
             SNIP_RECORD => Some(StateRecord::Snip(Snip { removed_uuids: line.removed_uuids? })),
-            COLLAPSE_RECORD => Some(StateRecord::Collapse(Collapse {
-                from: line.from?,
-                to: line.to?,
-                summary: line.summary?,
-            })),
+            COLLAPSE_RECORD => {
+                Some(StateRecord::Collapse(Collapse { from: line.from?, to: line.to?, summary: line.summary? }))
+            }
             MICROCOMPACT_RECORD => {
                 let trigger = match line.trigger.as_deref()? {
                     "time_gap" => Trigger::TimeGap,
@@ -265,10 +263,8 @@ impl PipelineState {
                 }
                 Trigger::CacheEdits => {
                     if let Some(pin) = &m.pinned_to_uuid {
-                        let edits = PinnedEdits {
-                            pinned_to_uuid: pin.clone(),
-                            tool_use_ids: m.cleared_tool_use_ids.clone(),
-                        };
+                        let edits =
+                            PinnedEdits { pinned_to_uuid: pin.clone(), tool_use_ids: m.cleared_tool_use_ids.clone() };
                         if !self.cache_edits.contains(&edits) {
                             self.cache_edits.push(edits);
                         }
@@ -355,15 +351,15 @@ impl StateChanges {
         if let Some(m) = &self.microcompact {
             out.push(StateRecord::Microcompact(m.clone()).to_json());
         }
-        if let Some(r) = &self.reminder {
-            if let Value::Object(map) = json!({
+        if let Some(r) = &self.reminder
+            && let Value::Object(map) = json!({
                 "type": "attachment",
                 "attachment": {"type": EFFICIENCY_ATTACHMENT, "growthTokens": r.growth_tokens},
                 "rendered": [{"content": r.text}],
                 "renderedRole": "user",
-            }) {
-                out.push(map);
-            }
+            })
+        {
+            out.push(map);
         }
         out
     }

@@ -20,16 +20,14 @@ pub fn validate_request(body: &Value) -> Result<(), Vec<String>> {
         Some(Value::String(model)) if !model.is_empty() => {}
         _ => errors.push("model must be a non-empty string".to_owned()),
     }
-    if !obj.get("max_tokens").and_then(Value::as_u64).is_some_and(|n| n > 0) {
+    if obj.get("max_tokens").and_then(Value::as_u64).is_none_or(|n| n == 0) {
         errors.push("max_tokens must be a positive integer".to_owned());
     }
     let mut markers = 0;
     match obj.get("system") {
         None => {}
-        Some(Value::String(text)) => {
-            if text.trim().is_empty() {
-                errors.push("system: empty text".to_owned());
-            }
+        Some(Value::String(text)) if text.trim().is_empty() => {
+            errors.push("system: empty text".to_owned());
         }
         Some(Value::Array(blocks)) => {
             for (i, block) in blocks.iter().enumerate() {
@@ -144,7 +142,10 @@ pub fn validate_request(body: &Value) -> Result<(), Vec<String>> {
                         errors.push(format!("{at}: thinking without a signature"));
                     }
                 }
-                ("assistant", "redacted_thinking" | "server_tool_use" | "web_search_tool_result" | "web_fetch_tool_result") => {}
+                (
+                    "assistant",
+                    "redacted_thinking" | "server_tool_use" | "web_search_tool_result" | "web_fetch_tool_result",
+                ) => {}
                 ("user", "tool_result") => {
                     let id = block.get("tool_use_id").and_then(Value::as_str).unwrap_or("");
                     if other_seen {

@@ -23,7 +23,9 @@ use futures::FutureExt;
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
+use super::compaction::{self, CompactFailure, Job, Prepared};
 use super::usage::UsageSnapshot;
+use ctxd_core::compact::{AutoDecision, CompactGuards, InstallInput, Trigger, build_post_compact, common_fields};
 use crate::context::base::{BaseContext, MemoryFileInfo};
 use crate::context::watcher::{Subscription, Target};
 use super::{Notifier, SessionError, SessionSetup};
@@ -42,6 +44,10 @@ pub enum Command {
     Open { reply: oneshot::Sender<Result<Opened, SessionError>> },
     Append { records: Vec<Record>, reply: oneshot::Sender<Result<Appended, SessionError>> },
     Usage { reply: oneshot::Sender<UsageSnapshot> },
+    /// Compact now (manual, or partial later); answered once installed or failed.
+    Compact { instructions: Option<String>, reply: oneshot::Sender<Result<CompactAnswer, SessionError>> },
+    /// The background part of a compaction finished (sent by the actor's own task).
+    CompactionDone { generation: u64, result: Result<Prepared, CompactFailure> },
     /// What the model sees: usage, memory files, read files that changed.
     Context { reply: oneshot::Sender<ContextView> },
     /// The agent read a file outside the transcript's Read results.
@@ -74,6 +80,31 @@ pub struct Appended {
 pub struct FileReadAnswer {
     pub outcome: ReadOutcome,
     pub entry: LedgerEntry,
+}
+
+/// Answer to [`Command::Compact`].
+#[derive(Debug, Clone)]
+pub struct CompactAnswer {
+    pub boundary: String,
+    pub trigger: Trigger,
+    pub pre_tokens: u64,
+    pub post_tokens: u64,
+    pub summary: String,
+    pub summarizer: &'static str,
+    /// Items the summary missed that were appended deterministically.
+    pub fidelity_appended: usize,
+    pub problems: Vec<String>,
+}
+
+/// A compaction under way.
+struct Running {
+    generation: u64,
+    trigger: Trigger,
+    started: Instant,
+    pre_tokens: u64,
+    /// The view's boundary generation when it started: a new boundary makes it stale.
+    view_generation: u64,
+    reply: Option<oneshot::Sender<Result<CompactAnswer, SessionError>>>,
 }
 
 /// Answer to [`Command::Context`].
@@ -117,6 +148,13 @@ struct Session {
     subscription: Option<Subscription>,
     /// Memory-file text activated by reads, for the next request.
     pending_notes: Vec<String>,
+    /// The actor's own queue, for its background tasks to report back.
+    self_tx: mpsc::UnboundedSender<Command>,
+    compaction: Option<Running>,
+    compaction_generation: u64,
+    /// Bumped at every boundary, so a compaction prepared on an older view is not installed.
+    view_generation: u64,
+    guards: CompactGuards,
 }
 
 #[derive(Default)]
@@ -136,7 +174,7 @@ pub fn spawn(
 ) -> mpsc::UnboundedSender<Command> {
     let (tx, rx) = mpsc::unbounded_channel();
     let span = tracing::info_span!("session", id = %id);
-    tokio::spawn(run(id, setup, store, notifier, create, rx).instrument(span));
+    tokio::spawn(run(id, setup, store, notifier, create, tx.clone(), rx).instrument(span));
     tx
 }
 
@@ -146,6 +184,7 @@ async fn run(
     store: Arc<Store>,
     notifier: Notifier,
     create: bool,
+    self_tx: mpsc::UnboundedSender<Command>,
     mut rx: mpsc::UnboundedReceiver<Command>,
 ) {
     let thresholds = setup.thresholds.clone();
@@ -169,6 +208,11 @@ async fn run(
         base: None,
         subscription: None,
         pending_notes: Vec::new(),
+        self_tx,
+        compaction: None,
+        compaction_generation: 0,
+        view_generation: 0,
+        guards: CompactGuards::default(),
     };
     if let Err(e) = session.load(create).await {
         tracing::error!(error = %e, "could not load the session");
@@ -248,6 +292,8 @@ fn fail(cmd: Command, e: &SessionError) {
         Command::Open { reply } => drop(reply.send(Err(e.clone()))),
         Command::Append { reply, .. } => drop(reply.send(Err(e.clone()))),
         Command::FileRead { reply, .. } => drop(reply.send(Err(e.clone()))),
+        Command::Compact { reply, .. } => drop(reply.send(Err(e.clone()))),
+        Command::CompactionDone { .. } => {}
         Command::Usage { .. } | Command::Context { .. } | Command::Reconfigure { .. } | Command::Close { .. } => {}
     }
 }
@@ -308,7 +354,7 @@ impl Session {
         self.records_before_view = records_before;
         self.total_records = records_before;
         self.view_offset = view_offset;
-        for record in records {
+        for (_, record) in records {
             self.apply(record, None);
         }
         let entry = self.index_entry();
@@ -448,6 +494,7 @@ impl Session {
             self.view.clear();
             self.uuids.clear();
             self.tally = Tally::default();
+            self.view_generation += 1;
             if offset.is_some() {
                 self.view_offset = offset;
             }
@@ -518,6 +565,16 @@ impl Session {
             Command::Usage { reply } => {
                 let _ = reply.send(self.usage());
             }
+            Command::Compact { instructions, reply } => {
+                if self.compaction.is_some() {
+                    let _ = reply.send(Err(SessionError::Busy("a compaction of this session is already running".into())));
+                } else {
+                    // A manual compaction resets the circuit breaker and lifts a stop.
+                    self.guards.note_manual_compact();
+                    self.start_compaction(Trigger::Manual, instructions, Some(reply));
+                }
+            }
+            Command::CompactionDone { generation, result } => self.compaction_done(generation, result).await,
             Command::Context { reply } => {
                 let view = self.context_view().await;
                 let _ = reply.send(view);
@@ -613,9 +670,15 @@ impl Session {
             self.flush_index();
         }
         let usage = self.usage();
+        let turns = acks.iter().filter(|a| a.0 > 0).count();
         for (appended, duplicates, records, reply) in acks {
             let _ = reply.send(Ok(Appended { appended, duplicates, records, usage: usage.clone() }));
         }
+        for _ in 0..turns {
+            self.guards.record_turn();
+        }
+        self.maybe_auto_compact().await;
+        let usage = self.usage();
         self.usage_changed(usage).await;
     }
 
@@ -646,7 +709,162 @@ impl Session {
     }
 
     fn usage(&self) -> UsageSnapshot {
-        UsageSnapshot::compute(&self.tally, &self.thresholds, false)
+        UsageSnapshot::compute(&self.tally, &self.thresholds, self.compaction.is_some())
+    }
+
+    /// Tokens compaction cannot remove: memory files now (system prompt and tools are the
+    /// host's and counted once `ctx/assemble` sees them).
+    fn fixed_prefix(&self) -> u64 {
+        self.base.as_ref().map_or(0, BaseContext::memory_tokens)
+    }
+
+    /// Takes a snapshot and runs the slow part of a compaction in the background.
+    fn start_compaction(&mut self, trigger: Trigger, focus: Option<String>, reply: Option<oneshot::Sender<Result<CompactAnswer, SessionError>>>) {
+        self.compaction_generation += 1;
+        let generation = self.compaction_generation;
+        let pre_tokens = self.tally.total() + self.fixed_prefix();
+        let job = Job {
+            session_id: self.id.clone(),
+            trigger,
+            focus,
+            records: self.view.clone(),
+            ledger: self.ledger.newest_first().into_iter().cloned().collect(),
+            pre_tokens,
+            threshold: self.thresholds.threshold,
+            fixed_prefix: self.fixed_prefix(),
+            settings: self.setup.settings.clone(),
+            transcript_path: self.transcript.as_ref().map(|t| t.path().display().to_string()).unwrap_or_default(),
+            cwd: self.setup.cwd.clone(),
+        };
+        tracing::info!(?trigger, pre_tokens, records = job.records.len(), "compaction started");
+        self.compaction = Some(Running {
+            generation,
+            trigger,
+            started: Instant::now(),
+            pre_tokens,
+            view_generation: self.view_generation,
+            reply,
+        });
+        let tx = self.self_tx.clone();
+        tokio::spawn(async move {
+            let result = compaction::prepare(job).await;
+            let _ = tx.send(Command::CompactionDone { generation, result });
+        });
+    }
+
+    /// Installs a prepared compaction, or reports its failure.
+    async fn compaction_done(&mut self, generation: u64, result: Result<Prepared, CompactFailure>) {
+        let Some(running) = self.compaction.take_if(|r| r.generation == generation) else {
+            return;
+        };
+        let Running { trigger, started, pre_tokens, view_generation, reply, .. } = running;
+        let cancelled = reply.as_ref().is_some_and(oneshot::Sender::is_closed);
+        let outcome = match result {
+            _ if cancelled => Err(SessionError::Cancelled("the compaction was cancelled; nothing was installed".into())),
+            _ if view_generation != self.view_generation => {
+                Err(SessionError::Busy("the session was compacted by another path meanwhile; this compaction was dropped".into()))
+            }
+            Ok(prepared) => self.install(trigger, started, pre_tokens, prepared).await,
+            Err(failure) => Err(SessionError::CompactFailed(failure.to_string())),
+        };
+        match &outcome {
+            Ok(answer) => {
+                tracing::info!(?trigger, pre = answer.pre_tokens, post = answer.post_tokens, "compaction installed");
+                self.notifier.compacted(&self.id, trigger.as_str(), answer.pre_tokens, answer.post_tokens).await;
+            }
+            Err(e) => {
+                tracing::warn!(?trigger, error = %e, "compaction failed");
+                if let Some(stop) = self.guards.record_failure(trigger, &e.to_string()) {
+                    self.notifier.compact_failed(&self.id, &stop.message()).await;
+                } else if reply.is_none() {
+                    self.notifier.compact_failed(&self.id, &e.to_string()).await;
+                }
+            }
+        }
+        if let Some(reply) = reply {
+            let _ = reply.send(outcome);
+        }
+        let usage = self.usage();
+        self.usage_changed(usage).await;
+    }
+
+    /// Appends the post-compact records in one batch (one sync), keeping every record
+    /// appended since the snapshot after the summary, then reloads the base context.
+    async fn install(&mut self, trigger: Trigger, started: Instant, pre_tokens: u64, prepared: Prepared) -> Result<CompactAnswer, SessionError> {
+        let kept: Vec<Record> = self.view.get(prepared.kept_from..).map(<[Record]>::to_vec).unwrap_or_default();
+        let last = self.view.iter().rev().find(|r| r.uuid().is_some());
+        let common = last.map(common_fields).unwrap_or_default();
+        let input = InstallInput {
+            trigger,
+            last_uuid: last.and_then(|r| r.uuid().map(str::to_owned)),
+            pre_tokens,
+            fixed_prefix_tokens: Some(self.fixed_prefix()),
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            summary_text: prepared.summary_text.clone(),
+            kept_before: &[],
+            kept_after: &kept,
+            attachments: &prepared.attachments,
+            hook_outputs: &prepared.hook_outputs,
+            common,
+            timestamp: now_rfc3339(),
+        };
+        let post = build_post_compact(&input, &mut || uuid::Uuid::new_v4().to_string())
+            .map_err(|e| SessionError::CompactFailed(e.to_string()))?;
+        let count = post.records.len();
+        let mut records = post.records;
+        // The boundary says how many records its install has, to recognise a torn one.
+        if let Some(first) = records.first_mut() {
+            let mut value = first.to_value();
+            value["compactMetadata"][BATCH_FIELD] = serde_json::json!(count);
+            if let Some(object) = value.as_object() {
+                *first = Record::from_object(object).map_err(|e| SessionError::Internal(e.to_string()))?;
+            }
+        }
+        let (tx, rx) = oneshot::channel();
+        self.commit(vec![(records, tx)]).await;
+        rx.await.map_err(|_| SessionError::Closed(self.id.clone()))??;
+        // Instructions come back from disk, not from what the summary kept.
+        if let Some(mut base) = self.base.take() {
+            let services = self.setup.services.clone();
+            if let Ok(base) = tokio::task::spawn_blocking(move || {
+                base.reload(&services.memory_cache, &services.fs);
+                base
+            })
+            .await
+            {
+                self.base = Some(base);
+                self.resubscribe();
+            }
+        }
+        self.guards.record_success(trigger);
+        let post_tokens = self.tally.total() + self.fixed_prefix();
+        let transcript_path = self.transcript.as_ref().map(|t| t.path().display().to_string()).unwrap_or_default();
+        tokio::spawn(compaction::after_install(self.setup.settings.clone(), self.id.clone(), transcript_path, trigger, prepared.summary.clone()));
+        Ok(CompactAnswer {
+            boundary: post.boundary_uuid,
+            trigger,
+            pre_tokens,
+            post_tokens,
+            summary: prepared.summary,
+            summarizer: prepared.summarizer,
+            fidelity_appended: prepared.fidelity.missing_before.len(),
+            problems: prepared.problems,
+        })
+    }
+
+    /// After appends: start an automatic compaction when the threshold is reached.
+    async fn maybe_auto_compact(&mut self) {
+        if self.compaction.is_some() {
+            return;
+        }
+        let tokens = self.tally.total() + self.fixed_prefix();
+        match self.guards.check_auto(tokens, &self.thresholds, self.fixed_prefix()) {
+            AutoDecision::Compact => self.start_compaction(Trigger::Auto, None, None),
+            AutoDecision::Stopped { message, notify: true, .. } | AutoDecision::CannotHelp { message, notify: true, .. } => {
+                self.notifier.compact_failed(&self.id, &message).await;
+            }
+            _ => {}
+        }
     }
 
     /// Pushes `ctx/usageChanged` when the usage changed, at most once per
@@ -681,7 +899,8 @@ impl Session {
 
 struct LoadResult {
     transcript: Transcript,
-    records: Vec<Record>,
+    /// Records of the view with their byte offsets.
+    records: Vec<(u64, Record)>,
     records_before: u64,
     view_offset: Option<u64>,
     damaged: Vec<String>,
@@ -694,7 +913,40 @@ struct LoadResult {
 
 /// Opens the transcript and reads it from the latest compact boundary. Runs on a
 /// blocking thread.
+/// Number of records a compaction installs, written on its boundary so that a crash in
+/// the middle of the install is recognised on resume.
+pub const BATCH_FIELD: &str = "ctxdBatch";
+
+/// When the view starts at a boundary whose install batch is not all there (the daemon
+/// died while writing it), the install never happened: the view is the one before it.
+fn torn_install(records: &[(u64, Record)]) -> Option<u64> {
+    let last = records.iter().rposition(|(_, r)| r.is_compact_boundary())?;
+    let (offset, boundary) = &records[last];
+    if !boundary.line().contains(BATCH_FIELD) {
+        return None;
+    }
+    let batch = boundary.to_value()["compactMetadata"][BATCH_FIELD].as_u64().unwrap_or(0);
+    ((records.len() - last) as u64 <= batch.saturating_sub(1)).then_some(*offset)
+}
+
 fn load_from_disk(store: &Store, id: &str, path: &std::path::Path) -> Result<LoadResult, SessionError> {
+    let mut loaded = load_latest(store, id, path)?;
+    if let Some(offset) = torn_install(&loaded.records) {
+        tracing::warn!(offset, "a compaction was cut off while being installed; resuming the view from before it");
+        // The install was never acknowledged: cut it (saved aside), as a torn line is.
+        loaded.transcript.cut_unacknowledged(offset, "torn-compaction")?;
+        let (previous, before, _) = crate::store::transcript::scan_for_boundary_before(path, offset)?;
+        let (transcript, from) = Transcript::open(path, false, previous.unwrap_or(0))?;
+        loaded.transcript = transcript;
+        loaded.records = from.records;
+        loaded.records_before = before;
+        loaded.view_offset = previous;
+        loaded.damaged.push(format!("byte {offset}: an interrupted compaction was not installed"));
+    }
+    Ok(loaded)
+}
+
+fn load_latest(store: &Store, id: &str, path: &std::path::Path) -> Result<LoadResult, SessionError> {
     let entry = store.index().get(id);
     // First try the indexed boundary; confirm the line there really is a boundary.
     if let Some(SessionEntry { boundary_offset: Some(offset), records_before_boundary, .. }) = entry {
@@ -703,7 +955,7 @@ fn load_from_disk(store: &Store, id: &str, path: &std::path::Path) -> Result<Loa
         if first_is_boundary {
             return Ok(LoadResult {
                 transcript,
-                records: loaded.records.into_iter().map(|(_, r)| r).collect(),
+                records: loaded.records,
                 records_before: records_before_boundary,
                 view_offset: Some(offset),
                 damaged: loaded.damaged,
@@ -734,7 +986,7 @@ fn load_from_disk(store: &Store, id: &str, path: &std::path::Path) -> Result<Loa
     };
     Ok(LoadResult {
         transcript,
-        records: loaded.records.into_iter().map(|(_, r)| r).collect(),
+        records: loaded.records,
         records_before: before,
         view_offset: offset,
         damaged: loaded.damaged,

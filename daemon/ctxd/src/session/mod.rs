@@ -6,6 +6,7 @@
 //! client sent them.
 
 pub mod actor;
+pub mod compaction;
 pub mod usage;
 
 use std::collections::HashMap;
@@ -33,6 +34,12 @@ pub enum SessionError {
     InvalidSessionId(String),
     #[error("{0}")]
     InvalidParams(String),
+    #[error("{0}")]
+    Busy(String),
+    #[error("{0}")]
+    Cancelled(String),
+    #[error("compaction failed: {0}")]
+    CompactFailed(String),
     #[error("store error: {0}")]
     Store(String),
     #[error("session {0:?} closed before answering")]
@@ -85,6 +92,20 @@ impl Notifier {
         }
     }
 
+    pub async fn compacted(&self, session_id: &str, trigger: &str, pre_tokens: u64, post_tokens: u64) {
+        if let Some(client) = &self.client {
+            let params = proto::CompactedNotification { session_id: session_id.to_owned(), trigger: trigger.to_owned(), pre_tokens, post_tokens };
+            client.send_notification::<Compacted>(params).await;
+        }
+    }
+
+    pub async fn compact_failed(&self, session_id: &str, reason: &str) {
+        if let Some(client) = &self.client {
+            let params = proto::CompactFailedNotification { session_id: session_id.to_owned(), reason: reason.to_owned() };
+            client.send_notification::<CompactFailed>(params).await;
+        }
+    }
+
     pub async fn usage_changed(&self, session_id: &str, usage: UsageSnapshot) {
         if let Some(client) = &self.client {
             let params = proto::UsageChangedNotification { session_id: session_id.to_owned(), usage: usage.to_proto() };
@@ -100,6 +121,24 @@ pub enum UsageChanged {}
 impl tower_lsp_server::ls_types::notification::Notification for UsageChanged {
     type Params = proto::UsageChangedNotification;
     const METHOD: &'static str = proto::methods::USAGE_CHANGED;
+}
+
+/// `ctx/compacted` as an LSP notification type.
+#[derive(Debug)]
+pub enum Compacted {}
+
+impl tower_lsp_server::ls_types::notification::Notification for Compacted {
+    type Params = proto::CompactedNotification;
+    const METHOD: &'static str = proto::methods::COMPACTED;
+}
+
+/// `ctx/compactFailed` as an LSP notification type.
+#[derive(Debug)]
+pub enum CompactFailed {}
+
+impl tower_lsp_server::ls_types::notification::Notification for CompactFailed {
+    type Params = proto::CompactFailedNotification;
+    const METHOD: &'static str = proto::methods::COMPACT_FAILED;
 }
 
 /// `ctx/contextChanged` as an LSP notification type.
@@ -318,6 +357,13 @@ impl Sessions {
         let tx = self.sender(id)?;
         let (reply, rx) = oneshot::channel();
         tx.send(Command::FileRead { path, start_line, num_lines, reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
+        Ok(rx)
+    }
+
+    pub fn compact(&self, id: &str, instructions: Option<String>) -> Result<oneshot::Receiver<Result<actor::CompactAnswer, SessionError>>, SessionError> {
+        let tx = self.sender(id)?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(Command::Compact { instructions, reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
         Ok(rx)
     }
 

@@ -108,6 +108,27 @@ impl Transcript {
         Ok(torn)
     }
 
+    /// Cuts the file back to `offset` (a line start), saving what is cut beside it. Used
+    /// for writes that were never acknowledged: a torn line, or a compaction install a
+    /// crash interrupted. Returns the bytes cut.
+    pub fn cut_unacknowledged(&mut self, offset: u64, why: &str) -> Result<u64, StoreError> {
+        if offset >= self.len {
+            return Ok(0);
+        }
+        let io = |e: std::io::Error| StoreError::io(&self.path, e);
+        let cut = self.len - offset;
+        let mut tail = Vec::with_capacity(cut as usize);
+        self.file.seek(SeekFrom::Start(offset)).map_err(io)?;
+        (&mut self.file).take(cut).read_to_end(&mut tail).map_err(io)?;
+        let side = self.path.with_extension(format!("jsonl.{why}-{offset}"));
+        std::fs::write(&side, &tail).map_err(|e| StoreError::io(&side, e))?;
+        self.file.set_len(offset).map_err(io)?;
+        self.file.sync_data().map_err(io)?;
+        tracing::warn!(path = %self.path.display(), bytes = cut, saved_to = %side.display(), why, "cut unacknowledged records");
+        self.len = offset;
+        Ok(cut)
+    }
+
     /// Appends lines (each without a line break) and syncs them to disk. Returns the
     /// byte offset of each line. On error nothing is acknowledged and the file is cut
     /// back to its previous length, so a failed batch never leaves half its lines.
@@ -169,7 +190,13 @@ pub fn parse_lines(bytes: &[u8], base: u64, loaded: &mut Loaded) {
 /// Scans a whole transcript for its last compact boundary without keeping records:
 /// returns (offset of the last boundary line, records before it, total records).
 pub fn scan_for_boundary(path: &Path) -> Result<(Option<u64>, u64, u64), StoreError> {
-    let bytes = std::fs::read(path).map_err(|e| StoreError::io(path, e))?;
+    scan_for_boundary_before(path, u64::MAX)
+}
+
+/// Like [`scan_for_boundary`], looking only at the bytes before `limit`.
+pub fn scan_for_boundary_before(path: &Path, limit: u64) -> Result<(Option<u64>, u64, u64), StoreError> {
+    let mut bytes = std::fs::read(path).map_err(|e| StoreError::io(path, e))?;
+    bytes.truncate(usize::try_from(limit).unwrap_or(usize::MAX).min(bytes.len()));
     let mut last = None;
     let mut count = 0u64;
     let mut before = 0u64;

@@ -164,7 +164,11 @@ pub fn fixture(spec: &str) -> Fixture {
                 if t.iter().any(|x| x == "error") {
                     block["is_error"] = json!(true);
                 }
-                message("user", &arg(1), json!({"message": {"role": "user", "content": [block]}, "toolUseResult": {"stdout": "…"}}))
+                message(
+                    "user",
+                    &arg(1),
+                    json!({"message": {"role": "user", "content": [block]}, "toolUseResult": {"stdout": "…"}}),
+                )
             }
             "images" => {
                 let n: usize = arg(3).parse().unwrap();
@@ -202,14 +206,19 @@ pub fn fixture(spec: &str) -> Fixture {
             "boundary" => {
                 let mut rec = json!({"parentUuid": null, "logicalParentUuid": parent, "type": "system", "subtype": "compact_boundary", "uuid": arg(1), "timestamp": ts, "compactMetadata": {"trigger": "manual", "preTokens": 1000}});
                 if t.len() > 2 {
-                    rec["compactMetadata"]["preservedSegment"] = json!({"headUuid": arg(2), "anchorUuid": arg(3), "tailUuid": arg(4)});
+                    rec["compactMetadata"]["preservedSegment"] =
+                        json!({"headUuid": arg(2), "anchorUuid": arg(3), "tailUuid": arg(4)});
                 }
                 parent = json!(arg(1));
                 rec
             }
             "snip" => json!({"type": "ctxd-snip", "timestamp": ts, "removedUuids": t[1..]}),
-            "collapse" => json!({"type": "ctxd-collapse", "timestamp": ts, "from": arg(1), "to": arg(2), "summary": arg(3)}),
-            "replace" => json!({"type": "ctxd-tool-result-replacement", "toolUseId": arg(1), "path": format!("/store/{}.txt", arg(1)), "preview": arg(2), "originalBytes": 1}),
+            "collapse" => {
+                json!({"type": "ctxd-collapse", "timestamp": ts, "from": arg(1), "to": arg(2), "summary": arg(3)})
+            }
+            "replace" => {
+                json!({"type": "ctxd-tool-result-replacement", "toolUseId": arg(1), "path": format!("/store/{}.txt", arg(1)), "preview": arg(2), "originalBytes": 1})
+            }
             other => panic!("unknown fixture line {other:?}"),
         };
         records.push(Record::parse(&serde_json::to_string(&record).unwrap()).unwrap());

@@ -14,14 +14,29 @@ enum Op {
     Prompt(usize),
     /// A response: optional text, thinking (signed or not), calls (tool, later result
     /// size), written as one line or one line per block.
-    Respond { text: bool, thinking: Option<bool>, calls: Vec<(usize, u32)>, split: bool },
+    Respond {
+        text: bool,
+        thinking: Option<bool>,
+        calls: Vec<(usize, u32)>,
+        split: bool,
+    },
     /// Results for the last response's calls: which ones, in which order, one record or
     /// one per result.
-    Results { keep: Vec<bool>, reverse: bool, together: bool },
+    Results {
+        keep: Vec<bool>,
+        reverse: bool,
+        together: bool,
+    },
     Attachment,
     ApiError,
-    Snip { from: usize, len: usize },
-    Collapse { from: usize, len: usize },
+    Snip {
+        from: usize,
+        len: usize,
+    },
+    Collapse {
+        from: usize,
+        len: usize,
+    },
     Boundary,
     Wait(i64),
     /// A result for an older call.
@@ -30,6 +45,10 @@ enum Op {
     Duplicate(usize),
     /// A stored-output record for an existing call.
     Replace(usize),
+    /// A snip naming records not appended yet.
+    SnipAhead,
+    /// A collapse from an existing record to one not appended yet.
+    CollapseAhead(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -49,6 +68,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0usize..30).prop_map(Op::LateResult),
         1 => (0usize..60).prop_map(Op::Duplicate),
         1 => (0usize..30).prop_map(Op::Replace),
+        1 => Just(Op::SnipAhead),
+        1 => (0usize..60).prop_map(Op::CollapseAhead),
     ]
 }
 
@@ -175,10 +196,20 @@ impl Builder {
                 }
             }
             Op::Duplicate(k) => {
-                let messages: Vec<&Value> = self.lines.iter().filter(|l| l.get("uuid").is_some()).collect();
-                if !messages.is_empty() {
-                    let again = messages[k % messages.len()].clone();
+                if !self.lines.is_empty() {
+                    let again = self.lines[k % self.lines.len()].clone();
                     self.lines.push(again);
+                }
+            }
+            Op::SnipAhead => {
+                let ahead: Vec<String> = (1..=4).map(|d| format!("u{}", self.next + d)).collect();
+                self.lines.push(json!({"type": "ctxd-snip", "removedUuids": ahead}));
+            }
+            Op::CollapseAhead(k) => {
+                if !self.uuids.is_empty() {
+                    let from = self.uuids[k % self.uuids.len()].clone();
+                    let to = format!("u{}", self.next + 3);
+                    self.lines.push(json!({"type": "ctxd-collapse", "from": from, "to": to, "summary": "later work"}));
                 }
             }
             Op::Replace(k) => {
@@ -232,7 +263,7 @@ fn settings() -> impl Strategy<Value = PipelineConfig> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 20000, ..ProptestConfig::default() })]
 
     #[test]
     fn any_history_gives_a_valid_request_and_the_cache_agrees(

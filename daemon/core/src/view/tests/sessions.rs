@@ -23,7 +23,10 @@ const REAL_TRANSCRIPT: &str =
 /// Real Claude Code 2.1.38/2.1.39 transcripts (thinking, `caller` on tool calls, two
 /// boundaries, a thousand progress lines).
 const OLDER_TRANSCRIPTS: [&str; 3] = [
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/transcripts/spotter/4d5611e5-241a-462a-8d15-5122611a9569.jsonl"),
+    concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/transcripts/spotter/4d5611e5-241a-462a-8d15-5122611a9569.jsonl"
+    ),
     concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/transcripts/spotter/tool_heavy.jsonl"),
     concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/transcripts/spotter/short.jsonl"),
 ];
@@ -137,7 +140,8 @@ fn generated_sessions_become_valid_requests() {
 
 #[test]
 fn generated_sessions_agree_through_the_cache_under_every_setting() {
-    let variants: Vec<(&str, Box<dyn Fn(&mut Setup)>)> = vec![
+    type Variant = (&'static str, Box<dyn Fn(&mut Setup)>);
+    let variants: Vec<Variant> = vec![
         ("defaults", Box::new(|_| {})),
         (
             "tight budgets, snip on",
@@ -171,10 +175,7 @@ fn generated_sessions_agree_through_the_cache_under_every_setting() {
             let mut setup = Setup::new(0);
             apply(&mut setup);
             let (records, counters) = simulate(&mut setup, &source);
-            assert!(
-                counters.extensions as usize > source.len() / 2,
-                "{name}, {variant}: {counters:?}"
-            );
+            assert!(counters.extensions as usize > source.len() / 2, "{name}, {variant}: {counters:?}");
             let decided = records.len() - source.len();
             if *variant != "defaults" {
                 assert!(decided > 0, "{name}, {variant}: nothing was decided");

@@ -320,7 +320,9 @@ fn cache_edits_leave_messages_alone_and_are_pinned() {
         assistant: text("all read")
         user: text("continue")+cache cache_edits(delete t1 t2 t3 t4 t5)
     "#]]
-    .assert_eq(&text.lines().rev().take(2).collect::<Vec<_>>().into_iter().rev().map(|l| format!("{l}\n")).collect::<String>());
+    .assert_eq(
+        &text.lines().rev().take(2).collect::<Vec<_>>().into_iter().rev().map(|l| format!("{l}\n")).collect::<String>(),
+    );
 }
 
 #[test]
@@ -369,15 +371,14 @@ fn compaction_check_is_a_decision() {
     let estimate = setup.run(&f.records).estimate_tokens;
     assert!(estimate > 19_000 && estimate < 20_000, "{estimate}");
     setup.compact.threshold = Some(estimate);
-    assert_eq!(
-        setup.run(&f.records).decision,
-        CompactDecision::Compact { tokens: estimate, threshold: estimate }
-    );
+    assert_eq!(setup.run(&f.records).decision, CompactDecision::Compact { tokens: estimate, threshold: estimate });
     setup.compact.threshold = Some(estimate + 1);
     assert_eq!(setup.run(&f.records).decision, CompactDecision::Continue);
     // An anchored count is used as given, minus what this request freed.
     setup.compact.anchored_tokens = Some(estimate + 5);
-    assert!(matches!(setup.run(&f.records).decision, CompactDecision::Compact { tokens, .. } if tokens == estimate + 5));
+    assert!(
+        matches!(setup.run(&f.records).decision, CompactDecision::Compact { tokens, .. } if tokens == estimate + 5)
+    );
 }
 
 #[test]

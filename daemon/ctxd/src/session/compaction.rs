@@ -1,0 +1,203 @@
+//! The compaction driver: the async half of compaction. The actor takes a snapshot of
+//! the session and hands it here; [`prepare`] runs hooks, writes the summary, checks its
+//! fidelity and chooses what to restore, all off the actor, so appends and usage keep
+//! being answered. The actor then installs the result ([`super::actor`]), adding the
+//! records appended in the meantime after the summary.
+//!
+//! Every decision is the pure planner's (`ctxd_core::compact`); this file only does the
+//! I/O around it: hook commands, reading restored files from disk, the summarizer.
+
+use std::path::Path;
+
+use ctxd_core::compact::{
+    FidelityFacts, FidelityReport, FileReadEntry, KeptMessages, PostCompactSizes, RestoreBudget, RestoreInput,
+    RestoredAttachment, SummaryMessage, Trigger, DEFAULT_RECENT_TURNS, check_fidelity, kept_tail_start,
+    merge_instructions, plan_restoration, summary_message_text, tools_used,
+};
+use ctxd_core::ledger::{LedgerEntry, has_changed};
+use ctxd_core::record::Record;
+use ctxd_core::summary::{OfflineOptions, estimate_tokens, parse_summary_reply, summarize_offline};
+use serde_json::json;
+
+/// What the actor hands the driver: a snapshot, never a live reference.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub session_id: String,
+    pub trigger: Trigger,
+    pub focus: Option<String>,
+    /// The records of the view when the compaction started.
+    pub records: Vec<Record>,
+    pub ledger: Vec<LedgerEntry>,
+    pub pre_tokens: u64,
+    pub threshold: u64,
+    /// Tokens compaction cannot remove (system, tools, memory files).
+    pub fixed_prefix: u64,
+    pub settings: ctxd_proto::Settings,
+    pub transcript_path: String,
+    pub cwd: String,
+}
+
+/// A summary ready to install.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The installed summary message's text.
+    pub summary_text: String,
+    /// The summary body (what `ctx/compact` returns).
+    pub summary: String,
+    /// Index into the snapshot where the messages kept verbatim start.
+    pub kept_from: usize,
+    pub attachments: Vec<RestoredAttachment>,
+    pub hook_outputs: Vec<String>,
+    pub fidelity: FidelityReport,
+    /// Hook failures and other things worth telling the client.
+    pub problems: Vec<String>,
+    /// Which summarizer wrote it.
+    pub summarizer: &'static str,
+}
+
+/// Why a compaction failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CompactFailure {
+    #[error("nothing to compact: the session has no messages after its last compaction")]
+    NothingToCompact,
+    #[error("the summary could not be read: {0}")]
+    Summary(String),
+}
+
+/// Runs everything of a compaction that does not touch the session's state.
+pub async fn prepare(job: Job) -> Result<Prepared, CompactFailure> {
+    let conversation = job.records.iter().filter(|r| r.head().message_id.is_some() || matches!(r.head().kind, ctxd_core::record::Kind::User)).count();
+    if conversation == 0 {
+        return Err(CompactFailure::NothingToCompact);
+    }
+    let mut problems = Vec::new();
+    let hooks = job.settings.hooks.as_ref();
+    let hook_input = json!({
+        "session_id": job.session_id,
+        "transcript_path": job.transcript_path,
+        "cwd": job.cwd,
+        "hook_event_name": "PreCompact",
+        "trigger": job.trigger.hook_trigger(),
+        "custom_instructions": job.focus.clone().unwrap_or_default(),
+    });
+    let pre = crate::hooks::run(hooks, "PreCompact", job.trigger.hook_trigger(), &hook_input).await;
+    let hook_instructions: Vec<String> = pre.iter().filter_map(|r| r.output.clone()).collect();
+    problems.extend(pre.iter().filter_map(|r| r.problem.as_ref().map(|p| format!("PreCompact hook `{}`: {p}", r.command))));
+    let instructions = merge_instructions(job.focus.as_deref(), &hook_instructions);
+
+    // The newest exchange stays verbatim after the summary; the rest is summarized.
+    let kept_from = kept_tail_start(&job.records).unwrap_or(job.records.len());
+    let summarized = job.records[..kept_from].to_vec();
+    let kept = job.records[kept_from..].to_vec();
+    let focus = instructions.clone();
+    let (offline, facts) = tokio::task::spawn_blocking(move || {
+        let options = OfflineOptions { focus, ..OfflineOptions::default() };
+        let summary = summarize_offline(&summarized, &options);
+        let facts = FidelityFacts::from_records(&summarized, DEFAULT_RECENT_TURNS);
+        (summary, facts)
+    })
+    .await
+    .map_err(|e| CompactFailure::Summary(format!("summarizer task failed: {e}")))?;
+    let body = parse_summary_reply(&offline.text).map_err(|e| CompactFailure::Summary(e.to_string()))?;
+    let checked = check_fidelity(&body, &facts);
+    let summary = checked.summary;
+    let summary_text = summary_message_text(&SummaryMessage {
+        body: summary.clone(),
+        transcript_path: Some(job.transcript_path.clone()),
+        tools_used: tools_used(&job.records),
+        kept: if kept.is_empty() { KeptMessages::None } else { KeptMessages::After },
+    });
+
+    let start_input = json!({
+        "session_id": job.session_id,
+        "transcript_path": job.transcript_path,
+        "cwd": job.cwd,
+        "hook_event_name": "SessionStart",
+        "source": "compact",
+    });
+    let start = crate::hooks::run(hooks, "SessionStart", "compact", &start_input).await;
+    let hook_outputs: Vec<String> = start.iter().filter_map(|r| r.output.clone()).collect();
+    problems.extend(start.iter().filter_map(|r| r.problem.as_ref().map(|p| format!("SessionStart hook `{}`: {p}", r.command))));
+
+    // Restoration: bounded, newest first, sized so the session ends well below its
+    // threshold after compaction.
+    let kept_uuids: Vec<String> = kept.iter().filter_map(|r| r.uuid().map(str::to_owned)).collect();
+    let kept_tokens: u64 = kept.iter().map(|r| estimate_tokens(r.line())).sum();
+    let sizes = PostCompactSizes {
+        fixed_prefix: job.fixed_prefix,
+        summary: estimate_tokens(&summary_text),
+        kept: kept_tokens,
+        hook_output: hook_outputs.iter().map(|h| estimate_tokens(h)).sum(),
+    };
+    let budget = RestoreBudget::fitted(job.threshold, &sizes);
+    let ledger = job.ledger.clone();
+    let cwd = job.cwd.clone();
+    let plan = tokio::task::spawn_blocking(move || {
+        let files = restoration_candidates(&ledger, &kept_uuids, budget.max_tokens_per_file);
+        plan_restoration(&RestoreInput { files, skills: Vec::new(), plan: None, budget, cwd: Some(cwd) })
+    })
+    .await
+    .map_err(|e| CompactFailure::Summary(format!("restoration task failed: {e}")))?;
+
+    Ok(Prepared {
+        summary_text,
+        summary,
+        kept_from,
+        attachments: plan.attachments,
+        hook_outputs,
+        fidelity: checked.report,
+        problems,
+        summarizer: "offline",
+    })
+}
+
+/// The ledger as restoration sees it: the newest reads, with their current content when
+/// small enough to restore (a larger file comes back as its path). Reads at most a few
+/// files from disk.
+fn restoration_candidates(ledger: &[LedgerEntry], kept_uuids: &[String], max_tokens_per_file: u64) -> Vec<FileReadEntry> {
+    let mut newest: Vec<&LedgerEntry> = ledger.iter().collect();
+    newest.sort_by(|a, b| b.sequence.cmp(&a.sequence));
+    newest
+        .into_iter()
+        .take(20)
+        .map(|entry| {
+            let path = Path::new(&entry.path);
+            let size = std::fs::metadata(path).map(|m| m.len()).ok();
+            let tokens = size.map_or(entry.tokens, |s| s.div_ceil(4));
+            let content = match size {
+                Some(s) if s.div_ceil(4) <= max_tokens_per_file.max(1) => {
+                    std::fs::read(path).ok().map(|b| String::from_utf8_lossy(&b).into_owned())
+                }
+                _ => None,
+            };
+            let changed = content.as_deref().is_some_and(|c| has_changed(entry, c));
+            FileReadEntry {
+                path: entry.path.clone(),
+                read_order: entry.sequence,
+                tokens,
+                exists: size.is_some(),
+                content,
+                changed_since_read: changed || entry.stale,
+                in_kept_tail: entry.source_uuid.as_ref().is_some_and(|u| kept_uuids.contains(u)),
+            }
+        })
+        .collect()
+}
+
+/// PostCompact hooks get the summary once it is installed; their output is logged only.
+pub async fn after_install(settings: ctxd_proto::Settings, session_id: String, transcript_path: String, trigger: Trigger, summary: String) {
+    let input = json!({
+        "session_id": session_id,
+        "transcript_path": transcript_path,
+        "hook_event_name": "PostCompact",
+        "trigger": trigger.hook_trigger(),
+        "summary": summary,
+    });
+    for run in crate::hooks::run(settings.hooks.as_ref(), "PostCompact", trigger.hook_trigger(), &input).await {
+        match (&run.output, &run.problem) {
+            (_, Some(problem)) => tracing::warn!(command = %run.command, %problem, "PostCompact hook failed"),
+            (Some(output), None) => tracing::info!(command = %run.command, %output, "PostCompact hook"),
+            (None, None) => {}
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! Compaction over real pipes with the built-in offline summarizer: manual with focus,
+//! automatic at the threshold while appends go on, resume after it, hooks, and a torn
+//! install cut on resume.
+
+use std::path::Path;
+
+use ctxd_e2e::{Daemon, repo_root, stored_uuids};
+use serde_json::{Value, json};
+
+const MODEL: &str = "claude-sonnet-4-5-20250929";
+
+/// The bundled example session's records.
+fn example() -> Vec<Value> {
+    let text = std::fs::read_to_string(repo_root().join("examples/session.jsonl")).unwrap();
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn records_of(state: &Path, id: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(state.join("sessions").join(format!("{id}.jsonl"))).unwrap();
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn manual_compaction_with_focus_installs_a_recovery_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": "/home/dev/project", "model": MODEL, "sessionId": "m"})).unwrap();
+    let records: Vec<Value> = example().into_iter().take(120).collect();
+    let appended = daemon.request("ctx/append", json!({"sessionId": "m", "records": records})).unwrap();
+    let before = appended["usage"]["tokens"].as_u64().unwrap();
+
+    let result = daemon.request("ctx/compact", json!({"sessionId": "m", "instructions": "keep the budget work"})).unwrap();
+    assert_eq!(result["trigger"], "manual");
+    assert_eq!(result["summarizer"], "offline");
+    assert_eq!(result["preTokens"].as_u64().unwrap(), before);
+    let after = result["usage"]["tokens"].as_u64().unwrap();
+    assert!(after < before / 2, "compaction should cut the context: {before} → {after}");
+    assert_eq!(result["postTokens"].as_u64().unwrap(), after);
+    let summary = result["summary"].as_str().unwrap();
+    for section in ["1. Primary Request and Intent:", "6. All User Messages:", "9. Optional Next Step:"] {
+        assert!(summary.contains(section), "{section} missing");
+    }
+    assert!(summary.contains("keep the budget work"), "focus instructions are part of the summary");
+    let compacted = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "m").unwrap();
+    assert_eq!(compacted["trigger"], "manual");
+
+    // The transcript keeps everything and gained a boundary and a summary after it.
+    let stored = records_of(&state, "m");
+    assert!(stored.len() > 120);
+    let boundary = stored.iter().position(|r| r["subtype"] == "compact_boundary").unwrap();
+    assert_eq!(boundary, 120, "the install follows every record appended before it");
+    assert_eq!(stored[boundary]["uuid"], result["boundary"]);
+    assert_eq!(stored[boundary]["compactMetadata"]["trigger"], "manual");
+    assert_eq!(stored[boundary]["compactMetadata"]["preTokens"].as_u64().unwrap(), before);
+    assert_eq!(stored[boundary + 1]["isCompactSummary"], true);
+
+    // Resume: the usage starts from the recovery point at once.
+    assert!(daemon.stop().unwrap().success());
+    let mut daemon = Daemon::started(&state).unwrap();
+    let opened = daemon.request("ctx/openSession", json!({"cwd": "/home/dev/project", "model": MODEL, "sessionId": "m"})).unwrap();
+    assert_eq!(opened["usage"]["tokens"].as_u64().unwrap(), after);
+    assert_eq!(opened["records"].as_u64().unwrap(), stored.len() as u64);
+}
+
+#[test]
+fn automatic_compaction_at_the_threshold_while_appends_continue() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::start_with(&state, &[], &[("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "100000")]).unwrap();
+    daemon.initialize().unwrap();
+    let opened = daemon.request("ctx/openSession", json!({"cwd": "/home/dev/project", "model": MODEL, "sessionId": "a"})).unwrap();
+    let threshold = opened["usage"]["threshold"].as_u64().unwrap();
+    assert_eq!(threshold, 67_000);
+    // A recorded session's usage figures describe its original, never-compacted
+    // context; a live host would report smaller ones after a compaction. Without them
+    // ctxd counts by estimate, as it does between two responses.
+    let all: Vec<Value> = example()
+        .into_iter()
+        .map(|mut r| {
+            if let Some(message) = r["message"].as_object_mut() {
+                message.remove("usage");
+            }
+            r
+        })
+        .collect();
+    // One record at a time, as a host appends, never waiting for a compaction.
+    for record in &all {
+        daemon.request("ctx/append", json!({"sessionId": "a", "records": [record]})).unwrap();
+    }
+    let compacted = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "a").unwrap();
+    assert_eq!(compacted["trigger"], "auto");
+    assert!(compacted["preTokens"].as_u64().unwrap() >= threshold, "{compacted}");
+    assert!(compacted["postTokens"].as_u64().unwrap() < threshold, "no immediate re-trigger: {compacted}");
+    // Every record the host sent is stored, in order, boundaries or not.
+    let sent: Vec<String> = all.iter().filter_map(|r| r["uuid"].as_str().map(str::to_owned)).collect();
+    let stored = stored_uuids(&state, "a").unwrap();
+    let originals: Vec<&String> = stored.iter().filter(|u| sent.contains(u)).collect();
+    assert_eq!(originals.len(), sent.len());
+    assert!(originals.iter().zip(&sent).all(|(a, b)| *a == b), "host records stay in order");
+    // The session ends inside its window, though the records sent add up to about
+    // 185,000 tokens.
+    let usage = loop {
+        let usage = daemon.request("ctx/usage", json!({"sessionId": "a"})).unwrap()["usage"].clone();
+        if usage["level"] != "compacting" {
+            break usage;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(usage["tokens"].as_u64().unwrap() < 100_000, "{usage}");
+}
+
+#[test]
+fn hooks_run_around_compaction_and_a_hanging_hook_does_not_stop_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(project.join(".ctxd")).unwrap();
+    let marker = dir.path().join("post-compact.txt");
+    let settings = json!({"hooks": {
+        "PreCompact": [{"matcher": "manual", "hooks": [
+            {"type": "command", "command": "echo mention the HOOK-FOCUS marker"},
+            {"type": "command", "command": "sleep 30", "timeout": 1}
+        ]}],
+        "SessionStart": [{"matcher": "compact", "hooks": [{"type": "command", "command": "echo RELOADED-BY-HOOK"}]}],
+        "PostCompact": [{"hooks": [{"type": "command", "command": format!("cat > {}", marker.display())}]}]
+    }});
+    std::fs::write(project.join(".ctxd/settings.json"), settings.to_string()).unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "h"})).unwrap();
+    let records: Vec<Value> = example().into_iter().take(40).collect();
+    daemon.request("ctx/append", json!({"sessionId": "h", "records": records})).unwrap();
+    let result = daemon.request("ctx/compact", json!({"sessionId": "h"})).unwrap();
+    assert!(result["summary"].as_str().unwrap().contains("HOOK-FOCUS"), "PreCompact output joins the focus");
+    let problems = result["problems"].to_string();
+    assert!(problems.contains("timed out"), "{problems}");
+    let stored = std::fs::read_to_string(state.join("sessions/h.jsonl")).unwrap();
+    assert!(stored.contains("RELOADED-BY-HOOK"), "SessionStart(compact) output is installed");
+    // PostCompact gets the summary (after install, in the background).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut post = String::new();
+    while !post.contains("Primary Request") && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        post = std::fs::read_to_string(&marker).unwrap_or_default();
+    }
+    assert!(post.contains("\"hook_event_name\":\"PostCompact\""), "{post}");
+    assert!(post.contains("Primary Request"), "{post}");
+}
+
+#[test]
+fn an_install_cut_by_a_crash_is_not_half_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": "/home/dev/project", "model": MODEL, "sessionId": "t"})).unwrap();
+    let records: Vec<Value> = example().into_iter().take(60).collect();
+    let appended = daemon.request("ctx/append", json!({"sessionId": "t", "records": records})).unwrap();
+    let before = appended["usage"].clone();
+    daemon.request("ctx/compact", json!({"sessionId": "t"})).unwrap();
+    daemon.kill9().unwrap();
+    // Make it look as if the crash came in the middle of writing the install: keep the
+    // boundary and one more line of it.
+    let path = state.join("sessions/t.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let boundary = lines.iter().position(|l| l.contains("compact_boundary")).unwrap();
+    std::fs::write(&path, format!("{}\n", lines[..boundary + 2].join("\n"))).unwrap();
+
+    let mut daemon = Daemon::started(&state).unwrap();
+    let opened = daemon.request("ctx/openSession", json!({"cwd": "/home/dev/project", "model": MODEL, "sessionId": "t"})).unwrap();
+    assert_eq!(opened["usage"]["tokens"], before["tokens"], "the old view, not a half-installed one");
+    assert!(opened["diagnostics"].to_string().contains("interrupted compaction"), "{opened}");
+    assert_eq!(stored_uuids(&state, "t").unwrap().len(), 60);
+    // And compacting again works.
+    let again = daemon.request("ctx/compact", json!({"sessionId": "t"})).unwrap();
+    assert!(again["postTokens"].as_u64() < before["tokens"].as_u64());
+}
