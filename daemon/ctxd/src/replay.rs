@@ -83,6 +83,7 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
 
     let mut turn = 0usize;
     let mut last_usage: Option<Value> = None;
+    let mut compactions = 0usize;
     for object in &records {
         let starts_turn = Record::from_object(object).is_ok_and(|r| is_prompt(&r));
         if starts_turn {
@@ -91,11 +92,72 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
             }
             turn += 1;
         }
+        // After a compaction the transcript's recorded usage describes a context the
+        // model no longer has (a live host would report smaller figures), so it is left
+        // out and ctxd counts by estimate.
+        let mut object = object.clone();
+        if compactions > 0
+            && let Some(Value::Object(message)) = object.get_mut("message")
+        {
+            message.remove("usage");
+        }
         let result = client.request("ctx/append", json!({"sessionId": session_id, "records": [object]})).await?;
         last_usage = Some(result["usage"].clone());
+        // Compactions run in the background; report each as it is announced.
+        let mut notes = client.notifications.lock().await;
+        while let Ok((method, params)) = notes.try_recv() {
+            match method.as_str() {
+                "ctx/compacted" => {
+                    compactions += 1;
+                    writeln!(
+                        out,
+                        "      compacted ({}): {} → {} tokens",
+                        params["trigger"].as_str().unwrap_or("?"),
+                        thousands(params["preTokens"].as_u64().unwrap_or(0)),
+                        thousands(params["postTokens"].as_u64().unwrap_or(0)),
+                    )?;
+                }
+                "ctx/compactFailed" => writeln!(out, "      compaction failed: {}", params["reason"].as_str().unwrap_or("?"))?,
+                _ => {}
+            }
+        }
     }
     if let Some(usage) = last_usage {
         report(out, turn, &usage)?;
+        // A compaction still running at the end: wait for it, then show where it left
+        // the session.
+        if usage["level"] == "compacting" {
+            let mut notes = client.notifications.lock().await;
+            let waited = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+                while let Some((method, params)) = notes.recv().await {
+                    if method == "ctx/compacted" || method == "ctx/compactFailed" {
+                        return Some((method, params));
+                    }
+                }
+                None
+            })
+            .await;
+            drop(notes);
+            match waited {
+                Ok(Some((method, params))) if method == "ctx/compacted" => {
+                    compactions += 1;
+                    writeln!(
+                        out,
+                        "      compacted ({}): {} → {} tokens",
+                        params["trigger"].as_str().unwrap_or("?"),
+                        thousands(params["preTokens"].as_u64().unwrap_or(0)),
+                        thousands(params["postTokens"].as_u64().unwrap_or(0)),
+                    )?;
+                    let now = client.request("ctx/usage", json!({"sessionId": session_id})).await?;
+                    report(out, turn, &now["usage"])?;
+                }
+                Ok(Some((_, params))) => writeln!(out, "      compaction failed: {}", params["reason"].as_str().unwrap_or("?"))?,
+                _ => writeln!(out, "      compaction did not finish within 60 s")?,
+            }
+        }
+    }
+    if compactions > 0 {
+        writeln!(out, "{compactions} compaction(s); the summaries were written by the built-in offline summarizer (no model, no network)")?;
     }
     client.request("ctx/closeSession", json!({"sessionId": session_id})).await?;
     client.request("shutdown", Value::Null).await?;
