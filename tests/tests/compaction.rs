@@ -175,3 +175,45 @@ fn an_install_cut_by_a_crash_is_not_half_applied() {
     let again = daemon.request("ctx/compact", json!({"sessionId": "t"})).unwrap();
     assert!(again["postTokens"].as_u64() < before["tokens"].as_u64());
 }
+
+#[test]
+fn a_prompt_too_long_refusal_compacts_and_other_errors_do_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": "/home/dev/project", "model": MODEL, "sessionId": "r"})).unwrap();
+    let records: Vec<Value> = example().into_iter().take(80).collect();
+    daemon.request("ctx/append", json!({"sessionId": "r", "records": records})).unwrap();
+    let overloaded = daemon
+        .request("ctx/reportProviderError", json!({"sessionId": "r", "error": {"status": 529, "type": "overloaded_error", "message": "Overloaded"}}))
+        .unwrap();
+    assert_eq!(overloaded["action"], "none");
+    let too_long = daemon
+        .request(
+            "ctx/reportProviderError",
+            json!({"sessionId": "r", "error": {"status": 400, "type": "invalid_request_error", "message": "prompt is too long: 212345 tokens > 200000 maximum"}}),
+        )
+        .unwrap();
+    assert_eq!(too_long["action"], "compacted", "{too_long}");
+    assert_eq!(too_long["compact"]["trigger"], "reactive");
+    assert!(too_long["reason"].as_str().unwrap().contains("212345"));
+    let error = daemon
+        .request_error("ctx/reportProviderError", json!({"sessionId": "nobody", "error": {"message": "Overloaded"}}))
+        .unwrap();
+    assert_eq!(error["code"], -33001);
+}
+
+#[test]
+fn clear_starts_an_empty_session_and_keeps_the_old_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": "/home/dev/project", "model": MODEL, "sessionId": "old"})).unwrap();
+    let records: Vec<Value> = example().into_iter().take(10).collect();
+    daemon.request("ctx/append", json!({"sessionId": "old", "records": records})).unwrap();
+    let cleared = daemon.request("ctx/clear", json!({"sessionId": "old"})).unwrap();
+    let new_id = cleared["sessionId"].as_str().unwrap();
+    assert_ne!(new_id, "old");
+    assert_eq!(cleared["usage"]["tokens"], 0);
+    assert_eq!(cleared["usage"]["window"], 200_000);
+    assert_eq!(stored_uuids(&state, "old").unwrap().len(), 10, "the old transcript stays");
+}

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use ctxd_core::budget::{EnvConfig, WindowSource};
+use ctxd_core::compact::Trigger;
 use ctxd_core::ledger::ReadOutcome;
 use ctxd_core::record::Record;
 use ctxd_proto::{self as proto, error_codes, methods};
@@ -49,6 +50,8 @@ pub fn service(options: ServeOptions) -> (LspService<Backend>, tower_lsp_server:
         .custom_method(methods::FILE_READ, Backend::file_read)
         .custom_method(methods::CONTEXT, Backend::context)
         .custom_method(methods::COMPACT, Backend::compact)
+        .custom_method(methods::REPORT_PROVIDER_ERROR, Backend::report_provider_error)
+        .custom_method(methods::CLEAR, Backend::clear)
         .finish()
 }
 
@@ -209,11 +212,19 @@ impl Backend {
     }
 
     pub async fn compact(&self, params: proto::CompactParams) -> Result<proto::CompactResult> {
+        let rx = self.sessions()?.compact(&params.session_id, Trigger::Manual, params.instructions).map_err(rpc_error)?;
+        self.compact_result(&params.session_id, rx).await
+    }
+
+    async fn compact_result(
+        &self,
+        session_id: &str,
+        rx: oneshot::Receiver<std::result::Result<crate::session::actor::CompactAnswer, SessionError>>,
+    ) -> Result<proto::CompactResult> {
         let sessions = self.sessions()?;
-        let rx = sessions.compact(&params.session_id, params.instructions).map_err(rpc_error)?;
-        let done = answer(rx, &params.session_id).await?;
-        let usage_rx = sessions.usage(&params.session_id).map_err(rpc_error)?;
-        let usage = usage_rx.await.map_err(|_| rpc_error(SessionError::Closed(params.session_id.clone())))?;
+        let done = answer(rx, session_id).await?;
+        let usage_rx = sessions.usage(session_id).map_err(rpc_error)?;
+        let usage = usage_rx.await.map_err(|_| rpc_error(SessionError::Closed(session_id.to_owned())))?;
         Ok(proto::CompactResult {
             boundary: done.boundary,
             trigger: done.trigger.as_str().to_owned(),
@@ -225,6 +236,41 @@ impl Backend {
             problems: done.problems,
             usage: usage.to_proto(),
         })
+    }
+
+    pub async fn report_provider_error(&self, params: proto::ReportProviderErrorParams) -> Result<proto::ReportProviderErrorResult> {
+        let sessions = self.sessions()?;
+        let Some(refusal) = crate::provider::refusal_of(params.error.status, &params.error.message) else {
+            // Validate the session all the same: an unknown id is an error, not "none".
+            let rx = sessions.usage(&params.session_id).map_err(rpc_error)?;
+            let _ = rx.await;
+            return Ok(proto::ReportProviderErrorResult {
+                action: "none".to_owned(),
+                reason: "not a refusal compaction answers (prompt too long, long-context credits)".to_owned(),
+                compact: None,
+            });
+        };
+        let reason = match refusal {
+            crate::provider::Refusal::PromptTooLong { tokens, max } => format!("the prompt was {tokens} tokens, over the {max} maximum"),
+            crate::provider::Refusal::CreditsRequired => "the provider asked for long-context credits".to_owned(),
+        };
+        let rx = sessions.compact(&params.session_id, Trigger::Reactive, None).map_err(rpc_error)?;
+        match self.compact_result(&params.session_id, rx).await {
+            Ok(result) => Ok(proto::ReportProviderErrorResult { action: "compacted".to_owned(), reason, compact: Some(result) }),
+            Err(e) if e.code == ErrorCode::ServerError(error_codes::COMPACT_FAILED) => Ok(proto::ReportProviderErrorResult {
+                action: "none".to_owned(),
+                reason: format!("{reason}; {}", e.message),
+                compact: None,
+            }),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn clear(&self, params: proto::SessionParams) -> Result<proto::ClearResult> {
+        let sessions = self.sessions()?;
+        let (id, rx) = sessions.clear(&params.session_id).map_err(rpc_error)?;
+        let opened = answer(rx, &id).await?;
+        Ok(proto::ClearResult { session_id: id, usage: opened.usage.to_proto() })
     }
 
     pub async fn context(&self, params: proto::SessionParams) -> Result<proto::ContextResult> {

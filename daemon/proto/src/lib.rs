@@ -34,13 +34,15 @@ pub mod methods {
     pub const FILE_READ: &str = "ctx/fileRead";
     pub const CONTEXT: &str = "ctx/context";
     pub const COMPACT: &str = "ctx/compact";
+    pub const REPORT_PROVIDER_ERROR: &str = "ctx/reportProviderError";
+    pub const CLEAR: &str = "ctx/clear";
     pub const COMPACTED: &str = "ctx/compacted";
     pub const COMPACT_FAILED: &str = "ctx/compactFailed";
     pub const CONTEXT_CHANGED: &str = "ctx/contextChanged";
 
     /// Every `ctx/` request method this build of ctxd answers, as announced in
     /// `initialize` under `capabilities.experimental.ctxd.methods`.
-    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION, SET_AUTO_COMPACT_WINDOW, FILE_READ, CONTEXT, COMPACT];
+    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION, SET_AUTO_COMPACT_WINDOW, FILE_READ, CONTEXT, COMPACT, REPORT_PROVIDER_ERROR, CLEAR];
     /// Every `ctx/` notification this build of ctxd sends.
     pub const NOTIFICATIONS: &[&str] = &[USAGE_CHANGED, CONTEXT_CHANGED, COMPACTED, COMPACT_FAILED];
 }
@@ -434,4 +436,47 @@ pub struct CompactFailedNotification {
     pub session_id: String,
     /// Why; begins `Autocompact is thrashing` when automatic compaction stopped for that.
     pub reason: String,
+}
+
+/// `ctx/reportProviderError` params: the host's model request failed; ctxd compacts when
+/// the refusal is one compaction answers (prompt too long, long-context credits).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReportProviderErrorParams {
+    pub session_id: String,
+    pub error: ProviderErrorReport,
+}
+
+/// The provider's error as the host received it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderErrorReport {
+    /// HTTP status, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// The provider's error type (e.g. `invalid_request_error`), when known.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub message: String,
+}
+
+/// `ctx/reportProviderError` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReportProviderErrorResult {
+    /// `compacted` (retry the request now) or `none` (the error is not one compaction
+    /// answers, or compaction is off).
+    pub action: String,
+    /// Why, in a sentence.
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compact: Option<CompactResult>,
+}
+
+/// `ctx/clear` result: a new, empty session with the same working directory and model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClearResult {
+    pub session_id: String,
+    pub usage: Usage,
 }

@@ -119,6 +119,28 @@ impl ProviderError {
     }
 }
 
+/// A refusal that compaction can answer, read from a provider's error message (as a
+/// host reports it with `ctx/reportProviderError`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// "prompt is too long: N tokens > M maximum".
+    PromptTooLong { tokens: u64, max: u64 },
+    /// A long-context request refused for want of usage credits.
+    CreditsRequired,
+}
+
+/// Reads a provider error message (and its HTTP status, when known) for a refusal that
+/// compaction can answer.
+pub fn refusal_of(status: Option<u16>, message: &str) -> Option<Refusal> {
+    if let Some((tokens, max)) = prompt_too_long(message) {
+        return Some(Refusal::PromptTooLong { tokens, max });
+    }
+    if status.is_none_or(|s| matches!(s, 400 | 429)) && credits_required(message) {
+        return Some(Refusal::CreditsRequired);
+    }
+    None
+}
+
 /// What the retry loop does with a failed response.
 #[derive(Debug)]
 pub(super) enum Verdict {
@@ -285,6 +307,22 @@ fn leading_number(text: &str) -> Option<(u64, &str)> {
     let end = text.find(|c: char| !(c.is_ascii_digit() || c == ',' || c == '_')).unwrap_or(text.len());
     let digits: String = text[..end].chars().filter(char::is_ascii_digit).collect();
     Some((digits.parse().ok()?, &text[end..]))
+}
+
+#[cfg(test)]
+mod refusal_tests {
+    use super::*;
+
+    #[test]
+    fn refusals_hosts_report() {
+        assert_eq!(
+            refusal_of(Some(400), "prompt is too long: 212345 tokens > 200000 maximum"),
+            Some(Refusal::PromptTooLong { tokens: 212_345, max: 200_000 })
+        );
+        assert_eq!(refusal_of(None, "Usage credits required for 1M context"), Some(Refusal::CreditsRequired));
+        assert_eq!(refusal_of(Some(529), "Overloaded"), None);
+        assert_eq!(refusal_of(Some(400), "Your credit balance is too low"), None);
+    }
 }
 
 #[cfg(test)]

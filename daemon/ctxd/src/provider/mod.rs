@@ -50,7 +50,7 @@ pub use anthropic::AnthropicProvider;
 pub use config::{
     AnthropicConfig, ApiKey, Backend, HttpConfig, OpenAiConfig, ProviderConfig, ProviderSettings, RetryPolicy,
 };
-pub use error::{ProviderError, TimeoutPhase};
+pub use error::{ProviderError, Refusal, TimeoutPhase, refusal_of};
 pub use openai::OpenAiProvider;
 
 /// One request for a summary, in Anthropic Messages API shape.

@@ -44,8 +44,8 @@ pub enum Command {
     Open { reply: oneshot::Sender<Result<Opened, SessionError>> },
     Append { records: Vec<Record>, reply: oneshot::Sender<Result<Appended, SessionError>> },
     Usage { reply: oneshot::Sender<UsageSnapshot> },
-    /// Compact now (manual, or partial later); answered once installed or failed.
-    Compact { instructions: Option<String>, reply: oneshot::Sender<Result<CompactAnswer, SessionError>> },
+    /// Compact now (manual, or reactive after a refusal); answered once installed or failed.
+    Compact { trigger: Trigger, instructions: Option<String>, reply: oneshot::Sender<Result<CompactAnswer, SessionError>> },
     /// The background part of a compaction finished (sent by the actor's own task).
     CompactionDone { generation: u64, result: Result<Prepared, CompactFailure> },
     /// What the model sees: usage, memory files, read files that changed.
@@ -565,13 +565,17 @@ impl Session {
             Command::Usage { reply } => {
                 let _ = reply.send(self.usage());
             }
-            Command::Compact { instructions, reply } => {
+            Command::Compact { trigger, instructions, reply } => {
                 if self.compaction.is_some() {
                     let _ = reply.send(Err(SessionError::Busy("a compaction of this session is already running".into())));
+                } else if !self.thresholds.compact_enabled {
+                    let _ = reply.send(Err(SessionError::CompactFailed("compaction is turned off (DISABLE_COMPACT)".into())));
                 } else {
-                    // A manual compaction resets the circuit breaker and lifts a stop.
-                    self.guards.note_manual_compact();
-                    self.start_compaction(Trigger::Manual, instructions, Some(reply));
+                    if trigger == Trigger::Manual {
+                        // A manual compaction resets the circuit breaker and lifts a stop.
+                        self.guards.note_manual_compact();
+                    }
+                    self.start_compaction(trigger, instructions, Some(reply));
                 }
             }
             Command::CompactionDone { generation, result } => self.compaction_done(generation, result).await,

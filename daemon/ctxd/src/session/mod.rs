@@ -360,11 +360,34 @@ impl Sessions {
         Ok(rx)
     }
 
-    pub fn compact(&self, id: &str, instructions: Option<String>) -> Result<oneshot::Receiver<Result<actor::CompactAnswer, SessionError>>, SessionError> {
+    pub fn compact(
+        &self,
+        id: &str,
+        trigger: ctxd_core::compact::Trigger,
+        instructions: Option<String>,
+    ) -> Result<oneshot::Receiver<Result<actor::CompactAnswer, SessionError>>, SessionError> {
         let tx = self.sender(id)?;
         let (reply, rx) = oneshot::channel();
-        tx.send(Command::Compact { instructions, reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
+        tx.send(Command::Compact { trigger, instructions, reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
         Ok(rx)
+    }
+
+    /// `ctx/clear`: closes the session and opens a new, empty one in the same directory
+    /// with the same model.
+    pub fn clear(&self, id: &str) -> Result<(String, oneshot::Receiver<Result<Opened, SessionError>>), SessionError> {
+        crate::store::validate_session_id(id)?;
+        let (cwd, model) = {
+            let open = self.open_map();
+            match open.get(id) {
+                Some(h) => (h.cwd.clone(), h.model.clone()),
+                None => {
+                    let entry = self.store.index().get(id).ok_or_else(|| SessionError::NotOpen(id.to_owned()))?;
+                    (entry.cwd, entry.model)
+                }
+            }
+        };
+        let _ = self.close(id);
+        self.open(&proto::OpenSessionParams { cwd, model, session_id: None, import: None })
     }
 
     pub fn context(&self, id: &str) -> Result<oneshot::Receiver<actor::ContextView>, SessionError> {
