@@ -15,6 +15,9 @@
 //! - [`record`]: one transcript line, its exact text and the fields ctxd decides on.
 //! - [`summary`]: the offline summarizer (nine sections from the transcript itself) and
 //!   the parser for a model's `<summary>` reply.
+//! - [`view`]: the request pipeline: from records to a provider-valid request body,
+//!   stage by stage (slice, budget, snip, microcompact, collapse, check, place, normalize,
+//!   cache breakpoints), incrementally.
 //! - [`tally`]: the running token count of a session (reported usage plus estimate).
 
 pub mod budget;
@@ -24,3 +27,4 @@ pub mod memory;
 pub mod record;
 pub mod summary;
 pub mod tally;
+pub mod view;

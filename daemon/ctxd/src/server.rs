@@ -52,6 +52,7 @@ pub fn service(options: ServeOptions) -> (LspService<Backend>, tower_lsp_server:
         .custom_method(methods::COMPACT, Backend::compact)
         .custom_method(methods::REPORT_PROVIDER_ERROR, Backend::report_provider_error)
         .custom_method(methods::CLEAR, Backend::clear)
+        .custom_method(methods::ASSEMBLE, Backend::assemble)
         .finish()
 }
 
@@ -264,6 +265,28 @@ impl Backend {
             }),
             Err(e) => Err(e),
         }
+    }
+
+    pub async fn assemble(&self, params: proto::AssembleParams) -> Result<proto::AssembleResult> {
+        let request = crate::session::actor::AssembleRequest {
+            system: params.system,
+            tools: params.tools,
+            max_tokens: params.max_tokens,
+            fork: params.fork.map(|f| ctxd_core::view::Fork { instruction: f.instruction, skip_cache_write: f.skip_cache_write }),
+        };
+        let rx = self.sessions()?.assemble(&params.session_id, request).map_err(rpc_error)?;
+        let done = answer(rx, &params.session_id).await?;
+        Ok(proto::AssembleResult {
+            request: done.request,
+            request_tokens: done.request_tokens,
+            usage: done.usage.to_proto(),
+            applied: done
+                .applied
+                .into_iter()
+                .map(|a| proto::AppliedStage { stage: a.stage.to_owned(), acted: a.acted, tokens_freed: a.tokens_freed, detail: a.detail })
+                .collect(),
+            decision: if done.compact { "compact" } else { "continue" }.to_owned(),
+        })
     }
 
     pub async fn clear(&self, params: proto::SessionParams) -> Result<proto::ClearResult> {

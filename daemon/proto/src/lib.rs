@@ -36,13 +36,14 @@ pub mod methods {
     pub const COMPACT: &str = "ctx/compact";
     pub const REPORT_PROVIDER_ERROR: &str = "ctx/reportProviderError";
     pub const CLEAR: &str = "ctx/clear";
+    pub const ASSEMBLE: &str = "ctx/assemble";
     pub const COMPACTED: &str = "ctx/compacted";
     pub const COMPACT_FAILED: &str = "ctx/compactFailed";
     pub const CONTEXT_CHANGED: &str = "ctx/contextChanged";
 
     /// Every `ctx/` request method this build of ctxd answers, as announced in
     /// `initialize` under `capabilities.experimental.ctxd.methods`.
-    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION, SET_AUTO_COMPACT_WINDOW, FILE_READ, CONTEXT, COMPACT, REPORT_PROVIDER_ERROR, CLEAR];
+    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION, SET_AUTO_COMPACT_WINDOW, FILE_READ, CONTEXT, COMPACT, REPORT_PROVIDER_ERROR, CLEAR, ASSEMBLE];
     /// Every `ctx/` notification this build of ctxd sends.
     pub const NOTIFICATIONS: &[&str] = &[USAGE_CHANGED, CONTEXT_CHANGED, COMPACTED, COMPACT_FAILED];
 }
@@ -479,4 +480,59 @@ pub struct ReportProviderErrorResult {
 pub struct ClearResult {
     pub session_id: String,
     pub usage: Usage,
+}
+
+/// `ctx/assemble` params: build the next model request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AssembleParams {
+    pub session_id: String,
+    /// The host's own system blocks (Messages API text blocks).
+    #[serde(default)]
+    pub system: Vec<serde_json::Value>,
+    /// The tools offered (Messages API tool objects).
+    #[serde(default)]
+    pub tools: Vec<serde_json::Value>,
+    pub max_tokens: u64,
+    /// A side request that shares the session's prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fork: Option<ForkParams>,
+}
+
+/// A fork of the session's request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ForkParams {
+    pub instruction: String,
+    /// Mark the end of the shared prefix instead of the final message.
+    #[serde(default)]
+    pub skip_cache_write: bool,
+}
+
+/// `ctx/assemble` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AssembleResult {
+    /// A body for the Anthropic Messages API: model, system, messages, tools, max_tokens.
+    pub request: serde_json::Value,
+    /// Estimated input tokens of exactly this request.
+    pub request_tokens: u64,
+    /// The session's usage.
+    pub usage: Usage,
+    /// One entry per pipeline stage, in order.
+    pub applied: Vec<AppliedStage>,
+    /// `continue`, or `compact` when the threshold is reached (an automatic compaction
+    /// was started in the background).
+    pub decision: String,
+}
+
+/// What one stage of the request pipeline did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedStage {
+    pub stage: String,
+    pub acted: bool,
+    pub tokens_freed: u64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
 }

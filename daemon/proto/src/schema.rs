@@ -42,6 +42,8 @@ pub fn all() -> Vec<SchemaFile> {
         file::<ReportProviderErrorParams>("ctx.reportProviderError.params"),
         file::<ReportProviderErrorResult>("ctx.reportProviderError.result"),
         file::<SessionParams>("ctx.clear.params"),
+        file::<AssembleParams>("ctx.assemble.params"),
+        file::<AssembleResult>("ctx.assemble.result"),
         file::<ClearResult>("ctx.clear.result"),
         file::<CompactFailedNotification>("ctx.compactFailed.params"),
         file::<ContextResult>("ctx.context.result"),

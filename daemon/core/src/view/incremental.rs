@@ -177,7 +177,7 @@ impl Built {
     }
 
     /// Takes in the records appended since the last call. Returns false when the view
-    /// must be parsed again (a new boundary).
+    /// must be parsed again (a new boundary, or the anchor of a preserved segment).
     fn sync(&mut self, input: &AssembleInput<'_>, offered: Vec<String>, counters: &mut CacheCounters) -> bool {
         let mut dirty = false;
         if self.config != *input.config
@@ -195,7 +195,11 @@ impl Built {
         }
         let start = self.consumed;
         for (offset, record) in input.records[start..].iter().enumerate() {
-            if record.is_compact_boundary() {
+            // A new boundary starts a new view; the anchor of a preserved segment puts
+            // the segment in its place.
+            if record.is_compact_boundary()
+                || (self.slice.awaited_anchor.is_some() && record.uuid() == self.slice.awaited_anchor.as_deref())
+            {
                 return false;
             }
             self.slice.order.push(start + offset);
@@ -263,14 +267,10 @@ impl Built {
                 // Cache edits are placed when the request is put together.
                 Trigger::CacheEdits => true,
             },
-            StateRecord::Replacement { tool_use_id, replacement } => match folded.replacements.get(tool_use_id) {
-                // The first record for an id wins: a later one changes nothing.
-                Some(_) => true,
-                None => {
-                    let _ = replacement;
-                    self.only_open(tool_use_id)
-                }
-            },
+            // The first record for an id wins: a later one changes nothing.
+            StateRecord::Replacement { tool_use_id, .. } => {
+                folded.replacements.contains_key(tool_use_id) || self.only_open(tool_use_id)
+            }
         }
     }
 
@@ -375,13 +375,16 @@ impl Built {
             })
         };
         if let Some((record, _)) = &decision {
+            let trigger = record.trigger;
             let record = StateRecord::Microcompact(record.clone());
-            match decision.as_ref().map(|(r, _)| r.trigger) {
-                Some(Trigger::TimeGap) => {
+            match trigger {
+                // Cleared results change sealed messages.
+                Trigger::TimeGap => {
                     self.rebuild(Some(&record), counters);
                     tail = self.finish(&extras, &decided);
                 }
-                _ => {
+                // Cache edits are added below, to the messages as they are.
+                Trigger::CacheEdits => {
                     self.folded.apply(&record);
                     self.folded_is_current = false;
                 }

@@ -24,6 +24,9 @@ pub struct Slice {
     pub preserved: usize,
     /// Why a preserved segment the boundary names could not be put back.
     pub note: Option<&'static str>,
+    /// The record the preserved segment follows, when it is not appended yet (the
+    /// segment then leads the view until it is).
+    pub awaited_anchor: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -105,8 +108,13 @@ fn splice_preserved(records: &[Record], boundary: usize, slice: &mut Slice) {
             !h.is_sidechain && matches!(h.kind, Kind::User | Kind::Assistant | Kind::Attachment)
         })
         .collect();
-    let anchor =
-        slice.order.iter().position(|&i| records[i].uuid() == Some(segment.anchor_uuid.as_str())).map_or(0, |p| p + 1);
+    let anchor = match slice.order.iter().position(|&i| records[i].uuid() == Some(segment.anchor_uuid.as_str())) {
+        Some(p) => p + 1,
+        None => {
+            slice.awaited_anchor = Some(segment.anchor_uuid.clone());
+            0
+        }
+    };
     slice.preserved = kept.len();
     slice.order.splice(anchor..anchor, kept);
 }

@@ -48,6 +48,8 @@ pub enum Command {
     Compact { trigger: Trigger, instructions: Option<String>, reply: oneshot::Sender<Result<CompactAnswer, SessionError>> },
     /// The background part of a compaction finished (sent by the actor's own task).
     CompactionDone { generation: u64, result: Result<Prepared, CompactFailure> },
+    /// Build the next model request.
+    Assemble { request: AssembleRequest, reply: oneshot::Sender<Result<AssembleAnswer, SessionError>> },
     /// What the model sees: usage, memory files, read files that changed.
     Context { reply: oneshot::Sender<ContextView> },
     /// The agent read a file outside the transcript's Read results.
@@ -80,6 +82,25 @@ pub struct Appended {
 pub struct FileReadAnswer {
     pub outcome: ReadOutcome,
     pub entry: LedgerEntry,
+}
+
+/// What `ctx/assemble` asks for.
+#[derive(Debug, Clone)]
+pub struct AssembleRequest {
+    pub system: Vec<serde_json::Value>,
+    pub tools: Vec<serde_json::Value>,
+    pub max_tokens: u64,
+    pub fork: Option<ctxd_core::view::Fork>,
+}
+
+/// Answer to [`Command::Assemble`].
+#[derive(Debug, Clone)]
+pub struct AssembleAnswer {
+    pub request: serde_json::Value,
+    pub request_tokens: u64,
+    pub usage: UsageSnapshot,
+    pub applied: Vec<ctxd_core::view::Applied>,
+    pub compact: bool,
 }
 
 /// Answer to [`Command::Compact`].
@@ -155,6 +176,11 @@ struct Session {
     /// Bumped at every boundary, so a compaction prepared on an older view is not installed.
     view_generation: u64,
     guards: CompactGuards,
+    /// The request pipeline's memo: extended with what was appended, rebuilt when a
+    /// stage's inputs changed.
+    view_cache: ctxd_core::view::ViewCache,
+    /// Assemble requests waiting for a compaction (the session was at the blocked level).
+    waiting_assembles: Vec<(AssembleRequest, oneshot::Sender<Result<AssembleAnswer, SessionError>>)>,
 }
 
 #[derive(Default)]
@@ -213,6 +239,8 @@ async fn run(
         compaction_generation: 0,
         view_generation: 0,
         guards: CompactGuards::default(),
+        view_cache: ctxd_core::view::ViewCache::new(),
+        waiting_assembles: Vec::new(),
     };
     if let Err(e) = session.load(create).await {
         tracing::error!(error = %e, "could not load the session");
@@ -293,6 +321,7 @@ fn fail(cmd: Command, e: &SessionError) {
         Command::Append { reply, .. } => drop(reply.send(Err(e.clone()))),
         Command::FileRead { reply, .. } => drop(reply.send(Err(e.clone()))),
         Command::Compact { reply, .. } => drop(reply.send(Err(e.clone()))),
+        Command::Assemble { reply, .. } => drop(reply.send(Err(e.clone()))),
         Command::CompactionDone { .. } => {}
         Command::Usage { .. } | Command::Context { .. } | Command::Reconfigure { .. } | Command::Close { .. } => {}
     }
@@ -578,7 +607,26 @@ impl Session {
                     self.start_compaction(trigger, instructions, Some(reply));
                 }
             }
-            Command::CompactionDone { generation, result } => self.compaction_done(generation, result).await,
+            Command::CompactionDone { generation, result } => {
+                self.compaction_done(generation, result).await;
+                // Requests held at the blocked level go now, from the new view.
+                for (request, reply) in std::mem::take(&mut self.waiting_assembles) {
+                    let answer = self.assemble(request, false).await;
+                    let _ = reply.send(answer);
+                }
+            }
+            Command::Assemble { request, reply } => {
+                let at_blocked = self.compaction.is_some() && self.thresholds.rejects_request(self.tally.total());
+                let blocked = self.compaction.is_some() && self.tally.total() + self.fixed_prefix() >= self.thresholds.blocked;
+                if blocked || at_blocked {
+                    // Over the blocked level with a compaction running: answer from the
+                    // compacted view, not with a request the provider would refuse.
+                    self.waiting_assembles.push((request, reply));
+                } else {
+                    let answer = self.assemble(request, true).await;
+                    let _ = reply.send(answer);
+                }
+            }
             Command::Context { reply } => {
                 let view = self.context_view().await;
                 let _ = reply.send(view);
@@ -714,6 +762,140 @@ impl Session {
 
     fn usage(&self) -> UsageSnapshot {
         UsageSnapshot::compute(&self.tally, &self.thresholds, self.compaction.is_some())
+    }
+
+    /// Builds the next request: base context rebuilt if a source changed, changed files
+    /// and newly activated memory files appended as attachment records (so resume
+    /// rebuilds the same request), the pipeline run on the view, its state changes
+    /// persisted before the request is handed out.
+    async fn assemble(&mut self, request: AssembleRequest, may_compact: bool) -> Result<AssembleAnswer, SessionError> {
+        if self.base.as_ref().is_some_and(BaseContext::is_dirty)
+            && let Some(mut base) = self.base.take()
+        {
+            let services = self.setup.services.clone();
+            let rebuilt = tokio::task::spawn_blocking(move || {
+                base.rebuild_if_dirty(&services.memory_cache, &services.fs);
+                base
+            })
+            .await
+            .map_err(|e| SessionError::Internal(format!("base context task failed: {e}")))?;
+            self.base = Some(rebuilt);
+            self.resubscribe();
+        }
+        let notes = self.take_context_notes().await;
+        if !notes.is_empty() {
+            let records = notes
+                .into_iter()
+                .map(|(kind, text)| attachment_record(kind, &text))
+                .collect::<Result<Vec<_>, _>>()?;
+            let (tx, rx) = oneshot::channel();
+            self.commit(vec![(records, tx)]).await;
+            rx.await.map_err(|_| SessionError::Closed(self.id.clone()))??;
+        }
+        let base = ctxd_core::view::BaseContext {
+            system_context: self.base.as_ref().and_then(|b| b.system_context().map(|s| s.to_string())),
+            user_context: self.base.as_ref().and_then(|b| b.user_context().map(|s| s.to_string())),
+            attachments: Vec::new(),
+        };
+        let tool_results_dir = self.store.root().join("tool-results").join(&self.id).display().to_string();
+        let state = ctxd_core::view::PipelineState::default();
+        let config = ctxd_core::view::PipelineConfig::default();
+        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let threshold = (self.thresholds.auto_compact_enabled && self.thresholds.enforce_window).then_some(self.thresholds.threshold);
+        let input = ctxd_core::view::AssembleInput {
+            records: &self.view,
+            system: &request.system,
+            tools: &request.tools,
+            model: &self.setup.model,
+            max_tokens: request.max_tokens,
+            fork: request.fork.as_ref(),
+            base: &base,
+            now_ms,
+            state: &state,
+            config: &config,
+            tool_results_dir: &tool_results_dir,
+            compact: ctxd_core::view::CompactCheck { threshold, anchored_tokens: Some(self.tally.total() + self.fixed_prefix()) },
+        };
+        let assembled = self.view_cache.assemble(&input);
+        // Persist what the pipeline decided (offloaded results, cleared results,
+        // reminders) before anyone sees a request that depends on it.
+        if !assembled.new_state.is_empty() {
+            let offloads: Vec<(String, String)> = assembled
+                .new_state
+                .offloads
+                .iter()
+                .map(|o| (o.replacement.path.clone(), o.content.clone()))
+                .collect();
+            let dir = tool_results_dir.clone();
+            tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+                crate::store::create_private_dir(std::path::Path::new(&dir)).map_err(|e| std::io::Error::other(e.to_string()))?;
+                for (path, content) in offloads {
+                    std::fs::write(path, content)?;
+                }
+                Ok(())
+            })
+            .await
+            .map_err(|e| SessionError::Internal(format!("offload task failed: {e}")))?
+            .map_err(|e| SessionError::Store(format!("writing offloaded tool results: {e}")))?;
+            let records = assembled
+                .new_state
+                .records()
+                .into_iter()
+                .map(|mut object| {
+                    object.insert("uuid".into(), uuid::Uuid::new_v4().to_string().into());
+                    object.insert("timestamp".into(), now_rfc3339().into());
+                    Record::from_object(&object).map_err(|e| SessionError::Internal(e.to_string()))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let (tx, rx) = oneshot::channel();
+            self.commit(vec![(records, tx)]).await;
+            rx.await.map_err(|_| SessionError::Closed(self.id.clone()))??;
+        }
+        let compact = matches!(assembled.decision, ctxd_core::view::CompactDecision::Compact { .. });
+        if compact && may_compact && self.compaction.is_none() && self.thresholds.auto_compact_enabled {
+            self.start_compaction(Trigger::Auto, None, None);
+        }
+        Ok(AssembleAnswer {
+            request: assembled.request.to_value(),
+            request_tokens: assembled.estimate_tokens,
+            usage: self.usage(),
+            applied: assembled.applied,
+            compact,
+        })
+    }
+
+    /// Changed read files (once each) and memory files activated by reads since the last
+    /// request, as (attachment type, text).
+    async fn take_context_notes(&mut self) -> Vec<(&'static str, String)> {
+        let mut notes: Vec<(&'static str, String)> = std::mem::take(&mut self.pending_notes).into_iter().map(|n| ("nested_memory", n)).collect();
+        let stale: Vec<LedgerEntry> = self.ledger.newest_first().into_iter().filter(|e| e.stale).cloned().collect();
+        if stale.is_empty() {
+            return notes;
+        }
+        // The text as the agent read it, when its record is still in the view.
+        let old_texts: Vec<Option<String>> = stale
+            .iter()
+            .map(|e| {
+                let uuid = e.source_uuid.as_deref()?;
+                let record = self.view.iter().rev().find(|r| r.uuid() == Some(uuid))?;
+                file_read_in(record).map(|r| r.content)
+            })
+            .collect();
+        let reads = stale.clone();
+        let texts = tokio::task::spawn_blocking(move || {
+            reads.iter().map(|e| std::fs::read(&e.path).ok().map(|b| String::from_utf8_lossy(&b).into_owned())).collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        for ((entry, old), new) in stale.iter().zip(old_texts).zip(texts) {
+            self.ledger.clear_stale(&entry.path);
+            let text = match new {
+                Some(new) => ctxd_core::ledger::changed_file_note(&entry.path, old.as_deref(), &new, CHANGED_FILE_BUDGET_TOKENS),
+                None => format!("The file {} was deleted or can no longer be read since you read it.", entry.path),
+            };
+            notes.push(("edited_text_file", text));
+        }
+        notes
     }
 
     /// Tokens compaction cannot remove: memory files now (system prompt and tools are the
@@ -917,6 +1099,25 @@ struct LoadResult {
 
 /// Opens the transcript and reads it from the latest compact boundary. Runs on a
 /// blocking thread.
+/// Most tokens of a changed-file note (a diff or the new content).
+const CHANGED_FILE_BUDGET_TOKENS: u64 = 4_000;
+
+/// An attachment record ctxd adds to the session (a changed file, a memory file a read
+/// activated): the model sees its rendered text once, where it was added.
+fn attachment_record(kind: &str, text: &str) -> Result<Record, SessionError> {
+    let value = serde_json::json!({
+        "type": "attachment",
+        "uuid": uuid::Uuid::new_v4().to_string(),
+        "timestamp": now_rfc3339(),
+        "isSidechain": false,
+        "attachment": {"type": kind, "source": "ctxd"},
+        "rendered": [{"content": format!("<system-reminder>\n{text}\n</system-reminder>")}],
+        "renderedRole": "user",
+    });
+    let object = value.as_object().ok_or_else(|| SessionError::Internal("attachment is not an object".into()))?;
+    Record::from_object(object).map_err(|e| SessionError::Internal(e.to_string()))
+}
+
 /// Number of records a compaction installs, written on its boundary so that a crash in
 /// the middle of the install is recognised on resume.
 pub const BATCH_FIELD: &str = "ctxdBatch";

@@ -390,6 +390,17 @@ impl Sessions {
         self.open(&proto::OpenSessionParams { cwd, model, session_id: None, import: None })
     }
 
+    pub fn assemble(
+        &self,
+        id: &str,
+        request: actor::AssembleRequest,
+    ) -> Result<oneshot::Receiver<Result<actor::AssembleAnswer, SessionError>>, SessionError> {
+        let tx = self.sender(id)?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(Command::Assemble { request, reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
+        Ok(rx)
+    }
+
     pub fn context(&self, id: &str) -> Result<oneshot::Receiver<actor::ContextView>, SessionError> {
         let tx = self.sender(id)?;
         let (reply, rx) = oneshot::channel();

@@ -263,7 +263,7 @@ fn settings() -> impl Strategy<Value = PipelineConfig> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 20000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
     fn any_history_gives_a_valid_request_and_the_cache_agrees(

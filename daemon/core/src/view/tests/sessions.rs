@@ -76,12 +76,12 @@ fn the_real_transcript_becomes_a_valid_request() {
     expect_test::expect![[r#"
         system: text("You are a coding agent.")+cache
         tools: Read Bash Grep Glob Edit Write Task+cache
-        user: text("<system-reminder>⏎Contents of CLAU…") text("This session is being continued…")
-        assistant: text("STUB reply #7 (messages=12). Do…")
-        user: text("<local-command-caveat>The comma…") text("<command-name>/compact</command…") text("<local-command-stdout>Compacted…") text("<system-reminder>⏎Note: /home/de…") text("<system-reminder>⏎Called the Rea…") text("<system-reminder>⏎Result of call…") text("<system-reminder>⏎Called the Rea…") text("<system-reminder>⏎Result of call…") text("<system-reminder>⏎Called the Rea…") text("<system-reminder>⏎Result of call…") text("<system-reminder>⏎The following d…") text("<system-reminder>⏎Available agent…") text("<system-reminder>⏎The following s…") text("<system-reminder>⏎# Environment⏎Y…") text("<system-reminder>⏎You are powered…") text("After compaction: what files di…") text("<system-reminder>⏎Codebase and us…") text("<system-reminder>⏎As you answer t…") text("<system-reminder>⏎Today's date is…") text("<system-reminder>⏎Attribution for…")
-        assistant: text("Let me look at that (step 1).") tool_use(toolu_stub_c5cbfb5ef0c44a5baf02 Read)
-        user: tool_result(toolu_stub_c5cbfb5ef0c44a5baf02, 146b)
-        assistant: text("STUB reply #11 (messages=8). Do…")+cache
+        user: text("<system-reminder>⏎Contents of CL…") text("This session is being continued …")
+        assistant: text("STUB reply #7 (messages=12). Don…")
+        user: text("<local-command-caveat>The comman…") text("<command-name>/compact</command-…") text("<local-command-stdout>Compacted …") text("<system-reminder>⏎Note: /home/de…") text("<system-reminder>⏎Called the Rea…") text("<system-reminder>⏎Result of call…") text("<system-reminder>⏎Called the Rea…") text("<system-reminder>⏎Result of call…") text("<system-reminder>⏎Called the Rea…") text("<system-reminder>⏎Result of call…") text("<system-reminder>⏎The following …") text("<system-reminder>⏎Available agen…") text("<system-reminder>⏎The following …") text("<system-reminder>⏎# Environment⏎…") text("<system-reminder>⏎You are powere…") text("After compaction: what files did…") text("<system-reminder>⏎Codebase and u…") text("<system-reminder>⏎As you answer …") text("<system-reminder>⏎Today's date i…") text("<system-reminder>⏎Attribution fo…")
+        assistant: text("Let me look at that (step 1).") tool_use(toolu_stub_0f3bdc46e55b435baf02 Read)
+        user: tool_result(toolu_stub_0f3bdc46e55b435baf02, 119b)
+        assistant: text("STUB reply #11 (messages=8). Don…")+cache
     "#]]
     .assert_eq(&rendered(&out));
     assert!(out.applied[0].detail.contains("1 preserved"), "{}", out.applied[0].detail);

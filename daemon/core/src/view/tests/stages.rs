@@ -418,6 +418,7 @@ fn normalization_makes_a_messy_transcript_valid() {
         user u1 "start"
         attach at1 date "<system-reminder>Today is Sunday.</system-reminder>"
         say a1 m1 "thinking out loud"
+        say a1x m1 "thinking out loud"
         think a1b m1 unsigned
         think a1c m1 signed
         call a2 m1 t1 Read t2 Bash
@@ -455,14 +456,14 @@ fn normalization_makes_a_messy_transcript_valid() {
     "#]]
     .assert_eq(&rendered(&out));
     expect![[r#"
-        slice: no boundary: 22 records
+        slice: no boundary: 23 records
         tool_result_budget: 0 new results stored, 0 recorded replacements
         snip: 0 named, 0 removed, 0 protected
         microcompact: unchanged; 0 cleared, 0 deleted by cache edits
         collapse: 0 of 0 collapses applied
         compact_check: 437 tokens, no threshold
         place: system context none, user context none, 0 extra blocks
-        normalize*: 3 lines merged, 1 responses merged, 1 synthetic results, 1 orphan results as text, 1 calls to missing tools as text, 0 duplicates dropped
+        normalize*: 4 lines merged, 1 responses merged, 1 synthetic results, 1 orphan results as text, 1 calls to missing tools as text, 1 duplicates dropped
         cache_breakpoints*: 3 markers (message 10), 0 host markers kept, 0 removed
     "#]]
     .assert_eq(&report(&out));

@@ -1,0 +1,154 @@
+//! `ctx/assemble` over real pipes: the base context placed (memory files first, git in
+//! the system blocks), a provider-valid body, a changed file told once, the same request
+//! after a restart, and a fork's cache marker.
+
+use std::path::Path;
+
+use ctxd_e2e::{Daemon, repo_root};
+use serde_json::{Value, json};
+
+const MODEL: &str = "claude-sonnet-4-5-20250929";
+
+fn example(n: usize) -> Vec<Value> {
+    let text = std::fs::read_to_string(repo_root().join("examples/session.jsonl")).unwrap();
+    text.lines().take(n).map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn project(dir: &Path) -> std::path::PathBuf {
+    let project = dir.join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("CLAUDE.md"), "# Rules\nAlways run the tests. MEMORY-MARKER\n").unwrap();
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git").args(args).current_dir(&project).output().map(|o| o.status.success());
+        assert!(matches!(ok, Ok(true)), "git {args:?}");
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&["config", "user.name", "Tester"]);
+    git(&["config", "user.email", "t@example.invalid"]);
+    git(&["add", "."]);
+    git(&["commit", "-q", "-m", "first commit"]);
+    project
+}
+
+fn assemble(daemon: &mut Daemon, extra: Value) -> Value {
+    let mut params = json!({
+        "sessionId": "s",
+        "system": [{"type": "text", "text": "You are a coding agent."}],
+        "tools": [{"name": "Read", "description": "Read a file", "input_schema": {"type": "object"}},
+                  {"name": "Bash", "description": "Run", "input_schema": {"type": "object"}},
+                  {"name": "Grep", "description": "Search", "input_schema": {"type": "object"}},
+                  {"name": "Edit", "description": "Edit", "input_schema": {"type": "object"}},
+                  {"name": "Glob", "description": "Find", "input_schema": {"type": "object"}}],
+        "maxTokens": 32000,
+    });
+    if let Value::Object(extra) = extra {
+        params.as_object_mut().unwrap().extend(extra);
+    }
+    daemon.request("ctx/assemble", params).unwrap()
+}
+
+/// The Messages API's shape rules.
+fn check_valid(request: &Value) {
+    let messages = request["messages"].as_array().unwrap();
+    assert_eq!(messages[0]["role"], "user");
+    for pair in messages.windows(2) {
+        assert_ne!(pair[0]["role"], pair[1]["role"], "roles alternate");
+    }
+    for (i, m) in messages.iter().enumerate() {
+        if m["role"] != "assistant" {
+            continue;
+        }
+        let uses: Vec<&str> = m["content"].as_array().into_iter().flatten().filter(|b| b["type"] == "tool_use").filter_map(|b| b["id"].as_str()).collect();
+        if uses.is_empty() {
+            continue;
+        }
+        let next = &messages[i + 1]["content"];
+        let results: Vec<&str> = next.as_array().into_iter().flatten().filter(|b| b["type"] == "tool_result").filter_map(|b| b["tool_use_id"].as_str()).collect();
+        for id in uses {
+            assert!(results.contains(&id), "tool_use {id} has its result in the next message");
+        }
+    }
+    let text = request.to_string();
+    assert!(text.matches("\"cache_control\"").count() <= 4);
+    assert!(!text.contains("\"text\":\"\""), "no empty text blocks");
+}
+
+#[test]
+fn base_context_is_placed_and_the_request_is_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = project(dir.path());
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "s"})).unwrap();
+    daemon.request("ctx/append", json!({"sessionId": "s", "records": example(40)})).unwrap();
+    let result = assemble(&mut daemon, json!({}));
+    let request = &result["request"];
+    check_valid(request);
+    assert_eq!(request["model"], MODEL);
+    assert_eq!(request["max_tokens"], 32000);
+    // The host's system block first, the git snapshot after it.
+    let system = request["system"].as_array().unwrap();
+    assert_eq!(system[0]["text"], "You are a coding agent.");
+    assert!(system.iter().any(|b| b["text"].as_str().is_some_and(|t| t.contains("first commit"))), "{system:?}");
+    // Memory files: the first message, a meta user message in a system-reminder.
+    let first = request["messages"][0].to_string();
+    assert!(first.contains("<system-reminder>") && first.contains("MEMORY-MARKER"), "{first}");
+    assert!(result["requestTokens"].as_u64().unwrap() > 1_000);
+    let stages: Vec<&str> = result["applied"].as_array().unwrap().iter().filter_map(|a| a["stage"].as_str()).collect();
+    assert!(stages.len() >= 6, "{stages:?}");
+}
+
+#[test]
+fn a_changed_read_file_is_told_once_and_resume_gives_the_same_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = project(dir.path());
+    let source = project.join("lib.rs");
+    std::fs::write(&source, "pub fn one() {}\n").unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "s"})).unwrap();
+    daemon.request("ctx/append", json!({"sessionId": "s", "records": example(20)})).unwrap();
+    daemon.request("ctx/fileRead", json!({"sessionId": "s", "path": source})).unwrap();
+    std::fs::write(&source, "pub fn one() {}\npub fn two() {}\n").unwrap();
+    let want = source.display().to_string();
+    daemon
+        .wait_notification("ctx/contextChanged", |p| p["paths"].as_array().is_some_and(|a| a.iter().any(|x| x == &json!(want))))
+        .unwrap();
+    let first = assemble(&mut daemon, json!({}))["request"].clone();
+    let text = first.to_string();
+    assert_eq!(text.matches("changed on disk after you read it").count(), 1, "one changed-file note");
+    assert!(text.contains("pub fn two() {}"), "with its new content");
+    let second = assemble(&mut daemon, json!({}))["request"].clone();
+    assert_eq!(second.to_string().matches("changed on disk after you read it").count(), 1, "told once, not again");
+    assert_eq!(second, first, "nothing appended: the same request");
+    assert!(daemon.stop().unwrap().success());
+
+    let mut daemon = Daemon::started(&state).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "s"})).unwrap();
+    let resumed = assemble(&mut daemon, json!({}))["request"].clone();
+    assert_eq!(resumed.to_string(), first.to_string(), "resume reproduces the request byte for byte");
+}
+
+#[test]
+fn a_fork_that_skips_the_cache_write_marks_the_shared_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = project(dir.path());
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "s"})).unwrap();
+    daemon.request("ctx/append", json!({"sessionId": "s", "records": example(30)})).unwrap();
+    let normal = assemble(&mut daemon, json!({}))["request"].clone();
+    let fork = assemble(&mut daemon, json!({"fork": {"instruction": "Summarize the session.", "skipCacheWrite": true}}))["request"].clone();
+    check_valid(&fork);
+    let messages = fork["messages"].as_array().unwrap();
+    let last = messages.last().unwrap();
+    let blocks = last["content"].as_array().unwrap();
+    let instruction = blocks.iter().find(|b| b["text"] == "Summarize the session.").unwrap();
+    assert!(instruction.get("cache_control").is_none(), "the fork's own instruction is not cached: {last}");
+    // The marker sits at the end of the shared prefix: the block before the instruction.
+    let at = blocks.iter().position(|b| b["text"] == "Summarize the session.").unwrap();
+    let before = if at > 0 { blocks[at - 1].clone() } else { messages[messages.len() - 2]["content"].as_array().unwrap().last().unwrap().clone() };
+    assert!(before.get("cache_control").is_some(), "{last}");
+    assert!(fork.to_string().contains("cache_control"));
+    // The shared prefix is the normal request's messages.
+    let n = normal["messages"].as_array().unwrap().len();
+    assert!(messages.len() >= n);
+}
