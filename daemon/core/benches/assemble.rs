@@ -1,0 +1,112 @@
+//! Per-turn cost of the request pipeline against its floor: assembling the next request
+//! after one appended record, next to `serde_json` serializing that same request. The
+//! workloads come from `../shared/tools/gen_session.py`, generated at bench time.
+//!
+//! ```text
+//! cargo bench -p ctxd-core --bench assemble            # 1,000 records and 1M tokens
+//! cargo bench -p ctxd-core --bench assemble -- --large # also 100,000 records (slow to generate)
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use ctxd_core::record::Record;
+use ctxd_core::view::{AssembleInput, BaseContext, CompactCheck, PipelineConfig, PipelineState, ViewCache, parse_rfc3339_ms};
+use serde_json::{Value, json};
+
+fn generate(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
+    let path = dir.join(name);
+    if !path.exists() {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tools/gen_session.py");
+        let out = Command::new("python3").arg(&script).args(args).output().expect("python3 runs gen_session.py");
+        assert!(out.status.success(), "gen_session.py failed: {}", String::from_utf8_lossy(&out.stderr));
+        std::fs::write(&path, out.stdout).expect("write workload");
+    }
+    path
+}
+
+fn median(mut xs: Vec<Duration>) -> Duration {
+    xs.sort();
+    xs[xs.len() / 2]
+}
+
+fn bench(label: &str, path: &Path) {
+    let text = std::fs::read_to_string(path).expect("read workload");
+    let records: Vec<Record> = text.lines().filter(|l| !l.is_empty()).map(|l| Record::parse(l).expect("record")).collect();
+    let tools: Vec<Value> = ["Read", "Bash", "Grep", "Glob", "Edit", "Write"]
+        .iter()
+        .map(|t| json!({"name": t, "description": "tool", "input_schema": {"type": "object"}}))
+        .collect();
+    let system = vec![json!({"type": "text", "text": "You are a coding agent."})];
+    let base = BaseContext { user_context: Some("project rules ".repeat(200)), system_context: Some("git status".into()), attachments: vec![] };
+    let state = PipelineState::default();
+    let config = PipelineConfig::default();
+    let steps = 50.min(records.len() / 2);
+    let start = records.len() - steps;
+    // Time stands still at the last record's time, so no time gap fires mid-run.
+    let now = records.iter().rev().find_map(|r| r.head().timestamp.as_deref().and_then(parse_rfc3339_ms)).unwrap_or(0) + 1_000;
+    let mut cache = ViewCache::new();
+    let mut view: Vec<Record> = records[..start].to_vec();
+    macro_rules! input {
+        ($view:expr) => {
+        AssembleInput {
+            records: $view,
+            system: &system,
+            tools: &tools,
+            model: "claude-sonnet-4-5",
+            max_tokens: 32_000,
+            fork: None,
+            base: &base,
+            now_ms: now,
+            state: &state,
+            config: &config,
+            tool_results_dir: "/tmp/ctxd-bench-tool-results",
+            compact: CompactCheck::default(),
+        }
+        };
+    }
+    let first = Instant::now();
+    let out = cache.assemble(&input!(&view));
+    let first = first.elapsed();
+    for object in out.new_state.records() {
+        view.push(Record::from_object(&object).expect("state record"));
+    }
+    let (mut turn, mut serialize) = (Vec::new(), Vec::new());
+    let mut bytes = 0;
+    for record in &records[start..] {
+        view.push(record.clone());
+        let t = Instant::now();
+        let out = cache.assemble(&input!(&view));
+        turn.push(t.elapsed());
+        let t = Instant::now();
+        let body = serde_json::to_vec(&out.request).expect("serialize");
+        serialize.push(t.elapsed());
+        bytes = body.len();
+        for object in out.new_state.records() {
+            view.push(Record::from_object(&object).expect("state record"));
+        }
+    }
+    let (t, s) = (median(turn), median(serialize));
+    println!(
+        "{label:<28} {:>7} records, request {:>6.2} MB: first build {:>8.2?}; per turn {:>9.2?} vs serde_json {:>9.2?} → {:.2}x",
+        records.len(),
+        bytes as f64 / 1e6,
+        first,
+        t,
+        s,
+        t.as_secs_f64() / s.as_secs_f64()
+    );
+}
+
+fn main() {
+    let large = std::env::args().any(|a| a == "--large");
+    let dir = std::env::temp_dir().join("ctxd-bench-workloads");
+    std::fs::create_dir_all(&dir).expect("workload dir");
+    println!("assemble after one appended record vs serializing the same request (medians of 50 turns)");
+    bench("1,000 records", &generate(&dir, "turns-100-seed-5.jsonl", &["--turns", "100", "--seed", "5"]));
+    bench("1M tokens", &generate(&dir, "tokens-1m-seed-7.jsonl", &["--target-tokens", "1000000", "--seed", "7"]));
+    if large {
+        bench("100,000 records", &generate(&dir, "turns-10000-seed-9.jsonl", &["--turns", "10000", "--seed", "9"]));
+    }
+}
