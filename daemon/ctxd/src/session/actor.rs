@@ -864,6 +864,26 @@ impl Session {
         })
     }
 
+    /// The view as a plain request body (no host blocks): what a provider summarizes.
+    fn parent_request(&self) -> serde_json::Value {
+        let base = ctxd_core::view::BaseContext::default();
+        let input = ctxd_core::view::AssembleInput {
+            records: &self.view,
+            system: &[],
+            tools: &[],
+            model: &self.setup.model,
+            max_tokens: 20_000,
+            fork: None,
+            base: &base,
+            now_ms: 0,
+            state: &ctxd_core::view::PipelineState::default(),
+            config: &ctxd_core::view::PipelineConfig::default(),
+            tool_results_dir: "",
+            compact: ctxd_core::view::CompactCheck::default(),
+        };
+        ctxd_core::view::assemble(&input).request.to_value()
+    }
+
     /// Changed read files (once each) and memory files activated by reads since the last
     /// request, as (attachment type, text).
     async fn take_context_notes(&mut self) -> Vec<(&'static str, String)> {
@@ -921,6 +941,8 @@ impl Session {
             settings: self.setup.settings.clone(),
             transcript_path: self.transcript.as_ref().map(|t| t.path().display().to_string()).unwrap_or_default(),
             cwd: self.setup.cwd.clone(),
+            model: self.setup.model.clone(),
+            parent: Some(self.parent_request()),
         };
         tracing::info!(?trigger, pre_tokens, records = job.records.len(), "compaction started");
         self.compaction = Some(Running {

@@ -35,6 +35,10 @@ pub struct Job {
     pub settings: ctxd_proto::Settings,
     pub transcript_path: String,
     pub cwd: String,
+    /// The session's model (summaries use `compactModel`, else `model`, else this).
+    pub model: String,
+    /// The view as a request body (for a provider's summary request).
+    pub parent: Option<serde_json::Value>,
 }
 
 /// A summary ready to install.
@@ -98,7 +102,26 @@ pub async fn prepare(job: Job) -> Result<Prepared, CompactFailure> {
     })
     .await
     .map_err(|e| CompactFailure::Summary(format!("summarizer task failed: {e}")))?;
-    let body = parse_summary_reply(&offline.text).map_err(|e| CompactFailure::Summary(e.to_string()))?;
+    let offline_body = parse_summary_reply(&offline.text).map_err(|e| CompactFailure::Summary(e.to_string()))?;
+    // A configured provider writes the summary; if it keeps failing, the offline
+    // summary (already written, no network) is the next rung down.
+    let (body, summarizer) = match remote_provider(&job) {
+        Ok(None) => (offline_body, "offline"),
+        Ok(Some(provider)) => {
+            let name = provider.name();
+            match summarize_remote(&provider, &job, instructions.as_deref(), !kept.is_empty()).await {
+                Ok(body) => (body, name),
+                Err(e) => {
+                    problems.push(format!("{name} could not write the summary ({e}); the offline summarizer wrote it"));
+                    (offline_body, "offline")
+                }
+            }
+        }
+        Err(e) => {
+            problems.push(format!("provider settings: {e}; the offline summarizer wrote the summary"));
+            (offline_body, "offline")
+        }
+    };
     let checked = check_fidelity(&body, &facts);
     let summary = checked.summary;
     let summary_text = summary_message_text(&SummaryMessage {
@@ -147,8 +170,92 @@ pub async fn prepare(job: Job) -> Result<Prepared, CompactFailure> {
         hook_outputs,
         fidelity: checked.report,
         problems,
-        summarizer: "offline",
+        summarizer,
     })
+}
+
+/// The provider the settings (and `ANTHROPIC_API_KEY`) choose, or `None` for offline.
+fn remote_provider(job: &Job) -> Result<Option<crate::provider::RemoteProvider>, crate::provider::ProviderError> {
+    use crate::provider::{ApiKey, ProviderChoice, ProviderConfig, ProviderSettings};
+    let s = &job.settings;
+    let api_key = s.api_key_env.as_deref().and_then(|var| std::env::var(var).ok()).filter(|k| !k.is_empty()).map(ApiKey::new);
+    let provider = s.provider.map(|p| match p {
+        ctxd_proto::settings::ProviderKind::Anthropic => "anthropic".to_owned(),
+        ctxd_proto::settings::ProviderKind::Openai => "openai".to_owned(),
+        ctxd_proto::settings::ProviderKind::Offline => "offline".to_owned(),
+    });
+    let settings = ProviderSettings {
+        provider,
+        model: s.model.clone(),
+        base_url: s.base_url.clone(),
+        api_key,
+        compact_model: s.compact_model.clone(),
+        larger_model_retry: s.larger_model_retry.clone(),
+    };
+    match ProviderConfig::from_process_env(&settings)?.connect()? {
+        ProviderChoice::Offline => Ok(None),
+        ProviderChoice::Remote(remote) => Ok(Some(remote)),
+    }
+}
+
+/// Asks a provider for the summary with the streaming fallback request (summary system
+/// prompt, thinking off, output capped, reinjected reminders stripped, media as
+/// markers): once, once more if the reply has no `<summary>`, and again with the oldest
+/// rounds dropped if the request is too long.
+async fn summarize_remote(
+    provider: &crate::provider::RemoteProvider,
+    job: &Job,
+    instructions: Option<&str>,
+    kept: bool,
+) -> Result<String, String> {
+    use ctxd_core::compact::{
+        FallbackOptions, MAX_PTL_RETRIES, Overflow, PromptForm, PromptSpec, ReplyAttempt, ReplyVerdict, fallback_request,
+        read_summary_reply, summary_instruction, truncate_for_retry,
+    };
+    use crate::provider::{Provider, ProviderError, SummaryRequest};
+    let parent = job.parent.clone().ok_or("no request body for the session")?;
+    let instruction = summary_instruction(&PromptSpec {
+        form: PromptForm::Full,
+        additional: instructions.map(str::to_owned),
+        newer_messages_kept: kept,
+    });
+    let model = job.settings.compact_model.clone().or_else(|| job.settings.model.clone()).unwrap_or_else(|| job.model.clone());
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let mut body_source = parent;
+    let mut attempt = ReplyAttempt::First;
+    let mut ask = instruction.clone();
+    let mut ptl_retries = 0;
+    loop {
+        let built = fallback_request(&body_source, &ask, &FallbackOptions::default()).map_err(|e| e.to_string())?;
+        let body = built.body;
+        let list = |key: &str| body.get(key).and_then(|v| v.as_array()).cloned().unwrap_or_default();
+        let request = SummaryRequest {
+            model: model.clone(),
+            system: list("system"),
+            messages: list("messages"),
+            tools: Vec::new(),
+            max_tokens: body.get("max_tokens").and_then(serde_json::Value::as_u64).unwrap_or(20_000).min(u64::from(u32::MAX)) as u32,
+            thinking: None,
+            betas: Vec::new(),
+            extra: serde_json::Map::new(),
+        };
+        match provider.send(&request, &cancel, &mut |_| {}).await {
+            Ok(reply) => match read_summary_reply(&reply.text, attempt, &instruction) {
+                Ok(ReplyVerdict::Summary(summary)) => return Ok(summary),
+                Ok(ReplyVerdict::AskAgain { instruction: again }) => {
+                    attempt = ReplyAttempt::Reasked;
+                    ask = again;
+                }
+                Err(e) => return Err(e.to_string()),
+            },
+            Err(ProviderError::PromptTooLong { tokens, max }) if ptl_retries < MAX_PTL_RETRIES => {
+                let cut = truncate_for_retry(&body_source, Some(Overflow { tokens, max }), ptl_retries).ok_or("the summary request is too long and nothing more can be dropped")?;
+                body_source = cut.body;
+                ptl_retries += 1;
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
 }
 
 /// The ledger as restoration sees it: the newest reads, with their current content when

@@ -1,0 +1,112 @@
+//! Compaction through a provider over real HTTP: a local server speaking the Anthropic
+//! Messages streaming format writes the summary; when the provider keeps failing, the
+//! offline summarizer does, and the compaction still succeeds.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+
+use ctxd_e2e::{Daemon, repo_root};
+use serde_json::{Value, json};
+
+const MODEL: &str = "claude-sonnet-4-5-20250929";
+
+/// Serves every request with `respond(request_body) -> (status, body)`; returns the port
+/// and the requests seen (headers and body).
+fn serve(respond: fn(&str) -> (u16, String)) -> (u16, Arc<Mutex<Vec<(String, String)>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(20) {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut headers = String::new();
+            let mut length = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+                headers.push_str(&line);
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            let body = String::from_utf8_lossy(&body).into_owned();
+            let (status, reply) = respond(&body);
+            log.lock().unwrap().push((headers, body));
+            let kind = if status == 200 { "text/event-stream" } else { "application/json" };
+            let _ = write!(stream, "HTTP/1.1 {status} X\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}", reply.len());
+        }
+    });
+    (port, seen)
+}
+
+fn sse_summary(_: &str) -> (u16, String) {
+    let text = "<analysis>draft</analysis><summary>1. Primary Request and Intent:\n   REMOTE-SUMMARY of the work.\n</summary>";
+    let events = [
+        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [], "usage": {"input_tokens": 100, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 40}}),
+        json!({"type": "message_stop"}),
+    ];
+    let body = events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap())).collect();
+    (200, body)
+}
+
+fn always_400(_: &str) -> (u16, String) {
+    (400, json!({"type": "error", "error": {"type": "invalid_request_error", "message": "the request was malformed"}}).to_string())
+}
+
+fn session(provider_port: u16, dir: &std::path::Path) -> (Daemon, Value) {
+    let project = dir.join("project");
+    std::fs::create_dir_all(project.join(".ctxd")).unwrap();
+    let settings = json!({"provider": "anthropic", "baseUrl": format!("http://127.0.0.1:{provider_port}"), "apiKeyEnv": "CTXD_TEST_API_KEY"});
+    std::fs::write(project.join(".ctxd/settings.json"), settings.to_string()).unwrap();
+    let mut daemon = Daemon::start_with(&dir.join("state"), &[], &[("CTXD_TEST_API_KEY", "sk-test-secret-key-123")]).unwrap();
+    daemon.initialize().unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "p"})).unwrap();
+    let text = std::fs::read_to_string(repo_root().join("examples/session.jsonl")).unwrap();
+    let records: Vec<Value> = text.lines().take(30).map(|l| serde_json::from_str(l).unwrap()).collect();
+    daemon.request("ctx/append", json!({"sessionId": "p", "records": records})).unwrap();
+    let result = daemon.request("ctx/compact", json!({"sessionId": "p"})).unwrap();
+    (daemon, result)
+}
+
+#[test]
+fn a_provider_writes_the_summary_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, seen) = serve(sse_summary);
+    let (_daemon, result) = session(port, dir.path());
+    assert_eq!(result["summarizer"], "anthropic", "{result}");
+    assert!(result["summary"].as_str().unwrap().contains("REMOTE-SUMMARY"), "{result}");
+    assert!(!result["summary"].as_str().unwrap().contains("draft"), "the analysis draft is removed");
+    let requests = seen.lock().unwrap();
+    let (headers, body) = &requests[0];
+    assert!(headers.starts_with("POST /v1/messages"), "{headers}");
+    assert!(headers.to_ascii_lowercase().contains("x-api-key: sk-test-secret-key-123"));
+    assert!(headers.to_ascii_lowercase().contains("anthropic-version: 2023-06-01"));
+    let body: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(body["stream"], true);
+    assert_eq!(body["model"], MODEL);
+    assert!(body["messages"].as_array().unwrap().last().unwrap().to_string().contains("Primary Request and Intent"));
+}
+
+#[test]
+fn a_failing_provider_falls_back_to_the_offline_summarizer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, _) = serve(always_400);
+    let (_daemon, result) = session(port, dir.path());
+    assert_eq!(result["summarizer"], "offline", "{result}");
+    let problems = result["problems"].to_string();
+    assert!(problems.contains("anthropic could not write the summary"), "{problems}");
+    assert!(!problems.contains("sk-test-secret-key-123"), "the key never appears in errors");
+    let log = std::fs::read_to_string(dir.path().join("state.log")).unwrap();
+    assert!(!log.contains("sk-test-secret-key-123"), "the key never appears in logs");
+}
