@@ -8,6 +8,8 @@
 //! cargo bench -p ctxd-e2e --bench daemon -- --quick     # fewer repetitions
 //! ```
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
+
 use std::collections::HashMap;
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};

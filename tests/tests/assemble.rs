@@ -2,6 +2,8 @@
 //! the system blocks), a provider-valid body, a changed file told once, the same request
 //! after a restart, and a fork's cache marker.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
+
 use std::path::Path;
 
 use ctxd_e2e::{Daemon, repo_root};

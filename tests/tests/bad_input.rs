@@ -2,6 +2,8 @@
 //! right JSON-RPC error with a message that says what was wrong, and the next valid
 //! request still succeeds.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
+
 use ctxd_e2e::{Daemon, frame, user_record};
 use serde_json::{Value, json};
 

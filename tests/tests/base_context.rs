@@ -2,6 +2,8 @@
 //! context view, files created after start and atomic-rename saves reported with
 //! `ctx/contextChanged`, and read files edited behind the agent's back marked stale.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
+
 use std::path::Path;
 
 use ctxd_e2e::Daemon;

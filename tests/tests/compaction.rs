@@ -2,6 +2,8 @@
 //! automatic at the threshold while appends go on, resume after it, hooks, and a torn
 //! install cut on resume.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
+
 use std::path::Path;
 
 use ctxd_e2e::{Daemon, repo_root, stored_uuids};

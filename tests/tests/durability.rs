@@ -1,6 +1,8 @@
 //! Durability over real pipes and real crashes: every acknowledged append survives
 //! `kill -9`; the sled index can be deleted or damaged without losing anything.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
+
 use std::io::Write;
 use std::time::Duration;
 

@@ -2,6 +2,8 @@
 //! transcripts line for line, malformed lines are reported by number, and
 //! `ctx/openSession` with `import` resumes an imported session from its last boundary.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
+
 use std::process::Command;
 
 use ctxd_e2e::{Daemon, ctxd_bin, shared_transcripts};

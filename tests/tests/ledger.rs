@@ -1,6 +1,8 @@
 //! The file-read ledger over real pipes: reads from Read tool results and explicit
 //! `ctx/fileRead`, re-reads told apart, and the ledger surviving restarts and index loss.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
+
 use ctxd_e2e::{Daemon, user_record};
 use serde_json::{Value, json};
 

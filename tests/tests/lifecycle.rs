@@ -1,6 +1,8 @@
 //! The LSP lifecycle over real pipes: initialize, capabilities, shutdown, exit codes,
 //! and one daemon per store.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
+
 use ctxd_e2e::Daemon;
 use serde_json::{Value, json};
 

@@ -2,6 +2,8 @@
 //! Messages streaming format writes the summary; when the provider keeps failing, the
 //! offline summarizer does, and the compaction still succeeds.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
@@ -13,10 +15,12 @@ const MODEL: &str = "claude-sonnet-4-5-20250929";
 
 /// Serves every request with `respond(request_body) -> (status, body)`; returns the port
 /// and the requests seen (headers and body).
-fn serve(respond: fn(&str) -> (u16, String)) -> (u16, Arc<Mutex<Vec<(String, String)>>>) {
+type Seen = Arc<Mutex<Vec<(String, String)>>>;
+
+fn serve(respond: fn(&str) -> (u16, String)) -> (u16, Seen) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let seen: Seen = Arc::default();
     let log = seen.clone();
     std::thread::spawn(move || {
         for stream in listener.incoming().take(20) {

@@ -1,6 +1,8 @@
 //! Sessions over real pipes: open, append, usage, close, resume, ordering, duplicates,
 //! and the live usage notification.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
+
 use ctxd_e2e::{Daemon, assistant_record, stored_uuids, user_record};
 use serde_json::{Value, json};
 

@@ -1,6 +1,8 @@
 //! Settings over real pipes: files on disk, the client's layer, live changes, saved
 //! windows, and bad values reported by file and key.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
+
 use ctxd_e2e::{Daemon, assistant_record};
 use serde_json::json;
 

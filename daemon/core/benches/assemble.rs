@@ -7,6 +7,8 @@
 //! cargo bench -p ctxd-core --bench assemble -- --large # also 100,000 records (slow to generate)
 //! ```
 
+#![allow(clippy::expect_used, clippy::print_stdout)] // a bench binary: it reports on stdout and stops on a broken workload
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -175,7 +175,7 @@ impl Ledger {
     /// Entries, newest read first.
     pub fn newest_first(&self) -> Vec<&LedgerEntry> {
         let mut all: Vec<&LedgerEntry> = self.entries.values().collect();
-        all.sort_by(|a, b| b.sequence.cmp(&a.sequence));
+        all.sort_by_key(|e| std::cmp::Reverse(e.sequence));
         all
     }
 

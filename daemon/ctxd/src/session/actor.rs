@@ -37,8 +37,13 @@ const MAX_BATCH: usize = 1024;
 /// Fastest rate at which `ctx/usageChanged` is pushed for one session.
 pub const USAGE_PUSH_INTERVAL: Duration = Duration::from_millis(100);
 
+/// Records waiting to be written, with the channel their acknowledgement goes to.
+type PendingAppend = (Vec<Record>, oneshot::Sender<Result<Appended, SessionError>>);
+
 /// A command for a session actor. Each carries the channel its answer goes back on.
+/// (Sizes differ between variants; commands are few and short-lived, so no boxing.)
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Report the session as loaded (sent first by whoever opens it).
     Open { reply: oneshot::Sender<Result<Opened, SessionError>> },
@@ -213,7 +218,7 @@ async fn run(
     self_tx: mpsc::UnboundedSender<Command>,
     mut rx: mpsc::UnboundedReceiver<Command>,
 ) {
-    let thresholds = setup.thresholds.clone();
+    let thresholds = setup.thresholds;
     let mut session = Session {
         id,
         setup,
@@ -428,7 +433,7 @@ impl Session {
             Some(base) => base.watch_targets().into_iter().map(Target::from).collect(),
             None => Vec::new(),
         };
-        targets.extend(self.ledger.paths().map(|p| Target::file(p)));
+        targets.extend(self.ledger.paths().map(Target::file));
         match &self.subscription {
             Some(sub) => sub.update(targets),
             None => self.subscription = Some(self.setup.services.watcher.subscribe(targets)),
@@ -650,7 +655,7 @@ impl Session {
     }
 
     /// Writes a group of appends with one sync, then acknowledges each.
-    async fn commit(&mut self, group: Vec<(Vec<Record>, oneshot::Sender<Result<Appended, SessionError>>)>) {
+    async fn commit(&mut self, group: Vec<PendingAppend>) {
         if group.is_empty() {
             return;
         }

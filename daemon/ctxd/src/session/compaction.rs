@@ -263,7 +263,7 @@ async fn summarize_remote(
 /// files from disk.
 fn restoration_candidates(ledger: &[LedgerEntry], kept_uuids: &[String], max_tokens_per_file: u64) -> Vec<FileReadEntry> {
     let mut newest: Vec<&LedgerEntry> = ledger.iter().collect();
-    newest.sort_by(|a, b| b.sequence.cmp(&a.sequence));
+    newest.sort_by_key(|e| std::cmp::Reverse(e.sequence));
     newest
         .into_iter()
         .take(20)

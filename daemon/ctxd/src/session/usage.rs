@@ -21,7 +21,7 @@ impl UsageSnapshot {
         UsageSnapshot {
             reported: tally.reported,
             estimated: tally.estimated(),
-            thresholds: thresholds.clone(),
+            thresholds: *thresholds,
             compacting,
         }
     }
