@@ -26,6 +26,8 @@ mod compose;
 mod layout;
 mod reply;
 mod scan;
+
+pub(crate) use scan::prompt_text;
 mod terms;
 mod text;
 

@@ -586,8 +586,9 @@ fn tag_text<'t>(text: &'t str, tag: &str) -> Option<&'t str> {
     Some(text[start..end].trim())
 }
 
-/// The prompt a user text stands for, or `None` when the host wrote it.
-fn prompt_text(text: &str) -> Option<Cow<'_, str>> {
+/// The prompt a user text stands for, or `None` when the host wrote it. Compaction's
+/// fidelity check reads user texts the same way.
+pub(crate) fn prompt_text(text: &str) -> Option<Cow<'_, str>> {
     let trimmed = text.trim();
     if trimmed.is_empty() || HOST_TEXT_PREFIXES.iter().any(|p| trimmed.starts_with(p)) {
         return None;
