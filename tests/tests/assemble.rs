@@ -154,3 +154,38 @@ fn a_fork_that_skips_the_cache_write_marks_the_shared_prefix() {
     let n = normal["messages"].as_array().unwrap().len();
     assert!(messages.len() >= n);
 }
+
+#[test]
+fn snips_and_collapses_leave_the_request_and_the_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = project(dir.path());
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "s"})).unwrap();
+    let records = example(60);
+    daemon.request("ctx/append", json!({"sessionId": "s", "records": records})).unwrap();
+    let before = assemble(&mut daemon, json!({}));
+    // A plain user prompt in the middle of the session.
+    let target = records[20..40]
+        .iter()
+        .find(|r| r["type"] == "user" && r["message"]["content"].is_string())
+        .unwrap();
+    let uuid = target["uuid"].as_str().unwrap();
+    let text = target["message"]["content"].as_str().unwrap();
+    assert!(before["request"].to_string().contains(text));
+    let snipped = daemon.request("ctx/snip", json!({"sessionId": "s", "uuids": [uuid, "no-such-uuid"]})).unwrap();
+    assert!(snipped["tokensFreed"].as_u64().unwrap() > 0);
+    assert_eq!(snipped["unknown"], json!(["no-such-uuid"]));
+    let after = assemble(&mut daemon, json!({}));
+    assert!(!after["request"].to_string().contains(text), "the snipped prompt is gone from the request");
+    check_valid(&after["request"]);
+    // A collapse of an early span, summarized by the offline summarizer.
+    let from = records[2]["uuid"].as_str().unwrap();
+    let to = records[12]["uuid"].as_str().unwrap();
+    let collapsed = daemon.request("ctx/collapse", json!({"sessionId": "s", "from": from, "to": to})).unwrap();
+    assert!(collapsed["tokensFreed"].as_u64().unwrap() > 0, "{collapsed}");
+    let last = assemble(&mut daemon, json!({}));
+    check_valid(&last["request"]);
+    assert!(last["requestTokens"].as_u64() < after["requestTokens"].as_u64());
+    let error = daemon.request_error("ctx/snip", json!({"sessionId": "s", "uuids": ["nope"]})).unwrap();
+    assert_eq!(error["code"], -32602);
+}

@@ -22,6 +22,9 @@ pub struct Tally {
     pub reported_message_id: Option<Box<str>>,
     /// Bytes of message content appended since that response.
     pub bytes_after: u64,
+    /// Tokens snips and collapses removed from the view since that response: the
+    /// reported figure still counts them until the next response reports anew.
+    pub freed_since_report: u64,
 }
 
 impl Tally {
@@ -41,6 +44,7 @@ impl Tally {
                     self.reported = usage.context_tokens();
                     self.reported_message_id = head.message_id.clone();
                     self.bytes_after = 0;
+                    self.freed_since_report = 0;
                 }
                 _ => self.bytes_after += u64::from(head.content_bytes),
             },
@@ -55,9 +59,14 @@ impl Tally {
         self.bytes_after.div_ceil(BYTES_PER_TOKEN)
     }
 
-    /// Reported plus estimated tokens.
+    /// Reported plus estimated tokens, less what was freed since the report.
     pub fn total(&self) -> u64 {
-        self.reported + self.estimated()
+        (self.reported + self.estimated()).saturating_sub(self.freed_since_report)
+    }
+
+    /// A snip or collapse removed `tokens` from what the next request carries.
+    pub fn freed(&mut self, tokens: u64) {
+        self.freed_since_report += tokens;
     }
 }
 
@@ -89,6 +98,16 @@ mod tests {
         assert_eq!(t.total(), 1050);
         t.observe(&user(&"a".repeat(398)));
         assert_eq!(t.total(), 1050 + 100);
+    }
+
+    #[test]
+    fn freed_tokens_count_until_the_next_report() {
+        let mut t = Tally::default();
+        t.observe(&assistant("msg_1", 1000, 50));
+        t.freed(300);
+        assert_eq!(t.total(), 750);
+        t.observe(&assistant("msg_2", 900, 50));
+        assert_eq!(t.total(), 950, "the new report already reflects the snip");
     }
 
     #[test]

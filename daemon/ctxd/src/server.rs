@@ -53,6 +53,8 @@ pub fn service(options: ServeOptions) -> (LspService<Backend>, tower_lsp_server:
         .custom_method(methods::REPORT_PROVIDER_ERROR, Backend::report_provider_error)
         .custom_method(methods::CLEAR, Backend::clear)
         .custom_method(methods::ASSEMBLE, Backend::assemble)
+        .custom_method(methods::SNIP, Backend::snip)
+        .custom_method(methods::COLLAPSE, Backend::collapse)
         .finish()
 }
 
@@ -287,6 +289,20 @@ impl Backend {
                 .collect(),
             decision: if done.compact { "compact" } else { "continue" }.to_owned(),
         })
+    }
+
+    pub async fn snip(&self, params: proto::SnipParams) -> Result<proto::SnipResult> {
+        let reduction = crate::session::actor::Reduction::Snip { uuids: params.uuids };
+        let rx = self.sessions()?.reduce(&params.session_id, reduction).map_err(rpc_error)?;
+        let done = answer(rx, &params.session_id).await?;
+        Ok(proto::SnipResult { tokens_freed: done.tokens_freed, unknown: done.unknown, usage: done.usage.to_proto() })
+    }
+
+    pub async fn collapse(&self, params: proto::CollapseParams) -> Result<proto::CollapseResult> {
+        let reduction = crate::session::actor::Reduction::Collapse { from: params.from, to: params.to, summary: params.summary };
+        let rx = self.sessions()?.reduce(&params.session_id, reduction).map_err(rpc_error)?;
+        let done = answer(rx, &params.session_id).await?;
+        Ok(proto::CollapseResult { collapse_id: done.record_uuid, tokens_freed: done.tokens_freed, usage: done.usage.to_proto() })
     }
 
     pub async fn clear(&self, params: proto::SessionParams) -> Result<proto::ClearResult> {

@@ -37,13 +37,15 @@ pub mod methods {
     pub const REPORT_PROVIDER_ERROR: &str = "ctx/reportProviderError";
     pub const CLEAR: &str = "ctx/clear";
     pub const ASSEMBLE: &str = "ctx/assemble";
+    pub const SNIP: &str = "ctx/snip";
+    pub const COLLAPSE: &str = "ctx/collapse";
     pub const COMPACTED: &str = "ctx/compacted";
     pub const COMPACT_FAILED: &str = "ctx/compactFailed";
     pub const CONTEXT_CHANGED: &str = "ctx/contextChanged";
 
     /// Every `ctx/` request method this build of ctxd answers, as announced in
     /// `initialize` under `capabilities.experimental.ctxd.methods`.
-    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION, SET_AUTO_COMPACT_WINDOW, FILE_READ, CONTEXT, COMPACT, REPORT_PROVIDER_ERROR, CLEAR, ASSEMBLE];
+    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION, SET_AUTO_COMPACT_WINDOW, FILE_READ, CONTEXT, COMPACT, REPORT_PROVIDER_ERROR, CLEAR, ASSEMBLE, SNIP, COLLAPSE];
     /// Every `ctx/` notification this build of ctxd sends.
     pub const NOTIFICATIONS: &[&str] = &[USAGE_CHANGED, CONTEXT_CHANGED, COMPACTED, COMPACT_FAILED];
 }
@@ -535,4 +537,47 @@ pub struct AppliedStage {
     pub tokens_freed: u64,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub detail: String,
+}
+
+/// `ctx/snip` params: remove these records from what the model sees (the transcript keeps
+/// them). Tool pairs and records carrying tool references are protected.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SnipParams {
+    pub session_id: String,
+    pub uuids: Vec<String>,
+}
+
+/// `ctx/snip` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SnipResult {
+    /// Estimated tokens the next request no longer carries.
+    pub tokens_freed: u64,
+    /// Uuids that name no record in the current view (ignored).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown: Vec<String>,
+    pub usage: Usage,
+}
+
+/// `ctx/collapse` params: replace the span `from`..=`to` with a summary at read time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CollapseParams {
+    pub session_id: String,
+    pub from: String,
+    pub to: String,
+    /// The span's summary; written by the offline summarizer when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+}
+
+/// `ctx/collapse` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CollapseResult {
+    /// Uuid of the collapse record.
+    pub collapse_id: String,
+    pub tokens_freed: u64,
+    pub usage: Usage,
 }

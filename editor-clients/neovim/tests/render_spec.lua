@@ -25,21 +25,69 @@ describe("shared render cases", function()
     t.eq(c.memoryFileRows, render.memory_file_rows(c.context))
     t.eq(c.pendingRuleRows, render.pending_rule_rows(c.context))
   end)
+
+  it("renders read files and git", function()
+    t.eq(cases.contextCase.contextRows, render.context_rows(cases.contextCase.context))
+    t.eq({ { "Files read", "0" }, { "Changed since read", "0" }, { "Git snapshot", "no" } }, render.context_rows({ filesRead = 0, git = false }))
+  end)
+
+  it("says which window is in force and where it comes from", function()
+    for _, c in ipairs(cases.windowCases) do
+      t.eq(c.text, render.window_result_text(c.result), vim.inspect(c.result))
+    end
+  end)
+
+  it("reads window inputs as the VS Code client does", function()
+    local commands = require("ctxd.commands")
+    for _, c in ipairs(cases.windowInputs) do
+      local expected = c[2] ~= vim.NIL and c[2] or nil
+      t.eq(expected, commands.parse_window(c[1]), vim.inspect(c[1]))
+    end
+  end)
 end)
 
 describe("context lines", function()
   it("lists memory files with their sizes when ctx/context gives them", function()
     local lines = render.context_lines("s-1", cases.contextCase.context)
     t.eq("ctxd context: s-1", lines[1])
+    t.eq("ctx 62.6% · 16.9k to compact", lines[3], "no note")
+    t.truthy(vim.tbl_contains(lines, "  Memory files            1,840"), "the breakdown's memory-file line")
     t.truthy(vim.tbl_contains(lines, "Memory files"))
     t.truthy(vim.tbl_contains(lines, "  /home/dev/project/CLAUDE.md              project  1,428  loaded"), vim.inspect(lines))
+    t.truthy(vim.tbl_contains(lines, "  /home/dev/project/.claude/rules/rust.md  rule     236    waiting"), vim.inspect(lines))
     t.truthy(vim.tbl_contains(lines, "Pending rules"))
+    local tail = vim.list_slice(lines, #lines - 10)
+    t.eq({
+      "",
+      "Files and git",
+      "  Files read          3",
+      "  Changed since read  1",
+      "  Git snapshot        yes",
+      "",
+      "Changed since read",
+      "  /home/dev/project/src/lib.rs",
+      "",
+      "Problems",
+      "  /home/dev/project/CLAUDE.md: @docs/missing.md: no such file",
+    }, tail)
+  end)
+
+  it("leaves out empty sections", function()
+    local context = vim.tbl_extend("force", cases.contextCase.context, { memoryFiles = {}, pendingRules = {}, diagnostics = {} })
+    context.staleFiles = nil
+    local lines = render.context_lines("s-1", context)
+    t.truthy(vim.tbl_contains(lines, "  none loaded"))
+    for _, heading in ipairs({ "Pending rules", "Changed since read", "Problems" }) do
+      t.truthy(not vim.tbl_contains(lines, heading), heading)
+    end
+    t.truthy(vim.tbl_contains(lines, "  Changed since read  0"))
   end)
 
   it("shows the note and no memory files when only a usage is known", function()
     local lines = render.context_lines("s-1", { usage = cases.usageCases[1].usage }, "only usage")
     t.eq({ "ctxd context: s-1", "", "only usage", "", "ctx 0.0% · 67.0k to compact", "" }, vim.list_slice(lines, 1, 6))
     t.truthy(not vim.tbl_contains(lines, "Memory files"))
+    t.truthy(not vim.tbl_contains(lines, "Files and git"))
   end)
 end)
 

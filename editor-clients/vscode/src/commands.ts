@@ -8,7 +8,7 @@ import * as vscode from "vscode";
 
 import type { ContextView } from "./contextView";
 import { describeError, isMethodNotFound } from "./errors";
-import { formatCount, statusText } from "./render";
+import { formatCount, statusText, windowResultText } from "./render";
 import type { CtxdSessions, SessionInfo } from "./sessions";
 
 /** Command ids, as contributed in package.json. */
@@ -90,6 +90,9 @@ export async function compactNow(deps: CommandDeps, arg?: unknown): Promise<void
             { location: vscode.ProgressLocation.Notification, title: "ctxd: compacting…" },
             () => deps.sessions.compact(session.sessionId, instructions.trim() || undefined),
         );
+        for (const problem of result.problems ?? []) {
+            void vscode.window.showWarningMessage(`ctxd: ${problem}`);
+        }
         void vscode.window.showInformationMessage(
             `ctxd: compacted ${formatCount(result.preTokens)} → ${formatCount(result.postTokens)} tokens.`,
         );
@@ -111,7 +114,7 @@ export async function showContext(deps: CommandDeps, arg?: unknown): Promise<voi
             void vscode.window.showErrorMessage(describeError("ctx/context", error));
             return;
         }
-        // The daemon has no ctx/context yet: show the breakdown ctx/usage gives.
+        // A daemon older than ctx/context: show the breakdown ctx/usage gives.
         try {
             const usage = await deps.sessions.usage(session.sessionId);
             const note = `This ctxd has no ctx/context yet (${describeError("ctx/context", error)}) The breakdown below is from ctx/usage; memory files appear once the daemon answers ctx/context.`;
@@ -122,7 +125,11 @@ export async function showContext(deps: CommandDeps, arg?: unknown): Promise<voi
     }
 }
 
-/** Parses the window input: a positive token count (`200000`, `200k`, `1m`) or `auto`. */
+/**
+ * Parses the window input: a positive token count (`200000`, `200k`, `1m`) or `auto`.
+ * The range is the daemon's to judge: it clamps a window outside it and says so in the
+ * answer's `warnings`.
+ */
 export function parseWindow(input: string): number | "auto" | undefined {
     const text = input.trim().toLowerCase().replace(/[,_]/g, "");
     if (text === "auto") {
@@ -149,7 +156,7 @@ export async function setAutoCompactWindow(deps: CommandDeps, arg?: unknown): Pr
     }
     const input = await vscode.window.showInputBox({
         title: `ctxd: auto-compact window for ${modelInput}`,
-        prompt: "Tokens (e.g. 200000 or 200k), or auto for the model's own window",
+        prompt: "Tokens, 100k to 1M (e.g. 200000 or 200k), or auto to clear the saved window",
         validateInput: (value) => (parseWindow(value) === undefined ? "A positive token count, or auto" : undefined),
     });
     if (input === undefined) {
@@ -161,7 +168,10 @@ export async function setAutoCompactWindow(deps: CommandDeps, arg?: unknown): Pr
     }
     try {
         const result = await deps.sessions.setAutoCompactWindow(modelInput.trim(), window);
-        void vscode.window.showInformationMessage(`ctxd: auto-compact window for ${modelInput} is ${formatCount(result.window)} tokens.`);
+        for (const warning of result.warnings ?? []) {
+            void vscode.window.showWarningMessage(`ctxd: ${warning}`);
+        }
+        void vscode.window.showInformationMessage(windowResultText(result));
     } catch (error) {
         void vscode.window.showErrorMessage(describeError("ctx/setAutoCompactWindow", error));
     }
@@ -188,10 +198,17 @@ export async function clearSession(deps: CommandDeps, arg?: unknown): Promise<vo
     }
 }
 
-/** Tells the user when the daemon compacted a session or could not. */
+/**
+ * Tells the user when the daemon compacted a session on its own (at the threshold, say)
+ * or could not. A `manual` compaction was asked for with `ctx/compact`, whose caller
+ * reports it (Compact now does), so its `ctx/compacted` is not shown a second time.
+ */
 export function reportCompactions(sessions: CtxdSessions): { dispose(): unknown }[] {
     return [
         sessions.onCompacted(({ trigger, preTokens, postTokens }) => {
+            if (trigger === "manual") {
+                return;
+            }
             void vscode.window.showInformationMessage(
                 `ctxd: compacted (${trigger}) ${formatCount(preTokens)} → ${formatCount(postTokens)} tokens.`,
             );

@@ -9,7 +9,7 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 
-import type { InitializationOptions } from "./lsp_ext";
+import type { InitializationOptions, ProviderKind, Settings } from "./lsp_ext";
 
 /** Every setting this extension contributes (`ctxd.<key>` in package.json). */
 export const SETTING_KEYS = [
@@ -37,7 +37,7 @@ export interface CtxdConfig {
     autoCompactWindow: number | "auto";
     autoCompactEnabled: boolean;
     idleCompaction: boolean;
-    provider?: string;
+    provider?: ProviderKind;
     model?: string;
 }
 
@@ -60,12 +60,14 @@ export function expandHome(p: string): string {
 }
 
 const LOG_LEVELS: readonly LogLevel[] = ["error", "warn", "info", "debug", "trace"];
+const PROVIDERS: readonly ProviderKind[] = ["anthropic", "openai", "offline"];
 
 export function readConfig(get: SettingReader): CtxdConfig {
     const serverPath = nonEmptyString(get("path"));
     const stateDir = nonEmptyString(get("stateDir"));
     const logLevel = get("logLevel");
     const window = get("autoCompactWindow");
+    const provider = nonEmptyString(get("provider"));
     return {
         serverPath: serverPath !== undefined ? expandHome(serverPath) : "ctxd",
         stateDir: stateDir !== undefined ? expandHome(stateDir) : undefined,
@@ -73,20 +75,21 @@ export function readConfig(get: SettingReader): CtxdConfig {
         autoCompactWindow: typeof window === "number" && window > 0 ? Math.trunc(window) : "auto",
         autoCompactEnabled: get("autoCompactEnabled") !== false,
         idleCompaction: get("idleCompaction") === true,
-        provider: nonEmptyString(get("provider")),
+        provider: PROVIDERS.includes(provider as ProviderKind) ? (provider as ProviderKind) : undefined,
         model: nonEmptyString(get("model")),
     };
 }
 
 /**
- * The daemon's `settings` (the keys of a ctxd settings file). `autoCompactWindow` is
- * left out when it is `auto`, so the daemon's own default applies.
+ * The daemon's `settings` (keys of a ctxd settings file, `schemas/settings.json`; the
+ * daemon reports any other key as unknown). `autoCompactWindow` is left out when it is
+ * `auto`, so the daemon's own resolution applies. The log level is not a setting: it
+ * reaches the daemon as `CTXD_LOG` (see `daemonEnv`).
  */
-export function daemonSettings(config: CtxdConfig): Record<string, unknown> {
-    const settings: Record<string, unknown> = {
+export function daemonSettings(config: CtxdConfig): Settings {
+    const settings: Settings = {
         autoCompactEnabled: config.autoCompactEnabled,
         idleCompaction: config.idleCompaction,
-        logLevel: config.logLevel,
     };
     if (config.autoCompactWindow !== "auto") {
         settings.autoCompactWindow = config.autoCompactWindow;

@@ -2,11 +2,12 @@
  * The ctxd protocol as TypeScript types: every `ctx/` request and notification this
  * client uses, in one file.
  *
- * This file mirrors `daemon/proto/src/lib.rs` (field truth: `schemas/*.json`) and the
- * method table of `shared/design/PROTOCOL.md` by hand. `test/protocol.test.ts` fails
- * when a field named in the schemas is missing here. Methods the daemon does not answer
- * yet are declared too; calling them yields JSON-RPC error -32601, which the callers
- * turn into a readable message (see `errors.ts`).
+ * This file mirrors `daemon/proto/src/lib.rs` and `settings.rs` (field truth:
+ * `schemas/*.json`) by hand. `test/protocol.test.ts` fails when a field named in the
+ * schemas is missing here, when an error code differs from the proto crate's, and when
+ * the running daemon announces a method or notification not declared here or does not
+ * announce one declared here. A daemon older than a method answers it with JSON-RPC
+ * error -32601, which the callers turn into a readable message (see `errors.ts`).
  *
  * It imports only `vscode-jsonrpc`, never `vscode`, so the tests can load it in Node.
  */
@@ -66,12 +67,46 @@ export interface CtxdCapabilities {
     processId: number;
 }
 
+/** Who writes compaction summaries. */
+export type ProviderKind = "anthropic" | "openai" | "offline";
+
+/** Settings of one model (`modelSettings` of a settings file). */
+export interface ModelSettings {
+    autoCompactWindow?: number;
+}
+
+/**
+ * ctxd settings: the keys of a settings file (`schemas/settings.json`), as a client sends
+ * them in `initializationOptions.settings` and `workspace/didChangeConfiguration`. Every
+ * key is optional; the daemon reports unknown keys and keys of the wrong type in its log
+ * and ignores them.
+ */
+export interface Settings {
+    /** Context window (tokens, 100,000 to 1,000,000; clamped with a warning) for every model. */
+    autoCompactWindow?: number;
+    autoCompactEnabled?: boolean;
+    idleCompaction?: boolean;
+    idleCompactAfterSeconds?: number;
+    /** Per-model settings, keyed by model id. */
+    modelSettings?: Record<string, ModelSettings>;
+    /** Hook commands. Read from settings files only: the daemon ignores them from a client. */
+    hooks?: Record<string, unknown[]>;
+    provider?: ProviderKind;
+    model?: string;
+    compactModel?: string;
+    largerModelRetry?: string;
+    baseUrl?: string;
+    /** Name of the environment variable holding the API key (never the key itself). */
+    apiKeyEnv?: string;
+    memoryFileNames?: string[];
+}
+
 /** `initializationOptions` of `initialize`. */
 export interface InitializationOptions {
     stateDir?: string;
     /** Client data: the window the client wants (below env and settings files). */
     autoCompactWindow?: number;
-    settings?: Record<string, unknown>;
+    settings?: Settings;
 }
 
 export interface SessionParams {
@@ -84,8 +119,9 @@ export interface SessionParams {
 export interface OpenSessionParams {
     cwd: string;
     model: string;
+    /** Resume this session when it is in the store; create it with this id otherwise. */
     sessionId?: string;
-    /** Path of a Claude Code transcript to load (not answered by the daemon yet). */
+    /** Path of a Claude Code transcript to import as this new session. */
     import?: string;
 }
 export interface OpenSessionResult {
@@ -95,6 +131,12 @@ export interface OpenSessionResult {
     diagnostics?: string[];
     usage: Usage;
 }
+/**
+ * Opens (or resumes) a session. The daemon also pushes `ctx/usageChanged` for it, which
+ * may arrive before this answer. A session in the store that is not open (after a
+ * daemon restart or `ctx/closeSession`) is resumed on its first use by id anyway; only
+ * an id the store never had gives -33001.
+ */
 export const openSession = new RequestType<OpenSessionParams, OpenSessionResult, void>("ctx/openSession");
 
 export interface AppendParams {
@@ -117,67 +159,221 @@ export const usage = new RequestType<SessionParams, UsageResult, void>("ctx/usag
 
 export const closeSession = new RequestType<SessionParams, null, void>("ctx/closeSession");
 
-// ---------------------------------------------------------------------------------
-// Requests named by PROTOCOL.md that the daemon does not answer yet (-32601 until then)
+/** A window in tokens, or `"auto"` to clear the saved one. */
+export type WindowChoice = number | "auto";
 
-export interface CompactParams {
+export interface SetAutoCompactWindowParams {
+    model: string;
+    window: WindowChoice;
+}
+/** Where a window came from. */
+export type WindowSource = "env" | "setting" | "client" | "experiment" | "modelDefault" | "subagentCeiling";
+export interface SetAutoCompactWindowResult {
+    model: string;
+    /** The window now in force for the model (outside any project's settings). */
+    window: number;
+    source: WindowSource;
+    /** Problems with the value (clamped into range, above the model's window, …). */
+    warnings?: string[];
+}
+/**
+ * Saves the window for a model (`"auto"` clears it); the model's open sessions take it
+ * at once and push `ctx/usageChanged`. A window that is neither a count nor `"auto"` is
+ * error -32602.
+ */
+export const setAutoCompactWindow = new RequestType<SetAutoCompactWindowParams, SetAutoCompactWindowResult, void>(
+    "ctx/setAutoCompactWindow",
+);
+
+export interface FileReadParams {
     sessionId: string;
-    /** Focus instructions for the summary. */
-    instructions?: string;
+    /** Absolute path (a relative one is error -32602). */
+    path: string;
+    /** First line read, 1-based (default 1). */
+    startLine?: number;
+    /** Lines read (default: to the end). */
+    numLines?: number;
 }
-export interface CompactResult {
-    boundary: string;
-    preTokens: number;
-    postTokens: number;
-    summary: string;
+export interface FileReadResult {
+    path: string;
+    /** The path was read before in this session. */
+    alreadyRead: boolean;
+    /** Read before, and the same lines had the same content then. */
+    unchanged: boolean;
+    reads: number;
+    startLine: number;
+    numLines: number;
+    totalLines?: number;
+    /** Estimated tokens of the text read. */
+    tokens: number;
 }
-export const compact = new RequestType<CompactParams, CompactResult, void>("ctx/compact");
+/** The agent read a file by some means ctxd does not see in the transcript. */
+export const fileRead = new RequestType<FileReadParams, FileReadResult, void>("ctx/fileRead");
 
+/** `waiting`: a rule or nested file not activated yet; `duplicate`: the same text loaded elsewhere. */
+export type MemoryFileStatus = "loaded" | "waiting" | "duplicate";
 export interface MemoryFile {
     path: string;
+    /** managed, user, project, local, rule, nested, auto memory or import. */
     kind: string;
     tokens: number;
-    status: string;
+    status: MemoryFileStatus;
 }
+/** A rule waiting for a read that matches its `paths:` globs. */
 export interface PendingRule {
     path: string;
     paths: string[];
 }
 export interface ContextResult {
+    sessionId: string;
+    /** The usage, with `breakdown.memoryFiles` filled in (it is 0 in `ctx/usageChanged`). */
     usage: Usage;
+    /** In the order the model sees them. */
     memoryFiles: MemoryFile[];
     pendingRules: PendingRule[];
+    /** Problems with memory files (unreadable, not UTF-8, import cycles, …). */
+    diagnostics?: string[];
+    filesRead: number;
+    /** Read files that changed on disk since they were read. */
+    staleFiles?: string[];
+    /** Whether a git snapshot is part of the system context. */
+    git: boolean;
 }
+/** What the model sees, by source. */
 export const context = new RequestType<SessionParams, ContextResult, void>("ctx/context");
 
-export interface SetAutoCompactWindowParams {
-    model: string;
-    window: number | "auto";
+export interface CompactParams {
+    sessionId: string;
+    /** Focus instructions for the summary (what it must keep). */
+    instructions?: string;
 }
-export interface SetAutoCompactWindowResult {
-    window: number;
+export interface CompactResult {
+    /** Uuid of the compact boundary record. */
+    boundary: string;
+    /** `manual` for this request. */
+    trigger: string;
+    preTokens: number;
+    postTokens: number;
+    /** The summary the model continues from. */
+    summary: string;
+    /** Who wrote it: `offline`, `anthropic`, `openai`. */
+    summarizer: string;
+    /** Items the summary missed (user messages, files, todos) that ctxd appended. */
+    fidelityAppended: number;
+    /** Hook failures and other problems that did not stop the compaction. */
+    problems?: string[];
+    /** The usage after the compaction. */
+    usage: Usage;
 }
-export const setAutoCompactWindow = new RequestType<SetAutoCompactWindowParams, SetAutoCompactWindowResult, void>(
-    "ctx/setAutoCompactWindow",
+/**
+ * Compacts a session now; answered once the compaction is installed. The daemon also
+ * sends `ctx/compacted` (trigger `manual`) and pushes the new usage. Errors: -33008
+ * (another compaction of the session is running), -33009 (the compaction failed, e.g.
+ * nothing to compact; nothing was installed).
+ */
+export const compact = new RequestType<CompactParams, CompactResult, void>("ctx/compact");
+
+export interface ClearResult {
+    /** The new, empty session (same working directory and model). */
+    sessionId: string;
+    usage: Usage;
+}
+/** Closes the session and starts a new, empty one in its place (like `/clear`). */
+export const clear = new RequestType<SessionParams, ClearResult, void>("ctx/clear");
+
+/** The provider's error as the host received it. */
+export interface ProviderErrorReport {
+    /** HTTP status, when known. */
+    status?: number;
+    /** The provider's error type (e.g. `invalid_request_error`), when known. */
+    type?: string;
+    message: string;
+}
+export interface ReportProviderErrorParams {
+    sessionId: string;
+    error: ProviderErrorReport;
+}
+export interface ReportProviderErrorResult {
+    /** `compacted` (retry the request now) or `none` (not a refusal compaction answers, or compaction is off). */
+    action: "compacted" | "none";
+    /** Why, in a sentence. */
+    reason: string;
+    compact?: CompactResult;
+}
+/**
+ * The host's model request failed: ctxd compacts (trigger `reactive`) when the refusal
+ * is one compaction answers (prompt too long, long-context credits).
+ */
+export const reportProviderError = new RequestType<ReportProviderErrorParams, ReportProviderErrorResult, void>(
+    "ctx/reportProviderError",
 );
 
-export const clear = new RequestType<SessionParams, SessionParams, void>("ctx/clear");
+/** Records to take out of what the model sees (the transcript keeps them). */
+export interface SnipParams {
+    sessionId: string;
+    uuids: string[];
+}
+export interface SnipResult {
+    /** Estimated tokens the next request no longer carries. */
+    tokensFreed: number;
+    /** Uuids that name no record in the current view (ignored). */
+    unknown?: string[];
+    usage: Usage;
+}
+/** Removes records from the model's view; tool pairs and tool references are protected. */
+export const snip = new RequestType<SnipParams, SnipResult, void>("ctx/snip");
 
+/** A span to replace with its summary at read time. */
+export interface CollapseParams {
+    sessionId: string;
+    from: string;
+    to: string;
+    /** Written by the daemon's offline summarizer when absent. */
+    summary?: string;
+}
+export interface CollapseResult {
+    /** Uuid of the collapse record. */
+    collapseId: string;
+    tokensFreed: number;
+    usage: Usage;
+}
+/** Replaces the span `from`..`to` with a summary in what the model sees. */
+export const collapse = new RequestType<CollapseParams, CollapseResult, void>("ctx/collapse");
+
+/** A side request that shares the session's prefix. */
+export interface ForkParams {
+    instruction: string;
+    /** Mark the end of the shared prefix instead of the final message. */
+    skipCacheWrite?: boolean;
+}
 export interface AssembleParams {
     sessionId: string;
-    /** The host's own system blocks. */
-    system: unknown[];
-    tools: unknown[];
+    /** The host's own system blocks (Messages API text blocks; default none). */
+    system?: unknown[];
+    /** The tools offered (Messages API tool objects; default none). */
+    tools?: unknown[];
     maxTokens: number;
-    fork?: { instruction: string; skipCacheWrite?: boolean };
+    fork?: ForkParams;
+}
+/** What one stage of the request pipeline did. */
+export interface AppliedStage {
+    stage: string;
+    acted: boolean;
+    tokensFreed: number;
+    detail?: string;
 }
 export interface AssembleResult {
-    /** A body valid for the Anthropic Messages API. */
+    /** A body for the Anthropic Messages API: model, system, messages, tools, max_tokens. */
     request: Record<string, unknown>;
+    /** Estimated input tokens of exactly this request. */
+    requestTokens: number;
     usage: Usage;
-    /** Which valves acted. */
-    applied: unknown[];
+    /** One entry per pipeline stage, in order. */
+    applied: AppliedStage[];
+    /** `continue`, or `compact` when the threshold is reached (an automatic compaction started in the background). */
+    decision: string;
 }
+/** Builds the session's next model request. */
 export const assemble = new RequestType<AssembleParams, AssembleResult, void>("ctx/assemble");
 
 // ---------------------------------------------------------------------------------
@@ -189,25 +385,31 @@ export interface UsageChangedParams {
 }
 export const usageChanged = new NotificationType<UsageChangedParams>("ctx/usageChanged");
 
+export interface ContextChangedParams {
+    sessionId: string;
+    /** The memory files or read files that changed on disk. */
+    paths: string[];
+}
+/** Memory files or files the agent read changed on disk; `ctx/context` has the new state. */
+export const contextChanged = new NotificationType<ContextChangedParams>("ctx/contextChanged");
+
 export interface CompactedParams {
     sessionId: string;
+    /** `manual` (ctx/compact), `auto` (the threshold was reached), `reactive` (ctx/reportProviderError), … */
     trigger: string;
     preTokens: number;
     postTokens: number;
 }
+/** A compaction of the session was installed. */
 export const compacted = new NotificationType<CompactedParams>("ctx/compacted");
 
 export interface CompactFailedParams {
     sessionId: string;
+    /** Why; begins `Autocompact is thrashing` when automatic compaction stopped for that. */
     reason: string;
 }
+/** An automatic compaction failed, or automatic compaction stopped (circuit breaker). */
 export const compactFailed = new NotificationType<CompactFailedParams>("ctx/compactFailed");
-
-export interface ContextChangedParams {
-    sessionId: string;
-    paths: string[];
-}
-export const contextChanged = new NotificationType<ContextChangedParams>("ctx/contextChanged");
 
 // ---------------------------------------------------------------------------------
 // Error codes (JSON-RPC standard ones and ctxd's own, see `error_codes` in the proto crate)
@@ -222,4 +424,8 @@ export const ErrorCodes = {
     Internal: -33005,
     MessageTooLarge: -33006,
     SessionClosed: -33007,
+    /** The session is busy with something that excludes the request (a compaction). */
+    Busy: -33008,
+    /** A compaction failed; nothing was installed. */
+    CompactFailed: -33009,
 } as const;

@@ -8,7 +8,7 @@
  * against `editor-clients/fixtures/render-cases.json`, so the two editors show the same
  * strings for the same usage.
  */
-import type { ContextResult, Level, Usage } from "./lsp_ext";
+import type { ContextResult, Level, SetAutoCompactWindowResult, Usage, WindowSource } from "./lsp_ext";
 
 /** A label and its formatted value. */
 export type Row = [string, string];
@@ -138,6 +138,33 @@ export function pendingRuleRows(context: Pick<ContextResult, "pendingRules">): R
     return context.pendingRules.map((r) => [r.path, r.paths.join(", ")]);
 }
 
+/** Read files and git, one row each. */
+export function contextRows(context: Pick<ContextResult, "filesRead" | "staleFiles" | "git">): Row[] {
+    return [
+        ["Files read", formatCount(context.filesRead)],
+        ["Changed since read", formatCount(context.staleFiles?.length ?? 0)],
+        ["Git snapshot", context.git ? "yes" : "no"],
+    ];
+}
+
+const WINDOW_SOURCES: Record<WindowSource, string> = {
+    env: "CLAUDE_CODE_AUTO_COMPACT_WINDOW overrides saved windows",
+    setting: "from settings",
+    client: "from the editor's initializationOptions",
+    experiment: "from an experiment",
+    modelDefault: "the model's own window",
+    subagentCeiling: "held to the subagent ceiling",
+};
+
+/**
+ * What `ctx/setAutoCompactWindow` answered, in one sentence: the window now in force and
+ * where it comes from (its `warnings` are shown on their own).
+ */
+export function windowResultText(result: SetAutoCompactWindowResult): string {
+    const source = WINDOW_SOURCES[result.source] ?? result.source;
+    return `ctxd: auto-compact window for ${result.model} is ${formatCount(result.window)} tokens (${source}).`;
+}
+
 function escapeMarkdown(text: string): string {
     return text.replace(/[\\`*_[\]|<>]/g, "\\$&");
 }
@@ -162,15 +189,14 @@ export function statusTooltip(sessionId: string, usage: Usage): string {
     ].join("\n");
 }
 
+/** What the context view shows: the `ctx/context` answer, or only a usage. */
+export type ContextContent = { usage: Usage } & Partial<Omit<ContextResult, "usage" | "sessionId">>;
+
 /**
  * The context view's document (markdown). `context` is the `ctx/context` answer, or
- * only a usage when the daemon does not have `ctx/context` yet; `note` says so.
+ * only a usage when the daemon does not have `ctx/context`; `note` says so.
  */
-export function contextDocument(
-    sessionId: string,
-    context: { usage: Usage } & Partial<Pick<ContextResult, "memoryFiles" | "pendingRules">>,
-    note?: string,
-): string {
+export function contextDocument(sessionId: string, context: ContextContent, note?: string): string {
     const lines = [`# ctxd context: ${sessionId}`, ""];
     if (note !== undefined) {
         lines.push(`> ${note}`, "");
@@ -188,6 +214,16 @@ export function contextDocument(
     }
     if (context.pendingRules !== undefined && context.pendingRules.length > 0) {
         lines.push("## Pending rules", "", ...markdownTable(["Rule", "Applies to"], pendingRuleRows({ pendingRules: context.pendingRules })), "");
+    }
+    if (context.filesRead !== undefined && context.git !== undefined) {
+        const rows = contextRows({ filesRead: context.filesRead, staleFiles: context.staleFiles, git: context.git });
+        lines.push("## Files and git", "", ...markdownTable(["", ""], rows), "");
+    }
+    if (context.staleFiles !== undefined && context.staleFiles.length > 0) {
+        lines.push("## Changed since read", "", ...context.staleFiles.map((f) => `- ${escapeMarkdown(f)}`), "");
+    }
+    if (context.diagnostics !== undefined && context.diagnostics.length > 0) {
+        lines.push("## Problems", "", ...context.diagnostics.map((d) => `- ${escapeMarkdown(d)}`), "");
     }
     return lines.join("\n");
 }

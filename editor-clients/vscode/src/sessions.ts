@@ -5,11 +5,13 @@
  * `vscode` nor about how the daemon runs: it talks through a `Connection` (the
  * extension adapts its `LanguageClient`, the tests a `vscode-jsonrpc` connection to a
  * real `ctxd`). It remembers each open session's `cwd` and `model` so that after the
- * daemon restarts `reopenAll` can resume them by id.
+ * daemon restarts `reopenAll` can resume them by id. (The daemon would also resume a
+ * stored session on its first use by id; reopening at once redraws the status bar from
+ * the store without waiting for that use.)
  *
  * **Invariant:** the usage a listener sees is exactly what the daemon sent (from
- * `ctx/usageChanged`, or the `ctx/openSession` answer that starts a session); nothing
- * here computes levels or thresholds.
+ * `ctx/usageChanged`, or the `ctx/openSession` / `ctx/clear` answer that starts a
+ * session); nothing here computes levels or thresholds.
  */
 import { Disposable, Emitter, Event, RequestType } from "vscode-jsonrpc";
 
@@ -49,9 +51,17 @@ export interface CtxdApi {
     usage(sessionId: string): Promise<ext.Usage>;
     compact(sessionId: string, instructions?: string): Promise<ext.CompactResult>;
     context(sessionId: string): Promise<ext.ContextResult>;
-    setAutoCompactWindow(model: string, window: number | "auto"): Promise<ext.SetAutoCompactWindowResult>;
-    /** Starts a new empty session in place of `sessionId`; returns the new id. */
+    /** Saves the window for `model` (`"auto"` clears it); its open sessions follow at once. */
+    setAutoCompactWindow(model: string, window: ext.WindowChoice): Promise<ext.SetAutoCompactWindowResult>;
+    /** Tells the daemon the agent read a file by some means the transcript does not show. */
+    fileRead(params: ext.FileReadParams): Promise<ext.FileReadResult>;
+    /** Starts a new empty session in place of `sessionId` (which closes); returns the new id. */
     clear(sessionId: string): Promise<string>;
+    /**
+     * Tells the daemon the host's model request failed; it compacts when that answers the
+     * refusal (`action: "compacted"`: retry the request now).
+     */
+    reportProviderError(sessionId: string, error: ext.ProviderErrorReport): Promise<ext.ReportProviderErrorResult>;
     closeSession(sessionId: string): Promise<void>;
     /** Any `ctx/` method, for what this API does not wrap yet. */
     request<R = unknown>(method: string, params: unknown): Promise<R>;
@@ -163,8 +173,12 @@ export class CtxdSessions implements CtxdApi {
         return this.send(ext.context, { sessionId });
     }
 
-    setAutoCompactWindow(model: string, window: number | "auto"): Promise<ext.SetAutoCompactWindowResult> {
+    setAutoCompactWindow(model: string, window: ext.WindowChoice): Promise<ext.SetAutoCompactWindowResult> {
         return this.send(ext.setAutoCompactWindow, { model, window });
+    }
+
+    fileRead(params: ext.FileReadParams): Promise<ext.FileReadResult> {
+        return this.send(ext.fileRead, params);
     }
 
     async clear(sessionId: string): Promise<string> {
@@ -174,8 +188,13 @@ export class CtxdSessions implements CtxdApi {
             this.open.delete(sessionId);
             this.open.set(result.sessionId, { sessionId: result.sessionId, cwd: old.cwd, model: old.model });
             this.sessionsEmitter.fire();
+            this.setUsage(result.sessionId, result.usage);
         }
         return result.sessionId;
+    }
+
+    reportProviderError(sessionId: string, error: ext.ProviderErrorReport): Promise<ext.ReportProviderErrorResult> {
+        return this.send(ext.reportProviderError, { sessionId, error });
     }
 
     async closeSession(sessionId: string): Promise<void> {

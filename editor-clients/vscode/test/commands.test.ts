@@ -1,21 +1,28 @@
 /**
  * The palette commands, with the stand-in `vscode` module: against the real daemon
- * (which answers -32601 for the methods it does not have yet) and against a scripted
- * connection for the answers a future daemon gives.
+ * (which answers -32601 for the methods it does not have yet), and against a scripted
+ * connection for what the real one cannot give: the answers of a future daemon
+ * (`ctx/compact`, `ctx/clear`) and those of an older one (no `ctx/context`).
  */
 import "./support/installVscode";
 
 import * as assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as path from "node:path";
 import { afterEach, beforeEach, describe, it } from "node:test";
 
 import { Commands, parseWindow, registerCommands, reportCompactions } from "../src/commands";
 import { ContextView } from "../src/contextView";
+import type { CompactedParams, CompactResult, ContextChangedParams, ContextResult } from "../src/lsp_ext";
+import { formatCount, statusText, windowResultText } from "../src/render";
 import { CtxdSessions } from "../src/sessions";
-import { startDaemon, tempStateDir, type TestDaemon } from "./support/daemon";
+import { startDaemon, TEST_SETTINGS, tempStateDir, type TestDaemon } from "./support/daemon";
 import { FakeConnection } from "./support/fakeConnection";
 import { renderCases, usageCase } from "./support/fixtures";
+import { makeProject, type TestProject, writeAtomically } from "./support/project";
 import { assistantRecord, userRecord } from "./support/records";
 import { fake, window, workspace } from "./support/vscode";
+import { waitFor } from "./support/wait";
 
 const MODEL = "claude-sonnet-4-5-20250929";
 
@@ -55,21 +62,29 @@ function lastError(): string {
     return errors[errors.length - 1].text;
 }
 
+/** The markdown table row of a memory file, as the context view escapes it. */
+function memoryRow(file: { path: string; kind: string; tokens: number; status: string }): string {
+    return `| ${file.path} | ${file.kind} | ${formatCount(file.tokens)} | ${file.status} |`;
+}
+
 describe("commands on a real ctxd", () => {
     let daemon: TestDaemon;
     let sessions: CtxdSessions;
     let commands: ReturnType<typeof setUp>;
     let sessionId: string;
+    let project: TestProject;
 
     beforeEach(async () => {
         fake.reset();
-        daemon = await startDaemon(tempStateDir(), { settings: { autoCompactWindow: 100_000 } });
+        project = makeProject();
+        daemon = await startDaemon(tempStateDir(), { settings: TEST_SETTINGS });
         sessions = new CtxdSessions();
         sessions.attach(daemon.connection);
         commands = setUp(sessions);
-        sessionId = (await sessions.openSession({ cwd: process.cwd(), model: MODEL })).sessionId;
+        sessionId = (await sessions.openSession({ cwd: project.dir, model: MODEL })).sessionId;
         const user = userRecord("hi");
         await sessions.append(sessionId, [user, assistantRecord(50_060, user.uuid as string)]);
+        await waitFor("the usage after the append", () => (sessions.latestUsage(sessionId)?.tokens === 50_060 ? true : undefined));
     });
     afterEach(async () => {
         commands.dispose();
@@ -81,12 +96,35 @@ describe("commands on a real ctxd", () => {
         assert.deepEqual([...fake.commands.keys()].sort(), Object.values(Commands).sort());
     });
 
-    it("Compact now asks for a focus and shows -32601 as an error, not a crash", async () => {
+    it("Compact now asks for a focus, compacts, and reports the token drop; the session follows", async () => {
+        const compacted: CompactedParams[] = [];
+        sessions.onCompacted((c) => compacted.push(c));
         fake.inputAnswers.push("keep the failing test output");
         await run(Commands.compact);
         assert.equal(fake.inputBoxes.length, 1);
         assert.deepEqual(fake.progressTitles, ["ctxd: compacting…"]);
-        assert.match(lastError(), /^ctxd does not support ctx\/compact yet \(error -32601: .*\)\. Update ctxd to use this command\.$/);
+        assert.equal(fake.messages.length, 1, JSON.stringify(fake.messages));
+        const [message] = fake.messages;
+        assert.equal(message.kind, "info");
+        const drop = /^ctxd: compacted ([\d,]+) → ([\d,]+) tokens\.$/.exec(message.text);
+        assert.ok(drop, message.text);
+        const [pre, post] = [drop[1], drop[2]].map((n) => Number(n.replace(/,/g, "")));
+        // The daemon counts the memory files (CLAUDE.md) on top of the transcript.
+        assert.ok(pre > 50_060 && post < 50_060, message.text);
+        await waitFor("ctx/compacted", () => (compacted.length > 0 ? true : undefined));
+        assert.deepEqual(compacted, [{ sessionId, trigger: "manual", preTokens: pre, postTokens: post }]);
+        const usage = await waitFor("the usage after the compaction", () => {
+            const u = sessions.latestUsage(sessionId);
+            return u !== undefined && u.tokens < 50_060 && u.level !== "compacting" ? u : undefined;
+        });
+        assert.equal(usage.level, "ok");
+    });
+
+    it("Compact now shows the daemon's error (nothing to compact)", async () => {
+        const empty = await sessions.openSession({ cwd: project.dir, model: MODEL });
+        fake.inputAnswers.push("");
+        await run(Commands.compact, empty.sessionId);
+        assert.match(lastError(), /^ctx\/compact failed \(error -33009\): compaction failed: nothing to compact/);
     });
 
     it("Compact now does nothing when the focus box is dismissed", async () => {
@@ -96,15 +134,60 @@ describe("commands on a real ctxd", () => {
         assert.deepEqual(fake.progressTitles, []);
     });
 
-    it("Show context falls back to the ctx/usage breakdown and says why", async () => {
+    it("Show context lists the memory files with their token sizes and the waiting rule (ctx/context)", async () => {
         await run(Commands.showContext, sessionId);
+        assert.deepEqual(fake.messages, []);
         assert.equal(fake.shownDocuments.length, 1);
         const text = fake.shownDocuments[0].getText();
-        assert.match(text, new RegExp(`^# ctxd context: ${sessionId}`));
-        assert.match(text, /> This ctxd has no ctx\/context yet \(ctxd does not support ctx\/context yet \(error -32601/);
-        assert.match(text, /\*\*ctx 62\.6% · 16\.9k to compact\*\*/);
-        assert.match(text, /\| Messages: other \| /);
-        assert.match(text, /\| Free space \| 16,940 \|/);
+        const answer = await sessions.context(sessionId);
+        assert.match(text, new RegExp(`^# ctxd context: ${sessionId}\n\n\\*\\*ctx 62\\.6% · 16\\.9k to compact\\*\\*`), "no note");
+        const claudeMd = answer.memoryFiles.find((f) => f.path === project.claudeMd);
+        assert.ok(claudeMd !== undefined && claudeMd.tokens > 0, JSON.stringify(answer.memoryFiles));
+        assert.deepEqual([claudeMd.kind, claudeMd.status], ["project", "loaded"]);
+        assert.ok(text.includes(memoryRow(claudeMd)), text);
+        const rule = answer.memoryFiles.find((f) => f.path === project.rule);
+        assert.ok(rule !== undefined && rule.status === "waiting", JSON.stringify(answer.memoryFiles));
+        assert.ok(text.includes(memoryRow(rule)), text);
+        assert.ok(text.includes(`## Pending rules\n\n| Rule | Applies to |\n| --- | --- |\n| ${project.rule} | src/\\*\\*/\\*.rs |`), text);
+        // ctx/context fills the breakdown's memory-file line (ctx/usageChanged leaves it 0).
+        assert.ok(answer.usage.breakdown.memoryFiles > 0);
+        assert.equal(sessions.latestUsage(sessionId)?.breakdown.memoryFiles, 0);
+        assert.ok(text.includes(`| Memory files | ${formatCount(answer.usage.breakdown.memoryFiles)} |`), text);
+        assert.match(text, /\| Files read \| 0 \|\n\| Changed since read \| 0 \|\n\| Git snapshot \| no \|/);
+    });
+
+    it("Show context follows ctx/contextChanged when a memory file or a read file changes on disk", async () => {
+        const changed: ContextChangedParams[] = [];
+        sessions.onContextChanged((c) => changed.push(c));
+        await run(Commands.showContext, sessionId);
+        const doc = fake.shownDocuments[0];
+        const read = await sessions.fileRead({ sessionId, path: project.notes, startLine: 2, numLines: 1 });
+        assert.deepEqual(
+            { alreadyRead: read.alreadyRead, reads: read.reads, startLine: read.startLine, numLines: read.numLines, totalLines: read.totalLines },
+            { alreadyRead: false, reads: 1, startLine: 2, numLines: 1, totalLines: 3 },
+        );
+        writeAtomically(project.notes, "uno\ndos\ntres\n");
+        writeAtomically(project.claudeMd, `# Project\n\n${"Run the tests before every commit. ".repeat(40)}\n`);
+        await waitFor("ctx/contextChanged for both files", () => {
+            const paths = changed.filter((c) => c.sessionId === sessionId).flatMap((c) => c.paths);
+            return paths.includes(project.notes) && paths.includes(project.claudeMd) ? true : undefined;
+        });
+        // The daemon's state once both changes are in; the view asked again after each
+        // notification, so it ends on that state too.
+        let answer = await sessions.context(sessionId);
+        const grown = (a: ContextResult) => (a.memoryFiles.find((f) => f.path === project.claudeMd)?.tokens ?? 0) > 100;
+        for (const deadline = Date.now() + 10_000; !(grown(answer) && answer.staleFiles?.includes(project.notes)); ) {
+            assert.ok(Date.now() < deadline, `the daemon's context after the changes: ${JSON.stringify(answer)}`);
+            await new Promise((r) => setTimeout(r, 50));
+            answer = await sessions.context(sessionId);
+        }
+        const claudeMd = answer.memoryFiles.find((f) => f.path === project.claudeMd)!;
+        assert.deepEqual(answer.staleFiles, [project.notes]);
+        await waitFor("the view to show the new state", () => {
+            const text = doc.getText();
+            return text.includes(memoryRow(claudeMd)) && text.includes(`## Changed since read\n\n- ${project.notes}\n`) ? true : undefined;
+        });
+        assert.match(doc.getText(), /\| Files read \| 1 \|\n\| Changed since read \| 1 \|/);
         assert.deepEqual(fake.messages, []);
     });
 
@@ -113,28 +196,77 @@ describe("commands on a real ctxd", () => {
         const doc = fake.shownDocuments[0];
         const parent = userRecord("more");
         await sessions.append(sessionId, [parent, assistantRecord(60_000, parent.uuid as string)]);
-        const deadline = Date.now() + 5000;
-        while (!doc.getText().includes("60,000") && Date.now() < deadline) {
-            await new Promise((r) => setTimeout(r, 10));
-        }
-        assert.match(doc.getText(), /\| Tokens \| 60,000 /);
+        await waitFor("the view at 60,000 tokens", () => (doc.getText().includes("| Tokens | 60,000 ") ? true : undefined));
+        assert.match(doc.getText(), /\*\*ctx 75\.0% · 7\.0k to compact\*\*/);
+        assert.match(doc.getText(), /## Memory files/, "still the ctx/context view");
     });
 
-    it("Set auto-compact window validates the input and shows the daemon's error", async () => {
+    it("Set auto-compact window validates the input, saves the window, and the session follows", async () => {
         fake.inputAnswers.push("200k");
         await run(Commands.setAutoCompactWindow);
         const box = fake.inputBoxes[0];
         assert.equal(box.validateInput?.("lots"), "A positive token count, or auto");
         assert.equal(box.validateInput?.("auto"), undefined);
-        assert.match(lastError(), /ctx\/setAutoCompactWindow yet \(error -32601/);
+        assert.deepEqual(fake.messages, [
+            { kind: "info", text: `ctxd: auto-compact window for ${MODEL} is 200,000 tokens (from settings).` },
+        ]);
+        // The daemon applies the saved window to the model's open sessions at once.
+        const usage = await waitFor("the session at a 200,000 window", () => {
+            const u = sessions.latestUsage(sessionId);
+            return u?.window === 200_000 ? u : undefined;
+        });
+        assert.equal(statusText(usage), "ctx 27.8% · 116.9k to compact");
+        const saved = JSON.parse(fs.readFileSync(path.join(daemon.stateDir, "saved-settings.json"), "utf8"));
+        assert.deepEqual(saved.modelSettings[MODEL], { autoCompactWindow: 200_000 });
     });
 
-    it("Clear asks first and shows the daemon's error", async () => {
+    it("Set auto-compact window shows the daemon's warnings; auto clears the saved window", async () => {
+        fake.inputAnswers.push("2M");
+        await run(Commands.setAutoCompactWindow);
+        assert.deepEqual(fake.messages, [
+            { kind: "warning", text: "ctxd: autoCompactWindow setting 2000000 is outside 100000..=1000000; using 1000000" },
+            { kind: "info", text: `ctxd: auto-compact window for ${MODEL} is 200,000 tokens (from settings).` },
+        ]);
+        await waitFor("the session at a 200,000 window", () => (sessions.latestUsage(sessionId)?.window === 200_000 ? true : undefined));
+        fake.messages = [];
+        fake.inputAnswers.push("auto");
+        await run(Commands.setAutoCompactWindow);
+        // Back to the client's autoCompactWindow setting.
+        assert.deepEqual(fake.messages, [
+            { kind: "info", text: `ctxd: auto-compact window for ${MODEL} is 100,000 tokens (from settings).` },
+        ]);
+        await waitFor("the session at a 100,000 window", () => (sessions.latestUsage(sessionId)?.window === 100_000 ? true : undefined));
+        assert.equal(statusText(sessions.latestUsage(sessionId)!), "ctx 62.6% · 16.9k to compact");
+    });
+
+    it("Set auto-compact window shows the daemon's error", async () => {
+        // A directory where the daemon saves windows: it cannot write there.
+        fs.mkdirSync(path.join(daemon.stateDir, "saved-settings.json"));
+        fake.inputAnswers.push("300k");
+        await run(Commands.setAutoCompactWindow);
+        assert.match(lastError(), /^ctx\/setAutoCompactWindow failed \(error -33002\): .*saved-settings\.json/);
+        assert.equal(sessions.latestUsage(sessionId)?.window, 100_000, "nothing changed");
+    });
+
+    it("Clear asks first, then starts a new empty session in its place", async () => {
         fake.messageAnswer = "Clear";
         await run(Commands.clear);
         assert.match(fake.messages[0].text, /^Clear ctxd session /);
-        assert.match(lastError(), /ctx\/clear yet \(error -32601/);
-        assert.deepEqual(sessions.sessions().map((s) => s.sessionId), [sessionId], "the session is kept");
+        assert.equal(fake.messages.length, 2, JSON.stringify(fake.messages));
+        const cleared = /^ctxd: cleared; the new session is (\S+)\.$/.exec(fake.messages[1].text);
+        assert.ok(cleared, fake.messages[1].text);
+        const [newId] = [cleared[1]];
+        assert.notEqual(newId, sessionId);
+        assert.deepEqual(sessions.sessions().map((s) => [s.sessionId, s.cwd, s.model]), [[newId, project.dir, MODEL]]);
+        assert.equal(statusText(sessions.latestUsage(newId)!), "ctx 0.0% · 67.0k to compact", "the new session's usage from the answer");
+        assert.equal((await sessions.usage(newId)).tokens, 0);
+    });
+
+    it("Clear does nothing unless confirmed", async () => {
+        fake.messageAnswer = undefined;
+        await run(Commands.clear);
+        assert.equal(fake.messages.length, 1);
+        assert.deepEqual(sessions.sessions().map((s) => s.sessionId), [sessionId]);
     });
 
     it("Show log reveals the output channel; Restart restarts", async () => {
@@ -145,7 +277,7 @@ describe("commands on a real ctxd", () => {
     });
 });
 
-describe("commands against the answers of a future daemon", () => {
+describe("commands against scripted answers (a future daemon, an older one)", () => {
     let connection: FakeConnection;
     let sessions: CtxdSessions;
     let commands: ReturnType<typeof setUp>;
@@ -168,8 +300,20 @@ describe("commands against the answers of a future daemon", () => {
         sessions.dispose();
     });
 
+    const compactResult = (preTokens: number, postTokens: number, problems?: string[]): CompactResult => ({
+        boundary: "b",
+        trigger: "manual",
+        preTokens,
+        postTokens,
+        summary: "…",
+        summarizer: "offline",
+        fidelityAppended: 0,
+        ...(problems !== undefined ? { problems } : {}),
+        usage: usageCase("ok").usage,
+    });
+
     it("Compact now sends the focus and reports the token drop", async () => {
-        connection.answer("ctx/compact", () => ({ boundary: "b", preTokens: 150_000, postTokens: 20_000, summary: "…" }));
+        connection.answer("ctx/compact", () => compactResult(150_000, 20_000));
         fake.inputAnswers.push("  keep the plan ");
         await run(Commands.compact);
         assert.deepEqual(connection.sent.at(-1), { method: "ctx/compact", params: { sessionId: "s-1", instructions: "keep the plan" } });
@@ -177,10 +321,56 @@ describe("commands against the answers of a future daemon", () => {
     });
 
     it("Compact now with an empty focus sends no instructions", async () => {
-        connection.answer("ctx/compact", () => ({ boundary: "b", preTokens: 2, postTokens: 1, summary: "" }));
+        connection.answer("ctx/compact", () => compactResult(2, 1));
         fake.inputAnswers.push("");
         await run(Commands.compact);
         assert.deepEqual(connection.sent.at(-1), { method: "ctx/compact", params: { sessionId: "s-1" } });
+    });
+
+    it("Compact now shows the problems that did not stop the compaction", async () => {
+        connection.answer("ctx/compact", () => compactResult(150_000, 20_000, ["PreCompact hook `lint` exited with 1"]));
+        fake.inputAnswers.push("");
+        await run(Commands.compact);
+        assert.deepEqual(fake.messages, [
+            { kind: "warning", text: "ctxd: PreCompact hook `lint` exited with 1" },
+            { kind: "info", text: "ctxd: compacted 150,000 → 20,000 tokens." },
+        ]);
+    });
+
+    it("Compact now shows -32601 from a daemon without ctx/compact", async () => {
+        fake.inputAnswers.push("");
+        await run(Commands.compact);
+        assert.match(lastError(), /^ctxd does not support ctx\/compact yet \(error -32601: .*\)\. Update ctxd to use this command\.$/);
+    });
+
+    it("Show context falls back to the ctx/usage breakdown and says why (a daemon without ctx/context)", async () => {
+        connection.answer("ctx/usage", (p) => ({ sessionId: (p as { sessionId: string }).sessionId, usage: usageCase("warning").usage }));
+        await run(Commands.showContext);
+        assert.deepEqual(connection.sent.slice(-2).map((m) => m.method), ["ctx/context", "ctx/usage"]);
+        assert.deepEqual(fake.messages, []);
+        assert.equal(fake.shownDocuments.length, 1);
+        const doc = fake.shownDocuments[0];
+        const text = doc.getText();
+        assert.match(text, /^# ctxd context: s-1\n\n> This ctxd has no ctx\/context yet \(ctxd does not support ctx\/context yet \(error -32601/);
+        assert.match(text, /The breakdown below is from ctx\/usage; memory files appear once the daemon answers ctx\/context\./);
+        assert.match(text, /\*\*ctx 62\.6% · 16\.9k to compact\*\*/);
+        assert.match(text, /\| Free space \| 16,940 \|/);
+        assert.doesNotMatch(text, /## Memory files/);
+        // It redraws from the pushed usage, without asking for ctx/context again.
+        const sent = connection.sent.length;
+        connection.notify("ctx/usageChanged", { sessionId: "s-1", usage: usageCase("blocked").usage });
+        assert.match(doc.getText(), /\*\*ctx 99\.2% · blocked\*\*/);
+        assert.match(doc.getText(), /^> This ctxd has no ctx\/context yet/m);
+        assert.equal(connection.sent.length, sent);
+    });
+
+    it("Show context shows a failing ctx/context as an error", async () => {
+        connection.answer("ctx/context", () => {
+            throw Object.assign(new Error("unknown session \"s-1\""), { code: -33001 });
+        });
+        await run(Commands.showContext);
+        assert.deepEqual(fake.shownDocuments, []);
+        assert.deepEqual(fake.messages, [{ kind: "error", text: 'ctx/context failed: unknown session "s-1"' }]);
     });
 
     it("Show context lists memory files with their sizes", async () => {
@@ -189,22 +379,82 @@ describe("commands against the answers of a future daemon", () => {
         const text = fake.shownDocuments[0].getText();
         assert.match(text, /## Memory files/);
         assert.ok(text.includes("| /home/dev/project/CLAUDE.md | project | 1,428 | loaded |"));
+        assert.ok(text.includes("| /home/dev/project/.claude/rules/rust.md | rule | 236 | waiting |"));
         assert.doesNotMatch(text, /no ctx\/context yet/);
     });
 
-    it("Set auto-compact window sends the session's model", async () => {
-        connection.answer("ctx/setAutoCompactWindow", () => ({ window: 200_000 }));
+    it("Show context asks again on ctx/contextChanged of its session; the latest answer wins", async () => {
+        const base = renderCases.contextCase.context;
+        const answers: ((v: ContextResult) => void)[] = [];
+        let calls = 0;
+        connection.answer("ctx/context", () => {
+            calls += 1;
+            if (calls === 1) {
+                return base;
+            }
+            // Later answers wait until the test releases them, in any order.
+            return new Promise<ContextResult>((resolve) => answers.push(resolve));
+        });
+        await run(Commands.showContext);
+        const doc = fake.shownDocuments[0];
+        connection.notify("ctx/contextChanged", { sessionId: "other", paths: ["/elsewhere/CLAUDE.md"] });
+        assert.equal(calls, 1, "another session's change is not this view's");
+        connection.notify("ctx/contextChanged", { sessionId: "s-1", paths: ["/home/dev/project/CLAUDE.md"] });
+        connection.notify("ctx/contextChanged", { sessionId: "s-1", paths: ["/home/dev/project/src/lib.rs"] });
+        await waitFor("two more ctx/context requests", () => (answers.length === 2 ? true : undefined));
+        const grown = { ...base, memoryFiles: base.memoryFiles.map((f) => (f.kind === "project" ? { ...f, tokens: 2_000 } : f)) };
+        const stale = { ...base, memoryFiles: base.memoryFiles.map((f) => (f.kind === "project" ? { ...f, tokens: 1_500 } : f)) };
+        answers[1](grown);
+        await waitFor("the newest answer drawn", () => (doc.getText().includes("| project | 2,000 | loaded |") ? true : undefined));
+        answers[0](stale);
+        await new Promise((r) => setTimeout(r, 20));
+        assert.ok(doc.getText().includes("| project | 2,000 | loaded |"), "an older answer does not overwrite a newer one");
+    });
+
+    it("Set auto-compact window sends the session's model and says where the window comes from", async () => {
+        connection.answer("ctx/setAutoCompactWindow", (p) => ({ model: (p as { model: string }).model, window: 150_000, source: "env" }));
         fake.inputAnswers.push("200,000");
         await run(Commands.setAutoCompactWindow);
         assert.deepEqual(connection.sent.at(-1), { method: "ctx/setAutoCompactWindow", params: { model: MODEL, window: 200_000 } });
-        assert.deepEqual(fake.messages, [{ kind: "info", text: `ctxd: auto-compact window for ${MODEL} is 200,000 tokens.` }]);
+        assert.deepEqual(fake.messages, [
+            { kind: "info", text: `ctxd: auto-compact window for ${MODEL} is 150,000 tokens (CLAUDE_CODE_AUTO_COMPACT_WINDOW overrides saved windows).` },
+        ]);
     });
 
-    it("Clear moves the session to the new id", async () => {
-        connection.answer("ctx/clear", () => ({ sessionId: "s-2" }));
+    it("Set auto-compact window shows every warning of the answer", async () => {
+        const [, withWarnings] = renderCases.windowCases;
+        connection.answer("ctx/setAutoCompactWindow", () => withWarnings.result);
+        fake.inputAnswers.push("2m");
+        await run(Commands.setAutoCompactWindow);
+        assert.deepEqual(connection.sent.at(-1)?.params, { model: MODEL, window: 2_000_000 });
+        assert.deepEqual(fake.messages, [
+            ...(withWarnings.result.warnings ?? []).map((w) => ({ kind: "warning", text: `ctxd: ${w}` })),
+            { kind: "info", text: windowResultText(withWarnings.result) },
+        ]);
+        assert.ok((withWarnings.result.warnings ?? []).length > 0);
+    });
+
+    it("Set auto-compact window shows -32601 from a daemon without it", async () => {
+        fake.inputAnswers.push("auto");
+        await run(Commands.setAutoCompactWindow);
+        assert.deepEqual(connection.sent.at(-1), { method: "ctx/setAutoCompactWindow", params: { model: MODEL, window: "auto" } });
+        assert.match(lastError(), /^ctxd does not support ctx\/setAutoCompactWindow yet \(error -32601: /);
+    });
+
+    it("Clear moves the session to the new id, with the new session's usage", async () => {
+        connection.answer("ctx/clear", () => ({ sessionId: "s-2", usage: usageCase("ok").usage }));
         fake.messageAnswer = "Clear";
         await run(Commands.clear);
         assert.deepEqual(sessions.sessions().map((s) => s.sessionId), ["s-2"]);
+        assert.deepEqual(sessions.latestUsage("s-2"), usageCase("ok").usage);
+        assert.deepEqual(fake.messages.at(-1), { kind: "info", text: "ctxd: cleared; the new session is s-2." });
+    });
+
+    it("Clear shows -32601 from a daemon without it and keeps the session", async () => {
+        fake.messageAnswer = "Clear";
+        await run(Commands.clear);
+        assert.match(lastError(), /^ctxd does not support ctx\/clear yet \(error -32601: /);
+        assert.deepEqual(sessions.sessions().map((s) => s.sessionId), ["s-1"]);
     });
 
     it("asks which session when several are open", async () => {
@@ -223,6 +473,18 @@ describe("commands against the answers of a future daemon", () => {
             { kind: "info", text: "ctxd: compacted (auto) 170,000 → 30,000 tokens." },
             { kind: "warning", text: "ctxd: compaction failed: Autocompact is thrashing" },
         ]);
+        reporting.forEach((d) => d.dispose());
+    });
+
+    it("does not report a manual compaction twice (Compact now reports it)", async () => {
+        const reporting = reportCompactions(sessions);
+        connection.answer("ctx/compact", (p) => {
+            connection.notify("ctx/compacted", { sessionId: (p as { sessionId: string }).sessionId, trigger: "manual", preTokens: 9_000, postTokens: 900 });
+            return compactResult(9_000, 900);
+        });
+        fake.inputAnswers.push("");
+        await run(Commands.compact);
+        assert.deepEqual(fake.messages, [{ kind: "info", text: "ctxd: compacted 9,000 → 900 tokens." }]);
         reporting.forEach((d) => d.dispose());
     });
 
@@ -245,5 +507,11 @@ describe("parseWindow", () => {
         assert.equal(parseWindow("0"), undefined);
         assert.equal(parseWindow("lots"), undefined);
         assert.equal(parseWindow("-5"), undefined);
+    });
+
+    it("reads the inputs the Neovim client reads, the same way", () => {
+        for (const [input, expected] of renderCases.windowInputs) {
+            assert.equal(parseWindow(input), expected ?? undefined, JSON.stringify(input));
+        }
     });
 });

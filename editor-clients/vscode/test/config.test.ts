@@ -16,6 +16,7 @@ import {
     serveArgs,
 } from "../src/config";
 import { packageRoot } from "./support/daemon";
+import { schema } from "./support/fixtures";
 
 function reader(values: Partial<Record<SettingKey, unknown>>) {
     return (key: SettingKey) => values[key];
@@ -35,7 +36,7 @@ describe("readConfig", () => {
             model: undefined,
         });
         assert.deepEqual(initializationOptions(config), {
-            settings: { autoCompactEnabled: true, idleCompaction: false, logLevel: "info" },
+            settings: { autoCompactEnabled: true, idleCompaction: false },
         });
         assert.deepEqual(serveArgs(config), ["serve", "--log-stderr"]);
         assert.deepEqual(daemonEnv(config), { CTXD_LOG: "info" });
@@ -60,7 +61,6 @@ describe("readConfig", () => {
             settings: {
                 autoCompactEnabled: false,
                 idleCompaction: true,
-                logLevel: "debug",
                 autoCompactWindow: 200_000,
                 provider: "anthropic",
                 model: "claude-haiku-4-5",
@@ -71,10 +71,28 @@ describe("readConfig", () => {
     });
 
     it("ignores values of the wrong type", () => {
-        const config = readConfig(reader({ path: "  ", logLevel: "loud", autoCompactWindow: "huge" }));
+        const config = readConfig(reader({ path: "  ", logLevel: "loud", autoCompactWindow: "huge", provider: "acme" }));
         assert.equal(config.serverPath, "ctxd");
         assert.equal(config.logLevel, "info");
         assert.equal(daemonSettings(config).autoCompactWindow, undefined);
+        assert.equal(daemonSettings(config).provider, undefined);
+    });
+
+    it("sends the daemon only keys of its settings schema (the log level goes in CTXD_LOG)", () => {
+        const settingsSchema = schema("settings");
+        const known = Object.keys(settingsSchema.properties);
+        const config = readConfig(
+            reader({ autoCompactWindow: 300_000, autoCompactEnabled: false, idleCompaction: true, provider: "offline", model: "m", logLevel: "trace" }),
+        );
+        const sent = daemonSettings(config);
+        for (const key of Object.keys(sent)) {
+            assert.ok(known.includes(key), `settings key ${key} is in schemas/settings.json`);
+        }
+        assert.equal("logLevel" in sent, false);
+        const providers = (settingsSchema.$defs?.ProviderKind as unknown as { enum: string[] }).enum;
+        assert.ok(providers.includes(sent.provider as string));
+        const manifest = JSON.parse(fs.readFileSync(path.join(packageRoot, "package.json"), "utf8"));
+        assert.deepEqual(manifest.contributes.configuration.properties["ctxd.provider"].enum, ["", ...providers]);
     });
 });
 

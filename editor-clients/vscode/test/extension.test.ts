@@ -30,7 +30,8 @@ describe("activate() on a real ctxd", () => {
 
     before(async () => {
         fake.reset();
-        fake.config = { path: ctxdBin(), stateDir: tempStateDir(), autoCompactWindow: 100_000, logLevel: "debug" };
+        // The offline summarizer: compactions never reach a provider, whatever the environment.
+        fake.config = { path: ctxdBin(), stateDir: tempStateDir(), autoCompactWindow: 100_000, provider: "offline", logLevel: "debug" };
         api = await extension.activate({ subscriptions } as never);
         changes = [];
         api.onUsageChanged((c) => changes.push(c));
@@ -62,13 +63,24 @@ describe("activate() on a real ctxd", () => {
         assert.equal(item.text, "$(warning) ctx 62.6% · 16.9k to compact");
     });
 
-    it("sends changed settings with workspace/didChangeConfiguration", async () => {
-        fake.config.autoCompactEnabled = false;
-        fake.configurationChanged.fire({ affectsConfiguration: (section) => section === "ctxd" || section === "ctxd.autoCompactEnabled" });
+    it("sends changed settings with workspace/didChangeConfiguration; the open session follows", async () => {
+        const [sessionId] = api.sessions().map((s) => s.sessionId);
+        const item = fake.statusBarItems.find((i) => i.id === `ctxd.session.${sessionId}`);
+        assert.ok(item);
+        const changeSetting = (value: boolean) => {
+            fake.config.autoCompactEnabled = value;
+            fake.configurationChanged.fire({ affectsConfiguration: (section) => section === "ctxd" || section === "ctxd.autoCompactEnabled" });
+        };
+        // The daemon recomputes the session's levels and pushes its usage.
+        changeSetting(false);
+        await waitFor("auto-compact off", () => (item.text === "$(warning) ctx 62.6% · auto-compact off" ? true : undefined));
+        changeSetting(true);
+        await waitFor("auto-compact on again", () => (item.text === "$(warning) ctx 62.6% · 16.9k to compact" ? true : undefined));
         const [log] = fake.outputChannels;
-        // The daemon logs that it received the notification (it does not act on it yet).
-        await waitFor("the daemon to see didChangeConfiguration", () =>
-            log.lines.some((l) => l.includes("didChangeConfiguration")) ? true : undefined,
+        assert.deepEqual(
+            log.lines.filter((l) => /unknown key|settings problem/.test(l)),
+            [],
+            "the daemon took every key the extension sent",
         );
     });
 
@@ -97,5 +109,19 @@ describe("activate() on a real ctxd", () => {
         await waitFor("the status bar at 75.0%", () => (item.text.includes("75.0%") ? true : undefined));
         assert.ok(changes.length > before);
         assert.equal(item.text, "$(warning) ctx 75.0% · 7.0k to compact");
+    });
+
+    it("reports an automatic compaction at the threshold; the status bar follows", async () => {
+        const [sessionId] = api.sessions().map((s) => s.sessionId);
+        const item = fake.statusBarItems.find((i) => i.id === `ctxd.session.${sessionId}`);
+        assert.ok(item);
+        fake.messages = [];
+        const user = userRecord("past the threshold");
+        await api.append(sessionId, [user, assistantRecord(70_000, user.uuid as string)]);
+        const message = await waitFor("the compaction message", () => fake.messages.find((m) => m.text.startsWith("ctxd: compacted")));
+        assert.equal(message.kind, "info");
+        assert.match(message.text, /^ctxd: compacted \(auto\) 70,\d{3} → [\d,]+ tokens\.$/);
+        await waitFor("the status bar after the compaction", () => (item.text.startsWith("$(dashboard) ctx ") ? true : undefined));
+        assert.equal(api.sessions()[0].usage?.level, "ok");
     });
 });

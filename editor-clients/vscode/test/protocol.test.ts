@@ -4,11 +4,13 @@
  * so a field added or renamed in the Rust types fails here until lsp_ext.ts follows.
  */
 import * as assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as path from "node:path";
 import { after, before, describe, it } from "node:test";
 
 import * as ext from "../src/lsp_ext";
 import { renderCases, schema } from "./support/fixtures";
-import { startDaemon, tempStateDir, type TestDaemon } from "./support/daemon";
+import { packageRoot, startDaemon, tempStateDir, type TestDaemon } from "./support/daemon";
 
 type Keys<T> = { [K in keyof Required<T>]: true };
 
@@ -21,10 +23,66 @@ const breakdownKeys = {
     systemPrompt: true, tools: true, memoryFiles: true, skills: true, messages: true, freeSpace: true, autocompactBuffer: true,
 } satisfies Keys<ext.Breakdown>;
 const messageKeys = { toolResults: true, summaries: true, other: true } satisfies Keys<ext.MessageBreakdown>;
+const openParamKeys = { cwd: true, model: true, sessionId: true, import: true } satisfies Keys<ext.OpenSessionParams>;
 const openResultKeys = { sessionId: true, resumed: true, records: true, diagnostics: true, usage: true } satisfies Keys<ext.OpenSessionResult>;
+const appendParamKeys = { sessionId: true, records: true } satisfies Keys<ext.AppendParams>;
 const appendResultKeys = { appended: true, duplicates: true, records: true, usage: true } satisfies Keys<ext.AppendResult>;
+const sessionParamKeys = { sessionId: true } satisfies Keys<ext.SessionParams>;
+const usageResultKeys = { sessionId: true, usage: true } satisfies Keys<ext.UsageResult>;
+const windowParamKeys = { model: true, window: true } satisfies Keys<ext.SetAutoCompactWindowParams>;
+const windowResultKeys = { model: true, window: true, source: true, warnings: true } satisfies Keys<ext.SetAutoCompactWindowResult>;
+const fileReadParamKeys = { sessionId: true, path: true, startLine: true, numLines: true } satisfies Keys<ext.FileReadParams>;
+const fileReadResultKeys = {
+    path: true, alreadyRead: true, unchanged: true, reads: true, startLine: true, numLines: true, totalLines: true, tokens: true,
+} satisfies Keys<ext.FileReadResult>;
+const contextResultKeys = {
+    sessionId: true, usage: true, memoryFiles: true, pendingRules: true, diagnostics: true, filesRead: true, staleFiles: true, git: true,
+} satisfies Keys<ext.ContextResult>;
+const memoryFileKeys = { path: true, kind: true, tokens: true, status: true } satisfies Keys<ext.MemoryFile>;
+const pendingRuleKeys = { path: true, paths: true } satisfies Keys<ext.PendingRule>;
+const compactParamKeys = { sessionId: true, instructions: true } satisfies Keys<ext.CompactParams>;
+const compactResultKeys = {
+    boundary: true, trigger: true, preTokens: true, postTokens: true, summary: true, summarizer: true, fidelityAppended: true,
+    problems: true, usage: true,
+} satisfies Keys<ext.CompactResult>;
+const compactedKeys = { sessionId: true, trigger: true, preTokens: true, postTokens: true } satisfies Keys<ext.CompactedParams>;
+const compactFailedKeys = { sessionId: true, reason: true } satisfies Keys<ext.CompactFailedParams>;
+const clearResultKeys = { sessionId: true, usage: true } satisfies Keys<ext.ClearResult>;
+const providerErrorParamKeys = { sessionId: true, error: true } satisfies Keys<ext.ReportProviderErrorParams>;
+const providerErrorKeys = { status: true, type: true, message: true } satisfies Keys<ext.ProviderErrorReport>;
+const assembleParamKeys = { sessionId: true, system: true, tools: true, maxTokens: true, fork: true } satisfies Keys<ext.AssembleParams>;
+const forkKeys = { instruction: true, skipCacheWrite: true } satisfies Keys<ext.ForkParams>;
+const assembleResultKeys = { request: true, requestTokens: true, usage: true, applied: true, decision: true } satisfies Keys<ext.AssembleResult>;
+const appliedStageKeys = { stage: true, acted: true, tokensFreed: true, detail: true } satisfies Keys<ext.AppliedStage>;
+const providerErrorResultKeys = { action: true, reason: true, compact: true } satisfies Keys<ext.ReportProviderErrorResult>;
+const snipParamKeys = { sessionId: true, uuids: true } satisfies Keys<ext.SnipParams>;
+const snipResultKeys = { tokensFreed: true, unknown: true, usage: true } satisfies Keys<ext.SnipResult>;
+const collapseParamKeys = { sessionId: true, from: true, to: true, summary: true } satisfies Keys<ext.CollapseParams>;
+const collapseResultKeys = { collapseId: true, tokensFreed: true, usage: true } satisfies Keys<ext.CollapseResult>;
+const usageChangedKeys = { sessionId: true, usage: true } satisfies Keys<ext.UsageChangedParams>;
+const contextChangedKeys = { sessionId: true, paths: true } satisfies Keys<ext.ContextChangedParams>;
 const capabilityKeys = { version: true, protocol: true, methods: true, notifications: true, stateDir: true, processId: true } satisfies Keys<ext.CtxdCapabilities>;
 const initKeys = { stateDir: true, autoCompactWindow: true, settings: true } satisfies Keys<ext.InitializationOptions>;
+const settingsKeys = {
+    autoCompactWindow: true, autoCompactEnabled: true, idleCompaction: true, idleCompactAfterSeconds: true, modelSettings: true,
+    hooks: true, provider: true, model: true, compactModel: true, largerModelRetry: true, baseUrl: true, apiKeyEnv: true,
+    memoryFileNames: true,
+} satisfies Keys<ext.Settings>;
+const modelSettingsKeys = { autoCompactWindow: true } satisfies Keys<ext.ModelSettings>;
+
+type OptionalKeys<T> = { [K in keyof T]-?: undefined extends T[K] ? K : never }[keyof T];
+/** The optional keys of T: the argument must name each of them and nothing else. */
+function optionalOf<T>(all: { [K in OptionalKeys<T>]: true }): string[] {
+    return Object.keys(all);
+}
+
+/** Every value of a string union, checked both ways at compile time. */
+function values<T extends string>(all: { [K in T]: true }): string[] {
+    return Object.keys(all).sort();
+}
+const windowSources = values<ext.WindowSource>({ env: true, setting: true, client: true, experiment: true, modelDefault: true, subagentCeiling: true });
+const providers = values<ext.ProviderKind>({ anthropic: true, openai: true, offline: true });
+const memoryFileStatuses = values<ext.MemoryFileStatus>({ loaded: true, waiting: true, duplicate: true });
 
 /** Properties of the schema named `name`, or of its `$defs` entry `def`. */
 function schemaKeys(name: string, def?: string): string[] {
@@ -46,13 +104,106 @@ describe("lsp_ext.ts against schemas/", () => {
     });
 
     it("has every field of the request and notification shapes", () => {
-        assert.deepEqual(keys(openResultKeys), schemaKeys("ctx.openSession.result"));
-        assert.deepEqual(keys(appendResultKeys), schemaKeys("ctx.append.result"));
-        assert.deepEqual(keys(capabilityKeys), schemaKeys("capabilities"));
-        assert.deepEqual(keys(initKeys), schemaKeys("initializationOptions"));
-        // `import` is named by PROTOCOL.md but not answered by the daemon yet.
-        assert.deepEqual(keys({ cwd: true, model: true, sessionId: true, import: true } satisfies Keys<ext.OpenSessionParams>, ["import"]), schemaKeys("ctx.openSession.params"));
-        assert.deepEqual(["sessionId", "usage"], schemaKeys("ctx.usageChanged.params"));
+        const shapes: [string, object, string?][] = [
+            ["ctx.openSession.params", openParamKeys],
+            ["ctx.openSession.result", openResultKeys],
+            ["ctx.append.params", appendParamKeys],
+            ["ctx.append.result", appendResultKeys],
+            ["ctx.usage.params", sessionParamKeys],
+            ["ctx.usage.result", usageResultKeys],
+            ["ctx.closeSession.params", sessionParamKeys],
+            ["ctx.context.params", sessionParamKeys],
+            ["ctx.context.result", contextResultKeys],
+            ["ctx.context.result", memoryFileKeys, "MemoryFile"],
+            ["ctx.context.result", pendingRuleKeys, "PendingRule"],
+            ["ctx.setAutoCompactWindow.params", windowParamKeys],
+            ["ctx.setAutoCompactWindow.result", windowResultKeys],
+            ["ctx.fileRead.params", fileReadParamKeys],
+            ["ctx.fileRead.result", fileReadResultKeys],
+            ["ctx.compact.params", compactParamKeys],
+            ["ctx.compact.result", compactResultKeys],
+            ["ctx.clear.params", sessionParamKeys],
+            ["ctx.clear.result", clearResultKeys],
+            ["ctx.reportProviderError.params", providerErrorParamKeys],
+            ["ctx.reportProviderError.params", providerErrorKeys, "ProviderErrorReport"],
+            ["ctx.reportProviderError.result", providerErrorResultKeys],
+            ["ctx.reportProviderError.result", compactResultKeys, "CompactResult"],
+            ["ctx.snip.params", snipParamKeys],
+            ["ctx.snip.result", snipResultKeys],
+            ["ctx.collapse.params", collapseParamKeys],
+            ["ctx.collapse.result", collapseResultKeys],
+            ["ctx.assemble.params", assembleParamKeys],
+            ["ctx.assemble.params", forkKeys, "ForkParams"],
+            ["ctx.assemble.result", assembleResultKeys],
+            ["ctx.assemble.result", appliedStageKeys, "AppliedStage"],
+            ["ctx.usageChanged.params", usageChangedKeys],
+            ["ctx.compacted.params", compactedKeys],
+            ["ctx.compactFailed.params", compactFailedKeys],
+            ["ctx.contextChanged.params", contextChangedKeys],
+            ["capabilities", capabilityKeys],
+            ["initializationOptions", initKeys],
+            ["settings", settingsKeys],
+            ["settings", modelSettingsKeys, "ModelSettings"],
+        ];
+        for (const [name, declared, def] of shapes) {
+            assert.deepEqual(keys(declared), schemaKeys(name, def), `${name}${def !== undefined ? ` ${def}` : ""}`);
+        }
+    });
+
+    it("keeps the optional fields optional and the required ones required", () => {
+        // Exactly the fields the schema does not require are optional in lsp_ext.ts (`?`):
+        // `optionalOf<T>` takes every optional key of T and no other, at compile time.
+        const optional: [string, string[], string?][] = [
+            ["ctx.openSession.params", optionalOf<ext.OpenSessionParams>({ sessionId: true, import: true })],
+            ["ctx.openSession.result", optionalOf<ext.OpenSessionResult>({ diagnostics: true })],
+            ["ctx.append.result", optionalOf<ext.AppendResult>({})],
+            ["ctx.usage.result", optionalOf<ext.UsageResult>({})],
+            ["ctx.setAutoCompactWindow.result", optionalOf<ext.SetAutoCompactWindowResult>({ warnings: true })],
+            ["ctx.fileRead.params", optionalOf<ext.FileReadParams>({ startLine: true, numLines: true })],
+            ["ctx.fileRead.result", optionalOf<ext.FileReadResult>({ totalLines: true })],
+            ["ctx.context.result", optionalOf<ext.ContextResult>({ diagnostics: true, staleFiles: true })],
+            ["ctx.context.result", optionalOf<ext.MemoryFile>({}), "MemoryFile"],
+            ["ctx.compact.params", optionalOf<ext.CompactParams>({ instructions: true })],
+            ["ctx.compact.result", optionalOf<ext.CompactResult>({ problems: true })],
+            ["ctx.clear.result", optionalOf<ext.ClearResult>({})],
+            ["ctx.reportProviderError.params", optionalOf<ext.ProviderErrorReport>({ status: true, type: true }), "ProviderErrorReport"],
+            ["ctx.reportProviderError.result", optionalOf<ext.ReportProviderErrorResult>({ compact: true })],
+            ["ctx.snip.result", optionalOf<ext.SnipResult>({ unknown: true })],
+            ["ctx.collapse.params", optionalOf<ext.CollapseParams>({ summary: true })],
+            ["ctx.assemble.params", optionalOf<ext.AssembleParams>({ system: true, tools: true, fork: true })],
+            ["ctx.assemble.params", optionalOf<ext.ForkParams>({ skipCacheWrite: true }), "ForkParams"],
+            ["ctx.assemble.result", optionalOf<ext.AssembleResult>({})],
+            ["ctx.assemble.result", optionalOf<ext.AppliedStage>({ detail: true }), "AppliedStage"],
+            ["ctx.usageChanged.params", optionalOf<ext.UsageChangedParams>({})],
+            ["ctx.contextChanged.params", optionalOf<ext.ContextChangedParams>({})],
+            ["ctx.compacted.params", optionalOf<ext.CompactedParams>({})],
+            ["ctx.compactFailed.params", optionalOf<ext.CompactFailedParams>({})],
+            ["capabilities", optionalOf<ext.CtxdCapabilities>({})],
+        ];
+        for (const [name, fields, def] of optional) {
+            const s = schema(name);
+            const target = def !== undefined ? s.$defs?.[def] : s;
+            assert.ok(target, `${name} ${def ?? ""}`);
+            const notRequired = Object.keys(target.properties).filter((k) => !(target.required ?? []).includes(k));
+            assert.deepEqual([...fields].sort(), notRequired.sort(), `${name} ${def ?? ""}`);
+        }
+    });
+
+    it("has every value of the string unions the schemas list", () => {
+        const enumOf = (name: string, def: string) => [...((schema(name).$defs?.[def] as unknown as { enum?: string[] } | undefined)?.enum ?? [])].sort();
+        assert.deepEqual(providers, enumOf("settings", "ProviderKind"));
+        assert.deepEqual(enumOf("ctx.setAutoCompactWindow.params", "AutoWord"), ["auto"]);
+        // `source` and `status` are strings in the schemas; their values are in the descriptions.
+        const described = (name: string, field: string, def?: string) => {
+            const target = def !== undefined ? schema(name).$defs?.[def] : schema(name);
+            return String((target?.properties[field] as { description?: string }).description);
+        };
+        for (const source of windowSources) {
+            assert.ok(described("ctx.setAutoCompactWindow.result", "source").includes(`\`${source}\``), source);
+        }
+        for (const status of memoryFileStatuses) {
+            assert.ok(described("ctx.context.result", "status", "MemoryFile").includes(`\`${status}\``), status);
+        }
     });
 
     it("keeps the shared render fixtures valid usage objects", () => {
@@ -60,6 +211,41 @@ describe("lsp_ext.ts against schemas/", () => {
         for (const c of renderCases.usageCases) {
             assert.deepEqual(Object.keys(c.usage).sort(), [...required].sort(), c.name);
         }
+    });
+
+    it("keeps the shared context and window fixtures valid answers", () => {
+        const { context } = renderCases.contextCase;
+        const contextSchema = schema("ctx.context.result");
+        assert.deepEqual(keys(context), schemaKeys("ctx.context.result"), "contextCase.context has every field");
+        for (const field of contextSchema.required ?? []) {
+            assert.ok(field in context, `contextCase.context.${field}`);
+        }
+        for (const file of context.memoryFiles) {
+            assert.deepEqual(keys(file), schemaKeys("ctx.context.result", "MemoryFile"));
+            assert.ok(memoryFileStatuses.includes(file.status), file.status);
+        }
+        const windowRequired = schema("ctx.setAutoCompactWindow.result").required ?? [];
+        for (const { result } of renderCases.windowCases) {
+            for (const field of windowRequired) {
+                assert.ok(field in result, `windowCases result.${field}`);
+            }
+            assert.ok(Object.keys(result).every((k) => k in windowResultKeys), JSON.stringify(result));
+            assert.ok(windowSources.includes(result.source), result.source);
+        }
+    });
+});
+
+describe("lsp_ext.ts against the proto crate", () => {
+    it("has ctxd's error codes", () => {
+        const source = fs.readFileSync(path.join(packageRoot, "../../daemon/proto/src/lib.rs"), "utf8");
+        const block = /pub mod error_codes \{([\s\S]*?)\n\}/.exec(source)?.[1];
+        assert.ok(block, "error_codes in daemon/proto/src/lib.rs");
+        const pascal = (name: string) => name.toLowerCase().replace(/(^|_)([a-z])/g, (_, __, c: string) => c.toUpperCase());
+        const daemonCodes = Object.fromEntries(
+            [...block.matchAll(/pub const ([A-Z_]+): i64 = (-\d+);/g)].map(([, name, code]) => [pascal(name), Number(code)]),
+        );
+        const ours = Object.fromEntries(Object.entries(ext.ErrorCodes).filter(([, code]) => code <= -33000));
+        assert.deepEqual(ours, daemonCodes);
     });
 });
 
@@ -73,15 +259,36 @@ describe("lsp_ext.ts against the running daemon", () => {
     });
 
     it("declares every method and notification the daemon announces", () => {
-        const requests = [ext.openSession, ext.append, ext.usage, ext.closeSession, ext.compact, ext.context,
-            ext.setAutoCompactWindow, ext.clear, ext.assemble].map((t) => t.method);
-        const notifications = [ext.usageChanged, ext.compacted, ext.compactFailed, ext.contextChanged].map((t) => t.method);
+        const requests = [
+            ext.openSession, ext.append, ext.usage, ext.closeSession, ext.setAutoCompactWindow, ext.fileRead, ext.context, ext.compact,
+            ext.clear, ext.reportProviderError, ext.assemble, ext.snip, ext.collapse,
+        ].map((t) => t.method);
+        const notifications = [ext.usageChanged, ext.contextChanged, ext.compacted, ext.compactFailed].map((t) => t.method);
         for (const m of daemon.capabilities.methods) {
             assert.ok(requests.includes(m), `lsp_ext.ts declares ${m}`);
+        }
+        for (const m of requests) {
+            assert.ok(daemon.capabilities.methods.includes(m), `the daemon announces ${m}`);
         }
         for (const n of daemon.capabilities.notifications) {
             assert.ok(notifications.includes(n), `lsp_ext.ts declares ${n}`);
         }
+        for (const n of notifications) {
+            assert.ok(daemon.capabilities.notifications.includes(n), `the daemon announces ${n}`);
+        }
         assert.equal(daemon.capabilities.protocol, 1);
+    });
+
+    it("announces what CtxdCapabilities says, processId included", () => {
+        assert.deepEqual(keys(daemon.capabilities), keys(capabilityKeys));
+        assert.equal(daemon.capabilities.processId, daemon.process.pid, "the pid of the process the test started");
+        assert.equal(daemon.capabilities.stateDir, daemon.stateDir);
+    });
+
+    it("answers -32601 for a method it does not have", async () => {
+        await assert.rejects(daemon.rpc.sendRequest("ctx/noSuchMethod", { sessionId: "s" }), (e: unknown) => {
+            assert.equal((e as { code?: number }).code, ext.ErrorCodes.MethodNotFound);
+            return true;
+        });
     });
 });

@@ -5,6 +5,7 @@ import { describe, it } from "node:test";
 import {
     breakdownRows,
     contextDocument,
+    contextRows,
     formatCount,
     formatTokens,
     levelBackground,
@@ -15,6 +16,7 @@ import {
     statusText,
     statusTooltip,
     summaryRows,
+    windowResultText,
 } from "../src/render";
 import { renderCases, usageCase } from "./support/fixtures";
 
@@ -37,6 +39,22 @@ describe("shared render cases", () => {
         const { context, memoryFileRows: files, pendingRuleRows: rules } = renderCases.contextCase;
         assert.deepEqual(memoryFileRows(context), files);
         assert.deepEqual(pendingRuleRows(context), rules);
+    });
+
+    it("renders read files and git", () => {
+        const { context, contextRows: rows } = renderCases.contextCase;
+        assert.deepEqual(contextRows(context), rows);
+        assert.deepEqual(contextRows({ filesRead: 0, git: false }), [
+            ["Files read", "0"],
+            ["Changed since read", "0"],
+            ["Git snapshot", "no"],
+        ]);
+    });
+
+    it("says which window is in force and where it comes from", () => {
+        for (const { result, text } of renderCases.windowCases) {
+            assert.equal(windowResultText(result), text, JSON.stringify(result));
+        }
     });
 });
 
@@ -79,10 +97,26 @@ describe("context document", () => {
         const { context } = renderCases.contextCase;
         const doc = contextDocument("s-1", context);
         assert.match(doc, /^# ctxd context: s-1/);
+        assert.doesNotMatch(doc, /^> /m, "no note");
+        assert.match(doc, /\| Memory files \| 1,840 \|/, "the breakdown's memory-file line");
         assert.match(doc, /## Memory files/);
         assert.ok(doc.includes("| /home/dev/project/CLAUDE.md | project | 1,428 | loaded |"));
+        assert.ok(doc.includes("| /home/dev/project/.claude/rules/rust.md | rule | 236 | waiting |"));
         assert.match(doc, /## Pending rules/);
-        assert.ok(doc.includes("src/\\*\\*/\\*.rs, daemon/\\*\\*/\\*.rs"));
+        assert.ok(doc.includes("| /home/dev/project/.claude/rules/rust.md | src/\\*\\*/\\*.rs, daemon/\\*\\*/\\*.rs |"));
+        assert.match(doc, /## Files and git\n\n\|  \|  \|\n\| --- \| --- \|\n\| Files read \| 3 \|\n\| Changed since read \| 1 \|\n\| Git snapshot \| yes \|/);
+        assert.match(doc, /## Changed since read\n\n- \/home\/dev\/project\/src\/lib\.rs\n/);
+        assert.match(doc, /## Problems\n\n- \/home\/dev\/project\/CLAUDE\.md: @docs\/missing\.md: no such file\n/);
+    });
+
+    it("leaves out empty sections", () => {
+        const { context } = renderCases.contextCase;
+        const doc = contextDocument("s-1", { ...context, memoryFiles: [], pendingRules: [], staleFiles: undefined, diagnostics: [] });
+        assert.match(doc, /## Memory files\n\nNone loaded\./);
+        for (const heading of ["Pending rules", "Changed since read", "Problems"]) {
+            assert.ok(!doc.includes(`## ${heading}`), heading);
+        }
+        assert.match(doc, /\| Changed since read \| 0 \|/);
     });
 
     it("shows only the breakdown and a note when the daemon gave only a usage", () => {
@@ -90,5 +124,6 @@ describe("context document", () => {
         assert.match(doc, /> no ctx\/context yet/);
         assert.match(doc, /## Breakdown/);
         assert.doesNotMatch(doc, /## Memory files/);
+        assert.doesNotMatch(doc, /## Files and git/);
     });
 });

@@ -1,15 +1,17 @@
 /**
- * The sessions API against the real daemon: open, append, `ctx/usageChanged`, the
- * methods the daemon does not have yet, and resuming sessions after a crash.
+ * The sessions API against the real daemon: open, append, `ctx/usageChanged`, saved
+ * windows, file reads and `ctx/contextChanged`, the methods the daemon does not have
+ * yet, and resuming sessions after a crash.
  */
 import * as assert from "node:assert/strict";
 import { afterEach, beforeEach, describe, it } from "node:test";
 
-import { describeError, isMethodNotFound } from "../src/errors";
-import type { Usage, UsageChangedParams } from "../src/lsp_ext";
+import { describeError, errorCode, isMethodNotFound } from "../src/errors";
+import { type ContextChangedParams, ErrorCodes, type Usage, type UsageChangedParams } from "../src/lsp_ext";
 import { statusText } from "../src/render";
 import { CtxdSessions } from "../src/sessions";
-import { startDaemon, tempStateDir, type TestDaemon } from "./support/daemon";
+import { startDaemon, TEST_SETTINGS, tempStateDir, type TestDaemon } from "./support/daemon";
+import { makeProject, writeAtomically } from "./support/project";
 import { assistantRecord, userRecord } from "./support/records";
 import { waitFor } from "./support/wait";
 
@@ -21,7 +23,7 @@ describe("CtxdSessions on a real ctxd", () => {
     let changes: UsageChangedParams[];
 
     beforeEach(async () => {
-        daemon = await startDaemon(tempStateDir(), { settings: { autoCompactWindow: 100_000 } });
+        daemon = await startDaemon(tempStateDir(), { settings: TEST_SETTINGS });
         sessions = new CtxdSessions();
         sessions.attach(daemon.connection);
         changes = [];
@@ -75,24 +77,99 @@ describe("CtxdSessions on a real ctxd", () => {
     it("reports the methods the daemon does not have yet as a readable error", async () => {
         const { sessionId } = await sessions.openSession({ cwd: process.cwd(), model: MODEL });
         const calls: [string, () => Promise<unknown>][] = [
-            ["ctx/compact", () => sessions.compact(sessionId, "keep the plan")],
-            ["ctx/context", () => sessions.context(sessionId)],
-            ["ctx/setAutoCompactWindow", () => sessions.setAutoCompactWindow(MODEL, 200_000)],
-            ["ctx/clear", () => sessions.clear(sessionId)],
+            ["ctx/assemble", () => sessions.assemble({ sessionId, system: [], tools: [], maxTokens: 1000 })],
+            ["ctx/noSuchMethod", () => sessions.request("ctx/noSuchMethod", { sessionId })],
         ];
-        for (const [method, call] of calls) {
+        const missing = calls.filter(([method]) => !daemon.capabilities.methods.includes(method));
+        assert.ok(missing.some(([method]) => method === "ctx/noSuchMethod"));
+        for (const [method, call] of missing) {
             const error = await call().then(
                 () => undefined,
                 (e: unknown) => e,
             );
-            if (error === undefined) {
-                continue; // The daemon has it now.
-            }
             assert.ok(isMethodNotFound(error), `${method}: ${String(error)}`);
             assert.match(describeError(method, error), new RegExp(`^ctxd does not support ${method} yet \\(error -32601: `));
         }
         // The session is still there and answering.
         assert.equal((await sessions.usage(sessionId)).tokens, 0);
+    });
+
+    it("clears a session into a new one, and compacts one on a provider's refusal", async () => {
+        const { sessionId } = await sessions.openSession({ cwd: process.cwd(), model: MODEL });
+        const user = userRecord("hello");
+        await sessions.append(sessionId, [user, assistantRecord(50_060, user.uuid as string)]);
+        const none = await sessions.reportProviderError(sessionId, { status: 529, type: "overloaded_error", message: "Overloaded" });
+        assert.equal(none.action, "none");
+        assert.equal(none.compact, undefined);
+        const refused = await sessions.reportProviderError(sessionId, {
+            status: 400,
+            type: "invalid_request_error",
+            message: "prompt is too long: 210000 tokens > 200000 maximum",
+        });
+        assert.equal(refused.action, "compacted", refused.reason);
+        assert.equal(refused.compact?.trigger, "reactive");
+        assert.ok((refused.compact?.postTokens ?? Infinity) < 50_060);
+        const newId = await sessions.clear(sessionId);
+        assert.notEqual(newId, sessionId);
+        assert.deepEqual(sessions.sessions().map((s) => s.sessionId), [newId]);
+        assert.equal(sessions.latestUsage(newId)?.tokens, 0);
+    });
+
+    it("saves an auto-compact window; the model's open sessions follow at once", async () => {
+        const { sessionId } = await sessions.openSession({ cwd: process.cwd(), model: MODEL });
+        const other = await sessions.openSession({ cwd: process.cwd(), model: "claude-opus-4-1-20250805" });
+        const result = await sessions.setAutoCompactWindow(MODEL, 200_000);
+        assert.deepEqual(result, { model: MODEL, window: 200_000, source: "setting" });
+        const change = await waitFor("ctx/usageChanged with the new window", () =>
+            changes.find((c) => c.sessionId === sessionId && c.usage.window === 200_000),
+        );
+        assert.equal(statusText(change.usage), "ctx 0.0% · 167.0k to compact");
+        assert.equal(sessions.latestUsage(other.sessionId)?.window, 100_000, "another model's session keeps its window");
+        const clamped = await sessions.setAutoCompactWindow(MODEL, 50_000);
+        assert.equal(clamped.window, 100_000);
+        assert.deepEqual(clamped.warnings, ["autoCompactWindow setting 50000 is outside 100000..=1000000; using 100000"]);
+        const error = await sessions.setAutoCompactWindow(MODEL, "huge" as never).then(
+            () => undefined,
+            (e: unknown) => e,
+        );
+        assert.equal(errorCode(error), ErrorCodes.InvalidParams);
+        assert.match(describeError("ctx/setAutoCompactWindow", error), /^ctx\/setAutoCompactWindow failed \(error -32602\): /);
+    });
+
+    it("records a file read and says when the agent already had the text", async () => {
+        const project = makeProject();
+        const { sessionId } = await sessions.openSession({ cwd: project.dir, model: MODEL });
+        const contextChanges: ContextChangedParams[] = [];
+        sessions.onContextChanged((c) => contextChanges.push(c));
+        const first = await sessions.fileRead({ sessionId, path: project.notes });
+        assert.deepEqual({ ...first, tokens: undefined }, {
+            path: project.notes, alreadyRead: false, unchanged: false, reads: 1, startLine: 1, numLines: 3, totalLines: 3, tokens: undefined,
+        });
+        assert.ok(first.tokens > 0);
+        const again = await sessions.fileRead({ sessionId, path: project.notes });
+        assert.deepEqual([again.alreadyRead, again.unchanged, again.reads], [true, true, 2]);
+        await assert.rejects(sessions.fileRead({ sessionId, path: "notes.txt" }), (e: unknown) => errorCode(e) === ErrorCodes.InvalidParams);
+        // The file changes on disk: ctx/contextChanged, and ctx/context lists it as stale.
+        writeAtomically(project.notes, "changed\n");
+        const change = await waitFor("ctx/contextChanged", () => contextChanges.find((c) => c.paths.includes(project.notes)));
+        assert.equal(change.sessionId, sessionId);
+        const context = await sessions.context(sessionId);
+        assert.deepEqual(context.staleFiles, [project.notes]);
+        assert.equal(context.filesRead, 1);
+    });
+
+    it("assembles the next model request from the session", async () => {
+        const { sessionId } = await sessions.openSession({ cwd: process.cwd(), model: MODEL });
+        const user = userRecord("hello");
+        await sessions.append(sessionId, [user, assistantRecord(20_000, user.uuid as string), userRecord("next", user.uuid as string)]);
+        const assembled = await sessions.assemble({ sessionId, system: [{ type: "text", text: "You are a test." }], tools: [], maxTokens: 1000 });
+        assert.equal(assembled.request.model, MODEL);
+        assert.equal(assembled.request.max_tokens, 1000);
+        assert.ok(Array.isArray(assembled.request.messages) && assembled.request.messages.length > 0);
+        assert.ok(assembled.requestTokens > 0);
+        assert.equal(assembled.decision, "continue");
+        assert.ok(assembled.applied.every((a) => typeof a.stage === "string" && typeof a.acted === "boolean"));
+        assert.deepEqual(assembled.usage, await sessions.usage(sessionId));
     });
 
     it("passes any ctx/ method through request()", async () => {
@@ -118,7 +195,7 @@ describe("CtxdSessions on a real ctxd", () => {
         await waitFor("usage before the crash", () => changes.find((c) => c.usage.tokens === 20_000));
 
         await daemon.kill();
-        daemon = await startDaemon(daemon.stateDir, { settings: { autoCompactWindow: 100_000 } });
+        daemon = await startDaemon(daemon.stateDir, { settings: TEST_SETTINGS });
         sessions.attach(daemon.connection);
         await sessions.reopenAll();
         assert.equal(sessions.latestUsage(sessionId)?.tokens, 20_000, "resumed from the store");

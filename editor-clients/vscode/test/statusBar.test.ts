@@ -7,7 +7,7 @@ import { afterEach, beforeEach, describe, it } from "node:test";
 import { DAEMON_DOWN_TEXT, statusBarText } from "../src/render";
 import { CtxdSessions } from "../src/sessions";
 import { SessionStatusBar } from "../src/statusBar";
-import { startDaemon, tempStateDir, type TestDaemon } from "./support/daemon";
+import { startDaemon, TEST_SETTINGS, tempStateDir, type TestDaemon } from "./support/daemon";
 import { FakeConnection } from "./support/fakeConnection";
 import { usageCase } from "./support/fixtures";
 import { assistantRecord, userRecord } from "./support/records";
@@ -28,7 +28,7 @@ describe("status bar on a real ctxd", () => {
 
     beforeEach(async () => {
         fake.reset();
-        daemon = await startDaemon(tempStateDir(), { settings: { autoCompactWindow: 100_000 } });
+        daemon = await startDaemon(tempStateDir(), { settings: TEST_SETTINGS });
         sessions = new CtxdSessions();
         sessions.attach(daemon.connection);
         statusBar = new SessionStatusBar(sessions);

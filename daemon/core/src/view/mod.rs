@@ -89,7 +89,7 @@ pub use normalize::NormalizeStats;
 pub use place::{BaseContext, Fork};
 pub use render::{render_request, render_view};
 pub use request::{ApiMessage, Request};
-pub use state::{
+pub use state::{COLLAPSE_RECORD, SNIP_RECORD, 
     Collapse, MicrocompactRecord, Offload, PinnedEdits, PipelineState, Reminder, Replacement, Snip, StateChanges,
     StateRecord, Trigger,
 };

@@ -53,6 +53,8 @@ pub enum Command {
     Compact { trigger: Trigger, instructions: Option<String>, reply: oneshot::Sender<Result<CompactAnswer, SessionError>> },
     /// The background part of a compaction finished (sent by the actor's own task).
     CompactionDone { generation: u64, result: Result<Prepared, CompactFailure> },
+    /// Take records out of the model's view (`uuids`), or replace a span with a summary.
+    Reduce { reduction: Reduction, reply: oneshot::Sender<Result<Reduced, SessionError>> },
     /// Build the next model request.
     Assemble { request: AssembleRequest, reply: oneshot::Sender<Result<AssembleAnswer, SessionError>> },
     /// What the model sees: usage, memory files, read files that changed.
@@ -87,6 +89,22 @@ pub struct Appended {
 pub struct FileReadAnswer {
     pub outcome: ReadOutcome,
     pub entry: LedgerEntry,
+}
+
+/// A snip or a collapse.
+#[derive(Debug, Clone)]
+pub enum Reduction {
+    Snip { uuids: Vec<String> },
+    Collapse { from: String, to: String, summary: Option<String> },
+}
+
+/// Answer to [`Command::Reduce`].
+#[derive(Debug, Clone)]
+pub struct Reduced {
+    pub record_uuid: String,
+    pub tokens_freed: u64,
+    pub unknown: Vec<String>,
+    pub usage: UsageSnapshot,
 }
 
 /// What `ctx/assemble` asks for.
@@ -327,6 +345,7 @@ fn fail(cmd: Command, e: &SessionError) {
         Command::FileRead { reply, .. } => drop(reply.send(Err(e.clone()))),
         Command::Compact { reply, .. } => drop(reply.send(Err(e.clone()))),
         Command::Assemble { reply, .. } => drop(reply.send(Err(e.clone()))),
+        Command::Reduce { reply, .. } => drop(reply.send(Err(e.clone()))),
         Command::CompactionDone { .. } => {}
         Command::Usage { .. } | Command::Context { .. } | Command::Reconfigure { .. } | Command::Close { .. } => {}
     }
@@ -620,6 +639,10 @@ impl Session {
                     let _ = reply.send(answer);
                 }
             }
+            Command::Reduce { reduction, reply } => {
+                let answer = self.reduce(reduction).await;
+                let _ = reply.send(answer);
+            }
             Command::Assemble { request, reply } => {
                 let at_blocked = self.compaction.is_some() && self.thresholds.rejects_request(self.tally.total());
                 let blocked = self.compaction.is_some() && self.tally.total() + self.fixed_prefix() >= self.thresholds.blocked;
@@ -867,6 +890,52 @@ impl Session {
             applied: assembled.applied,
             compact,
         })
+    }
+
+    /// Appends a snip or collapse record; the pipeline applies it at read time and the
+    /// tally stops counting what it removed.
+    async fn reduce(&mut self, reduction: Reduction) -> Result<Reduced, SessionError> {
+        let tokens_of = |r: &Record| u64::from(r.head().content_bytes).div_ceil(ctxd_core::tally::BYTES_PER_TOKEN);
+        let position = |uuid: &str| self.view.iter().position(|r| r.uuid() == Some(uuid));
+        let (object, freed, unknown) = match reduction {
+            Reduction::Snip { uuids } => {
+                let (known, unknown): (Vec<String>, Vec<String>) = uuids.into_iter().partition(|u| position(u).is_some());
+                if known.is_empty() {
+                    return Err(SessionError::InvalidParams(format!("no record of the current view has these uuids: {unknown:?}")));
+                }
+                let freed = self.view.iter().filter(|r| r.uuid().is_some_and(|u| known.iter().any(|k| k == u))).map(tokens_of).sum();
+                (serde_json::json!({"type": ctxd_core::view::SNIP_RECORD, "removedUuids": known}), freed, unknown)
+            }
+            Reduction::Collapse { from, to, summary } => {
+                let (Some(a), Some(b)) = (position(&from), position(&to)) else {
+                    return Err(SessionError::InvalidParams(format!("the span {from}..{to} is not in the current view")));
+                };
+                let (a, b) = (a.min(b), a.max(b));
+                let span = self.view[a..=b].to_vec();
+                let summary = match summary {
+                    Some(s) => s,
+                    None => {
+                        let options = ctxd_core::summary::OfflineOptions { max_output_tokens: 2_000, ..Default::default() };
+                        let written = ctxd_core::summary::summarize_offline(&span, &options);
+                        ctxd_core::summary::parse_summary_reply(&written.text).unwrap_or(written.text)
+                    }
+                };
+                let freed = span.iter().map(tokens_of).sum::<u64>().saturating_sub(summary.len() as u64 / 4);
+                (serde_json::json!({"type": ctxd_core::view::COLLAPSE_RECORD, "from": from, "to": to, "summary": summary}), freed, Vec::new())
+            }
+        };
+        let uuid = uuid::Uuid::new_v4().to_string();
+        let mut object = object.as_object().cloned().unwrap_or_default();
+        object.insert("uuid".into(), uuid.clone().into());
+        object.insert("timestamp".into(), now_rfc3339().into());
+        let record = Record::from_object(&object).map_err(|e| SessionError::Internal(e.to_string()))?;
+        let (tx, rx) = oneshot::channel();
+        self.commit(vec![(vec![record], tx)]).await;
+        rx.await.map_err(|_| SessionError::Closed(self.id.clone()))??;
+        self.tally.freed(freed);
+        let usage = self.usage();
+        self.usage_changed(usage.clone()).await;
+        Ok(Reduced { record_uuid: uuid, tokens_freed: freed, unknown, usage })
     }
 
     /// The view as a plain request body (no host blocks): what a provider summarizes.

@@ -390,6 +390,17 @@ impl Sessions {
         self.open(&proto::OpenSessionParams { cwd, model, session_id: None, import: None })
     }
 
+    pub fn reduce(
+        &self,
+        id: &str,
+        reduction: actor::Reduction,
+    ) -> Result<oneshot::Receiver<Result<actor::Reduced, SessionError>>, SessionError> {
+        let tx = self.sender(id)?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(Command::Reduce { reduction, reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
+        Ok(rx)
+    }
+
     pub fn assemble(
         &self,
         id: &str,

@@ -31,7 +31,7 @@ local function track(method, params, err, result)
   elseif method == "ctx/closeSession" and (not err or err.code == -33001) then
     sessions.closed(params.sessionId)
   elseif method == "ctx/clear" and not err and result then
-    sessions.cleared(params.sessionId, result.sessionId)
+    sessions.cleared(params.sessionId, result.sessionId, result.usage)
   end
 end
 
@@ -104,15 +104,19 @@ local handlers = {
     sessions.set_usage(params.sessionId, params.usage)
   end,
   ["ctx/compacted"] = function(_, params)
-    notify(
-      string.format(
-        "ctxd: compacted (%s) %s → %s tokens",
-        params.trigger,
-        require("ctxd.render").format_count(params.preTokens),
-        require("ctxd.render").format_count(params.postTokens)
-      ),
-      vim.log.levels.INFO
-    )
+    -- A manual compaction was asked for with ctx/compact, whose caller reports it
+    -- (:CtxdCompact does); the daemon compacting on its own is news.
+    if params.trigger ~= "manual" then
+      notify(
+        string.format(
+          "ctxd: compacted (%s) %s → %s tokens",
+          params.trigger,
+          require("ctxd.render").format_count(params.preTokens),
+          require("ctxd.render").format_count(params.postTokens)
+        ),
+        vim.log.levels.INFO
+      )
+    end
     vim.api.nvim_exec_autocmds("User", { pattern = "CtxdCompacted", data = params })
   end,
   ["ctx/compactFailed"] = function(_, params)
@@ -188,7 +192,8 @@ start = function()
   }, { attach = false, silent = true })
   state.client_id = client_id
   if not client_id then
-    vim.notify("ctxd: could not start " .. table.concat(config.cmd, " "), vim.log.levels.ERROR)
+    local what = type(config.cmd) == "table" and table.concat(config.cmd, " ") or tostring(config.cmd)
+    vim.notify("ctxd: could not start " .. what, vim.log.levels.ERROR)
     on_exit(nil)
   end
 end
@@ -268,10 +273,17 @@ function M.is_ready()
   return state.ready
 end
 
---- Pid of the daemon process, found among Neovim's children by the command's name.
+--- Pid of the daemon process: the `processId` it announced in `initialize`, else (a
+--- daemon too old to announce it) found among Neovim's children by the command's name.
 ---@return integer|nil
 function M.pid()
   if not state.config or not state.client_id then
+    return nil
+  end
+  if state.capabilities and type(state.capabilities.processId) == "number" then
+    return state.capabilities.processId
+  end
+  if type(state.config.cmd) ~= "table" then
     return nil
   end
   -- The kernel keeps the first 15 characters of a process name.

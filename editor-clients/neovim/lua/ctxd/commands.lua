@@ -1,7 +1,8 @@
---- The user commands: `:CtxdCompact [focus]`, `:CtxdContext`, `:CtxdLog`,
---- `:CtxdRestart`. Each acts on the current session (the one whose usage changed
---- last), sends one `ctx/` request and reports the outcome; a failed request, including
---- a method the daemon does not have yet, becomes an error notification.
+--- The user commands: `:CtxdCompact [focus]`, `:CtxdContext`,
+--- `:CtxdAutoCompactWindow {window} [model]`, `:CtxdLog`, `:CtxdRestart`. Each acts on
+--- the current session (the one whose usage changed last), sends one `ctx/` request and
+--- reports the outcome; a failed request, including a method the daemon does not have
+--- yet, becomes an error notification.
 local client = require("ctxd.client")
 local config_mod = require("ctxd.config")
 local errors = require("ctxd.errors")
@@ -34,6 +35,9 @@ function M.compact(focus, done)
     if err then
       vim.notify(errors.describe("ctx/compact", err), vim.log.levels.ERROR)
     else
+      for _, problem in ipairs(type(result.problems) == "table" and result.problems or {}) do
+        vim.notify("ctxd: " .. problem, vim.log.levels.WARN)
+      end
       vim.notify(
         string.format("ctxd: compacted %s → %s tokens", render.format_count(result.preTokens), render.format_count(result.postTokens)),
         vim.log.levels.INFO
@@ -45,37 +49,121 @@ function M.compact(focus, done)
   end)
 end
 
---- Opens (or replaces) the floating context window with `lines`.
----@param lines string[]
----@return integer buf, integer win
-function M.open_float(lines)
-  local buf = vim.api.nvim_create_buf(false, true)
-  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
-  vim.bo[buf].modifiable = false
-  vim.bo[buf].bufhidden = "wipe"
-  vim.bo[buf].filetype = "ctxd-context"
+---@class ctxd.ContextFloat
+---@field buf integer
+---@field win integer
+---@field session_id string
+---@field context table what is drawn: the `ctx/context` answer, or `{ usage = … }`
+---@field note? string set when the daemon has no `ctx/context` (the float shows a usage only)
+
+---@type ctxd.ContextFloat|nil the context float on screen
+local shown = nil
+--- Bumped at every show and refresh; an older `ctx/context` answer is dropped.
+local generation = 0
+
+local function float_config(lines)
   local width = 0
   for _, line in ipairs(lines) do
     width = math.max(width, vim.fn.strdisplaywidth(line))
   end
   width = math.min(width + 2, math.max(20, vim.o.columns - 4))
   local height = math.min(#lines, math.max(5, vim.o.lines - 4))
-  local win = vim.api.nvim_open_win(buf, true, {
+  return {
     relative = "editor",
     width = width,
     height = height,
     row = math.floor((vim.o.lines - height) / 2),
     col = math.floor((vim.o.columns - width) / 2),
-    style = "minimal",
-    border = "rounded",
-    title = " ctxd ",
-  })
+  }
+end
+
+--- Opens (or replaces) the floating context window with `lines`.
+---@param lines string[]
+---@return integer buf, integer win
+function M.open_float(lines)
+  if shown and vim.api.nvim_win_is_valid(shown.win) then
+    vim.api.nvim_win_close(shown.win, true)
+  end
+  shown = nil
+  local buf = vim.api.nvim_create_buf(false, true)
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  vim.bo[buf].modifiable = false
+  vim.bo[buf].bufhidden = "wipe"
+  vim.bo[buf].filetype = "ctxd-context"
+  local config = float_config(lines)
+  config.style, config.border, config.title = "minimal", "rounded", " ctxd "
+  local win = vim.api.nvim_open_win(buf, true, config)
   vim.keymap.set("n", "q", "<cmd>close<cr>", { buffer = buf, nowait = true, desc = "Close the ctxd context window" })
+  vim.api.nvim_create_autocmd("BufWipeout", {
+    buffer = buf,
+    once = true,
+    callback = function()
+      if shown and shown.buf == buf then
+        shown = nil
+      end
+    end,
+  })
   return buf, win
 end
 
---- Shows the current session's context in a float: `ctx/context`, or the breakdown
---- from `ctx/usage` while the daemon does not have `ctx/context`.
+--- Opens the float for `session_id` showing `context` (and `note`), and remembers it so
+--- that it follows the daemon's notifications.
+local function show(session_id, context, note)
+  generation = generation + 1
+  local buf, win = M.open_float(render.context_lines(session_id, context, note))
+  shown = { buf = buf, win = win, session_id = session_id, context = context, note = note }
+  return buf
+end
+
+--- Redraws the float on screen from `context`.
+local function redraw(float, context)
+  if shown ~= float or not vim.api.nvim_win_is_valid(float.win) then
+    return
+  end
+  float.context = context
+  local lines = render.context_lines(float.session_id, context, float.note)
+  vim.bo[float.buf].modifiable = true
+  vim.api.nvim_buf_set_lines(float.buf, 0, -1, false, lines)
+  vim.bo[float.buf].modifiable = false
+  local config = float_config(lines)
+  vim.api.nvim_win_set_config(float.win, config)
+end
+
+--- The daemon said the float's session changed: a new usage (`usage`), or memory files
+--- or read files changed on disk. A `ctx/context` float asks again (the pushed usage has
+--- no memory-file split) and draws the latest answer, or `usage` if that fails; a
+--- usage-only float draws `usage`.
+---@param session_id string
+---@param usage? ctxd.Usage
+function M.refresh(session_id, usage)
+  local float = shown
+  if not float or float.session_id ~= session_id or not vim.api.nvim_win_is_valid(float.win) then
+    return
+  end
+  if float.note then
+    if usage then
+      redraw(float, { usage = usage })
+    end
+    return
+  end
+  generation = generation + 1
+  local mine = generation
+  client.request("ctx/context", { sessionId = session_id }, function(err, result)
+    if mine ~= generation then
+      return
+    end
+    if not err then
+      redraw(float, result)
+    elseif usage then
+      redraw(float, vim.tbl_extend("force", float.context, { usage = usage }))
+    end
+  end)
+end
+
+--- Shows the current session's context in a float: `ctx/context` (memory files with
+--- their sizes, rules waiting for a read, read files), or the breakdown from
+--- `ctx/usage` with a note when the daemon does not have `ctx/context`. The float
+--- follows `ctx/usageChanged` and `ctx/contextChanged` of its session.
 ---@param done? fun(buf: integer|nil)
 function M.context(done)
   done = done or function() end
@@ -86,7 +174,7 @@ function M.context(done)
   local id = session.session_id
   client.request("ctx/context", { sessionId = id }, function(err, result)
     if not err then
-      return done((M.open_float(render.context_lines(id, result))))
+      return done(show(id, result))
     end
     if not errors.is_method_not_found(err) then
       vim.notify(errors.describe("ctx/context", err), vim.log.levels.ERROR)
@@ -98,8 +186,63 @@ function M.context(done)
         return done(nil)
       end
       local note = "This ctxd has no ctx/context yet; the breakdown is from ctx/usage."
-      done((M.open_float(render.context_lines(id, { usage = usage_result.usage }, note))))
+      done(show(id, { usage = usage_result.usage }, note))
     end)
+  end)
+end
+
+--- Reads a window: a positive token count (`200000`, `200k`, `1.5m`, `200_000`,
+--- `200,000`) or `auto`; nil for anything else. The range is the daemon's to judge: it
+--- clamps and says so in the answer's `warnings`.
+---@param input string
+---@return integer|"auto"|nil
+function M.parse_window(input)
+  local text = (vim.trim(input or ""):lower():gsub("[,_]", ""))
+  if text == "auto" then
+    return "auto"
+  end
+  local number, suffix = text:match("^(%d+)([km]?)$")
+  if not number then
+    number, suffix = text:match("^(%d+%.%d+)([km]?)$")
+  end
+  if not number then
+    return nil
+  end
+  local scale = suffix == "k" and 1000 or suffix == "m" and 1000000 or 1
+  local value = math.floor(tonumber(number) * scale + 0.5)
+  return value > 0 and value or nil
+end
+
+--- Saves the auto-compact window for the current session's model (or `model`):
+--- `ctx/setAutoCompactWindow`. The model's open sessions follow at once (their
+--- statusline changes); the answer's warnings are shown too.
+---@param input string tokens or `auto`
+---@param model? string default: the current session's model
+---@param done? fun(err: table|nil, result: table|nil)
+function M.auto_compact_window(input, model, done)
+  done = done or function() end
+  local window = M.parse_window(input)
+  if not window then
+    vim.notify("ctxd: the window is a positive token count (e.g. 200000 or 200k) or auto, not " .. vim.inspect(input), vim.log.levels.ERROR)
+    return done({ message = "invalid window" }, nil)
+  end
+  if not model or model == "" then
+    local session = current_session()
+    if not session then
+      return done({ message = "no session" }, nil)
+    end
+    model = session.model
+  end
+  client.request("ctx/setAutoCompactWindow", { model = model, window = window }, function(err, result)
+    if err then
+      vim.notify(errors.describe("ctx/setAutoCompactWindow", err), vim.log.levels.ERROR)
+    else
+      for _, warning in ipairs(type(result.warnings) == "table" and result.warnings or {}) do
+        vim.notify("ctxd: " .. warning, vim.log.levels.WARN)
+      end
+      vim.notify(render.window_result_text(result), vim.log.levels.INFO)
+    end
+    done(err, result)
   end)
 end
 
@@ -129,11 +272,37 @@ function M.register()
   end, { nargs = "?", desc = "ctxd: compact the current session, with optional focus instructions" })
   command("CtxdContext", function()
     M.context()
-  end, { desc = "ctxd: show the current session's context breakdown" })
+  end, { desc = "ctxd: show the current session's context: breakdown, memory files, read files" })
+  command("CtxdAutoCompactWindow", function(args)
+    M.auto_compact_window(args.fargs[1], args.fargs[2])
+  end, {
+    nargs = "+",
+    complete = function(lead, line)
+      if #vim.split(line, "%s+", { trimempty = true }) <= 2 then
+        return vim.tbl_filter(function(c)
+          return vim.startswith(c, lead)
+        end, { "auto", "200k", "500k", "1M" })
+      end
+      return {}
+    end,
+    desc = "ctxd: save the auto-compact window (tokens, or auto) for the current session's model",
+  })
   command("CtxdLog", M.log, { desc = "ctxd: open the daemon's log" })
   command("CtxdRestart", function()
     require("ctxd").restart()
   end, { desc = "ctxd: restart the daemon" })
+
+  local group = vim.api.nvim_create_augroup("ctxd.context_float", { clear = true })
+  vim.api.nvim_create_autocmd("User", {
+    group = group,
+    pattern = { "CtxdUsageChanged", "CtxdContextChanged" },
+    callback = function(ev)
+      local data = ev.data or {}
+      if data.sessionId then
+        M.refresh(data.sessionId, ev.match == "CtxdUsageChanged" and data.usage or nil)
+      end
+    end,
+  })
 end
 
 return M

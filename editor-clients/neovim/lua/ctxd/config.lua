@@ -3,7 +3,7 @@
 local M = {}
 
 ---@class ctxd.Config
----@field cmd? string[] Command that runs the daemon on stdio. Default: `{ bin, "serve", "--log-file", log_file }` (plus `--state-dir` when set).
+---@field cmd? string[]|function Command that runs the daemon on stdio. Default: `{ bin, "serve", "--log-file", log_file }` (plus `--state-dir` when set). A function is passed to `vim.lsp.start` as is (an in-process server, e.g. in tests).
 ---@field bin string The `ctxd` executable, used when `cmd` is not given.
 ---@field log_file string Where the default `cmd` logs; what `:CtxdLog` opens.
 ---@field state_dir? string The daemon's store directory (sent as `initializationOptions.stateDir`).
@@ -59,7 +59,7 @@ end
 ---@param state_dir? string the `stateDir` from the daemon's capabilities
 ---@return string|nil
 function M.log_path(config, state_dir)
-  for i, arg in ipairs(config.cmd) do
+  for i, arg in ipairs(type(config.cmd) == "table" and config.cmd or {}) do
     if arg == "--log-file" and config.cmd[i + 1] then
       return config.cmd[i + 1]
     end

@@ -2,7 +2,8 @@
 --- what it supports, the log file, open sessions.
 local M = {}
 
-local WANTED_METHODS = { "ctx/compact", "ctx/context", "ctx/setAutoCompactWindow", "ctx/clear" }
+--- The methods the commands use (:CtxdCompact, :CtxdContext, :CtxdAutoCompactWindow).
+local WANTED_METHODS = { "ctx/compact", "ctx/context", "ctx/setAutoCompactWindow" }
 
 function M.check()
   local health = vim.health
@@ -21,11 +22,12 @@ function M.check()
     health.error("setup() was not called", { "require('ctxd').setup({ cmd = { 'ctxd', 'serve' } })" })
     return
   end
-  local exe = state.config.cmd[1]
-  if vim.fn.executable(exe) == 1 then
+  if type(state.config.cmd) ~= "table" then
+    health.info("daemon command: a function (in-process server)")
+  elseif vim.fn.executable(state.config.cmd[1]) == 1 then
     health.ok("daemon command: " .. table.concat(state.config.cmd, " "))
   else
-    health.error(exe .. " is not executable", { "install ctxd or pass cmd = { '/path/to/ctxd', 'serve' } to setup()" })
+    health.error(state.config.cmd[1] .. " is not executable", { "install ctxd or pass cmd = { '/path/to/ctxd', 'serve' } to setup()" })
   end
 
   health.start("ctxd: daemon")
@@ -34,11 +36,12 @@ function M.check()
     health.ok(string.format("running (pid %s), ctxd %s, protocol %s", tostring(client.pid()), caps.version, caps.protocol))
     health.info("state dir: " .. caps.stateDir)
     health.info("methods: " .. table.concat(caps.methods, ", "))
+    health.info("notifications: " .. table.concat(caps.notifications or {}, ", "))
     local missing = vim.tbl_filter(function(m)
       return not vim.tbl_contains(caps.methods, m)
     end, WANTED_METHODS)
     if #missing > 0 then
-      health.warn("this ctxd does not answer " .. table.concat(missing, ", ") .. " yet; those commands report an error")
+      health.warn("this ctxd does not answer " .. table.concat(missing, ", ") .. " yet; the commands using them report an error")
     end
   else
     health.warn(string.format("not running (started %d times); it restarts with back-off", state.starts))

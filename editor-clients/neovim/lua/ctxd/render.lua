@@ -141,6 +141,39 @@ function M.pending_rule_rows(context)
   end, context.pendingRules)
 end
 
+--- Read files and git, one `{label, value}` row each.
+---@param context { filesRead: integer, staleFiles?: string[], git: boolean }
+---@return string[][]
+function M.context_rows(context)
+  return {
+    { "Files read", M.format_count(context.filesRead) },
+    { "Changed since read", M.format_count(type(context.staleFiles) == "table" and #context.staleFiles or 0) },
+    { "Git snapshot", context.git and "yes" or "no" },
+  }
+end
+
+local WINDOW_SOURCES = {
+  env = "CLAUDE_CODE_AUTO_COMPACT_WINDOW overrides saved windows",
+  setting = "from settings",
+  client = "from the editor's initializationOptions",
+  experiment = "from an experiment",
+  modelDefault = "the model's own window",
+  subagentCeiling = "held to the subagent ceiling",
+}
+
+--- What `ctx/setAutoCompactWindow` answered, in one sentence: the window now in force
+--- and where it comes from (its `warnings` are shown on their own).
+---@param result { model: string, window: integer, source: string, warnings?: string[] }
+---@return string
+function M.window_result_text(result)
+  return string.format(
+    "ctxd: auto-compact window for %s is %s tokens (%s).",
+    result.model,
+    M.format_count(result.window),
+    WINDOW_SOURCES[result.source] or result.source
+  )
+end
+
 --- Rows as aligned text lines, indented by two spaces.
 ---@param rows string[][]
 ---@return string[]
@@ -161,10 +194,17 @@ local function aligned(rows)
   end, rows)
 end
 
+--- `list` as lines indented by two spaces.
+local function indented(list)
+  return vim.tbl_map(function(item)
+    return "  " .. item
+  end, list)
+end
+
 --- The lines of the context window. `context` is the `ctx/context` answer, or only
---- `{ usage = … }` when the daemon does not have `ctx/context` yet; `note` says so.
+--- `{ usage = … }` when the daemon does not have `ctx/context`; `note` says so.
 ---@param session_id string
----@param context { usage: ctxd.Usage, memoryFiles?: table[], pendingRules?: table[] }
+---@param context { usage: ctxd.Usage, memoryFiles?: table[], pendingRules?: table[], filesRead?: integer, staleFiles?: string[], diagnostics?: string[], git?: boolean }
 ---@param note? string
 ---@return string[]
 function M.context_lines(session_id, context, note)
@@ -187,6 +227,18 @@ function M.context_lines(session_id, context, note)
   if context.pendingRules and #context.pendingRules > 0 then
     vim.list_extend(lines, { "", "Pending rules" })
     vim.list_extend(lines, aligned(M.pending_rule_rows(context)))
+  end
+  if type(context.filesRead) == "number" and type(context.git) == "boolean" then
+    vim.list_extend(lines, { "", "Files and git" })
+    vim.list_extend(lines, aligned(M.context_rows(context)))
+  end
+  if type(context.staleFiles) == "table" and #context.staleFiles > 0 then
+    vim.list_extend(lines, { "", "Changed since read" })
+    vim.list_extend(lines, indented(context.staleFiles))
+  end
+  if type(context.diagnostics) == "table" and #context.diagnostics > 0 then
+    vim.list_extend(lines, { "", "Problems" })
+    vim.list_extend(lines, indented(context.diagnostics))
   end
   return lines
 end

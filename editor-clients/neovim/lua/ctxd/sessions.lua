@@ -1,8 +1,8 @@
 --- The sessions this editor opened on ctxd and the latest usage the daemon sent for each.
 ---
 --- **Invariant:** a usage stored here is exactly what the daemon sent
---- (`ctx/usageChanged`, or the `ctx/openSession` answer that starts a session); nothing
---- here computes levels or thresholds.
+--- (`ctx/usageChanged`, or the `ctx/openSession` / `ctx/clear` answer that starts a
+--- session); nothing here computes levels or thresholds.
 local M = {}
 
 ---@class ctxd.Session
@@ -44,8 +44,11 @@ function M.closed(session_id)
   changed("CtxdSessionsChanged", { sessionId = session_id })
 end
 
---- `ctx/clear` started `new_id` in place of `old_id`.
-function M.cleared(old_id, new_id)
+--- `ctx/clear` started `new_id` (with `usage`) in place of `old_id`, which the daemon closed.
+---@param old_id string
+---@param new_id string
+---@param usage? ctxd.Usage
+function M.cleared(old_id, new_id, usage)
   local old = open[old_id]
   if not old then
     return
@@ -56,6 +59,9 @@ function M.cleared(old_id, new_id)
     current = new_id
   end
   changed("CtxdSessionsChanged", { sessionId = new_id })
+  if usage then
+    M.set_usage(new_id, usage)
+  end
 end
 
 --- Stores a usage the daemon sent. Usage of sessions this editor did not open is ignored.

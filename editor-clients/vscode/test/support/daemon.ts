@@ -20,6 +20,13 @@ export function ctxdBin(): string {
     return process.env.CTXD_BIN ?? path.resolve(packageRoot, "../../target/debug/ctxd");
 }
 
+/**
+ * The daemon settings of the tests: a 100,000-token window (levels the tests reach with
+ * a few records), and the offline summarizer, so that a compaction never reaches a
+ * provider whatever the environment (`ANTHROPIC_API_KEY`).
+ */
+export const TEST_SETTINGS = { autoCompactWindow: 100_000, provider: "offline" } as const;
+
 export function tempStateDir(): string {
     return fs.mkdtempSync(path.join(os.tmpdir(), "ctxd-vscode-test-"));
 }

@@ -2,7 +2,7 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 
-import type { ContextResult, Usage } from "../../src/lsp_ext";
+import type { ContextResult, SetAutoCompactWindowResult, Usage } from "../../src/lsp_ext";
 import { packageRoot } from "./daemon";
 
 export interface UsageCase {
@@ -20,7 +20,12 @@ export interface RenderCases {
         context: ContextResult;
         memoryFileRows: [string, string, string, string][];
         pendingRuleRows: [string, string][];
+        contextRows: [string, string][];
     };
+    /** A `ctx/setAutoCompactWindow` answer and the message shown for it. */
+    windowCases: { result: SetAutoCompactWindowResult; text: string }[];
+    /** Window prompt inputs and what they parse to (`null`: rejected). */
+    windowInputs: [string, number | "auto" | null][];
 }
 
 export const renderCases: RenderCases = JSON.parse(
