@@ -202,6 +202,9 @@ struct Session {
     /// The request pipeline's memo: extended with what was appended, rebuilt when a
     /// stage's inputs changed.
     view_cache: ctxd_core::view::ViewCache,
+    /// Stamps of every watched path when it was last seen, for when the OS watch limit
+    /// is hit and changes are found by comparing stamps before each request instead.
+    stamps: Vec<(std::path::PathBuf, Option<crate::context::watcher::FileStamp>)>,
     /// Assemble requests waiting for a compaction (the session was at the blocked level).
     waiting_assembles: Vec<(AssembleRequest, oneshot::Sender<Result<AssembleAnswer, SessionError>>)>,
 }
@@ -263,6 +266,7 @@ async fn run(
         view_generation: 0,
         guards: CompactGuards::default(),
         view_cache: ctxd_core::view::ViewCache::new(),
+        stamps: Vec::new(),
         waiting_assembles: Vec::new(),
     };
     if let Err(e) = session.load(create).await {
@@ -797,6 +801,15 @@ impl Session {
     /// rebuilds the same request), the pipeline run on the view, its state changes
     /// persisted before the request is handed out.
     async fn assemble(&mut self, request: AssembleRequest, may_compact: bool) -> Result<AssembleAnswer, SessionError> {
+        // Without a working watcher (the OS limit was hit), compare stamps instead.
+        if self.setup.services.watcher.degraded() {
+            let seen = std::mem::take(&mut self.stamps);
+            let changed = tokio::task::spawn_blocking(move || crate::context::watcher::changed_since(&seen)).await.unwrap_or_default();
+            if !changed.is_empty() {
+                self.files_changed(changed).await;
+            }
+            self.resubscribe();
+        }
         if self.base.as_ref().is_some_and(BaseContext::is_dirty)
             && let Some(mut base) = self.base.take()
         {
