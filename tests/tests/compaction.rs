@@ -219,3 +219,24 @@ fn clear_starts_an_empty_session_and_keeps_the_old_one() {
     assert_eq!(cleared["usage"]["window"], 200_000);
     assert_eq!(stored_uuids(&state, "old").unwrap().len(), 10, "the old transcript stays");
 }
+
+#[test]
+fn an_idle_session_compacts_in_the_background() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(project.join(".ctxd")).unwrap();
+    std::fs::write(project.join(".ctxd/settings.json"), r#"{"idleCompactAfterSeconds": 1}"#).unwrap();
+    // The idle floor is max(100,000, this variable or 200,000).
+    let mut daemon = Daemon::start_with(&dir.path().join("state"), &[], &[("CLAUDE_CODE_IDLE_COMPACT_MIN_TOKENS", "100000")]).unwrap();
+    daemon.initialize().unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "i"})).unwrap();
+    // About 107,000 tokens by the session's own reported usage: over the idle floor,
+    // under the threshold (167,000).
+    let records: Vec<Value> = example().into_iter().take(275).collect();
+    let appended = daemon.request("ctx/append", json!({"sessionId": "i", "records": records})).unwrap();
+    let tokens = appended["usage"]["tokens"].as_u64().unwrap();
+    assert!((100_000..167_000).contains(&tokens), "{tokens}");
+    let compacted = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "i").unwrap();
+    assert_eq!(compacted["trigger"], "idle");
+    assert!(compacted["postTokens"].as_u64().unwrap() < tokens / 2, "{compacted}");
+}

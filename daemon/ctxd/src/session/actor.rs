@@ -202,6 +202,10 @@ struct Session {
     /// The request pipeline's memo: extended with what was appended, rebuilt when a
     /// stage's inputs changed.
     view_cache: ctxd_core::view::ViewCache,
+    /// Last append or request, for idle compaction.
+    last_activity: tokio::time::Instant,
+    /// An idle compaction already ran since the last activity.
+    idle_done: bool,
     /// Stamps of every watched path when it was last seen, for when the OS watch limit
     /// is hit and changes are found by comparing stamps before each request instead.
     stamps: Vec<(std::path::PathBuf, Option<crate::context::watcher::FileStamp>)>,
@@ -267,6 +271,8 @@ async fn run(
         guards: CompactGuards::default(),
         view_cache: ctxd_core::view::ViewCache::new(),
         stamps: Vec::new(),
+        last_activity: tokio::time::Instant::now(),
+        idle_done: false,
         waiting_assembles: Vec::new(),
     };
     if let Err(e) = session.load(create).await {
@@ -283,7 +289,12 @@ async fn run(
     }
     loop {
         let due = session.push.due;
+        let idle_at = session.idle_deadline();
         let first = tokio::select! {
+            () = sleep_until(idle_at), if idle_at.is_some() => {
+                session.idle().await;
+                continue;
+            }
             cmd = rx.recv() => cmd,
             () = sleep_until(due), if due.is_some() => {
                 session.push_usage_now().await;
@@ -303,6 +314,10 @@ async fn run(
             }
         }
         let closing = batch.iter().any(|c| matches!(c, Command::Close { .. }));
+        if batch.iter().any(|c| matches!(c, Command::Append { .. } | Command::Assemble { .. })) {
+            session.last_activity = tokio::time::Instant::now();
+            session.idle_done = false;
+        }
         let outcome = AssertUnwindSafe(session.handle_batch(batch)).catch_unwind().await;
         if outcome.is_err() {
             tracing::error!("a command panicked; its batch was answered with errors; reloading the session from disk");
@@ -1145,6 +1160,24 @@ impl Session {
             fidelity_appended: prepared.fidelity.missing_before.len(),
             problems: prepared.problems,
         })
+    }
+
+    /// When an idle compaction would be due, if it could be.
+    fn idle_deadline(&self) -> Option<tokio::time::Instant> {
+        let after = self.setup.idle_after?;
+        let worth = !self.idle_done && self.compaction.is_none() && self.thresholds.compact_enabled;
+        worth.then(|| self.last_activity + after)
+    }
+
+    /// The user is away: compact in the background while the prompt cache is still
+    /// warm, if the session is big enough to be worth it.
+    async fn idle(&mut self) {
+        self.idle_done = true;
+        let tokens = self.tally.total() + self.fixed_prefix();
+        if tokens >= self.setup.idle_floor && self.compaction.is_none() {
+            tracing::info!(tokens, "session idle; compacting in the background");
+            self.start_compaction(Trigger::Idle, None, None);
+        }
     }
 
     /// After appends: start an automatic compaction when the threshold is reached.

@@ -71,6 +71,10 @@ pub struct SessionSetup {
     pub import: Option<std::path::PathBuf>,
     /// Where memory files are looked for.
     pub memory: ctxd_core::memory::MemoryConfig,
+    /// Compact in the background after this long without activity (None: off).
+    pub idle_after: Option<std::time::Duration>,
+    /// Fewest tokens worth an idle compaction.
+    pub idle_floor: u64,
     pub services: Services,
 }
 
@@ -270,11 +274,17 @@ impl Sessions {
         SessionSetup {
             cwd: cwd.to_owned(),
             model: model.to_owned(),
-            settings: layered.settings,
+            settings: layered.settings.clone(),
             thresholds: levels,
             problems,
             import: None,
             memory,
+            idle_after: layered
+                .settings
+                .idle_compaction
+                .unwrap_or(true)
+                .then(|| std::time::Duration::from_secs(layered.settings.idle_compact_after_seconds.unwrap_or(240).max(1))),
+            idle_floor: self.environment.env.idle_compact_floor(),
             services: self.environment.services.clone(),
         }
     }
