@@ -189,3 +189,21 @@ fn snips_and_collapses_leave_the_request_and_the_count() {
     let error = daemon.request_error("ctx/snip", json!({"sessionId": "s", "uuids": ["nope"]})).unwrap();
     assert_eq!(error["code"], -32602);
 }
+
+#[test]
+fn budget_notices_come_once_per_crossing() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = project(dir.path());
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "s"})).unwrap();
+    let notice = "of the room before automatic compaction is used";
+    let count = |daemon: &mut Daemon| assemble(daemon, json!({}))["request"].to_string().matches(notice).count();
+    // The example's own usage: ~107,000 tokens after 275 records is 64 % of 167,000.
+    daemon.request("ctx/append", json!({"sessionId": "s", "records": example(275)})).unwrap();
+    assert_eq!(count(&mut daemon), 0);
+    // Past 70 %: one notice, and not again on the next request.
+    let all = example(362);
+    daemon.request("ctx/append", json!({"sessionId": "s", "records": &all[275..300]})).unwrap();
+    assert_eq!(count(&mut daemon), 1);
+    assert_eq!(count(&mut daemon), 1, "the notice stays where it was given, once");
+}

@@ -202,6 +202,9 @@ struct Session {
     /// The request pipeline's memo: extended with what was appended, rebuilt when a
     /// stage's inputs changed.
     view_cache: ctxd_core::view::ViewCache,
+    /// The highest budget notice (70, 85, 95 % of the threshold) the model was given
+    /// since the context last fell below 70 %.
+    notified_percent: u8,
     /// Last append or request, for idle compaction.
     last_activity: tokio::time::Instant,
     /// An idle compaction already ran since the last activity.
@@ -273,6 +276,7 @@ async fn run(
         stamps: Vec::new(),
         last_activity: tokio::time::Instant::now(),
         idle_done: false,
+        notified_percent: 0,
         waiting_assembles: Vec::new(),
     };
     if let Err(e) = session.load(create).await {
@@ -986,10 +990,42 @@ impl Session {
         ctxd_core::view::assemble(&input).request.to_value()
     }
 
-    /// Changed read files (once each) and memory files activated by reads since the last
-    /// request, as (attachment type, text).
+    /// A budget notice when the context crossed 70, 85 or 95 % of the compaction
+    /// threshold since the last one (once per crossing).
+    fn budget_notice(&mut self) -> Option<String> {
+        let threshold = self.thresholds.threshold;
+        if threshold == 0 || !self.thresholds.compact_enabled {
+            return None;
+        }
+        let tokens = self.tally.total() + self.fixed_prefix();
+        let percent = tokens.saturating_mul(100) / threshold;
+        let crossed = [95u8, 85, 70].into_iter().find(|p| percent >= u64::from(*p));
+        match crossed {
+            None => {
+                self.notified_percent = 0;
+                None
+            }
+            Some(p) if p > self.notified_percent => {
+                self.notified_percent = p;
+                let left = threshold.saturating_sub(tokens);
+                Some(format!(
+                    "Context budget: {p}% of the room before automatic compaction is used; about {left} tokens are left. \
+                     When it compacts, the conversation becomes a summary: project instructions are reloaded from disk and \
+                     up to five recently read files come back, but details of earlier tool output do not. Keep track of open \
+                     tasks and decisions in files or in your replies."
+                ))
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// Changed read files (once each), memory files activated by reads since the last
+    /// request, and a budget notice on crossing, as (attachment type, text).
     async fn take_context_notes(&mut self) -> Vec<(&'static str, String)> {
         let mut notes: Vec<(&'static str, String)> = std::mem::take(&mut self.pending_notes).into_iter().map(|n| ("nested_memory", n)).collect();
+        if let Some(notice) = self.budget_notice() {
+            notes.push(("total_tokens_reminder", notice));
+        }
         let stale: Vec<LedgerEntry> = self.ledger.newest_first().into_iter().filter(|e| e.stale).cloned().collect();
         if stale.is_empty() {
             return notes;
