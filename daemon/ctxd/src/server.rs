@@ -36,12 +36,15 @@ pub struct ServeOptions {
 pub struct Backend {
     client: Client,
     options: ServeOptions,
-    sessions: OnceLock<Arc<Sessions>>,
+    sessions: Arc<OnceLock<Arc<Sessions>>>,
 }
 
-/// Builds the LSP service with every `ctx/` method registered.
-pub fn service(options: ServeOptions) -> (LspService<Backend>, tower_lsp_server::ClientSocket) {
-    LspService::build(|client| Backend { client, options, sessions: OnceLock::new() })
+/// Builds the LSP service with every `ctx/` method registered, and the fast path for
+/// `ctx/append` that shares its sessions.
+pub fn service(options: ServeOptions) -> (LspService<Backend>, tower_lsp_server::ClientSocket, Arc<dyn crate::transport::FastPath>) {
+    let shared: Arc<OnceLock<Arc<Sessions>>> = Arc::default();
+    let fast: Arc<dyn crate::transport::FastPath> = Arc::new(AppendFastPath { sessions: shared.clone() });
+    let (service, socket) = LspService::build(|client| Backend { client, options, sessions: shared })
         .custom_method(methods::OPEN_SESSION, Backend::open_session)
         .custom_method(methods::APPEND, Backend::append)
         .custom_method(methods::USAGE, Backend::usage)
@@ -55,7 +58,81 @@ pub fn service(options: ServeOptions) -> (LspService<Backend>, tower_lsp_server:
         .custom_method(methods::ASSEMBLE, Backend::assemble)
         .custom_method(methods::SNIP, Backend::snip)
         .custom_method(methods::COLLAPSE, Backend::collapse)
-        .finish()
+        .finish();
+    (service, socket, fast)
+}
+
+/// `ctx/append` without the service's JSON passes: each record's text is borrowed from
+/// the frame as it was sent (no value tree, no re-serialization). Anything unusual (a
+/// record spread over lines, an invalid record, a session that is not open, no store yet)
+/// is declined and takes the service's path, which answers with the right error.
+struct AppendFastPath {
+    sessions: Arc<OnceLock<Arc<Sessions>>>,
+}
+
+impl crate::transport::FastPath for AppendFastPath {
+    fn take(&self, body: &str) -> Option<crate::transport::Reply> {
+        use futures::FutureExt;
+        use serde_json::value::RawValue;
+        use tower_lsp_server::jsonrpc::{Id, Response};
+
+        #[derive(serde::Deserialize)]
+        struct Frame<'a> {
+            jsonrpc: &'a str,
+            id: Option<Id>,
+            method: &'a str,
+            #[serde(borrow)]
+            params: Params<'a>,
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Params<'a> {
+            session_id: String,
+            #[serde(borrow)]
+            records: Vec<&'a RawValue>,
+        }
+        if !body.contains("\"ctx/append\"") {
+            return None;
+        }
+        let frame: Frame<'_> = serde_json::from_str(body).ok()?;
+        let id = frame.id?;
+        if frame.jsonrpc != "2.0" || frame.method != methods::APPEND {
+            return None;
+        }
+        let sessions = self.sessions.get()?.clone();
+        let mut records = Vec::with_capacity(frame.params.records.len());
+        for raw in frame.params.records {
+            let text = raw.get();
+            if text.contains('\n') {
+                return None;
+            }
+            records.push(Record::parse(text).ok()?);
+        }
+        let session_id = frame.params.session_id;
+        // Not open and not in the store: the service's path gives the error.
+        if sessions.is_unknown(&session_id) {
+            return None;
+        }
+        Some(
+            async move {
+                let result = match sessions.append(&session_id, records) {
+                    Ok(rx) => answer(rx, &session_id).await,
+                    Err(e) => Err(rpc_error(e)),
+                };
+                let body = result.and_then(|a| {
+                    serde_json::to_value(proto::AppendResult {
+                        appended: a.appended,
+                        duplicates: a.duplicates,
+                        records: a.records,
+                        usage: a.usage.to_proto(),
+                    })
+                    .map_err(|e| internal(e.to_string()))
+                });
+                Some(Response::from_parts(id, body))
+            }
+            .boxed(),
+        )
+    }
 }
 
 impl LanguageServer for Backend {

@@ -327,6 +327,17 @@ impl Sessions {
         Ok((resolved, source))
     }
 
+    /// True when `id` is neither open nor in the store (or not a valid id).
+    pub fn is_unknown(&self, id: &str) -> bool {
+        if crate::store::validate_session_id(id).is_err() {
+            return true;
+        }
+        if self.open_map().get(id).is_some_and(|h| !h.tx.is_closed()) {
+            return false;
+        }
+        self.store.index().get(id).is_none() || !self.store.transcript_path(id).is_ok_and(|p| p.exists())
+    }
+
     /// The actor of an open session. A session that is in the store but not open (the
     /// daemon restarted under a client) is resumed with the working directory and model
     /// the index remembers, so clients need not reopen every session after a restart.
