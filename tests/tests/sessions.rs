@@ -190,3 +190,25 @@ fn one_session_waiting_on_nothing_does_not_hold_up_another() {
         assert_eq!(stored_uuids(&state, side).unwrap(), want);
     }
 }
+
+#[test]
+fn records_sent_pretty_printed_or_compact_are_both_stored_as_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    open(&mut daemon, Some("shapes"));
+    let compact = json!({"jsonrpc": "2.0", "id": 900, "method": "ctx/append",
+        "params": {"sessionId": "shapes", "records": [user_record("c1", None, "compact")]}});
+    daemon.send(&compact).unwrap();
+    // Pretty-printed: the record spans lines in the frame (the fast path declines it).
+    let pretty = json!({"jsonrpc": "2.0", "id": 901, "method": "ctx/append",
+        "params": {"sessionId": "shapes", "records": [user_record("p1", Some("c1"), "pretty")]}});
+    daemon.send_raw(&ctxd_e2e::frame(serde_json::to_string_pretty(&pretty).unwrap().as_bytes())).unwrap();
+    for id in [900, 901] {
+        let response = daemon.response(id).unwrap();
+        assert_eq!(response["result"]["appended"], 1, "{response}");
+    }
+    let text = std::fs::read_to_string(state.join("sessions/shapes.jsonl")).unwrap();
+    assert_eq!(text.lines().count(), 2);
+    assert_eq!(stored_uuids(&state, "shapes").unwrap(), ["c1", "p1"]);
+}
