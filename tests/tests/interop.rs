@@ -77,3 +77,40 @@ fn open_session_with_import_resumes_from_the_last_boundary() {
         .unwrap();
     assert_eq!(error["code"], -32602, "{error}");
 }
+
+#[test]
+fn observe_follows_a_transcript_another_program_appends_to() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    let text = std::fs::read_to_string(ctxd_e2e::repo_root().join("examples/session.jsonl")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let path = dir.path().join("claude-session.jsonl");
+    std::fs::write(&path, format!("{}\n", lines[..100].join("\n"))).unwrap();
+    let observed = daemon.request("ctx/observe", json!({"transcript": path})).unwrap();
+    let id = observed["sessionId"].as_str().unwrap().to_owned();
+    let before = observed["usage"]["tokens"].as_u64().unwrap();
+    assert!(before > 10_000, "{observed}");
+    // Another program appends a turn, in two writes, the second cut mid-line first.
+    let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    let more = format!("{}\n", lines[100..150].join("\n"));
+    let (head, tail) = more.split_at(more.len() / 2);
+    file.write_all(head.as_bytes()).unwrap();
+    file.flush().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    file.write_all(tail.as_bytes()).unwrap();
+    // The figure the daemon reaches is the example's own usage after 150 records.
+    let want: u64 = lines[..150]
+        .iter()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|r| r["type"] == "assistant")
+        .map(|r| ["input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens"].iter().map(|k| r["message"]["usage"][k].as_u64().unwrap()).sum())
+        .unwrap();
+    let pushed = daemon
+        .wait_notification("ctx/usageChanged", |p| p["sessionId"] == id.as_str() && p["usage"]["reportedTokens"] == want)
+        .unwrap();
+    assert!(pushed["usage"]["tokens"].as_u64().unwrap() >= want);
+    let error = daemon.request_error("ctx/observe", json!({"transcript": "relative.jsonl"})).unwrap();
+    assert_eq!(error["code"], -32602);
+}

@@ -58,6 +58,7 @@ pub fn service(options: ServeOptions) -> (LspService<Backend>, tower_lsp_server:
         .custom_method(methods::ASSEMBLE, Backend::assemble)
         .custom_method(methods::SNIP, Backend::snip)
         .custom_method(methods::COLLAPSE, Backend::collapse)
+        .custom_method(methods::OBSERVE, Backend::observe)
         .finish();
     (service, socket, fast)
 }
@@ -380,6 +381,15 @@ impl Backend {
         let rx = self.sessions()?.reduce(&params.session_id, reduction).map_err(rpc_error)?;
         let done = answer(rx, &params.session_id).await?;
         Ok(proto::CollapseResult { collapse_id: done.record_uuid, tokens_freed: done.tokens_freed, usage: done.usage.to_proto() })
+    }
+
+    pub async fn observe(&self, params: proto::ObserveParams) -> Result<proto::ObserveResult> {
+        let path = PathBuf::from(&params.transcript);
+        if !path.is_absolute() {
+            return Err(Error::invalid_params(format!("transcript must be an absolute path: {:?}", params.transcript)));
+        }
+        let (session_id, usage) = self.sessions()?.observe(path).await.map_err(rpc_error)?;
+        Ok(proto::ObserveResult { session_id, usage: usage.to_proto() })
     }
 
     pub async fn clear(&self, params: proto::SessionParams) -> Result<proto::ClearResult> {

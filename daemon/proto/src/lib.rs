@@ -39,13 +39,14 @@ pub mod methods {
     pub const ASSEMBLE: &str = "ctx/assemble";
     pub const SNIP: &str = "ctx/snip";
     pub const COLLAPSE: &str = "ctx/collapse";
+    pub const OBSERVE: &str = "ctx/observe";
     pub const COMPACTED: &str = "ctx/compacted";
     pub const COMPACT_FAILED: &str = "ctx/compactFailed";
     pub const CONTEXT_CHANGED: &str = "ctx/contextChanged";
 
     /// Every `ctx/` request method this build of ctxd answers, as announced in
     /// `initialize` under `capabilities.experimental.ctxd.methods`.
-    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION, SET_AUTO_COMPACT_WINDOW, FILE_READ, CONTEXT, COMPACT, REPORT_PROVIDER_ERROR, CLEAR, ASSEMBLE, SNIP, COLLAPSE];
+    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION, SET_AUTO_COMPACT_WINDOW, FILE_READ, CONTEXT, COMPACT, REPORT_PROVIDER_ERROR, CLEAR, ASSEMBLE, SNIP, COLLAPSE, OBSERVE];
     /// Every `ctx/` notification this build of ctxd sends.
     pub const NOTIFICATIONS: &[&str] = &[USAGE_CHANGED, CONTEXT_CHANGED, COMPACTED, COMPACT_FAILED];
 }
@@ -579,5 +580,21 @@ pub struct CollapseResult {
     /// Uuid of the collapse record.
     pub collapse_id: String,
     pub tokens_freed: u64,
+    pub usage: Usage,
+}
+
+/// `ctx/observe` params: follow a transcript another program (Claude Code) writes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObserveParams {
+    /// Absolute path of the transcript (JSONL).
+    pub transcript: String,
+}
+
+/// `ctx/observe` result: the id its `ctx/usageChanged` notifications carry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObserveResult {
+    pub session_id: String,
     pub usage: Usage,
 }

@@ -44,6 +44,8 @@ pub fn all() -> Vec<SchemaFile> {
         file::<SessionParams>("ctx.clear.params"),
         file::<AssembleParams>("ctx.assemble.params"),
         file::<SnipParams>("ctx.snip.params"),
+        file::<ObserveParams>("ctx.observe.params"),
+        file::<ObserveResult>("ctx.observe.result"),
         file::<SnipResult>("ctx.snip.result"),
         file::<CollapseParams>("ctx.collapse.params"),
         file::<CollapseResult>("ctx.collapse.result"),

@@ -340,6 +340,19 @@ export interface CollapseResult {
 /** Replaces the span `from`..`to` with a summary in what the model sees. */
 export const collapse = new RequestType<CollapseParams, CollapseResult, void>("ctx/collapse");
 
+/** A transcript another program (Claude Code) writes, to follow. */
+export interface ObserveParams {
+    /** Absolute path of the transcript (JSONL). */
+    transcript: string;
+}
+export interface ObserveResult {
+    /** The id its `ctx/usageChanged` notifications carry. */
+    sessionId: string;
+    usage: Usage;
+}
+/** Follows a running Claude Code session's transcript and publishes its usage. */
+export const observe = new RequestType<ObserveParams, ObserveResult, void>("ctx/observe");
+
 /** A side request that shares the session's prefix. */
 export interface ForkParams {
     instruction: string;

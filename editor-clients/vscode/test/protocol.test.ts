@@ -55,6 +55,8 @@ const forkKeys = { instruction: true, skipCacheWrite: true } satisfies Keys<ext.
 const assembleResultKeys = { request: true, requestTokens: true, usage: true, applied: true, decision: true } satisfies Keys<ext.AssembleResult>;
 const appliedStageKeys = { stage: true, acted: true, tokensFreed: true, detail: true } satisfies Keys<ext.AppliedStage>;
 const providerErrorResultKeys = { action: true, reason: true, compact: true } satisfies Keys<ext.ReportProviderErrorResult>;
+const observeParamKeys = { transcript: true } satisfies Keys<ext.ObserveParams>;
+const observeResultKeys = { sessionId: true, usage: true } satisfies Keys<ext.ObserveResult>;
 const snipParamKeys = { sessionId: true, uuids: true } satisfies Keys<ext.SnipParams>;
 const snipResultKeys = { tokensFreed: true, unknown: true, usage: true } satisfies Keys<ext.SnipResult>;
 const collapseParamKeys = { sessionId: true, from: true, to: true, summary: true } satisfies Keys<ext.CollapseParams>;
@@ -128,6 +130,8 @@ describe("lsp_ext.ts against schemas/", () => {
             ["ctx.reportProviderError.params", providerErrorKeys, "ProviderErrorReport"],
             ["ctx.reportProviderError.result", providerErrorResultKeys],
             ["ctx.reportProviderError.result", compactResultKeys, "CompactResult"],
+            ["ctx.observe.params", observeParamKeys],
+            ["ctx.observe.result", observeResultKeys],
             ["ctx.snip.params", snipParamKeys],
             ["ctx.snip.result", snipResultKeys],
             ["ctx.collapse.params", collapseParamKeys],
@@ -261,7 +265,7 @@ describe("lsp_ext.ts against the running daemon", () => {
     it("declares every method and notification the daemon announces", () => {
         const requests = [
             ext.openSession, ext.append, ext.usage, ext.closeSession, ext.setAutoCompactWindow, ext.fileRead, ext.context, ext.compact,
-            ext.clear, ext.reportProviderError, ext.assemble, ext.snip, ext.collapse,
+            ext.clear, ext.reportProviderError, ext.assemble, ext.snip, ext.collapse, ext.observe,
         ].map((t) => t.method);
         const notifications = [ext.usageChanged, ext.contextChanged, ext.compacted, ext.compactFailed].map((t) => t.method);
         for (const m of daemon.capabilities.methods) {

@@ -7,6 +7,7 @@
 
 pub mod actor;
 pub mod compaction;
+pub mod observe;
 pub mod usage;
 
 use std::collections::HashMap;
@@ -325,6 +326,22 @@ impl Sessions {
         let (resolved, _) = self.levels(&layered.settings, model);
         let source = resolved.source;
         Ok((resolved, source))
+    }
+
+    /// `ctx/observe`: follows a transcript written by another program.
+    pub async fn observe(&self, path: std::path::PathBuf) -> Result<(String, UsageSnapshot), SessionError> {
+        let environment = self.environment.clone();
+        let changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let home = environment.sources.home.clone().unwrap_or_else(|| std::path::PathBuf::from("/"));
+        let settings = settings::resolve(&environment.sources, &home, &environment.client_settings, &changed).settings;
+        let thresholds_for = move |model: &str| {
+            let inputs = WindowInputs { setting: settings.window_for(model), client: environment.client_window, ..WindowInputs::default() };
+            let resolved = resolve_window(model, &inputs, &environment.env);
+            thresholds(&resolved, &environment.env, settings.auto_compact_enabled.unwrap_or(true))
+        };
+        observe::start(path.clone(), thresholds_for, self.environment.services.watcher.clone(), self.notifier.clone())
+            .await
+            .map_err(|e| SessionError::InvalidParams(format!("cannot observe {}: {e}", path.display())))
     }
 
     /// True when `id` is neither open nor in the store (or not a valid id).
