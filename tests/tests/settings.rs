@@ -97,3 +97,32 @@ fn environment_overrides_win_and_bad_values_are_ignored() {
     let log = std::fs::read_to_string(state.with_extension("log")).unwrap();
     assert!(log.contains("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE"), "the warning is logged");
 }
+
+#[test]
+fn a_subagent_window_is_a_ceiling_that_survives_restart_and_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let env = [("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "500k")];
+    let mut daemon = Daemon::start_with(&state, &[], &env).unwrap();
+    daemon.initialize().unwrap();
+    let big = "claude-sonnet-4-5-20250929[1m]";
+    let plain = daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": big})).unwrap();
+    assert_eq!(plain["usage"]["window"], 500_000, "the environment sets the parent's window");
+    let lowered = daemon
+        .request("ctx/openSession", json!({"cwd": "/tmp", "model": big, "sessionId": "sub", "agent": {"name": "explore", "autoCompactWindow": 300000}}))
+        .unwrap();
+    assert_eq!(lowered["usage"]["window"], 300_000, "a lower ceiling wins over the environment");
+    let raised = daemon
+        .request("ctx/openSession", json!({"cwd": "/tmp", "model": big, "agent": {"autoCompactWindow": 900000}}))
+        .unwrap();
+    assert_eq!(raised["usage"]["window"], 500_000, "a ceiling never raises the window");
+    let cleared = daemon.request("ctx/clear", json!({"sessionId": "sub"})).unwrap();
+    assert_eq!(cleared["usage"]["window"], 300_000, "ctx/clear keeps the subagent's ceiling");
+    daemon.stop().unwrap();
+
+    // After a restart the session resumes on first use with its ceiling.
+    let mut daemon = Daemon::start_with(&state, &[], &env).unwrap();
+    daemon.initialize().unwrap();
+    let usage = daemon.request("ctx/usage", json!({"sessionId": "sub"})).unwrap();
+    assert_eq!(usage["usage"]["window"], 300_000);
+}

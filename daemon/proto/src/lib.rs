@@ -138,6 +138,22 @@ pub struct OpenSessionParams {
     /// copied verbatim; malformed lines are reported in `diagnostics` and skipped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub import: Option<String>,
+    /// Set when the session is a subagent's: its own settings, which may only tighten
+    /// the parent's limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentSettings>,
+}
+
+/// A subagent's own settings (`ctx/openSession` `agent`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentSettings {
+    /// The subagent's name, for logs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// A ceiling on the window: lowers the one resolved for the model, never raises it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_compact_window: Option<u64>,
 }
 
 /// `ctx/openSession` result.

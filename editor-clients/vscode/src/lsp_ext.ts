@@ -123,6 +123,12 @@ export interface OpenSessionParams {
     sessionId?: string;
     /** Path of a Claude Code transcript to import as this new session. */
     import?: string;
+    /** A subagent's own settings; its window only ever lowers the parent's. */
+    agent?: AgentSettings;
+}
+export interface AgentSettings {
+    name?: string;
+    autoCompactWindow?: number;
 }
 export interface OpenSessionResult {
     sessionId: string;

@@ -554,6 +554,7 @@ impl Session {
             records_before_boundary: self.records_before_view,
             cwd: self.setup.cwd.clone(),
             model: self.setup.model.clone(),
+            agent_window: self.setup.agent_window,
         }
     }
 

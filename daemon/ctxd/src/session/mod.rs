@@ -64,6 +64,8 @@ impl From<StoreError> for SessionError {
 pub struct SessionSetup {
     pub cwd: String,
     pub model: String,
+    /// A subagent's window ceiling (`ctx/openSession` `agent.autoCompactWindow`).
+    pub agent_window: Option<u64>,
     pub settings: ctxd_proto::Settings,
     pub thresholds: Thresholds,
     /// Settings and window problems, reported when the session opens.
@@ -192,6 +194,7 @@ struct Handle {
     tx: mpsc::UnboundedSender<Command>,
     cwd: String,
     model: String,
+    agent_window: Option<u64>,
 }
 
 /// The registry of open sessions.
@@ -237,10 +240,12 @@ impl Sessions {
         let tx = match live {
             Some(tx) => tx,
             None => {
-                let mut setup = self.setup(&params.cwd, &params.model);
+                let agent_window = params.agent.as_ref().and_then(|a| a.auto_compact_window);
+                let mut setup = self.setup(&params.cwd, &params.model, agent_window);
                 setup.import = params.import.as_ref().map(std::path::PathBuf::from);
                 let tx = actor::spawn(id.clone(), setup, self.store.clone(), self.notifier.clone(), true);
-                open.insert(id.clone(), Handle { tx: tx.clone(), cwd: params.cwd.clone(), model: params.model.clone() });
+                let handle = Handle { tx: tx.clone(), cwd: params.cwd.clone(), model: params.model.clone(), agent_window };
+                open.insert(id.clone(), handle);
                 tx
             }
         };
@@ -257,10 +262,10 @@ impl Sessions {
     }
 
     /// Stacks the settings for `cwd` and resolves the window and levels for `model`.
-    fn setup(&self, cwd: &str, model: &str) -> SessionSetup {
+    fn setup(&self, cwd: &str, model: &str, agent_window: Option<u64>) -> SessionSetup {
         let changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let layered = settings::resolve(&self.environment.sources, std::path::Path::new(cwd), &self.environment.client_settings, &changed);
-        let (resolved, levels) = self.levels(&layered.settings, model);
+        let (resolved, levels) = self.levels(&layered.settings, model, agent_window);
         let mut problems = layered.problems;
         problems.extend(resolved.warnings.iter().cloned());
         for problem in &problems {
@@ -275,6 +280,7 @@ impl Sessions {
         SessionSetup {
             cwd: cwd.to_owned(),
             model: model.to_owned(),
+            agent_window,
             settings: layered.settings.clone(),
             thresholds: levels,
             problems,
@@ -290,9 +296,14 @@ impl Sessions {
         }
     }
 
-    fn levels(&self, settings: &ctxd_proto::Settings, model: &str) -> (ResolvedWindow, Thresholds) {
+    fn levels(&self, settings: &ctxd_proto::Settings, model: &str, agent_window: Option<u64>) -> (ResolvedWindow, Thresholds) {
         let env = &self.environment.env;
-        let inputs = WindowInputs { setting: settings.window_for(model), client: self.environment.client_window, ..WindowInputs::default() };
+        let inputs = WindowInputs {
+            setting: settings.window_for(model),
+            client: self.environment.client_window,
+            subagent_ceiling: agent_window,
+            ..WindowInputs::default()
+        };
         let resolved = resolve_window(model, &inputs, env);
         let levels = thresholds(&resolved, env, settings.auto_compact_enabled.unwrap_or(true));
         (resolved, levels)
@@ -308,7 +319,7 @@ impl Sessions {
     fn reconfigure(&self, which: impl Fn(&str) -> bool) {
         let handles: Vec<Handle> = self.open_map().values().filter(|h| which(&h.model)).cloned().collect();
         for handle in handles {
-            let setup = self.setup(&handle.cwd, &handle.model);
+            let setup = self.setup(&handle.cwd, &handle.model, handle.agent_window);
             let _ = handle.tx.send(Command::Reconfigure { setup });
         }
     }
@@ -323,7 +334,7 @@ impl Sessions {
         let changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let home = self.environment.sources.home.clone().unwrap_or_else(|| std::path::PathBuf::from("/"));
         let layered = settings::resolve(&self.environment.sources, &home, &self.environment.client_settings, &changed);
-        let (resolved, _) = self.levels(&layered.settings, model);
+        let (resolved, _) = self.levels(&layered.settings, model, None);
         let source = resolved.source;
         Ok((resolved, source))
     }
@@ -369,9 +380,9 @@ impl Sessions {
             return Err(SessionError::NotOpen(id.to_owned()));
         };
         tracing::info!(session = id, "resuming a session that was not open");
-        let setup = self.setup(&entry.cwd, &entry.model);
+        let setup = self.setup(&entry.cwd, &entry.model, entry.agent_window);
         let tx = actor::spawn(id.to_owned(), setup, self.store.clone(), self.notifier.clone(), false);
-        open.insert(id.to_owned(), Handle { tx: tx.clone(), cwd: entry.cwd, model: entry.model });
+        open.insert(id.to_owned(), Handle { tx: tx.clone(), cwd: entry.cwd, model: entry.model, agent_window: entry.agent_window });
         Ok(tx)
     }
 
@@ -414,18 +425,19 @@ impl Sessions {
     /// with the same model.
     pub fn clear(&self, id: &str) -> Result<(String, oneshot::Receiver<Result<Opened, SessionError>>), SessionError> {
         crate::store::validate_session_id(id)?;
-        let (cwd, model) = {
+        let (cwd, model, agent_window) = {
             let open = self.open_map();
             match open.get(id) {
-                Some(h) => (h.cwd.clone(), h.model.clone()),
+                Some(h) => (h.cwd.clone(), h.model.clone(), h.agent_window),
                 None => {
                     let entry = self.store.index().get(id).ok_or_else(|| SessionError::NotOpen(id.to_owned()))?;
-                    (entry.cwd, entry.model)
+                    (entry.cwd, entry.model, entry.agent_window)
                 }
             }
         };
         let _ = self.close(id);
-        self.open(&proto::OpenSessionParams { cwd, model, session_id: None, import: None })
+        let agent = agent_window.map(|w| proto::AgentSettings { name: None, auto_compact_window: Some(w) });
+        self.open(&proto::OpenSessionParams { cwd, model, session_id: None, import: None, agent })
     }
 
     pub fn reduce(

@@ -23,6 +23,9 @@ pub struct SessionEntry {
     pub records_before_boundary: u64,
     pub cwd: String,
     pub model: String,
+    /// A subagent's window ceiling, kept so a resumed subagent session keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_window: Option<u64>,
 }
 
 /// The sled-backed index.
