@@ -12,6 +12,51 @@ use crate::record::{Kind, Record};
 /// make the text a little longer than the prose it carries; 4 is the usual figure.
 pub const BYTES_PER_TOKEN: u64 = 4;
 
+/// The estimate's rate is kept in tokens per KiB of content, a fixed-point number so the
+/// tally stays `Eq` and replays to the same figure on every resume.
+const KIB: u64 = 1024;
+const DEFAULT_TOKENS_PER_KIB: u64 = KIB / BYTES_PER_TOKEN;
+/// A sample needs this much content between two reports: a short user message says
+/// more about the host's per-turn overhead than about the tokenizer.
+const MIN_SAMPLE_BYTES: u64 = 2048;
+/// Samples outside this range (16 to 2 bytes per token) are noise: a system prompt
+/// that changed between requests, a tool list that grew.
+const SAMPLE_RANGE: std::ops::RangeInclusive<u64> = 64..=512;
+
+/// The session's learned rate of tokens per byte of appended content.
+///
+/// Between two reported usages the provider counted the previous context plus what was
+/// appended since; the difference over the appended bytes is one sample of the
+/// tokenizer's rate on this session's content (code, prose, another language). Samples
+/// are smoothed (each counts a quarter), so one odd turn moves the estimate little.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Calibration {
+    pub tokens_per_kib: u64,
+    pub samples: u32,
+}
+
+impl Default for Calibration {
+    fn default() -> Calibration {
+        Calibration { tokens_per_kib: DEFAULT_TOKENS_PER_KIB, samples: 0 }
+    }
+}
+
+impl Calibration {
+    /// Estimated tokens of `bytes` bytes of content.
+    pub fn tokens(&self, bytes: u64) -> u64 {
+        (bytes.saturating_mul(self.tokens_per_kib)).div_ceil(KIB)
+    }
+
+    fn sample(&mut self, tokens: u64, bytes: u64) {
+        let rate = tokens.saturating_mul(KIB) / bytes.max(1);
+        if !SAMPLE_RANGE.contains(&rate) {
+            return;
+        }
+        self.tokens_per_kib = (3 * self.tokens_per_kib + rate).div_ceil(4);
+        self.samples += 1;
+    }
+}
+
 /// The tally: reported tokens of the last main-chain assistant response and the
 /// estimated tokens of the records after it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -25,6 +70,8 @@ pub struct Tally {
     /// Tokens snips and collapses removed from the view since that response: the
     /// reported figure still counts them until the next response reports anew.
     pub freed_since_report: u64,
+    /// The rate estimates use, learned from the reports.
+    pub calibration: Calibration,
 }
 
 impl Tally {
@@ -39,6 +86,18 @@ impl Tally {
         match head.kind {
             Kind::Assistant => match head.usage {
                 Some(usage) if head.model.as_deref() != Some("<synthetic>") => {
+                    // What this request read beyond the previous context is what was
+                    // appended in between: one sample of the rate. Not across a snip or
+                    // collapse (the request read less than was appended), nor from the
+                    // first report (it also holds the system prompt and tools).
+                    let read = usage.context_tokens() - usage.output_tokens;
+                    if self.reported > 0
+                        && self.freed_since_report == 0
+                        && self.bytes_after >= MIN_SAMPLE_BYTES
+                        && read > self.reported
+                    {
+                        self.calibration.sample(read - self.reported, self.bytes_after);
+                    }
                     // A response split over several lines repeats the same usage on each:
                     // counted once, and its own content is part of `output_tokens`.
                     self.reported = usage.context_tokens();
@@ -56,7 +115,13 @@ impl Tally {
 
     /// Tokens estimated for the records after the last reported usage.
     pub fn estimated(&self) -> u64 {
-        self.bytes_after.div_ceil(BYTES_PER_TOKEN)
+        self.calibration.tokens(self.bytes_after)
+    }
+
+    /// Starts afresh after a compact boundary; the learned rate stays (it describes the
+    /// session's content, not its length).
+    pub fn restart(&mut self) {
+        *self = Tally { calibration: self.calibration, ..Tally::default() };
     }
 
     /// Reported plus estimated tokens, less what was freed since the report.
@@ -98,6 +163,54 @@ mod tests {
         assert_eq!(t.total(), 1050);
         t.observe(&user(&"a".repeat(398)));
         assert_eq!(t.total(), 1050 + 100);
+    }
+
+    fn assistant_reading(id: &str, read: u64) -> Record {
+        assistant(id, read, 0)
+    }
+
+    #[test]
+    fn the_estimate_learns_the_rate_from_reports() {
+        let mut t = Tally::default();
+        t.observe(&assistant_reading("m0", 10_000));
+        let chunk = "x".repeat(2998); // 3,000 bytes of JSON string
+        let mut read = 10_000;
+        // The provider counts one token per 3 bytes of this session's content.
+        for turn in 1..=12 {
+            t.observe(&user(&chunk));
+            read += 1_000;
+            t.observe(&assistant_reading(&format!("m{turn}"), read));
+        }
+        assert_eq!(t.calibration.samples, 12);
+        t.observe(&user(&chunk));
+        let estimate = t.estimated();
+        assert!((960..=1_010).contains(&estimate), "3,000 bytes at 3 bytes a token, learned: {estimate}");
+        // A compact boundary restarts the count but keeps the rate.
+        t.restart();
+        assert_eq!(t.total(), 0);
+        t.observe(&user(&chunk));
+        assert_eq!(t.estimated(), estimate);
+    }
+
+    #[test]
+    fn odd_turns_do_not_calibrate() {
+        let mut t = Tally::default();
+        // The first report holds the system prompt and tools: no sample.
+        t.observe(&user(&"y".repeat(4_000)));
+        t.observe(&assistant_reading("m0", 50_000));
+        // Too little content between two reports.
+        t.observe(&user("short"));
+        t.observe(&assistant_reading("m1", 50_400));
+        // A snip in between: the request read less than was appended.
+        t.observe(&user(&"y".repeat(4_000)));
+        t.freed(500);
+        t.observe(&assistant_reading("m2", 51_000));
+        // A rate out of range (the host changed its tools): 20,000 tokens for 4 KB.
+        t.observe(&user(&"y".repeat(4_000)));
+        t.observe(&assistant_reading("m3", 71_000));
+        assert_eq!(t.calibration, Calibration::default());
+        t.observe(&user(&"y".repeat(3_998)));
+        assert_eq!(t.estimated(), 1_000, "still 4 bytes a token");
     }
 
     #[test]

@@ -570,7 +570,10 @@ impl Session {
             self.records_before_view = self.total_records;
             self.view.clear();
             self.uuids.clear();
-            self.tally = Tally::default();
+            self.tally.restart();
+            if let Some(rate) = boundary_rate(&record) {
+                self.tally.calibration.tokens_per_kib = rate;
+            }
             self.view_generation += 1;
             if offset.is_some() {
                 self.view_offset = offset;
@@ -928,7 +931,8 @@ impl Session {
     /// Appends a snip or collapse record; the pipeline applies it at read time and the
     /// tally stops counting what it removed.
     async fn reduce(&mut self, reduction: Reduction) -> Result<Reduced, SessionError> {
-        let tokens_of = |r: &Record| u64::from(r.head().content_bytes).div_ceil(ctxd_core::tally::BYTES_PER_TOKEN);
+        let rate = self.tally.calibration;
+        let tokens_of = |r: &Record| rate.tokens(u64::from(r.head().content_bytes));
         let position = |uuid: &str| self.view.iter().position(|r| r.uuid() == Some(uuid));
         let (object, freed, unknown) = match reduction {
             Reduction::Snip { uuids } => {
@@ -1163,6 +1167,7 @@ impl Session {
         if let Some(first) = records.first_mut() {
             let mut value = first.to_value();
             value["compactMetadata"][BATCH_FIELD] = serde_json::json!(count);
+            value["compactMetadata"][RATE_FIELD] = serde_json::json!(self.tally.calibration.tokens_per_kib);
             if let Some(object) = value.as_object() {
                 *first = Record::from_object(object).map_err(|e| SessionError::Internal(e.to_string()))?;
             }
@@ -1300,6 +1305,17 @@ fn attachment_record(kind: &str, text: &str) -> Result<Record, SessionError> {
 /// Number of records a compaction installs, written on its boundary so that a crash in
 /// the middle of the install is recognised on resume.
 pub const BATCH_FIELD: &str = "ctxdBatch";
+
+/// The session's learned tokens-per-KiB rate when it compacted, written on the boundary
+/// so a resumed session estimates what follows exactly as the live one did.
+const RATE_FIELD: &str = "ctxdTokensPerKib";
+
+fn boundary_rate(boundary: &Record) -> Option<u64> {
+    if !boundary.line().contains(RATE_FIELD) {
+        return None;
+    }
+    boundary.to_value()["compactMetadata"][RATE_FIELD].as_u64()
+}
 
 /// When the view starts at a boundary whose install batch is not all there (the daemon
 /// died while writing it), the install never happened: the view is the one before it.

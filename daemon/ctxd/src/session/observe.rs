@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 
 use ctxd_core::budget::Thresholds;
 use ctxd_core::record::Record;
-use ctxd_core::tally::Tally;
 
 use super::Notifier;
 use super::usage::UsageSnapshot;
@@ -64,7 +63,7 @@ pub async fn start(
             for line in lines.split(|b| *b == b'\n') {
                 let Some(record) = std::str::from_utf8(line).ok().and_then(|t| Record::parse(t).ok()) else { continue };
                 if record.is_compact_boundary() {
-                    tally = Tally::default();
+                    tally.restart();
                 }
                 if let Some(m) = record.head().model.as_deref().filter(|m| !m.starts_with('<')) {
                     model = m.to_owned();
