@@ -20,6 +20,7 @@
 //!   cache breakpoints), incrementally.
 //! - [`tally`]: the running token count of a session (reported usage plus estimate).
 
+pub mod breakdown;
 pub mod budget;
 pub mod compact;
 pub mod ledger;

@@ -402,11 +402,7 @@ impl Backend {
     pub async fn context(&self, params: proto::SessionParams) -> Result<proto::ContextResult> {
         let rx = self.sessions()?.context(&params.session_id).map_err(rpc_error)?;
         let view = rx.await.map_err(|_| rpc_error(SessionError::Closed(params.session_id.clone())))?;
-        let mut usage = view.usage.to_proto();
-        // Memory files are part of what was counted; move them to their own line so the
-        // parts still add up to the window.
-        usage.breakdown.memory_files = view.memory_tokens.min(usage.breakdown.messages.other);
-        usage.breakdown.messages.other -= usage.breakdown.memory_files;
+        let usage = view.usage.to_proto();
         let pending_rules = view
             .memory_files
             .iter()

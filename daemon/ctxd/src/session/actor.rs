@@ -15,6 +15,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ctxd_core::breakdown::{Composition, Prefix};
 use ctxd_core::budget::Thresholds;
 use ctxd_core::ledger::{Ledger, LedgerEntry, ReadMarker, ReadOutcome, file_read_in};
 use ctxd_core::record::Record;
@@ -24,7 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
 use super::compaction::{self, CompactFailure, Job, Prepared};
-use super::usage::UsageSnapshot;
+use super::usage::{Shape, UsageSnapshot};
 use ctxd_core::compact::{AutoDecision, CompactGuards, InstallInput, Trigger, build_post_compact, common_fields};
 use crate::context::base::{BaseContext, MemoryFileInfo};
 use crate::context::watcher::{Subscription, Target};
@@ -179,6 +180,11 @@ struct Session {
     records_before_view: u64,
     view_offset: Option<u64>,
     tally: Tally,
+    /// Bytes of the view's messages by kind, for the breakdown.
+    composition: Composition,
+    /// Token estimates of the host's own system blocks and tool definitions, from its
+    /// latest `ctx/assemble` (the host sends them with every request).
+    host_prefix: HostPrefix,
     /// Every file the agent read in this session (before the boundary too).
     ledger: Ledger,
     thresholds: Thresholds,
@@ -214,6 +220,12 @@ struct Session {
     stamps: Vec<(std::path::PathBuf, Option<crate::context::watcher::FileStamp>)>,
     /// Assemble requests waiting for a compaction (the session was at the blocked level).
     waiting_assembles: Vec<(AssembleRequest, oneshot::Sender<Result<AssembleAnswer, SessionError>>)>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct HostPrefix {
+    system: u64,
+    tools: u64,
 }
 
 #[derive(Default)]
@@ -258,6 +270,8 @@ async fn run(
         records_before_view: 0,
         view_offset: None,
         tally: Tally::default(),
+        composition: Composition::default(),
+        host_prefix: HostPrefix::default(),
         ledger: Ledger::default(),
         thresholds,
         resumed: false,
@@ -418,6 +432,7 @@ impl Session {
         self.view.clear();
         self.uuids.clear();
         self.tally = Tally::default();
+        self.composition = Composition::default();
         // The ledger: what the index kept of reads before the boundary (or, when the
         // index is new, what a scan of that part found), then the reads in the view.
         self.ledger = Ledger::default();
@@ -571,6 +586,7 @@ impl Session {
             self.view.clear();
             self.uuids.clear();
             self.tally.restart();
+            self.composition = Composition::default();
             if let Some(rate) = boundary_rate(&record) {
                 self.tally.calibration.tokens_per_kib = rate;
             }
@@ -581,6 +597,7 @@ impl Session {
         }
         self.total_records += 1;
         self.tally.observe(&record);
+        self.composition.observe(&record);
         self.note_read(&record, offset.is_some());
         if let Some(uuid) = record.uuid() {
             self.uuids.insert(Arc::from(uuid));
@@ -672,7 +689,7 @@ impl Session {
             }
             Command::Assemble { request, reply } => {
                 let at_blocked = self.compaction.is_some() && self.thresholds.rejects_request(self.tally.total());
-                let blocked = self.compaction.is_some() && self.tally.total() + self.fixed_prefix() >= self.thresholds.blocked;
+                let blocked = self.compaction.is_some() && self.next_tokens() >= self.thresholds.blocked;
                 if blocked || at_blocked {
                     // Over the blocked level with a compaction running: answer from the
                     // compacted view, not with a request the provider would refuse.
@@ -816,7 +833,7 @@ impl Session {
     }
 
     fn usage(&self) -> UsageSnapshot {
-        UsageSnapshot::compute(&self.tally, &self.thresholds, self.compaction.is_some())
+        UsageSnapshot::compute(&self.tally, &self.shape(), &self.thresholds, self.compaction.is_some())
     }
 
     /// Builds the next request: base context rebuilt if a source changed, changed files
@@ -878,9 +895,12 @@ impl Session {
             state: &state,
             config: &config,
             tool_results_dir: &tool_results_dir,
-            compact: ctxd_core::view::CompactCheck { threshold, anchored_tokens: Some(self.tally.total() + self.fixed_prefix()) },
+            compact: ctxd_core::view::CompactCheck { threshold, anchored_tokens: Some(self.next_tokens()) },
         };
         let assembled = self.view_cache.assemble(&input);
+        let json_bytes = |v: &[serde_json::Value]| serde_json::to_string(v).map_or(0, |s| s.len() as u64);
+        let rate = self.tally.calibration;
+        self.host_prefix = HostPrefix { system: rate.tokens(json_bytes(&request.system)), tools: rate.tokens(json_bytes(&request.tools)) };
         // Persist what the pipeline decided (offloaded results, cleared results,
         // reminders) before anyone sees a request that depends on it.
         if !assembled.new_state.is_empty() {
@@ -1002,7 +1022,7 @@ impl Session {
         if threshold == 0 || !self.thresholds.compact_enabled {
             return None;
         }
-        let tokens = self.tally.total() + self.fixed_prefix();
+        let tokens = self.next_tokens();
         let percent = tokens.saturating_mul(100) / threshold;
         let crossed = [95u8, 85, 70].into_iter().find(|p| percent >= u64::from(*p));
         match crossed {
@@ -1063,15 +1083,40 @@ impl Session {
 
     /// Tokens compaction cannot remove: memory files now (system prompt and tools are the
     /// host's and counted once `ctx/assemble` sees them).
+    /// The parts of the next request that no compaction can remove.
     fn fixed_prefix(&self) -> u64 {
-        self.base.as_ref().map_or(0, BaseContext::memory_tokens)
+        let prefix = self.shape().prefix;
+        prefix.system_prompt + prefix.tools + prefix.memory_files
+    }
+
+    /// What the session knows of its next request beyond the tally.
+    fn shape(&self) -> Shape {
+        let base = self.base.as_ref();
+        let rate = self.tally.calibration;
+        let system_context = base.and_then(BaseContext::system_context).map_or(0, |s| rate.tokens(s.len() as u64));
+        Shape {
+            prefix: Prefix {
+                system_prompt: self.host_prefix.system + system_context,
+                tools: self.host_prefix.tools,
+                memory_files: base.map_or(0, BaseContext::memory_tokens),
+                skills: 0,
+            },
+            pending: self.pending_notes.iter().map(|n| rate.tokens(n.len() as u64)).sum(),
+            composition: self.composition,
+        }
+    }
+
+    /// Tokens the next request carries: the one figure for usage, levels and triggers.
+    fn next_tokens(&self) -> u64 {
+        let shape = self.shape();
+        ctxd_core::breakdown::next_request_tokens(&self.tally, &shape.prefix, shape.pending)
     }
 
     /// Takes a snapshot and runs the slow part of a compaction in the background.
     fn start_compaction(&mut self, trigger: Trigger, focus: Option<String>, reply: Option<oneshot::Sender<Result<CompactAnswer, SessionError>>>) {
         self.compaction_generation += 1;
         let generation = self.compaction_generation;
-        let pre_tokens = self.tally.total() + self.fixed_prefix();
+        let pre_tokens = self.next_tokens();
         let job = Job {
             session_id: self.id.clone(),
             trigger,
@@ -1189,7 +1234,7 @@ impl Session {
             }
         }
         self.guards.record_success(trigger);
-        let post_tokens = self.tally.total() + self.fixed_prefix();
+        let post_tokens = self.next_tokens();
         let transcript_path = self.transcript.as_ref().map(|t| t.path().display().to_string()).unwrap_or_default();
         tokio::spawn(compaction::after_install(self.setup.settings.clone(), self.id.clone(), transcript_path, trigger, prepared.summary.clone()));
         Ok(CompactAnswer {
@@ -1215,7 +1260,7 @@ impl Session {
     /// warm, if the session is big enough to be worth it.
     async fn idle(&mut self) {
         self.idle_done = true;
-        let tokens = self.tally.total() + self.fixed_prefix();
+        let tokens = self.next_tokens();
         if tokens >= self.setup.idle_floor && self.compaction.is_none() {
             tracing::info!(tokens, "session idle; compacting in the background");
             self.start_compaction(Trigger::Idle, None, None);
@@ -1227,7 +1272,7 @@ impl Session {
         if self.compaction.is_some() {
             return;
         }
-        let tokens = self.tally.total() + self.fixed_prefix();
+        let tokens = self.next_tokens();
         match self.guards.check_auto(tokens, &self.thresholds, self.fixed_prefix()) {
             AutoDecision::Compact => self.start_compaction(Trigger::Auto, None, None),
             AutoDecision::Stopped { message, notify: true, .. } | AutoDecision::CannotHelp { message, notify: true, .. } => {

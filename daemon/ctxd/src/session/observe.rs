@@ -13,7 +13,8 @@ use ctxd_core::budget::Thresholds;
 use ctxd_core::record::Record;
 
 use super::Notifier;
-use super::usage::UsageSnapshot;
+use super::usage::{Shape, UsageSnapshot};
+use ctxd_core::breakdown::Composition;
 use crate::context::watcher::{Target, Watcher};
 
 /// The id an observed transcript is published under.
@@ -40,7 +41,9 @@ pub async fn start(
     .map_err(std::io::Error::other)??;
     let mut tally = tail.tally;
     let mut model = tail.model.unwrap_or_else(|| "unknown".to_owned());
-    let first = UsageSnapshot::compute(&tally, &thresholds_for(&model), false);
+    // The observed program's own prefix is unknown: its report holds it.
+    let mut shape = Shape::default();
+    let first = UsageSnapshot::compute(&tally, &shape, &thresholds_for(&model), false);
     let mut subscription = watcher.subscribe([Target::file(path.clone())]);
     let task_id = id.clone();
     tokio::spawn(async move {
@@ -64,13 +67,15 @@ pub async fn start(
                 let Some(record) = std::str::from_utf8(line).ok().and_then(|t| Record::parse(t).ok()) else { continue };
                 if record.is_compact_boundary() {
                     tally.restart();
+                    shape.composition = Composition::default();
                 }
                 if let Some(m) = record.head().model.as_deref().filter(|m| !m.starts_with('<')) {
                     model = m.to_owned();
                 }
                 tally.observe(&record);
+                shape.composition.observe(&record);
             }
-            let usage = UsageSnapshot::compute(&tally, &thresholds_for(&model), false);
+            let usage = UsageSnapshot::compute(&tally, &shape, &thresholds_for(&model), false);
             if last.as_ref() != Some(&usage) {
                 notifier.usage_changed(&task_id, usage.clone()).await;
                 last = Some(usage);
