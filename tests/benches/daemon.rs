@@ -31,6 +31,7 @@ fn main() -> anyhow::Result<()> {
     startup_and_idle_memory(reps)?;
     append_throughput(reps, quick)?;
     resume(reps, quick)?;
+    usage_after_append(quick)?;
     Ok(())
 }
 
@@ -294,5 +295,43 @@ fn resume(reps: usize, quick: bool) -> anyhow::Result<()> {
     println!("resume (ctx/openSession on a fresh daemon), {n} records of 1 KB ({:.0} MB):", bytes as f64 / 1e6);
     println!("  no boundary:                 {p:>8.1} ms  ({:.1}x reading the same bytes with fs::read: {r:.1} ms)", p / r);
     println!("  boundary before the last 1%: {c:>8.1} ms  ({:.3}x the no-boundary resume)", c / p);
+    Ok(())
+}
+
+/// Usage after an append must cost O(appended records): one record appended (and its
+/// usage returned, synced) to a session of 100 records and to one of 100,000, then
+/// `ctx/usage` on each, medians of many sequential requests.
+fn usage_after_append(quick: bool) -> anyhow::Result<()> {
+    let big = if quick { 20_000 } else { 100_000 };
+    let samples = if quick { 100 } else { 300 };
+    let (_dir, state) = temp_state()?;
+    let conn = Conn::start(&state)?;
+    initialize(&conn)?;
+    let mut figures = Vec::new();
+    for (id, n) in [("small", 100), ("large", big)] {
+        conn.request("ctx/openSession", json!({"cwd": "/tmp", "model": "claude-sonnet-4-5", "sessionId": id}))?;
+        for start in (0..n).step_by(1000) {
+            let batch: Vec<Value> = (start..n.min(start + 1000)).map(|i| record(i, 1024)).collect();
+            conn.request("ctx/append", json!({"sessionId": id, "records": batch}))?;
+        }
+        let (mut append_ms, mut usage_ms) = (Vec::new(), Vec::new());
+        for i in 0..samples {
+            let started = Instant::now();
+            let answer = conn.request("ctx/append", json!({"sessionId": id, "records": [record(n + i, 1024)]}))?;
+            append_ms.push(started.elapsed().as_secs_f64() * 1e3);
+            anyhow::ensure!(answer["usage"]["tokens"].as_u64().is_some(), "append: {answer}");
+            let started = Instant::now();
+            conn.request("ctx/usage", json!({"sessionId": id}))?;
+            usage_ms.push(started.elapsed().as_secs_f64() * 1e3);
+        }
+        figures.push((n, median(append_ms), median(usage_ms)));
+    }
+    conn.request("shutdown", Value::Null)?;
+    let (small, large) = (figures[0], figures[1]);
+    println!("usage after one append (sequential, synced), medians of {samples}:");
+    for (n, append, usage) in &figures {
+        println!("  {n:>7} records: append+usage {append:>7.3} ms, ctx/usage {usage:>7.3} ms");
+    }
+    println!("  ratio {} / 100 records: append {:.2}x, ctx/usage {:.2}x", large.0, large.1 / small.1, large.2 / small.2);
     Ok(())
 }

@@ -22,6 +22,7 @@
 
 pub mod breakdown;
 pub mod budget;
+pub mod invoked;
 pub mod compact;
 pub mod ledger;
 pub mod memory;

@@ -59,6 +59,8 @@ pub fn service(options: ServeOptions) -> (LspService<Backend>, tower_lsp_server:
         .custom_method(methods::SNIP, Backend::snip)
         .custom_method(methods::COLLAPSE, Backend::collapse)
         .custom_method(methods::OBSERVE, Backend::observe)
+        .custom_method(methods::SKILL_INVOKED, Backend::skill_invoked)
+        .custom_method(methods::SET_PLAN, Backend::set_plan)
         .finish();
     (service, socket, fast)
 }
@@ -390,6 +392,39 @@ impl Backend {
         }
         let (session_id, usage) = self.sessions()?.observe(path).await.map_err(rpc_error)?;
         Ok(proto::ObserveResult { session_id, usage: usage.to_proto() })
+    }
+
+    pub async fn skill_invoked(&self, params: proto::SkillInvokedParams) -> Result<proto::UsageResult> {
+        if params.name.trim().is_empty() {
+            return Err(Error::invalid_params("name must not be empty"));
+        }
+        let marker = serde_json::json!({"name": params.name, "content": params.content});
+        self.append_marker(params.session_id, ctxd_core::invoked::SKILL_MARKER, marker).await
+    }
+
+    pub async fn set_plan(&self, params: proto::SetPlanParams) -> Result<proto::UsageResult> {
+        if let Some(path) = &params.path
+            && !std::path::Path::new(path).is_absolute()
+        {
+            return Err(Error::invalid_params(format!("path must be absolute: {path:?}")));
+        }
+        let marker = serde_json::json!({"path": params.path});
+        self.append_marker(params.session_id, ctxd_core::invoked::PLAN_MARKER, marker).await
+    }
+
+    /// Appends one of ctxd's own state records (never sent to a model) to a session.
+    async fn append_marker(&self, session_id: String, kind: &str, fields: serde_json::Value) -> Result<proto::UsageResult> {
+        let mut object = serde_json::Map::new();
+        object.insert("type".into(), kind.into());
+        object.insert("uuid".into(), uuid::Uuid::new_v4().to_string().into());
+        object.insert("timestamp".into(), crate::session::actor::now_rfc3339().into());
+        if let serde_json::Value::Object(fields) = fields {
+            object.extend(fields);
+        }
+        let record = Record::from_object(&object).map_err(|e| rpc_error(SessionError::Internal(e.to_string())))?;
+        let rx = self.sessions()?.append(&session_id, vec![record]).map_err(rpc_error)?;
+        let appended = answer(rx, &session_id).await?;
+        Ok(proto::UsageResult { session_id, usage: appended.usage.to_proto() })
     }
 
     pub async fn clear(&self, params: proto::SessionParams) -> Result<proto::ClearResult> {

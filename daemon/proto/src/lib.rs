@@ -40,13 +40,15 @@ pub mod methods {
     pub const SNIP: &str = "ctx/snip";
     pub const COLLAPSE: &str = "ctx/collapse";
     pub const OBSERVE: &str = "ctx/observe";
+    pub const SKILL_INVOKED: &str = "ctx/skillInvoked";
+    pub const SET_PLAN: &str = "ctx/setPlan";
     pub const COMPACTED: &str = "ctx/compacted";
     pub const COMPACT_FAILED: &str = "ctx/compactFailed";
     pub const CONTEXT_CHANGED: &str = "ctx/contextChanged";
 
     /// Every `ctx/` request method this build of ctxd answers, as announced in
     /// `initialize` under `capabilities.experimental.ctxd.methods`.
-    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION, SET_AUTO_COMPACT_WINDOW, FILE_READ, CONTEXT, COMPACT, REPORT_PROVIDER_ERROR, CLEAR, ASSEMBLE, SNIP, COLLAPSE, OBSERVE];
+    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION, SET_AUTO_COMPACT_WINDOW, FILE_READ, CONTEXT, COMPACT, REPORT_PROVIDER_ERROR, CLEAR, ASSEMBLE, SNIP, COLLAPSE, OBSERVE, SKILL_INVOKED, SET_PLAN];
     /// Every `ctx/` notification this build of ctxd sends.
     pub const NOTIFICATIONS: &[&str] = &[USAGE_CHANGED, CONTEXT_CHANGED, COMPACTED, COMPACT_FAILED];
 }
@@ -491,6 +493,27 @@ pub struct ReportProviderErrorResult {
     pub reason: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compact: Option<CompactResult>,
+}
+
+/// `ctx/skillInvoked` params: the agent ran a skill and the model was given `content`.
+/// Skills are restored after a compaction (5,000 tokens each, 25,000 in all, the oldest
+/// dropped first). `Skill` tool calls in appended records are recorded without this call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SkillInvokedParams {
+    pub session_id: String,
+    pub name: String,
+    pub content: String,
+}
+
+/// `ctx/setPlan` params: the session's plan file (read again from disk after a
+/// compaction), or `null` to forget it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SetPlanParams {
+    pub session_id: String,
+    /// Absolute path, or null.
+    pub path: Option<String>,
 }
 
 /// `ctx/clear` result: a new, empty session with the same working directory and model.

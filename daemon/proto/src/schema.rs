@@ -56,6 +56,10 @@ pub fn all() -> Vec<SchemaFile> {
         file::<ContextChangedNotification>("ctx.contextChanged.params"),
         file::<FileReadResult>("ctx.fileRead.result"),
         file::<SetAutoCompactWindowResult>("ctx.setAutoCompactWindow.result"),
+        file::<SkillInvokedParams>("ctx.skillInvoked.params"),
+        file::<UsageResult>("ctx.skillInvoked.result"),
+        file::<SetPlanParams>("ctx.setPlan.params"),
+        file::<UsageResult>("ctx.setPlan.result"),
     ]
 }
 

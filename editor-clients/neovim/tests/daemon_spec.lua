@@ -10,6 +10,10 @@ local render = require("ctxd.render")
 
 local MODEL = "claude-sonnet-4-5-20250929"
 local state_dir = vim.fn.tempname()
+-- A working directory with no memory files and no git repository: a session opened in
+-- it starts at 0 tokens (a real project's base context counts from the start).
+local empty_cwd = vim.fn.tempname()
+vim.fn.mkdir(empty_cwd, "p")
 vim.fn.mkdir(state_dir, "p")
 local log_file = state_dir .. "/ctxd.log"
 
@@ -151,7 +155,7 @@ describe("ctxd on a real daemon", function()
   end)
 
   it("opens a session; the statusline shows its usage", function()
-    local err, result = request("ctx/openSession", { cwd = vim.fn.getcwd(), model = MODEL })
+    local err, result = request("ctx/openSession", { cwd = empty_cwd, model = MODEL })
     t.eq(nil, err)
     session_id = result.sessionId
     t.eq(100000, result.usage.window, "settings reached the daemon")
@@ -295,7 +299,9 @@ describe("ctxd on a real daemon", function()
     end, ctxd.sessions())
     t.truthy(vim.tbl_contains(ids, cleared.sessionId) and not vim.tbl_contains(ids, project_id), vim.inspect(ids))
     t.eq(project.dir, require("ctxd.sessions").get(cleared.sessionId).cwd)
-    t.eq("ctx 0.0% · 67.0k to compact", ctxd.status(cleared.sessionId))
+    -- Nothing but the project's memory files, which its next request carries.
+    t.truthy(cleared.usage.tokens > 0 and cleared.usage.tokens == cleared.usage.breakdown.memoryFiles, vim.inspect(cleared.usage))
+    t.truthy(ctxd.status(cleared.sessionId):match("^ctx 0%.%d%% · 6%d%.%dk to compact$"), ctxd.status(cleared.sessionId))
     t.eq(nil, (request("ctx/closeSession", { sessionId = cleared.sessionId })))
     t.eq(session_id, require("ctxd.sessions").get().session_id, "back to the first session")
     t.eq(1, #ctxd.sessions())

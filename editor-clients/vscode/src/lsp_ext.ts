@@ -359,6 +359,21 @@ export interface ObserveResult {
 /** Follows a running Claude Code session's transcript and publishes its usage. */
 export const observe = new RequestType<ObserveParams, ObserveResult, void>("ctx/observe");
 
+/** A skill ran and the model was given `content` (restored after a compaction). */
+export interface SkillInvokedParams {
+    sessionId: string;
+    name: string;
+    content: string;
+}
+export const skillInvoked = new RequestType<SkillInvokedParams, UsageResult, void>("ctx/skillInvoked");
+
+/** The session's plan file, read again from disk after a compaction (null forgets it). */
+export interface SetPlanParams {
+    sessionId: string;
+    path?: string | null;
+}
+export const setPlan = new RequestType<SetPlanParams, UsageResult, void>("ctx/setPlan");
+
 /** A side request that shares the session's prefix. */
 export interface ForkParams {
     instruction: string;

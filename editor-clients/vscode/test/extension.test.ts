@@ -13,7 +13,7 @@ import type { CtxdApi } from "../src/extension";
 import * as extension from "../src/extension";
 import type { UsageChangedParams } from "../src/lsp_ext";
 import { DAEMON_DOWN_TEXT } from "../src/render";
-import { ctxdBin, tempStateDir } from "./support/daemon";
+import { ctxdBin, tempStateDir, EMPTY_CWD } from "./support/daemon";
 import { childPids } from "./support/processes";
 import { assistantRecord, userRecord } from "./support/records";
 import { fake } from "./support/vscode";
@@ -52,7 +52,7 @@ describe("activate() on a real ctxd", () => {
     });
 
     it("opens a session, shows its status bar item, and follows ctx/usageChanged", async () => {
-        const { sessionId, usage } = await api.openSession({ cwd: process.cwd(), model: MODEL });
+        const { sessionId, usage } = await api.openSession({ cwd: EMPTY_CWD, model: MODEL });
         assert.equal(usage.window, 100_000, "autoCompactWindow reached the daemon");
         const item = fake.statusBarItems.find((i) => i.id === `ctxd.session.${sessionId}`);
         assert.ok(item);

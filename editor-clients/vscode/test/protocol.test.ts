@@ -23,7 +23,10 @@ const breakdownKeys = {
     systemPrompt: true, tools: true, memoryFiles: true, skills: true, messages: true, freeSpace: true, autocompactBuffer: true,
 } satisfies Keys<ext.Breakdown>;
 const messageKeys = { toolResults: true, summaries: true, other: true } satisfies Keys<ext.MessageBreakdown>;
-const openParamKeys = { cwd: true, model: true, sessionId: true, import: true } satisfies Keys<ext.OpenSessionParams>;
+const openParamKeys = { cwd: true, model: true, sessionId: true, import: true, agent: true } satisfies Keys<ext.OpenSessionParams>;
+const agentKeys = { name: true, autoCompactWindow: true } satisfies Keys<ext.AgentSettings>;
+const skillInvokedKeys = { sessionId: true, name: true, content: true } satisfies Keys<ext.SkillInvokedParams>;
+const setPlanKeys = { sessionId: true, path: true } satisfies Keys<ext.SetPlanParams>;
 const openResultKeys = { sessionId: true, resumed: true, records: true, diagnostics: true, usage: true } satisfies Keys<ext.OpenSessionResult>;
 const appendParamKeys = { sessionId: true, records: true } satisfies Keys<ext.AppendParams>;
 const appendResultKeys = { appended: true, duplicates: true, records: true, usage: true } satisfies Keys<ext.AppendResult>;
@@ -108,6 +111,11 @@ describe("lsp_ext.ts against schemas/", () => {
     it("has every field of the request and notification shapes", () => {
         const shapes: [string, object, string?][] = [
             ["ctx.openSession.params", openParamKeys],
+            ["ctx.openSession.params", agentKeys, "AgentSettings"],
+            ["ctx.skillInvoked.params", skillInvokedKeys],
+            ["ctx.skillInvoked.result", usageResultKeys],
+            ["ctx.setPlan.params", setPlanKeys],
+            ["ctx.setPlan.result", usageResultKeys],
             ["ctx.openSession.result", openResultKeys],
             ["ctx.append.params", appendParamKeys],
             ["ctx.append.result", appendResultKeys],
@@ -158,7 +166,8 @@ describe("lsp_ext.ts against schemas/", () => {
         // Exactly the fields the schema does not require are optional in lsp_ext.ts (`?`):
         // `optionalOf<T>` takes every optional key of T and no other, at compile time.
         const optional: [string, string[], string?][] = [
-            ["ctx.openSession.params", optionalOf<ext.OpenSessionParams>({ sessionId: true, import: true })],
+            ["ctx.openSession.params", optionalOf<ext.OpenSessionParams>({ sessionId: true, import: true, agent: true })],
+            ["ctx.openSession.params", optionalOf<ext.AgentSettings>({ name: true, autoCompactWindow: true }), "AgentSettings"],
             ["ctx.openSession.result", optionalOf<ext.OpenSessionResult>({ diagnostics: true })],
             ["ctx.append.result", optionalOf<ext.AppendResult>({})],
             ["ctx.usage.result", optionalOf<ext.UsageResult>({})],
@@ -266,6 +275,7 @@ describe("lsp_ext.ts against the running daemon", () => {
         const requests = [
             ext.openSession, ext.append, ext.usage, ext.closeSession, ext.setAutoCompactWindow, ext.fileRead, ext.context, ext.compact,
             ext.clear, ext.reportProviderError, ext.assemble, ext.snip, ext.collapse, ext.observe,
+            ext.skillInvoked, ext.setPlan,
         ].map((t) => t.method);
         const notifications = [ext.usageChanged, ext.contextChanged, ext.compacted, ext.compactFailed].map((t) => t.method);
         for (const m of daemon.capabilities.methods) {

@@ -10,7 +10,7 @@ import { describeError, errorCode, isMethodNotFound } from "../src/errors";
 import { type ContextChangedParams, ErrorCodes, type Usage, type UsageChangedParams } from "../src/lsp_ext";
 import { statusText } from "../src/render";
 import { CtxdSessions } from "../src/sessions";
-import { startDaemon, TEST_SETTINGS, tempStateDir, type TestDaemon } from "./support/daemon";
+import { startDaemon, TEST_SETTINGS, tempStateDir, type TestDaemon, EMPTY_CWD } from "./support/daemon";
 import { makeProject, writeAtomically } from "./support/project";
 import { assistantRecord, userRecord } from "./support/records";
 import { waitFor } from "./support/wait";
@@ -35,7 +35,7 @@ describe("CtxdSessions on a real ctxd", () => {
     });
 
     it("starts a session's usage from the open answer", async () => {
-        const opened = await sessions.openSession({ cwd: process.cwd(), model: MODEL });
+        const opened = await sessions.openSession({ cwd: EMPTY_CWD, model: MODEL });
         assert.equal(opened.resumed, false);
         assert.equal(opened.usage.window, 100_000);
         // The daemon's push of the opened state may arrive before the answer or be
@@ -47,7 +47,7 @@ describe("CtxdSessions on a real ctxd", () => {
     });
 
     it("renders the usage ctx/usageChanged brings after an append", async () => {
-        const { sessionId } = await sessions.openSession({ cwd: process.cwd(), model: MODEL });
+        const { sessionId } = await sessions.openSession({ cwd: EMPTY_CWD, model: MODEL });
         const user = userRecord("hello");
         const appended = await sessions.append(sessionId, [user, assistantRecord(50_060, user.uuid as string)]);
         assert.equal(appended.appended, 2);
@@ -60,7 +60,7 @@ describe("CtxdSessions on a real ctxd", () => {
     });
 
     it("ends a burst of appends on the daemon's final usage (coalesced)", async () => {
-        const { sessionId } = await sessions.openSession({ cwd: process.cwd(), model: MODEL });
+        const { sessionId } = await sessions.openSession({ cwd: EMPTY_CWD, model: MODEL });
         let parent: string | null = null;
         const appends: Promise<unknown>[] = [];
         for (let i = 0; i < 30; i++) {
@@ -75,7 +75,7 @@ describe("CtxdSessions on a real ctxd", () => {
     });
 
     it("reports the methods the daemon does not have yet as a readable error", async () => {
-        const { sessionId } = await sessions.openSession({ cwd: process.cwd(), model: MODEL });
+        const { sessionId } = await sessions.openSession({ cwd: EMPTY_CWD, model: MODEL });
         const calls: [string, () => Promise<unknown>][] = [
             ["ctx/assemble", () => sessions.assemble({ sessionId, system: [], tools: [], maxTokens: 1000 })],
             ["ctx/noSuchMethod", () => sessions.request("ctx/noSuchMethod", { sessionId })],
@@ -95,7 +95,7 @@ describe("CtxdSessions on a real ctxd", () => {
     });
 
     it("clears a session into a new one, and compacts one on a provider's refusal", async () => {
-        const { sessionId } = await sessions.openSession({ cwd: process.cwd(), model: MODEL });
+        const { sessionId } = await sessions.openSession({ cwd: EMPTY_CWD, model: MODEL });
         const user = userRecord("hello");
         await sessions.append(sessionId, [user, assistantRecord(50_060, user.uuid as string)]);
         const none = await sessions.reportProviderError(sessionId, { status: 529, type: "overloaded_error", message: "Overloaded" });
@@ -116,8 +116,8 @@ describe("CtxdSessions on a real ctxd", () => {
     });
 
     it("saves an auto-compact window; the model's open sessions follow at once", async () => {
-        const { sessionId } = await sessions.openSession({ cwd: process.cwd(), model: MODEL });
-        const other = await sessions.openSession({ cwd: process.cwd(), model: "claude-opus-4-1-20250805" });
+        const { sessionId } = await sessions.openSession({ cwd: EMPTY_CWD, model: MODEL });
+        const other = await sessions.openSession({ cwd: EMPTY_CWD, model: "claude-opus-4-1-20250805" });
         const result = await sessions.setAutoCompactWindow(MODEL, 200_000);
         assert.deepEqual(result, { model: MODEL, window: 200_000, source: "setting" });
         const change = await waitFor("ctx/usageChanged with the new window", () =>
@@ -159,7 +159,7 @@ describe("CtxdSessions on a real ctxd", () => {
     });
 
     it("assembles the next model request from the session", async () => {
-        const { sessionId } = await sessions.openSession({ cwd: process.cwd(), model: MODEL });
+        const { sessionId } = await sessions.openSession({ cwd: EMPTY_CWD, model: MODEL });
         const user = userRecord("hello");
         await sessions.append(sessionId, [user, assistantRecord(20_000, user.uuid as string), userRecord("next", user.uuid as string)]);
         const assembled = await sessions.assemble({ sessionId, system: [{ type: "text", text: "You are a test." }], tools: [], maxTokens: 1000 });
@@ -173,13 +173,13 @@ describe("CtxdSessions on a real ctxd", () => {
     });
 
     it("passes any ctx/ method through request()", async () => {
-        const { sessionId } = await sessions.openSession({ cwd: process.cwd(), model: MODEL });
+        const { sessionId } = await sessions.openSession({ cwd: EMPTY_CWD, model: MODEL });
         const result = await sessions.request<{ sessionId: string; usage: Usage }>("ctx/usage", { sessionId });
         assert.equal(result.sessionId, sessionId);
     });
 
     it("forgets a closed session", async () => {
-        const { sessionId } = await sessions.openSession({ cwd: process.cwd(), model: MODEL });
+        const { sessionId } = await sessions.openSession({ cwd: EMPTY_CWD, model: MODEL });
         await sessions.closeSession(sessionId);
         assert.deepEqual(sessions.sessions(), []);
         // The daemon still has it in its store and resumes it on first use.
@@ -189,7 +189,7 @@ describe("CtxdSessions on a real ctxd", () => {
     });
 
     it("resumes its sessions on a restarted daemon, and usage flows again", async () => {
-        const { sessionId } = await sessions.openSession({ cwd: process.cwd(), model: MODEL });
+        const { sessionId } = await sessions.openSession({ cwd: EMPTY_CWD, model: MODEL });
         const first = userRecord("before the crash");
         await sessions.append(sessionId, [first, assistantRecord(20_000, first.uuid as string)]);
         await waitFor("usage before the crash", () => changes.find((c) => c.usage.tokens === 20_000));

@@ -7,7 +7,7 @@ import { afterEach, beforeEach, describe, it } from "node:test";
 import { DAEMON_DOWN_TEXT, statusBarText } from "../src/render";
 import { CtxdSessions } from "../src/sessions";
 import { SessionStatusBar } from "../src/statusBar";
-import { startDaemon, TEST_SETTINGS, tempStateDir, type TestDaemon } from "./support/daemon";
+import { startDaemon, TEST_SETTINGS, tempStateDir, type TestDaemon, EMPTY_CWD } from "./support/daemon";
 import { FakeConnection } from "./support/fakeConnection";
 import { usageCase } from "./support/fixtures";
 import { assistantRecord, userRecord } from "./support/records";
@@ -40,8 +40,8 @@ describe("status bar on a real ctxd", () => {
     });
 
     it("shows one item per open session, drawn from the open answer", async () => {
-        const a = await sessions.openSession({ cwd: process.cwd(), model: MODEL });
-        const b = await sessions.openSession({ cwd: process.cwd(), model: MODEL });
+        const a = await sessions.openSession({ cwd: EMPTY_CWD, model: MODEL });
+        const b = await sessions.openSession({ cwd: EMPTY_CWD, model: MODEL });
         assert.equal(fake.statusBarItems.length, 2);
         const item = statusBar.item(a.sessionId);
         assert.ok(item !== undefined && statusBar.item(b.sessionId) !== undefined);
@@ -53,7 +53,7 @@ describe("status bar on a real ctxd", () => {
     });
 
     it("redraws text, colour and tooltip when ctx/usageChanged arrives", async () => {
-        const { sessionId } = await sessions.openSession({ cwd: process.cwd(), model: MODEL });
+        const { sessionId } = await sessions.openSession({ cwd: EMPTY_CWD, model: MODEL });
         const item = statusBar.item(sessionId) as unknown as FakeStatusBarItem;
         const user = userRecord("hi");
         await sessions.append(sessionId, [user, assistantRecord(50_060, user.uuid as string)]);
@@ -69,7 +69,7 @@ describe("status bar on a real ctxd", () => {
     });
 
     it("removes the item of a closed session", async () => {
-        const { sessionId } = await sessions.openSession({ cwd: process.cwd(), model: MODEL });
+        const { sessionId } = await sessions.openSession({ cwd: EMPTY_CWD, model: MODEL });
         const item = statusBar.item(sessionId) as unknown as FakeStatusBarItem;
         await sessions.closeSession(sessionId);
         assert.equal(item.disposed, true);
@@ -77,7 +77,7 @@ describe("status bar on a real ctxd", () => {
     });
 
     it("says the daemon is restarting, then draws the last usage again", async () => {
-        const { sessionId } = await sessions.openSession({ cwd: process.cwd(), model: MODEL });
+        const { sessionId } = await sessions.openSession({ cwd: EMPTY_CWD, model: MODEL });
         const item = statusBar.item(sessionId) as unknown as FakeStatusBarItem;
         statusBar.setDaemonRunning(false);
         assert.equal(item.text, DAEMON_DOWN_TEXT);

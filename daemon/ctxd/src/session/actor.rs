@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use ctxd_core::breakdown::{Composition, Prefix};
 use ctxd_core::budget::Thresholds;
+use ctxd_core::invoked::Invoked;
 use ctxd_core::ledger::{Ledger, LedgerEntry, ReadMarker, ReadOutcome, file_read_in};
 use ctxd_core::record::Record;
 use ctxd_core::tally::Tally;
@@ -182,6 +183,8 @@ struct Session {
     tally: Tally,
     /// Bytes of the view's messages by kind, for the breakdown.
     composition: Composition,
+    /// Skills and plan file of the view, restored after a compaction.
+    invoked: Invoked,
     /// Token estimates of the host's own system blocks and tool definitions, from its
     /// latest `ctx/assemble` (the host sends them with every request).
     host_prefix: HostPrefix,
@@ -271,6 +274,7 @@ async fn run(
         view_offset: None,
         tally: Tally::default(),
         composition: Composition::default(),
+        invoked: Invoked::default(),
         host_prefix: HostPrefix::default(),
         ledger: Ledger::default(),
         thresholds,
@@ -433,6 +437,7 @@ impl Session {
         self.uuids.clear();
         self.tally = Tally::default();
         self.composition = Composition::default();
+        self.invoked = Invoked::default();
         // The ledger: what the index kept of reads before the boundary (or, when the
         // index is new, what a scan of that part found), then the reads in the view.
         self.ledger = Ledger::default();
@@ -587,6 +592,7 @@ impl Session {
             self.uuids.clear();
             self.tally.restart();
             self.composition = Composition::default();
+            self.invoked = Invoked::default();
             if let Some(rate) = boundary_rate(&record) {
                 self.tally.calibration.tokens_per_kib = rate;
             }
@@ -598,6 +604,7 @@ impl Session {
         self.total_records += 1;
         self.tally.observe(&record);
         self.composition.observe(&record);
+        self.invoked.observe(&record);
         self.note_read(&record, offset.is_some());
         if let Some(uuid) = record.uuid() {
             self.uuids.insert(Arc::from(uuid));
@@ -1099,7 +1106,7 @@ impl Session {
                 system_prompt: self.host_prefix.system + system_context,
                 tools: self.host_prefix.tools,
                 memory_files: base.map_or(0, BaseContext::memory_tokens),
-                skills: 0,
+                skills: rate.tokens(self.invoked.skill_bytes()),
             },
             pending: self.pending_notes.iter().map(|n| rate.tokens(n.len() as u64)).sum(),
             composition: self.composition,
@@ -1131,6 +1138,8 @@ impl Session {
             cwd: self.setup.cwd.clone(),
             model: self.setup.model.clone(),
             parent: Some(self.parent_request()),
+            skills: self.invoked.skills.clone(),
+            plan_path: self.invoked.plan_path.clone(),
         };
         tracing::info!(?trigger, pre_tokens, records = job.records.len(), "compaction started");
         self.compaction = Some(Running {

@@ -39,6 +39,10 @@ pub struct Job {
     pub model: String,
     /// The view as a request body (for a provider's summary request).
     pub parent: Option<serde_json::Value>,
+    /// Skills the agent invoked, restored within their budget.
+    pub skills: Vec<ctxd_core::compact::SkillEntry>,
+    /// The plan file, read again from disk at restoration.
+    pub plan_path: Option<String>,
 }
 
 /// A summary ready to install.
@@ -155,9 +159,16 @@ pub async fn prepare(job: Job) -> Result<Prepared, CompactFailure> {
     let budget = RestoreBudget::fitted(job.threshold, &sizes);
     let ledger = job.ledger.clone();
     let cwd = job.cwd.clone();
+    let skills = job.skills.clone();
+    let plan_path = job.plan_path.clone();
     let plan = tokio::task::spawn_blocking(move || {
         let files = restoration_candidates(&ledger, &kept_uuids, budget.max_tokens_per_file);
-        plan_restoration(&RestoreInput { files, skills: Vec::new(), plan: None, budget, cwd: Some(cwd) })
+        // The plan as it is on disk now; a plan file that is gone is simply not restored.
+        let plan = plan_path.and_then(|path| {
+            let content = std::fs::read_to_string(&path).ok()?;
+            Some(ctxd_core::compact::PlanFile { path, content })
+        });
+        plan_restoration(&RestoreInput { files, skills, plan, budget, cwd: Some(cwd) })
     })
     .await
     .map_err(|e| CompactFailure::Summary(format!("restoration task failed: {e}")))?;

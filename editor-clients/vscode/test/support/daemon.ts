@@ -27,6 +27,12 @@ export function ctxdBin(): string {
  */
 export const TEST_SETTINGS = { autoCompactWindow: 100_000, provider: "offline" } as const;
 
+/**
+ * A working directory with no memory files and no git repository: a session opened in
+ * it starts at 0 tokens (the base context of a real project counts from the start).
+ */
+export const EMPTY_CWD = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "ctxd-empty-cwd-")));
+
 export function tempStateDir(): string {
     return fs.mkdtempSync(path.join(os.tmpdir(), "ctxd-vscode-test-"));
 }
