@@ -69,6 +69,13 @@ fn always_400(_: &str) -> (u16, String) {
 }
 
 fn session(provider_port: u16, dir: &std::path::Path) -> (Daemon, Value) {
+    let mut daemon = opened(provider_port, dir);
+    let result = daemon.request("ctx/compact", json!({"sessionId": "p"})).unwrap();
+    (daemon, result)
+}
+
+/// A daemon with session `p` open (30 records) on the provider at `provider_port`.
+fn opened(provider_port: u16, dir: &std::path::Path) -> Daemon {
     let project = dir.join("project");
     std::fs::create_dir_all(project.join(".ctxd")).unwrap();
     let settings = json!({"provider": "anthropic", "baseUrl": format!("http://127.0.0.1:{provider_port}"), "apiKeyEnv": "CTXD_TEST_API_KEY"});
@@ -79,8 +86,7 @@ fn session(provider_port: u16, dir: &std::path::Path) -> (Daemon, Value) {
     let text = std::fs::read_to_string(repo_root().join("examples/session.jsonl")).unwrap();
     let records: Vec<Value> = text.lines().take(30).map(|l| serde_json::from_str(l).unwrap()).collect();
     daemon.request("ctx/append", json!({"sessionId": "p", "records": records})).unwrap();
-    let result = daemon.request("ctx/compact", json!({"sessionId": "p"})).unwrap();
-    (daemon, result)
+    daemon
 }
 
 #[test]
@@ -113,4 +119,46 @@ fn a_failing_provider_falls_back_to_the_offline_summarizer() {
     assert!(!problems.contains("sk-test-secret-key-123"), "the key never appears in errors");
     let log = std::fs::read_to_string(dir.path().join("state.log")).unwrap();
     assert!(!log.contains("sk-test-secret-key-123"), "the key never appears in logs");
+}
+
+#[test]
+fn cancel_request_stops_a_compaction_and_its_provider_call() {
+    // A provider that takes the request and never answers; it reports when the daemon
+    // hangs up on it.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (got_request, request_seen) = std::sync::mpsc::channel();
+    let (hung_up, connection_closed) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok((mut stream, _)) = listener.accept() else { return };
+        let mut buf = [0u8; 65536];
+        let _ = stream.read(&mut buf);
+        let _ = got_request.send(());
+        // Nothing is ever written back; a read of 0 bytes means the daemon closed it.
+        loop {
+            match stream.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        let _ = hung_up.send(());
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = opened(port, dir.path());
+    let state = dir.path().join("state");
+    let before = ctxd_e2e::stored_uuids(&state, "p").unwrap();
+
+    let id = daemon.send_request("ctx/compact", json!({"sessionId": "p"})).unwrap();
+    request_seen.recv_timeout(std::time::Duration::from_secs(30)).expect("the provider got the summary request");
+    daemon.notify("$/cancelRequest", json!({"id": id})).unwrap();
+    let response = daemon.response(id).unwrap();
+    assert_eq!(response["error"]["code"], -32800, "{response}");
+    connection_closed.recv_timeout(std::time::Duration::from_secs(30)).expect("the HTTP request was aborted");
+
+    // Nothing was installed and the session goes on.
+    assert_eq!(ctxd_e2e::stored_uuids(&state, "p").unwrap(), before);
+    let usage = daemon.request("ctx/usage", json!({"sessionId": "p"})).unwrap();
+    assert_ne!(usage["usage"]["level"], "compacting");
+    let more = json!({"type": "user", "uuid": "after-cancel", "parentUuid": null, "message": {"role": "user", "content": "go on"}});
+    daemon.request("ctx/append", json!({"sessionId": "p", "records": [more]})).unwrap();
 }

@@ -65,6 +65,23 @@ pub fn service(options: ServeOptions) -> (LspService<Backend>, tower_lsp_server:
     (service, socket, fast)
 }
 
+/// Cancels a session's compaction when the request waiting for it is dropped unanswered.
+struct CancelOnDrop<'a, T> {
+    sessions: Option<Arc<Sessions>>,
+    session_id: &'a str,
+    rx: Option<oneshot::Receiver<T>>,
+}
+
+impl<T> Drop for CancelOnDrop<'_, T> {
+    fn drop(&mut self) {
+        // The receiver goes first, so the session sees the request closed.
+        drop(self.rx.take());
+        if let Some(sessions) = self.sessions.take() {
+            sessions.cancel_compaction(self.session_id);
+        }
+    }
+}
+
 /// `ctx/append` without the service's JSON passes: each record's text is borrowed from
 /// the frame as it was sent (no value tree, no re-serialization). Anything unusual (a
 /// record spread over lines, an invalid record, a session that is not open, no store yet)
@@ -305,7 +322,18 @@ impl Backend {
         rx: oneshot::Receiver<std::result::Result<crate::session::actor::CompactAnswer, SessionError>>,
     ) -> Result<proto::CompactResult> {
         let sessions = self.sessions()?;
-        let done = answer(rx, session_id).await?;
+        // `$/cancelRequest` drops this future: the guard tells the session, which stops
+        // the compaction (and its provider call) with nothing installed.
+        let mut guard = CancelOnDrop { sessions: Some(sessions.clone()), session_id, rx: Some(rx) };
+        let outcome = match &mut guard.rx {
+            Some(rx) => rx.await.ok(),
+            None => None,
+        };
+        guard.sessions = None;
+        let done = match outcome {
+            Some(result) => result.map_err(rpc_error)?,
+            None => return Err(rpc_error(SessionError::Closed(session_id.to_owned()))),
+        };
         let usage_rx = sessions.usage(session_id).map_err(rpc_error)?;
         let usage = usage_rx.await.map_err(|_| rpc_error(SessionError::Closed(session_id.to_owned())))?;
         Ok(proto::CompactResult {

@@ -53,6 +53,9 @@ pub enum Command {
     Usage { reply: oneshot::Sender<UsageSnapshot> },
     /// Compact now (manual, or reactive after a refusal); answered once installed or failed.
     Compact { trigger: Trigger, instructions: Option<String>, reply: oneshot::Sender<Result<CompactAnswer, SessionError>> },
+    /// The client gave up on a compaction it asked for (`$/cancelRequest`, or it went
+    /// away): stop it, provider call included, with nothing installed.
+    CancelCompaction,
     /// The background part of a compaction finished (sent by the actor's own task).
     CompactionDone { generation: u64, result: Result<Prepared, CompactFailure> },
     /// Take records out of the model's view (`uuids`), or replace a span with a summary.
@@ -151,6 +154,8 @@ struct Running {
     /// The view's boundary generation when it started: a new boundary makes it stale.
     view_generation: u64,
     reply: Option<oneshot::Sender<Result<CompactAnswer, SessionError>>>,
+    /// The background task; aborting it drops the provider's HTTP request.
+    task: Option<tokio::task::AbortHandle>,
 }
 
 /// Answer to [`Command::Context`].
@@ -387,7 +392,7 @@ fn fail(cmd: Command, e: &SessionError) {
         Command::Compact { reply, .. } => drop(reply.send(Err(e.clone()))),
         Command::Assemble { reply, .. } => drop(reply.send(Err(e.clone()))),
         Command::Reduce { reply, .. } => drop(reply.send(Err(e.clone()))),
-        Command::CompactionDone { .. } => {}
+        Command::CompactionDone { .. } | Command::CancelCompaction => {}
         Command::Usage { .. } | Command::Context { .. } | Command::Reconfigure { .. } | Command::Close { .. } => {}
     }
 }
@@ -680,6 +685,17 @@ impl Session {
                         self.guards.note_manual_compact();
                     }
                     self.start_compaction(trigger, instructions, Some(reply));
+                }
+            }
+            Command::CancelCompaction => {
+                // Only a compaction whose requester is gone; an automatic one has none.
+                let abandoned = self.compaction.as_ref().is_some_and(|r| r.reply.as_ref().is_some_and(oneshot::Sender::is_closed));
+                if abandoned && let Some(running) = self.compaction.take() {
+                    if let Some(task) = running.task {
+                        task.abort();
+                    }
+                    tracing::info!(trigger = ?running.trigger, "compaction cancelled by the client; nothing installed");
+                    self.push_usage_now().await;
                 }
             }
             Command::CompactionDone { generation, result } => {
@@ -1149,12 +1165,16 @@ impl Session {
             pre_tokens,
             view_generation: self.view_generation,
             reply,
+            task: None,
         });
         let tx = self.self_tx.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let result = compaction::prepare(job).await;
             let _ = tx.send(Command::CompactionDone { generation, result });
         });
+        if let Some(running) = &mut self.compaction {
+            running.task = Some(task.abort_handle());
+        }
     }
 
     /// Installs a prepared compaction, or reports its failure.

@@ -421,6 +421,13 @@ impl Sessions {
         Ok(rx)
     }
 
+    /// The client cancelled (or dropped) a compaction request: stop it if it still runs.
+    pub fn cancel_compaction(&self, id: &str) {
+        if let Some(handle) = self.open_map().get(id) {
+            let _ = handle.tx.send(Command::CancelCompaction);
+        }
+    }
+
     /// `ctx/clear`: closes the session and opens a new, empty one in the same directory
     /// with the same model.
     pub fn clear(&self, id: &str) -> Result<(String, oneshot::Receiver<Result<Opened, SessionError>>), SessionError> {
