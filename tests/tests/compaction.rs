@@ -240,3 +240,26 @@ fn an_idle_session_compacts_in_the_background() {
     assert_eq!(compacted["trigger"], "idle");
     assert!(compacted["postTokens"].as_u64().unwrap() < tokens / 2, "{compacted}");
 }
+
+#[test]
+fn a_work_done_token_gets_the_compaction_phases_as_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": MODEL, "sessionId": "g"})).unwrap();
+    daemon.request("ctx/append", json!({"sessionId": "g", "records": example().into_iter().take(60).collect::<Vec<_>>()})).unwrap();
+    let result = daemon.request("ctx/compact", json!({"sessionId": "g", "workDoneToken": "compact-1"})).unwrap();
+    let progress = daemon.drain_notifications("$/progress");
+    let kinds: Vec<&str> = progress.iter().map(|p| p["value"]["kind"].as_str().unwrap()).collect();
+    assert!(progress.iter().all(|p| p["token"] == "compact-1"), "{progress:?}");
+    assert_eq!(kinds.first(), Some(&"begin"), "{kinds:?}");
+    assert_eq!(kinds.last(), Some(&"end"), "{kinds:?}");
+    assert!(kinds.iter().filter(|k| **k == "report").count() >= 2, "{kinds:?}");
+    let percentages: Vec<u64> = progress.iter().filter_map(|p| p["value"]["percentage"].as_u64()).collect();
+    assert!(percentages.windows(2).all(|w| w[0] <= w[1]), "progress only goes forward: {percentages:?}");
+    let end = progress.last().unwrap()["value"]["message"].as_str().unwrap().to_owned();
+    assert!(end.contains(&result["postTokens"].to_string()), "{end}");
+    // Without a token there is no progress.
+    daemon.request("ctx/append", json!({"sessionId": "g", "records": example().into_iter().skip(60).take(40).collect::<Vec<_>>()})).unwrap();
+    daemon.request("ctx/compact", json!({"sessionId": "g"})).unwrap();
+    assert!(daemon.drain_notifications("$/progress").is_empty());
+}

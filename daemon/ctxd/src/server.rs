@@ -312,7 +312,7 @@ impl Backend {
     }
 
     pub async fn compact(&self, params: proto::CompactParams) -> Result<proto::CompactResult> {
-        let rx = self.sessions()?.compact(&params.session_id, Trigger::Manual, params.instructions).map_err(rpc_error)?;
+        let rx = self.sessions()?.compact(&params.session_id, Trigger::Manual, params.instructions, params.work_done_token.as_ref()).map_err(rpc_error)?;
         self.compact_result(&params.session_id, rx).await
     }
 
@@ -365,7 +365,7 @@ impl Backend {
             crate::provider::Refusal::PromptTooLong { tokens, max } => format!("the prompt was {tokens} tokens, over the {max} maximum"),
             crate::provider::Refusal::CreditsRequired => "the provider asked for long-context credits".to_owned(),
         };
-        let rx = sessions.compact(&params.session_id, Trigger::Reactive, None).map_err(rpc_error)?;
+        let rx = sessions.compact(&params.session_id, Trigger::Reactive, None, None).map_err(rpc_error)?;
         match self.compact_result(&params.session_id, rx).await {
             Ok(result) => Ok(proto::ReportProviderErrorResult { action: "compacted".to_owned(), reason, compact: Some(result) }),
             Err(e) if e.code == ErrorCode::ServerError(error_codes::COMPACT_FAILED) => Ok(proto::ReportProviderErrorResult {

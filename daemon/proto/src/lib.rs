@@ -418,6 +418,9 @@ pub struct CompactParams {
     /// What the summary must keep (like `/compact focus on the auth bug`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instructions: Option<String>,
+    /// LSP work-done token: the compaction's phases are reported with `$/progress`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_done_token: Option<serde_json::Value>,
 }
 
 /// `ctx/compact` result, once the compaction is installed.

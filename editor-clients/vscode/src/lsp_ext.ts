@@ -252,6 +252,8 @@ export interface CompactParams {
     sessionId: string;
     /** Focus instructions for the summary (what it must keep). */
     instructions?: string;
+    /** LSP work-done token: the phases come as `$/progress` (begin, reports, end). */
+    workDoneToken?: number | string;
 }
 export interface CompactResult {
     /** Uuid of the compact boundary record. */

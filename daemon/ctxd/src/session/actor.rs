@@ -52,7 +52,13 @@ pub enum Command {
     Append { records: Vec<Record>, reply: oneshot::Sender<Result<Appended, SessionError>> },
     Usage { reply: oneshot::Sender<UsageSnapshot> },
     /// Compact now (manual, or reactive after a refusal); answered once installed or failed.
-    Compact { trigger: Trigger, instructions: Option<String>, reply: oneshot::Sender<Result<CompactAnswer, SessionError>> },
+    Compact {
+        trigger: Trigger,
+        instructions: Option<String>,
+        /// `$/progress` for the client's work-done token, if it sent one.
+        progress: Option<super::Progress>,
+        reply: oneshot::Sender<Result<CompactAnswer, SessionError>>,
+    },
     /// The client gave up on a compaction it asked for (`$/cancelRequest`, or it went
     /// away): stop it, provider call included, with nothing installed.
     CancelCompaction,
@@ -156,6 +162,7 @@ struct Running {
     reply: Option<oneshot::Sender<Result<CompactAnswer, SessionError>>>,
     /// The background task; aborting it drops the provider's HTTP request.
     task: Option<tokio::task::AbortHandle>,
+    progress: Option<super::Progress>,
 }
 
 /// Answer to [`Command::Context`].
@@ -674,7 +681,7 @@ impl Session {
             Command::Usage { reply } => {
                 let _ = reply.send(self.usage());
             }
-            Command::Compact { trigger, instructions, reply } => {
+            Command::Compact { trigger, instructions, progress, reply } => {
                 if self.compaction.is_some() {
                     let _ = reply.send(Err(SessionError::Busy("a compaction of this session is already running".into())));
                 } else if !self.thresholds.compact_enabled {
@@ -684,7 +691,7 @@ impl Session {
                         // A manual compaction resets the circuit breaker and lifts a stop.
                         self.guards.note_manual_compact();
                     }
-                    self.start_compaction(trigger, instructions, Some(reply));
+                    self.start_compaction(trigger, instructions, Some(reply), progress);
                 }
             }
             Command::CancelCompaction => {
@@ -695,6 +702,9 @@ impl Session {
                         task.abort();
                     }
                     tracing::info!(trigger = ?running.trigger, "compaction cancelled by the client; nothing installed");
+                    if let Some(progress) = &running.progress {
+                        progress.end("cancelled; nothing was installed".to_owned()).await;
+                    }
                     self.push_usage_now().await;
                 }
             }
@@ -960,7 +970,7 @@ impl Session {
         }
         let compact = matches!(assembled.decision, ctxd_core::view::CompactDecision::Compact { .. });
         if compact && may_compact && self.compaction.is_none() && self.thresholds.auto_compact_enabled {
-            self.start_compaction(Trigger::Auto, None, None);
+            self.start_compaction(Trigger::Auto, None, None, None);
         }
         Ok(AssembleAnswer {
             request: assembled.request.to_value(),
@@ -1136,7 +1146,13 @@ impl Session {
     }
 
     /// Takes a snapshot and runs the slow part of a compaction in the background.
-    fn start_compaction(&mut self, trigger: Trigger, focus: Option<String>, reply: Option<oneshot::Sender<Result<CompactAnswer, SessionError>>>) {
+    fn start_compaction(
+        &mut self,
+        trigger: Trigger,
+        focus: Option<String>,
+        reply: Option<oneshot::Sender<Result<CompactAnswer, SessionError>>>,
+        progress: Option<super::Progress>,
+    ) {
         self.compaction_generation += 1;
         let generation = self.compaction_generation;
         let pre_tokens = self.next_tokens();
@@ -1156,6 +1172,7 @@ impl Session {
             parent: Some(self.parent_request()),
             skills: self.invoked.skills.clone(),
             plan_path: self.invoked.plan_path.clone(),
+            progress: progress.clone(),
         };
         tracing::info!(?trigger, pre_tokens, records = job.records.len(), "compaction started");
         self.compaction = Some(Running {
@@ -1166,6 +1183,7 @@ impl Session {
             view_generation: self.view_generation,
             reply,
             task: None,
+            progress,
         });
         let tx = self.self_tx.clone();
         let task = tokio::spawn(async move {
@@ -1182,7 +1200,7 @@ impl Session {
         let Some(running) = self.compaction.take_if(|r| r.generation == generation) else {
             return;
         };
-        let Running { trigger, started, pre_tokens, view_generation, reply, .. } = running;
+        let Running { trigger, started, pre_tokens, view_generation, reply, progress, .. } = running;
         let cancelled = reply.as_ref().is_some_and(oneshot::Sender::is_closed);
         let outcome = match result {
             _ if cancelled => Err(SessionError::Cancelled("the compaction was cancelled; nothing was installed".into())),
@@ -1192,6 +1210,13 @@ impl Session {
             Ok(prepared) => self.install(trigger, started, pre_tokens, prepared).await,
             Err(failure) => Err(SessionError::CompactFailed(failure.to_string())),
         };
+        if let Some(progress) = &progress {
+            let message = match &outcome {
+                Ok(answer) => format!("compacted {} → {} tokens", answer.pre_tokens, answer.post_tokens),
+                Err(e) => format!("not compacted: {e}"),
+            };
+            progress.end(message).await;
+        }
         match &outcome {
             Ok(answer) => {
                 tracing::info!(?trigger, pre = answer.pre_tokens, post = answer.post_tokens, "compaction installed");
@@ -1292,7 +1317,7 @@ impl Session {
         let tokens = self.next_tokens();
         if tokens >= self.setup.idle_floor && self.compaction.is_none() {
             tracing::info!(tokens, "session idle; compacting in the background");
-            self.start_compaction(Trigger::Idle, None, None);
+            self.start_compaction(Trigger::Idle, None, None, None);
         }
     }
 
@@ -1303,7 +1328,7 @@ impl Session {
         }
         let tokens = self.next_tokens();
         match self.guards.check_auto(tokens, &self.thresholds, self.fixed_prefix()) {
-            AutoDecision::Compact => self.start_compaction(Trigger::Auto, None, None),
+            AutoDecision::Compact => self.start_compaction(Trigger::Auto, None, None, None),
             AutoDecision::Stopped { message, notify: true, .. } | AutoDecision::CannotHelp { message, notify: true, .. } => {
                 self.notifier.compact_failed(&self.id, &message).await;
             }

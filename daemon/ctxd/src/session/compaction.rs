@@ -43,6 +43,8 @@ pub struct Job {
     pub skills: Vec<ctxd_core::compact::SkillEntry>,
     /// The plan file, read again from disk at restoration.
     pub plan_path: Option<String>,
+    /// `$/progress` for the client that asked (its end is sent by the session).
+    pub progress: Option<super::Progress>,
 }
 
 /// A summary ready to install.
@@ -78,6 +80,9 @@ pub async fn prepare(job: Job) -> Result<Prepared, CompactFailure> {
     if conversation == 0 {
         return Err(CompactFailure::NothingToCompact);
     }
+    if let Some(progress) = &job.progress {
+        progress.begin("Compacting", format!("{} compaction of {} tokens", job.trigger.as_str(), job.pre_tokens)).await;
+    }
     let mut problems = Vec::new();
     let hooks = job.settings.hooks.as_ref();
     let hook_input = json!({
@@ -92,6 +97,9 @@ pub async fn prepare(job: Job) -> Result<Prepared, CompactFailure> {
     let hook_instructions: Vec<String> = pre.iter().filter_map(|r| r.output.clone()).collect();
     problems.extend(pre.iter().filter_map(|r| r.problem.as_ref().map(|p| format!("PreCompact hook `{}`: {p}", r.command))));
     let instructions = merge_instructions(job.focus.as_deref(), &hook_instructions);
+    if let Some(progress) = &job.progress {
+        progress.report("writing the summary", 10).await;
+    }
 
     // The newest exchange stays verbatim after the summary; the rest is summarized.
     let kept_from = kept_tail_start(&job.records).unwrap_or(job.records.len());
@@ -146,6 +154,9 @@ pub async fn prepare(job: Job) -> Result<Prepared, CompactFailure> {
     let hook_outputs: Vec<String> = start.iter().filter_map(|r| r.output.clone()).collect();
     problems.extend(start.iter().filter_map(|r| r.problem.as_ref().map(|p| format!("SessionStart hook `{}`: {p}", r.command))));
 
+    if let Some(progress) = &job.progress {
+        progress.report("restoring recent files and skills", 80).await;
+    }
     // Restoration: bounded, newest first, sized so the session ends well below its
     // threshold after compaction.
     let kept_uuids: Vec<String> = kept.iter().filter_map(|r| r.uuid().map(str::to_owned)).collect();

@@ -121,6 +121,52 @@ impl Notifier {
     }
 }
 
+/// `$/progress` for one work-done token the client passed with a request: a begin, any
+/// number of reports, one end.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    notifier: Notifier,
+    token: tower_lsp_server::ls_types::NumberOrString,
+}
+
+impl Progress {
+    /// `None` when the client sent no token, or one that is neither a number nor a string.
+    pub fn new(notifier: &Notifier, token: Option<&serde_json::Value>) -> Option<Progress> {
+        let token = match token? {
+            serde_json::Value::Number(n) => tower_lsp_server::ls_types::NumberOrString::Number(i32::try_from(n.as_i64()?).ok()?),
+            serde_json::Value::String(s) => tower_lsp_server::ls_types::NumberOrString::String(s.clone()),
+            _ => return None,
+        };
+        notifier.client.as_ref()?;
+        Some(Progress { notifier: notifier.clone(), token })
+    }
+
+    pub async fn begin(&self, title: &str, message: String) {
+        use tower_lsp_server::ls_types::{WorkDoneProgress, WorkDoneProgressBegin};
+        let begin = WorkDoneProgressBegin { title: title.to_owned(), cancellable: Some(true), message: Some(message), percentage: Some(0) };
+        self.send(WorkDoneProgress::Begin(begin)).await;
+    }
+
+    pub async fn report(&self, message: &str, percentage: u32) {
+        use tower_lsp_server::ls_types::{WorkDoneProgress, WorkDoneProgressReport};
+        let report = WorkDoneProgressReport { cancellable: Some(true), message: Some(message.to_owned()), percentage: Some(percentage) };
+        self.send(WorkDoneProgress::Report(report)).await;
+    }
+
+    pub async fn end(&self, message: String) {
+        use tower_lsp_server::ls_types::{WorkDoneProgress, WorkDoneProgressEnd};
+        self.send(WorkDoneProgress::End(WorkDoneProgressEnd { message: Some(message) })).await;
+    }
+
+    async fn send(&self, value: tower_lsp_server::ls_types::WorkDoneProgress) {
+        use tower_lsp_server::ls_types::{ProgressParams, ProgressParamsValue, notification::Progress as ProgressNotification};
+        if let Some(client) = &self.notifier.client {
+            let params = ProgressParams { token: self.token.clone(), value: ProgressParamsValue::WorkDone(value) };
+            client.send_notification::<ProgressNotification>(params).await;
+        }
+    }
+}
+
 /// `ctx/usageChanged` as an LSP notification type.
 #[derive(Debug)]
 pub enum UsageChanged {}
@@ -414,10 +460,12 @@ impl Sessions {
         id: &str,
         trigger: ctxd_core::compact::Trigger,
         instructions: Option<String>,
+        progress_token: Option<&serde_json::Value>,
     ) -> Result<oneshot::Receiver<Result<actor::CompactAnswer, SessionError>>, SessionError> {
+        let progress = Progress::new(&self.notifier, progress_token);
         let tx = self.sender(id)?;
         let (reply, rx) = oneshot::channel();
-        tx.send(Command::Compact { trigger, instructions, reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
+        tx.send(Command::Compact { trigger, instructions, progress, reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
         Ok(rx)
     }
 
