@@ -5,7 +5,8 @@
 //! over plain data. The stages, in order, each with its own module and report:
 //!
 //! 1. [`slice`](mod@slice): start after the latest compact boundary (and put back the
-//!    segment the boundary preserved).
+//!    segment the boundary preserved); keep the active [`chain`], so a branch the host
+//!    rewound away from is left out.
 //! 2. [`budget`]: store oversized new tool results on disk, show a preview.
 //! 3. [`snip`]: drop the records the model chose to remove; tag user messages.
 //! 4. [`microcompact`]: clear old tool results after a cache-cold gap, or delete them
@@ -56,6 +57,7 @@
 
 pub mod budget;
 pub mod cache;
+pub mod chain;
 pub mod check;
 pub mod collapse;
 pub mod config;

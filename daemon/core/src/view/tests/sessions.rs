@@ -183,3 +183,19 @@ fn generated_sessions_agree_through_the_cache_under_every_setting() {
         }
     }
 }
+
+#[test]
+fn real_transcripts_are_one_chain() {
+    // Parallel tool calls (results hanging off their own call's line, calls after progress
+    // records), progress and system records in the chain, sidechains: none of it reads as a
+    // rewind, and nothing is left out.
+    for path in OLDER_TRANSCRIPTS.iter().chain([&REAL_TRANSCRIPT]) {
+        let Some(records) = read(path) else { continue };
+        let (slice, _) = slice::slice_after_boundary(&records);
+        let mut chain = chain::Chain::new(&records, slice.boundary);
+        for &i in &slice.order {
+            assert_ne!(chain.push(&records, i), chain::Pushed::Rewound, "{path}: record {i}");
+        }
+        assert_eq!(chain.left_out(), 0, "{path}");
+    }
+}
