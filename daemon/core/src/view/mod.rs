@@ -71,6 +71,7 @@ pub mod place;
 mod raw;
 pub mod render;
 pub mod request;
+pub mod scrollback;
 pub mod slice;
 pub mod snip;
 pub mod state;
@@ -91,6 +92,7 @@ pub use normalize::NormalizeStats;
 pub use place::{BaseContext, Fork};
 pub use render::{render_request, render_view};
 pub use request::{ApiMessage, Request};
+pub use scrollback::{Scrollback, ScrollbackEntry, scrollback};
 pub use state::{COLLAPSE_RECORD, SNIP_RECORD, 
     Collapse, MicrocompactRecord, Offload, PinnedEdits, PipelineState, Reminder, Replacement, Snip, StateChanges,
     StateRecord, Trigger,
@@ -154,8 +156,9 @@ pub fn assemble(input: &AssembleInput<'_>) -> Assembled {
     incremental::assemble_fresh(input)
 }
 
-/// The runtime view for a UI: stages 1–5 applied to items, stored previews and cleared
+/// The runtime view: stages 1–5 applied to items, stored previews and cleared
 /// placeholders shown, snipped records kept and marked when `config.include_snipped`.
+/// For a UI, [`scrollback()`] lists every message with why the model does not see it.
 pub fn runtime_view(records: &[Record], state: &PipelineState, config: &PipelineConfig) -> Vec<Item> {
     let (slice, _) = slice::slice_after_boundary(records);
     let ingest = ingest::Ingest::from_records(records, &slice);

@@ -22,6 +22,8 @@
 //! snip u2 a3 …                          a ctxd-snip record
 //! collapse a2 r4 "summary text"         a ctxd-collapse record
 //! replace t1 "preview"                  a ctxd-tool-result-replacement record
+//! cleared t1 t2 …                       a ctxd-microcompact record (time gap)
+//! edits u1 t1 t2 …                      a ctxd-microcompact record (cache edits pinned to u1)
 //! wait 10                               the clock moves 10 minutes
 //! ```
 //!
@@ -226,6 +228,8 @@ pub fn fixture(spec: &str) -> Fixture {
             "collapse" => {
                 json!({"type": "ctxd-collapse", "timestamp": ts, "from": arg(1), "to": arg(2), "summary": arg(3)})
             }
+            "cleared" => json!({"type": "ctxd-microcompact", "timestamp": ts, "trigger": "time_gap", "gapAfterUuid": "earlier", "clearedToolUseIds": t[1..]}),
+            "edits" => json!({"type": "ctxd-microcompact", "timestamp": ts, "trigger": "cache_edits", "pinnedToUuid": arg(1), "clearedToolUseIds": t[2..]}),
             "replace" => {
                 json!({"type": "ctxd-tool-result-replacement", "toolUseId": arg(1), "path": format!("/store/{}.txt", arg(1)), "preview": arg(2), "originalBytes": 1})
             }

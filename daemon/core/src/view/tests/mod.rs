@@ -5,6 +5,7 @@
 mod fixture;
 mod pipeline;
 mod properties;
+mod scrollback;
 mod sessions;
 mod stages;
 
