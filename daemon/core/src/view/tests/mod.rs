@@ -6,6 +6,7 @@ mod fixture;
 mod pipeline;
 mod properties;
 mod scrollback;
+mod sdk;
 mod sessions;
 mod stages;
 

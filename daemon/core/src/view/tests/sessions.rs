@@ -11,7 +11,7 @@ use std::path::Path;
 use super::pipeline::assert_same;
 use super::*;
 
-const GENERATED: [(&str, &str); 3] = [
+pub(crate) const GENERATED: [(&str, &str); 3] = [
     ("seed 15, 8 turns", include_str!("../testdata/gen_s15_t8.jsonl")),
     ("seed 51, 6 turns", include_str!("../testdata/gen_s51_t6.jsonl")),
     ("seed 49, 4 turns", include_str!("../testdata/gen_s49_t4.jsonl")),
