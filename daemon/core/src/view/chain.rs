@@ -94,6 +94,21 @@ struct Node {
     member: bool,
 }
 
+impl Node {
+    fn ignored(record: usize) -> Node {
+        Node {
+            record: u32::try_from(record).unwrap_or(NONE),
+            link: Link::Ignored,
+            parent: NONE,
+            path_pos: NONE,
+            first_child: NONE,
+            next_sibling: NONE,
+            message: false,
+            member: true,
+        }
+    }
+}
+
 /// The active chain of a view (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Chain {
@@ -145,13 +160,14 @@ impl Chain {
     /// Adds the next record of the view order.
     pub fn push(&mut self, records: &[Record], index: usize) -> Pushed {
         let Some(record) = records.get(index) else {
+            // Keeps positions aligned with the view order; nothing to read.
+            self.nodes.push(Node::ignored(index));
             return Pushed::Kept;
         };
         let head = record.head();
         let message = matches!(head.kind, Kind::User | Kind::Assistant | Kind::Attachment);
         if head.is_sidechain {
-            let id = self.add_node(index, Link::Ignored, NONE, false);
-            self.nodes[id as usize].member = true;
+            self.nodes.push(Node::ignored(index));
             return Pushed::Kept;
         }
         let uuid = head.uuid.as_deref();
@@ -197,16 +213,7 @@ impl Chain {
 
     fn add_node(&mut self, record: usize, link: Link, parent: u32, message: bool) -> u32 {
         let id = self.nodes.len() as u32;
-        let mut node = Node {
-            record: u32::try_from(record).unwrap_or(NONE),
-            link,
-            parent,
-            path_pos: NONE,
-            first_child: NONE,
-            next_sibling: NONE,
-            message,
-            member: false,
-        };
+        let mut node = Node { link, parent, message, member: false, ..Node::ignored(record) };
         if let Some(p) = self.nodes.get_mut(parent as usize) {
             node.next_sibling = p.first_child;
             p.first_child = id;
