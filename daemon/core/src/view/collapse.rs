@@ -39,6 +39,8 @@ pub struct CollapsePlan {
     pub tokens_freed: u64,
     /// Tokens freed by each collapse, by its index in the list given.
     freed: Vec<u64>,
+    /// For each input item, the collapse whose summary stands for it in the view.
+    covered: Vec<Option<usize>>,
 }
 
 /// Resolves the collapses against the items (after snips); `rules` say what the
@@ -54,6 +56,8 @@ pub fn plan_collapses(
         return plan;
     }
     plan.freed = vec![0; collapses.len()];
+    plan.covered = vec![None; items.len()];
+    let mut absorbed: Vec<Option<usize>> = vec![None; collapses.len()];
     let slot_tokens = |slot: &Slot| match slot {
         Slot::Item(i) => rules.item_tokens(&items[*i]),
         Slot::Summary(k) => summary_item(&collapses[*k]).tokens(),
@@ -66,7 +70,12 @@ pub fn plan_collapses(
             (Some(from), Some(to)) if from <= to => {
                 let span: u64 = plan.slots[from..=to].iter().map(slot_tokens).sum();
                 plan.freed[k] = span.saturating_sub(summary_item(collapse).tokens());
-                plan.slots.splice(from..=to, [Slot::Summary(k)]);
+                for slot in plan.slots.splice(from..=to, [Slot::Summary(k)]) {
+                    match slot {
+                        Slot::Item(i) => plan.covered[i] = Some(k),
+                        Slot::Summary(j) => absorbed[j] = Some(k),
+                    }
+                }
                 plan.applied += 1;
             }
             (from, to) => {
@@ -77,6 +86,12 @@ pub fn plan_collapses(
                     plan.unresolved.insert(Arc::from(collapse.to.as_str()));
                 }
             }
+        }
+    }
+    // An item in a span that a later collapse absorbed is stood for by the later one.
+    for covered in plan.covered.iter_mut() {
+        while let Some(later) = covered.and_then(|k| absorbed[k]) {
+            *covered = Some(later);
         }
     }
     let kept: u64 = plan.slots.iter().map(slot_tokens).sum();
@@ -112,6 +127,12 @@ impl CollapsePlan {
                 Slot::Summary(k) => collapses.get(*k).map(summary_item),
             })
             .collect()
+    }
+
+    /// For each input item, the index of the collapse whose summary stands for it in the
+    /// view (`None`: the item itself is there). Empty when collapses are off.
+    pub fn covering(&self) -> &[Option<usize>] {
+        &self.covered
     }
 
     /// Tokens the collapse at index `k` freed (0 when it did not apply).

@@ -13,7 +13,8 @@
 //! A request after appended records parses those records, runs them through the plans
 //! and pushes them into the normalizer; only the open end of the view (the last response
 //! and what follows) is rendered again. The layers below are rebuilt only when their
-//! inputs change: a new boundary or a different record list re-parses from the boundary;
+//! inputs change: a new boundary, a different record list or a rewind (message records
+//! leaving or joining the active chain) re-parses from the boundary;
 //! a snip, a collapse, a cleared or replaced result that is already in a sealed message,
 //! a time-gap microcompact, or a change of settings, tools, user context or outside state
 //! re-runs the plans over the parsed items (no JSON is parsed again). A state record that
@@ -29,6 +30,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use super::budget::{budget_applied, decide_offloads};
+use super::chain::Pushed;
 use super::check::check_compaction;
 use super::collapse::{CollapsePlan, collapse_applied, plan_collapses};
 use super::config::PipelineConfig;
@@ -177,7 +179,8 @@ impl Built {
     }
 
     /// Takes in the records appended since the last call. Returns false when the view
-    /// must be parsed again (a new boundary, or the anchor of a preserved segment).
+    /// must be parsed again (a new boundary, the anchor of a preserved segment, or a
+    /// rewind that moved message records on or off the active chain).
     fn sync(&mut self, input: &AssembleInput<'_>, offered: Vec<String>, counters: &mut CacheCounters) -> bool {
         let mut dirty = false;
         if self.config != *input.config
@@ -203,6 +206,12 @@ impl Built {
                 return false;
             }
             self.slice.order.push(start + offset);
+            match self.slice.chain.push(input.records, start + offset) {
+                // Messages left or joined the chain: parse again from the boundary.
+                Pushed::Rewound => return false,
+                Pushed::LeftOut => continue,
+                Pushed::Kept => {}
+            }
             let responses_before = self.ingest.last_response_index;
             match self.ingest.push(record) {
                 Ingested::State(state) => {

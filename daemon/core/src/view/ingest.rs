@@ -56,7 +56,7 @@ impl Ingest {
         for record in &records[..slice.start.min(records.len())] {
             ingest.state.observe(record);
         }
-        for &i in &slice.order {
+        for i in slice.kept() {
             if let Some(record) = records.get(i) {
                 ingest.push(record);
             }

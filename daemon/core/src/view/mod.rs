@@ -5,7 +5,8 @@
 //! over plain data. The stages, in order, each with its own module and report:
 //!
 //! 1. [`slice`](mod@slice): start after the latest compact boundary (and put back the
-//!    segment the boundary preserved).
+//!    segment the boundary preserved); keep the active [`chain`], so a branch the host
+//!    rewound away from is left out.
 //! 2. [`budget`]: store oversized new tool results on disk, show a preview.
 //! 3. [`snip`]: drop the records the model chose to remove; tag user messages.
 //! 4. [`microcompact`]: clear old tool results after a cache-cold gap, or delete them
@@ -56,6 +57,7 @@
 
 pub mod budget;
 pub mod cache;
+pub mod chain;
 pub mod check;
 pub mod collapse;
 pub mod config;
@@ -69,6 +71,7 @@ pub mod place;
 mod raw;
 pub mod render;
 pub mod request;
+pub mod scrollback;
 pub mod slice;
 pub mod snip;
 pub mod state;
@@ -89,6 +92,7 @@ pub use normalize::NormalizeStats;
 pub use place::{BaseContext, Fork};
 pub use render::{render_request, render_view};
 pub use request::{ApiMessage, Request};
+pub use scrollback::{Scrollback, ScrollbackEntry, scrollback};
 pub use state::{COLLAPSE_RECORD, SNIP_RECORD, 
     Collapse, MicrocompactRecord, Offload, PinnedEdits, PipelineState, Reminder, Replacement, Snip, StateChanges,
     StateRecord, Trigger,
@@ -152,8 +156,9 @@ pub fn assemble(input: &AssembleInput<'_>) -> Assembled {
     incremental::assemble_fresh(input)
 }
 
-/// The runtime view for a UI: stages 1–5 applied to items, stored previews and cleared
+/// The runtime view: stages 1–5 applied to items, stored previews and cleared
 /// placeholders shown, snipped records kept and marked when `config.include_snipped`.
+/// For a UI, [`scrollback()`] lists every message with why the model does not see it.
 pub fn runtime_view(records: &[Record], state: &PipelineState, config: &PipelineConfig) -> Vec<Item> {
     let (slice, _) = slice::slice_after_boundary(records);
     let ingest = ingest::Ingest::from_records(records, &slice);

@@ -22,7 +22,7 @@ fn excerpt(text: &str) -> String {
 }
 
 /// One block of a request or view, as text.
-fn render_block(block: &Value) -> String {
+pub(crate) fn render_block(block: &Value) -> String {
     let kind = block.get("type").and_then(Value::as_str).unwrap_or("?");
     let str_of = |key: &str| block.get(key).and_then(Value::as_str).unwrap_or("");
     let mut out = match kind {

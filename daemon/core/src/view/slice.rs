@@ -4,10 +4,14 @@
 //! follows it. A boundary may name a preserved segment (records kept verbatim by the
 //! compaction, stored before the boundary): those records are put back right after the
 //! record the boundary anchors them to (the summary), as the host does on resume.
+//!
+//! Of those records, the view keeps the active chain ([`chain`](super::chain)): a branch
+//! the host rewound away from is left out.
 
 use serde::Deserialize;
 
 use super::Applied;
+use super::chain::Chain;
 use crate::record::{Kind, Record};
 
 /// Which records make up the view, in view order.
@@ -18,8 +22,11 @@ pub struct Slice {
     /// Index of the first record after the boundary (0 without one).
     pub start: usize,
     /// Record indices in view order: those after the boundary, with the preserved
-    /// segment spliced in after its anchor.
+    /// segment spliced in after its anchor. Records off the active chain are included;
+    /// [`Slice::keeps`] tells them apart.
     pub order: Vec<usize>,
+    /// The active chain over `order`.
+    pub chain: Chain,
     /// How many records of a preserved segment were put back.
     pub preserved: usize,
     /// Why a preserved segment the boundary names could not be put back.
@@ -59,8 +66,17 @@ pub fn slice_after_boundary(records: &[Record]) -> (Slice, Applied) {
     if let Some(b) = boundary {
         splice_preserved(records, b, &mut slice);
     }
+    slice.chain = Chain::build(records, boundary, &slice.order);
     let applied = slice_applied(&slice);
     (slice, applied)
+}
+
+impl Slice {
+    /// Record indices of the view, in view order, without the records off the active
+    /// chain.
+    pub fn kept(&self) -> impl Iterator<Item = usize> + '_ {
+        self.order.iter().enumerate().filter(|(p, _)| self.chain.keeps(*p)).map(|(_, &i)| i)
+    }
 }
 
 /// The stage's report.
@@ -78,6 +94,10 @@ pub(crate) fn slice_applied(slice: &Slice) -> Applied {
             d
         }
         None => format!("no boundary: {} records", slice.order.len()),
+    };
+    let detail = match slice.chain.left_out() {
+        0 => detail,
+        n => format!("{detail}; {n} off the active chain left out"),
     };
     Applied { stage: "slice", acted: slice.boundary.is_some(), tokens_freed: 0, detail }
 }

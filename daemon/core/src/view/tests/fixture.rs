@@ -14,11 +14,16 @@
 //! attach at1 file "rendered text"       an attachment with rendered text
 //! attach at2 prompt_snapshot            an attachment without rendered text
 //! side x1 "text"                        a sidechain user record
-//! noise                                 a progress record
+//! noise                                 a progress record (no uuid)
+//! step p1                               a progress record in the chain
+//! note n1 "rendered text"               an attachment without a parent (as ctxd writes)
+//! from a2                               the next record hangs off a2 (a rewind, a fork)
 //! boundary b1 [head anchor tail]        a compact boundary (and preserved segment)
 //! snip u2 a3 …                          a ctxd-snip record
 //! collapse a2 r4 "summary text"         a ctxd-collapse record
 //! replace t1 "preview"                  a ctxd-tool-result-replacement record
+//! cleared t1 t2 …                       a ctxd-microcompact record (time gap)
+//! edits u1 t1 t2 …                      a ctxd-microcompact record (cache edits pinned to u1)
 //! wait 10                               the clock moves 10 minutes
 //! ```
 //!
@@ -102,6 +107,10 @@ pub fn fixture(spec: &str) -> Fixture {
         let arg = |i: usize| t.get(i).cloned().unwrap_or_default();
         if t[0] == "wait" {
             clock += arg(1).parse::<i64>().unwrap() * 60_000;
+            continue;
+        }
+        if t[0] == "from" {
+            parent = json!(arg(1));
             continue;
         }
         clock += 1_000;
@@ -203,6 +212,9 @@ pub fn fixture(spec: &str) -> Fixture {
                 rec
             }
             "noise" => json!({"type": "progress", "timestamp": ts, "data": {"n": 1}}),
+            "step" => message("progress", &arg(1), json!({"data": {"type": "hook_progress"}})),
+            "note" => json!({"type": "attachment", "uuid": arg(1), "timestamp": ts, "isSidechain": false,
+                "attachment": {"type": "changed_files", "source": "ctxd"}, "rendered": [{"content": arg(2)}], "renderedRole": "user"}),
             "boundary" => {
                 let mut rec = json!({"parentUuid": null, "logicalParentUuid": parent, "type": "system", "subtype": "compact_boundary", "uuid": arg(1), "timestamp": ts, "compactMetadata": {"trigger": "manual", "preTokens": 1000}});
                 if t.len() > 2 {
@@ -216,6 +228,8 @@ pub fn fixture(spec: &str) -> Fixture {
             "collapse" => {
                 json!({"type": "ctxd-collapse", "timestamp": ts, "from": arg(1), "to": arg(2), "summary": arg(3)})
             }
+            "cleared" => json!({"type": "ctxd-microcompact", "timestamp": ts, "trigger": "time_gap", "gapAfterUuid": "earlier", "clearedToolUseIds": t[1..]}),
+            "edits" => json!({"type": "ctxd-microcompact", "timestamp": ts, "trigger": "cache_edits", "pinnedToUuid": arg(1), "clearedToolUseIds": t[2..]}),
             "replace" => {
                 json!({"type": "ctxd-tool-result-replacement", "toolUseId": arg(1), "path": format!("/store/{}.txt", arg(1)), "preview": arg(2), "originalBytes": 1})
             }

@@ -5,6 +5,8 @@
 mod fixture;
 mod pipeline;
 mod properties;
+mod scrollback;
+mod sdk;
 mod sessions;
 mod stages;
 

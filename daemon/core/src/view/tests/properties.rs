@@ -1,5 +1,6 @@
-//! Any sequence of appends, snips, collapses and boundaries gives a valid request, and
-//! the view cache gives the same request as assembling from scratch after every append.
+//! Any sequence of appends, snips, collapses, boundaries and rewinds gives a valid
+//! request, and the view cache gives the same request as assembling from scratch after
+//! every append.
 
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -26,6 +27,9 @@ enum Op {
         keep: Vec<bool>,
         reverse: bool,
         together: bool,
+        /// As Claude Code writes parallel calls: each result hangs off its call's line,
+        /// and what follows hangs off the first result only.
+        hang: bool,
     },
     Attachment,
     ApiError,
@@ -49,6 +53,12 @@ enum Op {
     SnipAhead,
     /// A collapse from an existing record to one not appended yet.
     CollapseAhead(usize),
+    /// A prompt hanging off an earlier record (the k-th back): the host rewound.
+    Rewind(usize),
+    /// A progress record in the chain.
+    Progress,
+    /// An attachment without a parent, as the daemon writes its notes.
+    Note,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -57,8 +67,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (1usize..400).prop_map(Op::Prompt),
         5 => (any::<bool>(), proptest::option::of(any::<bool>()), prop::collection::vec((0usize..4, size), 0..4), any::<bool>())
             .prop_map(|(text, thinking, calls, split)| Op::Respond { text, thinking, calls, split }),
-        5 => (prop::collection::vec(prop::bool::weighted(0.85), 4), any::<bool>(), any::<bool>())
-            .prop_map(|(keep, reverse, together)| Op::Results { keep, reverse, together }),
+        5 => (prop::collection::vec(prop::bool::weighted(0.85), 4), any::<bool>(), any::<bool>(), any::<bool>())
+            .prop_map(|(keep, reverse, together, hang)| Op::Results { keep, reverse, together, hang }),
         1 => Just(Op::Attachment),
         1 => Just(Op::ApiError),
         1 => (0usize..60, 1usize..6).prop_map(|(from, len)| Op::Snip { from, len }),
@@ -70,6 +80,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0usize..30).prop_map(Op::Replace),
         1 => Just(Op::SnipAhead),
         1 => (0usize..60).prop_map(Op::CollapseAhead),
+        2 => (0usize..12).prop_map(Op::Rewind),
+        1 => Just(Op::Progress),
+        1 => Just(Op::Note),
     ]
 }
 
@@ -79,6 +92,8 @@ struct Builder {
     uuids: Vec<String>,
     calls: Vec<String>,
     pending: Vec<(String, u32)>,
+    /// The line each call is on.
+    call_lines: std::collections::HashMap<String, String>,
     parent: Value,
     clock: i64,
     next: usize,
@@ -128,13 +143,18 @@ impl Builder {
                 let groups: Vec<Vec<Value>> =
                     if *split { blocks.into_iter().map(|b| vec![b]).collect() } else { vec![blocks] };
                 for content in groups {
+                    let ids: Vec<String> =
+                        content.iter().filter_map(|b| b["id"].as_str().map(String::from)).collect();
                     self.message(
                         "assistant",
                         json!({"message": {"id": message_id, "role": "assistant", "model": "m", "content": content}}),
                     );
+                    for id in ids {
+                        self.call_lines.insert(id, self.uuids.last().cloned().unwrap_or_default());
+                    }
                 }
             }
-            Op::Results { keep, reverse, together } => {
+            Op::Results { keep, reverse, together, hang } => {
                 let mut answered: Vec<(String, u32)> = self
                     .pending
                     .iter()
@@ -146,7 +166,20 @@ impl Builder {
                     answered.reverse();
                 }
                 self.pending.clear();
-                if *together && !answered.is_empty() {
+                if *hang {
+                    let mut first = None;
+                    for (id, n) in answered {
+                        if let Some(line) = self.call_lines.get(&id) {
+                            self.parent = json!(line);
+                        }
+                        let content = vec![Builder::result_body(&id, n)];
+                        self.message("user", json!({"message": {"role": "user", "content": content}}));
+                        first = first.or_else(|| self.uuids.last().cloned());
+                    }
+                    if let Some(first) = first {
+                        self.parent = json!(first);
+                    }
+                } else if *together && !answered.is_empty() {
                     let content: Vec<Value> = answered.iter().map(|(id, n)| Builder::result_body(id, *n)).collect();
                     self.message("user", json!({"message": {"role": "user", "content": content}}));
                 } else {
@@ -212,6 +245,20 @@ impl Builder {
                     self.lines.push(json!({"type": "ctxd-collapse", "from": from, "to": to, "summary": "later work"}));
                 }
             }
+            Op::Rewind(k) => {
+                if !self.uuids.is_empty() {
+                    self.parent = json!(self.uuids[self.uuids.len() - 1 - k % self.uuids.len()]);
+                    self.pending.clear();
+                    self.message("user", json!({"message": {"role": "user", "content": "instead, do this"}}));
+                }
+            }
+            Op::Progress => self.message("progress", json!({"data": {"type": "hook_progress"}})),
+            Op::Note => {
+                self.clock += 1_000;
+                let uuid = self.id("n");
+                self.lines.push(json!({"type": "attachment", "uuid": uuid, "timestamp": stamp(self.clock),
+                    "attachment": {"type": "changed_files"}, "rendered": [{"content": "<system-reminder>a note</system-reminder>"}]}));
+            }
             Op::Replace(k) => {
                 if !self.calls.is_empty() {
                     let id = self.calls[k % self.calls.len()].clone();
@@ -235,6 +282,7 @@ fn build(ops: &[Op]) -> Vec<Record> {
         uuids: Vec::new(),
         calls: Vec::new(),
         pending: Vec::new(),
+        call_lines: std::collections::HashMap::new(),
         parent: Value::Null,
         clock: parse_rfc3339_ms("2026-11-29T08:00:00Z").unwrap_or(0),
         next: 0,

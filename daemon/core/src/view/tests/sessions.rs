@@ -11,7 +11,7 @@ use std::path::Path;
 use super::pipeline::assert_same;
 use super::*;
 
-const GENERATED: [(&str, &str); 3] = [
+pub(crate) const GENERATED: [(&str, &str); 3] = [
     ("seed 15, 8 turns", include_str!("../testdata/gen_s15_t8.jsonl")),
     ("seed 51, 6 turns", include_str!("../testdata/gen_s51_t6.jsonl")),
     ("seed 49, 4 turns", include_str!("../testdata/gen_s49_t4.jsonl")),
@@ -181,5 +181,21 @@ fn generated_sessions_agree_through_the_cache_under_every_setting() {
                 assert!(decided > 0, "{name}, {variant}: nothing was decided");
             }
         }
+    }
+}
+
+#[test]
+fn real_transcripts_are_one_chain() {
+    // Parallel tool calls (results hanging off their own call's line, calls after progress
+    // records), progress and system records in the chain, sidechains: none of it reads as a
+    // rewind, and nothing is left out.
+    for path in OLDER_TRANSCRIPTS.iter().chain([&REAL_TRANSCRIPT]) {
+        let Some(records) = read(path) else { continue };
+        let (slice, _) = slice::slice_after_boundary(&records);
+        let mut chain = chain::Chain::new(&records, slice.boundary);
+        for &i in &slice.order {
+            assert_ne!(chain.push(&records, i), chain::Pushed::Rewound, "{path}: record {i}");
+        }
+        assert_eq!(chain.left_out(), 0, "{path}");
     }
 }

@@ -49,6 +49,150 @@ fn slice_starts_after_the_latest_boundary() {
 }
 
 #[test]
+fn a_rewound_branch_leaves_the_view() {
+    let f = fixture(
+        r#"
+        user u1 "write a parser"
+        call a1 m1 t1 Read
+        result r1 t1 300
+        say a2 m2 "the parser reads tokens"
+        user u2 "now make it faster"
+        call a3 m3 t2 Bash
+        result r2 t2 200
+        say a4 m4 "it is faster now"
+        from a2
+        user u3 "no: make it smaller instead"
+        say a5 m5 "smaller it is"
+        "#,
+    );
+    expect![[r#"
+        user u1: text("write a parser")
+        assistant a1: tool_use(t1 Read)
+        user r1: tool_result(t1, 300b)
+        assistant a2: text("the parser reads tokens")
+        user u3: text("no: make it smaller instead")
+        assistant a5: text("smaller it is")
+    "#]]
+    .assert_eq(&view(&f.records, &PipelineConfig::default()));
+    let out = Setup::new(f.end_ms).run(&f.records);
+    assert_eq!(out.applied[0].detail, "no boundary: 10 records; 4 off the active chain left out");
+    assert!(!rendered(&out).contains("faster"));
+
+    // Going back to the first branch brings it back, and leaves the second out.
+    let mut records = f.records.clone();
+    records.extend(fixture("from a4\n user u4 \"faster is fine after all\"").records);
+    expect![[r#"
+        user u1: text("write a parser")
+        assistant a1: tool_use(t1 Read)
+        user r1: tool_result(t1, 300b)
+        assistant a2: text("the parser reads tokens")
+        user u2: text("now make it faster")
+        assistant a3: tool_use(t2 Bash)
+        user r2: tool_result(t2, 200b)
+        assistant a4: text("it is faster now")
+        user u4: text("faster is fine after all")
+    "#]]
+    .assert_eq(&view(&records, &PipelineConfig::default()));
+
+    // Through the view cache: the same requests, parsed again only at the two switches.
+    let counters = pipeline::check_incremental(&Setup::new(f.end_ms), &records);
+    assert_eq!((counters.resets, counters.extensions), (3, 9), "{counters:?}");
+}
+
+#[test]
+fn parallel_calls_progress_sidechains_and_notes_stay_on_the_chain() {
+    // As Claude Code writes parallel calls: one line per call (the second after a
+    // progress record), each result hanging off its call's line, the next response
+    // following one result only. A subagent's sidechain and a note ctxd appended (no
+    // parent) sit in between.
+    let f = fixture(
+        r#"
+        user u1 "look at both files"
+        say a1 m1 "reading both"
+        call a2 m1 t1 Read
+        step p1
+        call a3 m1 t2 Grep
+        side x1 "the subagent's own prompt"
+        from a2
+        result r1 t1 100
+        from a3
+        result r2 t2 120
+        note n1 "<system-reminder>src/lib.rs changed</system-reminder>"
+        from r1
+        say a4 m2 "both read"
+        user u2 "thanks"
+        "#,
+    );
+    expect![[r#"
+        user u1: text("look at both files")
+        assistant a1: text("reading both")
+        assistant a2: tool_use(t1 Read)
+        assistant a3 (parent p1): tool_use(t2 Grep)
+        user r1 (parent a2): tool_result(t1, 100b)
+        user r2 (parent a3): tool_result(t2, 120b)
+        user[attachment:changed_files] n1 (parent none): text("<system-reminder>src/lib.rs chan…")
+        assistant a4 (parent r1): text("both read")
+        user u2: text("thanks")
+    "#]]
+    .assert_eq(&view(&f.records, &PipelineConfig::default()));
+    let out = Setup::new(f.end_ms).run(&f.records);
+    expect![[r#"
+        system: text("You are a coding agent.")+cache
+        tools: Read Bash Grep Glob Edit Write Task+cache
+        user: text("look at both files")
+        assistant: text("reading both") tool_use(t1 Read) tool_use(t2 Grep)
+        user: tool_result(t1, 100b) tool_result(t2, 120b) text("<system-reminder>src/lib.rs chan…")
+        assistant: text("both read")
+        user: text("thanks")+cache
+    "#]]
+    .assert_eq(&rendered(&out));
+    assert_eq!(out.applied[0].detail, "no boundary: 11 records");
+    let counters = pipeline::check_incremental(&Setup::new(f.end_ms), &f.records);
+    assert_eq!(counters.resets, 1, "{counters:?}");
+}
+
+#[test]
+fn a_rewind_after_a_boundary_stays_after_it() {
+    let f = fixture(
+        r#"
+        user u1 "old task"
+        say a1 m1 "old task done"
+        boundary b1
+        summary s1 "Summary: the old task is done."
+        user u2 "new task, step one"
+        say a2 m2 "step one done"
+        user u3 "step two"
+        say a3 m3 "step two done"
+        from s1
+        user u4 "new task, done differently"
+        say a4 m4 "differently it is"
+        "#,
+    );
+    expect![[r#"
+        user[compact-summary] s1 (parent b1): text("Summary: the old task is done.")
+        user u4: text("new task, done differently")
+        assistant a4: text("differently it is")
+    "#]]
+    .assert_eq(&view(&f.records, &PipelineConfig::default()));
+    let out = Setup::new(f.end_ms).run(&f.records);
+    assert_eq!(out.applied[0].detail, "after the boundary at record 2: 7 records; 4 off the active chain left out");
+
+    // A record hanging off one from before the boundary (not in the view, and not in
+    // the records the daemon holds): read as continuing the view, which still starts
+    // after the boundary.
+    let mut records = f.records.clone();
+    records.extend(fixture("from a1\n user u5 \"back before the compaction\"").records);
+    expect![[r#"
+        user[compact-summary] s1 (parent b1): text("Summary: the old task is done.")
+        user u4: text("new task, done differently")
+        assistant a4: text("differently it is")
+        user u5 (parent a1): text("back before the compaction")
+    "#]]
+    .assert_eq(&view(&records, &PipelineConfig::default()));
+    pipeline::check_incremental(&Setup::new(f.end_ms), &records);
+}
+
+#[test]
 fn budget_stores_new_oversized_results_and_replays_recorded_ones() {
     let f = fixture(
         r#"
