@@ -207,3 +207,27 @@ fn budget_notices_come_once_per_crossing() {
     assert_eq!(count(&mut daemon), 1);
     assert_eq!(count(&mut daemon), 1, "the notice stays where it was given, once");
 }
+
+#[test]
+fn include_snipped_returns_the_scrollback_with_what_the_model_no_longer_sees() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": MODEL, "sessionId": "s"})).unwrap();
+    let records = example(40);
+    daemon.request("ctx/append", json!({"sessionId": "s", "records": records})).unwrap();
+    // Snip the first prompt (a plain user message).
+    let victim = records.iter().find(|r| r["type"] == "user" && r["message"]["content"].is_string()).unwrap()["uuid"].as_str().unwrap().to_owned();
+    daemon.request("ctx/snip", json!({"sessionId": "s", "uuids": [victim]})).unwrap();
+
+    let plain = assemble(&mut daemon, json!({}));
+    assert!(plain.get("scrollback").is_none(), "only on request");
+    let full = assemble(&mut daemon, json!({"includeSnipped": true}));
+    let entries = full["scrollback"]["entries"].as_array().unwrap();
+    let snipped = entries.iter().find(|e| e["uuid"] == victim.as_str()).expect("the snipped message is in the scrollback");
+    assert_eq!(snipped["hidden"]["reason"], "snipped", "{snipped}");
+    assert!(!full["request"].to_string().contains(&victim), "the model does not see it");
+    let visible = entries.iter().filter(|e| e.get("hidden").is_none()).count();
+    assert!(visible > 10 && visible < entries.len(), "{visible} of {}", entries.len());
+    // The request itself is the same with or without the scrollback.
+    assert_eq!(full["request"], plain["request"]);
+}

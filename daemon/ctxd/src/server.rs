@@ -383,6 +383,7 @@ impl Backend {
             tools: params.tools,
             max_tokens: params.max_tokens,
             fork: params.fork.map(|f| ctxd_core::view::Fork { instruction: f.instruction, skip_cache_write: f.skip_cache_write }),
+            include_snipped: params.include_snipped,
         };
         let rx = self.sessions()?.assemble(&params.session_id, request).map_err(rpc_error)?;
         let done = answer(rx, &params.session_id).await?;
@@ -396,6 +397,7 @@ impl Backend {
                 .map(|a| proto::AppliedStage { stage: a.stage.to_owned(), acted: a.acted, tokens_freed: a.tokens_freed, detail: a.detail })
                 .collect(),
             decision: if done.compact { "compact" } else { "continue" }.to_owned(),
+            scrollback: done.scrollback,
         })
     }
 

@@ -542,6 +542,10 @@ pub struct AssembleParams {
     /// A side request that shares the session's prefix.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fork: Option<ForkParams>,
+    /// Also return `scrollback`: the whole conversation since the latest boundary, with
+    /// a marker on every message or tool result the model no longer sees as it was.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub include_snipped: bool,
 }
 
 /// A fork of the session's request.
@@ -569,6 +573,13 @@ pub struct AssembleResult {
     /// `continue`, or `compact` when the threshold is reached (an automatic compaction
     /// was started in the background).
     pub decision: String,
+    /// With `includeSnipped`: `entries` (one per message: `uuid`, `role`, `kind`,
+    /// `content`, `tokens`, and `hidden` with a `reason` of `compacted`, `snipped` or
+    /// `collapsed` when the model does not see it; `results` marking tool results that
+    /// were `cleared`, `replaced` or `deletedFromCache`), `boundaryUuid`, and `offChain`
+    /// (records on abandoned branches, counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scrollback: Option<serde_json::Value>,
 }
 
 /// What one stage of the request pipeline did.

@@ -390,6 +390,8 @@ export interface AssembleParams {
     tools?: unknown[];
     maxTokens: number;
     fork?: ForkParams;
+    /** Also return `scrollback`, the full conversation with markers of what the model no longer sees. */
+    includeSnipped?: boolean;
 }
 /** What one stage of the request pipeline did. */
 export interface AppliedStage {
@@ -408,6 +410,8 @@ export interface AssembleResult {
     applied: AppliedStage[];
     /** `continue`, or `compact` when the threshold is reached (an automatic compaction started in the background). */
     decision: string;
+    /** With `includeSnipped`: `entries` (each with `hidden` when the model does not see it), `boundaryUuid`, `offChain`. */
+    scrollback?: Record<string, unknown>;
 }
 /** Builds the session's next model request. */
 export const assemble = new RequestType<AssembleParams, AssembleResult, void>("ctx/assemble");

@@ -125,6 +125,8 @@ pub struct AssembleRequest {
     pub tools: Vec<serde_json::Value>,
     pub max_tokens: u64,
     pub fork: Option<ctxd_core::view::Fork>,
+    /// Also build the UI's scrollback.
+    pub include_snipped: bool,
 }
 
 /// Answer to [`Command::Assemble`].
@@ -135,6 +137,7 @@ pub struct AssembleAnswer {
     pub usage: UsageSnapshot,
     pub applied: Vec<ctxd_core::view::Applied>,
     pub compact: bool,
+    pub scrollback: Option<serde_json::Value>,
 }
 
 /// Answer to [`Command::Compact`].
@@ -972,12 +975,20 @@ impl Session {
         if compact && may_compact && self.compaction.is_none() && self.thresholds.auto_compact_enabled {
             self.start_compaction(Trigger::Auto, None, None, None);
         }
+        // The UI's view: after the state records above, so it marks what this request
+        // already left out.
+        let scrollback = request
+            .include_snipped
+            .then(|| serde_json::to_value(ctxd_core::view::scrollback(&self.view, &state, &config)))
+            .transpose()
+            .map_err(|e| SessionError::Internal(format!("scrollback: {e}")))?;
         Ok(AssembleAnswer {
             request: assembled.request.to_value(),
             request_tokens: assembled.estimate_tokens,
             usage: self.usage(),
             applied: assembled.applied,
             compact,
+            scrollback,
         })
     }
 
