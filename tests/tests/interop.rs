@@ -114,3 +114,34 @@ fn observe_follows_a_transcript_another_program_appends_to() {
     let error = daemon.request_error("ctx/observe", json!({"transcript": "relative.jsonl"})).unwrap();
     assert_eq!(error["code"], -32602);
 }
+
+#[test]
+fn a_session_imported_over_its_window_is_compacted_before_its_next_request() {
+    let dir = tempfile::tempdir().unwrap();
+    // A generated session of about 260,000 tokens for a 200,000-token model.
+    let source = dir.path().join("big.jsonl");
+    let generated = Command::new("python3")
+        .arg(ctxd_e2e::repo_root().join("../shared/tools/gen_session.py"))
+        .args(["--target-tokens", "260000", "--seed", "11"])
+        .output()
+        .unwrap();
+    assert!(generated.status.success(), "{}", String::from_utf8_lossy(&generated.stderr));
+    std::fs::write(&source, &generated.stdout).unwrap();
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    let model = "claude-sonnet-4-5-20250929";
+    let opened = daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": model, "sessionId": "big", "import": source})).unwrap();
+    let before = opened["usage"]["tokens"].as_u64().unwrap();
+    assert!(before > opened["usage"]["blocked"].as_u64().unwrap(), "the import is over its window: {}", opened["usage"]);
+
+    // The next request waits for the automatic compaction and comes back under the threshold.
+    let assembled = daemon
+        .request("ctx/assemble", json!({"sessionId": "big", "system": [{"type": "text", "text": "agent"}], "tools": [], "maxTokens": 8000}))
+        .unwrap();
+    let compacted = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "big").unwrap();
+    assert_eq!(compacted["trigger"], "auto");
+    let threshold = assembled["usage"]["threshold"].as_u64().unwrap();
+    let request_tokens = assembled["requestTokens"].as_u64().unwrap();
+    assert!(request_tokens < threshold, "the request sent is the compacted one: {request_tokens} vs threshold {threshold}");
+    assert!(assembled["request"].to_string().contains("Primary Request and Intent"), "the request starts from the summary");
+    assert!(assembled["request"].to_string().len() < 600_000, "never the whole history");
+}

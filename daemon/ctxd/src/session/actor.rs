@@ -724,6 +724,11 @@ impl Session {
                 let _ = reply.send(answer);
             }
             Command::Assemble { request, reply } => {
+                // A request at the blocked level would be refused (an imported session,
+                // a burst of appends): compact first, then answer from the new view.
+                if self.thresholds.enforce_window && self.next_tokens() >= self.thresholds.blocked {
+                    self.maybe_auto_compact().await;
+                }
                 let at_blocked = self.compaction.is_some() && self.thresholds.rejects_request(self.tally.total());
                 let blocked = self.compaction.is_some() && self.next_tokens() >= self.thresholds.blocked;
                 if blocked || at_blocked {
