@@ -145,3 +145,50 @@ fn a_session_imported_over_its_window_is_compacted_before_its_next_request() {
     assert!(assembled["request"].to_string().contains("Primary Request and Intent"), "the request starts from the summary");
     assert!(assembled["request"].to_string().len() < 600_000, "never the whole history");
 }
+
+/// A transcript of one exchange whose response reported `input` input tokens.
+fn exchange(input: u64) -> String {
+    let user = json!({"type": "user", "uuid": format!("u-{input}"), "parentUuid": null, "message": {"role": "user", "content": "hi"}});
+    let assistant = json!({"type": "assistant", "uuid": format!("a-{input}"), "parentUuid": format!("u-{input}"),
+        "message": {"id": format!("msg-{input}"), "role": "assistant", "model": "claude-sonnet-4-5-20250929",
+                    "content": [{"type": "text", "text": "hello"}], "usage": {"input_tokens": input, "output_tokens": 10}}});
+    format!("{user}\n{assistant}\n")
+}
+
+#[test]
+fn observe_claude_projects_follows_every_project_and_new_transcripts() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let projects = state.with_extension("home").join(".claude/projects");
+    std::fs::create_dir_all(projects.join("-work-alpha")).unwrap();
+    std::fs::write(projects.join("-work-alpha/older.jsonl"), exchange(1_000)).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(projects.join("-work-alpha/newest.jsonl"), exchange(2_000)).unwrap();
+    let mut daemon = Daemon::start_with(&state, &[], &[("CTXD_LOG", "ctxd=debug")]).unwrap();
+    daemon.request("initialize", json!({"capabilities": {}, "initializationOptions": {"settings": {"observeClaudeProjects": true}}})).unwrap();
+    daemon.notify("initialized", json!({})).unwrap();
+    // The running (newest) transcript of the existing project is followed at once.
+    let log = state.with_extension("log");
+    daemon.wait_notification("ctx/usageChanged", |p| p["usage"]["reportedTokens"] == 2_010).unwrap_or_else(|e| panic!("{e}: {}", std::fs::read_to_string(&log).unwrap_or_default()));
+    // A project that appears later, and a transcript started in it.
+    std::fs::create_dir_all(projects.join("-work-beta")).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let beta = projects.join("-work-beta/session.jsonl");
+    std::fs::write(&beta, exchange(3_000)).unwrap();
+    let first = daemon.wait_notification("ctx/usageChanged", |p| p["usage"]["reportedTokens"] == 3_010).unwrap();
+    // It is followed as it grows.
+    let mut text = std::fs::read_to_string(&beta).unwrap();
+    text.push_str(&exchange(4_000));
+    std::fs::write(&beta, text).unwrap();
+    let grown = daemon.wait_notification("ctx/usageChanged", |p| p["usage"]["reportedTokens"] == 4_010).unwrap();
+    assert_eq!(grown["sessionId"], first["sessionId"]);
+    // And through ctx/observe with the project directory.
+    let observed = daemon.request("ctx/observe", json!({"projectDir": projects.join("-work-alpha")})).unwrap();
+    assert_eq!(observed["usage"]["reportedTokens"], 2_010);
+    let empty = projects.join("-work-empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let error = daemon.request_error("ctx/observe", json!({"projectDir": empty})).unwrap();
+    assert_eq!(error["code"], -32602);
+    let both = daemon.request_error("ctx/observe", json!({"projectDir": empty, "transcript": beta})).unwrap();
+    assert_eq!(both["code"], -32602);
+}

@@ -186,10 +186,11 @@ impl LanguageServer for Backend {
             sources: SettingsSources::standard(&state_dir),
             services: crate::session::Services::start(),
         };
-        let sessions = Sessions::new(Arc::new(store), environment, Notifier::new(self.client.clone()));
-        if self.sessions.set(Arc::new(sessions)).is_err() {
+        let sessions = Arc::new(Sessions::new(Arc::new(store), environment, Notifier::new(self.client.clone())));
+        if self.sessions.set(sessions.clone()).is_err() {
             return Err(Error::invalid_request());
         }
+
         tracing::info!(state_dir = %state_dir.display(), "initialized");
         let capabilities = proto::CtxdCapabilities {
             version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -209,6 +210,14 @@ impl LanguageServer for Backend {
 
     async fn initialized(&self, _: InitializedParams) {
         tracing::debug!("client initialized");
+        // Notifications reach the client only from now on.
+        if let Ok(sessions) = self.sessions()
+            && sessions.daemon_settings().observe_claude_projects == Some(true)
+            && let Some(root) = sessions.claude_projects_dir()
+        {
+            tracing::info!(root = %root.display(), "observing Claude Code projects");
+            sessions.follow_claude_projects(root);
+        }
     }
 
     async fn did_change_configuration(&self, params: DidChangeConfigurationParams) {
@@ -416,11 +425,17 @@ impl Backend {
     }
 
     pub async fn observe(&self, params: proto::ObserveParams) -> Result<proto::ObserveResult> {
-        let path = PathBuf::from(&params.transcript);
+        let (path, project) = match (&params.transcript, &params.project_dir) {
+            (Some(t), None) => (PathBuf::from(t), false),
+            (None, Some(d)) => (PathBuf::from(d), true),
+            _ => return Err(Error::invalid_params("give exactly one of `transcript` and `projectDir`")),
+        };
         if !path.is_absolute() {
-            return Err(Error::invalid_params(format!("transcript must be an absolute path: {:?}", params.transcript)));
+            return Err(Error::invalid_params(format!("the path must be absolute: {:?}", path.display().to_string())));
         }
-        let (session_id, usage) = self.sessions()?.observe(path).await.map_err(rpc_error)?;
+        let sessions = self.sessions()?;
+        let observed = if project { sessions.observe_project(path).await } else { sessions.observe(path).await };
+        let (session_id, usage) = observed.map_err(rpc_error)?;
         Ok(proto::ObserveResult { session_id, usage: usage.to_proto() })
     }
 

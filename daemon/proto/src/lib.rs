@@ -641,7 +641,12 @@ pub struct CollapseResult {
 #[serde(rename_all = "camelCase")]
 pub struct ObserveParams {
     /// Absolute path of the transcript (JSONL).
-    pub transcript: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transcript: Option<String>,
+    /// Or a Claude Code project directory (`~/.claude/projects/<project>`): its newest
+    /// transcript is observed, and every transcript that appears in it later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_dir: Option<String>,
 }
 
 /// `ctx/observe` result: the id its `ctx/usageChanged` notifications carry.

@@ -64,6 +64,11 @@ pub struct Settings {
     /// `["CLAUDE.md", "AGENTS.md"]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_file_names: Option<Vec<String>>,
+    /// Follow running Claude Code sessions: every project under `~/.claude/projects`
+    /// is observed (its newest transcript, and each new one), and their usage published
+    /// with `ctx/usageChanged` (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observe_claude_projects: Option<bool>,
 }
 
 /// Settings of one model.
@@ -126,6 +131,7 @@ impl Settings {
         "baseUrl",
         "apiKeyEnv",
         "memoryFileNames",
+        "observeClaudeProjects",
     ];
 
     /// The keys ctxd reads from Claude Code's settings files.
@@ -149,7 +155,8 @@ impl Settings {
             larger_model_retry,
             base_url,
             api_key_env,
-            memory_file_names
+            memory_file_names,
+            observe_claude_projects
         );
         if let Some(models) = upper.model_settings {
             let mine = self.model_settings.get_or_insert_with(BTreeMap::new);

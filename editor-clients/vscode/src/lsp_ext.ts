@@ -99,6 +99,8 @@ export interface Settings {
     /** Name of the environment variable holding the API key (never the key itself). */
     apiKeyEnv?: string;
     memoryFileNames?: string[];
+    /** Follow running Claude Code sessions under `~/.claude/projects`. */
+    observeClaudeProjects?: boolean;
 }
 
 /** `initializationOptions` of `initialize`. */
@@ -351,7 +353,9 @@ export const collapse = new RequestType<CollapseParams, CollapseResult, void>("c
 /** A transcript another program (Claude Code) writes, to follow. */
 export interface ObserveParams {
     /** Absolute path of the transcript (JSONL). */
-    transcript: string;
+    transcript?: string;
+    /** Or a Claude Code project directory: its newest transcript, and each new one. */
+    projectDir?: string;
 }
 export interface ObserveResult {
     /** The id its `ctx/usageChanged` notifications carry. */

@@ -58,7 +58,7 @@ const forkKeys = { instruction: true, skipCacheWrite: true } satisfies Keys<ext.
 const assembleResultKeys = { request: true, requestTokens: true, usage: true, applied: true, decision: true, scrollback: true } satisfies Keys<ext.AssembleResult>;
 const appliedStageKeys = { stage: true, acted: true, tokensFreed: true, detail: true } satisfies Keys<ext.AppliedStage>;
 const providerErrorResultKeys = { action: true, reason: true, compact: true } satisfies Keys<ext.ReportProviderErrorResult>;
-const observeParamKeys = { transcript: true } satisfies Keys<ext.ObserveParams>;
+const observeParamKeys = { transcript: true, projectDir: true } satisfies Keys<ext.ObserveParams>;
 const observeResultKeys = { sessionId: true, usage: true } satisfies Keys<ext.ObserveResult>;
 const snipParamKeys = { sessionId: true, uuids: true } satisfies Keys<ext.SnipParams>;
 const snipResultKeys = { tokensFreed: true, unknown: true, usage: true } satisfies Keys<ext.SnipResult>;
@@ -71,7 +71,7 @@ const initKeys = { stateDir: true, autoCompactWindow: true, settings: true } sat
 const settingsKeys = {
     autoCompactWindow: true, autoCompactEnabled: true, idleCompaction: true, idleCompactAfterSeconds: true, modelSettings: true,
     hooks: true, provider: true, model: true, compactModel: true, largerModelRetry: true, baseUrl: true, apiKeyEnv: true,
-    memoryFileNames: true,
+    memoryFileNames: true, observeClaudeProjects: true,
 } satisfies Keys<ext.Settings>;
 const modelSettingsKeys = { autoCompactWindow: true } satisfies Keys<ext.ModelSettings>;
 

@@ -10,7 +10,7 @@ pub mod compaction;
 pub mod observe;
 pub mod usage;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ctxd_core::budget::{EnvConfig, ResolvedWindow, Thresholds, WindowInputs, WindowSource, resolve_window, thresholds};
@@ -399,6 +399,86 @@ impl Sessions {
         observe::start(path.clone(), thresholds_for, self.environment.services.watcher.clone(), self.notifier.clone())
             .await
             .map_err(|e| SessionError::InvalidParams(format!("cannot observe {}: {e}", path.display())))
+    }
+
+    /// `ctx/observe` with a project directory: its newest transcript now, and every
+    /// transcript that appears in it later (followed in the background).
+    pub async fn observe_project(self: &Arc<Self>, dir: std::path::PathBuf) -> Result<(String, UsageSnapshot), SessionError> {
+        let listed = dir.clone();
+        let transcripts = tokio::task::spawn_blocking(move || observe::transcripts_in(&listed)).await.unwrap_or_default();
+        let Some(newest) = transcripts.first().cloned() else {
+            return Err(SessionError::InvalidParams(format!("no transcript (*.jsonl) in {} yet", dir.display())));
+        };
+        let first = self.observe(newest).await?;
+        self.follow_new_transcripts(dir, transcripts.into_iter().collect());
+        Ok(first)
+    }
+
+    /// Observes each transcript that appears in `dir` and is not in `seen`.
+    fn follow_new_transcripts(self: &Arc<Self>, dir: std::path::PathBuf, mut seen: HashSet<std::path::PathBuf>) {
+        let sessions = self.clone();
+        let mut subscription = self.environment.services.watcher.subscribe([crate::context::watcher::Target::dir(dir.clone())]);
+        tokio::spawn(async move {
+            while subscription.recv().await.is_some() {
+                let listed = dir.clone();
+                let now = tokio::task::spawn_blocking(move || observe::transcripts_in(&listed)).await.unwrap_or_default();
+                for path in now {
+                    if seen.insert(path.clone()) {
+                        match sessions.observe(path.clone()).await {
+                            Ok((id, usage)) => {
+                                tracing::info!(path = %path.display(), id, "observing a new transcript");
+                                sessions.notifier.usage_changed(&id, usage).await;
+                            }
+                            Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot observe"),
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    /// `observeClaudeProjects`: every project under `root` (`~/.claude/projects`), now
+    /// and as they appear; in each, the newest transcript and every new one.
+    pub fn follow_claude_projects(self: &Arc<Self>, root: std::path::PathBuf) {
+        let sessions = self.clone();
+        let mut subscription = self.environment.services.watcher.subscribe([crate::context::watcher::Target::dir(root.clone())]);
+        tokio::spawn(async move {
+            let mut followed = HashSet::new();
+            loop {
+                let listed = root.clone();
+                let projects = tokio::task::spawn_blocking(move || observe::folders_in(&listed)).await.unwrap_or_default();
+                for project in projects {
+                    if !followed.insert(project.clone()) {
+                        continue;
+                    }
+                    let listed = project.clone();
+                    let transcripts = tokio::task::spawn_blocking(move || observe::transcripts_in(&listed)).await.unwrap_or_default();
+                    if let Some(newest) = transcripts.first() {
+                        // Clients learn of a followed session from its first usage.
+                        match sessions.observe(newest.clone()).await {
+                            Ok((id, usage)) => sessions.notifier.usage_changed(&id, usage).await,
+                            Err(e) => tracing::warn!(path = %newest.display(), error = %e, "cannot observe"),
+                        }
+                    }
+                    sessions.follow_new_transcripts(project, transcripts.into_iter().collect());
+                }
+                if subscription.recv().await.is_none() {
+                    break;
+                }
+            }
+        });
+    }
+
+    /// The settings that apply outside any project (user files and the client's).
+    pub fn daemon_settings(&self) -> ctxd_proto::Settings {
+        let changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let home = self.environment.sources.home.clone().unwrap_or_else(|| std::path::PathBuf::from("/"));
+        settings::resolve(&self.environment.sources, &home, &self.environment.client_settings, &changed).settings
+    }
+
+    /// Where Claude Code keeps its transcripts, if there is a home directory.
+    pub fn claude_projects_dir(&self) -> Option<std::path::PathBuf> {
+        self.environment.sources.home.as_ref().map(|h| h.join(".claude").join("projects"))
     }
 
     /// True when `id` is neither open nor in the store (or not a valid id).
