@@ -250,6 +250,21 @@ def report(args):
             r = ratio(ctxd, tail, "median")
             print(f"  ctxd / tail+start   = {r:.2f}x (CPU {ratio(ctxd, tail, 'cpu_median'):.2f}x; "
                   f"target <= 2x: {'met' if r <= 2 else 'MISSED'})")
+        hf = {}
+        for tool in ("ctxd", "tail", "ccusage", "ccstatusline"):
+            path = os.path.join(args.dir, f"hyperfine-{name[:-5]}-{tool}.json")
+            if os.path.exists(path):
+                with open(path) as f:
+                    hf[tool] = json.load(f)["results"][0]
+        if hf:
+            print("  hyperfine cross-check (one tool after the other, through sh, its start subtracted):")
+            print("    " + ", ".join(f"{t} {fmt(r['median'])} median / {fmt(r['mean'])} mean" for t, r in hf.items()))
+            pairs = (("ccstatusline", "ctxd"), ("ccusage", "ctxd"), ("ctxd", "tail"))
+            def x(v):
+                return f"{v:.2f}x" if v < 10 else f"{v:.0f}x"
+            print("    " + ", ".join(f"{a} / {b} = {x(hf[a]['median'] / max(hf[b]['median'], 1e-9))} "
+                                     f"(means {x(hf[a]['mean'] / max(hf[b]['mean'], 1e-9))})"
+                                     for a, b in pairs if a in hf and b in hf))
     imports = os.path.join(args.dir, "import.txt")
     if os.path.exists(imports):
         runs = {}
