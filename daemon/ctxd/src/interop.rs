@@ -6,12 +6,12 @@
 //! them back, leaving out only ctxd's own bookkeeping records (`ctxd-*` types). Import
 //! then export thus gives back the original records, line for line.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use ctxd_core::record::Record;
 
-use crate::store::transcript::Transcript;
 use crate::store::{Store, StoreError};
 
 /// What an import did.
@@ -27,14 +27,45 @@ pub const OWN_TYPE_PREFIX: &str = "ctxd-";
 
 /// Copies the readable lines of `source` into a new session `id` in `store`. Fails if the
 /// session exists (import never overwrites).
+///
+/// One pass, line by line: each line is checked and written on to a temporary file, which
+/// is synced once and renamed to the session's name. Memory stays at a few buffers
+/// whatever the transcript's size, and the disk writes back while later lines are read.
 pub fn import(store: &Store, id: &str, source: &Path) -> Result<Imported, StoreError> {
     let target = store.transcript_path(id)?;
     if target.exists() {
         return Err(StoreError::io(&target, std::io::Error::new(std::io::ErrorKind::AlreadyExists, "a session with this id exists")));
     }
     let file = std::fs::File::open(source).map_err(|e| StoreError::io(source, e))?;
-    let mut reader = BufReader::with_capacity(1 << 20, file);
-    let mut lines: Vec<String> = Vec::new();
+    // Write to a temporary name and rename, so a crash never leaves half an import
+    // under the session's name.
+    let partial = target.with_extension("jsonl.importing");
+    let _ = std::fs::remove_file(&partial);
+    let out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&partial)
+        .map_err(|e| StoreError::io(&partial, e))?;
+    let copied = copy_readable(BufReader::with_capacity(1 << 20, file), BufWriter::with_capacity(1 << 20, out), source, &partial)
+        .and_then(|imported| std::fs::rename(&partial, &target).map(|()| imported).map_err(|e| StoreError::io(&target, e)));
+    let imported = match copied {
+        Ok(imported) => imported,
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            return Err(e);
+        }
+    };
+    for line in &imported.skipped {
+        tracing::warn!(source = %source.display(), %line, "malformed line skipped on import");
+    }
+    Ok(imported)
+}
+
+/// Copies every readable line of `reader` to `out` (one per line, without `\r`), then
+/// flushes and syncs `out`.
+fn copy_readable(mut reader: impl BufRead, mut out: BufWriter<std::fs::File>, source: &Path, partial: &Path) -> Result<Imported, StoreError> {
+    let written = |e| StoreError::io(partial, e);
     let mut imported = Imported::default();
     let mut buf = Vec::new();
     let mut number = 0u64;
@@ -53,27 +84,17 @@ pub fn import(store: &Store, id: &str, source: &Path) -> Result<Imported, StoreE
         }
         let checked = std::str::from_utf8(&buf)
             .map_err(|e| format!("not UTF-8: {e}"))
-            .and_then(|text| Record::parse(text).map(|_| text.to_owned()).map_err(|e| e.to_string()));
+            .and_then(|text| Record::parse(text).map(drop).map_err(|e| e.to_string()));
         match checked {
-            Ok(text) => lines.push(text),
+            Ok(()) => {
+                out.write_all(&buf).and_then(|()| out.write_all(b"\n")).map_err(written)?;
+                imported.records += 1;
+            }
             Err(why) => imported.skipped.push(format!("line {number}: {why}")),
         }
     }
-    // Write to a temporary name and rename, so a crash never leaves half an import
-    // under the session's name.
-    let partial = target.with_extension("jsonl.importing");
-    let _ = std::fs::remove_file(&partial);
-    let (mut transcript, _) = Transcript::open(&partial, true, u64::MAX)?;
-    for chunk in lines.chunks(4096) {
-        let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-        transcript.append(&refs)?;
-    }
-    drop(transcript);
-    std::fs::rename(&partial, &target).map_err(|e| StoreError::io(&target, e))?;
-    imported.records = lines.len() as u64;
-    for line in &imported.skipped {
-        tracing::warn!(source = %source.display(), %line, "malformed line skipped on import");
-    }
+    let file = out.into_inner().map_err(|e| written(e.into_error()))?;
+    file.sync_data().map_err(written)?;
     Ok(imported)
 }
 
@@ -133,5 +154,34 @@ mod tests {
         assert_eq!(String::from_utf8(out).unwrap(), format!("{good1}\n{good2}\n"));
         // Never overwrites.
         assert!(import(&store, "imp", &source).is_err());
+    }
+
+    #[test]
+    fn a_failed_import_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state")).unwrap();
+        // A directory opens but fails on the first read: after the temporary file exists.
+        let source = dir.path().join("not-a-file");
+        std::fs::create_dir(&source).unwrap();
+        assert!(import(&store, "bad", &source).is_err());
+        assert_eq!(store.session_ids().unwrap(), Vec::<String>::new());
+        let left: Vec<_> = std::fs::read_dir(store.transcript_path("bad").unwrap().parent().unwrap()).unwrap().collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn a_large_import_keeps_every_line_without_carriage_returns() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state")).unwrap();
+        let source = dir.path().join("big.jsonl");
+        let mut text = String::new();
+        for i in 0..20_000 {
+            text.push_str(&format!("{{\"type\":\"user\",\"uuid\":\"u{i}\",\"message\":{{\"role\":\"user\",\"content\":\"{}\"}}}}\r\n", "x".repeat(i % 300)));
+        }
+        std::fs::write(&source, &text).unwrap();
+        let imported = import(&store, "big", &source).unwrap();
+        assert_eq!(imported.records, 20_000);
+        let stored = std::fs::read_to_string(store.transcript_path("big").unwrap()).unwrap();
+        assert_eq!(stored, text.replace("\r\n", "\n"));
     }
 }

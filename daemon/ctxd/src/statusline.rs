@@ -42,8 +42,11 @@ pub struct ContextWindowField {
     pub context_window_size: Option<u64>,
 }
 
-/// Bytes read per step backwards.
-const BLOCK: u64 = 64 * 1024;
+/// Bytes read by the first step backwards: a status line is usually asked for right
+/// after a response, so its usage is in the last few kilobytes. Each further step reads
+/// twice as much, up to `MAX_BLOCK`.
+const FIRST_BLOCK: u64 = 8 * 1024;
+const MAX_BLOCK: u64 = 1024 * 1024;
 /// Give up looking for a reported usage after this much of the tail (then estimate).
 const MAX_TAIL: u64 = 64 * 1024 * 1024;
 
@@ -62,26 +65,39 @@ pub fn tail_usage(path: &Path) -> std::io::Result<TailUsage> {
     let mut file = File::open(path)?;
     let len = file.metadata()?.len();
     let mut pos = len;
-    // Lines collected newest first; `carry` is the partial line at the block's start.
+    // Lines collected newest first; `carry` is the partial line at the last block's start.
     let mut newest_first: Vec<Record> = Vec::new();
     let mut carry: Vec<u8> = Vec::new();
     let mut stop = None;
     let mut model = None;
+    let mut step = FIRST_BLOCK;
     'blocks: while pos > 0 && len - pos < MAX_TAIL {
-        let start = pos.saturating_sub(BLOCK);
-        let mut block = vec![0u8; (pos - start) as usize];
+        let start = pos.saturating_sub(step);
+        step = (step * 2).min(MAX_BLOCK);
+        let want = pos - start;
+        // Read into spare capacity (no zeroing) with room for the carried partial line.
+        let mut block = Vec::with_capacity(want as usize + carry.len());
         file.seek(SeekFrom::Start(start))?;
-        file.read_exact(&mut block)?;
+        (&mut file).take(want).read_to_end(&mut block)?;
+        if block.len() as u64 != want {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
         block.extend_from_slice(&carry);
         pos = start;
-        // Every line but the first is whole (unless we are at the file's start).
-        let mut lines: Vec<&[u8]> = block.split(|b| *b == b'\n').collect();
-        carry = if pos > 0 { lines.remove(0).to_vec() } else { Vec::new() };
-        for line in lines.into_iter().rev() {
-            if let Some(found) = consider(line, &mut newest_first, &mut model) {
+        // Whole lines, newest first; what precedes the block's first line break is the
+        // end of a line that starts in an earlier block (or the file's first line).
+        let mut end = block.len();
+        while let Some(nl) = memchr::memrchr(b'\n', &block[..end]) {
+            if let Some(found) = consider(&block[nl + 1..end], &mut newest_first, &mut model) {
                 stop = Some(found);
                 break 'blocks;
             }
+            end = nl;
+        }
+        block.truncate(end);
+        carry = block;
+        if pos == 0 {
+            stop = consider(&carry, &mut newest_first, &mut model);
         }
     }
     let mut tally = Tally::default();
@@ -237,6 +253,20 @@ mod tests {
         let f = transcript(&lines);
         let tail = tail_usage(f.path()).unwrap();
         assert_eq!(tail.tally.total(), 42_100);
+    }
+
+    #[test]
+    fn lines_longer_than_a_block_and_a_first_line_without_a_break() {
+        // The response spans several blocks; what follows it too.
+        let long = assistant("m1", 60_000).replace(r#""text":"x""#, &format!(r#""text":"{}""#, "x".repeat(300_000)));
+        let f = transcript(&[user("a"), long.clone(), user(&"z".repeat(19_998))]);
+        let tail = tail_usage(f.path()).unwrap();
+        assert_eq!(tail.tally.reported, 60_100);
+        assert_eq!(tail.tally.estimated(), 5_000);
+        // The only line, without a final line break, longer than the first block.
+        let only = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(only.path(), &long).unwrap();
+        assert_eq!(tail_usage(only.path()).unwrap().tally.total(), 60_100);
     }
 
     #[test]
