@@ -76,9 +76,14 @@ fn session(provider_port: u16, dir: &std::path::Path) -> (Daemon, Value) {
 
 /// A daemon with session `p` open (30 records) on the provider at `provider_port`.
 fn opened(provider_port: u16, dir: &std::path::Path) -> Daemon {
+    opened_with(provider_port, dir, json!({}))
+}
+
+fn opened_with(provider_port: u16, dir: &std::path::Path, extra: Value) -> Daemon {
     let project = dir.join("project");
     std::fs::create_dir_all(project.join(".ctxd")).unwrap();
-    let settings = json!({"provider": "anthropic", "baseUrl": format!("http://127.0.0.1:{provider_port}"), "apiKeyEnv": "CTXD_TEST_API_KEY"});
+    let mut settings = json!({"provider": "anthropic", "baseUrl": format!("http://127.0.0.1:{provider_port}"), "apiKeyEnv": "CTXD_TEST_API_KEY"});
+    settings.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
     std::fs::write(project.join(".ctxd/settings.json"), settings.to_string()).unwrap();
     let mut daemon = Daemon::start_with(&dir.join("state"), &[], &[("CTXD_TEST_API_KEY", "sk-test-secret-key-123")]).unwrap();
     daemon.initialize().unwrap();
@@ -161,4 +166,30 @@ fn cancel_request_stops_a_compaction_and_its_provider_call() {
     assert_ne!(usage["usage"]["level"], "compacting");
     let more = json!({"type": "user", "uuid": "after-cancel", "parentUuid": null, "message": {"role": "user", "content": "go on"}});
     daemon.request("ctx/append", json!({"sessionId": "p", "records": [more]})).unwrap();
+}
+
+fn too_long_unless_large(body: &str) -> (u16, String) {
+    let body: Value = serde_json::from_str(body).unwrap();
+    if body["model"] == "claude-large[1m]" {
+        sse_summary("")
+    } else {
+        (400, json!({"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long: 250000 tokens > 200000 maximum"}}).to_string())
+    }
+}
+
+#[test]
+fn a_summary_too_long_for_the_model_goes_to_the_larger_model_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, seen) = serve(too_long_unless_large);
+    let mut daemon = opened_with(port, dir.path(), json!({"compactModel": "claude-small", "largerModelRetry": "claude-large[1m]"}));
+    let result = daemon.request("ctx/compact", json!({"sessionId": "p"})).unwrap();
+    assert_eq!(result["summarizer"], "anthropic", "{result}");
+    assert!(result["summary"].as_str().unwrap().contains("REMOTE-SUMMARY"));
+    let models: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, body)| serde_json::from_str::<Value>(body).unwrap()["model"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(models, ["claude-small", "claude-large[1m]"], "one try on the configured model, then the larger one");
 }

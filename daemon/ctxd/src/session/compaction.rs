@@ -241,7 +241,10 @@ async fn summarize_remote(
         additional: instructions.map(str::to_owned),
         newer_messages_kept: kept,
     });
-    let model = job.settings.compact_model.clone().or_else(|| job.settings.model.clone()).unwrap_or_else(|| job.model.clone());
+    let mut model = job.settings.compact_model.clone().or_else(|| job.settings.model.clone()).unwrap_or_else(|| job.model.clone());
+    // A summary request too long for the model goes once to the larger model, if one is
+    // configured, before anything is dropped from it.
+    let mut larger = job.settings.larger_model_retry.clone().filter(|m| *m != model);
     let cancel = tokio_util::sync::CancellationToken::new();
     let mut body_source = parent;
     let mut attempt = ReplyAttempt::First;
@@ -270,6 +273,10 @@ async fn summarize_remote(
                 }
                 Err(e) => return Err(e.to_string()),
             },
+            Err(ProviderError::PromptTooLong { tokens, max }) if larger.is_some() => {
+                tracing::info!(tokens, max, from = %model, "summary request too long; retrying with the larger model");
+                model = larger.take().unwrap_or_default();
+            }
             Err(ProviderError::PromptTooLong { tokens, max }) if ptl_retries < MAX_PTL_RETRIES => {
                 let cut = truncate_for_retry(&body_source, Some(Overflow { tokens, max }), ptl_retries).ok_or("the summary request is too long and nothing more can be dropped")?;
                 body_source = cut.body;
