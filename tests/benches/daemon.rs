@@ -6,6 +6,7 @@
 //! ```text
 //! cargo build --release -p ctxd && cargo bench -p ctxd-e2e --bench daemon
 //! cargo bench -p ctxd-e2e --bench daemon -- --quick     # fewer repetitions
+//! cargo bench -p ctxd-e2e --bench daemon -- usage       # one part (startup, appends, resume, usage)
 //! ```
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
@@ -28,10 +29,21 @@ fn main() -> anyhow::Result<()> {
     anyhow::ensure!(bin.exists(), "{} missing: cargo build --release -p ctxd", bin.display());
     println!("ctxd benchmarks · binary {} · {} cores · medians of {reps} runs", bin.display(), std::thread::available_parallelism().map_or(0, |n| n.get()));
 
-    startup_and_idle_memory(reps)?;
-    append_throughput(reps, quick)?;
-    resume(reps, quick)?;
-    usage_after_append(quick)?;
+    // `-- usage` (or `startup`, `appends`, `resume`) runs one part only.
+    let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let wanted = |part: &str| only.is_empty() || only.iter().any(|o| o == part);
+    if wanted("startup") {
+        startup_and_idle_memory(reps)?;
+    }
+    if wanted("appends") {
+        append_throughput(reps, quick)?;
+    }
+    if wanted("resume") {
+        resume(reps, quick)?;
+    }
+    if wanted("usage") {
+        usage_after_append(quick)?;
+    }
     Ok(())
 }
 
