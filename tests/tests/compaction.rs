@@ -263,3 +263,33 @@ fn a_work_done_token_gets_the_compaction_phases_as_progress() {
     daemon.request("ctx/compact", json!({"sessionId": "g"})).unwrap();
     assert!(daemon.drain_notifications("$/progress").is_empty());
 }
+
+#[test]
+fn a_context_that_refills_at_once_stops_auto_compaction_as_thrashing() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(project.join(".ctxd")).unwrap();
+    // A 100,000-token window: auto compaction at 67,000.
+    std::fs::write(project.join(".ctxd/settings.json"), r#"{"autoCompactWindow": 100000}"#).unwrap();
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "t"})).unwrap();
+    // Every turn reports 70,000 tokens: each compaction is refilled by the next turn.
+    let turn = |i: usize| {
+        let user = ctxd_e2e::user_record(&format!("u{i}"), None, &format!("step {i}: read the whole build log again"));
+        let answer = ctxd_e2e::assistant_record(&format!("a{i}"), Some(&format!("u{i}")), &format!("msg_{i}"), 70_000, 500);
+        json!([user, answer])
+    };
+    for i in 0..3 {
+        daemon.request("ctx/append", json!({"sessionId": "t", "records": turn(i)})).unwrap();
+        let compacted = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "t").unwrap();
+        assert_eq!(compacted["trigger"], "auto", "compaction {i}");
+    }
+    daemon.request("ctx/append", json!({"sessionId": "t", "records": turn(3)})).unwrap();
+    let failed = daemon.wait_notification("ctx/compactFailed", |p| p["sessionId"] == "t").unwrap();
+    assert!(failed["reason"].as_str().unwrap().starts_with("Autocompact is thrashing"), "{failed}");
+    // Automatic compaction stays off, and appends go on.
+    daemon.request("ctx/append", json!({"sessionId": "t", "records": turn(4)})).unwrap();
+    assert!(daemon.drain_notifications("ctx/compacted").is_empty());
+    // A manual compaction lifts the stop.
+    daemon.request("ctx/compact", json!({"sessionId": "t"})).unwrap();
+}
