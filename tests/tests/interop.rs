@@ -192,3 +192,49 @@ fn observe_claude_projects_follows_every_project_and_new_transcripts() {
     let both = daemon.request_error("ctx/observe", json!({"projectDir": empty, "transcript": beta})).unwrap();
     assert_eq!(both["code"], -32602);
 }
+
+#[test]
+fn a_transcript_with_two_compactions_and_a_snip_resumes_after_the_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut lines = Vec::new();
+    let mut parent: Option<String> = None;
+    fn message(lines: &mut Vec<serde_json::Value>, parent: &mut Option<String>, uuid: &str, text: &str) {
+        let mut r = ctxd_e2e::user_record(uuid, parent.as_deref(), text);
+        r["parentUuid"] = json!(parent);
+        lines.push(r);
+        *parent = Some(uuid.to_owned());
+    }
+    for i in 0..4 {
+        message(&mut lines, &mut parent, &format!("first-{i}"), &format!("FIRST-ERA message {i}"));
+    }
+    for (n, tag) in [(1, "SUMMARY-ONE"), (2, "SUMMARY-TWO")] {
+        lines.push(json!({"type": "system", "subtype": "compact_boundary", "uuid": format!("boundary-{n}"), "parentUuid": null,
+            "logicalParentUuid": parent, "content": "Conversation compacted", "compactMetadata": {"trigger": "auto", "preTokens": 150000}}));
+        lines.push(json!({"type": "user", "uuid": format!("summary-{n}"), "parentUuid": format!("boundary-{n}"), "isCompactSummary": true,
+            "message": {"role": "user", "content": format!("{tag}: what happened so far")}}));
+        parent = Some(format!("summary-{n}"));
+        for i in 0..4 {
+            message(&mut lines, &mut parent, &format!("era{n}-{i}"), &format!("ERA-{n} message {i}"));
+        }
+    }
+    lines.push(json!({"type": "ctxd-snip", "uuid": "snip-1", "removedUuids": ["era2-1", "era2-2"]}));
+    let source = dir.path().join("two-compactions.jsonl");
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(&source, &text).unwrap();
+
+    let mut daemon = Daemon::started(&state).unwrap();
+    let opened = daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": "claude-sonnet-4-5-20250929", "sessionId": "two", "import": source})).unwrap();
+    assert_eq!(opened["records"], lines.len() as u64);
+    let assembled = daemon.request("ctx/assemble", json!({"sessionId": "two", "system": [], "tools": [], "maxTokens": 1000})).unwrap();
+    let request = assembled["request"].to_string();
+    assert!(request.contains("SUMMARY-TWO") && request.contains("ERA-2 message 0") && request.contains("ERA-2 message 3"), "{request}");
+    assert!(!request.contains("SUMMARY-ONE") && !request.contains("ERA-1") && !request.contains("FIRST-ERA"), "only after the latest boundary");
+    assert!(!request.contains("ERA-2 message 1") && !request.contains("ERA-2 message 2"), "the snip is re-applied");
+    daemon.stop().unwrap();
+    // Export gives the transcript back line for line, less ctxd's own state records
+    // (Claude Code would not know them).
+    let exported = ctxd(&state, &["export", "two"]);
+    let want: String = text.lines().filter(|l| !l.contains("ctxd-snip")).map(|l| format!("{l}\n")).collect();
+    assert_eq!(String::from_utf8(exported.stdout).unwrap(), want);
+}
