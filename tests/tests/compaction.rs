@@ -293,3 +293,45 @@ fn a_context_that_refills_at_once_stops_auto_compaction_as_thrashing() {
     // A manual compaction lifts the stop.
     daemon.request("ctx/compact", json!({"sessionId": "t"})).unwrap();
 }
+
+#[test]
+fn partial_compaction_keeps_one_side_verbatim() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    let records: Vec<Value> = example().into_iter().take(80).collect();
+    // A plain user prompt in the middle to split at.
+    let at = records.iter().enumerate().skip(30).find(|(_, r)| r["type"] == "user" && r["message"]["content"].is_string()).unwrap().0;
+    let uuid = records[at]["uuid"].as_str().unwrap().to_owned();
+    let kept_of = |state: &Path, id: &str| -> (usize, Vec<String>) {
+        let stored = records_of(state, id);
+        let boundary = stored.iter().rposition(|r| r["subtype"] == "compact_boundary").unwrap();
+        let after = &stored[boundary + 1..];
+        let summary = after.iter().position(|r| r["isCompactSummary"] == true).unwrap();
+        (summary, after.iter().filter_map(|r| r["ctxdKeptFrom"].as_str().map(str::to_owned)).collect())
+    };
+    for (id, key) in [("up", "upTo"), ("from", "from")] {
+        daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": MODEL, "sessionId": id})).unwrap();
+        daemon.request("ctx/append", json!({"sessionId": id, "records": records})).unwrap();
+        let result = daemon.request("ctx/compact", json!({"sessionId": id, key: uuid})).unwrap();
+        assert_eq!(result["trigger"], "partial");
+        let (summary_at, kept) = kept_of(&state, id);
+        let originals: Vec<&str> = records.iter().filter_map(|r| r["uuid"].as_str()).collect();
+        let split = originals.iter().position(|u| *u == uuid).unwrap();
+        if key == "upTo" {
+            // Everything after the chosen message stays, after the summary.
+            assert_eq!(summary_at, 0, "the summary comes first");
+            assert!(!kept.is_empty() && kept.iter().all(|u| originals[split + 1..].contains(&u.as_str())), "{kept:?}");
+        } else {
+            // Everything before it stays, before the summary.
+            assert_eq!(summary_at, kept.len(), "the kept messages come first");
+            assert!(!kept.is_empty() && kept.iter().all(|u| originals[..split].contains(&u.as_str())), "{kept:?}");
+        }
+        let after = daemon.request("ctx/usage", json!({"sessionId": id})).unwrap();
+        assert!(after["usage"]["tokens"].as_u64().unwrap() < result["preTokens"].as_u64().unwrap());
+    }
+    let error = daemon.request_error("ctx/compact", json!({"sessionId": "up", "upTo": "no-such-record"})).unwrap();
+    assert_eq!(error["code"], -32602, "{error}");
+    let both = daemon.request_error("ctx/compact", json!({"sessionId": "up", "upTo": uuid, "from": uuid})).unwrap();
+    assert_eq!(both["code"], -32602);
+}

@@ -321,7 +321,14 @@ impl Backend {
     }
 
     pub async fn compact(&self, params: proto::CompactParams) -> Result<proto::CompactResult> {
-        let rx = self.sessions()?.compact(&params.session_id, Trigger::Manual, params.instructions, params.work_done_token.as_ref()).map_err(rpc_error)?;
+        use ctxd_core::compact::SplitDirection;
+        let (partial, trigger) = match (params.from, params.up_to) {
+            (None, None) => (None, Trigger::Manual),
+            (Some(uuid), None) => (Some((SplitDirection::From, uuid)), Trigger::Partial),
+            (None, Some(uuid)) => (Some((SplitDirection::UpTo, uuid)), Trigger::Partial),
+            (Some(_), Some(_)) => return Err(Error::invalid_params("give `from` or `upTo`, not both")),
+        };
+        let rx = self.sessions()?.compact(&params.session_id, trigger, params.instructions, params.work_done_token.as_ref(), partial).map_err(rpc_error)?;
         self.compact_result(&params.session_id, rx).await
     }
 
@@ -374,7 +381,7 @@ impl Backend {
             crate::provider::Refusal::PromptTooLong { tokens, max } => format!("the prompt was {tokens} tokens, over the {max} maximum"),
             crate::provider::Refusal::CreditsRequired => "the provider asked for long-context credits".to_owned(),
         };
-        let rx = sessions.compact(&params.session_id, Trigger::Reactive, None, None).map_err(rpc_error)?;
+        let rx = sessions.compact(&params.session_id, Trigger::Reactive, None, None, None).map_err(rpc_error)?;
         match self.compact_result(&params.session_id, rx).await {
             Ok(result) => Ok(proto::ReportProviderErrorResult { action: "compacted".to_owned(), reason, compact: Some(result) }),
             Err(e) if e.code == ErrorCode::ServerError(error_codes::COMPACT_FAILED) => Ok(proto::ReportProviderErrorResult {

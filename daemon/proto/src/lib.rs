@@ -418,6 +418,14 @@ pub struct CompactParams {
     /// What the summary must keep (like `/compact focus on the auth bug`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instructions: Option<String>,
+    /// Partial compaction: summarize from this record (uuid) on, keeping what precedes
+    /// it verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// Partial compaction: summarize up to and including this record (uuid), keeping
+    /// what follows it verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub up_to: Option<String>,
     /// LSP work-done token: the compaction's phases are reported with `$/progress`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub work_done_token: Option<serde_json::Value>,

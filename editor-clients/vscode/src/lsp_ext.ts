@@ -254,6 +254,10 @@ export interface CompactParams {
     sessionId: string;
     /** Focus instructions for the summary (what it must keep). */
     instructions?: string;
+    /** Partial: summarize from this record (uuid) on, keeping what precedes it. */
+    from?: string;
+    /** Partial: summarize up to this record (uuid), keeping what follows it. */
+    upTo?: string;
     /** LSP work-done token: the phases come as `$/progress` (begin, reports, end). */
     workDoneToken?: number | string;
 }

@@ -43,7 +43,7 @@ const contextResultKeys = {
 } satisfies Keys<ext.ContextResult>;
 const memoryFileKeys = { path: true, kind: true, tokens: true, status: true } satisfies Keys<ext.MemoryFile>;
 const pendingRuleKeys = { path: true, paths: true } satisfies Keys<ext.PendingRule>;
-const compactParamKeys = { sessionId: true, instructions: true, workDoneToken: true } satisfies Keys<ext.CompactParams>;
+const compactParamKeys = { sessionId: true, instructions: true, from: true, upTo: true, workDoneToken: true } satisfies Keys<ext.CompactParams>;
 const compactResultKeys = {
     boundary: true, trigger: true, preTokens: true, postTokens: true, summary: true, summarizer: true, fidelityAppended: true,
     problems: true, usage: true,
@@ -176,7 +176,7 @@ describe("lsp_ext.ts against schemas/", () => {
             ["ctx.fileRead.result", optionalOf<ext.FileReadResult>({ totalLines: true })],
             ["ctx.context.result", optionalOf<ext.ContextResult>({ diagnostics: true, staleFiles: true })],
             ["ctx.context.result", optionalOf<ext.MemoryFile>({}), "MemoryFile"],
-            ["ctx.compact.params", optionalOf<ext.CompactParams>({ instructions: true, workDoneToken: true })],
+            ["ctx.compact.params", optionalOf<ext.CompactParams>({ instructions: true, from: true, upTo: true, workDoneToken: true })],
             ["ctx.compact.result", optionalOf<ext.CompactResult>({ problems: true })],
             ["ctx.clear.result", optionalOf<ext.ClearResult>({})],
             ["ctx.reportProviderError.params", optionalOf<ext.ProviderErrorReport>({ status: true, type: true }), "ProviderErrorReport"],

@@ -55,6 +55,8 @@ pub enum Command {
     Compact {
         trigger: Trigger,
         instructions: Option<String>,
+        /// A partial compaction around the record with this uuid.
+        partial: Option<(ctxd_core::compact::SplitDirection, String)>,
         /// `$/progress` for the client's work-done token, if it sent one.
         progress: Option<super::Progress>,
         reply: oneshot::Sender<Result<CompactAnswer, SessionError>>,
@@ -166,6 +168,8 @@ struct Running {
     /// The background task; aborting it drops the provider's HTTP request.
     task: Option<tokio::task::AbortHandle>,
     progress: Option<super::Progress>,
+    /// Records in the view when the compaction started.
+    snapshot_len: usize,
 }
 
 /// Answer to [`Command::Context`].
@@ -684,7 +688,7 @@ impl Session {
             Command::Usage { reply } => {
                 let _ = reply.send(self.usage());
             }
-            Command::Compact { trigger, instructions, progress, reply } => {
+            Command::Compact { trigger, instructions, partial, progress, reply } => {
                 if self.compaction.is_some() {
                     let _ = reply.send(Err(SessionError::Busy("a compaction of this session is already running".into())));
                 } else if !self.thresholds.compact_enabled {
@@ -694,7 +698,25 @@ impl Session {
                         // A manual compaction resets the circuit breaker and lifts a stop.
                         self.guards.note_manual_compact();
                     }
-                    self.start_compaction(trigger, instructions, Some(reply), progress);
+                    let split = match partial {
+                        None => Ok(None),
+                        Some((direction, uuid)) => match self.view.iter().position(|r| r.uuid() == Some(uuid.as_str())) {
+                            // The split moves so no tool use is parted from its result.
+                            Some(at) => {
+                                let plan = ctxd_core::compact::partial_plan(&self.view, at, direction);
+                                let split = match direction {
+                                    ctxd_core::compact::SplitDirection::From => plan.summarize.start,
+                                    ctxd_core::compact::SplitDirection::UpTo => plan.keep.start,
+                                };
+                                Ok(Some((direction, split)))
+                            }
+                            None => Err(SessionError::InvalidParams(format!("no record {uuid:?} in the session's current view"))),
+                        },
+                    };
+                    match split {
+                        Ok(partial) => self.start_compaction_with(trigger, instructions, Some(reply), progress, partial),
+                        Err(e) => drop(reply.send(Err(e))),
+                    }
                 }
             }
             Command::CancelCompaction => {
@@ -1045,10 +1067,10 @@ impl Session {
     }
 
     /// The view as a plain request body (no host blocks): what a provider summarizes.
-    fn parent_request(&self) -> serde_json::Value {
+    fn parent_request(&self, records: &[Record]) -> serde_json::Value {
         let base = ctxd_core::view::BaseContext::default();
         let input = ctxd_core::view::AssembleInput {
-            records: &self.view,
+            records,
             system: &[],
             tools: &[],
             model: &self.setup.model,
@@ -1169,6 +1191,17 @@ impl Session {
         reply: Option<oneshot::Sender<Result<CompactAnswer, SessionError>>>,
         progress: Option<super::Progress>,
     ) {
+        self.start_compaction_with(trigger, focus, reply, progress, None);
+    }
+
+    fn start_compaction_with(
+        &mut self,
+        trigger: Trigger,
+        focus: Option<String>,
+        reply: Option<oneshot::Sender<Result<CompactAnswer, SessionError>>>,
+        progress: Option<super::Progress>,
+        partial: Option<(ctxd_core::compact::SplitDirection, usize)>,
+    ) {
         self.compaction_generation += 1;
         let generation = self.compaction_generation;
         let pre_tokens = self.next_tokens();
@@ -1185,7 +1218,13 @@ impl Session {
             transcript_path: self.transcript.as_ref().map(|t| t.path().display().to_string()).unwrap_or_default(),
             cwd: self.setup.cwd.clone(),
             model: self.setup.model.clone(),
-            parent: Some(self.parent_request()),
+            // A provider summarizes only the side a partial compaction replaces.
+            parent: Some(match partial {
+                None => self.parent_request(&self.view),
+                Some((ctxd_core::compact::SplitDirection::UpTo, split)) => self.parent_request(&self.view[..split]),
+                Some((ctxd_core::compact::SplitDirection::From, split)) => self.parent_request(&self.view[split..]),
+            }),
+            partial,
             skills: self.invoked.skills.clone(),
             plan_path: self.invoked.plan_path.clone(),
             progress: progress.clone(),
@@ -1200,6 +1239,7 @@ impl Session {
             reply,
             task: None,
             progress,
+            snapshot_len: self.view.len(),
         });
         let tx = self.self_tx.clone();
         let task = tokio::spawn(async move {
@@ -1216,13 +1256,17 @@ impl Session {
         let Some(running) = self.compaction.take_if(|r| r.generation == generation) else {
             return;
         };
-        let Running { trigger, started, pre_tokens, view_generation, reply, progress, .. } = running;
+        let Running { trigger, started, pre_tokens, view_generation, reply, progress, snapshot_len, .. } = running;
         let cancelled = reply.as_ref().is_some_and(oneshot::Sender::is_closed);
         let outcome = match result {
             _ if cancelled => Err(SessionError::Cancelled("the compaction was cancelled; nothing was installed".into())),
             _ if view_generation != self.view_generation => {
                 Err(SessionError::Busy("the session was compacted by another path meanwhile; this compaction was dropped".into()))
             }
+            // Kept before the summary, the records appended meanwhile would have no place.
+            Ok(prepared) if prepared.kept_before.is_some() && self.view.len() != snapshot_len => Err(SessionError::Busy(
+                "records were appended during the partial compaction; nothing was installed, try again".into(),
+            )),
             Ok(prepared) => self.install(trigger, started, pre_tokens, prepared).await,
             Err(failure) => Err(SessionError::CompactFailed(failure.to_string())),
         };
@@ -1258,6 +1302,7 @@ impl Session {
     /// appended since the snapshot after the summary, then reloads the base context.
     async fn install(&mut self, trigger: Trigger, started: Instant, pre_tokens: u64, prepared: Prepared) -> Result<CompactAnswer, SessionError> {
         let kept: Vec<Record> = self.view.get(prepared.kept_from..).map(<[Record]>::to_vec).unwrap_or_default();
+        let kept_before: Vec<Record> = prepared.kept_before.and_then(|n| self.view.get(..n)).map(<[Record]>::to_vec).unwrap_or_default();
         let last = self.view.iter().rev().find(|r| r.uuid().is_some());
         let common = last.map(common_fields).unwrap_or_default();
         let input = InstallInput {
@@ -1267,7 +1312,7 @@ impl Session {
             fixed_prefix_tokens: Some(self.fixed_prefix()),
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             summary_text: prepared.summary_text.clone(),
-            kept_before: &[],
+            kept_before: &kept_before,
             kept_after: &kept,
             attachments: &prepared.attachments,
             hook_outputs: &prepared.hook_outputs,

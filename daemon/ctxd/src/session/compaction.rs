@@ -45,6 +45,9 @@ pub struct Job {
     pub plan_path: Option<String>,
     /// `$/progress` for the client that asked (its end is sent by the session).
     pub progress: Option<super::Progress>,
+    /// A partial compaction: which side of `split` (an index into `records`) is
+    /// summarized; the other side is kept verbatim.
+    pub partial: Option<(ctxd_core::compact::SplitDirection, usize)>,
 }
 
 /// A summary ready to install.
@@ -54,8 +57,11 @@ pub struct Prepared {
     pub summary_text: String,
     /// The summary body (what `ctx/compact` returns).
     pub summary: String,
-    /// Index into the snapshot where the messages kept verbatim start.
+    /// Index into the snapshot where the messages kept verbatim start (after the summary).
     pub kept_from: usize,
+    /// A partial compaction from a message: the snapshot's first `n` records are kept
+    /// before the summary instead (and nothing after it).
+    pub kept_before: Option<usize>,
     pub attachments: Vec<RestoredAttachment>,
     pub hook_outputs: Vec<String>,
     pub fidelity: FidelityReport,
@@ -101,10 +107,21 @@ pub async fn prepare(job: Job) -> Result<Prepared, CompactFailure> {
         progress.report("writing the summary", 10).await;
     }
 
-    // The newest exchange stays verbatim after the summary; the rest is summarized.
-    let kept_from = kept_tail_start(&job.records).unwrap_or(job.records.len());
-    let summarized = job.records[..kept_from].to_vec();
-    let kept = job.records[kept_from..].to_vec();
+    // The newest exchange stays verbatim after the summary and the rest is summarized;
+    // a partial compaction chooses the split itself, and which side is kept.
+    use ctxd_core::compact::SplitDirection;
+    let (kept_from, kept_before) = match job.partial {
+        None => (kept_tail_start(&job.records).unwrap_or(job.records.len()), None),
+        Some((SplitDirection::UpTo, split)) => (split.min(job.records.len()), None),
+        Some((SplitDirection::From, split)) => (job.records.len(), Some(split.min(job.records.len()))),
+    };
+    let (summarized, kept) = match kept_before {
+        Some(split) => (job.records[split..].to_vec(), job.records[..split].to_vec()),
+        None => (job.records[..kept_from].to_vec(), job.records[kept_from..].to_vec()),
+    };
+    if !summarized.iter().any(|r| r.head().message_id.is_some() || matches!(r.head().kind, ctxd_core::record::Kind::User)) {
+        return Err(CompactFailure::NothingToCompact);
+    }
     let focus = instructions.clone();
     let (offline, facts) = tokio::task::spawn_blocking(move || {
         let options = OfflineOptions { focus, ..OfflineOptions::default() };
@@ -188,6 +205,7 @@ pub async fn prepare(job: Job) -> Result<Prepared, CompactFailure> {
         summary_text,
         summary,
         kept_from,
+        kept_before,
         attachments: plan.attachments,
         hook_outputs,
         fidelity: checked.report,
@@ -236,8 +254,12 @@ async fn summarize_remote(
     };
     use crate::provider::{Provider, ProviderError, SummaryRequest};
     let parent = job.parent.clone().ok_or("no request body for the session")?;
+    let form = match job.partial {
+        Some((ctxd_core::compact::SplitDirection::From, _)) => PromptForm::RecentOnly { start_hint: None },
+        _ => PromptForm::Full,
+    };
     let instruction = summary_instruction(&PromptSpec {
-        form: PromptForm::Full,
+        form,
         additional: instructions.map(str::to_owned),
         newer_messages_kept: kept,
     });

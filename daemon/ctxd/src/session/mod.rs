@@ -541,11 +541,12 @@ impl Sessions {
         trigger: ctxd_core::compact::Trigger,
         instructions: Option<String>,
         progress_token: Option<&serde_json::Value>,
+        partial: Option<(ctxd_core::compact::SplitDirection, String)>,
     ) -> Result<oneshot::Receiver<Result<actor::CompactAnswer, SessionError>>, SessionError> {
         let progress = Progress::new(&self.notifier, progress_token);
         let tx = self.sender(id)?;
         let (reply, rx) = oneshot::channel();
-        tx.send(Command::Compact { trigger, instructions, progress, reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
+        tx.send(Command::Compact { trigger, instructions, partial, progress, reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
         Ok(rx)
     }
 
