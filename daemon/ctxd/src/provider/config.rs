@@ -336,8 +336,8 @@ mod tests {
     #[test]
     fn the_read_timeout_comes_from_the_environment_when_valid() {
         let read_timeout = |value: &str| {
-            let env = env_of(&[(READ_TIMEOUT_ENV, value)]);
-            ProviderConfig::resolve(&settings(Some("offline")), env).unwrap().http.read_timeout
+            let pairs = [(READ_TIMEOUT_ENV, value)];
+            ProviderConfig::resolve(&settings(Some("offline")), env_of(&pairs)).unwrap().http.read_timeout
         };
         assert_eq!(read_timeout("750"), Duration::from_millis(750));
         assert_eq!(read_timeout("0"), HttpConfig::default().read_timeout);
