@@ -30,7 +30,7 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(300);
 pub struct Mux {
     child: Mutex<Child>,
     stdin: Mutex<ChildStdin>,
-    waiters: Arc<Mutex<HashMap<i64, Sender<Value>>>>,
+    waiters: Arc<Mutex<HashMap<i64, Sender<Vec<u8>>>>>,
     next_id: AtomicI64,
     pub state_dir: PathBuf,
 }
@@ -64,19 +64,22 @@ impl Mux {
         let mut child = command.spawn().with_context(|| format!("spawning {}", bin.display()))?;
         let stdout = child.stdout.take().context("no stdout")?;
         let stdin = child.stdin.take().context("no stdin")?;
-        let waiters: Arc<Mutex<HashMap<i64, Sender<Value>>>> = Arc::default();
+        let waiters: Arc<Mutex<HashMap<i64, Sender<Vec<u8>>>>> = Arc::default();
         let routing = waiters.clone();
         std::thread::spawn(move || {
+            // Only the id is read here; each client thread parses its own answer, so
+            // that one thread parsing every (large) assemble answer is not what a
+            // benchmark measures.
+            #[derive(serde::Deserialize)]
+            struct Route {
+                id: Option<i64>,
+                method: Option<serde::de::IgnoredAny>,
+            }
             let mut reader = BufReader::new(stdout);
             while let Ok(Some(body)) = read_frame(&mut reader) {
-                let Ok(message) = serde_json::from_slice::<Value>(&body) else { continue };
-                if message.get("method").is_some() {
-                    continue; // notifications
-                }
-                if let Some(id) = message["id"].as_i64()
-                    && let Some(tx) = routing.lock().map_err(|_| ()).ok().and_then(|mut w| w.remove(&id))
-                {
-                    let _ = tx.send(message);
+                let Ok(Route { id: Some(id), method: None }) = serde_json::from_slice::<Route>(&body) else { continue };
+                if let Some(tx) = routing.lock().map_err(|_| ()).ok().and_then(|mut w| w.remove(&id)) {
+                    let _ = tx.send(body);
                 }
             }
         });
@@ -91,8 +94,8 @@ impl Mux {
         Ok(mux)
     }
 
-    /// Sends a request; its answer arrives on the receiver.
-    pub fn send(&self, method: &str, params: Value) -> anyhow::Result<Receiver<Value>> {
+    /// Sends a request; its answer (the frame's body) arrives on the receiver.
+    pub fn send(&self, method: &str, params: Value) -> anyhow::Result<Receiver<Vec<u8>>> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = channel();
         self.waiters.lock().map_err(|_| anyhow!("poisoned"))?.insert(id, tx);
@@ -105,7 +108,8 @@ impl Mux {
 
     /// Sends a request and returns its `result`, or `Err` with the JSON-RPC error.
     pub fn request(&self, method: &str, params: Value) -> anyhow::Result<Value> {
-        let response = self.send(method, params)?.recv_timeout(ANSWER_TIMEOUT).map_err(|e| anyhow!("{method}: no answer: {e}"))?;
+        let body = self.send(method, params)?.recv_timeout(ANSWER_TIMEOUT).map_err(|e| anyhow!("{method}: no answer: {e}"))?;
+        let response: Value = serde_json::from_slice(&body)?;
         match response.get("error") {
             Some(error) => Err(anyhow!("{method}: {error}")),
             None => Ok(response["result"].clone()),
@@ -165,7 +169,8 @@ pub struct Workload {
     pub compact_every: usize,
     /// Every `assemble_every`-th operation is an assemble.
     pub assemble_every: usize,
-    /// Pause between two operations of one client (its think time).
+    /// Pause between two operations of a client that does not compact (its think
+    /// time); the compacting ones go back to back, so a compaction is always running.
     pub pause: Duration,
     /// Operations per client, or until stopped when `None`.
     pub operations: Option<usize>,
@@ -227,7 +232,7 @@ fn client(mux: &Mux, workload: &Workload, i: usize, appended: Vec<String>, stop:
     let mut op = 0usize;
     while !stop.load(Ordering::Relaxed) && workload.operations.is_none_or(|n| op < n) {
         op += 1;
-        if op % workload.assemble_every.max(1) == 0 {
+        if op.is_multiple_of(workload.assemble_every.max(1)) {
             let result = mux.request("ctx/assemble", assemble_params(&id)).with_context(|| format!("{id}: assemble"))?;
             let messages = result["request"]["messages"].as_array().context("no messages")?;
             ensure!(messages.first().is_some_and(|m| m["role"] == "user"), "{id}: assemble gave {result}");
@@ -239,13 +244,13 @@ fn client(mux: &Mux, workload: &Workload, i: usize, appended: Vec<String>, stop:
             ensure!(result["appended"] == 1, "{id}: append gave {result}");
             log.appended.push(uuid);
             log.appends += 1;
-            if compacting && log.appends % workload.compact_every.max(1) as u64 == 0 {
+            if compacting && log.appends.is_multiple_of(workload.compact_every.max(1) as u64) {
                 let result = mux.request("ctx/compact", json!({"sessionId": id})).with_context(|| format!("{id}: compact"))?;
                 ensure!(result["boundary"].is_string(), "{id}: compact gave {result}");
                 log.compactions += 1;
             }
         }
-        if !workload.pause.is_zero() {
+        if !compacting && !workload.pause.is_zero() {
             std::thread::sleep(workload.pause);
         }
     }

@@ -1,9 +1,12 @@
 //! The crash loop: a client streams appends and compactions into a real `ctxd`, which
 //! is killed with SIGKILL at random moments (while sessions load, while appends are
-//! being synced, while a compaction is being summarized or installed). After every
-//! restart each acknowledged record is stored, in the order it was sent, no line of a
-//! transcript is damaged, and every compaction in the store is whole: a boundary with
-//! its summary and all the records of its install batch, or nothing of it at all.
+//! being synced, while a compaction is being summarized or installed). Now and then the
+//! kill also plays a power cut: a random part of what was written after the last
+//! acknowledgement is cut off the transcript. After every restart each acknowledged
+//! record is stored, in the order it was sent, no line of a transcript is damaged, every
+//! compaction in the store is whole (a boundary with its summary and all the records of
+//! its install batch, or nothing of it at all), acknowledged compactions are there, and
+//! the next request starts from the last one.
 //!
 //! ```text
 //! cargo test -p ctxd-e2e --test crash_loop                                        # 20 kills (CI)
