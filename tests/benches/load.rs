@@ -2,10 +2,11 @@
 //! them compact back to back, and the latency that costs a session that does not
 //! compact, at two paces of the other 45: about what busy agents send, and as fast as
 //! the clients go.
-//! A probe session appends and assembles one request at a time; its p50 and p99 are
-//! measured on the same daemon when it is otherwise idle and while the load runs,
-//! alternating, in the same run. Every answer the background clients get is checked,
-//! and at the end every record they appended is stored, in order.
+//! A probe session appends and assembles one request at a time. Each round starts from
+//! fresh sessions of fixed sizes: one probe measured while the daemon is otherwise
+//! idle, then a second probe of the same size while the load runs; p50 and p99 pool the
+//! rounds. Every answer the background clients get is checked, and at the end every
+//! record they appended is stored, in order.
 //!
 //! ```text
 //! cargo build --release -p ctxd && cargo bench -p ctxd-e2e --bench load
@@ -21,11 +22,11 @@ use serde_json::json;
 
 fn main() -> anyhow::Result<()> {
     let quick = std::env::args().any(|a| a == "--quick");
-    let (rounds, samples) = if quick { (2, 150) } else { (3, 400) };
+    let (rounds, samples) = if quick { (2, 150) } else { (4, 250) };
     let bin = ctxd_e2e::ctxd_bin();
     anyhow::ensure!(bin.exists(), "{} missing: cargo build --release -p ctxd", bin.display());
     println!(
-        "load · binary {} · {} cores · {rounds} rounds of {samples} probe appends and assembles, idle and loaded alternating",
+        "load · binary {} · {} cores · {rounds} rounds of {samples} probe appends and assembles, idle then loaded",
         bin.display(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
@@ -33,6 +34,7 @@ fn main() -> anyhow::Result<()> {
     // (the daemon and the 51 client threads then share the two cores).
     for (pace, pause) in [("agent pace", Duration::from_millis(200)), ("saturating", Duration::from_millis(10))] {
         let workload = Workload {
+            name: String::new(),
             sessions: 50,
             compacting: 5,
             compact_every: 50,
@@ -40,42 +42,52 @@ fn main() -> anyhow::Result<()> {
             pause,
             operations: None,
         };
-        load(pace, &workload, rounds, samples)?;
+        load(pace, workload, rounds, samples)?;
     }
     Ok(())
 }
 
-/// One daemon: the probe alone, then with the background load, `rounds` times.
-fn load(pace: &str, workload: &Workload, rounds: usize, samples: usize) -> anyhow::Result<()> {
+/// Sizes at the start of each round: every round starts from fresh sessions of these
+/// sizes, so that rounds measure the same load (sessions that never compact would
+/// otherwise grow, and their assemble answers with them).
+const PROBE_RECORDS: usize = 300;
+const COMPACTING_RECORDS: usize = 600;
+const OTHER_RECORDS: usize = 100;
+
+/// One daemon, `rounds` times: a probe session alone, then a second probe session of
+/// the same size while the background load runs.
+fn load(pace: &str, mut workload: Workload, rounds: usize, samples: usize) -> anyhow::Result<()> {
     let dir = tempfile::Builder::new().prefix("ctxd-load-").tempdir()?;
     let state = dir.path().join("state");
     let mux = Mux::start(&state, &[])?;
-    let mut seeded: Vec<Vec<String>> = (0..workload.sessions)
-        .map(|i| open_and_seed(&mux, &session_id(i, workload), if i < workload.compacting { 600 } else { 100 }))
-        .collect::<anyhow::Result<_>>()?;
-    let mut probe = Probe { appended: open_and_seed(&mux, "probe", 300)? };
-
     let mut idle = Latencies::default();
     let mut loaded = Latencies::default();
     let mut logs: Vec<SessionLog> = Vec::new();
-    let (mut ops, mut compactions, mut loaded_secs) = (0u64, 0u64, 0.0);
-    for _ in 0..rounds {
-        probe.measure(&mux, samples, &mut idle)?;
-        let background = Background::start(&mux, workload, seeded.clone());
+    let (mut ops, mut compactions, mut loaded_secs, mut peak_rss) = (0u64, 0u64, 0.0, 0.0_f64);
+    for round in 0..rounds {
+        workload.name = format!("r{round}");
+        let seeded: Vec<Vec<String>> = (0..workload.sessions)
+            .map(|i| open_and_seed(&mux, &session_id(i, &workload), if i < workload.compacting { COMPACTING_RECORDS } else { OTHER_RECORDS }))
+            .collect::<anyhow::Result<_>>()?;
+        let mut alone = Probe::open(&mux, &format!("probe-idle-{round}"))?;
+        let mut busy = Probe::open(&mux, &format!("probe-loaded-{round}"))?;
+        alone.measure(&mux, samples, &mut idle)?;
+
+        let background = Background::start(&mux, &workload, seeded);
         let started = Instant::now();
         std::thread::sleep(Duration::from_millis(500)); // every client under way
-        probe.measure(&mux, samples, &mut loaded)?;
+        busy.measure(&mux, samples, &mut loaded)?;
+        peak_rss = peak_rss.max(memory_mb(mux.pid(), "VmRSS:"));
         let done = background.stop()?;
         loaded_secs += started.elapsed().as_secs_f64();
-        // Each round goes on from the previous round's records.
         ops += done.iter().map(|l| l.appends + l.assembles).sum::<u64>();
         compactions += done.iter().map(|l| l.compactions).sum::<u64>();
-        seeded = done.iter().map(|l| l.appended.clone()).collect();
-        logs = merge(logs, done);
+        for id in done.iter().map(|l| l.id.clone()).chain([alone.id, busy.id]) {
+            mux.request("ctx/closeSession", json!({"sessionId": id}))?;
+        }
+        logs.extend(done);
     }
     check_stored(&state, &logs)?;
-    let status = std::fs::read_to_string(format!("/proc/{}/status", mux.pid()))?;
-    let field = |name: &str| status.lines().find(|l| l.starts_with(name)).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()).unwrap_or(0.0) / 1024.0;
 
     let appended: usize = logs.iter().map(|l| l.appended.len()).sum();
     println!(
@@ -93,29 +105,15 @@ fn load(pace: &str, workload: &Workload, rounds: usize, samples: usize) -> anyho
         println!("  {label:<22} {a50:>8.2}ms {a99:>8.2}ms {b50:>9.2}ms {b99:>9.2}ms {:>7.1}x {:>7.1}x", b50 / a50, b99 / a99);
     }
     println!(
-        "  {appended} background records stored, none lost or out of order; daemon VmRSS {:.1} MB, VmHWM {:.1} MB",
-        field("VmRSS:"),
-        field("VmHWM:")
+        "  {appended} background records stored, none lost or out of order; daemon VmRSS under load up to {peak_rss:.1} MB, VmHWM {:.1} MB",
+        memory_mb(mux.pid(), "VmHWM:")
     );
     Ok(())
 }
 
-/// Per-session logs of consecutive rounds, folded into one per session.
-fn merge(previous: Vec<SessionLog>, next: Vec<SessionLog>) -> Vec<SessionLog> {
-    if previous.is_empty() {
-        return next;
-    }
-    previous
-        .into_iter()
-        .zip(next)
-        .map(|(p, n)| SessionLog {
-            id: n.id,
-            appended: n.appended,
-            appends: p.appends + n.appends,
-            assembles: p.assembles + n.assembles,
-            compactions: p.compactions + n.compactions,
-        })
-        .collect()
+fn memory_mb(pid: u32, field: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()).unwrap_or(0.0) / 1024.0
 }
 
 #[derive(Default)]
@@ -124,24 +122,28 @@ struct Latencies {
     assemble: Vec<f64>,
 }
 
-#[derive(Default)]
 struct Probe {
+    id: String,
     appended: Vec<String>,
 }
 
 impl Probe {
+    fn open(mux: &Mux, id: &str) -> anyhow::Result<Probe> {
+        Ok(Probe { id: id.to_owned(), appended: open_and_seed(mux, id, PROBE_RECORDS)? })
+    }
+
     /// `samples` appends and assembles, alternating, one request at a time.
     fn measure(&mut self, mux: &Mux, samples: usize, into: &mut Latencies) -> anyhow::Result<()> {
         for _ in 0..samples {
-            let uuid = format!("probe-{:06}", self.appended.len());
+            let uuid = format!("{}-{:06}", self.id, self.appended.len());
             let record = filler(&uuid, self.appended.last().map(String::as_str));
             let started = Instant::now();
-            let result = mux.request("ctx/append", json!({"sessionId": "probe", "records": [record]}))?;
+            let result = mux.request("ctx/append", json!({"sessionId": self.id, "records": [record]}))?;
             into.append.push(started.elapsed().as_secs_f64() * 1e3);
             anyhow::ensure!(result["appended"] == 1, "probe append: {result}");
             self.appended.push(uuid.clone());
             let started = Instant::now();
-            let result = mux.request("ctx/assemble", assemble_params("probe"))?;
+            let result = mux.request("ctx/assemble", assemble_params(&self.id))?;
             into.assemble.push(started.elapsed().as_secs_f64() * 1e3);
             let last = result["request"]["messages"].as_array().and_then(|m| m.last()).map(ToString::to_string).unwrap_or_default();
             anyhow::ensure!(last.contains(&uuid), "probe assemble lacks the record just appended");

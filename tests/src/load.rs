@@ -162,6 +162,8 @@ pub fn assemble_params(id: &str) -> Value {
 /// What the background sessions do.
 #[derive(Debug, Clone)]
 pub struct Workload {
+    /// Prefix of the session ids.
+    pub name: String,
     /// Sessions with their own client thread.
     pub sessions: usize,
     /// Of those, how many compact (every `compact_every` appends).
@@ -194,7 +196,8 @@ pub struct Background {
 
 /// Session ids of the background workload (the first `compacting` compact).
 pub fn session_id(i: usize, workload: &Workload) -> String {
-    if i < workload.compacting { format!("bg-compacting-{i:02}") } else { format!("bg-{i:02}") }
+    let name = &workload.name;
+    if i < workload.compacting { format!("{name}-compacting-{i:02}") } else { format!("{name}-{i:02}") }
 }
 
 impl Background {

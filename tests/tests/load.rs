@@ -15,6 +15,7 @@ fn concurrent_sessions_with_compactions_answer_everything_and_lose_nothing() {
     let state = dir.path().join("state");
     let mux = Mux::start(&state, &[]).unwrap();
     let workload = Workload {
+        name: "bg".to_owned(),
         sessions: 12,
         compacting: 3,
         compact_every: 15,
