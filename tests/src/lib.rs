@@ -5,6 +5,8 @@
 //! Tests talk to it with [`Daemon::request`] (waits for the matching response) or raw
 //! bytes ([`Daemon::send_raw`]) for the malformed-input cases.
 
+pub mod load;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};

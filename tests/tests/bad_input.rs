@@ -179,3 +179,29 @@ fn everything_at_once_then_still_serving() {
     let errors: Vec<Value> = daemon.backlog.iter().filter(|m| m["id"].is_null()).cloned().collect();
     assert!(errors.len() >= 3, "{errors:?}");
 }
+
+/// serde_json reads at most 127 levels of nesting into a value tree; a frame nested
+/// deeper is invalid JSON to the service. The append fast path, which borrows records
+/// from the frame without building that tree, must give the same answer and store
+/// nothing, and a frame just inside the limit is stored on either path.
+#[test]
+fn nesting_past_the_parser_limit_is_refused_on_every_path() {
+    let (_dir, mut daemon) = daemon();
+    let append = |uuid: &str, levels: usize| {
+        // The frame, params, records and the record itself are four levels.
+        let deep = format!("{}1{}", "[".repeat(levels - 4), "]".repeat(levels - 4));
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{},"method":"ctx/append","params":{{"sessionId":"s","records":[{{"type":"user","uuid":"{uuid}","message":{{"role":"user","content":"x"}},"extra":{deep}}}]}}}}"#,
+            levels, // the id, to tell the answers apart
+        )
+    };
+    daemon.send_raw(&frame(append("too-deep", 128).as_bytes())).unwrap();
+    expect_null_id_error(&mut daemon, -32700, "recursion limit");
+    daemon.send_raw(&frame(append("deep-but-fine", 127).as_bytes())).unwrap();
+    let response = daemon.response(127).unwrap();
+    assert_eq!(response["result"]["appended"], 1, "{response}");
+    let text = std::fs::read_to_string(daemon.state_dir.join("sessions/s.jsonl")).unwrap();
+    assert!(!text.contains("too-deep"));
+    assert!(text.contains("deep-but-fine"));
+    still_serving(&mut daemon, "m13");
+}

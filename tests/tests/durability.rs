@@ -153,6 +153,50 @@ fn an_index_pointing_at_the_wrong_place_is_not_trusted() {
     assert_eq!(opened["records"], 3);
 }
 
+/// A crash can lose the index's note of the newest boundary (sled writes it back later
+/// than the transcript is synced), so the index points at an older boundary. Loading
+/// from there walks over the newer one; the entry written back must name that newer
+/// boundary with its own count, or every later resume over-counts the records before it.
+#[test]
+fn an_index_lagging_behind_a_newer_boundary_is_repaired_not_made_inconsistent() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    open(&mut daemon, "lag");
+    let first = json!([user_record("u1", None, "one"), boundary("b1"), user_record("u2", Some("b1"), "two")]);
+    daemon.request("ctx/append", json!({"sessionId": "lag", "records": first})).unwrap();
+    assert!(daemon.stop().unwrap().success());
+    let lagging = dir.path().join("index-lagging");
+    copy_dir(&state.join("index"), &lagging);
+
+    let mut daemon = Daemon::started(&state).unwrap();
+    open(&mut daemon, "lag");
+    let second = json!([user_record("u3", Some("u2"), "three"), user_record("u4", Some("u3"), "four"), boundary("b2"), user_record("u5", Some("b2"), "five")]);
+    let appended = daemon.request("ctx/append", json!({"sessionId": "lag", "records": second})).unwrap();
+    assert_eq!(appended["records"], 7);
+    let usage = appended["usage"].clone();
+    assert!(daemon.stop().unwrap().success());
+    // The index as a crash could leave it: it still knows only the first boundary.
+    std::fs::remove_dir_all(state.join("index")).unwrap();
+    copy_dir(&lagging, &state.join("index"));
+
+    for restart in 0..3 {
+        let mut daemon = Daemon::started(&state).unwrap();
+        let opened = open(&mut daemon, "lag");
+        assert_eq!(opened["records"], 7, "restart {restart}: {opened}");
+        assert_eq!(opened["usage"], usage, "restart {restart}");
+        assert!(daemon.stop().unwrap().success());
+    }
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    for file in walk(from) {
+        let target = to.join(file.strip_prefix(from).unwrap());
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::copy(&file, &target).unwrap();
+    }
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap().filter_map(Result::ok) {

@@ -111,7 +111,7 @@ impl crate::transport::FastPath for AppendFastPath {
             #[serde(borrow)]
             records: Vec<&'a RawValue>,
         }
-        if !body.contains("\"ctx/append\"") {
+        if !body.contains("\"ctx/append\"") || nested_deeper_than(body, MAX_NESTING) {
             return None;
         }
         let frame: Frame<'_> = serde_json::from_str(body).ok()?;
@@ -153,6 +153,45 @@ impl crate::transport::FastPath for AppendFastPath {
             .boxed(),
         )
     }
+}
+
+/// Deepest nesting serde_json reads into a value tree (its recursion limit is 128).
+/// Borrowed records skip that limit, so the fast path declines deeper frames to the
+/// service, which refuses them as invalid JSON.
+const MAX_NESTING: usize = 127;
+
+/// Whether the JSON `text` nests arrays and objects deeper than `limit` (brackets inside
+/// strings do not count).
+fn nested_deeper_than(text: &str, limit: usize) -> bool {
+    let bytes = text.as_bytes();
+    // Fewer opening brackets than the limit cannot nest deeper than it.
+    if bytes.iter().filter(|b| matches!(b, b'{' | b'[')).count() <= limit {
+        return false;
+    }
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in bytes {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
 }
 
 impl LanguageServer for Backend {

@@ -20,6 +20,10 @@ use super::{AnthropicProvider, OpenAiProvider, ProviderChoice, RemoteProvider};
 /// The Anthropic API, when neither settings nor `ANTHROPIC_BASE_URL` name another.
 pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
 
+/// Environment variable with the longest silence, in milliseconds, allowed while waiting
+/// for a provider's response or the next piece of its stream (default 300,000).
+pub const READ_TIMEOUT_ENV: &str = "CTXD_PROVIDER_READ_TIMEOUT_MS";
+
 /// The provider keys of the user's settings, as written there.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -146,8 +150,8 @@ pub struct ProviderConfig {
 
 impl ProviderConfig {
     /// Decides the provider from settings, falling back to the environment through `env`
-    /// (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`, `OPENAI_API_KEY`, `OPENAI_BASE_URL`).
-    /// Empty values count as unset.
+    /// (`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`, `OPENAI_API_KEY`, `OPENAI_BASE_URL`),
+    /// and takes the read timeout from [`READ_TIMEOUT_ENV`]. Empty values count as unset.
     pub fn resolve(
         settings: &ProviderSettings,
         env: impl Fn(&str) -> Option<String>,
@@ -191,12 +195,16 @@ impl ProviderConfig {
                 None => Backend::Offline,
             },
         };
+        let mut http = HttpConfig::default();
+        if let Some(ms) = env(READ_TIMEOUT_ENV).and_then(|v| v.trim().parse::<u64>().ok()).filter(|ms| *ms > 0) {
+            http.read_timeout = Duration::from_millis(ms);
+        }
         Ok(ProviderConfig {
             backend,
             model: setting(&settings.model),
             compact_model: setting(&settings.compact_model),
             larger_model_retry: setting(&settings.larger_model_retry),
-            http: HttpConfig::default(),
+            http,
         })
     }
 
@@ -323,6 +331,18 @@ mod tests {
                 include_usage: true,
             })
         );
+    }
+
+    #[test]
+    fn the_read_timeout_comes_from_the_environment_when_valid() {
+        let read_timeout = |value: &str| {
+            let pairs = [(READ_TIMEOUT_ENV, value)];
+            ProviderConfig::resolve(&settings(Some("offline")), env_of(&pairs)).unwrap().http.read_timeout
+        };
+        assert_eq!(read_timeout("750"), Duration::from_millis(750));
+        assert_eq!(read_timeout("0"), HttpConfig::default().read_timeout);
+        assert_eq!(read_timeout("soon"), HttpConfig::default().read_timeout);
+        assert_eq!(HttpConfig::default().read_timeout, Duration::from_secs(300));
     }
 
     #[test]

@@ -469,7 +469,12 @@ impl Session {
         self.records_before_view = records_before;
         self.total_records = records_before;
         self.view_offset = view_offset;
-        for (_, record) in records {
+        for (offset, record) in records {
+            // A boundary newer than the indexed one (a crash lost the index's note of
+            // it): the entry written below must pair its offset with its count.
+            if record.is_compact_boundary() {
+                self.view_offset = Some(offset);
+            }
             self.apply(record, None);
         }
         let entry = self.index_entry();

@@ -1,0 +1,272 @@
+//! Many sessions at once over one connection: the client side of the load benchmark
+//! (`benches/load.rs`) and of its correctness-only short form (`tests/load.rs`).
+//!
+//! [`Mux`] shares one daemon's stdio between client threads: requests are written under
+//! a lock and each answer is routed back to its sender by id. [`Background`] runs one
+//! thread per session that appends (and now and then assembles, or compacts) until it is
+//! stopped, checking every answer and remembering what it appended, so that
+//! [`check_stored`] can say afterwards that nothing acknowledged is missing or out of
+//! order.
+
+use std::collections::HashMap;
+use std::io::{BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail, ensure};
+use serde_json::{Value, json};
+
+use crate::{ctxd_bin, frame, read_frame, stored_uuids, user_record};
+
+/// How long a client waits for one answer (compactions under load included).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A daemon whose connection many threads share.
+pub struct Mux {
+    child: Mutex<Child>,
+    stdin: Mutex<ChildStdin>,
+    waiters: Arc<Mutex<HashMap<i64, Sender<Vec<u8>>>>>,
+    next_id: AtomicI64,
+    pub state_dir: PathBuf,
+}
+
+impl Mux {
+    /// Starts `ctxd serve` on `state_dir` (HOME isolated, automatic compaction off so
+    /// that only the sessions told to compact do) and initializes it.
+    pub fn start(state_dir: &Path, env: &[(&str, &str)]) -> anyhow::Result<Arc<Mux>> {
+        let bin = ctxd_bin();
+        if !bin.exists() {
+            bail!("{} does not exist: build it first", bin.display());
+        }
+        let home = state_dir.with_extension("home");
+        let mut command = Command::new(&bin);
+        command
+            .arg("--state-dir")
+            .arg(state_dir)
+            .arg("--log-file")
+            .arg(state_dir.with_extension("log"))
+            .arg("serve")
+            .env("CTXD_LOG", "info")
+            .env("DISABLE_AUTO_COMPACT", "1")
+            .env("HOME", &home)
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().with_context(|| format!("spawning {}", bin.display()))?;
+        let stdout = child.stdout.take().context("no stdout")?;
+        let stdin = child.stdin.take().context("no stdin")?;
+        let waiters: Arc<Mutex<HashMap<i64, Sender<Vec<u8>>>>> = Arc::default();
+        let routing = waiters.clone();
+        std::thread::spawn(move || {
+            // Only the id is read here; each client thread parses its own answer, so
+            // that one thread parsing every (large) assemble answer is not what a
+            // benchmark measures.
+            #[derive(serde::Deserialize)]
+            struct Route {
+                id: Option<i64>,
+                method: Option<serde::de::IgnoredAny>,
+            }
+            let mut reader = BufReader::new(stdout);
+            while let Ok(Some(body)) = read_frame(&mut reader) {
+                let Ok(Route { id: Some(id), method: None }) = serde_json::from_slice::<Route>(&body) else { continue };
+                if let Some(tx) = routing.lock().map_err(|_| ()).ok().and_then(|mut w| w.remove(&id)) {
+                    let _ = tx.send(body);
+                }
+            }
+        });
+        let mux = Arc::new(Mux {
+            child: Mutex::new(child),
+            stdin: Mutex::new(stdin),
+            waiters,
+            next_id: AtomicI64::new(1),
+            state_dir: state_dir.to_owned(),
+        });
+        mux.request("initialize", json!({"processId": null, "capabilities": {}}))?;
+        Ok(mux)
+    }
+
+    /// Sends a request; its answer (the frame's body) arrives on the receiver.
+    pub fn send(&self, method: &str, params: Value) -> anyhow::Result<Receiver<Vec<u8>>> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = channel();
+        self.waiters.lock().map_err(|_| anyhow!("poisoned"))?.insert(id, tx);
+        let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
+        let mut stdin = self.stdin.lock().map_err(|_| anyhow!("poisoned"))?;
+        stdin.write_all(&frame(&body))?;
+        stdin.flush()?;
+        Ok(rx)
+    }
+
+    /// Sends a request and returns its `result`, or `Err` with the JSON-RPC error.
+    pub fn request(&self, method: &str, params: Value) -> anyhow::Result<Value> {
+        let body = self.send(method, params)?.recv_timeout(ANSWER_TIMEOUT).map_err(|e| anyhow!("{method}: no answer: {e}"))?;
+        let response: Value = serde_json::from_slice(&body)?;
+        match response.get("error") {
+            Some(error) => Err(anyhow!("{method}: {error}")),
+            None => Ok(response["result"].clone()),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.lock().map(|c| c.id()).unwrap_or(0)
+    }
+}
+
+impl Drop for Mux {
+    fn drop(&mut self) {
+        if let Ok(child) = self.child.get_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+pub const MODEL: &str = "claude-sonnet-4-5-20250929";
+
+/// A user record of about 1 KB whose text names its uuid.
+pub fn filler(uuid: &str, parent: Option<&str>) -> Value {
+    let text = format!("{uuid}: {}", "the quick brown fox jumps over the lazy dog ".repeat(22));
+    user_record(uuid, parent, &text)
+}
+
+/// Opens `id` and appends `count` filler records in batches; returns their uuids.
+pub fn open_and_seed(mux: &Mux, id: &str, count: usize) -> anyhow::Result<Vec<String>> {
+    mux.request("ctx/openSession", json!({"cwd": "/tmp", "model": MODEL, "sessionId": id}))?;
+    let mut uuids: Vec<String> = Vec::with_capacity(count);
+    for chunk in (0..count).collect::<Vec<_>>().chunks(100) {
+        let mut records = Vec::new();
+        for i in chunk {
+            let uuid = format!("{id}-seed-{i:05}");
+            records.push(filler(&uuid, uuids.last().map(String::as_str)));
+            uuids.push(uuid);
+        }
+        mux.request("ctx/append", json!({"sessionId": id, "records": records}))?;
+    }
+    Ok(uuids)
+}
+
+/// The assemble request every client sends.
+pub fn assemble_params(id: &str) -> Value {
+    json!({"sessionId": id, "system": [{"type": "text", "text": "You are a coding agent."}], "tools": [], "maxTokens": 32000})
+}
+
+/// What the background sessions do.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    /// Prefix of the session ids.
+    pub name: String,
+    /// Sessions with their own client thread.
+    pub sessions: usize,
+    /// Of those, how many compact (every `compact_every` appends).
+    pub compacting: usize,
+    pub compact_every: usize,
+    /// Every `assemble_every`-th operation is an assemble.
+    pub assemble_every: usize,
+    /// Pause between two operations of a client that does not compact (its think
+    /// time); the compacting ones go back to back, so a compaction is always running.
+    pub pause: Duration,
+    /// Operations per client, or until stopped when `None`.
+    pub operations: Option<usize>,
+}
+
+/// What one background session did; every answer it got was checked.
+#[derive(Debug, Default, Clone)]
+pub struct SessionLog {
+    pub id: String,
+    pub appended: Vec<String>,
+    pub appends: u64,
+    pub assembles: u64,
+    pub compactions: u64,
+}
+
+/// The background client threads.
+pub struct Background {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<anyhow::Result<SessionLog>>>,
+}
+
+/// Session ids of the background workload (the first `compacting` compact).
+pub fn session_id(i: usize, workload: &Workload) -> String {
+    let name = &workload.name;
+    if i < workload.compacting { format!("{name}-compacting-{i:02}") } else { format!("{name}-{i:02}") }
+}
+
+impl Background {
+    /// Starts one thread per session; the sessions must be open (and seeded) already,
+    /// with `seeded[i]` their records so far.
+    pub fn start(mux: &Arc<Mux>, workload: &Workload, seeded: Vec<Vec<String>>) -> Background {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = seeded
+            .into_iter()
+            .enumerate()
+            .map(|(i, appended)| {
+                let (mux, stop, workload) = (mux.clone(), stop.clone(), workload.clone());
+                std::thread::spawn(move || client(&mux, &workload, i, appended, &stop))
+            })
+            .collect();
+        Background { stop, threads }
+    }
+
+    /// Stops the clients (each finishes the operation it is in) and returns their logs.
+    pub fn stop(self) -> anyhow::Result<Vec<SessionLog>> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.join()
+    }
+
+    /// Waits for the clients to finish their operations and returns their logs.
+    pub fn join(self) -> anyhow::Result<Vec<SessionLog>> {
+        self.threads.into_iter().map(|t| t.join().map_err(|_| anyhow!("a client thread panicked"))?).collect()
+    }
+}
+
+fn client(mux: &Mux, workload: &Workload, i: usize, appended: Vec<String>, stop: &AtomicBool) -> anyhow::Result<SessionLog> {
+    let id = session_id(i, workload);
+    let compacting = i < workload.compacting;
+    let mut log = SessionLog { id: id.clone(), appended, ..SessionLog::default() };
+    let mut op = 0usize;
+    while !stop.load(Ordering::Relaxed) && workload.operations.is_none_or(|n| op < n) {
+        op += 1;
+        if op.is_multiple_of(workload.assemble_every.max(1)) {
+            let result = mux.request("ctx/assemble", assemble_params(&id)).with_context(|| format!("{id}: assemble"))?;
+            let messages = result["request"]["messages"].as_array().context("no messages")?;
+            ensure!(messages.first().is_some_and(|m| m["role"] == "user"), "{id}: assemble gave {result}");
+            log.assembles += 1;
+        } else {
+            let uuid = format!("{id}-{:06}", log.appended.len());
+            let record = filler(&uuid, log.appended.last().map(String::as_str));
+            let result = mux.request("ctx/append", json!({"sessionId": id, "records": [record]})).with_context(|| format!("{id}: append"))?;
+            ensure!(result["appended"] == 1, "{id}: append gave {result}");
+            log.appended.push(uuid);
+            log.appends += 1;
+            if compacting && log.appends.is_multiple_of(workload.compact_every.max(1) as u64) {
+                let result = mux.request("ctx/compact", json!({"sessionId": id})).with_context(|| format!("{id}: compact"))?;
+                ensure!(result["boundary"].is_string(), "{id}: compact gave {result}");
+                log.compactions += 1;
+            }
+        }
+        if !compacting && !workload.pause.is_zero() {
+            std::thread::sleep(workload.pause);
+        }
+    }
+    Ok(log)
+}
+
+/// Every record a session's client appended is stored, in the order appended, and no
+/// record of it is stored twice.
+pub fn check_stored(state_dir: &Path, logs: &[SessionLog]) -> anyhow::Result<()> {
+    for log in logs {
+        let prefix = format!("{}-", log.id);
+        let stored: Vec<String> = stored_uuids(state_dir, &log.id)?.into_iter().filter(|u| u.starts_with(&prefix)).collect();
+        ensure!(stored == log.appended, "{}: {} stored, {} appended (or out of order)", log.id, stored.len(), log.appended.len());
+    }
+    Ok(())
+}

@@ -1,0 +1,40 @@
+//! The load benchmark's correctness-only short form: sessions appending and assembling
+//! at once over one connection while some of them compact. Every answer is checked
+//! and every appended record is stored, in order. (Latencies are the benchmark's
+//! business: `cargo bench -p ctxd-e2e --bench load`.)
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
+
+use std::time::Duration;
+
+use ctxd_e2e::load::{Background, Mux, Workload, check_stored, open_and_seed, session_id};
+
+#[test]
+fn concurrent_sessions_with_compactions_answer_everything_and_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mux = Mux::start(&state, &[]).unwrap();
+    let workload = Workload {
+        name: "bg".to_owned(),
+        sessions: 12,
+        compacting: 3,
+        compact_every: 15,
+        assemble_every: 3,
+        pause: Duration::ZERO,
+        operations: Some(60),
+    };
+    let seeded: Vec<Vec<String>> = (0..workload.sessions)
+        .map(|i| open_and_seed(&mux, &session_id(i, &workload), if i < workload.compacting { 150 } else { 20 }).unwrap())
+        .collect();
+    let logs = Background::start(&mux, &workload, seeded).join().unwrap();
+    let compactions: u64 = logs.iter().map(|l| l.compactions).sum();
+    let appends: u64 = logs.iter().map(|l| l.appends).sum();
+    let assembles: u64 = logs.iter().map(|l| l.assembles).sum();
+    println!("{appends} appends, {assembles} assembles, {compactions} compactions, all answered and checked");
+    // 60 operations each: 20 assembles and 40 appends; a compaction after the 15th and
+    // the 30th append of each compacting session.
+    assert_eq!(compactions, 3 * 2);
+    assert_eq!(appends, 12 * 40);
+    assert_eq!(assembles, 12 * 20);
+    check_stored(&state, &logs).unwrap();
+}
