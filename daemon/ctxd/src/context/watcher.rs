@@ -25,7 +25,10 @@
 //!   [`MAX_DELAY_FACTOR`] periods after the first one). `notify-debouncer-full` sits in
 //!   front with a short timeout to pair renames and drop duplicate events; it emits each
 //!   event on its own once that event is old enough, so on its own a burst can straddle
-//!   two of its ticks and arrive as two batches.
+//!   two of its ticks and arrive as two batches. The quiet period is counted from when
+//!   each change happened (the debouncer's timestamp), not from when the debouncer let
+//!   it go, so its hold (at most two of its timeouts, well under the debounce period)
+//!   adds nothing to the delay: an edit is delivered one debounce period after it.
 //! - When the OS runs out of watches (or a directory cannot be watched at all) the
 //!   watcher reports [`Watcher::degraded`]; callers then compare [`FileStamp`]s with
 //!   [`changed_since`] before each request.
@@ -668,16 +671,21 @@ impl State {
         }
     }
 
+    /// Matches a batch from the debouncer to subscribers. Quiet periods are counted from
+    /// when each change happened (the debouncer's own timestamp), not from when the
+    /// debouncer handed it over: the time it held the event to pair renames is part of
+    /// the quiet period rather than added to it.
     fn ingest(&mut self, events: Vec<DebouncedEvent>, now: Instant) {
-        let mut hits: Vec<(SubscriptionId, PathBuf)> = Vec::new();
+        let mut hits: Vec<(SubscriptionId, PathBuf, Instant)> = Vec::new();
         let mut reconcile = false;
         for event in &events {
+            let at = event.time.min(now);
             if event.need_rescan() {
                 // Events were lost: anything may have changed.
                 tracing::debug!("watch events were dropped by the OS; reporting every path");
                 reconcile = true;
                 for (id, sub) in &self.subs {
-                    hits.extend(sub.targets.keys().map(|path| (*id, path.clone())));
+                    hits.extend(sub.targets.keys().map(|path| (*id, path.clone(), at)));
                 }
                 continue;
             }
@@ -685,7 +693,7 @@ impl State {
                 continue;
             };
             for path in &event.paths {
-                self.match_path(path, class, &mut hits);
+                self.match_path(path, class, at, &mut hits);
                 if class == Class::Structural {
                     if self.armed.contains_key(path) {
                         self.stale.insert(path.clone());
@@ -703,19 +711,28 @@ impl State {
         if reconcile {
             self.reconcile();
         }
-        let latest = now + self.debounce;
-        for (id, path) in hits {
+        for (id, path, at) in hits {
             let Some(sub) = self.subs.get_mut(&id) else {
                 continue;
             };
             sub.pending.insert(path);
-            let first = *sub.first_pending.get_or_insert(now);
-            sub.due = Some(latest.min(first + self.debounce * MAX_DELAY_FACTOR));
+            let first = sub.first_pending.map_or(at, |first| first.min(at));
+            sub.first_pending = Some(first);
+            // Trailing edge: one period after the latest change, within the cap.
+            let quiet_until = at + self.debounce;
+            let due = sub.due.map_or(quiet_until, |due| due.max(quiet_until));
+            sub.due = Some(due.min(first + self.debounce * MAX_DELAY_FACTOR));
         }
     }
 
-    /// Collects the interests an event on `path` bears on.
-    fn match_path(&self, path: &Path, class: Class, hits: &mut Vec<(SubscriptionId, PathBuf)>) {
+    /// Collects the interests an event on `path`, which happened `at`, bears on.
+    fn match_path(
+        &self,
+        path: &Path,
+        class: Class,
+        at: Instant,
+        hits: &mut Vec<(SubscriptionId, PathBuf, Instant)>,
+    ) {
         // The path itself and, for a folder that appeared, vanished or moved, everything
         // below it.
         let at_or_below = self
@@ -726,7 +743,7 @@ impl State {
             if interest.as_path() != path && class != Class::Structural {
                 continue;
             }
-            hits.extend(subs.keys().map(|id| (*id, interest.clone())));
+            hits.extend(subs.keys().map(|id| (*id, interest.clone(), at)));
         }
         // A listed folder whose entries changed.
         if class == Class::Structural
@@ -736,7 +753,7 @@ impl State {
             hits.extend(
                 subs.iter()
                     .filter(|(_, kind)| **kind == WatchKind::Dir)
-                    .map(|(id, _)| (*id, parent.clone())),
+                    .map(|(id, _)| (*id, parent.clone(), at)),
             );
         }
     }
@@ -1207,6 +1224,45 @@ mod tests {
         assert!(!is_limit(&notify::Error::io(
             std::io::Error::from_raw_os_error(13)
         )));
+    }
+
+    /// The debouncer holds events for a while to pair renames; the quiet period runs
+    /// from when the change happened, so that hold is not added on top of it.
+    #[test]
+    fn the_quiet_period_counts_from_the_change_not_from_its_hand_over() {
+        let mut state = State::new(None, DEBOUNCE, Arc::new(AtomicBool::new(false)));
+        let (tx, _rx) = unbounded_channel();
+        let id = SubscriptionId(1);
+        state.subs.insert(id, Sub::new(tx));
+        let file = PathBuf::from("/w/CLAUDE.md");
+        state.set_targets(id, collect_targets([file.clone()]));
+        let modified = |time: Instant| DebouncedEvent {
+            event: notify::Event::new(EventKind::Modify(ModifyKind::Any)).add_path(file.clone()),
+            time,
+        };
+
+        let now = Instant::now() + Duration::from_secs(10);
+        let changed = now - Duration::from_millis(30);
+        state.ingest(vec![modified(changed)], now);
+        assert_eq!(state.subs[&id].due, Some(changed + DEBOUNCE));
+        // A newer change moves the deadline on; an older one handed over late does not
+        // pull it back.
+        state.ingest(vec![modified(now)], now);
+        assert_eq!(state.subs[&id].due, Some(now + DEBOUNCE));
+        state.ingest(vec![modified(changed)], now);
+        assert_eq!(state.subs[&id].due, Some(now + DEBOUNCE));
+        // Under a steady stream, the first change still caps the wait.
+        let much_later = changed + DEBOUNCE * (MAX_DELAY_FACTOR + 2);
+        state.ingest(vec![modified(much_later)], much_later);
+        assert_eq!(state.subs[&id].due, Some(changed + DEBOUNCE * MAX_DELAY_FACTOR));
+        // A timestamp from the future (it cannot be, but clocks are clocks) counts as now.
+        let mut state = State::new(None, DEBOUNCE, Arc::new(AtomicBool::new(false)));
+        let (tx, _rx) = unbounded_channel();
+        state.subs.insert(id, Sub::new(tx));
+        state.set_targets(id, collect_targets([file.clone()]));
+        state.ingest(vec![modified(now + Duration::from_secs(5))], now);
+        assert_eq!(state.subs[&id].due, Some(now + DEBOUNCE));
+        assert_eq!(state.subs[&id].pending.iter().collect::<Vec<_>>(), [&file]);
     }
 
     #[test]
