@@ -66,6 +66,9 @@ pub struct BaseContext {
     reads: Vec<PathBuf>,
     user_context: Option<Arc<str>>,
     system_context: Option<Arc<str>>,
+    /// How much of the memory set's watched paths was handed out by
+    /// [`BaseContext::new_watch_targets`].
+    watch_mark: usize,
     dirty: bool,
     date: String,
 }
@@ -79,6 +82,7 @@ impl BaseContext {
         let mut base = BaseContext {
             cwd: cwd.to_owned(),
             config,
+            watch_mark: memory.watch_mark(),
             memory,
             reads: Vec::new(),
             user_context: None,
@@ -108,6 +112,15 @@ impl BaseContext {
     /// Paths the watcher should follow for this session's memory sources.
     pub fn watch_targets(&self) -> Vec<(PathBuf, memory::WatchKind)> {
         self.memory.watched().iter().map(|(p, k)| (p.clone(), *k)).collect()
+    }
+
+    /// Paths the watcher should follow that reads added since the last call (or since
+    /// the memory files were loaded): what to add to a subscription after a read, where
+    /// [`BaseContext::watch_targets`] is the whole set.
+    pub fn new_watch_targets(&mut self) -> Vec<(PathBuf, memory::WatchKind)> {
+        let added = self.memory.watched_since(self.watch_mark);
+        self.watch_mark = self.memory.watch_mark();
+        added
     }
 
     /// Whether a changed path is one of this session's memory sources.
@@ -151,6 +164,8 @@ impl BaseContext {
             }
             self.reads = reads;
         }
+        // Callers hand the whole new set to the watcher after a reload.
+        self.watch_mark = self.memory.watch_mark();
         self.dirty = false;
         self.render();
     }
@@ -295,6 +310,29 @@ mod tests {
             .collect();
         assert!(at.windows(2).all(|w| w[0] < w[1]), "{at:?}\n{text}");
         assert!(base.diagnostics().is_empty(), "{:?}", base.diagnostics());
+    }
+
+    #[test]
+    fn a_read_hands_out_only_the_watch_targets_it_added() {
+        let dir = tempfile::tempdir().unwrap();
+        let (home, project) = (dir.path().join("home"), dir.path().join("project"));
+        std::fs::create_dir_all(project.join("pkg")).unwrap();
+        let cache = MemoryCache::default();
+        let fs = RealFs::new();
+        let mut base = BaseContext::load(&project, config(&home), &cache, &fs, "2026-11-29".into());
+        let all = base.watch_targets().len();
+        assert_eq!(base.new_watch_targets(), []);
+        base.on_file_read(&project.join("pkg/lib.rs"), &fs);
+        let added = base.new_watch_targets();
+        assert!(added.iter().any(|(p, _)| p == &project.join("pkg/CLAUDE.md")), "{added:?}");
+        assert_eq!(base.watch_targets().len(), all + added.len());
+        assert_eq!(base.new_watch_targets(), [], "handed out once");
+        base.on_file_read(&project.join("pkg/more.rs"), &fs);
+        assert_eq!(base.new_watch_targets(), []);
+        // After a reload the caller resubscribes the whole set: nothing is left over.
+        base.on_file_read(&project.join("other/x.rs"), &fs);
+        base.reload(&cache, &fs);
+        assert_eq!(base.new_watch_targets(), []);
     }
 
     #[test]

@@ -221,6 +221,14 @@ impl Watcher {
         self.shared.lock().set_targets(id, targets);
     }
 
+    /// Adds `targets` to the subscriber's paths and keeps the others. Costs what the new
+    /// paths cost, however many the subscriber has: the way to follow one more read file.
+    /// A path already wanted as a file and now as a folder is reported for both reasons.
+    pub fn add<T: Into<Target>>(&self, id: SubscriptionId, targets: impl IntoIterator<Item = T>) {
+        let targets = collect_targets(targets);
+        self.shared.lock().add_targets(id, targets);
+    }
+
     /// Removes the subscriber: its OS watches go when nobody else needs them, and its
     /// stream ends. Unknown or already removed ids are ignored.
     pub fn unsubscribe(&self, id: SubscriptionId) {
@@ -272,6 +280,11 @@ impl Subscription {
     /// [`Watcher::update`] for this subscription.
     pub fn update<T: Into<Target>>(&self, targets: impl IntoIterator<Item = T>) {
         self.watcher.update(self.id, targets);
+    }
+
+    /// [`Watcher::add`] for this subscription.
+    pub fn add<T: Into<Target>>(&self, targets: impl IntoIterator<Item = T>) {
+        self.watcher.add(self.id, targets);
     }
 
     /// The watcher this subscription belongs to (for [`Watcher::degraded`]).
@@ -531,6 +544,35 @@ impl State {
         }
         for (path, kind) in &old {
             for need in needs_of(path, *kind) {
+                self.remove_need(&need);
+            }
+        }
+    }
+
+    fn add_targets(&mut self, id: SubscriptionId, extra: BTreeMap<PathBuf, WatchKind>) {
+        let Some(sub) = self.subs.get_mut(&id) else {
+            tracing::debug!(?id, "addition to an unknown subscription ignored");
+            return;
+        };
+        // (path, how it was wanted before, how it is wanted now)
+        let mut changed = Vec::new();
+        for (path, kind) in extra {
+            let old = sub.targets.get(&path).copied();
+            if old == Some(WatchKind::Dir) || old == Some(kind) {
+                continue;
+            }
+            sub.targets.insert(path.clone(), kind);
+            changed.push((path, old, kind));
+        }
+        for (path, old, kind) in changed {
+            self.interests
+                .entry(path.clone())
+                .or_default()
+                .insert(id, kind);
+            for need in needs_of(&path, kind) {
+                self.add_need(need);
+            }
+            for need in old.map(|old| needs_of(&path, old)).unwrap_or_default() {
                 self.remove_need(&need);
             }
         }
@@ -1024,6 +1066,38 @@ mod tests {
         std::fs::write(&new, "y").unwrap();
         assert_eq!(next(&mut sub).await, vec![new.clone()]);
         quiet(&mut sub).await;
+    }
+
+    #[tokio::test]
+    async fn added_paths_join_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let first = dir.path().join("first.md");
+        let second = dir.path().join("sub/second.md");
+        let rules = dir.path().join("rules");
+        let watcher = Watcher::start(DEBOUNCE);
+        let mut sub = watcher.subscribe([first.clone()]);
+
+        sub.add([second.clone(), first.clone()]);
+        assert_eq!(watcher.watched_dirs(), vec![dir.path().to_path_buf(), dir.path().join("sub")]);
+        std::fs::write(&first, "1").unwrap();
+        assert_eq!(next(&mut sub).await, vec![first.clone()]);
+        std::fs::write(&second, "2").unwrap();
+        assert_eq!(next(&mut sub).await, vec![second.clone()]);
+
+        // A file wanted again as a folder: its entries count now too.
+        sub.add([Target::file(&rules)]);
+        sub.add([Target::dir(&rules)]);
+        std::fs::create_dir(&rules).unwrap();
+        assert_eq!(next(&mut sub).await, vec![rules.clone()]);
+        quiet(&mut sub).await;
+        assert!(watcher.watched_dirs().contains(&rules));
+        std::fs::write(rules.join("r.md"), "r").unwrap();
+        assert_eq!(next(&mut sub).await, vec![rules.clone()]);
+
+        // Every watch is released with the subscription: adding twice counted once.
+        drop(sub);
+        assert_eq!(watcher.watched_dirs(), Vec::<PathBuf>::new());
     }
 
     #[tokio::test]

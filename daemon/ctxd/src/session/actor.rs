@@ -606,7 +606,13 @@ impl Session {
                 self.pending_notes.push(note);
             }
             self.ledger.clear_stale(&path);
-            self.resubscribe();
+            // Only what this read added: handing over every read path again would make
+            // each read cost O(reads so far).
+            let added: Vec<Target> = base.new_watch_targets().into_iter().map(Target::from).chain([Target::file(path)]).collect();
+            match &self.subscription {
+                Some(sub) => sub.add(added),
+                None => self.resubscribe(),
+            }
         }
     }
 
