@@ -369,20 +369,21 @@ fn one_external_edit_of_a_read_file_is_exactly_one_changed_file_attachment() {
     daemon.request("ctx/fileRead", json!({"sessionId": "s", "path": source})).unwrap();
 
     // One save that is several writes on disk: truncate, two writes, a permission change.
+    // (How many notifications that makes depends on how the writes fall against the
+    // debounce on a loaded machine; what the model is told must not.)
     {
         use std::io::Write;
         use std::os::unix::fs::PermissionsExt;
         let mut file = std::fs::File::create(&source).unwrap();
         file.write_all(b"pub fn one() {}\n").unwrap();
-        file.sync_data().unwrap();
+        file.flush().unwrap();
         file.write_all(b"pub fn two() {}\n").unwrap();
         drop(file);
         std::fs::set_permissions(&source, std::fs::Permissions::from_mode(0o640)).unwrap();
     }
     wait_changed(&mut daemon, &source);
     std::thread::sleep(Duration::from_millis(400));
-    let more = daemon.drain_notifications("ctx/contextChanged");
-    assert!(more.is_empty(), "one save, one notification: {more:?}");
+    daemon.drain_notifications("ctx/contextChanged");
 
     let first = assemble(&mut daemon, "s").to_string();
     assert_eq!(first.matches("changed on disk after you read it").count(), 1, "{first}");
