@@ -482,3 +482,43 @@ fn the_git_section_is_there_for_a_repository_and_absent_for_a_plain_folder() {
     let system = request["system"].to_string();
     assert!(!system.contains("Git repository state") && !system.contains("Current branch"), "{system}");
 }
+
+#[test]
+fn without_os_notifications_changes_are_found_before_each_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let cwd = dir.path().join("project");
+    let memory = cwd.join("CLAUDE.md");
+    let source = cwd.join("lib.rs");
+    write(&memory, "RULES v1\n");
+    write(&source, "pub fn one() {}\n");
+    let mut daemon = Daemon::start_with(&state, &[], &[("CTXD_NO_WATCH", "1")]).unwrap();
+    daemon.initialize().unwrap();
+    open(&mut daemon, "s", &cwd);
+    daemon.request("ctx/fileRead", json!({"sessionId": "s", "path": source})).unwrap();
+    assert!(first_message(&assemble(&mut daemon, "s")).contains("RULES v1"));
+
+    // Read before the last request, edited after it; and a memory file saved atomically.
+    std::fs::write(&source, "pub fn one() {}\npub fn two() {}\n").unwrap();
+    let tmp = cwd.join(".CLAUDE.md.tmp");
+    std::fs::write(&tmp, "RULES v2\n").unwrap();
+    std::fs::rename(&tmp, &memory).unwrap();
+    let request = assemble(&mut daemon, "s");
+    let text = request.to_string();
+    assert_eq!(text.matches("changed on disk after you read it").count(), 1, "{text}");
+    assert!(first_message(&request).contains("RULES v2"), "{request}");
+    let told = daemon.drain_notifications("ctx/contextChanged");
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert_eq!(told[0]["paths"], json!([memory.display().to_string(), source.display().to_string()]));
+    // Nothing new: nothing more.
+    assert_eq!(assemble(&mut daemon, "s").to_string().matches("changed on disk after you read it").count(), 1);
+
+    // Read after the last request and edited before the next one.
+    let other = cwd.join("other.rs");
+    write(&other, "pub fn a() {}\n");
+    daemon.request("ctx/fileRead", json!({"sessionId": "s", "path": other})).unwrap();
+    std::fs::write(&other, "pub fn b() {}\n").unwrap();
+    let text = assemble(&mut daemon, "s").to_string();
+    assert_eq!(text.matches("changed on disk after you read it").count(), 2, "{text}");
+    assert!(text.contains("pub fn b() {}"));
+}

@@ -31,7 +31,7 @@
 //!   adds nothing to the delay: an edit is delivered one debounce period after it.
 //! - When the OS runs out of watches (or a directory cannot be watched at all) the
 //!   watcher reports [`Watcher::degraded`]; callers then compare [`FileStamp`]s with
-//!   [`changed_since`] before each request.
+//!   [`look_again`] before each request.
 //!
 //! The OS watcher and the debouncer run on their own threads, and a thread of this module
 //! matches events to subscribers and times deliveries. [`Watcher::subscribe`],
@@ -192,6 +192,21 @@ impl Watcher {
         Watcher { shared }
     }
 
+    /// A watcher that asks the OS for nothing and reports [`Watcher::degraded`] from the
+    /// start, so callers find changes by comparing stamps before each request
+    /// ([`look_again`]). For filesystems whose changes the OS does not report (some
+    /// network mounts), chosen with `CTXD_NO_WATCH=1`.
+    pub fn disabled() -> Watcher {
+        let degraded = Arc::new(AtomicBool::new(true));
+        Watcher {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::new(None, DEFAULT_DEBOUNCE, Arc::clone(&degraded))),
+                degraded,
+                next_id: AtomicU64::new(1),
+            }),
+        }
+    }
+
     /// Registers a subscriber interested in `targets` (plain paths are files). Paths that
     /// do not exist yet, even under folders that do not exist yet, are fine. The OS
     /// watches are in place when this returns, so subscribe before reading the files (or
@@ -237,7 +252,7 @@ impl Watcher {
 
     /// True once some path could not be watched: the OS limit on watches was reached
     /// (warned once), a directory refused a watch, or the watcher could not start. From
-    /// then on callers should compare [`FileStamp`]s with [`changed_since`] before each
+    /// then on callers should compare [`FileStamp`]s with [`look_again`] before each
     /// request, since changes to those paths will not be delivered.
     pub fn degraded(&self) -> bool {
         self.shared.degraded.load(Ordering::Relaxed)
@@ -360,6 +375,55 @@ pub fn changed_since(seen: &[(PathBuf, Option<FileStamp>)]) -> Vec<PathBuf> {
         .filter(|(path, stamp)| FileStamp::of(path) != *stamp)
         .map(|(path, _)| path.clone())
         .collect()
+}
+
+/// One look at every watched path for a [`Watcher::degraded`] watcher: returns the paths
+/// that changed since `seen` (the stamps kept from the previous look) and the stamps to
+/// keep for the next one.
+///
+/// `memory` are memory sources: one seen before is reported when its stamp differs; one
+/// not seen before (found by the last rebuild, which just read it) gets its first stamp.
+/// `reads` are the read files with what was read: one not seen before was read since the
+/// previous look, so it is compared by content with what the agent read, and reported if
+/// that differs (or is gone); a change between the read and this look is not lost.
+/// Blocking: a `stat` per path, and a read per file read since the previous look.
+pub fn look_again(
+    seen: &[(PathBuf, Option<FileStamp>)],
+    memory: Vec<PathBuf>,
+    reads: &[ctxd_core::ledger::LedgerEntry],
+) -> (Vec<PathBuf>, Vec<(PathBuf, Option<FileStamp>)>) {
+    let before: HashMap<&Path, Option<FileStamp>> =
+        seen.iter().map(|(path, stamp)| (path.as_path(), *stamp)).collect();
+    let mut now: BTreeMap<PathBuf, Option<FileStamp>> = BTreeMap::new();
+    let mut changed = BTreeSet::new();
+    for path in memory {
+        let stamp = FileStamp::of(&path);
+        if before.get(path.as_path()).is_some_and(|old| *old != stamp) {
+            changed.insert(path.clone());
+        }
+        now.insert(path, stamp);
+    }
+    for entry in reads {
+        let path = PathBuf::from(&entry.path);
+        if now.contains_key(&path) && !before.contains_key(path.as_path()) {
+            continue;
+        }
+        let stamp = FileStamp::of(&path);
+        let differs = match before.get(path.as_path()) {
+            Some(old) => *old != stamp,
+            None => match std::fs::read(&path) {
+                Ok(bytes) => {
+                    ctxd_core::ledger::has_changed(entry, &String::from_utf8_lossy(&bytes))
+                }
+                Err(_) => true,
+            },
+        };
+        if differs {
+            changed.insert(path.clone());
+        }
+        now.insert(path, stamp);
+    }
+    (changed.into_iter().collect(), now.into_iter().collect())
 }
 
 struct Shared {
@@ -1394,6 +1458,48 @@ mod tests {
         let seen = vec![(file.clone(), FileStamp::of(&file))];
         std::fs::remove_file(&file).unwrap();
         assert_eq!(changed_since(&seen), vec![file.clone()]);
+    }
+
+    #[test]
+    fn looking_again_finds_changed_sources_and_reads_changed_since_they_were_read() {
+        use ctxd_core::ledger::{Ledger, ReadMarker};
+
+        let dir = tempfile::tempdir().unwrap();
+        let memory = dir.path().join("CLAUDE.md");
+        let quiet_read = dir.path().join("quiet.rs");
+        let edited_read = dir.path().join("edited.rs");
+        std::fs::write(&memory, "v1").unwrap();
+        for path in [&quiet_read, &edited_read] {
+            std::fs::write(path, "fn a() {}\n").unwrap();
+        }
+        let mut ledger = Ledger::default();
+        for path in [&quiet_read, &edited_read] {
+            ledger.record_marker(&ReadMarker::measure(&path.display().to_string(), "fn a() {}\n", None, None, None));
+        }
+        let reads: Vec<_> = ledger.newest_first().into_iter().cloned().collect();
+
+        // Read and then edited before the first look: found by content.
+        std::fs::write(&edited_read, "fn b() {}\n").unwrap();
+        let (changed, seen) = look_again(&[], vec![memory.clone()], &reads);
+        assert_eq!(changed, vec![edited_read.clone()]);
+        assert_eq!(seen.len(), 3);
+        // Nothing touched: nothing found.
+        let (changed, seen) = look_again(&seen, vec![memory.clone()], &reads);
+        assert_eq!(changed, Vec::<PathBuf>::new());
+        // A memory source saved atomically and a read file removed.
+        atomic_save(&memory, "v2");
+        std::fs::remove_file(&quiet_read).unwrap();
+        let (changed, _) = look_again(&seen, vec![memory.clone()], &reads);
+        assert_eq!(changed, vec![memory.clone(), quiet_read.clone()]);
+    }
+
+    #[test]
+    fn a_disabled_watcher_is_degraded_and_arms_nothing() {
+        let watcher = Watcher::disabled();
+        let dir = tempfile::tempdir().unwrap();
+        let _sub = watcher.subscribe([dir.path().join("CLAUDE.md")]);
+        assert!(watcher.degraded());
+        assert!(watcher.watched_dirs().is_empty());
     }
 
     /// Write-to-delivery latency over 30 edits with the default debounce. Asserts only

@@ -829,7 +829,10 @@ impl Session {
         // Without a working watcher (the OS limit was hit), compare stamps instead.
         if self.setup.services.watcher.degraded() {
             let seen = std::mem::take(&mut self.stamps);
-            let changed = tokio::task::spawn_blocking(move || crate::context::watcher::changed_since(&seen)).await.unwrap_or_default();
+            let memory: Vec<std::path::PathBuf> = self.base.as_ref().map(|b| b.watch_targets().into_iter().map(|(p, _)| p).collect()).unwrap_or_default();
+            let reads: Vec<LedgerEntry> = self.ledger.newest_first().into_iter().cloned().collect();
+            let (changed, stamps) = tokio::task::spawn_blocking(move || crate::context::watcher::look_again(&seen, memory, &reads)).await.unwrap_or_default();
+            self.stamps = stamps;
             if !changed.is_empty() {
                 self.files_changed(changed).await;
             }
