@@ -37,6 +37,7 @@ pub fn discover(cwd: &Path, config: &MemoryConfig, fs: &dyn MemoryFs) -> MemoryS
         entries: Vec::new(),
         diagnostics: Vec::new(),
         watched: Default::default(),
+        watch_log: Vec::new(),
         loaded: Default::default(),
         checked_dirs: Default::default(),
         next_source: 0,

@@ -312,6 +312,9 @@ pub struct MemorySet {
     entries: Vec<MemoryEntry>,
     diagnostics: Vec<Diagnostic>,
     watched: BTreeMap<PathBuf, WatchKind>,
+    /// The keys of `watched` in the order they were added, so a caller can follow only
+    /// what a read added ([`MemorySet::watched_since`]).
+    watch_log: Vec<PathBuf>,
     /// Paths whose text is already in the context, so no file is placed twice.
     loaded: BTreeSet<PathBuf>,
     /// Folders below the working directory already checked for nested memory files.
@@ -370,8 +373,31 @@ impl MemorySet {
         &self.watched
     }
 
+    /// How many paths [`MemorySet::watched`] has had added so far: a mark for
+    /// [`MemorySet::watched_since`].
+    pub fn watch_mark(&self) -> usize {
+        self.watch_log.len()
+    }
+
+    /// The paths added to [`MemorySet::watched`] after `mark`, in the order added, with
+    /// their kind. Lets a caller watching many other paths add only these after a read
+    /// instead of handing over the whole set again.
+    pub fn watched_since(&self, mark: usize) -> Vec<(PathBuf, WatchKind)> {
+        self.watch_log
+            .get(mark..)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|path| Some((path.clone(), *self.watched.get(path)?)))
+            .collect()
+    }
+
     fn watch(&mut self, path: &Path, kind: WatchKind) {
-        self.watched.entry(path.to_path_buf()).or_insert(kind);
+        if let std::collections::btree_map::Entry::Vacant(slot) =
+            self.watched.entry(path.to_path_buf())
+        {
+            slot.insert(kind);
+            self.watch_log.push(path.to_path_buf());
+        }
     }
 }
 

@@ -623,6 +623,34 @@ fn watch_paths_cover_reads_listings_and_absent_candidates() {
 }
 
 #[test]
+fn watched_since_gives_only_what_a_read_added() {
+    let fs = MemFs::new().file("/work/app/pkg/CLAUDE.md", "nested");
+    let mut set = discover(Path::new(CWD), &config(), &fs);
+    let mark = set.watch_mark();
+    assert_eq!(mark, set.watched().len());
+    assert_eq!(set.watched_since(mark), []);
+
+    set.on_file_read(Path::new("/work/app/pkg/lib.rs"), &fs);
+    let added = set.watched_since(mark);
+    let expected: Vec<(PathBuf, WatchKind)> = [
+        "/work/app/pkg/CLAUDE.md",
+        "/work/app/pkg/AGENTS.md",
+        "/work/app/pkg/.claude/CLAUDE.md",
+        "/work/app/pkg/.claude/AGENTS.md",
+    ]
+    .iter()
+    .map(|p| (PathBuf::from(p), WatchKind::File))
+    .collect();
+    assert_eq!(added, expected);
+    assert_eq!(set.watch_mark(), mark + 4);
+    // The same folder again adds nothing; a mark past the end is just empty.
+    let mark = set.watch_mark();
+    set.on_file_read(Path::new("/work/app/pkg/other.rs"), &fs);
+    assert_eq!(set.watched_since(mark), []);
+    assert_eq!(set.watched_since(mark + 100), []);
+}
+
+#[test]
 fn a_file_reached_twice_is_placed_once() {
     // The user's own .claude folder is also a project folder when cwd is under home,
     // and both memory files import the same file.

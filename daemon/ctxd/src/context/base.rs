@@ -66,6 +66,9 @@ pub struct BaseContext {
     reads: Vec<PathBuf>,
     user_context: Option<Arc<str>>,
     system_context: Option<Arc<str>>,
+    /// How much of the memory set's watched paths was handed out by
+    /// [`BaseContext::new_watch_targets`].
+    watch_mark: usize,
     dirty: bool,
     date: String,
 }
@@ -79,6 +82,7 @@ impl BaseContext {
         let mut base = BaseContext {
             cwd: cwd.to_owned(),
             config,
+            watch_mark: memory.watch_mark(),
             memory,
             reads: Vec::new(),
             user_context: None,
@@ -108,6 +112,15 @@ impl BaseContext {
     /// Paths the watcher should follow for this session's memory sources.
     pub fn watch_targets(&self) -> Vec<(PathBuf, memory::WatchKind)> {
         self.memory.watched().iter().map(|(p, k)| (p.clone(), *k)).collect()
+    }
+
+    /// Paths the watcher should follow that reads added since the last call (or since
+    /// the memory files were loaded): what to add to a subscription after a read, where
+    /// [`BaseContext::watch_targets`] is the whole set.
+    pub fn new_watch_targets(&mut self) -> Vec<(PathBuf, memory::WatchKind)> {
+        let added = self.memory.watched_since(self.watch_mark);
+        self.watch_mark = self.memory.watch_mark();
+        added
     }
 
     /// Whether a changed path is one of this session's memory sources.
@@ -151,6 +164,8 @@ impl BaseContext {
             }
             self.reads = reads;
         }
+        // Callers hand the whole new set to the watcher after a reload.
+        self.watch_mark = self.memory.watch_mark();
         self.dirty = false;
         self.render();
     }
@@ -229,9 +244,15 @@ mod tests {
         let cache = MemoryCache::default();
         let fs = RealFs::new();
         let mut base = BaseContext::load(&project, config(&home), &cache, &fs, "2026-11-29".into());
-        let reads = fs.reads();
-        assert!(!base.rebuild_if_dirty(&cache, &fs));
-        assert_eq!(fs.reads(), reads, "a clean memo does no reads");
+        let (reads, lists) = (fs.reads(), fs.lists());
+        assert!(reads > 0 && lists > 0);
+        // What each request does with the base context: rebuild if dirty, take both texts.
+        for _ in 0..100 {
+            assert!(!base.rebuild_if_dirty(&cache, &fs));
+            assert!(base.user_context().is_some_and(|text| text.contains("version one")));
+            assert_eq!(base.system_context(), None);
+        }
+        assert_eq!((fs.reads(), fs.lists()), (reads, lists), "a clean memo does no reads");
         // Edited before a post-compact reload: the reload sees the edit, through both
         // the session's memo and the shared one.
         std::fs::write(project.join("CLAUDE.md"), "version two\n").unwrap();
@@ -240,6 +261,78 @@ mod tests {
         assert!(!base.user_context().unwrap().contains("version one"));
         let other = BaseContext::load(&project, config(&home), &cache, &fs, "2026-11-29".into());
         assert!(other.user_context().unwrap().contains("version two"));
+    }
+
+    /// Every kind of source on the real disk, the managed policy file included (the
+    /// daemon's is a fixed system path, so this is where a test can place one).
+    #[test]
+    fn managed_policy_comes_first_and_every_source_follows_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let (home, project) = (dir.path().join("home"), dir.path().join("repo/project"));
+        let write = |path: &Path, text: &str| {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        };
+        let managed = dir.path().join("etc/claude-code/CLAUDE.md");
+        write(&managed, "MANAGED\n");
+        write(&home.join(".claude/CLAUDE.md"), "USER\n");
+        write(&dir.path().join("repo/CLAUDE.md"), "REPO\n");
+        write(&project.join(".claude/CLAUDE.md"), "PROJECT-DOT\n");
+        write(&project.join("AGENTS.md"), "PROJECT-AGENTS\n@notes.md\n");
+        write(&project.join("notes.md"), "IMPORTED\n");
+        write(&project.join("CLAUDE.local.md"), "LOCAL\n");
+        write(&project.join(".claude/rules/style.md"), "RULE\n");
+        write(&memory::auto_memory_path(&home, &project), "AUTO\n");
+        let mut config = config(&home);
+        config.managed_path = Some(managed.clone());
+        let fs = RealFs::new();
+        let base = BaseContext::load(&project, config, &MemoryCache::default(), &fs, "2026-11-29".into());
+
+        let kinds: Vec<(&str, PathBuf)> = base.files().into_iter().map(|f| (f.kind, f.path)).collect();
+        assert_eq!(
+            kinds,
+            [
+                ("managed", managed),
+                ("user", home.join(".claude/CLAUDE.md")),
+                ("project", dir.path().join("repo/CLAUDE.md")),
+                ("project", project.join("AGENTS.md")),
+                ("import", project.join("notes.md")),
+                ("project", project.join(".claude/CLAUDE.md")),
+                ("local", project.join("CLAUDE.local.md")),
+                ("rule", project.join(".claude/rules/style.md")),
+                ("auto-memory", memory::auto_memory_path(&home, &project)),
+            ]
+        );
+        let text = base.user_context().unwrap();
+        let at: Vec<usize> = ["MANAGED", "USER", "REPO", "PROJECT-AGENTS", "IMPORTED", "PROJECT-DOT", "LOCAL", "RULE", "AUTO", "Current date: 2026-11-29"]
+            .iter()
+            .map(|marker| text.find(marker).unwrap_or_else(|| panic!("{marker} missing: {text}")))
+            .collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{at:?}\n{text}");
+        assert!(base.diagnostics().is_empty(), "{:?}", base.diagnostics());
+    }
+
+    #[test]
+    fn a_read_hands_out_only_the_watch_targets_it_added() {
+        let dir = tempfile::tempdir().unwrap();
+        let (home, project) = (dir.path().join("home"), dir.path().join("project"));
+        std::fs::create_dir_all(project.join("pkg")).unwrap();
+        let cache = MemoryCache::default();
+        let fs = RealFs::new();
+        let mut base = BaseContext::load(&project, config(&home), &cache, &fs, "2026-11-29".into());
+        let all = base.watch_targets().len();
+        assert_eq!(base.new_watch_targets(), []);
+        base.on_file_read(&project.join("pkg/lib.rs"), &fs);
+        let added = base.new_watch_targets();
+        assert!(added.iter().any(|(p, _)| p == &project.join("pkg/CLAUDE.md")), "{added:?}");
+        assert_eq!(base.watch_targets().len(), all + added.len());
+        assert_eq!(base.new_watch_targets(), [], "handed out once");
+        base.on_file_read(&project.join("pkg/more.rs"), &fs);
+        assert_eq!(base.new_watch_targets(), []);
+        // After a reload the caller resubscribes the whole set: nothing is left over.
+        base.on_file_read(&project.join("other/x.rs"), &fs);
+        base.reload(&cache, &fs);
+        assert_eq!(base.new_watch_targets(), []);
     }
 
     #[test]

@@ -25,10 +25,13 @@
 //!   [`MAX_DELAY_FACTOR`] periods after the first one). `notify-debouncer-full` sits in
 //!   front with a short timeout to pair renames and drop duplicate events; it emits each
 //!   event on its own once that event is old enough, so on its own a burst can straddle
-//!   two of its ticks and arrive as two batches.
+//!   two of its ticks and arrive as two batches. The quiet period is counted from when
+//!   each change happened (the debouncer's timestamp), not from when the debouncer let
+//!   it go, so its hold (at most two of its timeouts, well under the debounce period)
+//!   adds nothing to the delay: an edit is delivered one debounce period after it.
 //! - When the OS runs out of watches (or a directory cannot be watched at all) the
 //!   watcher reports [`Watcher::degraded`]; callers then compare [`FileStamp`]s with
-//!   [`changed_since`] before each request.
+//!   [`look_again`] before each request.
 //!
 //! The OS watcher and the debouncer run on their own threads, and a thread of this module
 //! matches events to subscribers and times deliveries. [`Watcher::subscribe`],
@@ -189,6 +192,21 @@ impl Watcher {
         Watcher { shared }
     }
 
+    /// A watcher that asks the OS for nothing and reports [`Watcher::degraded`] from the
+    /// start, so callers find changes by comparing stamps before each request
+    /// ([`look_again`]). For filesystems whose changes the OS does not report (some
+    /// network mounts), chosen with `CTXD_NO_WATCH=1`.
+    pub fn disabled() -> Watcher {
+        let degraded = Arc::new(AtomicBool::new(true));
+        Watcher {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::new(None, DEFAULT_DEBOUNCE, Arc::clone(&degraded))),
+                degraded,
+                next_id: AtomicU64::new(1),
+            }),
+        }
+    }
+
     /// Registers a subscriber interested in `targets` (plain paths are files). Paths that
     /// do not exist yet, even under folders that do not exist yet, are fine. The OS
     /// watches are in place when this returns, so subscribe before reading the files (or
@@ -218,6 +236,14 @@ impl Watcher {
         self.shared.lock().set_targets(id, targets);
     }
 
+    /// Adds `targets` to the subscriber's paths and keeps the others. Costs what the new
+    /// paths cost, however many the subscriber has: the way to follow one more read file.
+    /// A path already wanted as a file and now as a folder is reported for both reasons.
+    pub fn add<T: Into<Target>>(&self, id: SubscriptionId, targets: impl IntoIterator<Item = T>) {
+        let targets = collect_targets(targets);
+        self.shared.lock().add_targets(id, targets);
+    }
+
     /// Removes the subscriber: its OS watches go when nobody else needs them, and its
     /// stream ends. Unknown or already removed ids are ignored.
     pub fn unsubscribe(&self, id: SubscriptionId) {
@@ -226,7 +252,7 @@ impl Watcher {
 
     /// True once some path could not be watched: the OS limit on watches was reached
     /// (warned once), a directory refused a watch, or the watcher could not start. From
-    /// then on callers should compare [`FileStamp`]s with [`changed_since`] before each
+    /// then on callers should compare [`FileStamp`]s with [`look_again`] before each
     /// request, since changes to those paths will not be delivered.
     pub fn degraded(&self) -> bool {
         self.shared.degraded.load(Ordering::Relaxed)
@@ -269,6 +295,11 @@ impl Subscription {
     /// [`Watcher::update`] for this subscription.
     pub fn update<T: Into<Target>>(&self, targets: impl IntoIterator<Item = T>) {
         self.watcher.update(self.id, targets);
+    }
+
+    /// [`Watcher::add`] for this subscription.
+    pub fn add<T: Into<Target>>(&self, targets: impl IntoIterator<Item = T>) {
+        self.watcher.add(self.id, targets);
     }
 
     /// The watcher this subscription belongs to (for [`Watcher::degraded`]).
@@ -344,6 +375,55 @@ pub fn changed_since(seen: &[(PathBuf, Option<FileStamp>)]) -> Vec<PathBuf> {
         .filter(|(path, stamp)| FileStamp::of(path) != *stamp)
         .map(|(path, _)| path.clone())
         .collect()
+}
+
+/// One look at every watched path for a [`Watcher::degraded`] watcher: returns the paths
+/// that changed since `seen` (the stamps kept from the previous look) and the stamps to
+/// keep for the next one.
+///
+/// `memory` are memory sources: one seen before is reported when its stamp differs; one
+/// not seen before (found by the last rebuild, which just read it) gets its first stamp.
+/// `reads` are the read files with what was read: one not seen before was read since the
+/// previous look, so it is compared by content with what the agent read, and reported if
+/// that differs (or is gone); a change between the read and this look is not lost.
+/// Blocking: a `stat` per path, and a read per file read since the previous look.
+pub fn look_again(
+    seen: &[(PathBuf, Option<FileStamp>)],
+    memory: Vec<PathBuf>,
+    reads: &[ctxd_core::ledger::LedgerEntry],
+) -> (Vec<PathBuf>, Vec<(PathBuf, Option<FileStamp>)>) {
+    let before: HashMap<&Path, Option<FileStamp>> =
+        seen.iter().map(|(path, stamp)| (path.as_path(), *stamp)).collect();
+    let mut now: BTreeMap<PathBuf, Option<FileStamp>> = BTreeMap::new();
+    let mut changed = BTreeSet::new();
+    for path in memory {
+        let stamp = FileStamp::of(&path);
+        if before.get(path.as_path()).is_some_and(|old| *old != stamp) {
+            changed.insert(path.clone());
+        }
+        now.insert(path, stamp);
+    }
+    for entry in reads {
+        let path = PathBuf::from(&entry.path);
+        if now.contains_key(&path) && !before.contains_key(path.as_path()) {
+            continue;
+        }
+        let stamp = FileStamp::of(&path);
+        let differs = match before.get(path.as_path()) {
+            Some(old) => *old != stamp,
+            None => match std::fs::read(&path) {
+                Ok(bytes) => {
+                    ctxd_core::ledger::has_changed(entry, &String::from_utf8_lossy(&bytes))
+                }
+                Err(_) => true,
+            },
+        };
+        if differs {
+            changed.insert(path.clone());
+        }
+        now.insert(path, stamp);
+    }
+    (changed.into_iter().collect(), now.into_iter().collect())
 }
 
 struct Shared {
@@ -533,6 +613,35 @@ impl State {
         }
     }
 
+    fn add_targets(&mut self, id: SubscriptionId, extra: BTreeMap<PathBuf, WatchKind>) {
+        let Some(sub) = self.subs.get_mut(&id) else {
+            tracing::debug!(?id, "addition to an unknown subscription ignored");
+            return;
+        };
+        // (path, how it was wanted before, how it is wanted now)
+        let mut changed = Vec::new();
+        for (path, kind) in extra {
+            let old = sub.targets.get(&path).copied();
+            if old == Some(WatchKind::Dir) || old == Some(kind) {
+                continue;
+            }
+            sub.targets.insert(path.clone(), kind);
+            changed.push((path, old, kind));
+        }
+        for (path, old, kind) in changed {
+            self.interests
+                .entry(path.clone())
+                .or_default()
+                .insert(id, kind);
+            for need in needs_of(&path, kind) {
+                self.add_need(need);
+            }
+            for need in old.map(|old| needs_of(&path, old)).unwrap_or_default() {
+                self.remove_need(&need);
+            }
+        }
+    }
+
     fn remove_sub(&mut self, id: SubscriptionId) {
         if self.subs.contains_key(&id) {
             self.set_targets(id, BTreeMap::new());
@@ -668,16 +777,21 @@ impl State {
         }
     }
 
+    /// Matches a batch from the debouncer to subscribers. Quiet periods are counted from
+    /// when each change happened (the debouncer's own timestamp), not from when the
+    /// debouncer handed it over: the time it held the event to pair renames is part of
+    /// the quiet period rather than added to it.
     fn ingest(&mut self, events: Vec<DebouncedEvent>, now: Instant) {
-        let mut hits: Vec<(SubscriptionId, PathBuf)> = Vec::new();
+        let mut hits: Vec<(SubscriptionId, PathBuf, Instant)> = Vec::new();
         let mut reconcile = false;
         for event in &events {
+            let at = event.time.min(now);
             if event.need_rescan() {
                 // Events were lost: anything may have changed.
                 tracing::debug!("watch events were dropped by the OS; reporting every path");
                 reconcile = true;
                 for (id, sub) in &self.subs {
-                    hits.extend(sub.targets.keys().map(|path| (*id, path.clone())));
+                    hits.extend(sub.targets.keys().map(|path| (*id, path.clone(), at)));
                 }
                 continue;
             }
@@ -685,7 +799,7 @@ impl State {
                 continue;
             };
             for path in &event.paths {
-                self.match_path(path, class, &mut hits);
+                self.match_path(path, class, at, &mut hits);
                 if class == Class::Structural {
                     if self.armed.contains_key(path) {
                         self.stale.insert(path.clone());
@@ -703,19 +817,28 @@ impl State {
         if reconcile {
             self.reconcile();
         }
-        let latest = now + self.debounce;
-        for (id, path) in hits {
+        for (id, path, at) in hits {
             let Some(sub) = self.subs.get_mut(&id) else {
                 continue;
             };
             sub.pending.insert(path);
-            let first = *sub.first_pending.get_or_insert(now);
-            sub.due = Some(latest.min(first + self.debounce * MAX_DELAY_FACTOR));
+            let first = sub.first_pending.map_or(at, |first| first.min(at));
+            sub.first_pending = Some(first);
+            // Trailing edge: one period after the latest change, within the cap.
+            let quiet_until = at + self.debounce;
+            let due = sub.due.map_or(quiet_until, |due| due.max(quiet_until));
+            sub.due = Some(due.min(first + self.debounce * MAX_DELAY_FACTOR));
         }
     }
 
-    /// Collects the interests an event on `path` bears on.
-    fn match_path(&self, path: &Path, class: Class, hits: &mut Vec<(SubscriptionId, PathBuf)>) {
+    /// Collects the interests an event on `path`, which happened `at`, bears on.
+    fn match_path(
+        &self,
+        path: &Path,
+        class: Class,
+        at: Instant,
+        hits: &mut Vec<(SubscriptionId, PathBuf, Instant)>,
+    ) {
         // The path itself and, for a folder that appeared, vanished or moved, everything
         // below it.
         let at_or_below = self
@@ -726,7 +849,7 @@ impl State {
             if interest.as_path() != path && class != Class::Structural {
                 continue;
             }
-            hits.extend(subs.keys().map(|id| (*id, interest.clone())));
+            hits.extend(subs.keys().map(|id| (*id, interest.clone(), at)));
         }
         // A listed folder whose entries changed.
         if class == Class::Structural
@@ -736,7 +859,7 @@ impl State {
             hits.extend(
                 subs.iter()
                     .filter(|(_, kind)| **kind == WatchKind::Dir)
-                    .map(|(id, _)| (*id, parent.clone())),
+                    .map(|(id, _)| (*id, parent.clone(), at)),
             );
         }
     }
@@ -1010,6 +1133,38 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn added_paths_join_the_others() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let first = dir.path().join("first.md");
+        let second = dir.path().join("sub/second.md");
+        let rules = dir.path().join("rules");
+        let watcher = Watcher::start(DEBOUNCE);
+        let mut sub = watcher.subscribe([first.clone()]);
+
+        sub.add([second.clone(), first.clone()]);
+        assert_eq!(watcher.watched_dirs(), vec![dir.path().to_path_buf(), dir.path().join("sub")]);
+        std::fs::write(&first, "1").unwrap();
+        assert_eq!(next(&mut sub).await, vec![first.clone()]);
+        std::fs::write(&second, "2").unwrap();
+        assert_eq!(next(&mut sub).await, vec![second.clone()]);
+
+        // A file wanted again as a folder: its entries count now too.
+        sub.add([Target::file(&rules)]);
+        sub.add([Target::dir(&rules)]);
+        std::fs::create_dir(&rules).unwrap();
+        assert_eq!(next(&mut sub).await, vec![rules.clone()]);
+        quiet(&mut sub).await;
+        assert!(watcher.watched_dirs().contains(&rules));
+        std::fs::write(rules.join("r.md"), "r").unwrap();
+        assert_eq!(next(&mut sub).await, vec![rules.clone()]);
+
+        // Every watch is released with the subscription: adding twice counted once.
+        drop(sub);
+        assert_eq!(watcher.watched_dirs(), Vec::<PathBuf>::new());
+    }
+
+    #[tokio::test]
     async fn reading_and_listing_are_not_changes() {
         use ctxd_core::memory::MemoryFs;
 
@@ -1209,6 +1364,45 @@ mod tests {
         )));
     }
 
+    /// The debouncer holds events for a while to pair renames; the quiet period runs
+    /// from when the change happened, so that hold is not added on top of it.
+    #[test]
+    fn the_quiet_period_counts_from_the_change_not_from_its_hand_over() {
+        let mut state = State::new(None, DEBOUNCE, Arc::new(AtomicBool::new(false)));
+        let (tx, _rx) = unbounded_channel();
+        let id = SubscriptionId(1);
+        state.subs.insert(id, Sub::new(tx));
+        let file = PathBuf::from("/w/CLAUDE.md");
+        state.set_targets(id, collect_targets([file.clone()]));
+        let modified = |time: Instant| DebouncedEvent {
+            event: notify::Event::new(EventKind::Modify(ModifyKind::Any)).add_path(file.clone()),
+            time,
+        };
+
+        let now = Instant::now() + Duration::from_secs(10);
+        let changed = now - Duration::from_millis(30);
+        state.ingest(vec![modified(changed)], now);
+        assert_eq!(state.subs[&id].due, Some(changed + DEBOUNCE));
+        // A newer change moves the deadline on; an older one handed over late does not
+        // pull it back.
+        state.ingest(vec![modified(now)], now);
+        assert_eq!(state.subs[&id].due, Some(now + DEBOUNCE));
+        state.ingest(vec![modified(changed)], now);
+        assert_eq!(state.subs[&id].due, Some(now + DEBOUNCE));
+        // Under a steady stream, the first change still caps the wait.
+        let much_later = changed + DEBOUNCE * (MAX_DELAY_FACTOR + 2);
+        state.ingest(vec![modified(much_later)], much_later);
+        assert_eq!(state.subs[&id].due, Some(changed + DEBOUNCE * MAX_DELAY_FACTOR));
+        // A timestamp from the future (it cannot be, but clocks are clocks) counts as now.
+        let mut state = State::new(None, DEBOUNCE, Arc::new(AtomicBool::new(false)));
+        let (tx, _rx) = unbounded_channel();
+        state.subs.insert(id, Sub::new(tx));
+        state.set_targets(id, collect_targets([file.clone()]));
+        state.ingest(vec![modified(now + Duration::from_secs(5))], now);
+        assert_eq!(state.subs[&id].due, Some(now + DEBOUNCE));
+        assert_eq!(state.subs[&id].pending.iter().collect::<Vec<_>>(), [&file]);
+    }
+
     #[test]
     fn hitting_the_limit_degrades_and_warns_once() {
         let degraded = Arc::new(AtomicBool::new(false));
@@ -1264,6 +1458,48 @@ mod tests {
         let seen = vec![(file.clone(), FileStamp::of(&file))];
         std::fs::remove_file(&file).unwrap();
         assert_eq!(changed_since(&seen), vec![file.clone()]);
+    }
+
+    #[test]
+    fn looking_again_finds_changed_sources_and_reads_changed_since_they_were_read() {
+        use ctxd_core::ledger::{Ledger, ReadMarker};
+
+        let dir = tempfile::tempdir().unwrap();
+        let memory = dir.path().join("CLAUDE.md");
+        let quiet_read = dir.path().join("quiet.rs");
+        let edited_read = dir.path().join("edited.rs");
+        std::fs::write(&memory, "v1").unwrap();
+        for path in [&quiet_read, &edited_read] {
+            std::fs::write(path, "fn a() {}\n").unwrap();
+        }
+        let mut ledger = Ledger::default();
+        for path in [&quiet_read, &edited_read] {
+            ledger.record_marker(&ReadMarker::measure(&path.display().to_string(), "fn a() {}\n", None, None, None));
+        }
+        let reads: Vec<_> = ledger.newest_first().into_iter().cloned().collect();
+
+        // Read and then edited before the first look: found by content.
+        std::fs::write(&edited_read, "fn b() {}\n").unwrap();
+        let (changed, seen) = look_again(&[], vec![memory.clone()], &reads);
+        assert_eq!(changed, vec![edited_read.clone()]);
+        assert_eq!(seen.len(), 3);
+        // Nothing touched: nothing found.
+        let (changed, seen) = look_again(&seen, vec![memory.clone()], &reads);
+        assert_eq!(changed, Vec::<PathBuf>::new());
+        // A memory source saved atomically and a read file removed.
+        atomic_save(&memory, "v2");
+        std::fs::remove_file(&quiet_read).unwrap();
+        let (changed, _) = look_again(&seen, vec![memory.clone()], &reads);
+        assert_eq!(changed, vec![memory.clone(), quiet_read.clone()]);
+    }
+
+    #[test]
+    fn a_disabled_watcher_is_degraded_and_arms_nothing() {
+        let watcher = Watcher::disabled();
+        let dir = tempfile::tempdir().unwrap();
+        let _sub = watcher.subscribe([dir.path().join("CLAUDE.md")]);
+        assert!(watcher.degraded());
+        assert!(watcher.watched_dirs().is_empty());
     }
 
     /// Write-to-delivery latency over 30 edits with the default debounce. Asserts only

@@ -658,7 +658,13 @@ impl Session {
                 self.pending_notes.push(note);
             }
             self.ledger.clear_stale(&path);
-            self.resubscribe();
+            // Only what this read added: handing over every read path again would make
+            // each read cost O(reads so far).
+            let added: Vec<Target> = base.new_watch_targets().into_iter().map(Target::from).chain([Target::file(path)]).collect();
+            match &self.subscription {
+                Some(sub) => sub.add(added),
+                None => self.resubscribe(),
+            }
         }
     }
 
@@ -912,7 +918,10 @@ impl Session {
         // Without a working watcher (the OS limit was hit), compare stamps instead.
         if self.setup.services.watcher.degraded() {
             let seen = std::mem::take(&mut self.stamps);
-            let changed = tokio::task::spawn_blocking(move || crate::context::watcher::changed_since(&seen)).await.unwrap_or_default();
+            let memory: Vec<std::path::PathBuf> = self.base.as_ref().map(|b| b.watch_targets().into_iter().map(|(p, _)| p).collect()).unwrap_or_default();
+            let reads: Vec<LedgerEntry> = self.ledger.newest_first().into_iter().cloned().collect();
+            let (changed, stamps) = tokio::task::spawn_blocking(move || crate::context::watcher::look_again(&seen, memory, &reads)).await.unwrap_or_default();
+            self.stamps = stamps;
             if !changed.is_empty() {
                 self.files_changed(changed).await;
             }

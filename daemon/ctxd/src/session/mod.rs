@@ -215,7 +215,11 @@ pub struct Services {
 impl Services {
     pub fn start() -> Services {
         Services {
-            watcher: crate::context::watcher::Watcher::start(crate::context::watcher::DEFAULT_DEBOUNCE),
+            // CTXD_NO_WATCH=1: no OS notifications; stamps are compared before each request.
+            watcher: match std::env::var_os("CTXD_NO_WATCH").filter(|v| !v.is_empty() && v != "0") {
+                Some(_) => crate::context::watcher::Watcher::disabled(),
+                None => crate::context::watcher::Watcher::start(crate::context::watcher::DEFAULT_DEBOUNCE),
+            },
             memory_cache: Arc::default(),
             fs: Arc::default(),
         }
