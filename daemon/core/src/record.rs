@@ -163,7 +163,9 @@ impl Record {
         if line.contains('\n') {
             return Err(RecordError::LineBreak);
         }
-        let trimmed = line.trim_start();
+        // JSON's own whitespace only: `str::trim_start` also drops characters JSON does
+        // not allow there (vertical tab, form feed, Unicode spaces).
+        let trimmed = line.trim_start_matches([' ', '\t', '\r']);
         if !trimmed.starts_with('{') {
             // Distinguish "valid JSON but not an object" from garbage.
             return Err(match serde_json::from_str::<serde::de::IgnoredAny>(trimmed) {
@@ -301,5 +303,16 @@ mod tests {
         assert_eq!(Record::parse("{\"a\":\n1}"), Err(RecordError::LineBreak));
         // Wrong type for a known field is reported, not silently dropped.
         assert!(matches!(Record::parse(r#"{"isMeta":"yes"}"#), Err(RecordError::Json(_))));
+    }
+
+    // Found by the `record` fuzz target: a vertical tab before a number was trimmed as
+    // whitespace, so text that is not JSON was reported as "not an object".
+    #[test]
+    fn only_json_whitespace_is_skipped_before_the_value() {
+        assert!(matches!(Record::parse("\u{b}4"), Err(RecordError::Json(_))));
+        assert!(matches!(Record::parse("\u{a0}[1]"), Err(RecordError::Json(_))));
+        assert!(matches!(Record::parse("\u{c}{}"), Err(RecordError::Json(_))));
+        assert_eq!(Record::parse(" \t\r[1]"), Err(RecordError::NotAnObject));
+        assert_eq!(Record::parse(" \t{}").unwrap().line(), " \t{}");
     }
 }

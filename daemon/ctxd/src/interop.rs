@@ -118,14 +118,22 @@ pub fn export(store_root: &Path, id: &str, out: &mut dyn Write) -> Result<u64, S
 }
 
 fn is_own_record(line: &[u8]) -> bool {
+    // Only the type is read, skipping the rest as the record parser does: a stored line
+    // can hold JSON that a full value tree refuses (nesting past 128, unpaired surrogate
+    // escapes, numbers past f64), and such a line is still ctxd's own if its type says so.
+    #[derive(serde::Deserialize)]
+    struct Type<'a> {
+        #[serde(borrow, default, rename = "type")]
+        ty: Option<std::borrow::Cow<'a, str>>,
+    }
     if memchr::memmem::find(line, OWN_TYPE_PREFIX.as_bytes()).is_none() {
         return false;
     }
     std::str::from_utf8(line)
         .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(t).ok())
-        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(|t| t.starts_with(OWN_TYPE_PREFIX)))
-        .unwrap_or(false)
+        .and_then(|t| serde_json::from_str::<Type<'_>>(t).ok())
+        .and_then(|t| t.ty)
+        .is_some_and(|t| t.starts_with(OWN_TYPE_PREFIX))
 }
 
 #[cfg(test)]
@@ -183,5 +191,22 @@ mod tests {
         assert_eq!(imported.records, 20_000);
         let stored = std::fs::read_to_string(store.transcript_path("big").unwrap()).unwrap();
         assert_eq!(stored, text.replace("\r\n", "\n"));
+    }
+
+    // Found by the `import` fuzz target: export read the type through a full JSON value,
+    // which refuses an unpaired surrogate escape or a number past f64 that the record
+    // parser accepts, so these own records were exported.
+    #[test]
+    fn own_records_are_left_out_even_when_a_value_tree_would_refuse_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state")).unwrap();
+        let source = dir.path().join("in.jsonl");
+        let user = r#"{"type":"user","uuid":"a","message":{"role":"user","content":"hi"}}"#;
+        let own = [r#"{"type":"ctxd-file-read","path":"/w/\udc00.rs"}"#, r#"{"type":"ctxd-x","n":-1e999}"#];
+        std::fs::write(&source, format!("{user}\n{}\n{}\n", own[0], own[1])).unwrap();
+        assert_eq!(import(&store, "own", &source).unwrap().records, 3);
+        let mut out = Vec::new();
+        assert_eq!(export(store.root(), "own", &mut out).unwrap(), 1);
+        assert_eq!(String::from_utf8(out).unwrap(), format!("{user}\n"));
     }
 }

@@ -7,7 +7,7 @@
 
 /// A rule file split into its front matter facts and its body.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct FrontMatter<'a> {
+pub struct FrontMatter<'a> {
     /// Text after the front matter (all of it when there is none).
     pub body: &'a str,
     /// `None` when there is no `paths:` key; `Some(vec![])` when it is present but empty.
@@ -17,7 +17,7 @@ pub(super) struct FrontMatter<'a> {
 }
 
 /// Splits `text` into front matter and body.
-pub(super) fn parse(text: &str) -> FrontMatter<'_> {
+pub fn parse(text: &str) -> FrontMatter<'_> {
     let none = FrontMatter {
         body: text,
         paths: None,

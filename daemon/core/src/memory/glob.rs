@@ -11,7 +11,7 @@
 const MAX_ALTERNATIVES: usize = 256;
 
 /// Whether `pattern` matches `rel`, a `/`-separated path relative to the project root.
-pub(super) fn matches(pattern: &str, rel: &str) -> bool {
+pub fn matches(pattern: &str, rel: &str) -> bool {
     let path: Vec<&str> = rel
         .split('/')
         .filter(|s| !s.is_empty() && *s != ".")

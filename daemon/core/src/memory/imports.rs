@@ -17,7 +17,7 @@ use super::discover::Read;
 use super::{Cut, Diagnostic, MemoryEntry, MemoryFs, MemoryKind, MemorySet, Problem, Status};
 
 /// The `@path` strings in `text`, in order, as written (not yet resolved).
-pub(super) fn find_imports(text: &str) -> Vec<String> {
+pub fn find_imports(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut fence: Option<(char, usize)> = None;
     let mut paragraph: Vec<&str> = Vec::new();

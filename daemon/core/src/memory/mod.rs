@@ -22,9 +22,13 @@
 //! (text and token estimates).
 
 mod discover;
-mod frontmatter;
-mod glob;
-mod imports;
+// Public but hidden for the fuzz targets in `fuzz/`, which call the parsers directly.
+#[doc(hidden)]
+pub mod frontmatter;
+#[doc(hidden)]
+pub mod glob;
+#[doc(hidden)]
+pub mod imports;
 mod render;
 
 #[cfg(test)]

@@ -135,9 +135,15 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         // Leading line breaks between frames are tolerated.
         let start = data.iter().take_while(|b| **b == b'\r' || **b == b'\n').count();
         let data = &data[start..];
-        let end = memchr::memmem::find(data, b"\r\n\r\n")
-            .map(|i| (i, i + 4))
-            .or_else(|| memchr::memmem::find(data, b"\n\n").map(|i| (i, i + 2)));
+        // The header ends at the first blank line, whichever line break it uses: a later
+        // `\r\n\r\n` (the next frame's) must not win over this frame's `\n\n`.
+        let crlf = memchr::memmem::find(data, b"\r\n\r\n").map(|i| (i, i + 4));
+        let lf_scope = crlf.map_or(data.len(), |(_, end)| end);
+        let lf = memchr::memmem::find(&data[..lf_scope], b"\n\n").map(|i| (i, i + 2));
+        let end = match (crlf, lf) {
+            (Some(crlf), Some(lf)) => Some(if lf.0 < crlf.0 { lf } else { crlf }),
+            (crlf, lf) => crlf.or(lf),
+        };
         let Some((block_end, header_end)) = end else {
             return if data.len() > MAX_HEADER_BYTES { HeaderParse::Garbage } else { HeaderParse::Partial };
         };
@@ -266,6 +272,17 @@ mod tests {
         server.write_all(b"Con").await.unwrap();
         server.write_all(&frame("{\"b\":2}")[3..]).await.unwrap();
         assert_eq!(reader.next_frame().await, Some(Ok("{\"b\":2}".into())));
+    }
+
+    // Found by the `framing` fuzz target: with both frames buffered, the second frame's
+    // `\r\n\r\n` was taken as the end of the first one's `\n\n` header, and the two
+    // frames came out as one.
+    #[tokio::test]
+    async fn a_header_ends_at_its_own_blank_line_when_the_next_frame_uses_crlf() {
+        let input = b"\nContent-Type: x\nContent-Length: 0\n\nContent-Length: 0\r\n\r\n";
+        assert_eq!(read_all(input, 1024).await, vec![Ok(String::new()), Ok(String::new())]);
+        let input = b"Content-Length: 2\n\n{}Content-Length: 7\r\n\r\n{\"b\":2}";
+        assert_eq!(read_all(input, 1024).await, vec![Ok("{}".to_string()), Ok("{\"b\":2}".to_string())]);
     }
 
     #[tokio::test]

@@ -238,7 +238,9 @@ fn explain(response: Response, method: &str) -> Response {
     }
 }
 
-enum Incoming {
+/// A frame read as a JSON-RPC message. Public, hidden, for the fuzz targets in `fuzz/`.
+#[doc(hidden)]
+pub enum Incoming {
     Request(Request),
     Response(Response),
     /// An error to send back: the frame or message could not be understood.
@@ -254,7 +256,8 @@ fn rpc_error(code: ErrorCode, message: String) -> Error {
 }
 
 /// Turns a frame into a message, or into the error reply the client should get.
-fn decode(frame: Result<String, FrameError>) -> Incoming {
+#[doc(hidden)]
+pub fn decode(frame: Result<String, FrameError>) -> Incoming {
     let body = match frame {
         Ok(body) => body,
         Err(e) => {
