@@ -9,7 +9,11 @@
 //! ```text
 //! cargo build --release -p ctxd && cargo bench -p ctxd-e2e --bench base_context
 //! cargo bench -p ctxd-e2e --bench base_context -- --quick    # 30 edits, 3,000 entries
+//! cargo bench -p ctxd-e2e --bench base_context -- observe    # one part (edits, ledger, observe)
 //! ```
+//!
+//! The `observe` part: a record another program appends to an observed transcript
+//! (`ctx/observe`) → the `ctx/usageChanged` that carries it (target: within 100 ms).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // a bench binary: it reports on stdout and stops on a broken step
 
@@ -28,8 +32,17 @@ fn main() -> anyhow::Result<()> {
     let bin = ctxd_e2e::ctxd_bin();
     anyhow::ensure!(bin.exists(), "{} missing: cargo build --release -p ctxd", bin.display());
     println!("base context benchmarks · binary {} · {} cores", bin.display(), std::thread::available_parallelism().map_or(0, |n| n.get()));
-    edit_latency(if quick { 30 } else { 100 })?;
-    ledger(if quick { 3_000 } else { 10_000 }, 1_000)?;
+    let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let wanted = |part: &str| only.is_empty() || only.iter().any(|o| o == part);
+    if wanted("edits") {
+        edit_latency(if quick { 30 } else { 100 })?;
+    }
+    if wanted("ledger") {
+        ledger(if quick { 3_000 } else { 10_000 }, 1_000)?;
+    }
+    if wanted("observe") {
+        observe_latency(if quick { 30 } else { 100 })?;
+    }
     Ok(())
 }
 
@@ -201,5 +214,35 @@ fn ledger(count: usize, chunk: usize) -> anyhow::Result<()> {
         full.as_secs_f64() * 1e6,
         full.as_secs_f64() / fresh.as_secs_f64()
     );
+    Ok(())
+}
+
+/// Another program appends a response to an observed transcript; the time until the
+/// `ctx/usageChanged` that carries its usage.
+fn observe_latency(appends: usize) -> anyhow::Result<()> {
+    use std::io::Write;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("claude.jsonl");
+    std::fs::write(&path, format!("{}\n", user_record("u0", None, "start")))?;
+    let mut daemon = start(&dir.path().join("state"))?;
+    let observed = daemon.request("ctx/observe", json!({"transcript": path}))?;
+    let id = observed["sessionId"].clone();
+    let mut samples = Vec::new();
+    for n in 1..=appends {
+        let input = 10_000 + n as u64;
+        let record = json!({"type": "assistant", "uuid": format!("a{n}"), "parentUuid": null,
+            "message": {"id": format!("msg_{n}"), "role": "assistant", "model": MODEL, "content": [{"type": "text", "text": "ok"}],
+                        "usage": {"input_tokens": input, "output_tokens": 0}}});
+        let started = Instant::now();
+        let mut file = std::fs::OpenOptions::new().append(true).open(&path)?;
+        file.write_all(format!("{record}\n").as_bytes())?;
+        drop(file);
+        daemon.wait_notification("ctx/usageChanged", |p| p["sessionId"] == id && p["usage"]["reportedTokens"] == input)?;
+        samples.push(started.elapsed());
+        std::thread::sleep(DEBOUNCE * 3);
+    }
+    println!("\nobserved transcript: appended record → ctx/usageChanged, {appends} appends:");
+    println!("  {}", quantiles(samples));
+    println!("  target: within 100 ms");
     Ok(())
 }
