@@ -83,6 +83,45 @@ fn the_ledger_survives_a_crash_and_a_lost_index() {
     }
 }
 
+#[test]
+fn reads_before_a_compaction_survive_a_restart_after_it() {
+    // The index learns of reads only when a boundary puts them out of the view, so this
+    // checks that an installed compaction wrote them, and that a second compaction adds
+    // the reads since. (A clean stop: after a crash the index may not have been written
+    // at all, and a scan of the transcript finds the reads, as the test above shows.)
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let files: Vec<std::path::PathBuf> = (0..4).map(|i| dir.path().join(format!("f{i}.rs"))).collect();
+    for (i, file) in files.iter().enumerate() {
+        std::fs::write(file, format!("fn f{i}() {{}}\n")).unwrap();
+    }
+    let mut daemon = Daemon::started(&state).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": dir.path(), "model": "claude-sonnet-4-5", "sessionId": "s"})).unwrap();
+    let conversation = |n: usize, read: &std::path::Path| {
+        let path = read.to_str().unwrap();
+        let content = std::fs::read_to_string(read).unwrap();
+        json!([user_record(&format!("u{n}"), None, &format!("please look at {path}")), read_result(&format!("r{n}"), path, &content)])
+    };
+    for (n, file) in files[..2].iter().enumerate() {
+        daemon.request("ctx/append", json!({"sessionId": "s", "records": conversation(n, file)})).unwrap();
+    }
+    daemon.request("ctx/compact", json!({"sessionId": "s"})).unwrap();
+    daemon.request("ctx/append", json!({"sessionId": "s", "records": conversation(2, &files[2])})).unwrap();
+    daemon.request("ctx/compact", json!({"sessionId": "s"})).unwrap();
+    daemon.request("ctx/append", json!({"sessionId": "s", "records": [user_record("u9", None, "and now?")]})).unwrap();
+    daemon.stop().unwrap();
+
+    let mut daemon = Daemon::started(&state).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": dir.path(), "model": "claude-sonnet-4-5", "sessionId": "s"})).unwrap();
+    for file in &files[..3] {
+        let again = file_read(&mut daemon, "s", file);
+        assert_eq!(again["alreadyRead"], true, "{}: {again}", file.display());
+    }
+    let never = file_read(&mut daemon, "s", &files[3]);
+    assert_eq!(never["alreadyRead"], false, "{never}");
+    daemon.stop().unwrap();
+}
+
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap().filter_map(Result::ok) {

@@ -73,7 +73,9 @@ pub enum ReadOutcome {
 /// All reads of a session, by path.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Ledger {
-    entries: HashMap<String, LedgerEntry>,
+    /// Boxed: a session can hold many thousands of entries, and the map's table (about
+    /// twice the entries' count in slots) then stays a fraction of their size.
+    entries: HashMap<String, Box<LedgerEntry>>,
     next_sequence: u64,
 }
 
@@ -102,11 +104,11 @@ impl Ledger {
             Some(old) => {
                 let unchanged = old.hash == hash && old.start_line == read.start_line && old.num_lines == read.num_lines;
                 let reads = old.reads.saturating_add(1);
-                *old = LedgerEntry { reads, ..entry };
+                **old = LedgerEntry { reads, ..entry };
                 ReadOutcome::Reread { unchanged }
             }
             None => {
-                self.entries.insert(read.path.clone(), entry);
+                self.entries.insert(read.path.clone(), Box::new(entry));
                 ReadOutcome::New
             }
         }
@@ -134,11 +136,11 @@ impl Ledger {
             Some(old) => {
                 let unchanged = old.hash == entry.hash && old.start_line == entry.start_line && old.num_lines == entry.num_lines;
                 let reads = old.reads.saturating_add(1);
-                *old = LedgerEntry { reads, ..entry };
+                **old = LedgerEntry { reads, ..entry };
                 ReadOutcome::Reread { unchanged }
             }
             None => {
-                self.entries.insert(marker.path.clone(), entry);
+                self.entries.insert(marker.path.clone(), Box::new(entry));
                 ReadOutcome::New
             }
         }
@@ -147,11 +149,22 @@ impl Ledger {
     /// Puts back an entry loaded from the index.
     pub fn restore(&mut self, entry: LedgerEntry) {
         self.next_sequence = self.next_sequence.max(entry.sequence);
-        self.entries.insert(entry.path.clone(), entry);
+        self.entries.insert(entry.path.clone(), Box::new(entry));
     }
 
     pub fn get(&self, path: &str) -> Option<&LedgerEntry> {
-        self.entries.get(path)
+        self.entries.get(path).map(|e| &**e)
+    }
+
+    /// The sequence number of the newest read (0 before any).
+    pub fn last_sequence(&self) -> u64 {
+        self.next_sequence
+    }
+
+    /// Entries read after the read numbered `sequence`, in no order: what is new since
+    /// the ledger was last persisted.
+    pub fn read_after(&self, sequence: u64) -> impl Iterator<Item = &LedgerEntry> {
+        self.entries.values().map(|e| &**e).filter(move |e| e.sequence > sequence)
     }
 
     /// Marks a path as changed on disk since it was read.
@@ -174,7 +187,7 @@ impl Ledger {
 
     /// Entries, newest read first.
     pub fn newest_first(&self) -> Vec<&LedgerEntry> {
-        let mut all: Vec<&LedgerEntry> = self.entries.values().collect();
+        let mut all: Vec<&LedgerEntry> = self.entries.values().map(|e| &**e).collect();
         all.sort_by_key(|e| std::cmp::Reverse(e.sequence));
         all
     }

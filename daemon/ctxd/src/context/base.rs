@@ -62,8 +62,6 @@ pub struct BaseContext {
     cwd: PathBuf,
     config: MemoryConfig,
     memory: MemorySet,
-    /// Files this session read, replayed into a fresh discovery so its activations stay.
-    reads: Vec<PathBuf>,
     user_context: Option<Arc<str>>,
     system_context: Option<Arc<str>>,
     /// How much of the memory set's watched paths was handed out by
@@ -84,7 +82,6 @@ impl BaseContext {
             config,
             watch_mark: memory.watch_mark(),
             memory,
-            reads: Vec::new(),
             user_context: None,
             system_context,
             dirty: false,
@@ -139,11 +136,18 @@ impl BaseContext {
 
     /// Rebuilds from disk if marked dirty (clearing the shared memo for this directory
     /// too). Returns whether it rebuilt. Blocking.
-    pub fn rebuild_if_dirty(&mut self, cache: &MemoryCache, fs: &RealFs) -> bool {
+    /// `reads` are the files the session read since its last compaction, oldest first,
+    /// replayed into the fresh discovery so what they activated stays (the caller keeps
+    /// them in its ledger; a copy here would cost a path per read for the session's life).
+    pub fn rebuild_if_dirty(&mut self, cache: &MemoryCache, fs: &RealFs, reads: &[PathBuf]) -> bool {
         if !self.dirty {
             return false;
         }
-        self.reload(cache, fs);
+        self.rediscover(cache, fs);
+        for path in reads {
+            self.memory.on_file_read(path, fs);
+        }
+        self.render();
         true
     }
 
@@ -152,29 +156,22 @@ impl BaseContext {
     /// Activations from earlier reads are not replayed: they load again on the next
     /// matching read. Blocking.
     pub fn reload(&mut self, cache: &MemoryCache, fs: &RealFs) {
+        self.rediscover(cache, fs);
+        self.render();
+    }
+
+    fn rediscover(&mut self, cache: &MemoryCache, fs: &RealFs) {
         cache.invalidate(&self.cwd);
         self.memory = (*cache.get_or_discover(&self.cwd, &self.config, fs)).clone();
-        if !self.dirty {
-            self.reads.clear();
-        } else {
-            // A file changed under a running session: keep what its reads activated.
-            let reads = std::mem::take(&mut self.reads);
-            for path in &reads {
-                self.memory.on_file_read(path, fs);
-            }
-            self.reads = reads;
-        }
         // Callers hand the whole new set to the watcher after a reload.
         self.watch_mark = self.memory.watch_mark();
         self.dirty = false;
-        self.render();
     }
 
     /// The agent read `path`: returns the text of memory files that this activates
     /// (rules whose `paths:` match, nested CLAUDE.md below the working directory), to be
     /// given to the model once, where the read happened. Blocking (may read those files).
     pub fn on_file_read(&mut self, path: &Path, fs: &RealFs) -> Option<String> {
-        self.reads.push(path.to_owned());
         let ids = self.memory.on_file_read(path, fs);
         (!ids.is_empty()).then(|| memory::render_entries(&self.memory, &ids))
     }
@@ -248,7 +245,7 @@ mod tests {
         assert!(reads > 0 && lists > 0);
         // What each request does with the base context: rebuild if dirty, take both texts.
         for _ in 0..100 {
-            assert!(!base.rebuild_if_dirty(&cache, &fs));
+            assert!(!base.rebuild_if_dirty(&cache, &fs, &[]));
             assert!(base.user_context().is_some_and(|text| text.contains("version one")));
             assert_eq!(base.system_context(), None);
         }

@@ -445,7 +445,7 @@ struct State {
     subs: HashMap<SubscriptionId, Sub>,
     /// Every path some subscriber wants, and who wants it how. Sorted so the paths below
     /// a changed directory are one range.
-    interests: BTreeMap<PathBuf, BTreeMap<SubscriptionId, WatchKind>>,
+    interests: BTreeMap<PathBuf, Wanters>,
     /// Directories whose events reveal changes to interests: a file's parent, a listed
     /// folder and its parent. Each rests on the watch of its nearest existing ancestor.
     needs: BTreeMap<PathBuf, Need>,
@@ -457,6 +457,58 @@ struct State {
     degraded: Arc<AtomicBool>,
     warned_limit: bool,
     warned_dirs: HashSet<PathBuf>,
+}
+
+/// Who wants one path watched, and how. Nearly always one subscriber, kept inline: a
+/// session can watch thousands of read files, and a map per path would cost more than
+/// the path.
+enum Wanters {
+    One(SubscriptionId, WatchKind),
+    Many(Vec<(SubscriptionId, WatchKind)>),
+}
+
+impl Default for Wanters {
+    fn default() -> Self {
+        Wanters::Many(Vec::new())
+    }
+}
+
+impl Wanters {
+    fn insert(&mut self, id: SubscriptionId, kind: WatchKind) {
+        match self {
+            Wanters::One(only, k) if *only == id => *k = kind,
+            Wanters::One(only, k) => *self = Wanters::Many(vec![(*only, *k), (id, kind)]),
+            Wanters::Many(list) if list.is_empty() => *self = Wanters::One(id, kind),
+            Wanters::Many(list) => match list.iter_mut().find(|(i, _)| *i == id) {
+                Some(slot) => slot.1 = kind,
+                None => list.push((id, kind)),
+            },
+        }
+    }
+
+    fn remove(&mut self, id: &SubscriptionId) {
+        match self {
+            Wanters::One(only, _) if only == id => *self = Wanters::Many(Vec::new()),
+            Wanters::One(..) => {}
+            Wanters::Many(list) => list.retain(|(i, _)| i != id),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        matches!(self, Wanters::Many(list) if list.is_empty())
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&SubscriptionId, &WatchKind)> {
+        let (one, many) = match self {
+            Wanters::One(id, kind) => (Some((id, kind)), &[][..]),
+            Wanters::Many(list) => (None, list.as_slice()),
+        };
+        one.into_iter().chain(many.iter().map(|(id, kind)| (id, kind)))
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &SubscriptionId> {
+        self.iter().map(|(id, _)| id)
+    }
 }
 
 struct Need {

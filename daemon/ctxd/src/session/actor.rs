@@ -170,6 +170,8 @@ struct Running {
     progress: Option<super::Progress>,
     /// Records in the view when the compaction started.
     snapshot_len: usize,
+    /// Writing the ledger entries the index lacked at the start; done before installing.
+    ledger_saved: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// Answer to [`Command::Context`].
@@ -209,6 +211,16 @@ struct Session {
     host_prefix: HostPrefix,
     /// Every file the agent read in this session (before the boundary too).
     ledger: Ledger,
+    /// The index has the ledger's reads up to this sequence number. Resume reads the
+    /// index only for reads before the boundary (the view's own reads are replayed), so
+    /// newer reads are written in one batch when a compaction starts and at a boundary,
+    /// not per read.
+    ledger_saved_through: u64,
+    /// Read files marked stale since the ledger was last persisted (rare).
+    ledger_stale_unsaved: Vec<String>,
+    /// Reads after this sequence number came after the last post-compact reload: a
+    /// rebuilt base context replays them so what they activated stays.
+    base_reads_from: u64,
     thresholds: Thresholds,
     resumed: bool,
     diagnostics: Vec<String>,
@@ -296,6 +308,9 @@ async fn run(
         invoked: Invoked::default(),
         host_prefix: HostPrefix::default(),
         ledger: Ledger::default(),
+        ledger_saved_through: 0,
+        ledger_stale_unsaved: Vec::new(),
+        base_reads_from: 0,
         thresholds,
         resumed: false,
         diagnostics: Vec::new(),
@@ -460,11 +475,17 @@ impl Session {
         // The ledger: what the index kept of reads before the boundary (or, when the
         // index is new, what a scan of that part found), then the reads in the view.
         self.ledger = Ledger::default();
+        self.ledger_stale_unsaved.clear();
         for entry in self.store.index().ledger_entries(&self.id) {
             self.ledger.restore(entry);
         }
+        self.ledger_saved_through = self.ledger.last_sequence();
         for record in &earlier {
             self.note_read(record, true);
+        }
+        if !earlier.is_empty() {
+            // Found by a scan: kept, so the next resume need not scan again.
+            let _ = self.save_ledger().await;
         }
         self.records_before_view = records_before;
         self.total_records = records_before;
@@ -560,6 +581,7 @@ impl Session {
         .unwrap_or_default();
         for path in &checked {
             self.ledger.mark_stale(path);
+            self.ledger_stale_unsaved.push(path.clone());
         }
         let reported: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
         tracing::debug!(paths = ?reported, memory, stale = checked.len(), "files changed");
@@ -570,8 +592,9 @@ impl Session {
     async fn context_view(&mut self) -> ContextView {
         if let Some(mut base) = self.base.take() {
             let services = self.setup.services.clone();
+            let reads = self.reads_since_compaction();
             let rebuilt = tokio::task::spawn_blocking(move || {
-                base.rebuild_if_dirty(&services.memory_cache, &services.fs);
+                base.rebuild_if_dirty(&services.memory_cache, &services.fs, &reads);
                 base
             })
             .await;
@@ -592,6 +615,40 @@ impl Session {
         }
     }
 
+    /// Writes the ledger entries the index lacks, in one batch off the actor.
+    fn save_ledger(&mut self) -> tokio::task::JoinHandle<()> {
+        let entries = self.unsaved_ledger_entries();
+        let (store, id) = (self.store.clone(), self.id.clone());
+        tokio::task::spawn_blocking(move || {
+            if !entries.is_empty() {
+                store.index().put_ledger_batch(&id, &entries);
+            }
+        })
+    }
+
+    /// Files read since the last post-compact reload, oldest first.
+    fn reads_since_compaction(&self) -> Vec<std::path::PathBuf> {
+        let mut reads: Vec<&LedgerEntry> = self.ledger.read_after(self.base_reads_from).collect();
+        reads.sort_by_key(|e| e.sequence);
+        reads.into_iter().map(|e| std::path::PathBuf::from(&e.path)).collect()
+    }
+
+    fn ledger_unsaved(&self) -> bool {
+        self.ledger.last_sequence() > self.ledger_saved_through || !self.ledger_stale_unsaved.is_empty()
+    }
+
+    /// The ledger entries the index lacks; from then on it is taken to have them.
+    fn unsaved_ledger_entries(&mut self) -> Vec<LedgerEntry> {
+        let mut entries: Vec<LedgerEntry> = self.ledger.read_after(self.ledger_saved_through).cloned().collect();
+        for path in self.ledger_stale_unsaved.drain(..) {
+            if let Some(entry) = self.ledger.get(&path).filter(|e| e.sequence <= self.ledger_saved_through) {
+                entries.push(entry.clone());
+            }
+        }
+        self.ledger_saved_through = self.ledger.last_sequence();
+        entries
+    }
+
     fn index_entry(&self) -> SessionEntry {
         SessionEntry {
             boundary_offset: self.view_offset,
@@ -610,6 +667,12 @@ impl Session {
     /// when just appended (to index a new boundary).
     fn apply(&mut self, record: Record, offset: Option<u64>) {
         if record.is_compact_boundary() {
+            if offset.is_some() && self.ledger_unsaved() {
+                // The reads before a new boundary are no longer replayed on resume: the
+                // index must have them (before the session entry points past them).
+                let entries = self.unsaved_ledger_entries();
+                self.store.index().put_ledger_batch(&self.id, &entries);
+            }
             // The model sees nothing before the latest boundary.
             self.records_before_view = self.total_records;
             self.view.clear();
@@ -648,9 +711,6 @@ impl Session {
         } else {
             return;
         };
-        if persist && let Some(entry) = self.ledger.get(&path) {
-            self.store.index().put_ledger(&self.id, entry);
-        }
         // A new read (not a replay while loading): rules and nested memory files may
         // activate, and the file joins the watched set.
         if persist && let Some(base) = &mut self.base {
@@ -931,8 +991,9 @@ impl Session {
             && let Some(mut base) = self.base.take()
         {
             let services = self.setup.services.clone();
+            let reads = self.reads_since_compaction();
             let rebuilt = tokio::task::spawn_blocking(move || {
-                base.rebuild_if_dirty(&services.memory_cache, &services.fs);
+                base.rebuild_if_dirty(&services.memory_cache, &services.fs, &reads);
                 base
             })
             .await
@@ -1254,6 +1315,7 @@ impl Session {
             task: None,
             progress,
             snapshot_len: self.view.len(),
+            ledger_saved: Some(self.save_ledger()),
         });
         let tx = self.self_tx.clone();
         let task = tokio::spawn(async move {
@@ -1270,7 +1332,12 @@ impl Session {
         let Some(running) = self.compaction.take_if(|r| r.generation == generation) else {
             return;
         };
-        let Running { trigger, started, pre_tokens, view_generation, reply, progress, snapshot_len, .. } = running;
+        let Running { trigger, started, pre_tokens, view_generation, reply, progress, snapshot_len, ledger_saved, .. } = running;
+        // The index must hold every read before the new boundary before the boundary is
+        // written; the bulk went off the actor when the compaction started.
+        if let Some(saved) = ledger_saved {
+            let _ = saved.await;
+        }
         let cancelled = reply.as_ref().is_some_and(oneshot::Sender::is_closed);
         let outcome = match result {
             _ if cancelled => Err(SessionError::Cancelled("the compaction was cancelled; nothing was installed".into())),
@@ -1350,6 +1417,7 @@ impl Session {
         self.commit(vec![(records, tx)]).await;
         rx.await.map_err(|_| SessionError::Closed(self.id.clone()))??;
         // Instructions come back from disk, not from what the summary kept.
+        self.base_reads_from = self.ledger.last_sequence();
         if let Some(mut base) = self.base.take() {
             let services = self.setup.services.clone();
             if let Ok(base) = tokio::task::spawn_blocking(move || {

@@ -107,11 +107,15 @@ impl Index {
         }
     }
 
-    /// Records a ledger entry of a session. Failures are logged: the index is a cache.
-    pub fn put_ledger(&self, session_id: &str, entry: &ctxd_core::ledger::LedgerEntry) {
-        let Ok(bytes) = serde_json::to_vec(entry) else { return };
-        let key = format!("{session_id}\0{}", entry.path);
-        if let Err(e) = self.ledger.insert(key.as_bytes(), bytes) {
+    /// Records ledger entries of a session in one atomic batch. Failures are logged: the
+    /// index is a cache, and a session whose entries are missing rescans its transcript.
+    pub fn put_ledger_batch(&self, session_id: &str, entries: &[ctxd_core::ledger::LedgerEntry]) {
+        let mut batch = sled::Batch::default();
+        for entry in entries {
+            let Ok(bytes) = serde_json::to_vec(entry) else { continue };
+            batch.insert(format!("{session_id}\0{}", entry.path).as_bytes(), bytes);
+        }
+        if let Err(e) = self.ledger.apply_batch(batch) {
             tracing::warn!(index = %self.path.display(), error = %e, "ledger write failed; it will be rebuilt from the transcript");
         }
     }
