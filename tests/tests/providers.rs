@@ -369,7 +369,8 @@ fn a_fork_reply_without_a_summary_is_asked_again_as_a_fork() {
 
 #[test]
 fn a_different_compact_model_or_the_opt_out_goes_straight_to_the_fallback() {
-    let cases: [(&str, Value, &[(&str, &str)], &str); 3] = [
+    type Env = &'static [(&'static str, &'static str)];
+    let cases: [(&str, Value, Env, &str); 3] = [
         ("compactModel", json!({"compactModel": "claude-small"}), &[], "claude-small"),
         ("compactFork: false", json!({"compactFork": false}), &[], MODEL),
         ("CTXD_DISABLE_COMPACT_FORK=1", json!({}), &[("CTXD_DISABLE_COMPACT_FORK", "1")], MODEL),
