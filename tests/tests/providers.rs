@@ -1,6 +1,9 @@
 //! Compaction through a provider over real HTTP: a local server speaking the Anthropic
 //! Messages streaming format writes the summary; when the provider keeps failing, the
-//! offline summarizer does, and the compaction still succeeds.
+//! offline summarizer does, and the compaction still succeeds. Once the host has
+//! assembled, the summary is asked of the cache-sharing fork of its request first
+//! (path 1), and of the summary-specific fallback request (path 2) when the fork cannot
+//! share the cache or gives no usable summary.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
@@ -50,16 +53,30 @@ fn serve(respond: fn(&str) -> (u16, String)) -> (u16, Seen) {
     (port, seen)
 }
 
+const SUMMARY: &str = "<analysis>draft</analysis><summary>1. Primary Request and Intent:\n   REMOTE-SUMMARY of the work.\n</summary>";
+
 fn sse_summary(_: &str) -> (u16, String) {
-    let text = "<analysis>draft</analysis><summary>1. Primary Request and Intent:\n   REMOTE-SUMMARY of the work.\n</summary>";
-    let events = [
-        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [], "usage": {"input_tokens": 100, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
-        json!({"type": "content_block_stop", "index": 0}),
-        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 40}}),
-        json!({"type": "message_stop"}),
-    ];
+    sse_text(SUMMARY)
+}
+
+/// A complete Messages stream whose one text block is `text` (none when empty).
+fn sse_text(text: &str) -> (u16, String) {
+    let block = (!text.is_empty()).then(|| {
+        [
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+            json!({"type": "content_block_stop", "index": 0}),
+        ]
+    });
+    sse_events(block.into_iter().flatten().collect(), "end_turn")
+}
+
+/// A complete Messages stream: `message_start`, `blocks`, the stop reason, `message_stop`.
+fn sse_events(blocks: Vec<Value>, stop_reason: &str) -> (u16, String) {
+    let mut events = vec![json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [], "usage": {"input_tokens": 100, "output_tokens": 1}}})];
+    events.extend(blocks);
+    events.push(json!({"type": "message_delta", "delta": {"stop_reason": stop_reason}, "usage": {"output_tokens": 40}}));
+    events.push(json!({"type": "message_stop"}));
     let body = events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap())).collect();
     (200, body)
 }
@@ -80,16 +97,24 @@ fn opened(provider_port: u16, dir: &std::path::Path) -> Daemon {
 }
 
 fn opened_with(provider_port: u16, dir: &std::path::Path, extra: Value) -> Daemon {
+    opened_records(provider_port, dir, extra, &[], 30)
+}
+
+/// A daemon with session `p` open on the provider at `provider_port`, with settings
+/// `extra`, environment `env` and the first `count` records of the example session.
+fn opened_records(provider_port: u16, dir: &std::path::Path, extra: Value, env: &[(&str, &str)], count: usize) -> Daemon {
     let project = dir.join("project");
     std::fs::create_dir_all(project.join(".ctxd")).unwrap();
     let mut settings = json!({"provider": "anthropic", "baseUrl": format!("http://127.0.0.1:{provider_port}"), "apiKeyEnv": "CTXD_TEST_API_KEY"});
     settings.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
     std::fs::write(project.join(".ctxd/settings.json"), settings.to_string()).unwrap();
-    let mut daemon = Daemon::start_with(&dir.join("state"), &[], &[("CTXD_TEST_API_KEY", "sk-test-secret-key-123")]).unwrap();
+    let mut env = env.to_vec();
+    env.push(("CTXD_TEST_API_KEY", "sk-test-secret-key-123"));
+    let mut daemon = Daemon::start_with(&dir.join("state"), &[], &env).unwrap();
     daemon.initialize().unwrap();
     daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "p"})).unwrap();
     let text = std::fs::read_to_string(repo_root().join("examples/session.jsonl")).unwrap();
-    let records: Vec<Value> = text.lines().take(30).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let records: Vec<Value> = text.lines().take(count).map(|l| serde_json::from_str(l).unwrap()).collect();
     daemon.request("ctx/append", json!({"sessionId": "p", "records": records})).unwrap();
     daemon
 }
@@ -100,6 +125,7 @@ fn a_provider_writes_the_summary_over_http() {
     let (port, seen) = serve(sse_summary);
     let (_daemon, result) = session(port, dir.path());
     assert_eq!(result["summarizer"], "anthropic", "{result}");
+    assert_eq!(result["summaryPath"], "fallback", "no host request to fork: {result}");
     assert!(result["summary"].as_str().unwrap().contains("REMOTE-SUMMARY"), "{result}");
     assert!(!result["summary"].as_str().unwrap().contains("draft"), "the analysis draft is removed");
     let requests = seen.lock().unwrap();
@@ -192,4 +218,211 @@ fn a_summary_too_long_for_the_model_goes_to_the_larger_model_once() {
         .map(|(_, body)| serde_json::from_str::<Value>(body).unwrap()["model"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(models, ["claude-small", "claude-large[1m]"], "one try on the configured model, then the larger one");
+}
+
+// ---------------------------------------------------------------------------------
+// Path 1, the cache-sharing fork.
+
+/// Records of the example session that end with a reply (no tool call left open), so the
+/// host's request ends with an assistant message.
+const ENDS_WITH_REPLY: usize = 22;
+
+/// The host's own blocks: a marker of its own on the last system block, two tools.
+fn host_blocks() -> Value {
+    json!({
+        "system": [
+            {"type": "text", "text": "You are a coding agent in a terminal."},
+            {"type": "text", "text": "Follow the project's conventions.", "cache_control": {"type": "ephemeral"}}
+        ],
+        "tools": [
+            {"name": "Read", "description": "Read a file", "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}}},
+            {"name": "Bash", "description": "Run a command", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}
+        ],
+        "maxTokens": 32000
+    })
+}
+
+/// The request the host gets from `ctx/assemble` for session `p`.
+fn host_assembles(daemon: &mut Daemon) -> Value {
+    let mut params = host_blocks();
+    params["sessionId"] = json!("p");
+    daemon.request("ctx/assemble", params).unwrap()["request"].clone()
+}
+
+fn bodies(seen: &Seen) -> Vec<Value> {
+    seen.lock().unwrap().iter().map(|(_, body)| serde_json::from_str(body).unwrap()).collect()
+}
+
+fn is_fork(body: &Value) -> bool {
+    body["tools"].as_array().is_some_and(|t| !t.is_empty())
+}
+
+/// Path 2's shape: its own system prompt (not the host's), no tools, thinking off.
+fn assert_fallback(body: &Value) {
+    assert_ne!(body["system"], host_blocks()["system"], "{body}");
+    assert!(body["system"][0]["text"].as_str().unwrap().len() > 20, "a summary system prompt: {body}");
+    assert!(body.get("tools").is_none() && body.get("tool_choice").is_none(), "{body}");
+    assert_eq!(body["thinking"], json!({"type": "disabled"}), "{body}");
+}
+
+#[test]
+fn the_fork_sends_the_hosts_request_with_the_instruction_appended() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, seen) = serve(sse_summary);
+    let mut daemon = opened_records(port, dir.path(), json!({}), &[], ENDS_WITH_REPLY);
+    let assembled = host_assembles(&mut daemon);
+    let result = daemon.request("ctx/compact", json!({"sessionId": "p"})).unwrap();
+    assert_eq!(result["summarizer"], "anthropic", "{result}");
+    assert_eq!(result["summaryPath"], "fork", "{result}");
+    assert!(result["summary"].as_str().unwrap().contains("REMOTE-SUMMARY"), "{result}");
+    assert!(result.get("problems").is_none(), "{result}");
+
+    let bodies = bodies(&seen);
+    assert_eq!(bodies.len(), 1, "one request: the fork answered");
+    let fork = &bodies[0];
+    // Everything in front of the instruction is the host's request as it was assembled.
+    for key in ["model", "system", "tools", "max_tokens"] {
+        assert_eq!(fork[key], assembled[key], "{key}");
+    }
+    assert_eq!(fork.get("thinking"), assembled.get("thinking"), "thinking as the host's request has it");
+    let shared = assembled["messages"].as_array().unwrap();
+    let messages = fork["messages"].as_array().unwrap();
+    assert_eq!(shared.last().unwrap()["role"], "assistant", "the view ends with a reply");
+    assert_eq!(messages.len(), shared.len() + 1, "the prefix, then the instruction as its own message");
+    assert_eq!(&messages[..shared.len()], shared.as_slice(), "the message prefix is byte-equal");
+    // The breakpoint sits at the end of the shared prefix; the instruction has none.
+    let last_shared = shared.last().unwrap()["content"].as_array().unwrap().last().unwrap();
+    assert!(last_shared.get("cache_control").is_some(), "{last_shared}");
+    let instruction = messages.last().unwrap();
+    assert_eq!(instruction["role"], "user");
+    assert!(instruction.to_string().contains("Primary Request and Intent"), "{instruction}");
+    assert!(!instruction.to_string().contains("cache_control"), "the fork writes no cache of its own: {instruction}");
+    // Tools refused, schemas kept; within the provider's breakpoint limit.
+    assert_eq!(fork["tool_choice"], json!({"type": "none"}));
+    let markers = fork.to_string().matches("\"cache_control\"").count();
+    assert!((1..=4).contains(&markers), "{markers} breakpoints");
+}
+
+fn tool_use_to_the_fork(body: &str) -> (u16, String) {
+    if is_fork(&serde_json::from_str(body).unwrap()) {
+        let blocks = vec![
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"file_path\": \"/a.rs\"}"}}),
+            json!({"type": "content_block_stop", "index": 0}),
+        ];
+        sse_events(blocks, "tool_use")
+    } else {
+        sse_summary(body)
+    }
+}
+
+fn empty_text_to_the_fork(body: &str) -> (u16, String) {
+    if is_fork(&serde_json::from_str(body).unwrap()) { sse_text("") } else { sse_summary(body) }
+}
+
+#[test]
+fn a_fork_reply_with_a_tool_call_or_no_text_gives_way_to_the_fallback() {
+    for (name, respond) in [("tool call", tool_use_to_the_fork as fn(&str) -> (u16, String)), ("no text", empty_text_to_the_fork)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (port, seen) = serve(respond);
+        let mut daemon = opened_records(port, dir.path(), json!({}), &[], ENDS_WITH_REPLY);
+        host_assembles(&mut daemon);
+        let result = daemon.request("ctx/compact", json!({"sessionId": "p"})).unwrap();
+        assert_eq!(result["summarizer"], "anthropic", "{name}: {result}");
+        assert_eq!(result["summaryPath"], "fallback", "{name}: {result}");
+        assert!(result["summary"].as_str().unwrap().contains("REMOTE-SUMMARY"), "{name}: {result}");
+        assert!(result["problems"].to_string().contains("cache-sharing fork"), "{name}: {result}");
+        let bodies = bodies(&seen);
+        assert_eq!(bodies.len(), 2, "{name}: the fork, then the fallback");
+        assert!(is_fork(&bodies[0]), "{name}");
+        assert_fallback(&bodies[1]);
+        // The summary installed is the fallback's.
+        let usage = daemon.request("ctx/usage", json!({"sessionId": "p"})).unwrap();
+        assert_ne!(usage["usage"]["level"], "compacting", "{name}");
+    }
+}
+
+fn summary_only_when_reasked(body: &str) -> (u16, String) {
+    if body.contains("Your previous reply had no <summary> block") { sse_summary(body) } else { sse_text("Here is what happened: a lot.") }
+}
+
+#[test]
+fn a_fork_reply_without_a_summary_is_asked_again_as_a_fork() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, seen) = serve(summary_only_when_reasked);
+    let mut daemon = opened_records(port, dir.path(), json!({}), &[], ENDS_WITH_REPLY);
+    let assembled = host_assembles(&mut daemon);
+    let result = daemon.request("ctx/compact", json!({"sessionId": "p"})).unwrap();
+    assert_eq!(result["summaryPath"], "fork", "{result}");
+    assert!(result["summary"].as_str().unwrap().contains("REMOTE-SUMMARY"), "{result}");
+    let bodies = bodies(&seen);
+    assert_eq!(bodies.len(), 2, "asked, then asked again");
+    let shared = assembled["messages"].as_array().unwrap().len();
+    for body in &bodies {
+        assert!(is_fork(body), "both are forks: {body}");
+        assert_eq!(body["system"], assembled["system"]);
+        assert_eq!(body["messages"].as_array().unwrap()[..shared], assembled["messages"].as_array().unwrap()[..]);
+    }
+    let again = bodies[1]["messages"].as_array().unwrap().last().unwrap().to_string();
+    assert!(again.contains("Primary Request and Intent") && again.contains("Your previous reply had no <summary> block"), "{again}");
+}
+
+#[test]
+fn a_different_compact_model_or_the_opt_out_goes_straight_to_the_fallback() {
+    type Env = &'static [(&'static str, &'static str)];
+    let cases: [(&str, Value, Env, &str); 3] = [
+        ("compactModel", json!({"compactModel": "claude-small"}), &[], "claude-small"),
+        ("compactFork: false", json!({"compactFork": false}), &[], MODEL),
+        ("CTXD_DISABLE_COMPACT_FORK=1", json!({}), &[("CTXD_DISABLE_COMPACT_FORK", "1")], MODEL),
+    ];
+    for (name, settings, env, model) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let (port, seen) = serve(sse_summary);
+        let mut daemon = opened_records(port, dir.path(), settings, env, ENDS_WITH_REPLY);
+        host_assembles(&mut daemon);
+        let result = daemon.request("ctx/compact", json!({"sessionId": "p"})).unwrap();
+        assert_eq!(result["summaryPath"], "fallback", "{name}: {result}");
+        assert!(result.get("problems").is_none(), "{name}: skipping the fork is no problem: {result}");
+        let bodies = bodies(&seen);
+        assert_eq!(bodies.len(), 1, "{name}: no fork was sent");
+        assert_fallback(&bodies[0]);
+        assert_eq!(bodies[0]["model"], model, "{name}");
+    }
+}
+
+fn too_long_for_the_fork(body: &str) -> (u16, String) {
+    if is_fork(&serde_json::from_str(body).unwrap()) {
+        (400, json!({"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long: 250000 tokens > 200000 maximum"}}).to_string())
+    } else {
+        sse_summary(body)
+    }
+}
+
+#[test]
+fn a_fork_refused_goes_to_the_fallback_once_then_offline() {
+    // Too long for the fork: the fallback (which can cut its own input) writes it.
+    let dir = tempfile::tempdir().unwrap();
+    let (port, seen) = serve(too_long_for_the_fork);
+    let mut daemon = opened_records(port, dir.path(), json!({}), &[], ENDS_WITH_REPLY);
+    host_assembles(&mut daemon);
+    let result = daemon.request("ctx/compact", json!({"sessionId": "p"})).unwrap();
+    assert_eq!(result["summaryPath"], "fallback", "{result}");
+    assert!(result["problems"].to_string().contains("too long"), "{result}");
+    let sent = bodies(&seen);
+    assert_eq!(sent.len(), 2);
+    assert!(is_fork(&sent[0]));
+    assert_fallback(&sent[1]);
+
+    // Any other error: the fallback once, then the offline summarizer.
+    let dir = tempfile::tempdir().unwrap();
+    let (port, seen) = serve(always_400);
+    let mut daemon = opened_records(port, dir.path(), json!({}), &[], ENDS_WITH_REPLY);
+    host_assembles(&mut daemon);
+    let result = daemon.request("ctx/compact", json!({"sessionId": "p"})).unwrap();
+    assert_eq!(result["summarizer"], "offline", "{result}");
+    assert!(result.get("summaryPath").is_none(), "{result}");
+    let sent = bodies(&seen);
+    assert_eq!(sent.len(), 2, "the fork, the fallback, no more");
+    assert!(is_fork(&sent[0]));
+    assert_fallback(&sent[1]);
 }

@@ -444,6 +444,11 @@ pub struct CompactResult {
     pub summary: String,
     /// Who wrote it: `offline`, `anthropic`, `openai`.
     pub summarizer: String,
+    /// Which request a provider wrote it for: `fork` (the cache-sharing fork of the
+    /// session's request) or `fallback` (the summary-specific request). Absent when the
+    /// offline summarizer wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_path: Option<String>,
     /// Items the summary missed (user messages, files, todos) that ctxd appended.
     pub fidelity_appended: u64,
     /// Hook failures and other problems that did not stop the compaction.

@@ -53,6 +53,12 @@ pub struct Settings {
     /// Model to retry a failed compaction on (a larger window).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub larger_model_retry: Option<String>,
+    /// Ask the provider for the summary first with the cache-sharing fork of the
+    /// session's request (same system, tools, model and message prefix, so it reads the
+    /// prompt cache); default true. Set false for a provider without prompt caching.
+    /// `CTXD_DISABLE_COMPACT_FORK=1` turns it off too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compact_fork: Option<bool>,
     /// Provider endpoint (default `https://api.anthropic.com`, or `ANTHROPIC_BASE_URL`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
@@ -128,6 +134,7 @@ impl Settings {
         "model",
         "compactModel",
         "largerModelRetry",
+        "compactFork",
         "baseUrl",
         "apiKeyEnv",
         "memoryFileNames",
@@ -153,6 +160,7 @@ impl Settings {
             model,
             compact_model,
             larger_model_retry,
+            compact_fork,
             base_url,
             api_key_env,
             memory_file_names,

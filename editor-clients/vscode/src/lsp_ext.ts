@@ -95,6 +95,8 @@ export interface Settings {
     model?: string;
     compactModel?: string;
     largerModelRetry?: string;
+    /** Ask for the summary with the cache-sharing fork first (default true). */
+    compactFork?: boolean;
     baseUrl?: string;
     /** Name of the environment variable holding the API key (never the key itself). */
     apiKeyEnv?: string;
@@ -272,6 +274,12 @@ export interface CompactResult {
     summary: string;
     /** Who wrote it: `offline`, `anthropic`, `openai`. */
     summarizer: string;
+    /**
+     * Which request a provider wrote it for: `fork` (the cache-sharing fork of the
+     * session's request) or `fallback` (the summary-specific request). Absent when the
+     * offline summarizer wrote it.
+     */
+    summaryPath?: string;
     /** Items the summary missed (user messages, files, todos) that ctxd appended. */
     fidelityAppended: number;
     /** Hook failures and other problems that did not stop the compaction. */

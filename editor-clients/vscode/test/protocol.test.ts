@@ -45,7 +45,7 @@ const memoryFileKeys = { path: true, kind: true, tokens: true, status: true } sa
 const pendingRuleKeys = { path: true, paths: true } satisfies Keys<ext.PendingRule>;
 const compactParamKeys = { sessionId: true, instructions: true, from: true, upTo: true, workDoneToken: true } satisfies Keys<ext.CompactParams>;
 const compactResultKeys = {
-    boundary: true, trigger: true, preTokens: true, postTokens: true, summary: true, summarizer: true, fidelityAppended: true,
+    boundary: true, trigger: true, preTokens: true, postTokens: true, summary: true, summarizer: true, summaryPath: true, fidelityAppended: true,
     problems: true, usage: true,
 } satisfies Keys<ext.CompactResult>;
 const compactedKeys = { sessionId: true, trigger: true, preTokens: true, postTokens: true } satisfies Keys<ext.CompactedParams>;
@@ -70,7 +70,7 @@ const capabilityKeys = { version: true, protocol: true, methods: true, notificat
 const initKeys = { stateDir: true, autoCompactWindow: true, settings: true } satisfies Keys<ext.InitializationOptions>;
 const settingsKeys = {
     autoCompactWindow: true, autoCompactEnabled: true, idleCompaction: true, idleCompactAfterSeconds: true, modelSettings: true,
-    hooks: true, provider: true, model: true, compactModel: true, largerModelRetry: true, baseUrl: true, apiKeyEnv: true,
+    hooks: true, provider: true, model: true, compactModel: true, largerModelRetry: true, compactFork: true, baseUrl: true, apiKeyEnv: true,
     memoryFileNames: true, observeClaudeProjects: true,
 } satisfies Keys<ext.Settings>;
 const modelSettingsKeys = { autoCompactWindow: true } satisfies Keys<ext.ModelSettings>;
@@ -177,7 +177,7 @@ describe("lsp_ext.ts against schemas/", () => {
             ["ctx.context.result", optionalOf<ext.ContextResult>({ diagnostics: true, staleFiles: true })],
             ["ctx.context.result", optionalOf<ext.MemoryFile>({}), "MemoryFile"],
             ["ctx.compact.params", optionalOf<ext.CompactParams>({ instructions: true, from: true, upTo: true, workDoneToken: true })],
-            ["ctx.compact.result", optionalOf<ext.CompactResult>({ problems: true })],
+            ["ctx.compact.result", optionalOf<ext.CompactResult>({ problems: true, summaryPath: true })],
             ["ctx.clear.result", optionalOf<ext.ClearResult>({})],
             ["ctx.reportProviderError.params", optionalOf<ext.ProviderErrorReport>({ status: true, type: true }), "ProviderErrorReport"],
             ["ctx.reportProviderError.result", optionalOf<ext.ReportProviderErrorResult>({ compact: true })],

@@ -17,8 +17,10 @@
 //! guards.check_auto(..)                      is automatic compaction allowed at all?
 //! kept_tail_start(view) / partial_plan(..)   what stays verbatim; the rest is summarized
 //! instruction = summary_instruction(..)      prompt text (prompt)
+//! choose_fork(..)                            may the fork share the parent's cache?
 //! fork_request(parent, ..)                   path 1: the parent body of the summarized
 //!   or fallback_request(parent, ..)          part; path 2: rewritten input, own system
+//!                                            (also when the fork gave no usable text)
 //! on "prompt is too long": truncate_for_retry(body, ..), send again (ptl)
 //! read_summary_reply(reply, attempt, ..)     summary, or ask once more (reply)
 //! check_fidelity(summary, facts)             append what the summary left out
@@ -30,7 +32,7 @@
 //! Layout:
 //! - `prompt`: the summary instruction in its three forms, the ask-again note, and the
 //!   text of the installed summary message. The wording lives in `templates/`.
-//! - `request`: the fork and fallback request bodies.
+//! - `request`: the fork and fallback request bodies, and when the fork is tried.
 //! - `ptl`: dropping the oldest API rounds after a "prompt is too long" answer.
 //! - `reply`: reading the `<summary>` out of a reply (reuses [`crate::summary`]).
 //! - `fidelity`: what the summary must mention, and the section that adds what it missed.
@@ -78,9 +80,9 @@ pub use prompt::{
 pub use ptl::{MAX_PTL_RETRIES, Overflow, PtlCut, truncate_for_retry};
 pub use reply::{ReplyAttempt, ReplyError, ReplyVerdict, read_summary_reply};
 pub use request::{
-    FALLBACK_MAX_TOKENS, FallbackOptions, FallbackReport, FallbackRequest, ForkOptions, ForkReport,
-    ForkRequest, ForkStyle, MAX_CACHE_BREAKPOINTS, RequestError, ToolRefusal, count_cache_markers,
-    fallback_request, fork_request,
+    FALLBACK_MAX_TOKENS, FallbackOptions, FallbackReport, FallbackRequest, ForkChoice, ForkOptions,
+    ForkReport, ForkRequest, ForkSkip, ForkStyle, MAX_CACHE_BREAKPOINTS, RequestError, ToolRefusal, count_cache_markers,
+    choose_fork, fallback_request, fork_request,
 };
 pub use restore::{
     FileOutcome, FileReadEntry, MAX_DIGEST_TOKENS, MAX_FILE_TOKENS, MAX_RESTORED_FILES,

@@ -51,6 +51,58 @@ pub enum ToolRefusal {
     KeepParentToolChoice,
 }
 
+/// What decides whether a summary is asked of the cache-sharing fork first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForkChoice<'a> {
+    pub trigger: super::Trigger,
+    /// The fork is allowed (the `compactFork` setting, `CTXD_DISABLE_COMPACT_FORK`).
+    pub enabled: bool,
+    /// The parent is the request the host would be sent now, its own system blocks and
+    /// tools included (the host assembled in this daemon's lifetime, and the whole view
+    /// is summarized).
+    pub host_parent: bool,
+    /// The model the summary would be asked of.
+    pub summary_model: &'a str,
+    /// The parent request's model.
+    pub parent_model: &'a str,
+}
+
+/// Why the summary goes straight to the streaming fallback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ForkSkip {
+    #[error("the cache-sharing fork is turned off")]
+    Disabled,
+    #[error("no request from the host to share a cache with")]
+    NoHostRequest,
+    /// A different model cannot read the parent's cache.
+    #[error("the summary model is not the session's model")]
+    OtherModel,
+    /// The provider just refused the parent as too long; the same prefix would be too.
+    #[error("the provider refused the session's request as too long")]
+    ParentRefused,
+}
+
+/// Whether to try the fork first, and with which [`ForkStyle`]: the instruction as its
+/// own message when the user asked (between turns), appended to the last user message
+/// when ctxd started the compaction (possibly mid-turn, right after a tool result).
+pub fn choose_fork(choice: &ForkChoice<'_>) -> Result<ForkStyle, ForkSkip> {
+    use super::Trigger;
+    if !choice.enabled {
+        return Err(ForkSkip::Disabled);
+    }
+    if !choice.host_parent {
+        return Err(ForkSkip::NoHostRequest);
+    }
+    if choice.summary_model != choice.parent_model {
+        return Err(ForkSkip::OtherModel);
+    }
+    match choice.trigger {
+        Trigger::Reactive => Err(ForkSkip::ParentRefused),
+        Trigger::Manual | Trigger::Partial => Ok(ForkStyle::SeparateMessage),
+        Trigger::Auto | Trigger::Idle | Trigger::Precomputed => Ok(ForkStyle::AppendToLastUser),
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ForkOptions {
     pub style: ForkStyle,

@@ -954,6 +954,23 @@ fn fork_style_follows_the_roles() {
 }
 
 #[test]
+fn the_fork_is_tried_only_where_it_can_read_the_parents_cache() {
+    let choice = |trigger, enabled, host_parent, summary_model| {
+        choose_fork(&ForkChoice { trigger, enabled, host_parent, summary_model, parent_model: "claude-a" })
+    };
+    // Who asked decides where the instruction goes.
+    assert_eq!(choice(Trigger::Manual, true, true, "claude-a"), Ok(ForkStyle::SeparateMessage));
+    assert_eq!(choice(Trigger::Auto, true, true, "claude-a"), Ok(ForkStyle::AppendToLastUser));
+    assert_eq!(choice(Trigger::Idle, true, true, "claude-a"), Ok(ForkStyle::AppendToLastUser));
+    // Every reason to go straight to the fallback, in the order they are checked.
+    assert_eq!(choice(Trigger::Manual, false, true, "claude-a"), Err(ForkSkip::Disabled));
+    assert_eq!(choice(Trigger::Manual, true, false, "claude-a"), Err(ForkSkip::NoHostRequest));
+    assert_eq!(choice(Trigger::Manual, true, true, "claude-b"), Err(ForkSkip::OtherModel));
+    assert_eq!(choice(Trigger::Reactive, true, true, "claude-a"), Err(ForkSkip::ParentRefused));
+    assert_eq!(choice(Trigger::Auto, false, false, "claude-b"), Err(ForkSkip::Disabled));
+}
+
+#[test]
 fn fork_refuses_bodies_that_are_not_requests() {
     let opts = ForkOptions {
         style: ForkStyle::SeparateMessage,

@@ -318,6 +318,7 @@ impl ReplyBuilder {
             }
             Event::ContentBlockStart { content_block } => match content_block.kind.as_str() {
                 "text" => self.text(content_block.text.as_deref().unwrap_or(""), on_delta),
+                "tool_use" | "server_tool_use" => self.reply.tool_calls += 1,
                 "thinking" => {
                     if let Some(t) = content_block.thinking.as_deref().filter(|t| !t.is_empty()) {
                         on_delta(Delta::Thinking(t));

@@ -76,7 +76,8 @@ pub struct SummaryRequest {
     pub betas: Vec<String>,
     /// Other top-level body fields for the Anthropic API (`context_management`,
     /// `tool_choice`, `metadata`, …). They never replace the fields above, and the
-    /// OpenAI-compatible provider ignores them.
+    /// OpenAI-compatible provider ignores them (it sends no tools either, so a
+    /// `tool_choice` of `none` holds there too).
     pub extra: serde_json::Map<String, Value>,
 }
 
@@ -94,6 +95,9 @@ pub enum Delta<'a> {
 pub struct SummaryReply {
     /// All text blocks of the answer, concatenated in order.
     pub text: String,
+    /// Tool calls in the answer (`tool_use` blocks). Never executed: a summary is text
+    /// only, so a reply that calls a tool gave no usable summary.
+    pub tool_calls: u32,
     pub id: Option<String>,
     pub model: Option<String>,
     pub stop_reason: Option<StopReason>,

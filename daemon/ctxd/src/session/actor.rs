@@ -150,7 +150,7 @@ pub struct CompactAnswer {
     pub pre_tokens: u64,
     pub post_tokens: u64,
     pub summary: String,
-    pub summarizer: &'static str,
+    pub summarizer: compaction::Summarizer,
     /// Items the summary missed that were appended deterministically.
     pub fidelity_appended: usize,
     pub problems: Vec<String>,
@@ -209,6 +209,10 @@ struct Session {
     /// Token estimates of the host's own system blocks and tool definitions, from its
     /// latest `ctx/assemble` (the host sends them with every request).
     host_prefix: HostPrefix,
+    /// The host's own part of its latest `ctx/assemble` (not a fork's), so a compaction
+    /// can rebuild the request the host would be sent and fork it to share its cache.
+    /// `None` until the host assembles in this daemon's lifetime.
+    host_request: Option<Arc<HostRequest>>,
     /// Every file the agent read in this session (before the boundary too).
     ledger: Ledger,
     /// The index has the ledger's reads up to this sequence number. Resume reads the
@@ -254,6 +258,15 @@ struct Session {
     stamps: Vec<(std::path::PathBuf, Option<crate::context::watcher::FileStamp>)>,
     /// Assemble requests waiting for a compaction (the session was at the blocked level).
     waiting_assembles: Vec<(AssembleRequest, oneshot::Sender<Result<AssembleAnswer, SessionError>>)>,
+}
+
+/// What the host sends with every request besides the view: its system blocks, tools
+/// and reply cap. Moved out of the assemble request, never copied.
+#[derive(Debug)]
+struct HostRequest {
+    system: Vec<serde_json::Value>,
+    tools: Vec<serde_json::Value>,
+    max_tokens: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -307,6 +320,7 @@ async fn run(
         composition: Composition::default(),
         invoked: Invoked::default(),
         host_prefix: HostPrefix::default(),
+        host_request: None,
         ledger: Ledger::default(),
         ledger_saved_through: 0,
         ledger_stale_unsaved: Vec::new(),
@@ -974,7 +988,7 @@ impl Session {
     /// and newly activated memory files appended as attachment records (so resume
     /// rebuilds the same request), the pipeline run on the view, its state changes
     /// persisted before the request is handed out.
-    async fn assemble(&mut self, request: AssembleRequest, may_compact: bool) -> Result<AssembleAnswer, SessionError> {
+    async fn assemble(&mut self, mut request: AssembleRequest, may_compact: bool) -> Result<AssembleAnswer, SessionError> {
         // Without a working watcher (the OS limit was hit), compare stamps instead.
         if self.setup.services.watcher.degraded() {
             let seen = std::mem::take(&mut self.stamps);
@@ -1011,34 +1025,17 @@ impl Session {
             self.commit(vec![(records, tx)]).await;
             rx.await.map_err(|_| SessionError::Closed(self.id.clone()))??;
         }
-        let base = ctxd_core::view::BaseContext {
-            system_context: self.base.as_ref().and_then(|b| b.system_context().map(|s| s.to_string())),
-            user_context: self.base.as_ref().and_then(|b| b.user_context().map(|s| s.to_string())),
-            attachments: Vec::new(),
-        };
-        let tool_results_dir = self.store.root().join("tool-results").join(&self.id).display().to_string();
-        let state = ctxd_core::view::PipelineState::default();
-        let config = ctxd_core::view::PipelineConfig::default();
-        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
-        let threshold = (self.thresholds.auto_compact_enabled && self.thresholds.enforce_window).then_some(self.thresholds.threshold);
-        let input = ctxd_core::view::AssembleInput {
-            records: &self.view,
-            system: &request.system,
-            tools: &request.tools,
-            model: &self.setup.model,
-            max_tokens: request.max_tokens,
-            fork: request.fork.as_ref(),
-            base: &base,
-            now_ms,
-            state: &state,
-            config: &config,
-            tool_results_dir: &tool_results_dir,
-            compact: ctxd_core::view::CompactCheck { threshold, anchored_tokens: Some(self.next_tokens()) },
-        };
-        let assembled = self.view_cache.assemble(&input);
+        let assembled = self.run_pipeline(&request.system, &request.tools, request.max_tokens, request.fork.as_ref());
+        let tool_results_dir = self.tool_results_dir();
         let json_bytes = |v: &[serde_json::Value]| serde_json::to_string(v).map_or(0, |s| s.len() as u64);
         let rate = self.tally.calibration;
         self.host_prefix = HostPrefix { system: rate.tokens(json_bytes(&request.system)), tools: rate.tokens(json_bytes(&request.tools)) };
+        if request.fork.is_none() {
+            // Before a compaction can start below: its parent is this request.
+            let system = std::mem::take(&mut request.system);
+            let tools = std::mem::take(&mut request.tools);
+            self.host_request = Some(Arc::new(HostRequest { system, tools, max_tokens: request.max_tokens }));
+        }
         // Persist what the pipeline decided (offloaded results, cleared results,
         // reminders) before anyone sees a request that depends on it.
         if !assembled.new_state.is_empty() {
@@ -1081,7 +1078,10 @@ impl Session {
         // already left out.
         let scrollback = request
             .include_snipped
-            .then(|| serde_json::to_value(ctxd_core::view::scrollback(&self.view, &state, &config)))
+            .then(|| {
+                let (state, config) = (ctxd_core::view::PipelineState::default(), ctxd_core::view::PipelineConfig::default());
+                serde_json::to_value(ctxd_core::view::scrollback(&self.view, &state, &config))
+            })
             .transpose()
             .map_err(|e| SessionError::Internal(format!("scrollback: {e}")))?;
         Ok(AssembleAnswer {
@@ -1139,6 +1139,51 @@ impl Session {
         let usage = self.usage();
         self.usage_changed(usage.clone()).await;
         Ok(Reduced { record_uuid: uuid, tokens_freed: freed, unknown, usage })
+    }
+
+    /// The request pipeline over the view with the host's blocks and the base context.
+    /// `ctx/assemble` and a compaction's parent both come from here, so the fork's prefix
+    /// is the bytes the host is sent (and the provider cached). Decisions it makes come
+    /// back in `new_state`; `assemble` persists them, and the view cache makes them
+    /// again until they are.
+    fn run_pipeline(
+        &mut self,
+        system: &[serde_json::Value],
+        tools: &[serde_json::Value],
+        max_tokens: u64,
+        fork: Option<&ctxd_core::view::Fork>,
+    ) -> ctxd_core::view::Assembled {
+        let base = ctxd_core::view::BaseContext {
+            system_context: self.base.as_ref().and_then(|b| b.system_context().map(|s| s.to_string())),
+            user_context: self.base.as_ref().and_then(|b| b.user_context().map(|s| s.to_string())),
+            attachments: Vec::new(),
+        };
+        let tool_results_dir = self.tool_results_dir();
+        let state = ctxd_core::view::PipelineState::default();
+        let config = ctxd_core::view::PipelineConfig::default();
+        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let threshold = (self.thresholds.auto_compact_enabled && self.thresholds.enforce_window).then_some(self.thresholds.threshold);
+        let anchored_tokens = Some(self.next_tokens());
+        let input = ctxd_core::view::AssembleInput {
+            records: &self.view,
+            system,
+            tools,
+            model: &self.setup.model,
+            max_tokens,
+            fork,
+            base: &base,
+            now_ms,
+            state: &state,
+            config: &config,
+            tool_results_dir: &tool_results_dir,
+            compact: ctxd_core::view::CompactCheck { threshold, anchored_tokens },
+        };
+        self.view_cache.assemble(&input)
+    }
+
+    /// Where the pipeline offloads this session's large tool results.
+    fn tool_results_dir(&self) -> String {
+        self.store.root().join("tool-results").join(&self.id).display().to_string()
     }
 
     /// The view as a plain request body (no host blocks): what a provider summarizes.
@@ -1280,6 +1325,14 @@ impl Session {
         self.compaction_generation += 1;
         let generation = self.compaction_generation;
         let pre_tokens = self.next_tokens();
+        // The request the host would be sent now, to fork; a partial compaction
+        // summarizes only the side it replaces, which no host request ever was.
+        let (parent, host_parent) = match (partial, self.host_request.clone()) {
+            (None, Some(host)) => (self.run_pipeline(&host.system, &host.tools, host.max_tokens, None).request.to_value(), true),
+            (None, None) => (self.parent_request(&self.view), false),
+            (Some((ctxd_core::compact::SplitDirection::UpTo, split)), _) => (self.parent_request(&self.view[..split]), false),
+            (Some((ctxd_core::compact::SplitDirection::From, split)), _) => (self.parent_request(&self.view[split..]), false),
+        };
         let job = Job {
             session_id: self.id.clone(),
             trigger,
@@ -1293,12 +1346,8 @@ impl Session {
             transcript_path: self.transcript.as_ref().map(|t| t.path().display().to_string()).unwrap_or_default(),
             cwd: self.setup.cwd.clone(),
             model: self.setup.model.clone(),
-            // A provider summarizes only the side a partial compaction replaces.
-            parent: Some(match partial {
-                None => self.parent_request(&self.view),
-                Some((ctxd_core::compact::SplitDirection::UpTo, split)) => self.parent_request(&self.view[..split]),
-                Some((ctxd_core::compact::SplitDirection::From, split)) => self.parent_request(&self.view[split..]),
-            }),
+            parent: Some(parent),
+            host_parent,
             partial,
             skills: self.invoked.skills.clone(),
             plan_path: self.invoked.plan_path.clone(),

@@ -39,6 +39,10 @@ pub struct Job {
     pub model: String,
     /// The view as a request body (for a provider's summary request).
     pub parent: Option<serde_json::Value>,
+    /// `parent` is the request the host would be sent now, with its own system blocks
+    /// and tools: a fork of it can read the provider's prompt cache. Otherwise it is the
+    /// summarized records alone, for the fallback request only.
+    pub host_parent: bool,
     /// Skills the agent invoked, restored within their budget.
     pub skills: Vec<ctxd_core::compact::SkillEntry>,
     /// The plan file, read again from disk at restoration.
@@ -68,8 +72,42 @@ pub struct Prepared {
     /// Hook failures and other things worth telling the client.
     pub problems: Vec<String>,
     /// Which summarizer wrote it.
-    pub summarizer: &'static str,
+    pub summarizer: Summarizer,
 }
+
+/// Who wrote a summary, and for which request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summarizer {
+    /// `offline`, or the provider's name (`anthropic`, `openai`).
+    pub name: &'static str,
+    /// The request a provider answered; `None` for the offline summarizer.
+    pub path: Option<SummaryPath>,
+}
+
+impl Summarizer {
+    const OFFLINE: Summarizer = Summarizer { name: "offline", path: None };
+}
+
+/// The two requests a provider can be asked (BEHAVIOR.md §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SummaryPath {
+    /// Path 1: the cache-sharing fork of the session's request.
+    Fork,
+    /// Path 2: the summary-specific streaming fallback.
+    Fallback,
+}
+
+impl SummaryPath {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SummaryPath::Fork => "fork",
+            SummaryPath::Fallback => "fallback",
+        }
+    }
+}
+
+/// Environment variable that turns the cache-sharing fork off (as `compactFork: false`).
+pub const DISABLE_FORK_ENV: &str = "CTXD_DISABLE_COMPACT_FORK";
 
 /// Why a compaction failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -135,20 +173,20 @@ pub async fn prepare(job: Job) -> Result<Prepared, CompactFailure> {
     // A configured provider writes the summary; if it keeps failing, the offline
     // summary (already written, no network) is the next rung down.
     let (body, summarizer) = match remote_provider(&job) {
-        Ok(None) => (offline_body, "offline"),
+        Ok(None) => (offline_body, Summarizer::OFFLINE),
         Ok(Some(provider)) => {
             let name = provider.name();
-            match summarize_remote(&provider, &job, instructions.as_deref(), !kept.is_empty()).await {
-                Ok(body) => (body, name),
+            match summarize_remote(&provider, &job, instructions.as_deref(), !kept.is_empty(), &mut problems).await {
+                Ok((body, path)) => (body, Summarizer { name, path: Some(path) }),
                 Err(e) => {
                     problems.push(format!("{name} could not write the summary ({e}); the offline summarizer wrote it"));
-                    (offline_body, "offline")
+                    (offline_body, Summarizer::OFFLINE)
                 }
             }
         }
         Err(e) => {
             problems.push(format!("provider settings: {e}; the offline summarizer wrote the summary"));
-            (offline_body, "offline")
+            (offline_body, Summarizer::OFFLINE)
         }
     };
     let checked = check_fidelity(&body, &facts);
@@ -238,22 +276,22 @@ fn remote_provider(job: &Job) -> Result<Option<crate::provider::RemoteProvider>,
     }
 }
 
-/// Asks a provider for the summary with the streaming fallback request (summary system
-/// prompt, thinking off, output capped, reinjected reminders stripped, media as
-/// markers): once, once more if the reply has no `<summary>`, and again with the oldest
-/// rounds dropped if the request is too long.
+/// Asks a provider for the summary: first with the cache-sharing fork of the host's
+/// request when [`choose_fork`](ctxd_core::compact::choose_fork) allows it, then, if the
+/// fork is skipped or gives no usable summary, with the streaming fallback request
+/// (summary system prompt, thinking off, output capped, reinjected reminders stripped,
+/// media as markers): once, once more if the reply has no `<summary>`, and again with
+/// the oldest rounds dropped if the request is too long. Why a fork gave way goes to
+/// `problems`.
 async fn summarize_remote(
     provider: &crate::provider::RemoteProvider,
     job: &Job,
     instructions: Option<&str>,
     kept: bool,
-) -> Result<String, String> {
-    use ctxd_core::compact::{
-        FallbackOptions, MAX_PTL_RETRIES, Overflow, PromptForm, PromptSpec, ReplyAttempt, ReplyVerdict, fallback_request,
-        read_summary_reply, summary_instruction, truncate_for_retry,
-    };
-    use crate::provider::{Provider, ProviderError, SummaryRequest};
-    let parent = job.parent.clone().ok_or("no request body for the session")?;
+    problems: &mut Vec<String>,
+) -> Result<(String, SummaryPath), String> {
+    use ctxd_core::compact::{ForkChoice, PromptForm, PromptSpec, choose_fork, summary_instruction};
+    let parent = job.parent.as_ref().ok_or("no request body for the session")?;
     let form = match job.partial {
         Some((ctxd_core::compact::SplitDirection::From, _)) => PromptForm::RecentOnly { start_hint: None },
         _ => PromptForm::Full,
@@ -263,31 +301,124 @@ async fn summarize_remote(
         additional: instructions.map(str::to_owned),
         newer_messages_kept: kept,
     });
-    let mut model = job.settings.compact_model.clone().or_else(|| job.settings.model.clone()).unwrap_or_else(|| job.model.clone());
+    let model = job.settings.compact_model.clone().or_else(|| job.settings.model.clone()).unwrap_or_else(|| job.model.clone());
+    let choice = ForkChoice {
+        trigger: job.trigger,
+        enabled: fork_enabled(&job.settings),
+        host_parent: job.host_parent,
+        summary_model: &model,
+        parent_model: parent.get("model").and_then(serde_json::Value::as_str).unwrap_or(""),
+    };
+    match choose_fork(&choice) {
+        Ok(style) => match summarize_with_fork(provider, parent, &instruction, style).await {
+            Ok(summary) => return Ok((summary, SummaryPath::Fork)),
+            Err(why) => {
+                tracing::info!(%why, "the cache-sharing fork gave no summary; asking with the fallback request");
+                problems.push(format!("the cache-sharing fork gave no summary ({why}); the fallback request wrote it"));
+            }
+        },
+        Err(skip) => tracing::debug!(%skip, "summary without the cache-sharing fork"),
+    }
+    summarize_with_fallback(provider, job, parent.clone(), &instruction, model).await.map(|s| (s, SummaryPath::Fallback))
+}
+
+/// Whether settings and environment allow the fork (`compactFork`, [`DISABLE_FORK_ENV`]).
+fn fork_enabled(settings: &ctxd_proto::Settings) -> bool {
+    let env_off = std::env::var_os(DISABLE_FORK_ENV).is_some_and(|v| !v.is_empty() && v != "0");
+    settings.compact_fork != Some(false) && !env_off
+}
+
+/// Path 1: the parent request with the instruction appended, tools refused, sent as it
+/// is (same model, system, tools, prefix) so it reads the parent's cache. At most one
+/// turn: a reply that calls a tool or has no text is "no usable text"; a reply without
+/// `<summary>` is asked again once, still as a fork. Every failure is the caller's cue
+/// to use the fallback, which has its own prompt-too-long handling.
+async fn summarize_with_fork(
+    provider: &crate::provider::RemoteProvider,
+    parent: &serde_json::Value,
+    instruction: &str,
+    style: ctxd_core::compact::ForkStyle,
+) -> Result<String, String> {
+    use ctxd_core::compact::{ForkOptions, ReplyAttempt, ReplyVerdict, ToolRefusal, fork_request, read_summary_reply};
+    use crate::provider::Provider;
+    let options = ForkOptions { style, tool_refusal: ToolRefusal::ToolChoiceNone };
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let mut attempt = ReplyAttempt::First;
+    let mut ask = instruction.to_owned();
+    loop {
+        let built = fork_request(parent, &ask, options).map_err(|e| e.to_string())?;
+        tracing::debug!(report = ?built.report, "cache-sharing fork request");
+        let request = summary_request(built.body);
+        let reply = provider.send(&request, &cancel, &mut |_| {}).await.map_err(|e| e.to_string())?;
+        if reply.tool_calls > 0 || reply.stop_reason == Some(crate::provider::StopReason::ToolUse) {
+            return Err("the reply called a tool".to_owned());
+        }
+        match read_summary_reply(&reply.text, attempt, instruction).map_err(|e| e.to_string())? {
+            ReplyVerdict::Summary(summary) => return Ok(summary),
+            ReplyVerdict::AskAgain { instruction: again } => {
+                attempt = ReplyAttempt::Reasked;
+                ask = again;
+            }
+        }
+    }
+}
+
+/// A request body as the provider's request: the fields it knows by name, everything
+/// else (`tool_choice`, …) passed through as it is.
+fn summary_request(body: serde_json::Value) -> crate::provider::SummaryRequest {
+    use serde_json::Value;
+    let mut body = match body {
+        Value::Object(object) => object,
+        _ => serde_json::Map::new(),
+    };
+    let mut list = |key: &str| match body.remove(key) {
+        Some(Value::Array(items)) => items,
+        _ => Vec::new(),
+    };
+    let (system, messages, tools) = (list("system"), list("messages"), list("tools"));
+    let model = body.remove("model").and_then(|m| m.as_str().map(str::to_owned)).unwrap_or_default();
+    let max_tokens = body.remove("max_tokens").and_then(|m| m.as_u64()).unwrap_or(ctxd_core::compact::FALLBACK_MAX_TOKENS);
+    let thinking = body.remove("thinking");
+    crate::provider::SummaryRequest {
+        model,
+        system,
+        messages,
+        tools,
+        max_tokens: u32::try_from(max_tokens).unwrap_or(u32::MAX),
+        thinking,
+        betas: Vec::new(),
+        extra: body,
+    }
+}
+
+/// Path 2: the streaming fallback request, asked of `model` (`compactModel`, else
+/// `model`, else the session's), with the larger-model retry and prompt-too-long cuts.
+async fn summarize_with_fallback(
+    provider: &crate::provider::RemoteProvider,
+    job: &Job,
+    parent: serde_json::Value,
+    instruction: &str,
+    mut model: String,
+) -> Result<String, String> {
+    use ctxd_core::compact::{
+        FallbackOptions, MAX_PTL_RETRIES, Overflow, ReplyAttempt, ReplyVerdict, fallback_request, read_summary_reply,
+        truncate_for_retry,
+    };
+    use crate::provider::{Provider, ProviderError};
     // A summary request too long for the model goes once to the larger model, if one is
     // configured, before anything is dropped from it.
     let mut larger = job.settings.larger_model_retry.clone().filter(|m| *m != model);
     let cancel = tokio_util::sync::CancellationToken::new();
     let mut body_source = parent;
     let mut attempt = ReplyAttempt::First;
-    let mut ask = instruction.clone();
+    let mut ask = instruction.to_owned();
     let mut ptl_retries = 0;
     loop {
         let built = fallback_request(&body_source, &ask, &FallbackOptions::default()).map_err(|e| e.to_string())?;
-        let body = built.body;
-        let list = |key: &str| body.get(key).and_then(|v| v.as_array()).cloned().unwrap_or_default();
-        let request = SummaryRequest {
-            model: model.clone(),
-            system: list("system"),
-            messages: list("messages"),
-            tools: Vec::new(),
-            max_tokens: body.get("max_tokens").and_then(serde_json::Value::as_u64).unwrap_or(20_000).min(u64::from(u32::MAX)) as u32,
-            thinking: None,
-            betas: Vec::new(),
-            extra: serde_json::Map::new(),
-        };
+        let mut request = summary_request(built.body);
+        request.model = model.clone();
         match provider.send(&request, &cancel, &mut |_| {}).await {
-            Ok(reply) => match read_summary_reply(&reply.text, attempt, &instruction) {
+            Ok(reply) => match read_summary_reply(&reply.text, attempt, instruction) {
                 Ok(ReplyVerdict::Summary(summary)) => return Ok(summary),
                 Ok(ReplyVerdict::AskAgain { instruction: again }) => {
                     attempt = ReplyAttempt::Reasked;

@@ -91,7 +91,8 @@ async fn streams_a_summary_and_sends_the_exact_request() {
         "tools": original.tools,
         "thinking": {"type": "enabled", "budget_tokens": 4096},
         "stream": true,
-        "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}
+        "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]},
+        "tool_choice": {"type": "none"}
     });
     let sent = String::from_utf8(request.body.clone()).unwrap();
     assert_eq!(sent, serde_json::to_string(&expected).unwrap());
@@ -100,6 +101,32 @@ async fn streams_a_summary_and_sends_the_exact_request() {
     assert_eq!(sent["system"][1]["cache_control"], json!({"type": "ephemeral"}));
     assert_eq!(sent["messages"][2]["content"][0]["cache_control"], json!({"type": "ephemeral", "ttl": "1h"}));
     assert_eq!(sent["tools"][0]["cache_control"], json!({"type": "ephemeral"}));
+}
+
+#[tokio::test]
+async fn a_tool_call_in_the_reply_is_counted_not_taken_for_text() {
+    let server = MockServer::start().await;
+    let events = [
+        json!({"type": "message_start", "message": {"id": "msg_2", "type": "message", "role": "assistant", "content": [],
+               "model": "claude-sonnet-4-5", "usage": {"input_tokens": 5, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Let me look."}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "content_block_start", "index": 1,
+               "content_block": {"type": "tool_use", "id": "toolu_9", "name": "Read", "input": {}}}),
+        json!({"type": "content_block_delta", "index": 1,
+               "delta": {"type": "input_json_delta", "partial_json": "{\"file_path\": \"/a.rs\"}"}}),
+        json!({"type": "content_block_stop", "index": 1}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 20}}),
+        json!({"type": "message_stop"}),
+    ];
+    let body: String = events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap())).collect();
+    mock_messages(&server, sse(body), None).await;
+    let (reply, _) = send(&server.uri(), fast_http()).await;
+    let reply = reply.unwrap();
+    assert_eq!(reply.text, "Let me look.", "the tool's input is not text");
+    assert_eq!(reply.tool_calls, 1);
+    assert_eq!(reply.stop_reason, Some(StopReason::ToolUse));
 }
 
 #[tokio::test]

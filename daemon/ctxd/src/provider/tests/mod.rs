@@ -44,10 +44,12 @@ pub(super) fn openai_at(base: &str, key: Option<&str>, include_usage: bool) -> O
 }
 
 /// A fork-style request: cache markers on the last system block, on a tool and inside
-/// the last message, thinking on, two betas and a context-management field.
+/// the last message, thinking on, two betas, a context-management field and tool use
+/// refused.
 pub(super) fn fork_request() -> SummaryRequest {
     let mut extra = serde_json::Map::new();
     extra.insert("context_management".to_owned(), json!({"edits": [{"type": "clear_tool_uses_20250919"}]}));
+    extra.insert("tool_choice".to_owned(), json!({"type": "none"}));
     SummaryRequest {
         model: "claude-sonnet-4-5".to_owned(),
         system: vec![
