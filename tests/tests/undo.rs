@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use ctxd_e2e::{Daemon, repo_root, stored_uuids, user_record};
+use ctxd_e2e::{Daemon, ctxd_bin, repo_root, stored_uuids, user_record};
 use serde_json::{Value, json};
 
 const MODEL: &str = "claude-sonnet-4-5-20250929";
@@ -75,7 +75,7 @@ fn undo_brings_back_the_view_the_compaction_replaced() {
     assert_eq!(undone["postTokens"], before["tokens"], "{undone}");
     assert_eq!(undone["usage"]["tokens"], before["tokens"]);
     daemon.wait_notification("ctx/usageChanged", |p| p["sessionId"] == "u" && p["usage"]["tokens"] == before["tokens"]).unwrap();
-    assert_eq!(view(&mut daemon, "u"), (before_messages, before), "the model sees the conversation as before the compaction");
+    assert_eq!(view(&mut daemon, "u"), (before_messages, before.clone()), "the model sees the conversation as before the compaction");
 
     // The transcript keeps the compaction and gained one record that undoes it.
     let stored = records_of(&state, "u");
@@ -90,6 +90,19 @@ fn undo_brings_back_the_view_the_compaction_replaced() {
     assert_eq!(record["undoes"], compacted["boundary"]);
     assert_eq!(record["parentUuid"], boundary["logicalParentUuid"], "the chain goes on from the last record before the compaction");
     assert_eq!(record["cwd"], CWD);
+
+    // `ctxd replay` of this transcript goes through the undo as the live session did.
+    let out = std::process::Command::new(ctxd_bin())
+        .arg("replay")
+        .arg(state.join("sessions/u.jsonl"))
+        .env("HOME", dir.path().join("replay-home"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let tokens = before["tokens"].as_u64().unwrap();
+    let shown = format!("compaction undone: back to {},{:03} tokens", tokens / 1000, tokens % 1000);
+    assert!(text.contains(&shown), "{shown} in {text}");
 }
 
 #[test]
