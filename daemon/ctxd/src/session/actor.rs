@@ -941,10 +941,11 @@ impl Session {
     /// boundary on), and the index learns where the view starts now.
     async fn restore_view(&mut self) -> Result<(), SessionError> {
         let path = self.store.transcript_path(&self.id)?;
-        let (records, before, offset) = tokio::task::spawn_blocking(move || read_view(&path))
+        let read = tokio::task::spawn_blocking(move || read_view(&path))
             .await
             .map_err(|e| SessionError::Internal(format!("reading task failed: {e}")))??;
-        self.fold_loaded(records, before, offset, false);
+        let offset = read.view_offset;
+        self.fold_loaded(read.records, read.records_before, offset, false);
         self.flush_index();
         tracing::info!(records = self.view.len(), boundary_offset = ?offset, "view restored after an undo");
         Ok(())
@@ -1686,12 +1687,19 @@ fn starts_undone(records: &[(u64, Record)]) -> bool {
     compaction_view(&marks).boundary.is_none()
 }
 
-/// The view's records as the transcript has them now: from the boundary in force to the
-/// end, with the records before it and its offset.
-fn read_view(path: &std::path::Path) -> Result<(Vec<(u64, Record)>, u64, Option<u64>), SessionError> {
-    let (offset, before) = boundary_in_force(path)?;
-    let loaded = crate::store::transcript::read_from(path, offset.unwrap_or(0))?;
-    Ok((loaded.records, before, offset))
+/// The view's records as the transcript has them now.
+struct ViewOnDisk {
+    /// From the boundary in force to the end, with their offsets.
+    records: Vec<(u64, Record)>,
+    records_before: u64,
+    /// Where the boundary in force starts (none: the view starts at the file's start).
+    view_offset: Option<u64>,
+}
+
+fn read_view(path: &std::path::Path) -> Result<ViewOnDisk, SessionError> {
+    let (view_offset, records_before) = boundary_in_force(path)?;
+    let loaded = crate::store::transcript::read_from(path, view_offset.unwrap_or(0))?;
+    Ok(ViewOnDisk { records: loaded.records, records_before, view_offset })
 }
 
 /// Now as RFC 3339 UTC with milliseconds, like transcript timestamps.
