@@ -85,7 +85,8 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
     let mut last_usage: Option<Value> = None;
     let mut compactions = 0usize;
     for object in &records {
-        let starts_turn = Record::from_object(object).is_ok_and(|r| is_prompt(&r));
+        let parsed = Record::from_object(object).ok();
+        let starts_turn = parsed.as_ref().is_some_and(is_prompt);
         if starts_turn {
             if let Some(usage) = last_usage.take() {
                 report(out, turn, &usage)?;
@@ -103,6 +104,11 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
         }
         let result = client.request("ctx/append", json!({"sessionId": session_id, "records": [object]})).await?;
         last_usage = Some(result["usage"].clone());
+        // A transcript ctxd wrote may carry `ctx/undoCompact` records: the daemon goes
+        // back to the view before that compaction, as it did live.
+        if parsed.as_ref().is_some_and(ctxd_core::compact::is_undo_record) {
+            writeln!(out, "      compaction undone: back to {} tokens", thousands(result["usage"]["tokens"].as_u64().unwrap_or(0)))?;
+        }
         // Compactions run in the background; report each as it is announced.
         let mut notes = client.notifications.lock().await;
         while let Ok((method, params)) = notes.try_recv() {

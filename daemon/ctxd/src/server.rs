@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use ctxd_core::budget::{EnvConfig, WindowSource};
-use ctxd_core::compact::Trigger;
+use ctxd_core::compact::{Trigger, UndoError};
 use ctxd_core::ledger::ReadOutcome;
 use ctxd_core::record::Record;
 use ctxd_proto::{self as proto, error_codes, methods};
@@ -53,6 +53,7 @@ pub fn service(options: ServeOptions) -> (LspService<Backend>, tower_lsp_server:
         .custom_method(methods::FILE_READ, Backend::file_read)
         .custom_method(methods::CONTEXT, Backend::context)
         .custom_method(methods::COMPACT, Backend::compact)
+        .custom_method(methods::UNDO_COMPACT, Backend::undo_compact)
         .custom_method(methods::REPORT_PROVIDER_ERROR, Backend::report_provider_error)
         .custom_method(methods::CLEAR, Backend::clear)
         .custom_method(methods::ASSEMBLE, Backend::assemble)
@@ -405,6 +406,18 @@ impl Backend {
         })
     }
 
+    pub async fn undo_compact(&self, params: proto::UndoCompactParams) -> Result<proto::UndoCompactResult> {
+        let rx = self.sessions()?.undo_compact(&params.session_id).map_err(rpc_error)?;
+        let done = answer(rx, &params.session_id).await?;
+        Ok(proto::UndoCompactResult {
+            boundary: done.boundary,
+            undo_record: done.undo_record,
+            pre_tokens: done.pre_tokens,
+            post_tokens: done.post_tokens,
+            usage: done.usage.to_proto(),
+        })
+    }
+
     pub async fn report_provider_error(&self, params: proto::ReportProviderErrorParams) -> Result<proto::ReportProviderErrorResult> {
         let sessions = self.sessions()?;
         let Some(refusal) = crate::provider::refusal_of(params.error.status, &params.error.message) else {
@@ -622,6 +635,15 @@ pub fn rpc_error(e: SessionError) -> Error {
         SessionError::Busy(_) => with_code(error_codes::BUSY, message),
         SessionError::Cancelled(_) => Error::request_cancelled(),
         SessionError::CompactFailed(_) => with_code(error_codes::COMPACT_FAILED, message),
+        SessionError::CannotUndo(why) => {
+            let reason = match why {
+                UndoError::NothingToUndo => "nothingToUndo",
+                UndoError::NewTurnSince => "newTurnSince",
+            };
+            let mut e = with_code(error_codes::CANNOT_UNDO, message);
+            e.data = Some(serde_json::json!({ "reason": reason }));
+            e
+        }
     }
 }
 

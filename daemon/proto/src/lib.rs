@@ -34,6 +34,7 @@ pub mod methods {
     pub const FILE_READ: &str = "ctx/fileRead";
     pub const CONTEXT: &str = "ctx/context";
     pub const COMPACT: &str = "ctx/compact";
+    pub const UNDO_COMPACT: &str = "ctx/undoCompact";
     pub const REPORT_PROVIDER_ERROR: &str = "ctx/reportProviderError";
     pub const CLEAR: &str = "ctx/clear";
     pub const ASSEMBLE: &str = "ctx/assemble";
@@ -48,7 +49,7 @@ pub mod methods {
 
     /// Every `ctx/` request method this build of ctxd answers, as announced in
     /// `initialize` under `capabilities.experimental.ctxd.methods`.
-    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION, SET_AUTO_COMPACT_WINDOW, FILE_READ, CONTEXT, COMPACT, REPORT_PROVIDER_ERROR, CLEAR, ASSEMBLE, SNIP, COLLAPSE, OBSERVE, SKILL_INVOKED, SET_PLAN];
+    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION, SET_AUTO_COMPACT_WINDOW, FILE_READ, CONTEXT, COMPACT, REPORT_PROVIDER_ERROR, CLEAR, ASSEMBLE, SNIP, COLLAPSE, OBSERVE, SKILL_INVOKED, SET_PLAN, UNDO_COMPACT];
     /// Every `ctx/` notification this build of ctxd sends.
     pub const NOTIFICATIONS: &[&str] = &[USAGE_CHANGED, CONTEXT_CHANGED, COMPACTED, COMPACT_FAILED];
 }
@@ -75,6 +76,9 @@ pub mod error_codes {
     pub const BUSY: i64 = -33008;
     /// A compaction failed; the message says why. Nothing was installed.
     pub const COMPACT_FAILED: i64 = -33009;
+    /// `ctx/undoCompact` has nothing to undo, or a new turn followed the compaction. The
+    /// error's `data.reason` is `nothingToUndo` or `newTurnSince`; nothing was appended.
+    pub const CANNOT_UNDO: i64 = -33010;
 }
 
 /// `initializationOptions` of the `initialize` request.
@@ -454,6 +458,29 @@ pub struct CompactResult {
     /// Hook failures and other problems that did not stop the compaction.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
+    pub usage: Usage,
+}
+
+/// `ctx/undoCompact` params: take back the session's latest compaction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UndoCompactParams {
+    pub session_id: String,
+}
+
+/// `ctx/undoCompact` result: the view is the one the compaction replaced. The transcript
+/// keeps the compaction and gains a record that undoes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UndoCompactResult {
+    /// Uuid of the compact boundary that was undone.
+    pub boundary: String,
+    /// Uuid of the undo record appended to the transcript.
+    pub undo_record: String,
+    /// Tokens the next request carried before the undo (the compacted view).
+    pub pre_tokens: u64,
+    /// Tokens it carries now (the restored view).
+    pub post_tokens: u64,
     pub usage: Usage,
 }
 

@@ -38,6 +38,8 @@ pub fn all() -> Vec<SchemaFile> {
         file::<SessionParams>("ctx.context.params"),
         file::<CompactParams>("ctx.compact.params"),
         file::<CompactResult>("ctx.compact.result"),
+        file::<UndoCompactParams>("ctx.undoCompact.params"),
+        file::<UndoCompactResult>("ctx.undoCompact.result"),
         file::<CompactedNotification>("ctx.compacted.params"),
         file::<ReportProviderErrorParams>("ctx.reportProviderError.params"),
         file::<ReportProviderErrorResult>("ctx.reportProviderError.result"),

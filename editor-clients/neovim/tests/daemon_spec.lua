@@ -456,6 +456,31 @@ describe("ctxd on a real daemon", function()
     end)
   end)
 
+  it(":CtxdUndoCompact brings the compacted conversation back, and says why when it cannot", function()
+    local seen = notifications(function()
+      vim.cmd("CtxdUndoCompact")
+    end, function(seen)
+      return #seen > 0
+    end)
+    local pre, post = seen[1].msg:match("^ctxd: compaction undone; (%S+) → (%S+) tokens$")
+    t.truthy(pre and post, seen[1].msg)
+    t.eq(vim.log.levels.INFO, seen[1].level)
+    t.wait_for("the statusline after the undo", function()
+      local s = require("ctxd.sessions").get(session_id)
+      return s.usage.tokens >= 60000 and render.format_count(s.usage.tokens) == post and ctxd.status() == render.status_text(s.usage)
+    end)
+    seen = notifications(function()
+      vim.cmd("CtxdUndoCompact")
+    end, function(seen)
+      return #seen > 0
+    end)
+    t.eq(vim.log.levels.ERROR, seen[1].level)
+    t.truthy(seen[1].msg:find("-33010", 1, true) and seen[1].msg:find("no compaction to undo", 1, true), seen[1].msg)
+    -- Compacted again, as the next test expects.
+    local err = request("ctx/compact", { sessionId = session_id })
+    t.eq(nil, err)
+  end)
+
   it("reports automatic compactions, and ctx/compactFailed when the breaker stops them", function()
     local messages = {}
     local original = vim.notify

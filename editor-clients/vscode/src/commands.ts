@@ -14,6 +14,7 @@ import type { CtxdSessions, SessionInfo } from "./sessions";
 /** Command ids, as contributed in package.json. */
 export const Commands = {
     compact: "ctxd.compact",
+    undoCompact: "ctxd.undoCompact",
     showContext: "ctxd.showContext",
     setAutoCompactWindow: "ctxd.setAutoCompactWindow",
     clear: "ctxd.clear",
@@ -35,6 +36,7 @@ export interface CommandDeps {
 export function registerCommands(deps: CommandDeps): vscode.Disposable[] {
     const handlers: Record<(typeof Commands)[keyof typeof Commands], (arg?: unknown) => Promise<unknown>> = {
         [Commands.compact]: (arg) => compactNow(deps, arg),
+        [Commands.undoCompact]: (arg) => undoCompaction(deps, arg),
         [Commands.showContext]: (arg) => showContext(deps, arg),
         [Commands.setAutoCompactWindow]: (arg) => setAutoCompactWindow(deps, arg),
         [Commands.clear]: (arg) => clearSession(deps, arg),
@@ -98,6 +100,22 @@ export async function compactNow(deps: CommandDeps, arg?: unknown): Promise<void
         );
     } catch (error) {
         void vscode.window.showErrorMessage(describeError("ctx/compact", error));
+    }
+}
+
+/** Takes back the session's latest compaction; the daemon's refusal says why it cannot. */
+export async function undoCompaction(deps: CommandDeps, arg?: unknown): Promise<void> {
+    const session = await pickSession(deps.sessions, arg);
+    if (session === undefined) {
+        return;
+    }
+    try {
+        const result = await deps.sessions.undoCompact(session.sessionId);
+        void vscode.window.showInformationMessage(
+            `ctxd: compaction undone; ${formatCount(result.preTokens)} → ${formatCount(result.postTokens)} tokens.`,
+        );
+    } catch (error) {
+        void vscode.window.showErrorMessage(describeError("ctx/undoCompact", error));
     }
 }
 

@@ -295,6 +295,27 @@ export interface CompactResult {
  */
 export const compact = new RequestType<CompactParams, CompactResult, void>("ctx/compact");
 
+export type UndoCompactParams = SessionParams;
+export interface UndoCompactResult {
+    /** Uuid of the compact boundary that was undone. */
+    boundary: string;
+    /** Uuid of the undo record appended to the transcript. */
+    undoRecord: string;
+    /** Tokens of the next request before the undo (the compacted view). */
+    preTokens: number;
+    /** Tokens of the next request now (the restored view). */
+    postTokens: number;
+    usage: Usage;
+}
+/**
+ * Takes back the session's latest compaction: the model sees the conversation it
+ * replaced again (the transcript keeps both and gains an undo record), and the daemon
+ * pushes the new usage. Errors: -33010 (`data.reason` `nothingToUndo`, or `newTurnSince`
+ * when a new turn followed the compaction; nothing was appended), -33008 (a compaction of
+ * the session is running).
+ */
+export const undoCompact = new RequestType<UndoCompactParams, UndoCompactResult, void>("ctx/undoCompact");
+
 export interface ClearResult {
     /** The new, empty session (same working directory and model). */
     sessionId: string;
@@ -484,4 +505,6 @@ export const ErrorCodes = {
     Busy: -33008,
     /** A compaction failed; nothing was installed. */
     CompactFailed: -33009,
+    /** `ctx/undoCompact` was refused (`data.reason`: `nothingToUndo`, `newTurnSince`). */
+    CannotUndo: -33010,
 } as const;

@@ -50,6 +50,8 @@ export interface CtxdApi {
     assemble(params: ext.AssembleParams): Promise<ext.AssembleResult>;
     usage(sessionId: string): Promise<ext.Usage>;
     compact(sessionId: string, instructions?: string): Promise<ext.CompactResult>;
+    /** Takes back the latest compaction (refused, -33010, once a new turn followed it). */
+    undoCompact(sessionId: string): Promise<ext.UndoCompactResult>;
     context(sessionId: string): Promise<ext.ContextResult>;
     /** Saves the window for `model` (`"auto"` clears it); its open sessions follow at once. */
     setAutoCompactWindow(model: string, window: ext.WindowChoice): Promise<ext.SetAutoCompactWindowResult>;
@@ -167,6 +169,10 @@ export class CtxdSessions implements CtxdApi {
     compact(sessionId: string, instructions?: string): Promise<ext.CompactResult> {
         const params: ext.CompactParams = instructions ? { sessionId, instructions } : { sessionId };
         return this.send(ext.compact, params);
+    }
+
+    undoCompact(sessionId: string): Promise<ext.UndoCompactResult> {
+        return this.send(ext.undoCompact, { sessionId });
     }
 
     context(sessionId: string): Promise<ext.ContextResult> {

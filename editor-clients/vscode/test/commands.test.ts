@@ -127,6 +127,23 @@ describe("commands on a real ctxd", () => {
         assert.match(lastError(), /^ctx\/compact failed \(error -33009\): compaction failed: nothing to compact/);
     });
 
+    it("Undo last compaction brings the tokens back, and says why when it cannot", async () => {
+        await run(Commands.undoCompact);
+        assert.match(lastError(), /^ctx\/undoCompact failed \(error -33010\): cannot undo: there is no compaction to undo$/);
+        fake.inputAnswers.push("");
+        await run(Commands.compact);
+        fake.messages.length = 0;
+        await run(Commands.undoCompact);
+        assert.equal(fake.messages.length, 1, JSON.stringify(fake.messages));
+        const undone = /^ctxd: compaction undone; ([\d,]+) → ([\d,]+) tokens\.$/.exec(fake.messages[0].text);
+        assert.ok(undone, fake.messages[0].text);
+        const [pre, post] = [undone[1], undone[2]].map((n) => Number(n.replace(/,/g, "")));
+        assert.ok(pre < 50_060 && post >= 50_060, fake.messages[0].text);
+        await waitFor("the usage after the undo", () => (sessions.latestUsage(sessionId)?.tokens === post ? true : undefined));
+        await run(Commands.undoCompact);
+        assert.match(lastError(), /error -33010/);
+    });
+
     it("Compact now does nothing when the focus box is dismissed", async () => {
         fake.inputAnswers.push(undefined);
         await run(Commands.compact);

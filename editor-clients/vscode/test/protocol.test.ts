@@ -48,6 +48,9 @@ const compactResultKeys = {
     boundary: true, trigger: true, preTokens: true, postTokens: true, summary: true, summarizer: true, summaryPath: true, fidelityAppended: true,
     problems: true, usage: true,
 } satisfies Keys<ext.CompactResult>;
+const undoCompactResultKeys = {
+    boundary: true, undoRecord: true, preTokens: true, postTokens: true, usage: true,
+} satisfies Keys<ext.UndoCompactResult>;
 const compactedKeys = { sessionId: true, trigger: true, preTokens: true, postTokens: true } satisfies Keys<ext.CompactedParams>;
 const compactFailedKeys = { sessionId: true, reason: true } satisfies Keys<ext.CompactFailedParams>;
 const clearResultKeys = { sessionId: true, usage: true } satisfies Keys<ext.ClearResult>;
@@ -132,6 +135,8 @@ describe("lsp_ext.ts against schemas/", () => {
             ["ctx.fileRead.result", fileReadResultKeys],
             ["ctx.compact.params", compactParamKeys],
             ["ctx.compact.result", compactResultKeys],
+            ["ctx.undoCompact.params", sessionParamKeys],
+            ["ctx.undoCompact.result", undoCompactResultKeys],
             ["ctx.clear.params", sessionParamKeys],
             ["ctx.clear.result", clearResultKeys],
             ["ctx.reportProviderError.params", providerErrorParamKeys],
@@ -178,6 +183,7 @@ describe("lsp_ext.ts against schemas/", () => {
             ["ctx.context.result", optionalOf<ext.MemoryFile>({}), "MemoryFile"],
             ["ctx.compact.params", optionalOf<ext.CompactParams>({ instructions: true, from: true, upTo: true, workDoneToken: true })],
             ["ctx.compact.result", optionalOf<ext.CompactResult>({ problems: true, summaryPath: true })],
+            ["ctx.undoCompact.result", optionalOf<ext.UndoCompactResult>({})],
             ["ctx.clear.result", optionalOf<ext.ClearResult>({})],
             ["ctx.reportProviderError.params", optionalOf<ext.ProviderErrorReport>({ status: true, type: true }), "ProviderErrorReport"],
             ["ctx.reportProviderError.result", optionalOf<ext.ReportProviderErrorResult>({ compact: true })],
@@ -275,7 +281,7 @@ describe("lsp_ext.ts against the running daemon", () => {
         const requests = [
             ext.openSession, ext.append, ext.usage, ext.closeSession, ext.setAutoCompactWindow, ext.fileRead, ext.context, ext.compact,
             ext.clear, ext.reportProviderError, ext.assemble, ext.snip, ext.collapse, ext.observe,
-            ext.skillInvoked, ext.setPlan,
+            ext.skillInvoked, ext.setPlan, ext.undoCompact,
         ].map((t) => t.method);
         const notifications = [ext.usageChanged, ext.contextChanged, ext.compacted, ext.compactFailed].map((t) => t.method);
         for (const m of daemon.capabilities.methods) {

@@ -618,6 +618,11 @@ pub fn build_undo_record(
     Record::from_object(&object)
 }
 
+/// Whether `record` undoes a compaction (`system/ctxd_undo_compact`).
+pub fn is_undo_record(record: &Record) -> bool {
+    record.head().kind == Kind::System && record.head().subtype.as_deref() == Some(UNDO_SUBTYPE)
+}
+
 /// Which records the view spans, with undone compactions taken into account.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CompactionView {
@@ -654,8 +659,7 @@ impl CompactionView {
 pub fn compaction_view(records: &[Record]) -> CompactionView {
     let mut undone: HashMap<String, usize> = HashMap::new();
     for (i, record) in records.iter().enumerate() {
-        if record.head().kind == Kind::System
-            && record.head().subtype.as_deref() == Some(UNDO_SUBTYPE)
+        if is_undo_record(record)
             && let Some(target) = record_object(record).get("undoes").and_then(Value::as_str)
         {
             undone.entry(target.to_owned()).or_insert(i);

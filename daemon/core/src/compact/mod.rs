@@ -67,7 +67,7 @@ pub use guards::{
 pub use install::{
     CompactionView, InstallError, InstallInput, PartialPlan, PostCompact, SplitDirection,
     UNDO_SUBTYPE, UndoError, build_post_compact, build_undo_record, common_fields, compaction_view,
-    kept_tail_start, partial_plan, safe_split, tools_used, undo_target,
+    is_undo_record, kept_tail_start, partial_plan, safe_split, tools_used, undo_target,
 };
 pub use ladder::{
     DEFAULT_MIN_CUT_PERCENT, Ladder, LadderError, LadderPolicy, LadderStep, Rung, RungAttempt,

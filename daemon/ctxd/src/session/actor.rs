@@ -28,6 +28,7 @@ use tracing::Instrument;
 use super::compaction::{self, CompactFailure, Job, Prepared};
 use super::usage::{Shape, UsageSnapshot};
 use ctxd_core::compact::{AutoDecision, CompactGuards, InstallInput, Trigger, build_post_compact, common_fields};
+use ctxd_core::compact::{build_undo_record, compaction_view, is_undo_record, undo_target};
 use crate::context::base::{BaseContext, MemoryFileInfo};
 use crate::context::watcher::{Subscription, Target};
 use super::{Notifier, SessionError, SessionSetup};
@@ -61,6 +62,8 @@ pub enum Command {
         progress: Option<super::Progress>,
         reply: oneshot::Sender<Result<CompactAnswer, SessionError>>,
     },
+    /// Take back the latest compaction (`ctx/undoCompact`).
+    UndoCompact { reply: oneshot::Sender<Result<UndoAnswer, SessionError>> },
     /// The client gave up on a compaction it asked for (`$/cancelRequest`, or it went
     /// away): stop it, provider call included, with nothing installed.
     CancelCompaction,
@@ -156,6 +159,17 @@ pub struct CompactAnswer {
     pub problems: Vec<String>,
 }
 
+/// Answer to [`Command::UndoCompact`].
+#[derive(Debug, Clone)]
+pub struct UndoAnswer {
+    /// Uuid of the boundary undone.
+    pub boundary: String,
+    pub undo_record: String,
+    pub pre_tokens: u64,
+    pub post_tokens: u64,
+    pub usage: UsageSnapshot,
+}
+
 /// A compaction under way.
 struct Running {
     generation: u64,
@@ -193,7 +207,8 @@ struct Session {
     setup: SessionSetup,
     store: Arc<Store>,
     transcript: Option<Transcript>,
-    /// Records from the latest compact boundary on (everything before it is only on disk).
+    /// Records from the boundary in force (the latest one not undone) on, without the
+    /// compactions undone after it (everything else is only on disk).
     view: Vec<Record>,
     /// Uuids in `view`, to drop records a host re-sends after a lost acknowledgement.
     uuids: HashSet<Arc<str>>,
@@ -433,6 +448,7 @@ fn fail(cmd: Command, e: &SessionError) {
         Command::Append { reply, .. } => drop(reply.send(Err(e.clone()))),
         Command::FileRead { reply, .. } => drop(reply.send(Err(e.clone()))),
         Command::Compact { reply, .. } => drop(reply.send(Err(e.clone()))),
+        Command::UndoCompact { reply } => drop(reply.send(Err(e.clone()))),
         Command::Assemble { reply, .. } => drop(reply.send(Err(e.clone()))),
         Command::Reduce { reply, .. } => drop(reply.send(Err(e.clone()))),
         Command::CompactionDone { .. } | Command::CancelCompaction => {}
@@ -481,11 +497,6 @@ impl Session {
         self.diagnostics.extend(self.setup.problems.iter().cloned());
         self.resumed = exists;
         self.transcript = Some(transcript);
-        self.view.clear();
-        self.uuids.clear();
-        self.tally = Tally::default();
-        self.composition = Composition::default();
-        self.invoked = Invoked::default();
         // The ledger: what the index kept of reads before the boundary (or, when the
         // index is new, what a scan of that part found), then the reads in the view.
         self.ledger = Ledger::default();
@@ -501,17 +512,7 @@ impl Session {
             // Found by a scan: kept, so the next resume need not scan again.
             let _ = self.save_ledger().await;
         }
-        self.records_before_view = records_before;
-        self.total_records = records_before;
-        self.view_offset = view_offset;
-        for (offset, record) in records {
-            // A boundary newer than the indexed one (a crash lost the index's note of
-            // it): the entry written below must pair its offset with its count.
-            if record.is_compact_boundary() {
-                self.view_offset = Some(offset);
-            }
-            self.apply(record, None);
-        }
+        self.fold_loaded(records, records_before, view_offset, true);
         let entry = self.index_entry();
         if self.store.index().get(&self.id).as_ref() != Some(&entry) {
             // New or rebuilt: flushed now, so a client can resume the session by id
@@ -677,9 +678,48 @@ impl Session {
         self.store.index().put(&self.id, &self.index_entry());
     }
 
-    /// Folds one stored record into the in-memory state. `offset` is its byte offset
-    /// when just appended (to index a new boundary).
+    /// Folds one record just appended into the in-memory state, `offset` its byte offset.
     fn apply(&mut self, record: Record, offset: Option<u64>) {
+        self.note_read(&record, offset.is_some());
+        self.fold(record, offset);
+    }
+
+    /// Builds the view from records read from disk, from the boundary the view starts at
+    /// (or earlier) to the end: as [`compaction_view`] says, the view starts at the latest
+    /// boundary not undone and leaves out each undone compaction, boundary through undo
+    /// record; what it leaves out is only counted. `note_reads` replays their file reads
+    /// into the ledger (on load; an undo keeps the ledger it has). A boundary newer than
+    /// the indexed one (a crash lost the index's note of it) moves `view_offset`, so the
+    /// entry written next pairs its offset with its count.
+    fn fold_loaded(&mut self, records: Vec<(u64, Record)>, records_before: u64, view_offset: Option<u64>, note_reads: bool) {
+        self.view.clear();
+        self.uuids.clear();
+        self.tally = Tally::default();
+        self.composition = Composition::default();
+        self.invoked = Invoked::default();
+        self.view_cache = ctxd_core::view::ViewCache::new();
+        // A compaction prepared on the view this replaces is not installed.
+        self.view_generation += 1;
+        self.records_before_view = records_before;
+        self.total_records = records_before;
+        self.view_offset = view_offset;
+        let (offsets, records): (Vec<u64>, Vec<Record>) = records.into_iter().unzip();
+        let spans = compaction_view(&records);
+        for (i, (offset, record)) in offsets.into_iter().zip(records).enumerate() {
+            if note_reads {
+                self.note_read(&record, false);
+            }
+            if spans.skipped.iter().any(|undone| undone.contains(&i)) {
+                self.total_records += 1;
+            } else {
+                self.fold(record, Some(offset));
+            }
+        }
+    }
+
+    /// Adds one record to the view (a boundary starts it afresh). `offset`, when known,
+    /// is where a boundary starts, for the index.
+    fn fold(&mut self, record: Record, offset: Option<u64>) {
         if record.is_compact_boundary() {
             if offset.is_some() && self.ledger_unsaved() {
                 // The reads before a new boundary are no longer replayed on resume: the
@@ -706,7 +746,6 @@ impl Session {
         self.tally.observe(&record);
         self.composition.observe(&record);
         self.invoked.observe(&record);
-        self.note_read(&record, offset.is_some());
         if let Some(uuid) = record.uuid() {
             self.uuids.insert(Arc::from(uuid));
         }
@@ -803,6 +842,10 @@ impl Session {
                         Err(e) => drop(reply.send(Err(e))),
                     }
                 }
+            }
+            Command::UndoCompact { reply } => {
+                let answer = self.undo_compact().await;
+                let _ = reply.send(answer);
             }
             Command::CancelCompaction => {
                 // Only a compaction whose requester is gone; an automatic one has none.
@@ -929,11 +972,13 @@ impl Session {
             }
         };
         let mut boundary_seen = false;
+        let mut undo_seen = false;
         let mut records = lines.into_iter().zip(offsets);
         let mut acks = Vec::with_capacity(plan.len());
         for (count, duplicates, reply) in plan {
             for (record, offset) in records.by_ref().take(count) {
                 boundary_seen |= record.is_compact_boundary();
+                undo_seen |= is_undo_record(&record);
                 self.apply(record, Some(offset));
             }
             acks.push((count as u64, duplicates, self.total_records, reply));
@@ -941,17 +986,65 @@ impl Session {
         if boundary_seen {
             self.flush_index();
         }
+        // An undo takes the view back to an earlier boundary: its records come from disk.
+        let restored = if undo_seen { self.restore_view().await } else { Ok(()) };
         let usage = self.usage();
         let turns = acks.iter().filter(|a| a.0 > 0).count();
         for (appended, duplicates, records, reply) in acks {
-            let _ = reply.send(Ok(Appended { appended, duplicates, records, usage: usage.clone() }));
+            let ack = match &restored {
+                Ok(()) => Ok(Appended { appended, duplicates, records, usage: usage.clone() }),
+                Err(e) => Err(SessionError::Store(format!("the records are stored, but the view could not be rebuilt after the undo: {e}"))),
+            };
+            let _ = reply.send(ack);
         }
         for _ in 0..turns {
             self.guards.record_turn();
         }
-        self.maybe_auto_compact().await;
+        // Compacting the view an undo brought back would take the undo back at once; the
+        // next append or request decides.
+        if !undo_seen {
+            self.maybe_auto_compact().await;
+        }
         let usage = self.usage();
         self.usage_changed(usage).await;
+    }
+
+    /// Rebuilds the view after an undo record was stored. The boundary now in force lies
+    /// before the one the view started at, so the records come from disk, read as a
+    /// resume reads them (one scan for the compaction records, one read from that
+    /// boundary on), and the index learns where the view starts now.
+    async fn restore_view(&mut self) -> Result<(), SessionError> {
+        let path = self.store.transcript_path(&self.id)?;
+        let read = tokio::task::spawn_blocking(move || read_view(&path))
+            .await
+            .map_err(|e| SessionError::Internal(format!("reading task failed: {e}")))??;
+        let offset = read.view_offset;
+        self.fold_loaded(read.records, read.records_before, offset, false);
+        self.flush_index();
+        tracing::info!(records = self.view.len(), boundary_offset = ?offset, "view restored after an undo");
+        Ok(())
+    }
+
+    /// `ctx/undoCompact`: appends the record that undoes the latest compaction not undone
+    /// yet, as long as no new turn followed it; [`Session::commit`] then brings back the
+    /// view it replaced and pushes the usage.
+    async fn undo_compact(&mut self) -> Result<UndoAnswer, SessionError> {
+        if self.compaction.is_some() {
+            return Err(SessionError::Busy("a compaction of this session is running; undo after it is installed".into()));
+        }
+        let boundary = undo_target(&self.view).map_err(SessionError::CannotUndo)?;
+        let Some(undone) = boundary.uuid().map(str::to_owned) else {
+            return Err(SessionError::InvalidParams("the latest compact boundary has no uuid, so no record can name it".into()));
+        };
+        let common = self.view.iter().rev().find(|r| r.uuid().is_some()).map(common_fields).unwrap_or_default();
+        let uuid = uuid::Uuid::new_v4().to_string();
+        let record = build_undo_record(boundary, &common, &uuid, &now_rfc3339()).map_err(|e| SessionError::Internal(e.to_string()))?;
+        let pre_tokens = self.next_tokens();
+        let (tx, rx) = oneshot::channel();
+        self.commit(vec![(vec![record], tx)]).await;
+        rx.await.map_err(|_| SessionError::Closed(self.id.clone()))??;
+        tracing::info!(boundary = %undone, pre_tokens, post_tokens = self.next_tokens(), "compaction undone");
+        Ok(UndoAnswer { boundary: undone, undo_record: uuid, pre_tokens, post_tokens: self.next_tokens(), usage: self.usage() })
     }
 
     /// An explicit read: measure the file now, store a marker record (so the ledger can be
@@ -1626,7 +1719,8 @@ fn load_from_disk(store: &Store, id: &str, path: &std::path::Path) -> Result<Loa
         tracing::warn!(offset, "a compaction was cut off while being installed; resuming the view from before it");
         // The install was never acknowledged: cut it (saved aside), as a torn line is.
         loaded.transcript.cut_unacknowledged(offset, "torn-compaction")?;
-        let (previous, before, _) = crate::store::transcript::scan_for_boundary_before(path, offset)?;
+        // The file ends where the install began now.
+        let (previous, before) = boundary_in_force(path)?;
         let (transcript, from) = Transcript::open(path, false, previous.unwrap_or(0))?;
         loaded.transcript = transcript;
         loaded.records = from.records;
@@ -1643,7 +1737,8 @@ fn load_latest(store: &Store, id: &str, path: &std::path::Path) -> Result<LoadRe
     if let Some(SessionEntry { boundary_offset: Some(offset), records_before_boundary, .. }) = entry {
         let (transcript, loaded) = Transcript::open(path, false, offset)?;
         let first_is_boundary = loaded.records.first().is_some_and(|(o, r)| *o == offset && r.is_compact_boundary());
-        if first_is_boundary {
+        let undone = first_is_boundary && starts_undone(&loaded.records);
+        if first_is_boundary && !undone {
             return Ok(LoadResult {
                 transcript,
                 records: loaded.records,
@@ -1655,18 +1750,19 @@ fn load_latest(store: &Store, id: &str, path: &std::path::Path) -> Result<LoadRe
                 earlier: Vec::new(),
             });
         }
-        tracing::warn!(offset, "index points at no compact boundary; scanning the transcript");
+        if undone {
+            tracing::info!(offset, "the indexed boundary was undone; scanning the transcript for the one in force");
+        } else {
+            tracing::warn!(offset, "index points at no compact boundary; scanning the transcript");
+        }
     }
     // An entry that knows of no boundary: load from the start (a boundary written after
     // the entry was saved is still found, as loading applies boundaries as it goes).
-    // No usable entry: a quick scan for the last boundary, then load from it.
+    // No usable entry: a quick scan for the boundary in force (the latest not undone),
+    // then load from it.
     let exists = path.exists();
     let trusted_no_boundary = matches!(entry, Some(SessionEntry { boundary_offset: None, .. }));
-    let (offset, before, _) = if exists && !trusted_no_boundary {
-        crate::store::transcript::scan_for_boundary(path)?
-    } else {
-        (None, 0, 0)
-    };
+    let (offset, before) = if exists && !trusted_no_boundary { boundary_in_force(path)? } else { (None, 0) };
     let (transcript, loaded) = Transcript::open(path, true, offset.unwrap_or(0))?;
     // A rebuilt index has no ledger: find the reads before the boundary in the file.
     let earlier = match offset {
@@ -1685,6 +1781,42 @@ fn load_latest(store: &Store, id: &str, path: &std::path::Path) -> Result<LoadRe
         rebuilt_index: exists && !trusted_no_boundary,
         earlier,
     })
+}
+
+/// Where the view starts by the whole transcript: (offset of the latest boundary not
+/// undone, records before it), or the start of the file. Reads every line, parses only
+/// compaction records.
+fn boundary_in_force(path: &std::path::Path) -> Result<(Option<u64>, u64), SessionError> {
+    let found = crate::store::transcript::scan_compactions(path)?;
+    Ok(match compaction_view(&found.records).boundary {
+        Some(i) => (Some(found.offsets[i]), found.before[i]),
+        None => (None, 0),
+    })
+}
+
+/// Whether the records read from a boundary on undo that boundary (and every later one):
+/// then the view starts before them. Only compaction records are looked at.
+fn starts_undone(records: &[(u64, Record)]) -> bool {
+    if !records.iter().any(|(_, r)| is_undo_record(r)) {
+        return false;
+    }
+    let marks: Vec<Record> = records.iter().map(|(_, r)| r).filter(|r| r.is_compact_boundary() || is_undo_record(r)).cloned().collect();
+    compaction_view(&marks).boundary.is_none()
+}
+
+/// The view's records as the transcript has them now.
+struct ViewOnDisk {
+    /// From the boundary in force to the end, with their offsets.
+    records: Vec<(u64, Record)>,
+    records_before: u64,
+    /// Where the boundary in force starts (none: the view starts at the file's start).
+    view_offset: Option<u64>,
+}
+
+fn read_view(path: &std::path::Path) -> Result<ViewOnDisk, SessionError> {
+    let (view_offset, records_before) = boundary_in_force(path)?;
+    let loaded = crate::store::transcript::read_from(path, view_offset.unwrap_or(0))?;
+    Ok(ViewOnDisk { records: loaded.records, records_before, view_offset })
 }
 
 /// Now as RFC 3339 UTC with milliseconds, like transcript timestamps.

@@ -41,6 +41,9 @@ pub enum SessionError {
     Cancelled(String),
     #[error("compaction failed: {0}")]
     CompactFailed(String),
+    /// `ctx/undoCompact` was refused; nothing was appended.
+    #[error("cannot undo: {0}")]
+    CannotUndo(ctxd_core::compact::UndoError),
     #[error("store error: {0}")]
     Store(String),
     #[error("session {0:?} closed before answering")]
@@ -551,6 +554,14 @@ impl Sessions {
         let tx = self.sender(id)?;
         let (reply, rx) = oneshot::channel();
         tx.send(Command::Compact { trigger, instructions, partial, progress, reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
+        Ok(rx)
+    }
+
+    /// `ctx/undoCompact`: takes back the latest compaction if no new turn followed it.
+    pub fn undo_compact(&self, id: &str) -> Result<oneshot::Receiver<Result<actor::UndoAnswer, SessionError>>, SessionError> {
+        let tx = self.sender(id)?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(Command::UndoCompact { reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
         Ok(rx)
     }
 

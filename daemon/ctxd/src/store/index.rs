@@ -1,5 +1,6 @@
-//! The rebuildable index (sled): per session, where its latest compact boundary starts
-//! and how many records come before it, so resume reads only what follows the boundary.
+//! The rebuildable index (sled): per session, where the compact boundary its view starts
+//! at begins (the latest one not undone) and how many records come before it, so resume
+//! reads only what follows that boundary.
 //!
 //! **Invariant:** the index is a cache of facts about transcripts. Entries are written
 //! after the transcript is synced and are checked against the file before use; a
@@ -17,7 +18,7 @@ use super::StoreError;
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionEntry {
-    /// Byte offset of the latest compact boundary line, if any.
+    /// Byte offset of the boundary line the view starts at (the latest not undone), if any.
     pub boundary_offset: Option<u64>,
     /// Records before that boundary.
     pub records_before_boundary: u64,

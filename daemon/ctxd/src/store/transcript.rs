@@ -2,8 +2,8 @@
 //!
 //! Appends write whole lines and call `sync_data` before anyone is told they are stored;
 //! a batch of lines shares one sync (the caller batches concurrent appends). Loading
-//! starts at a byte offset (the latest compact boundary, from the index) so resuming a
-//! long session reads only what the model can still see. A last line without its line
+//! starts at a byte offset (the compact boundary the view starts at, from the index) so
+//! resuming a long session reads only what the model can still see. A last line without its line
 //! break is a write a crash interrupted: it was never acknowledged, so it is copied to a
 //! side file for inspection and cut off. A damaged line in the middle is reported and
 //! skipped, never removed.
@@ -187,19 +187,25 @@ pub fn parse_lines(bytes: &[u8], base: u64, loaded: &mut Loaded) {
     }
 }
 
-/// Scans a whole transcript for its last compact boundary without keeping records:
-/// returns (offset of the last boundary line, records before it, total records).
-pub fn scan_for_boundary(path: &Path) -> Result<(Option<u64>, u64, u64), StoreError> {
-    scan_for_boundary_before(path, u64::MAX)
+/// The compaction records of a transcript: every compact boundary and every undo record
+/// (`system/ctxd_undo_compact`), in file order, with where each starts.
+#[derive(Debug, Default)]
+pub struct Compactions {
+    pub records: Vec<Record>,
+    /// Byte offset of each record's line.
+    pub offsets: Vec<u64>,
+    /// Records in the file before each one.
+    pub before: Vec<u64>,
+    /// Records in the file.
+    pub total: u64,
 }
 
-/// Like [`scan_for_boundary`], looking only at the bytes before `limit`.
-pub fn scan_for_boundary_before(path: &Path, limit: u64) -> Result<(Option<u64>, u64, u64), StoreError> {
-    let mut bytes = std::fs::read(path).map_err(|e| StoreError::io(path, e))?;
-    bytes.truncate(usize::try_from(limit).unwrap_or(usize::MAX).min(bytes.len()));
-    let mut last = None;
-    let mut count = 0u64;
-    let mut before = 0u64;
+/// Scans a whole transcript for its compaction records without keeping the others, so
+/// the boundary the view starts at can be found (the latest one not undone) by reading
+/// each line once and parsing only the few that name a compaction.
+pub fn scan_compactions(path: &Path) -> Result<Compactions, StoreError> {
+    let bytes = std::fs::read(path).map_err(|e| StoreError::io(path, e))?;
+    let mut found = Compactions::default();
     let mut start = 0usize;
     for end in memchr::memchr_iter(b'\n', &bytes) {
         let line = &bytes[start..end];
@@ -208,18 +214,34 @@ pub fn scan_for_boundary_before(path: &Path, limit: u64) -> Result<(Option<u64>,
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        // Cheap pre-check before parsing: boundaries name their subtype.
-        if memchr::memmem::find(line, b"compact_boundary").is_some()
+        // Cheap pre-check before parsing: both kinds name their subtype.
+        let candidate = memchr::memmem::find(line, b"compact_boundary").is_some()
+            || memchr::memmem::find(line, ctxd_core::compact::UNDO_SUBTYPE.as_bytes()).is_some();
+        if candidate
             && let Ok(text) = std::str::from_utf8(line)
             && let Ok(record) = Record::parse(text)
-            && record.is_compact_boundary()
+            && (record.is_compact_boundary() || ctxd_core::compact::is_undo_record(&record))
         {
-            last = Some(offset);
-            before = count;
+            found.records.push(record);
+            found.offsets.push(offset);
+            found.before.push(found.total);
         }
-        count += 1;
+        found.total += 1;
     }
-    Ok((last, before, count))
+    Ok(found)
+}
+
+/// Reads the records from byte `from` (a line start) to the end, without opening the
+/// transcript for appending.
+pub fn read_from(path: &Path, from: u64) -> Result<Loaded, StoreError> {
+    let io = |e: std::io::Error| StoreError::io(path, e);
+    let mut file = File::open(path).map_err(io)?;
+    file.seek(SeekFrom::Start(from)).map_err(io)?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(io)?;
+    let mut loaded = Loaded::default();
+    parse_lines(&bytes, from, &mut loaded);
+    Ok(loaded)
 }
 
 /// The records before byte `end` that carry a file read (a Read result or an explicit
@@ -296,15 +318,23 @@ mod tests {
     }
 
     #[test]
-    fn boundary_scan_finds_the_last_boundary() {
+    fn compaction_scan_finds_boundaries_and_undo_records() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.jsonl");
         let b = r#"{"type":"system","subtype":"compact_boundary","uuid":"b"}"#;
-        let text = format!("{{\"uuid\":\"a\"}}\n{b}\n{{\"uuid\":\"c\"}}\n{b}\n{{\"uuid\":\"d\"}}\n");
+        let u = r#"{"type":"system","subtype":"ctxd_undo_compact","undoes":"b","uuid":"u"}"#;
+        // A message that only mentions the words is not one of them.
+        let m = r#"{"type":"user","uuid":"m","message":{"role":"user","content":"compact_boundary ctxd_undo_compact"}}"#;
+        let text = format!("{{\"uuid\":\"a\"}}\n{b}\n{m}\n{u}\n{{\"uuid\":\"d\"}}\n");
         std::fs::write(&path, &text).unwrap();
-        let (offset, before, total) = scan_for_boundary(&path).unwrap();
-        assert_eq!(total, 5);
-        assert_eq!(before, 3);
-        assert_eq!(&text[offset.unwrap() as usize..][..b.len()], b);
+        let found = scan_compactions(&path).unwrap();
+        assert_eq!(found.total, 5);
+        assert_eq!(found.before, [1, 3]);
+        let uuids: Vec<_> = found.records.iter().map(|r| r.uuid().unwrap()).collect();
+        assert_eq!(uuids, ["b", "u"]);
+        assert_eq!(&text[found.offsets[0] as usize..][..b.len()], b);
+        let tail = read_from(&path, found.offsets[1]).unwrap();
+        let uuids: Vec<_> = tail.records.iter().map(|(_, r)| r.uuid().unwrap()).collect();
+        assert_eq!(uuids, ["u", "d"]);
     }
 }

@@ -1,4 +1,4 @@
---- The user commands: `:CtxdCompact [focus]`, `:CtxdContext`,
+--- The user commands: `:CtxdCompact [focus]`, `:CtxdUndoCompact`, `:CtxdContext`,
 --- `:CtxdAutoCompactWindow {window} [model]`, `:CtxdLog`, `:CtxdRestart`. Each acts on
 --- the current session (the one whose usage changed last), sends one `ctx/` request and
 --- reports the outcome; a failed request, including a method the daemon does not have
@@ -40,6 +40,28 @@ function M.compact(focus, done)
       end
       vim.notify(
         string.format("ctxd: compacted %s → %s tokens", render.format_count(result.preTokens), render.format_count(result.postTokens)),
+        vim.log.levels.INFO
+      )
+    end
+    if done then
+      done(err, result)
+    end
+  end)
+end
+
+--- Takes back the current session's latest compaction.
+---@param done? fun(err: table|nil, result: table|nil)
+function M.undo_compact(done)
+  local session = current_session()
+  if not session then
+    return
+  end
+  client.request("ctx/undoCompact", { sessionId = session.session_id }, function(err, result)
+    if err then
+      vim.notify(errors.describe("ctx/undoCompact", err), vim.log.levels.ERROR)
+    else
+      vim.notify(
+        string.format("ctxd: compaction undone; %s → %s tokens", render.format_count(result.preTokens), render.format_count(result.postTokens)),
         vim.log.levels.INFO
       )
     end
@@ -270,6 +292,9 @@ function M.register()
   command("CtxdCompact", function(args)
     M.compact(args.args)
   end, { nargs = "?", desc = "ctxd: compact the current session, with optional focus instructions" })
+  command("CtxdUndoCompact", function()
+    M.undo_compact()
+  end, { desc = "ctxd: undo the current session's latest compaction" })
   command("CtxdContext", function()
     M.context()
   end, { desc = "ctxd: show the current session's context: breakdown, memory files, read files" })

@@ -2,8 +2,9 @@
 --- what it supports, the log file, open sessions.
 local M = {}
 
---- The methods the commands use (:CtxdCompact, :CtxdContext, :CtxdAutoCompactWindow).
-local WANTED_METHODS = { "ctx/compact", "ctx/context", "ctx/setAutoCompactWindow" }
+--- The methods the commands use (:CtxdCompact, :CtxdUndoCompact, :CtxdContext,
+--- :CtxdAutoCompactWindow).
+local WANTED_METHODS = { "ctx/compact", "ctx/undoCompact", "ctx/context", "ctx/setAutoCompactWindow" }
 
 function M.check()
   local health = vim.health
