@@ -567,6 +567,7 @@ impl Backend {
             files_read: view.files_read as u64,
             stale_files: view.stale_files,
             git: view.git,
+            prepared_ahead: view.prepared_ahead,
         })
     }
 

@@ -392,6 +392,10 @@ pub struct ContextResult {
     pub stale_files: Vec<String>,
     /// Whether a git snapshot is part of the system context.
     pub git: bool,
+    /// A summary prepared ahead of the threshold is ready: the tokens the session would
+    /// hold right after installing it (before what was appended since).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepared_ahead: Option<u64>,
 }
 
 /// One memory file.

@@ -248,6 +248,8 @@ export interface ContextResult {
     staleFiles?: string[];
     /** Whether a git snapshot is part of the system context. */
     git: boolean;
+    /** A summary prepared ahead of the threshold is ready: tokens right after installing it. */
+    preparedAhead?: number;
 }
 /** What the model sees, by source. */
 export const context = new RequestType<SessionParams, ContextResult, void>("ctx/context");

@@ -39,7 +39,7 @@ const fileReadResultKeys = {
     path: true, alreadyRead: true, unchanged: true, reads: true, startLine: true, numLines: true, totalLines: true, tokens: true,
 } satisfies Keys<ext.FileReadResult>;
 const contextResultKeys = {
-    sessionId: true, usage: true, memoryFiles: true, pendingRules: true, diagnostics: true, filesRead: true, staleFiles: true, git: true,
+    sessionId: true, usage: true, memoryFiles: true, pendingRules: true, diagnostics: true, filesRead: true, staleFiles: true, git: true, preparedAhead: true,
 } satisfies Keys<ext.ContextResult>;
 const memoryFileKeys = { path: true, kind: true, tokens: true, status: true } satisfies Keys<ext.MemoryFile>;
 const pendingRuleKeys = { path: true, paths: true } satisfies Keys<ext.PendingRule>;
@@ -179,7 +179,7 @@ describe("lsp_ext.ts against schemas/", () => {
             ["ctx.setAutoCompactWindow.result", optionalOf<ext.SetAutoCompactWindowResult>({ warnings: true })],
             ["ctx.fileRead.params", optionalOf<ext.FileReadParams>({ startLine: true, numLines: true })],
             ["ctx.fileRead.result", optionalOf<ext.FileReadResult>({ totalLines: true })],
-            ["ctx.context.result", optionalOf<ext.ContextResult>({ diagnostics: true, staleFiles: true })],
+            ["ctx.context.result", optionalOf<ext.ContextResult>({ diagnostics: true, staleFiles: true, preparedAhead: true })],
             ["ctx.context.result", optionalOf<ext.MemoryFile>({}), "MemoryFile"],
             ["ctx.compact.params", optionalOf<ext.CompactParams>({ instructions: true, from: true, upTo: true, workDoneToken: true })],
             ["ctx.compact.result", optionalOf<ext.CompactResult>({ problems: true, summaryPath: true })],

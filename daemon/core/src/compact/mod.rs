@@ -41,6 +41,7 @@
 //! - `guards`: circuit breaker, thrashing, and a fixed prefix compaction cannot shrink.
 //! - `ladder`: the order of cheaper and costlier ways to make room.
 
+pub mod ahead;
 mod content;
 mod fidelity;
 mod guards;

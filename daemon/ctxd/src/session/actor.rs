@@ -186,6 +186,18 @@ struct Running {
     snapshot_len: usize,
     /// Writing the ledger entries the index lacked at the start; done before installing.
     ledger_saved: Option<tokio::task::JoinHandle<()>>,
+    /// Preparing a summary ahead of the threshold: kept when done, installed when the
+    /// threshold comes (see `ctxd_core::compact::ahead`). Not shown as compacting.
+    ahead: bool,
+}
+
+/// A summary prepared ahead of the threshold, waiting for it.
+struct Ahead {
+    prepared: Prepared,
+    /// The view it was prepared on; a boundary or an undo since makes it stale.
+    view_generation: u64,
+    /// Records of the view it covers; those appended since are kept after it.
+    snapshot_len: usize,
 }
 
 /// Answer to [`Command::Context`].
@@ -199,6 +211,8 @@ pub struct ContextView {
     /// Read files that changed on disk since the agent read them.
     pub stale_files: Vec<String>,
     pub git: bool,
+    /// Estimated tokens after installing the summary prepared ahead, if one is ready.
+    pub prepared_ahead: Option<u64>,
 }
 
 /// The state of one session, owned by its actor.
@@ -255,6 +269,10 @@ struct Session {
     self_tx: mpsc::UnboundedSender<Command>,
     compaction: Option<Running>,
     compaction_generation: u64,
+    /// A summary prepared ahead of the threshold.
+    ahead: Option<Ahead>,
+    /// The view generation on which preparing ahead failed: not tried again on it.
+    ahead_failed: Option<u64>,
     /// Bumped at every boundary, so a compaction prepared on an older view is not installed.
     view_generation: u64,
     guards: CompactGuards,
@@ -351,6 +369,8 @@ async fn run(
         self_tx,
         compaction: None,
         compaction_generation: 0,
+        ahead: None,
+        ahead_failed: None,
         view_generation: 0,
         guards: CompactGuards::default(),
         view_cache: ctxd_core::view::ViewCache::new(),
@@ -627,6 +647,7 @@ impl Session {
             files_read: self.ledger.len(),
             stale_files: self.ledger.newest_first().iter().filter(|e| e.stale).map(|e| e.path.clone()).collect(),
             git: base.is_some_and(|b| b.system_context().is_some()),
+            prepared_ahead: self.ahead.as_ref().map(|a| a.prepared.estimated_post_tokens),
         }
     }
 
@@ -813,6 +834,7 @@ impl Session {
                 let _ = reply.send(self.usage());
             }
             Command::Compact { trigger, instructions, partial, progress, reply } => {
+                self.drop_precompute();
                 if self.compaction.is_some() {
                     let _ = reply.send(Err(SessionError::Busy("a compaction of this session is already running".into())));
                 } else if !self.thresholds.compact_enabled {
@@ -1029,6 +1051,7 @@ impl Session {
     /// yet, as long as no new turn followed it; [`Session::commit`] then brings back the
     /// view it replaced and pushes the usage.
     async fn undo_compact(&mut self) -> Result<UndoAnswer, SessionError> {
+        self.drop_precompute();
         if self.compaction.is_some() {
             return Err(SessionError::Busy("a compaction of this session is running; undo after it is installed".into()));
         }
@@ -1074,7 +1097,8 @@ impl Session {
     }
 
     fn usage(&self) -> UsageSnapshot {
-        UsageSnapshot::compute(&self.tally, &self.shape(), &self.thresholds, self.compaction.is_some())
+        let compacting = self.compaction.as_ref().is_some_and(|r| !r.ahead);
+        UsageSnapshot::compute(&self.tally, &self.shape(), &self.thresholds, compacting)
     }
 
     /// Builds the next request: base context rebuilt if a source changed, changed files
@@ -1164,8 +1188,8 @@ impl Session {
             rx.await.map_err(|_| SessionError::Closed(self.id.clone()))??;
         }
         let compact = matches!(assembled.decision, ctxd_core::view::CompactDecision::Compact { .. });
-        if compact && may_compact && self.compaction.is_none() && self.thresholds.auto_compact_enabled {
-            self.start_compaction(Trigger::Auto, None, None, None);
+        if compact && may_compact && self.thresholds.auto_compact_enabled {
+            self.auto_compact_now().await;
         }
         // The UI's view: after the state records above, so it marks what this request
         // already left out.
@@ -1458,6 +1482,7 @@ impl Session {
             progress,
             snapshot_len: self.view.len(),
             ledger_saved: Some(self.save_ledger()),
+            ahead: false,
         });
         let tx = self.self_tx.clone();
         let task = tokio::spawn(async move {
@@ -1474,11 +1499,28 @@ impl Session {
         let Some(running) = self.compaction.take_if(|r| r.generation == generation) else {
             return;
         };
-        let Running { trigger, started, pre_tokens, view_generation, reply, progress, snapshot_len, ledger_saved, .. } = running;
+        let Running { trigger, started, pre_tokens, view_generation, reply, progress, snapshot_len, ledger_saved, ahead, .. } = running;
         // The index must hold every read before the new boundary before the boundary is
         // written; the bulk went off the actor when the compaction started.
         if let Some(saved) = ledger_saved {
             let _ = saved.await;
+        }
+        if ahead {
+            match result {
+                Ok(prepared) if view_generation == self.view_generation => {
+                    tracing::info!(estimated_post = prepared.estimated_post_tokens, "summary prepared ahead of the threshold");
+                    self.ahead = Some(Ahead { prepared, view_generation, snapshot_len });
+                }
+                Ok(_) => tracing::info!("summary prepared ahead dropped: the view changed meanwhile"),
+                Err(failure) => {
+                    // Nothing is lost: at the threshold a normal compaction runs.
+                    tracing::info!(%failure, "preparing a summary ahead failed; the threshold will compact normally");
+                    self.ahead_failed = Some(view_generation);
+                }
+            }
+            // The threshold may have come meanwhile.
+            self.maybe_auto_compact().await;
+            return;
         }
         let cancelled = reply.as_ref().is_some_and(oneshot::Sender::is_closed);
         let outcome = match result {
@@ -1493,6 +1535,18 @@ impl Session {
             Ok(prepared) => self.install(trigger, started, pre_tokens, prepared).await,
             Err(failure) => Err(SessionError::CompactFailed(failure.to_string())),
         };
+        self.finish_compaction(trigger, outcome, reply, progress).await;
+    }
+
+    /// Tells everyone how a compaction ended: its `$/progress`, `ctx/compacted` or
+    /// `ctx/compactFailed`, the requester, the guards, the status bars.
+    async fn finish_compaction(
+        &mut self,
+        trigger: Trigger,
+        outcome: Result<CompactAnswer, SessionError>,
+        reply: Option<oneshot::Sender<Result<CompactAnswer, SessionError>>>,
+        progress: Option<super::Progress>,
+    ) {
         if let Some(progress) = &progress {
             let message = match &outcome {
                 Ok(answer) => format!("compacted {} → {} tokens", answer.pre_tokens, answer.post_tokens),
@@ -1606,18 +1660,81 @@ impl Session {
         }
     }
 
-    /// After appends: start an automatic compaction when the threshold is reached.
+    /// After appends: compact when the threshold is reached (installing a summary
+    /// prepared ahead if there is a usable one), or start preparing one when the session
+    /// is close to it.
     async fn maybe_auto_compact(&mut self) {
-        if self.compaction.is_some() {
+        let running_ahead = self.compaction.as_ref().map(|r| r.ahead);
+        if running_ahead == Some(false) {
             return;
         }
         let tokens = self.next_tokens();
         match self.guards.check_auto(tokens, &self.thresholds, self.fixed_prefix()) {
-            AutoDecision::Compact => self.start_compaction(Trigger::Auto, None, None, None),
+            AutoDecision::Compact => self.auto_compact_now().await,
             AutoDecision::Stopped { message, notify: true, .. } | AutoDecision::CannotHelp { message, notify: true, .. } => {
                 self.notifier.compact_failed(&self.id, &message).await;
             }
+            AutoDecision::NotDue if running_ahead.is_none() => self.maybe_prepare_ahead(tokens),
             _ => {}
+        }
+    }
+
+    /// The threshold is reached: a summary being prepared ahead becomes this compaction;
+    /// one already prepared is installed with what was appended since, if it still
+    /// leaves room; otherwise a compaction starts.
+    async fn auto_compact_now(&mut self) {
+        if let Some(running) = &mut self.compaction {
+            if running.ahead {
+                tracing::info!("threshold reached while a summary was being prepared ahead; installing it when ready");
+                running.ahead = false;
+                running.trigger = Trigger::Auto;
+            }
+            return;
+        }
+        if let Some(ahead) = self.ahead.take() {
+            let rate = self.tally.calibration;
+            let appended_since: u64 = self.view.get(ahead.snapshot_len..).unwrap_or_default().iter().map(|r| rate.tokens(u64::from(r.head().content_bytes))).sum();
+            let same_view = ahead.view_generation == self.view_generation;
+            match ctxd_core::compact::ahead::check_prepared(ahead.prepared.estimated_post_tokens, appended_since, same_view, &self.thresholds) {
+                Ok(estimate) => {
+                    tracing::info!(estimate, appended_since, "installing the summary prepared ahead");
+                    let started = Instant::now();
+                    let pre_tokens = self.next_tokens();
+                    // Boxed: installing appends, and appending may compact.
+                    let outcome = Box::pin(self.install(Trigger::Precomputed, started, pre_tokens, ahead.prepared)).await;
+                    self.finish_compaction(Trigger::Precomputed, outcome, None, None).await;
+                    return;
+                }
+                Err(stale) => tracing::info!(?stale, "summary prepared ahead not used; compacting now"),
+            }
+        }
+        self.start_compaction(Trigger::Auto, None, None, None);
+    }
+
+    /// Starts preparing a summary in the background once the session passes the
+    /// precompute start, unless one is ready or failed on this view.
+    fn maybe_prepare_ahead(&mut self, tokens: u64) {
+        let ready = self.ahead.as_ref().is_some_and(|a| a.view_generation == self.view_generation);
+        let failed = self.ahead_failed == Some(self.view_generation);
+        if ready || failed || !self.thresholds.compact_enabled || self.guards.stopped.is_some() {
+            return;
+        }
+        if !ctxd_core::compact::ahead::should_prepare(tokens, &self.thresholds) {
+            return;
+        }
+        self.start_compaction(Trigger::Precomputed, None, None, None);
+        if let Some(running) = &mut self.compaction {
+            running.ahead = true;
+        }
+    }
+
+    /// Stops preparing a summary ahead (another compaction or an undo replaces it).
+    fn drop_precompute(&mut self) {
+        if let Some(running) = self.compaction.take_if(|r| r.ahead) {
+            if let Some(task) = running.task {
+                task.abort();
+            }
+            tracing::info!("preparing a summary ahead stopped");
         }
     }
 

@@ -73,6 +73,9 @@ pub struct Prepared {
     pub problems: Vec<String>,
     /// Which summarizer wrote it.
     pub summarizer: Summarizer,
+    /// Tokens the session would hold right after installing it (fixed prefix, summary,
+    /// kept tail, restored attachments, hook output), before anything appended since.
+    pub estimated_post_tokens: u64,
 }
 
 /// Who wrote a summary, and for which request.
@@ -239,11 +242,17 @@ pub async fn prepare(job: Job) -> Result<Prepared, CompactFailure> {
     .await
     .map_err(|e| CompactFailure::Summary(format!("restoration task failed: {e}")))?;
 
+    let estimated_post_tokens = sizes.fixed_prefix
+        + sizes.summary
+        + sizes.kept
+        + sizes.hook_output
+        + plan.attachments.iter().map(|a| a.tokens).sum::<u64>();
     Ok(Prepared {
         summary_text,
         summary,
         kept_from,
         kept_before,
+        estimated_post_tokens,
         attachments: plan.attachments,
         hook_outputs,
         fidelity: checked.report,

@@ -1,0 +1,149 @@
+//! Precomputed compaction over real pipes, with the offline summarizer: a session that
+//! passes the precompute start (four fifths of the window, or the threshold if that comes
+//! first) gets a summary prepared in the background; at the threshold that summary is
+//! installed with every record appended since kept after it, with no summary written on
+//! the critical path. A prepared summary that would leave too little room is dropped for
+//! a normal compaction.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
+
+use std::time::{Duration, Instant};
+
+use ctxd_e2e::{Daemon, stored_uuids, user_record};
+use serde_json::{Value, json};
+
+/// A 200,000-token model: threshold 167,000, precompute start 160,000.
+const MODEL: &str = "claude-sonnet-4-5-20250929";
+
+/// About `tokens` tokens of varied prose (the estimate counts bytes).
+fn text(n: usize, tokens: usize) -> String {
+    let words = ["parser", "ledger", "window", "summary", "boundary", "watcher", "request", "session"];
+    let mut out = format!("Step {n}: ");
+    while out.len() < tokens * 4 {
+        out.push_str(words[out.len() % words.len()]);
+        out.push(' ');
+    }
+    out
+}
+
+struct Session {
+    daemon: Daemon,
+    next: usize,
+    last: Option<String>,
+    sent: Vec<String>,
+}
+
+impl Session {
+    fn open(state: &std::path::Path) -> (Session, u64) {
+        let mut daemon = Daemon::started(state).unwrap();
+        let cwd = tempfile::tempdir().unwrap().keep();
+        let opened = daemon.request("ctx/openSession", json!({"cwd": cwd, "model": MODEL, "sessionId": "p"})).unwrap();
+        let threshold = opened["usage"]["threshold"].as_u64().unwrap();
+        (Session { daemon, next: 0, last: None, sent: Vec::new() }, threshold)
+    }
+
+    /// Appends one user record of about `tokens` tokens; returns the usage after it.
+    fn append(&mut self, tokens: usize) -> Value {
+        let uuid = format!("u{}", self.next);
+        let record = user_record(&uuid, self.last.as_deref(), &text(self.next, tokens));
+        self.next += 1;
+        self.last = Some(uuid.clone());
+        self.sent.push(uuid);
+        self.daemon.request("ctx/append", json!({"sessionId": "p", "records": [record]})).unwrap()["usage"].clone()
+    }
+
+    fn prepared_ahead(&mut self) -> Option<u64> {
+        self.daemon.request("ctx/context", json!({"sessionId": "p"})).unwrap()["preparedAhead"].as_u64()
+    }
+
+    fn wait_prepared(&mut self) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(tokens) = self.prepared_ahead() {
+                return tokens;
+            }
+            assert!(Instant::now() < deadline, "no summary was prepared ahead");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Appends records of `step` tokens until the usage reaches `tokens`.
+    fn fill_to(&mut self, tokens: u64, step: usize) -> u64 {
+        loop {
+            let now = self.append(step)["tokens"].as_u64().unwrap();
+            if now >= tokens {
+                return now;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_summary_prepared_ahead_is_installed_at_the_threshold_with_what_came_since() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let (mut s, threshold) = Session::open(&state);
+    assert_eq!(threshold, 167_000);
+    // Below the precompute start nothing is prepared.
+    s.fill_to(150_000, 4_000);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(s.prepared_ahead(), None, "prepared before the precompute start");
+    // Past it, a summary is prepared in the background; the session is not shown as
+    // compacting meanwhile and nothing is written to the transcript.
+    let stored_before = stored_uuids(&state, "p").unwrap().len();
+    let at = s.fill_to(160_000, 1_000);
+    assert!(at < threshold, "{at}");
+    let estimated = s.wait_prepared();
+    assert!(estimated < threshold / 2, "the prepared summary leaves room: {estimated}");
+    let usage = s.daemon.request("ctx/usage", json!({"sessionId": "p"})).unwrap()["usage"].clone();
+    assert_ne!(usage["level"], "compacting", "{usage}");
+    assert_eq!(stored_uuids(&state, "p").unwrap().len(), stored_before + (s.sent.len() - stored_before));
+    // More turns, then the threshold: the prepared summary is installed at once, and
+    // the records appended after it was prepared are kept verbatim after it.
+    let since_prepared: Vec<String> = {
+        let first = s.sent.len();
+        s.fill_to(threshold, 1_000);
+        s.sent[first..].to_vec()
+    };
+    assert!(since_prepared.len() >= 2, "{since_prepared:?}");
+    let compacted = s.daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "p").unwrap();
+    assert_eq!(compacted["trigger"], "precomputed", "{compacted}");
+    assert!(compacted["preTokens"].as_u64().unwrap() >= threshold, "{compacted}");
+    let post = compacted["postTokens"].as_u64().unwrap();
+    assert!(post < threshold / 2, "{compacted}");
+    let stored = stored_uuids(&state, "p").unwrap();
+    let text = std::fs::read_to_string(state.join("sessions/p.jsonl")).unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let boundary = lines.iter().position(|r| r["subtype"] == "compact_boundary").unwrap();
+    assert_eq!(lines[boundary]["compactMetadata"]["trigger"], "precomputed");
+    let after: Vec<&Value> = lines[boundary..].iter().collect();
+    for uuid in &since_prepared {
+        // Kept records are copied after the summary (new uuids, the original's content).
+        let original = lines.iter().find(|r| r["uuid"] == uuid.as_str()).unwrap();
+        let content = &original["message"]["content"];
+        assert!(after.iter().any(|r| r["message"]["content"] == *content), "record {uuid} is kept after the summary");
+    }
+    assert!(stored.len() > s.sent.len(), "every sent record is stored, with the install after them");
+    // The prepared summary is used once.
+    assert_eq!(s.prepared_ahead(), None);
+    // The session goes on from the compacted view.
+    let usage = s.append(1_000);
+    assert!(usage["tokens"].as_u64().unwrap() < threshold / 2, "{usage}");
+    s.daemon.stop().unwrap();
+}
+
+#[test]
+fn a_prepared_summary_that_would_leave_too_little_room_gives_way_to_a_normal_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let (mut s, threshold) = Session::open(&state);
+    s.fill_to(161_000, 4_000);
+    s.wait_prepared();
+    // One huge tool output after it was prepared: kept verbatim, it alone would fill
+    // more than half the threshold.
+    s.append(95_000);
+    let compacted = s.daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "p").unwrap();
+    assert_eq!(compacted["trigger"], "auto", "{compacted}");
+    assert!(compacted["postTokens"].as_u64().unwrap() < threshold, "{compacted}");
+    s.daemon.stop().unwrap();
+}
