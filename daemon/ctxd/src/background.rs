@@ -116,6 +116,6 @@ mod tests {
         assert!(failed.is_err());
         // Every thread still answers (more jobs than threads).
         let answers = futures::future::join_all((0..16u32).map(|i| run(move || i * 2))).await;
-        assert_eq!(answers.into_iter().map(Result::unwrap).sum::<u32>(), (0..16).map(|i| i * 2).sum());
+        assert_eq!(answers.into_iter().map(Result::unwrap).sum::<u32>(), (0..16u32).map(|i| i * 2).sum::<u32>());
     }
 }
