@@ -8,13 +8,24 @@
 //! rounds. Every answer the background clients get is checked, and at the end every
 //! record they appended is stored, in order.
 //!
+//! Then appends during a running compaction of the same session: a session compacts
+//! back to back through a local HTTP provider that takes [`SLOW_SUMMARY`] to answer, so a
+//! compaction is always in flight, while its client appends one record at a time; its
+//! appends before the compactions are the idle figure. Only appends whose answer says
+//! the session was compacting count as loaded.
+//!
 //! ```text
 //! cargo build --release -p ctxd && cargo bench -p ctxd-e2e --bench load
 //! cargo bench -p ctxd-e2e --bench load -- --quick      # fewer samples and rounds
+//! cargo bench -p ctxd-e2e --bench load -- --same-session   # only appends during a compaction
 //! ```
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ctxd_e2e::load::{Background, Mux, SessionLog, Workload, assemble_params, check_stored, filler, open_and_seed, session_id};
@@ -32,7 +43,10 @@ fn main() -> anyhow::Result<()> {
     );
     // Two paces: about what 50 busy agents send, and as fast as the clients can go
     // (the daemon and the 51 client threads then share the two cores).
-    for (pace, pause) in [("agent pace", Duration::from_millis(200)), ("saturating", Duration::from_millis(10))] {
+    let paces = [("agent pace", Duration::from_millis(200)), ("saturating", Duration::from_millis(10))];
+    // `--same-session` runs only the part about appends during a compaction.
+    let paces = if std::env::args().any(|a| a == "--same-session") { &paces[..0] } else { &paces[..] };
+    for &(pace, pause) in paces {
         let workload = Workload {
             name: String::new(),
             sessions: 50,
@@ -44,6 +58,7 @@ fn main() -> anyhow::Result<()> {
         };
         load(pace, workload, rounds, samples)?;
     }
+    during_compaction(rounds, samples)?;
     Ok(())
 }
 
@@ -132,6 +147,18 @@ impl Probe {
         Ok(Probe { id: id.to_owned(), appended: open_and_seed(mux, id, PROBE_RECORDS)? })
     }
 
+    /// One append; its latency in ms and whether the session was compacting.
+    fn append(&mut self, mux: &Mux) -> anyhow::Result<(f64, bool)> {
+        let uuid = format!("{}-{:06}", self.id, self.appended.len());
+        let record = filler(&uuid, self.appended.last().map(String::as_str));
+        let started = Instant::now();
+        let result = mux.request("ctx/append", json!({"sessionId": self.id, "records": [record]}))?;
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        anyhow::ensure!(result["appended"] == 1, "probe append: {result}");
+        self.appended.push(uuid);
+        Ok((ms, result["usage"]["level"] == "compacting"))
+    }
+
     /// `samples` appends and assembles, alternating, one request at a time.
     fn measure(&mut self, mux: &Mux, samples: usize, into: &mut Latencies) -> anyhow::Result<()> {
         for _ in 0..samples {
@@ -157,4 +184,127 @@ fn pct(xs: &[f64], p: f64) -> f64 {
     xs.sort_by(|a, b| a.total_cmp(b));
     let i = ((p / 100.0) * (xs.len() - 1) as f64).round() as usize;
     xs[i.min(xs.len() - 1)]
+}
+
+/// How long the local provider takes to write a summary.
+const SLOW_SUMMARY: Duration = Duration::from_millis(1500);
+
+/// The client's pause between two appends (idle and compacting alike), so that the
+/// samples spread over several compactions, their starts and installs included.
+const APPEND_PAUSE: Duration = Duration::from_millis(20);
+
+/// Appends to a session while that same session compacts (issue #7): idle appends first,
+/// then appends while `ctx/compact` runs back to back on another thread.
+fn during_compaction(rounds: usize, samples: usize) -> anyhow::Result<()> {
+    let dir = tempfile::Builder::new().prefix("ctxd-load-").tempdir()?;
+    let port = slow_provider(SLOW_SUMMARY)?;
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(project.join(".ctxd"))?;
+    let settings = json!({"provider": "anthropic", "baseUrl": format!("http://127.0.0.1:{port}"), "apiKeyEnv": "CTXD_BENCH_API_KEY"});
+    std::fs::write(project.join(".ctxd/settings.json"), settings.to_string())?;
+    let state = dir.path().join("state");
+    let mux = Mux::start(&state, &[("CTXD_BENCH_API_KEY", "sk-bench-not-a-secret")])?;
+    let (mut idle, mut loaded) = (Vec::new(), Vec::new());
+    let (mut outside, mut compactions) = (0usize, 0u64);
+    for round in 0..rounds {
+        let id = format!("same-{round}");
+        mux.request("ctx/openSession", json!({"cwd": project, "model": ctxd_e2e::load::MODEL, "sessionId": id}))?;
+        let mut probe = Probe { id: id.clone(), appended: Vec::new() };
+        // Seeded through the same session so the ids chain.
+        for chunk in 0..PROBE_RECORDS / 100 {
+            let records: Vec<_> = (0..100)
+                .map(|i| {
+                    let uuid = format!("{id}-seed-{:05}", chunk * 100 + i);
+                    let record = filler(&uuid, probe.appended.last().map(String::as_str));
+                    probe.appended.push(uuid);
+                    record
+                })
+                .collect();
+            mux.request("ctx/append", json!({"sessionId": id, "records": records}))?;
+        }
+        for _ in 0..samples {
+            let (ms, compacting) = probe.append(&mux)?;
+            anyhow::ensure!(!compacting, "no compaction was started yet");
+            idle.push(ms);
+            std::thread::sleep(APPEND_PAUSE);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicU64::new(0));
+        let compactor = {
+            let (mux, stop, done, id) = (mux.clone(), stop.clone(), done.clone(), id.clone());
+            std::thread::spawn(move || -> anyhow::Result<()> {
+                while !stop.load(Ordering::Relaxed) {
+                    let result = mux.request("ctx/compact", json!({"sessionId": id}))?;
+                    anyhow::ensure!(result["summarizer"] == "anthropic", "the provider wrote no summary: {result}");
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
+            })
+        };
+        let mut counted = 0;
+        while counted < samples {
+            let (ms, compacting) = probe.append(&mux)?;
+            if compacting {
+                loaded.push(ms);
+                counted += 1;
+            } else {
+                outside += 1; // between two compactions, or before the first began
+            }
+            std::thread::sleep(APPEND_PAUSE);
+        }
+        stop.store(true, Ordering::Relaxed);
+        compactor.join().map_err(|_| anyhow::anyhow!("the compacting thread panicked"))??;
+        compactions += done.load(Ordering::Relaxed);
+        // Everything appended is stored, in order, after the compactions' records.
+        let prefix = format!("{id}-");
+        let stored: Vec<String> = ctxd_e2e::stored_uuids(&state, &id)?.into_iter().filter(|u| u.starts_with(&prefix)).collect();
+        anyhow::ensure!(stored == probe.appended, "{id}: {} stored, {} appended (or out of order)", stored.len(), probe.appended.len());
+        mux.request("ctx/closeSession", json!({"sessionId": id}))?;
+    }
+    println!(
+        "same session compacting: {PROBE_RECORDS} records, a provider that answers in {SLOW_SUMMARY:?}, `ctx/compact` back to back ({compactions} compactions), one append every {APPEND_PAUSE:?} ({outside} answered between two compactions, not counted)"
+    );
+    println!("  {:<22} {:>10} {:>10} {:>11} {:>11} {:>8} {:>8}", "same session", "idle p50", "idle p99", "compact p50", "compact p99", "x p50", "x p99");
+    let (a50, a99, b50, b99) = (pct(&idle, 50.0), pct(&idle, 99.0), pct(&loaded, 50.0), pct(&loaded, 99.0));
+    println!("  {:<22} {a50:>8.2}ms {a99:>8.2}ms {b50:>9.2}ms {b99:>9.2}ms {:>7.1}x {:>7.1}x", "ctx/append (durable)", b50 / a50, b99 / a99);
+    Ok(())
+}
+
+/// A local Anthropic Messages endpoint that answers every request with a streamed
+/// summary after `delay`. Serves a bounded number of connections, one at a time.
+fn slow_provider(delay: Duration) -> anyhow::Result<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    let text = "<analysis>draft</analysis><summary>1. Primary Request and Intent:\n   The benchmark's session.\n</summary>";
+    let events = [
+        json!({"type": "message_start", "message": {"id": "msg_bench", "type": "message", "role": "assistant", "model": "m", "content": [], "usage": {"input_tokens": 100, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 40}}),
+        json!({"type": "message_stop"}),
+    ];
+    let body: String = events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or_default())).collect();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(10_000) {
+            let Ok(mut stream) = stream else { continue };
+            let Ok(clone) = stream.try_clone() else { continue };
+            let mut reader = BufReader::new(clone);
+            let mut length = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut request = vec![0; length];
+            let _ = reader.read_exact(&mut request);
+            std::thread::sleep(delay);
+            let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        }
+    });
+    Ok(port)
 }

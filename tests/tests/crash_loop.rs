@@ -397,7 +397,17 @@ fn check_session(daemon: &mut Daemon, state: &Path, id: &str, opened: &Value, kn
         .request("ctx/assemble", json!({"sessionId": id, "system": [], "tools": [], "maxTokens": 8000}))
         .unwrap_or_else(|e| panic!("{at}: assemble failed: {e}"));
     let request = assembled["request"]["messages"].to_string();
-    match last_summary {
+    // A session at the blocked level is compacted before its request is answered (the
+    // answer comes from the compacted view), so without a boundary on disk before the
+    // assemble there may be one after it; then its summary leads the request. (More
+    // likely when compactions run slower than appends, e.g. a debug build on a busy
+    // machine: kills then land in more compactions and sessions grow past the level.)
+    let after: Vec<Value> = match last_summary {
+        Some(_) => Vec::new(),
+        None => std::fs::read_to_string(&path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect(),
+    };
+    let compacted_by_the_assemble = after.iter().rposition(|l| l["subtype"] == "compact_boundary").and_then(|i| after.get(i + 1));
+    match last_summary.or(compacted_by_the_assemble) {
         Some(summary) => {
             let content = &summary["message"]["content"];
             let body = content.as_str().map(str::to_owned).unwrap_or_else(|| content[0]["text"].as_str().unwrap_or_default().to_owned());

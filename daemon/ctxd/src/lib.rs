@@ -12,8 +12,10 @@
 //! - [`interop`]: import and export of Claude Code transcripts.
 //! - [`replay`], [`client`]: `ctxd replay`, driving a daemon the way an editor would.
 //! - [`statusline`]: `ctxd statusline`, Claude Code's status line from the transcript tail.
+//! - [`background`]: low-priority threads for compaction's CPU-heavy parts.
 //! - [`paths`], [`logging`]: where state and logs go.
 
+pub mod background;
 pub mod client;
 pub mod context;
 pub mod hooks;

@@ -5,7 +5,9 @@
 //! records appended in the meantime after the summary.
 //!
 //! Every decision is the pure planner's (`ctxd_core::compact`); this file only does the
-//! I/O around it: hook commands, reading restored files from disk, the summarizer.
+//! I/O around it: hook commands, reading restored files from disk, the summarizer. The
+//! CPU-heavy steps (offline summary, fidelity, restoration) run on
+//! [`crate::background`]'s low-priority threads, not on the runtime's workers.
 
 use std::path::Path;
 
@@ -122,7 +124,7 @@ pub enum CompactFailure {
 }
 
 /// Runs everything of a compaction that does not touch the session's state.
-pub async fn prepare(job: Job) -> Result<Prepared, CompactFailure> {
+pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
     let conversation = job.records.iter().filter(|r| r.head().message_id.is_some() || matches!(r.head().kind, ctxd_core::record::Kind::User)).count();
     if conversation == 0 {
         return Err(CompactFailure::NothingToCompact);
@@ -163,8 +165,10 @@ pub async fn prepare(job: Job) -> Result<Prepared, CompactFailure> {
     if !summarized.iter().any(|r| r.head().message_id.is_some() || matches!(r.head().kind, ctxd_core::record::Kind::User)) {
         return Err(CompactFailure::NothingToCompact);
     }
+    // The CPU-heavy steps run on the low-priority pool, never on the runtime's workers,
+    // so the session actors (this one's included) keep answering at full priority.
     let focus = instructions.clone();
-    let (offline, facts) = tokio::task::spawn_blocking(move || {
+    let (offline, facts) = crate::background::run(move || {
         let options = OfflineOptions { focus, ..OfflineOptions::default() };
         let summary = summarize_offline(&summarized, &options);
         let facts = FidelityFacts::from_records(&summarized, DEFAULT_RECENT_TURNS);
@@ -192,14 +196,21 @@ pub async fn prepare(job: Job) -> Result<Prepared, CompactFailure> {
             (offline_body, Summarizer::OFFLINE)
         }
     };
-    let checked = check_fidelity(&body, &facts);
+    // The snapshot is not needed after this step: moved, not copied.
+    let (transcript_path, records, kept_any) = (job.transcript_path.clone(), std::mem::take(&mut job.records), !kept.is_empty());
+    let (checked, summary_text) = crate::background::run(move || {
+        let checked = check_fidelity(&body, &facts);
+        let summary_text = summary_message_text(&SummaryMessage {
+            body: checked.summary.clone(),
+            transcript_path: Some(transcript_path),
+            tools_used: tools_used(&records),
+            kept: if kept_any { KeptMessages::After } else { KeptMessages::None },
+        });
+        (checked, summary_text)
+    })
+    .await
+    .map_err(|e| CompactFailure::Summary(format!("fidelity task failed: {e}")))?;
     let summary = checked.summary;
-    let summary_text = summary_message_text(&SummaryMessage {
-        body: summary.clone(),
-        transcript_path: Some(job.transcript_path.clone()),
-        tools_used: tools_used(&job.records),
-        kept: if kept.is_empty() { KeptMessages::None } else { KeptMessages::After },
-    });
 
     let start_input = json!({
         "session_id": job.session_id,
@@ -217,20 +228,17 @@ pub async fn prepare(job: Job) -> Result<Prepared, CompactFailure> {
     }
     // Restoration: bounded, newest first, sized so the session ends well below its
     // threshold after compaction.
-    let kept_uuids: Vec<String> = kept.iter().filter_map(|r| r.uuid().map(str::to_owned)).collect();
-    let kept_tokens: u64 = kept.iter().map(|r| estimate_tokens(r.line())).sum();
-    let sizes = PostCompactSizes {
-        fixed_prefix: job.fixed_prefix,
-        summary: estimate_tokens(&summary_text),
-        kept: kept_tokens,
-        hook_output: hook_outputs.iter().map(|h| estimate_tokens(h)).sum(),
-    };
-    let budget = RestoreBudget::fitted(job.threshold, &sizes);
     let ledger = job.ledger.clone();
     let cwd = job.cwd.clone();
     let skills = job.skills.clone();
     let plan_path = job.plan_path.clone();
-    let plan = tokio::task::spawn_blocking(move || {
+    let (fixed_prefix, threshold, summary_tokens) = (job.fixed_prefix, job.threshold, estimate_tokens(&summary_text));
+    let hook_tokens = hook_outputs.iter().map(|h| estimate_tokens(h)).sum();
+    let plan = crate::background::run(move || {
+        let kept_uuids: Vec<String> = kept.iter().filter_map(|r| r.uuid().map(str::to_owned)).collect();
+        let kept_tokens: u64 = kept.iter().map(|r| estimate_tokens(r.line())).sum();
+        let sizes = PostCompactSizes { fixed_prefix, summary: summary_tokens, kept: kept_tokens, hook_output: hook_tokens };
+        let budget = RestoreBudget::fitted(threshold, &sizes);
         let files = restoration_candidates(&ledger, &kept_uuids, budget.max_tokens_per_file);
         // The plan as it is on disk now; a plan file that is gone is simply not restored.
         let plan = plan_path.and_then(|path| {

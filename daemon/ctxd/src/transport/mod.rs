@@ -66,11 +66,12 @@ pub trait FastPath: Send + Sync {
     fn take(&self, body: &str) -> Option<Reply>;
 }
 
-/// Serves one client on `input`/`output` until `exit` or the end of the input.
+/// Serves one client on `input`/`output` until `exit` or the end of the input; the
+/// output is written by a task on the runtime.
 pub async fn serve<S, I, O>(
     input: I,
     output: O,
-    mut service: LspService<S>,
+    service: LspService<S>,
     socket: ClientSocket,
     limits: Limits,
     fast: Option<std::sync::Arc<dyn FastPath>>,
@@ -80,8 +81,37 @@ where
     I: AsyncRead + Unpin,
     O: AsyncWrite + Unpin + Send + 'static,
 {
-    let (out_tx, out_rx) = mpsc::channel::<Vec<u8>>(1024);
-    let writer = tokio::spawn(write_loop(output, out_rx));
+    serve_with(input, Writer::task(output), service, socket, limits, fast).await
+}
+
+/// The daemon's stdio: stdout is written by a thread of its own, which also encodes.
+///
+/// Why: the serve loop is one task, so every byte it encodes delays the next frame it
+/// reads and every answer it hands on; a large `ctx/assemble` answer costs milliseconds
+/// to encode. And tokio's `Stdout` hands each write to the blocking pool, one more
+/// wake-up per batch on a busy machine. Here the serve loop only passes messages on.
+pub async fn serve_stdio<S: LanguageServer>(
+    service: LspService<S>,
+    socket: ClientSocket,
+    limits: Limits,
+    fast: Option<std::sync::Arc<dyn FastPath>>,
+) -> Ending {
+    serve_with(tokio::io::stdin(), Writer::stdout_thread(), service, socket, limits, fast).await
+}
+
+async fn serve_with<S, I>(
+    input: I,
+    writer: Writer,
+    mut service: LspService<S>,
+    socket: ClientSocket,
+    limits: Limits,
+    fast: Option<std::sync::Arc<dyn FastPath>>,
+) -> Ending
+where
+    S: LanguageServer,
+    I: AsyncRead + Unpin,
+{
+    let Writer { tx: out_tx, done: writer } = writer;
 
     // Server-to-client requests and notifications (from `Client`), and the sink for the
     // client's responses to them.
@@ -89,7 +119,7 @@ where
     let forward_tx = out_tx.clone();
     let forwarder = tokio::spawn(async move {
         while let Some(request) = to_client.next().await {
-            if forward_tx.send(encode(&request)).await.is_err() {
+            if forward_tx.send(Outgoing::Request(request)).await.is_err() {
                 break;
             }
         }
@@ -104,7 +134,7 @@ where
         // Back-pressure: with too much in flight, only drain.
         if in_flight.len() >= limits.max_in_flight {
             if let Some(Some(response)) = in_flight.next().await {
-                let _ = out_tx.send(encode(&response)).await;
+                let _ = out_tx.send(Outgoing::Response(response)).await;
             }
             continue;
         }
@@ -112,7 +142,7 @@ where
             biased;
             Some(done) = in_flight.next(), if !in_flight.is_empty() => {
                 if let Some(response) = done {
-                    let _ = out_tx.send(encode(&response)).await;
+                    let _ = out_tx.send(Outgoing::Response(response)).await;
                 }
             }
             frame = reader.next_frame() => {
@@ -134,7 +164,7 @@ where
                                 biased;
                                 Some(done) = in_flight.next(), if !in_flight.is_empty() => {
                                     if let Some(response) = done {
-                                        let _ = out_tx.send(encode(&response)).await;
+                                        let _ = out_tx.send(Outgoing::Response(response)).await;
                                     }
                                 }
                                 ready = futures::future::poll_fn(|cx| service.poll_ready(cx)) => break ready,
@@ -155,7 +185,7 @@ where
                             // until it has answered.
                             while let Some(done) = in_flight.next().await {
                                 if let Some(response) = done {
-                                    let _ = out_tx.send(encode(&response)).await;
+                                    let _ = out_tx.send(Outgoing::Response(response)).await;
                                 }
                             }
                         }
@@ -170,7 +200,7 @@ where
                         }
                     }
                     Incoming::Invalid(response) => {
-                        let _ = out_tx.send(encode(&response)).await;
+                        let _ = out_tx.send(Outgoing::Response(response)).await;
                     }
                     Incoming::Nothing => {}
                 }
@@ -181,12 +211,12 @@ where
     // Answer everything still in flight before closing the output.
     while let Some(done) = in_flight.next().await {
         if let Some(response) = done {
-            let _ = out_tx.send(encode(&response)).await;
+            let _ = out_tx.send(Outgoing::Response(response)).await;
         }
     }
     forwarder.abort();
     drop(out_tx);
-    let _ = writer.await;
+    writer.await;
     ending
 }
 
@@ -342,16 +372,84 @@ fn encode<T: serde::Serialize>(message: &T) -> Vec<u8> {
     framing::encode(&body)
 }
 
-async fn write_loop<O: AsyncWrite + Unpin>(mut output: O, mut rx: mpsc::Receiver<Vec<u8>>) {
+/// A message on its way out, encoded by the writer (not by the serve loop).
+enum Outgoing {
+    Response(Response),
+    /// A request or notification from the server (`Client`).
+    Request(Request),
+}
+
+impl Outgoing {
+    fn encode_into(&self, buf: &mut Vec<u8>) {
+        let frame = match self {
+            Outgoing::Response(response) => encode(response),
+            Outgoing::Request(request) => encode(request),
+        };
+        buf.extend_from_slice(&frame);
+    }
+}
+
+/// Everything queued goes out in one write, up to this many bytes.
+const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
+
+/// Where the serve loop's messages go, in the order sent, and when the writer is done.
+struct Writer {
+    tx: mpsc::Sender<Outgoing>,
+    done: BoxFuture<'static, ()>,
+}
+
+impl Writer {
+    /// A task on the runtime writes to an async output (an in-process pipe, tests).
+    fn task<O: AsyncWrite + Unpin + Send + 'static>(output: O) -> Writer {
+        let (tx, rx) = mpsc::channel::<Outgoing>(1024);
+        let task = tokio::spawn(write_loop(output, rx));
+        Writer { tx, done: async move { drop(task.await) }.boxed() }
+    }
+
+    /// A thread of its own encodes and writes to stdout with blocking writes.
+    fn stdout_thread() -> Writer {
+        let (tx, mut rx) = mpsc::channel::<Outgoing>(1024);
+        let (finished, done) = tokio::sync::oneshot::channel::<()>();
+        let spawned = std::thread::Builder::new().name("ctxd-writer".into()).spawn(move || {
+            let mut output = std::io::stdout().lock();
+            let mut buf = Vec::with_capacity(64 * 1024);
+            while let Some(first) = rx.blocking_recv() {
+                buf.clear();
+                first.encode_into(&mut buf);
+                while buf.len() < MAX_BATCH_BYTES {
+                    match rx.try_recv() {
+                        Ok(more) => more.encode_into(&mut buf),
+                        Err(_) => break,
+                    }
+                }
+                if std::io::Write::write_all(&mut output, &buf).is_err() || std::io::Write::flush(&mut output).is_err() {
+                    break;
+                }
+            }
+            let _ = std::io::Write::flush(&mut output);
+            let _ = finished.send(());
+        });
+        match spawned {
+            Ok(_) => Writer { tx, done: async move { drop(done.await) }.boxed() },
+            Err(e) => {
+                // No thread to be had: write from the runtime instead.
+                tracing::warn!(error = %e, "could not start the writer thread; writing from the runtime");
+                Writer::task(tokio::io::stdout())
+            }
+        }
+    }
+}
+
+async fn write_loop<O: AsyncWrite + Unpin>(mut output: O, mut rx: mpsc::Receiver<Outgoing>) {
     // Everything queued goes out in one write: tokio's stdout hands each write to a
     // blocking thread, so one write per message would cost one hand-off per message.
     let mut buf = Vec::with_capacity(64 * 1024);
     while let Some(first) = rx.recv().await {
         buf.clear();
-        buf.extend_from_slice(&first);
-        while buf.len() < 4 * 1024 * 1024 {
+        first.encode_into(&mut buf);
+        while buf.len() < MAX_BATCH_BYTES {
             match rx.try_recv() {
-                Ok(more) => buf.extend_from_slice(&more),
+                Ok(more) => more.encode_into(&mut buf),
                 Err(_) => break,
             }
         }
