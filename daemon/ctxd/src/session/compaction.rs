@@ -245,16 +245,15 @@ pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
             let content = std::fs::read_to_string(&path).ok()?;
             Some(ctxd_core::compact::PlanFile { path, content })
         });
-        plan_restoration(&RestoreInput { files, skills, plan, budget, cwd: Some(cwd) })
+        let plan = plan_restoration(&RestoreInput { files, skills, plan, budget, cwd: Some(cwd) });
+        let before_attachments = sizes.fixed_prefix + sizes.summary + sizes.kept + sizes.hook_output;
+        (plan, before_attachments)
     })
     .await
     .map_err(|e| CompactFailure::Summary(format!("restoration task failed: {e}")))?;
 
-    let estimated_post_tokens = sizes.fixed_prefix
-        + sizes.summary
-        + sizes.kept
-        + sizes.hook_output
-        + plan.attachments.iter().map(|a| a.tokens).sum::<u64>();
+    let (plan, before_attachments) = plan;
+    let estimated_post_tokens = before_attachments + plan.attachments.iter().map(|a| a.tokens).sum::<u64>();
     Ok(Prepared {
         summary_text,
         summary,
