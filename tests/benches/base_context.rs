@@ -174,6 +174,12 @@ fn ledger(count: usize, chunk: usize) -> anyhow::Result<()> {
     };
     let fresh = time_reads(&mut daemon, "fresh", count)?;
     let full = time_reads(&mut daemon, "full", count + chunk)?;
+    // A compaction puts every read before the boundary: the index gets them all then.
+    let started = Instant::now();
+    daemon.request("ctx/compact", json!({"sessionId": "full"}))?;
+    let compact_ms = started.elapsed().as_secs_f64() * 1e3;
+    std::thread::sleep(Duration::from_secs(1));
+    let rss_compacted = rss_kib(daemon.pid())?;
     drop(daemon);
 
     // The same number of records of the same size that read nothing, in a daemon of its
@@ -207,6 +213,11 @@ fn ledger(count: usize, chunk: usize) -> anyhow::Result<()> {
         "  the same number of records of the same size without reads: +{:.1} MB, so the reads' own share is {:.1} MB",
         (plain_after as f64 - plain_before as f64) / 1024.0,
         ((rss_after as f64 - rss_before as f64) - (plain_after as f64 - plain_before as f64)) / 1024.0
+    );
+    println!(
+        "  after a compaction (every entry written to the index in one batch; ctx/compact took {compact_ms:.0} ms): {:.1} MB, +{:.1} MB over the figure above",
+        rss_compacted as f64 / 1024.0,
+        (rss_compacted as f64 - rss_after as f64) / 1024.0
     );
     println!(
         "  ctx/fileRead of a new file: {:.1} µs each into an empty ledger, {:.1} µs into {count} entries ({:.2}x)",

@@ -158,7 +158,7 @@ fn ledger_figures() {
     std::thread::sleep(Duration::from_millis(1_500));
     let after = rss_kib();
     println!(
-        "ledger: {ENTRIES} entries written to the sled index in one batch: {:.1} µs each, +{:.2} MB resident (the index's cache is capped at 4 MB)",
+        "ledger: {ENTRIES} entries written to the index in one batch (its reads file): {:.1} µs each, +{:.2} MB resident",
         each.as_secs_f64() * 1e6,
         (after.saturating_sub(before)) as f64 / 1024.0
     );

@@ -7,6 +7,12 @@
 //! missing, stale or damaged index costs a scan of the transcript, never a record. sled
 //! is kept off the durability path (it is beta and has open reports of damage after
 //! kills), so its writes are not flushed before acknowledging anything.
+//!
+//! The file reads a session made before its view's boundary (the ledger resume cannot
+//! replay from the view) are kept beside it, in `reads/<session id>.jsonl` inside the
+//! index directory: appended in batches when a boundary passes them, read back whole on
+//! resume. Plain files rather than a sled tree: sled held tens of megabytes for a batch
+//! of 10,000 entries, and these are only ever appended and read in full.
 
 use std::path::{Path, PathBuf};
 
@@ -34,8 +40,8 @@ pub struct SessionEntry {
 pub struct Index {
     path: PathBuf,
     sessions: sled::Tree,
-    /// File-read ledger entries, keyed `<session id>\0<path>`.
-    ledger: sled::Tree,
+    /// `reads/` inside the index directory: one JSONL file of ledger entries per session.
+    reads: PathBuf,
     /// True when this open created the index from nothing (first use, deleted, or moved
     /// aside after damage): its entries must be rebuilt from the transcripts.
     pub fresh: bool,
@@ -81,8 +87,9 @@ impl Index {
         .map_err(|_| StoreError::Index { path: path.to_owned(), message: "sled panicked while opening".into() })?;
         let db = opened.map_err(err)?;
         let sessions = db.open_tree("sessions").map_err(err)?;
-        let ledger = db.open_tree("ledger").map_err(err)?;
-        Ok(Index { path: path.to_owned(), sessions, ledger, fresh: false, _db: db })
+        let reads = path.join("reads");
+        super::create_private_dir(&reads)?;
+        Ok(Index { path: path.to_owned(), sessions, reads, fresh: false, _db: db })
     }
 
     /// The entry of a session, if the index has a readable one.
@@ -108,27 +115,36 @@ impl Index {
         }
     }
 
-    /// Records ledger entries of a session in one atomic batch. Failures are logged: the
-    /// index is a cache, and a session whose entries are missing rescans its transcript.
+    /// Appends ledger entries of a session (one write; a later entry for a path replaces
+    /// an earlier one on reading). Failures are logged: the index is a cache, and a
+    /// session whose entries are missing rescans its transcript.
     pub fn put_ledger_batch(&self, session_id: &str, entries: &[ctxd_core::ledger::LedgerEntry]) {
-        let mut batch = sled::Batch::default();
-        for entry in entries {
-            let Ok(bytes) = serde_json::to_vec(entry) else { continue };
-            batch.insert(format!("{session_id}\0{}", entry.path).as_bytes(), bytes);
+        use std::io::Write;
+        if entries.is_empty() || super::validate_session_id(session_id).is_err() {
+            return;
         }
-        if let Err(e) = self.ledger.apply_batch(batch) {
-            tracing::warn!(index = %self.path.display(), error = %e, "ledger write failed; it will be rebuilt from the transcript");
+        let mut text = Vec::with_capacity(entries.len() * 200);
+        for entry in entries {
+            if serde_json::to_writer(&mut text, entry).is_ok() {
+                text.push(b'\n');
+            }
+        }
+        let path = self.reads.join(format!("{session_id}.jsonl"));
+        let written = std::fs::OpenOptions::new().create(true).append(true).open(&path).and_then(|mut f| f.write_all(&text));
+        if let Err(e) = written {
+            tracing::warn!(file = %path.display(), error = %e, "ledger write failed; it will be rebuilt from the transcript");
         }
     }
 
-    /// Every ledger entry the index has for a session.
+    /// Every ledger entry the index has for a session, in the order written (a torn or
+    /// damaged line is skipped).
     pub fn ledger_entries(&self, session_id: &str) -> Vec<ctxd_core::ledger::LedgerEntry> {
-        let prefix = format!("{session_id}\0");
-        self.ledger
-            .scan_prefix(prefix.as_bytes())
-            .filter_map(Result::ok)
-            .filter_map(|(_, v)| serde_json::from_slice(&v).ok())
-            .collect()
+        if super::validate_session_id(session_id).is_err() {
+            return Vec::new();
+        }
+        let path = self.reads.join(format!("{session_id}.jsonl"));
+        let Ok(text) = std::fs::read(&path) else { return Vec::new() };
+        text.split(|b| *b == b'\n').filter_map(|line| serde_json::from_slice(line).ok()).collect()
     }
 
     /// Flushes to disk (on clean shutdown).
@@ -145,4 +161,49 @@ impl Index {
     pub fn is_empty(&self) -> bool {
         self.sessions.is_empty()
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ctxd_core::ledger::LedgerEntry;
+
+    fn entry(path: &str, sequence: u64, hash: u64) -> LedgerEntry {
+        LedgerEntry {
+            path: path.into(),
+            start_line: 1,
+            num_lines: 10,
+            total_lines: Some(10),
+            hash,
+            bytes: 100,
+            tokens: 25,
+            reads: 1,
+            sequence,
+            source_uuid: None,
+            read_at: None,
+            stale: false,
+        }
+    }
+
+    #[test]
+    fn ledger_batches_append_and_a_later_entry_for_a_path_comes_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = Index::open_or_rebuild(&dir.path().join("index")).unwrap();
+        index.put_ledger_batch("s", &[entry("/a", 1, 7), entry("/b", 2, 8)]);
+        index.put_ledger_batch("s", &[entry("/a", 3, 9)]);
+        index.put_ledger_batch("other", &[entry("/c", 1, 1)]);
+        // A line torn by a crash is skipped, the rest is read.
+        let file = dir.path().join("index/reads/s.jsonl");
+        std::fs::OpenOptions::new().append(true).open(&file).unwrap().write_all(b"{\"path\":\"/d\",\"sta").unwrap();
+        let got: Vec<(String, u64)> = index.ledger_entries("s").into_iter().map(|e| (e.path, e.hash)).collect();
+        assert_eq!(got, [("/a".to_owned(), 7), ("/b".to_owned(), 8), ("/a".to_owned(), 9)]);
+        assert_eq!(index.ledger_entries("other").len(), 1);
+        assert!(index.ledger_entries("missing").is_empty());
+        // Ids are file names: one that could name another path is neither written nor read.
+        index.put_ledger_batch("../escape", &[entry("/x", 1, 1)]);
+        assert!(index.ledger_entries("../escape").is_empty());
+        assert!(!dir.path().join("index/escape.jsonl").exists());
+    }
+
+    use std::io::Write;
 }
