@@ -94,6 +94,8 @@ struct Totals {
     compactions_acknowledged: u64,
     /// Compactions waited for between rounds (a session past its threshold).
     compactions_settling: u64,
+    /// Sessions resumed past the blocked level, whose first assemble compacted.
+    compactions_by_assemble: u64,
     compactions_refused: u64,
     boundaries_in_store: u64,
     installs_cut_on_resume: u64,
@@ -449,6 +451,7 @@ fn check_session(daemon: &mut Daemon, state: &Path, id: &str, opened: &Value, kn
             installed.unwrap_or_else(|| panic!("{at}: past the blocked level ({tokens} of {blocked}) the assemble compacted nothing"));
         // Acknowledged by the answer: kept by a simulated power cut, and checked next round.
         known.boundaries.push(boundary);
+        totals.compactions_by_assemble += 1;
         Some(summary)
     } else {
         last_summary.cloned()
