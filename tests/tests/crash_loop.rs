@@ -6,7 +6,8 @@
 //! record is stored, in the order it was sent, no line of a transcript is damaged, every
 //! compaction in the store is whole (a boundary with its summary and all the records of
 //! its install batch, or nothing of it at all), acknowledged compactions are there, and
-//! the next request starts from the last one.
+//! the next request starts from the last one (past the blocked level, from the one that
+//! request's own compaction installs).
 //!
 //! ```text
 //! cargo test -p ctxd-e2e --test crash_loop                                        # 20 kills (CI)
@@ -34,6 +35,9 @@ const OURS: &str = "c-";
 /// ctxd error codes a compaction may end with here: busy (another compaction of the
 /// session was running) and failed (e.g. nothing new to compact after a boundary).
 const COMPACT_CODES: [i64; 2] = [ctxd_proto::error_codes::BUSY, ctxd_proto::error_codes::COMPACT_FAILED];
+/// A small window, so that automatic compactions start in the stream as well: effective
+/// window 80,000 tokens, threshold 67,000, blocked level 77,000.
+const ENV: [(&str, &str); 2] = [("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "100000"), ("CTXD_LOG", "info")];
 
 /// splitmix64: small, seedable, good enough to pick sizes and moments.
 struct Rng(u64);
@@ -90,6 +94,8 @@ struct Totals {
     compactions_acknowledged: u64,
     /// Compactions waited for between rounds (a session past its threshold).
     compactions_settling: u64,
+    /// Sessions resumed past the blocked level, whose first assemble compacted.
+    compactions_by_assemble: u64,
     compactions_refused: u64,
     boundaries_in_store: u64,
     installs_cut_on_resume: u64,
@@ -145,9 +151,7 @@ fn sigkill_at_random_moments_loses_no_acknowledged_record_and_never_half_install
     let mut last_uuid: Vec<Option<String>> = vec![None; SESSIONS.len()];
 
     for round in 0..=kills {
-        // A small window, so that automatic compactions start in the stream as well.
-        let env = [("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "100000"), ("CTXD_LOG", "info")];
-        let mut daemon = Daemon::start_with(&state, &[], &env).unwrap();
+        let mut daemon = Daemon::start_with(&state, &[], &ENV).unwrap();
         daemon.initialize().unwrap();
         if round < kills && rng.chance(10) {
             // Killed while the sessions load (cutting torn tails, rebuilding the index).
@@ -274,6 +278,46 @@ fn sigkill_at_random_moments_loses_no_acknowledged_record_and_never_half_install
     assert_eq!(totals.kills, kills);
 }
 
+/// The situation behind an intermittent failure of the loop: a session with no boundary
+/// resumes past the blocked level (a round's stream grew it and the compaction that
+/// stream started was killed). Built here on purpose, then checked by the same
+/// `check_session` as every round of the loop.
+#[test]
+fn resume_past_the_blocked_level_without_a_boundary() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(state.join("sessions")).unwrap();
+    let id = SESSIONS[0];
+    let mut rng = Rng(7);
+    let mut known = Known::default();
+    let mut text = String::new();
+    let mut parent: Option<String> = None;
+    // About 4.6 bytes a token: 400 kB is past the blocked level and inside the window.
+    // The first record is the assistant's: a summary quotes the first user request, so
+    // only then does a request from a new summary lack the first record's text.
+    for n in 0u64.. {
+        if text.len() > 400_000 {
+            break;
+        }
+        let uuid = format!("{OURS}{n:07}");
+        let (value, said) = record(&mut rng, &uuid, parent.as_deref(), n % 2 == 0);
+        known.first_text.get_or_insert(said);
+        known.sent.push(uuid.clone());
+        known.acknowledged.push(uuid.clone());
+        text.push_str(&value.to_string());
+        text.push('\n');
+        parent = Some(uuid);
+    }
+    std::fs::write(state.join("sessions").join(format!("{id}.jsonl")), &text).unwrap();
+
+    let mut daemon = Daemon::start_with(&state, &[], &ENV).unwrap();
+    daemon.initialize().unwrap();
+    let opened = daemon.request("ctx/openSession", json!({"cwd": "/p", "model": MODEL, "sessionId": id})).unwrap();
+    let usage = &opened["usage"];
+    assert!(usage["tokens"].as_u64() >= usage["blocked"].as_u64(), "the transcript built is not past the blocked level: {usage}");
+    check_session(&mut daemon, &state, id, &opened, &mut known, &mut Totals::default(), 0, 0);
+}
+
 /// Cuts the transcript of `id` at a random byte after everything acknowledged: the
 /// last check, each acknowledged append, each acknowledged compaction's install and,
 /// when a `ctx/compacted` came, every install in the file. Returns the bytes cut.
@@ -392,27 +436,32 @@ fn check_session(daemon: &mut Daemon, state: &Path, id: &str, opened: &Value, kn
     known.boundaries.clear();
 
     // The view the daemon serves starts at the last whole boundary: its summary is in
-    // the next request; with no boundary, the first record is.
+    // the next request; with no boundary, the first record is. Except past the blocked
+    // level: such a request would be refused, so `ctx/assemble` compacts first and answers
+    // from the view after it (BEHAVIOR.md §5); then the request starts from the summary
+    // that compaction installed, whatever the transcript held when it was opened.
+    let (tokens, blocked) = (opened["usage"]["tokens"].as_u64().unwrap(), opened["usage"]["blocked"].as_u64().unwrap());
     let assembled = daemon
         .request("ctx/assemble", json!({"sessionId": id, "system": [], "tools": [], "maxTokens": 8000}))
         .unwrap_or_else(|e| panic!("{at}: assemble failed: {e}"));
     let request = assembled["request"]["messages"].to_string();
-    // A session at the blocked level is compacted before its request is answered (the
-    // answer comes from the compacted view), so without a boundary on disk before the
-    // assemble there may be one after it; then its summary leads the request. (More
-    // likely when compactions run slower than appends, e.g. a debug build on a busy
-    // machine: kills then land in more compactions and sessions grow past the level.)
-    let after: Vec<Value> = match last_summary {
-        Some(_) => Vec::new(),
-        None => std::fs::read_to_string(&path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect(),
+    let start = if tokens >= blocked {
+        let installed = installed_by_assemble(&path, text.len(), &at);
+        let (boundary, summary) =
+            installed.unwrap_or_else(|| panic!("{at}: past the blocked level ({tokens} of {blocked}) the assemble compacted nothing"));
+        // Acknowledged by the answer: kept by a simulated power cut, and checked next round.
+        known.boundaries.push(boundary);
+        totals.compactions_by_assemble += 1;
+        Some(summary)
+    } else {
+        last_summary.cloned()
     };
-    let compacted_by_the_assemble = after.iter().rposition(|l| l["subtype"] == "compact_boundary").and_then(|i| after.get(i + 1));
-    match last_summary.or(compacted_by_the_assemble) {
+    match start {
         Some(summary) => {
+            // All of it: every summary begins with the same sentences.
             let content = &summary["message"]["content"];
             let body = content.as_str().map(str::to_owned).unwrap_or_else(|| content[0]["text"].as_str().unwrap_or_default().to_owned());
-            let probe: String = body.chars().take(120).collect();
-            let probe = serde_json::to_string(&probe).unwrap();
+            let probe = serde_json::to_string(&body).unwrap();
             assert!(request.contains(probe.trim_matches('"')), "{at}: the request does not start from the last summary");
         }
         None => {
@@ -424,4 +473,21 @@ fn check_session(daemon: &mut Daemon, state: &Path, id: &str, opened: &Value, kn
             }
         }
     }
+}
+
+/// The boundary uuid and the summary of the last compaction `ctx/assemble` installed,
+/// after checking that the transcript past `checked` bytes holds its whole install batch.
+fn installed_by_assemble(path: &Path, checked: usize, at: &str) -> Option<(String, Value)> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let added: Vec<Value> = text
+        .get(checked..)
+        .unwrap_or_else(|| panic!("{at}: the transcript shrank during the assemble"))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{at}: a line the assemble wrote is damaged ({e}): {l:.200}")))
+        .collect();
+    let i = added.iter().rposition(|l| l["subtype"] == "compact_boundary")?;
+    let batch = added[i]["compactMetadata"]["ctxdBatch"].as_u64().unwrap_or(0) as usize;
+    assert!(batch >= 2 && i + batch <= added.len(), "{at}: the install of the assemble's compaction is not whole");
+    assert_eq!(added[i + 1]["isCompactSummary"], true, "{at}: the assemble's boundary is not followed by its summary");
+    Some((added[i]["uuid"].as_str().unwrap().to_owned(), added[i + 1].clone()))
 }
