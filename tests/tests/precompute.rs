@@ -147,3 +147,28 @@ fn a_prepared_summary_that_would_leave_too_little_room_gives_way_to_a_normal_com
     assert!(compacted["postTokens"].as_u64().unwrap() < threshold, "{compacted}");
     s.daemon.stop().unwrap();
 }
+
+#[test]
+fn a_prompt_too_long_refusal_installs_the_prepared_summary_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let (mut s, threshold) = Session::open(&state);
+    s.fill_to(161_000, 4_000);
+    s.wait_prepared();
+    s.append(1_000);
+    // The estimate was below the threshold, the provider counted more: the refusal is
+    // answered from the prepared summary, with what came since kept.
+    let refusal = json!({"status": 400, "type": "invalid_request_error", "message": "prompt is too long: 201234 tokens > 200000 maximum"});
+    let answer = s.daemon.request("ctx/reportProviderError", json!({"sessionId": "p", "error": refusal})).unwrap();
+    assert_eq!(answer["action"], "compacted", "{answer}");
+    assert_eq!(answer["compact"]["trigger"], "precomputed", "{answer}");
+    assert!(answer["compact"]["postTokens"].as_u64().unwrap() < threshold / 2, "{answer}");
+    assert_eq!(s.prepared_ahead(), None, "used once");
+    let last = s.sent.last().unwrap().clone();
+    let text = std::fs::read_to_string(state.join("sessions/p.jsonl")).unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let boundary = lines.iter().rposition(|r| r["subtype"] == "compact_boundary").unwrap();
+    let original = lines.iter().find(|r| r["uuid"] == last.as_str()).unwrap();
+    assert!(lines[boundary..].iter().any(|r| r["message"]["content"] == original["message"]["content"]), "the record after the preparation is kept");
+    s.daemon.stop().unwrap();
+}

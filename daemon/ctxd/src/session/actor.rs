@@ -835,6 +835,14 @@ impl Session {
             }
             Command::Compact { trigger, instructions, partial, progress, reply } => {
                 self.drop_precompute();
+                // The provider refused the request as too long: a summary prepared ahead
+                // answers at once, with no model call before the host can retry.
+                if trigger == Trigger::Reactive && self.compaction.is_none() && self.thresholds.compact_enabled
+                    && let Some(outcome) = self.install_ahead().await
+                {
+                    self.finish_compaction(Trigger::Precomputed, outcome, Some(reply), progress).await;
+                    return;
+                }
                 if self.compaction.is_some() {
                     let _ = reply.send(Err(SessionError::Busy("a compaction of this session is already running".into())));
                 } else if !self.thresholds.compact_enabled {
@@ -1691,24 +1699,33 @@ impl Session {
             }
             return;
         }
-        if let Some(ahead) = self.ahead.take() {
-            let rate = self.tally.calibration;
-            let appended_since: u64 = self.view.get(ahead.snapshot_len..).unwrap_or_default().iter().map(|r| rate.tokens(u64::from(r.head().content_bytes))).sum();
-            let same_view = ahead.view_generation == self.view_generation;
-            match ctxd_core::compact::ahead::check_prepared(ahead.prepared.estimated_post_tokens, appended_since, same_view, &self.thresholds) {
-                Ok(estimate) => {
-                    tracing::info!(estimate, appended_since, "installing the summary prepared ahead");
-                    let started = Instant::now();
-                    let pre_tokens = self.next_tokens();
-                    // Boxed: installing appends, and appending may compact.
-                    let outcome = Box::pin(self.install(Trigger::Precomputed, started, pre_tokens, ahead.prepared)).await;
-                    self.finish_compaction(Trigger::Precomputed, outcome, None, None).await;
-                    return;
-                }
-                Err(stale) => tracing::info!(?stale, "summary prepared ahead not used; compacting now"),
-            }
+        if let Some(outcome) = self.install_ahead().await {
+            self.finish_compaction(Trigger::Precomputed, outcome, None, None).await;
+            return;
         }
         self.start_compaction(Trigger::Auto, None, None, None);
+    }
+
+    /// Installs the summary prepared ahead, if there is one and it still leaves room
+    /// (`None` otherwise: the caller compacts normally).
+    async fn install_ahead(&mut self) -> Option<Result<CompactAnswer, SessionError>> {
+        let ahead = self.ahead.take()?;
+        let rate = self.tally.calibration;
+        let appended_since: u64 = self.view.get(ahead.snapshot_len..).unwrap_or_default().iter().map(|r| rate.tokens(u64::from(r.head().content_bytes))).sum();
+        let same_view = ahead.view_generation == self.view_generation;
+        match ctxd_core::compact::ahead::check_prepared(ahead.prepared.estimated_post_tokens, appended_since, same_view, &self.thresholds) {
+            Ok(estimate) => {
+                tracing::info!(estimate, appended_since, "installing the summary prepared ahead");
+                let started = Instant::now();
+                let pre_tokens = self.next_tokens();
+                // Boxed: installing appends, and appending may compact.
+                Some(Box::pin(self.install(Trigger::Precomputed, started, pre_tokens, ahead.prepared)).await)
+            }
+            Err(stale) => {
+                tracing::info!(?stale, "summary prepared ahead not used; compacting now");
+                None
+            }
+        }
     }
 
     /// Starts preparing a summary in the background once the session passes the
