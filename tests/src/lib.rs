@@ -30,6 +30,34 @@ pub fn ctxd_bin() -> PathBuf {
     dir.join("ctxd")
 }
 
+/// `ctxd serve` on `state_dir` with piped stdio, logging at `log_level` to
+/// `<state_dir>.log`, and the user's own settings (~/.claude, ~/.config/ctxd) kept out:
+/// HOME is `<state_dir>.home`. `env` is set last.
+pub fn serve_command(state_dir: &Path, log_level: &str, env: &[(&str, &str)]) -> anyhow::Result<Command> {
+    let bin = ctxd_bin();
+    if !bin.exists() {
+        bail!("{} does not exist: build it first (cargo build --bins)", bin.display());
+    }
+    let home = state_dir.with_extension("home");
+    let mut command = Command::new(&bin);
+    command
+        .arg("--state-dir")
+        .arg(state_dir)
+        .arg("--log-file")
+        .arg(state_dir.with_extension("log"))
+        .arg("serve")
+        .env("CTXD_LOG", log_level)
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    Ok(command)
+}
+
 /// The repository root (for fixtures such as `examples/`).
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -59,28 +87,8 @@ impl Daemon {
 
     pub fn start_with(state_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Daemon> {
         let bin = ctxd_bin();
-        if !bin.exists() {
-            bail!("{} does not exist: build it first (cargo build --bins)", bin.display());
-        }
-        let log = state_dir.with_extension("log");
-        let mut command = Command::new(&bin);
-        command
-            .arg("--state-dir")
-            .arg(state_dir)
-            .arg("--log-file")
-            .arg(&log)
-            .arg("serve")
-            .args(args)
-            .env("CTXD_LOG", "debug")
-            // The user's own settings (~/.claude, ~/.config/ctxd) stay out of tests.
-            .env("HOME", state_dir.with_extension("home"))
-            .env("XDG_CONFIG_HOME", state_dir.with_extension("home").join(".config"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in env {
-            command.env(k, v);
-        }
+        let mut command = serve_command(state_dir, "debug", env)?;
+        command.args(args);
         let mut child = command.spawn().with_context(|| format!("spawning {}", bin.display()))?;
         let stdout = child.stdout.take().context("no stdout")?;
         let stdin = child.stdin.take();

@@ -11,14 +11,14 @@
 use std::collections::HashMap;
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow, bail, ensure};
+use anyhow::{Context, anyhow, ensure};
 use serde_json::{Value, json};
 
 use crate::{ctxd_bin, frame, read_frame, stored_uuids, user_record};
@@ -40,27 +40,9 @@ impl Mux {
     /// that only the sessions told to compact do) and initializes it.
     pub fn start(state_dir: &Path, env: &[(&str, &str)]) -> anyhow::Result<Arc<Mux>> {
         let bin = ctxd_bin();
-        if !bin.exists() {
-            bail!("{} does not exist: build it first", bin.display());
-        }
-        let home = state_dir.with_extension("home");
-        let mut command = Command::new(&bin);
-        command
-            .arg("--state-dir")
-            .arg(state_dir)
-            .arg("--log-file")
-            .arg(state_dir.with_extension("log"))
-            .arg("serve")
-            .env("CTXD_LOG", "info")
-            .env("DISABLE_AUTO_COMPACT", "1")
-            .env("HOME", &home)
-            .env("XDG_CONFIG_HOME", home.join(".config"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in env {
-            command.env(k, v);
-        }
+        let mut all = vec![("DISABLE_AUTO_COMPACT", "1")];
+        all.extend_from_slice(env);
+        let mut command = crate::serve_command(state_dir, "info", &all)?;
         let mut child = command.spawn().with_context(|| format!("spawning {}", bin.display()))?;
         let stdout = child.stdout.take().context("no stdout")?;
         let stdin = child.stdin.take().context("no stdin")?;

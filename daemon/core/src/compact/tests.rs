@@ -1882,3 +1882,34 @@ fn a_missing_summary_is_asked_for_again_then_installed_with_fidelity_additions()
     assert!(text.contains("- Latest user request: \"Now add a test in tests/test_app.py\""));
     assert!(!text.contains("draft"));
 }
+
+// ---------------------------------------------------------------------------------
+// Preparing a summary ahead of the threshold.
+
+#[test]
+fn prepares_ahead_only_between_the_start_and_the_threshold() {
+    use super::ahead::should_prepare;
+    let t = levels();
+    let start = t.precompute_start();
+    assert_eq!(start, 160_000);
+    assert!(!should_prepare(start - 1, &t));
+    assert!(should_prepare(start, &t));
+    assert!(should_prepare(t.threshold - 1, &t));
+    assert!(!should_prepare(t.threshold, &t), "at the threshold the compaction itself runs");
+    let off = Thresholds { auto_compact_enabled: false, ..t };
+    assert!(!should_prepare(start, &off));
+    let unenforced = Thresholds { enforce_window: false, ..t };
+    assert!(!should_prepare(start, &unenforced));
+}
+
+#[test]
+fn a_prepared_summary_is_installed_while_it_still_leaves_room() {
+    use super::ahead::{Stale, check_prepared};
+    let t = levels();
+    assert_eq!(check_prepared(30_000, 7_000, true, &t), Ok(37_000));
+    assert_eq!(check_prepared(30_000, 7_000, false, &t), Err(Stale::ViewReplaced));
+    assert_eq!(
+        check_prepared(30_000, 60_000, true, &t),
+        Err(Stale::TooMuchSince { estimated_after: 90_000, limit: 83_500 })
+    );
+}
