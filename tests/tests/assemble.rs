@@ -99,6 +99,44 @@ fn base_context_is_placed_and_the_request_is_valid() {
     assert!(stages.len() >= 6, "{stages:?}");
 }
 
+/// The fast path answers `ctx/assemble` from the request text the actor encoded; the
+/// service's path (taken here by escaping the method name, which the fast path does not
+/// recognise) parses it back. Both answers are the same, and so are their errors.
+#[test]
+fn the_fast_path_and_the_service_answer_assemble_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = project(dir.path());
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "s"})).unwrap();
+    daemon.request("ctx/append", json!({"sessionId": "s", "records": example(40)})).unwrap();
+    let fast = assemble(&mut daemon, json!({"includeSnipped": true}));
+    let params = json!({"sessionId": "s", "system": [{"type": "text", "text": "You are a coding agent."}],
+        "tools": [{"name": "Read", "description": "Read a file", "input_schema": {"type": "object"}},
+                  {"name": "Bash", "description": "Run", "input_schema": {"type": "object"}},
+                  {"name": "Grep", "description": "Search", "input_schema": {"type": "object"}},
+                  {"name": "Edit", "description": "Edit", "input_schema": {"type": "object"}},
+                  {"name": "Glob", "description": "Find", "input_schema": {"type": "object"}}],
+        "maxTokens": 32000, "includeSnipped": true});
+    let service = |daemon: &mut Daemon, id: i64, params: &Value| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "ctx/assemble", "params": params}).to_string();
+        let escaped = body.replace("\"ctx/assemble\"", "\"ctx\\/assemble\"");
+        assert_ne!(body, escaped);
+        daemon.send_raw(&ctxd_e2e::frame(escaped.as_bytes())).unwrap();
+        daemon.response(id).unwrap()
+    };
+    let slow = service(&mut daemon, 9001, &params);
+    assert_eq!(slow["result"], fast, "the service's answer differs from the fast path's");
+    assert!(fast["request"]["messages"].as_array().is_some_and(|m| m.len() > 10), "{fast}");
+    assert!(fast["scrollback"]["entries"].is_array(), "{fast}");
+    // The same errors either way: an unknown session, a wrong type.
+    for (id, bad) in [(9002, json!({"sessionId": "nope", "maxTokens": 1000})), (9004, json!({"sessionId": "s", "maxTokens": "many"}))] {
+        let slow = service(&mut daemon, id, &bad);
+        let fast = daemon.request_error("ctx/assemble", bad).unwrap();
+        assert_eq!(slow["error"]["code"], fast["code"], "{slow} / {fast}");
+        assert!(slow["error"]["code"].as_i64().is_some(), "{slow}");
+    }
+}
+
 #[test]
 fn a_changed_read_file_is_told_once_and_resume_gives_the_same_request() {
     let dir = tempfile::tempdir().unwrap();

@@ -39,11 +39,11 @@ pub struct Backend {
     sessions: Arc<OnceLock<Arc<Sessions>>>,
 }
 
-/// Builds the LSP service with every `ctx/` method registered, and the fast path for
-/// `ctx/append` that shares its sessions.
+/// Builds the LSP service with every `ctx/` method registered, and the fast paths for
+/// `ctx/append` and `ctx/assemble` that share its sessions.
 pub fn service(options: ServeOptions) -> (LspService<Backend>, tower_lsp_server::ClientSocket, Arc<dyn crate::transport::FastPath>) {
     let shared: Arc<OnceLock<Arc<Sessions>>> = Arc::default();
-    let fast: Arc<dyn crate::transport::FastPath> = Arc::new(AppendFastPath { sessions: shared.clone() });
+    let fast: Arc<dyn crate::transport::FastPath> = Arc::new(FastPaths { sessions: shared.clone() });
     let (service, socket) = LspService::build(|client| Backend { client, options, sessions: shared })
         .custom_method(methods::OPEN_SESSION, Backend::open_session)
         .custom_method(methods::APPEND, Backend::append)
@@ -83,28 +83,57 @@ impl<T> Drop for CancelOnDrop<'_, T> {
     }
 }
 
-/// `ctx/append` without the service's JSON passes: each record's text is borrowed from
-/// the frame as it was sent (no value tree, no re-serialization). Anything unusual (a
-/// record spread over lines, an invalid record, a session that is not open, no store yet)
-/// is declined and takes the service's path, which answers with the right error.
-struct AppendFastPath {
+/// The two per-turn methods without the service's JSON passes.
+///
+/// `ctx/append`: each record's text is borrowed from the frame as it was sent (no value
+/// tree, no re-serialization). `ctx/assemble`: params decoded straight into their type,
+/// and the answer encoded in one pass around the request text the actor produced.
+/// Anything unusual (a record spread over lines, an invalid record or params, a session
+/// that is not open, no store yet) is declined and takes the service's path, which
+/// answers with the right error.
+struct FastPaths {
     sessions: Arc<OnceLock<Arc<Sessions>>>,
 }
 
-impl crate::transport::FastPath for AppendFastPath {
+/// A JSON-RPC request frame with typed params, borrowed from the frame where it can be.
+#[derive(serde::Deserialize)]
+struct Frame<'a, P> {
+    #[serde(borrow)]
+    jsonrpc: &'a str,
+    id: Option<tower_lsp_server::jsonrpc::Id>,
+    #[serde(borrow)]
+    method: &'a str,
+    params: P,
+}
+
+impl<'a, P: serde::Deserialize<'a>> Frame<'a, P> {
+    /// The frame, if it is a request for `method` with params of type `P`.
+    fn parse(body: &'a str, method: &str) -> Option<(tower_lsp_server::jsonrpc::Id, P)> {
+        let frame: Frame<'a, P> = serde_json::from_str(body).ok()?;
+        (frame.jsonrpc == "2.0" && frame.method == method).then_some(())?;
+        Some((frame.id?, frame.params))
+    }
+}
+
+impl crate::transport::FastPath for FastPaths {
     fn take(&self, body: &str) -> Option<crate::transport::Reply> {
+        if body.contains("\"ctx/append\"")
+            && let Some(reply) = self.append(body)
+        {
+            return Some(reply);
+        }
+        if body.contains("\"ctx/assemble\"") {
+            return self.assemble(body);
+        }
+        None
+    }
+}
+
+impl FastPaths {
+    fn append(&self, body: &str) -> Option<crate::transport::Reply> {
         use futures::FutureExt;
         use serde_json::value::RawValue;
-        use tower_lsp_server::jsonrpc::{Id, Response};
 
-        #[derive(serde::Deserialize)]
-        struct Frame<'a> {
-            jsonrpc: &'a str,
-            id: Option<Id>,
-            method: &'a str,
-            #[serde(borrow)]
-            params: Params<'a>,
-        }
         #[derive(serde::Deserialize)]
         #[serde(rename_all = "camelCase")]
         struct Params<'a> {
@@ -112,24 +141,20 @@ impl crate::transport::FastPath for AppendFastPath {
             #[serde(borrow)]
             records: Vec<&'a RawValue>,
         }
-        if !body.contains("\"ctx/append\"") || nested_deeper_than(body, MAX_NESTING) {
+        if nested_deeper_than(body, MAX_NESTING) {
             return None;
         }
-        let frame: Frame<'_> = serde_json::from_str(body).ok()?;
-        let id = frame.id?;
-        if frame.jsonrpc != "2.0" || frame.method != methods::APPEND {
-            return None;
-        }
+        let (id, params) = Frame::<Params<'_>>::parse(body, methods::APPEND)?;
         let sessions = self.sessions.get()?.clone();
-        let mut records = Vec::with_capacity(frame.params.records.len());
-        for raw in frame.params.records {
+        let mut records = Vec::with_capacity(params.records.len());
+        for raw in params.records {
             let text = raw.get();
             if text.contains('\n') {
                 return None;
             }
             records.push(Record::parse(text).ok()?);
         }
-        let session_id = frame.params.session_id;
+        let session_id = params.session_id;
         // Not open and not in the store: the service's path gives the error.
         if sessions.is_unknown(&session_id) {
             return None;
@@ -140,19 +165,107 @@ impl crate::transport::FastPath for AppendFastPath {
                     Ok(rx) => answer(rx, &session_id).await,
                     Err(e) => Err(rpc_error(e)),
                 };
-                let body = result.and_then(|a| {
-                    serde_json::to_value(proto::AppendResult {
-                        appended: a.appended,
-                        duplicates: a.duplicates,
-                        records: a.records,
-                        usage: a.usage.to_proto(),
-                    })
-                    .map_err(|e| internal(e.to_string()))
+                let result = result.map(|a| proto::AppendResult {
+                    appended: a.appended,
+                    duplicates: a.duplicates,
+                    records: a.records,
+                    usage: a.usage.to_proto(),
                 });
-                Some(Response::from_parts(id, body))
+                Some(encoded(id, result))
             }
             .boxed(),
         )
+    }
+
+    fn assemble(&self, body: &str) -> Option<crate::transport::Reply> {
+        use futures::FutureExt;
+
+        // Params nested past serde_json's recursion limit fail here and are declined.
+        let (id, params) = Frame::<proto::AssembleParams>::parse(body, methods::ASSEMBLE)?;
+        let sessions = self.sessions.get()?.clone();
+        if sessions.is_unknown(&params.session_id) {
+            return None;
+        }
+        Some(
+            async move {
+                let (session_id, request) = assemble_request(params);
+                let result = match sessions.assemble(&session_id, request) {
+                    Ok(rx) => answer(rx, &session_id).await.map(AssembleResultText::from),
+                    Err(e) => Err(rpc_error(e)),
+                };
+                Some(encoded(id, result))
+            }
+            .boxed(),
+        )
+    }
+}
+
+/// A fast path's answer: the result encoded in one pass, or the error as the service
+/// would send it.
+fn encoded<T: serde::Serialize>(id: tower_lsp_server::jsonrpc::Id, result: Result<T>) -> crate::transport::Answer {
+    use crate::transport::Answer;
+    use tower_lsp_server::jsonrpc::Response;
+    match result.and_then(|r| crate::transport::encode_result(&id, &r).map_err(|e| internal(e.to_string()))) {
+        Ok(body) => Answer::Encoded(body),
+        Err(e) => Answer::Response(Response::from_error(id, e)),
+    }
+}
+
+/// What the actor needs from `ctx/assemble` params, and the session they name.
+fn assemble_request(params: proto::AssembleParams) -> (String, crate::session::actor::AssembleRequest) {
+    let request = crate::session::actor::AssembleRequest {
+        system: params.system,
+        tools: params.tools,
+        max_tokens: params.max_tokens,
+        fork: params.fork.map(|f| ctxd_core::view::Fork { instruction: f.instruction, skip_cache_write: f.skip_cache_write }),
+        include_snipped: params.include_snipped,
+    };
+    (params.session_id, request)
+}
+
+/// [`proto::AssembleResult`] with the request as the JSON text the actor encoded, so
+/// that it is copied into the answer rather than rebuilt as a value tree.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AssembleResultText {
+    request: Box<serde_json::value::RawValue>,
+    request_tokens: u64,
+    usage: proto::Usage,
+    applied: Vec<proto::AppliedStage>,
+    decision: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scrollback: Option<Value>,
+}
+
+impl From<crate::session::actor::AssembleAnswer> for AssembleResultText {
+    fn from(done: crate::session::actor::AssembleAnswer) -> AssembleResultText {
+        AssembleResultText {
+            request: done.request,
+            request_tokens: done.request_tokens,
+            usage: done.usage.to_proto(),
+            applied: done
+                .applied
+                .into_iter()
+                .map(|a| proto::AppliedStage { stage: a.stage.to_owned(), acted: a.acted, tokens_freed: a.tokens_freed, detail: a.detail })
+                .collect(),
+            decision: if done.compact { "compact" } else { "continue" }.to_owned(),
+            scrollback: done.scrollback,
+        }
+    }
+}
+
+impl AssembleResultText {
+    /// The protocol type, for the service's path (the request text parsed back).
+    fn into_proto(self) -> Result<proto::AssembleResult> {
+        let request = serde_json::from_str(self.request.get()).map_err(|e| internal(format!("the assembled request: {e}")))?;
+        Ok(proto::AssembleResult {
+            request,
+            request_tokens: self.request_tokens,
+            usage: self.usage,
+            applied: self.applied,
+            decision: self.decision,
+            scrollback: self.scrollback,
+        })
     }
 }
 
@@ -447,27 +560,9 @@ impl Backend {
     }
 
     pub async fn assemble(&self, params: proto::AssembleParams) -> Result<proto::AssembleResult> {
-        let request = crate::session::actor::AssembleRequest {
-            system: params.system,
-            tools: params.tools,
-            max_tokens: params.max_tokens,
-            fork: params.fork.map(|f| ctxd_core::view::Fork { instruction: f.instruction, skip_cache_write: f.skip_cache_write }),
-            include_snipped: params.include_snipped,
-        };
-        let rx = self.sessions()?.assemble(&params.session_id, request).map_err(rpc_error)?;
-        let done = answer(rx, &params.session_id).await?;
-        Ok(proto::AssembleResult {
-            request: done.request,
-            request_tokens: done.request_tokens,
-            usage: done.usage.to_proto(),
-            applied: done
-                .applied
-                .into_iter()
-                .map(|a| proto::AppliedStage { stage: a.stage.to_owned(), acted: a.acted, tokens_freed: a.tokens_freed, detail: a.detail })
-                .collect(),
-            decision: if done.compact { "compact" } else { "continue" }.to_owned(),
-            scrollback: done.scrollback,
-        })
+        let (session_id, request) = assemble_request(params);
+        let rx = self.sessions()?.assemble(&session_id, request).map_err(rpc_error)?;
+        AssembleResultText::from(answer(rx, &session_id).await?).into_proto()
     }
 
     pub async fn snip(&self, params: proto::SnipParams) -> Result<proto::SnipResult> {

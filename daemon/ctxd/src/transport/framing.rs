@@ -206,9 +206,17 @@ enum HeaderParse {
 /// Frames a message body for writing.
 pub fn encode(body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(body.len() + 32);
-    out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
-    out.extend_from_slice(body);
+    encode_into(body, &mut out);
     out
+}
+
+/// [`encode`], appending the frame to `out`.
+pub fn encode_into(body: &[u8], out: &mut Vec<u8>) {
+    use std::io::Write as _;
+    out.reserve(body.len() + 32);
+    // Writing into a Vec cannot fail.
+    let _ = write!(out, "Content-Length: {}\r\n\r\n", body.len());
+    out.extend_from_slice(body);
 }
 
 #[cfg(test)]

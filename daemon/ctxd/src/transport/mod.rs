@@ -55,11 +55,30 @@ pub enum Ending {
 }
 
 /// The eventual answer to one message (`None` for a notification).
-pub type Reply = BoxFuture<'static, Option<Response>>;
+pub type Reply = BoxFuture<'static, Option<Answer>>;
+
+/// An answer on its way to the writer.
+pub enum Answer {
+    Response(Response),
+    /// A whole JSON-RPC response body, already encoded by a [`FastPath`] straight from
+    /// typed data (see [`encode_result`]): no value tree in between.
+    Encoded(Vec<u8>),
+}
+
+/// The body of a successful response to request `id`, encoded in one pass.
+pub fn encode_result<T: serde::Serialize>(id: &Id, result: &T) -> Result<Vec<u8>, serde_json::Error> {
+    #[derive(serde::Serialize)]
+    struct Success<'a, T> {
+        jsonrpc: &'static str,
+        result: &'a T,
+        id: &'a Id,
+    }
+    serde_json::to_vec(&Success { jsonrpc: "2.0", result, id })
+}
 
 /// A handler the transport tries before the LSP service, for a method hot enough that
-/// the service's three JSON passes (value tree, request, typed params) show up in a
-/// profile. It must keep the service's contract: the reply future does its work (queues
+/// the service's JSON passes (value tree, request, typed params on the way in; a value
+/// tree of the result on the way out) show up in a profile. It must keep the service's contract: the reply future does its work (queues
 /// its command) only when first polled, so arrival order holds; and it declines
 /// (`None`) anything it cannot answer exactly as the service would.
 pub trait FastPath: Send + Sync {
@@ -133,16 +152,16 @@ where
     'read: loop {
         // Back-pressure: with too much in flight, only drain.
         if in_flight.len() >= limits.max_in_flight {
-            if let Some(Some(response)) = in_flight.next().await {
-                let _ = out_tx.send(Outgoing::Response(response)).await;
+            if let Some(Some(answer)) = in_flight.next().await {
+                let _ = out_tx.send(answer.into()).await;
             }
             continue;
         }
         tokio::select! {
             biased;
             Some(done) = in_flight.next(), if !in_flight.is_empty() => {
-                if let Some(response) = done {
-                    let _ = out_tx.send(Outgoing::Response(response)).await;
+                if let Some(answer) = done {
+                    let _ = out_tx.send(answer.into()).await;
                 }
             }
             frame = reader.next_frame() => {
@@ -163,8 +182,8 @@ where
                             tokio::select! {
                                 biased;
                                 Some(done) = in_flight.next(), if !in_flight.is_empty() => {
-                                    if let Some(response) = done {
-                                        let _ = out_tx.send(Outgoing::Response(response)).await;
+                                    if let Some(answer) = done {
+                                        let _ = out_tx.send(answer.into()).await;
                                     }
                                 }
                                 ready = futures::future::poll_fn(|cx| service.poll_ready(cx)) => break ready,
@@ -184,8 +203,8 @@ where
                             // must not see them refused, so nothing else is dispatched
                             // until it has answered.
                             while let Some(done) = in_flight.next().await {
-                                if let Some(response) = done {
-                                    let _ = out_tx.send(Outgoing::Response(response)).await;
+                                if let Some(answer) = done {
+                                    let _ = out_tx.send(answer.into()).await;
                                 }
                             }
                         }
@@ -210,8 +229,8 @@ where
 
     // Answer everything still in flight before closing the output.
     while let Some(done) = in_flight.next().await {
-        if let Some(response) = done {
-            let _ = out_tx.send(Outgoing::Response(response)).await;
+        if let Some(answer) = done {
+            let _ = out_tx.send(answer.into()).await;
         }
     }
     forwarder.abort();
@@ -228,7 +247,7 @@ where
     E: std::fmt::Display,
 {
     async move {
-        match AssertUnwindSafe(call).catch_unwind().await {
+        let response = match AssertUnwindSafe(call).catch_unwind().await {
             Ok(Ok(Some(response))) => Some(explain(response, &method)),
             Ok(Ok(None)) => None,
             Ok(Err(e)) => id.map(|id| Response::from_error(id, server_error(format!("{method}: {e}")))),
@@ -245,7 +264,8 @@ where
                     Response::from_error(id, error)
                 })
             }
-        }
+        };
+        response.map(Answer::Response)
     }
     .boxed()
 }
@@ -363,29 +383,40 @@ fn classify(value: Value) -> Incoming {
     }
 }
 
-fn encode<T: serde::Serialize>(message: &T) -> Vec<u8> {
+fn encode_into<T: serde::Serialize>(message: &T, buf: &mut Vec<u8>) {
     let body = serde_json::to_vec(message).unwrap_or_else(|e| {
         // Responses are built from serializable types; this is a bug, not input.
         tracing::error!(error = %e, "could not serialize an outgoing message");
         br#"{"jsonrpc":"2.0","error":{"code":-32603,"message":"could not serialize the response"},"id":null}"#.to_vec()
     });
-    framing::encode(&body)
+    framing::encode_into(&body, buf);
 }
 
 /// A message on its way out, encoded by the writer (not by the serve loop).
 enum Outgoing {
     Response(Response),
+    /// A response body a fast path already encoded; only framed here.
+    Encoded(Vec<u8>),
     /// A request or notification from the server (`Client`).
     Request(Request),
 }
 
+impl From<Answer> for Outgoing {
+    fn from(answer: Answer) -> Outgoing {
+        match answer {
+            Answer::Response(response) => Outgoing::Response(response),
+            Answer::Encoded(body) => Outgoing::Encoded(body),
+        }
+    }
+}
+
 impl Outgoing {
     fn encode_into(&self, buf: &mut Vec<u8>) {
-        let frame = match self {
-            Outgoing::Response(response) => encode(response),
-            Outgoing::Request(request) => encode(request),
-        };
-        buf.extend_from_slice(&frame);
+        match self {
+            Outgoing::Response(response) => encode_into(response, buf),
+            Outgoing::Encoded(body) => framing::encode_into(body, buf),
+            Outgoing::Request(request) => encode_into(request, buf),
+        }
     }
 }
 
