@@ -5,7 +5,7 @@
 //! to the caller, starting over would hand it the same text twice, so failures past
 //! that point go back to the caller as errors that say whether a new attempt may help.
 
-use std::sync::Once;
+use std::sync::{Mutex, Once};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -19,14 +19,26 @@ use super::sse::{SseEvent, SseParser};
 /// Error bodies are read up to this size; the rest is not needed to classify them.
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
+/// The process's HTTP client for these timeouts. Clients are shared, one per timeout
+/// pair: building one loads the TLS root store (several milliseconds of a runtime
+/// worker, once per compaction before this), and a shared client keeps its connections
+/// to the provider open between compactions.
 pub(super) fn build_client(http: &HttpConfig) -> Result<reqwest::Client, ProviderError> {
+    static CLIENTS: Mutex<Vec<((Duration, Duration), reqwest::Client)>> = Mutex::new(Vec::new());
+    let key = (http.connect_timeout, http.read_timeout);
+    let mut clients = CLIENTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((_, client)) = clients.iter().find(|(k, _)| *k == key) {
+        return Ok(client.clone());
+    }
     install_crypto_provider();
-    reqwest::Client::builder()
+    let client = reqwest::Client::builder()
         .connect_timeout(http.connect_timeout)
         .read_timeout(http.read_timeout)
         .user_agent(concat!("ctxd/", env!("CARGO_PKG_VERSION")))
         .build()
-        .map_err(|e| ProviderError::Config(format!("cannot build the HTTP client: {}", e.without_url())))
+        .map_err(|e| ProviderError::Config(format!("cannot build the HTTP client: {}", e.without_url())))?;
+    clients.push((key, client.clone()));
+    Ok(client)
 }
 
 /// reqwest is built without a default crypto provider (see the module docs of
