@@ -1,7 +1,7 @@
 //! Load: 50 sessions appending and assembling at once over one connection while 5 of
-//! them compact back to back, and the latency that costs a session that does not
-//! compact, at two paces of the other 45: about what busy agents send, and as fast as
-//! the clients go.
+//! them compact, and the latency that costs a session that does not compact, under two
+//! loads: a fixed one (every client at a busy agent's pace, the 5 compacting back to
+//! back through a provider) and a saturating one (clients as fast as they go).
 //! A probe session appends and assembles one request at a time. Each round starts from
 //! fresh sessions of fixed sizes: one probe measured while the daemon is otherwise
 //! idle, then a second probe of the same size while the load runs; p50 and p99 pool the
@@ -18,6 +18,7 @@
 //! cargo build --release -p ctxd && cargo bench -p ctxd-e2e --bench load
 //! cargo bench -p ctxd-e2e --bench load -- --quick      # fewer samples and rounds
 //! cargo bench -p ctxd-e2e --bench load -- --same-session   # only appends during a compaction
+//! cargo bench -p ctxd-e2e --bench load -- --agent-pace     # only the fixed load
 //! ```
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
@@ -28,7 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ctxd_e2e::load::{Background, Mux, SessionLog, Workload, assemble_params, check_stored, filler, open_and_seed, session_id};
+use ctxd_e2e::load::{Background, Compactions, Mux, SessionLog, Workload, assemble_params, check_stored, filler, open_and_seed, session_id};
 use serde_json::json;
 
 fn main() -> anyhow::Result<()> {
@@ -41,24 +42,30 @@ fn main() -> anyhow::Result<()> {
         bin.display(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
     );
-    // Two paces: about what 50 busy agents send, and as fast as the clients can go
-    // (the daemon and the 51 client threads then share the two cores).
-    let paces = [("agent pace", Duration::from_millis(200)), ("saturating", Duration::from_millis(10))];
-    // `--same-session` runs only the part about appends during a compaction.
-    let paces = if std::env::args().any(|a| a == "--same-session") { &paces[..0] } else { &paces[..] };
-    for &(pace, pause) in paces {
-        let workload = Workload {
-            name: String::new(),
-            sessions: 50,
-            compacting: 5,
-            compact_every: 50,
-            assemble_every: 4,
-            pause,
-            operations: None,
-        };
-        load(pace, workload, rounds, samples)?;
+    // Two loads. Agent pace: a fixed offered load, every client pausing 200 ms between
+    // operations (a busy agent sends far less) while 5 sessions compact back to back
+    // through a local provider that takes PROVIDER_DELAY per summary, as compactions
+    // with a model do (several always in flight, and the daemon's own work for each:
+    // the request, the stream, the checks, restoration, the install). Saturating: the 5
+    // compacting clients never pause and compact with the offline summarizer (all the
+    // work on the daemon's CPU) and the others pause 10 ms, so the load grows with the
+    // daemon's speed (the daemon and the clients' threads then share the two cores).
+    let loads = [
+        ("agent pace", Duration::from_millis(200), Compactions::Continuous),
+        ("saturating", Duration::from_millis(10), Compactions::EveryAppends(50)),
+    ];
+    // `--same-session` runs only the part about appends during a compaction,
+    // `--agent-pace` only the fixed load.
+    let flag = |name: &str| std::env::args().any(|a| a == name);
+    let loads = if flag("--same-session") { &loads[..0] } else if flag("--agent-pace") { &loads[..1] } else { &loads[..] };
+    for &(pace, pause, compactions) in loads {
+        let workload = Workload { name: String::new(), sessions: 50, compacting: 5, compactions, assemble_every: 4, pause, operations: None };
+        let provider = matches!(compactions, Compactions::Continuous).then_some(PROVIDER_DELAY);
+        load(pace, workload, provider, rounds, samples)?;
     }
-    during_compaction(rounds, samples)?;
+    if !flag("--agent-pace") {
+        during_compaction(rounds, samples)?;
+    }
     Ok(())
 }
 
@@ -69,16 +76,30 @@ const PROBE_RECORDS: usize = 300;
 const COMPACTING_RECORDS: usize = 600;
 const OTHER_RECORDS: usize = 100;
 
+/// How long the provider of the agent-pace load takes per summary: short enough that
+/// compactions are installed (not only started) while the probe measures.
+const PROVIDER_DELAY: Duration = Duration::from_millis(250);
+
 /// One daemon, `rounds` times: a probe session alone, then a second probe session of
-/// the same size while the background load runs.
-fn load(pace: &str, mut workload: Workload, rounds: usize, samples: usize) -> anyhow::Result<()> {
+/// the same size while the background load runs. With `provider`, compactions go to a
+/// local Anthropic endpoint that answers after that delay; without, to the offline
+/// summarizer.
+fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: usize, samples: usize) -> anyhow::Result<()> {
     let dir = tempfile::Builder::new().prefix("ctxd-load-").tempdir()?;
     let state = dir.path().join("state");
-    let mux = Mux::start(&state, &[])?;
+    if let Some(delay) = provider {
+        let port = slow_provider(delay)?;
+        let settings = json!({"provider": "anthropic", "baseUrl": format!("http://127.0.0.1:{port}"), "apiKeyEnv": "CTXD_BENCH_API_KEY"});
+        let user = state.with_extension("home").join(".config/ctxd");
+        std::fs::create_dir_all(&user)?;
+        std::fs::write(user.join("settings.json"), settings.to_string())?;
+    }
+    let mux = Mux::start(&state, &[("CTXD_BENCH_API_KEY", "sk-bench-not-a-secret")])?;
     let mut idle = Latencies::default();
     let mut loaded = Latencies::default();
     let mut logs: Vec<SessionLog> = Vec::new();
     let (mut ops, mut compactions, mut loaded_secs, mut peak_rss) = (0u64, 0u64, 0.0, 0.0_f64);
+    let mut summarizers = std::collections::BTreeMap::<String, u64>::new();
     for round in 0..rounds {
         workload.name = format!("r{round}");
         let seeded: Vec<Vec<String>> = (0..workload.sessions)
@@ -97,6 +118,9 @@ fn load(pace: &str, mut workload: Workload, rounds: usize, samples: usize) -> an
         loaded_secs += started.elapsed().as_secs_f64();
         ops += done.iter().map(|l| l.appends + l.assembles).sum::<u64>();
         compactions += done.iter().map(|l| l.compactions).sum::<u64>();
+        for (name, n) in done.iter().flat_map(|l| &l.summarizers) {
+            *summarizers.entry(name.clone()).or_default() += n;
+        }
         for id in done.iter().map(|l| l.id.clone()).chain([alone.id, busy.id]) {
             mux.request("ctx/closeSession", json!({"sessionId": id}))?;
         }
@@ -105,12 +129,14 @@ fn load(pace: &str, mut workload: Workload, rounds: usize, samples: usize) -> an
     check_stored(&state, &logs)?;
 
     let appended: usize = logs.iter().map(|l| l.appended.len()).sum();
+    let how = match workload.compactions {
+        Compactions::EveryAppends(n) => format!("each after every {n} of its appends, never pausing; the others pausing {:?} between operations", workload.pause),
+        Compactions::Continuous => format!("back to back on a second client each; every client pausing {:?} between operations", workload.pause),
+    };
     println!(
-        "{pace}: {} sessions, {} of them compacting back to back (every {} appends), the others pausing {:?} between operations, one assemble in {}: {:.0} operations/s, {compactions} compactions",
+        "{pace}: {} sessions, {} of them compacting ({how}), one assemble in {}: {:.0} operations/s, {compactions} compactions {summarizers:?}",
         workload.sessions,
         workload.compacting,
-        workload.compact_every,
-        workload.pause,
         workload.assemble_every,
         ops as f64 / loaded_secs.max(1e-9),
     );
@@ -271,7 +297,7 @@ fn during_compaction(rounds: usize, samples: usize) -> anyhow::Result<()> {
 }
 
 /// A local Anthropic Messages endpoint that answers every request with a streamed
-/// summary after `delay`. Serves a bounded number of connections, one at a time.
+/// summary after `delay`, a thread per connection.
 fn slow_provider(delay: Duration) -> anyhow::Result<u16> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
@@ -285,26 +311,33 @@ fn slow_provider(delay: Duration) -> anyhow::Result<u16> {
         json!({"type": "message_stop"}),
     ];
     let body: String = events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or_default())).collect();
+    let body = Arc::new(body);
     std::thread::spawn(move || {
-        for stream in listener.incoming().take(10_000) {
-            let Ok(mut stream) = stream else { continue };
-            let Ok(clone) = stream.try_clone() else { continue };
-            let mut reader = BufReader::new(clone);
-            let mut length = 0usize;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-            }
-            let mut request = vec![0; length];
-            let _ = reader.read_exact(&mut request);
-            std::thread::sleep(delay);
-            let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let body = body.clone();
+            std::thread::spawn(move || answer_after(stream, delay, &body));
         }
     });
     Ok(port)
+}
+
+/// Reads one HTTP request from `stream` and answers it with `body` after `delay`.
+fn answer_after(mut stream: std::net::TcpStream, delay: Duration, body: &str) {
+    let Ok(clone) = stream.try_clone() else { return };
+    let mut reader = BufReader::new(clone);
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut request = vec![0; length];
+    let _ = reader.read_exact(&mut request);
+    std::thread::sleep(delay);
+    let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
 }

@@ -8,7 +8,7 @@
 //! [`check_stored`] can say afterwards that nothing acknowledged is missing or out of
 //! order.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin};
@@ -148,16 +148,28 @@ pub struct Workload {
     pub name: String,
     /// Sessions with their own client thread.
     pub sessions: usize,
-    /// Of those, how many compact (every `compact_every` appends).
+    /// Of those, how many compact.
     pub compacting: usize,
-    pub compact_every: usize,
+    /// How they compact.
+    pub compactions: Compactions,
     /// Every `assemble_every`-th operation is an assemble.
     pub assemble_every: usize,
-    /// Pause between two operations of a client that does not compact (its think
-    /// time); the compacting ones go back to back, so a compaction is always running.
+    /// Pause between two operations of a client (its think time).
     pub pause: Duration,
     /// Operations per client, or until stopped when `None`.
     pub operations: Option<usize>,
+}
+
+/// How the compacting sessions compact.
+#[derive(Debug, Clone, Copy)]
+pub enum Compactions {
+    /// Their own client compacts after every n-th append and otherwise goes back to
+    /// back, never pausing: the load they make grows with the daemon's speed.
+    EveryAppends(usize),
+    /// A second client per session runs `ctx/compact` back to back, so that these
+    /// sessions are always compacting, while their first client appends and assembles
+    /// at the same pace as every other: a fixed offered load.
+    Continuous,
 }
 
 /// What one background session did; every answer it got was checked.
@@ -168,6 +180,8 @@ pub struct SessionLog {
     pub appends: u64,
     pub assembles: u64,
     pub compactions: u64,
+    /// The `summarizer` of each compaction's answer, counted.
+    pub summarizers: BTreeMap<String, u64>,
 }
 
 /// The background client threads.
@@ -192,7 +206,19 @@ impl Background {
             .enumerate()
             .map(|(i, appended)| {
                 let (mux, stop, workload) = (mux.clone(), stop.clone(), workload.clone());
-                std::thread::spawn(move || client(&mux, &workload, i, appended, &stop))
+                std::thread::spawn(move || {
+                    let continuous = i < workload.compacting && matches!(workload.compactions, Compactions::Continuous);
+                    let compactor = continuous.then(|| {
+                        let (mux, id, done) = (mux.clone(), session_id(i, &workload), Arc::new(AtomicBool::new(false)));
+                        let stop_compacting = done.clone();
+                        (std::thread::spawn(move || compact_until(&mux, &id, &stop_compacting)), done)
+                    });
+                    let log = client(&mux, &workload, i, appended, &stop);
+                    let Some((compactor, done)) = compactor else { return log };
+                    done.store(true, Ordering::Relaxed);
+                    let summarizers = compactor.join().map_err(|_| anyhow!("a compacting thread panicked"))??;
+                    log.map(|log| SessionLog { compactions: summarizers.values().sum(), summarizers, ..log })
+                })
             })
             .collect();
         Background { stop, threads }
@@ -210,9 +236,28 @@ impl Background {
     }
 }
 
+/// `ctx/compact` on session `id` back to back until `done`; their summarizers, counted.
+fn compact_until(mux: &Mux, id: &str, done: &AtomicBool) -> anyhow::Result<BTreeMap<String, u64>> {
+    let mut summarizers = BTreeMap::new();
+    while !done.load(Ordering::Relaxed) {
+        compact(mux, id, &mut summarizers)?;
+    }
+    Ok(summarizers)
+}
+
+fn compact(mux: &Mux, id: &str, summarizers: &mut BTreeMap<String, u64>) -> anyhow::Result<()> {
+    let result = mux.request("ctx/compact", json!({"sessionId": id})).with_context(|| format!("{id}: compact"))?;
+    ensure!(result["boundary"].is_string(), "{id}: compact gave {result}");
+    *summarizers.entry(result["summarizer"].as_str().unwrap_or("?").to_owned()).or_default() += 1;
+    Ok(())
+}
+
 fn client(mux: &Mux, workload: &Workload, i: usize, appended: Vec<String>, stop: &AtomicBool) -> anyhow::Result<SessionLog> {
     let id = session_id(i, workload);
-    let compacting = i < workload.compacting;
+    let compact_every = match workload.compactions {
+        Compactions::EveryAppends(n) if i < workload.compacting => Some(n.max(1) as u64),
+        _ => None,
+    };
     let mut log = SessionLog { id: id.clone(), appended, ..SessionLog::default() };
     let mut op = 0usize;
     while !stop.load(Ordering::Relaxed) && workload.operations.is_none_or(|n| op < n) {
@@ -229,13 +274,12 @@ fn client(mux: &Mux, workload: &Workload, i: usize, appended: Vec<String>, stop:
             ensure!(result["appended"] == 1, "{id}: append gave {result}");
             log.appended.push(uuid);
             log.appends += 1;
-            if compacting && log.appends.is_multiple_of(workload.compact_every.max(1) as u64) {
-                let result = mux.request("ctx/compact", json!({"sessionId": id})).with_context(|| format!("{id}: compact"))?;
-                ensure!(result["boundary"].is_string(), "{id}: compact gave {result}");
+            if compact_every.is_some_and(|n| log.appends.is_multiple_of(n)) {
+                compact(mux, &id, &mut log.summarizers)?;
                 log.compactions += 1;
             }
         }
-        if !compacting && !workload.pause.is_zero() {
+        if compact_every.is_none() && !workload.pause.is_zero() {
             std::thread::sleep(workload.pause);
         }
     }

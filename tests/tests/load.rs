@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use ctxd_e2e::load::{Background, Mux, Workload, check_stored, open_and_seed, session_id};
+use ctxd_e2e::load::{Background, Compactions, Mux, Workload, check_stored, open_and_seed, session_id};
 
 #[test]
 fn concurrent_sessions_with_compactions_answer_everything_and_lose_nothing() {
@@ -18,7 +18,7 @@ fn concurrent_sessions_with_compactions_answer_everything_and_lose_nothing() {
         name: "bg".to_owned(),
         sessions: 12,
         compacting: 3,
-        compact_every: 15,
+        compactions: Compactions::EveryAppends(15),
         assemble_every: 3,
         pause: Duration::ZERO,
         operations: Some(60),
@@ -36,5 +36,34 @@ fn concurrent_sessions_with_compactions_answer_everything_and_lose_nothing() {
     assert_eq!(compactions, 3 * 2);
     assert_eq!(appends, 12 * 40);
     assert_eq!(assembles, 12 * 20);
+    check_stored(&state, &logs).unwrap();
+}
+
+/// Sessions compacting back to back on a second client while their first client
+/// appends and assembles: every record appended during a compaction is stored, in order.
+#[test]
+fn sessions_compacting_back_to_back_keep_every_record_appended_meanwhile() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mux = Mux::start(&state, &[]).unwrap();
+    let workload = Workload {
+        name: "cont".to_owned(),
+        sessions: 6,
+        compacting: 2,
+        compactions: Compactions::Continuous,
+        assemble_every: 3,
+        pause: Duration::from_millis(2),
+        operations: Some(90),
+    };
+    let seeded: Vec<Vec<String>> = (0..workload.sessions)
+        .map(|i| open_and_seed(&mux, &session_id(i, &workload), if i < workload.compacting { 150 } else { 20 }).unwrap())
+        .collect();
+    let logs = Background::start(&mux, &workload, seeded).join().unwrap();
+    for log in &logs[..2] {
+        assert!(log.compactions >= 1, "{}: no compaction ran", log.id);
+        assert_eq!(log.summarizers.get("offline"), Some(&log.compactions), "{}: {:?}", log.id, log.summarizers);
+    }
+    assert!(logs[2..].iter().all(|l| l.compactions == 0));
+    assert_eq!(logs.iter().map(|l| l.appends).sum::<u64>(), 6 * 60);
     check_stored(&state, &logs).unwrap();
 }
