@@ -116,7 +116,7 @@ impl<'a, P: serde::Deserialize<'a>> Frame<'a, P> {
 }
 
 impl crate::transport::FastPath for FastPaths {
-    fn take(&self, body: &str) -> Option<crate::transport::Reply> {
+    fn take(&self, body: &str) -> Option<crate::transport::FastReply> {
         if body.contains("\"ctx/append\"")
             && let Some(reply) = self.append(body)
         {
@@ -130,7 +130,7 @@ impl crate::transport::FastPath for FastPaths {
 }
 
 impl FastPaths {
-    fn append(&self, body: &str) -> Option<crate::transport::Reply> {
+    fn append(&self, body: &str) -> Option<crate::transport::FastReply> {
         use futures::FutureExt;
         use serde_json::value::RawValue;
 
@@ -159,25 +159,25 @@ impl FastPaths {
         if sessions.is_unknown(&session_id) {
             return None;
         }
-        Some(
-            async move {
-                let result = match sessions.append(&session_id, records) {
-                    Ok(rx) => answer(rx, &session_id).await,
-                    Err(e) => Err(rpc_error(e)),
-                };
-                let result = result.map(|a| proto::AppendResult {
-                    appended: a.appended,
-                    duplicates: a.duplicates,
-                    records: a.records,
-                    usage: a.usage.to_proto(),
-                });
-                Some(encoded(id, result))
-            }
-            .boxed(),
-        )
+        let answer_id = id.clone();
+        let reply = async move {
+            let result = match sessions.append(&session_id, records) {
+                Ok(rx) => answer(rx, &session_id).await,
+                Err(e) => Err(rpc_error(e)),
+            };
+            let result = result.map(|a| proto::AppendResult {
+                appended: a.appended,
+                duplicates: a.duplicates,
+                records: a.records,
+                usage: a.usage.to_proto(),
+            });
+            Some(encoded(answer_id, result))
+        }
+        .boxed();
+        Some(crate::transport::FastReply { id, method: methods::APPEND, reply })
     }
 
-    fn assemble(&self, body: &str) -> Option<crate::transport::Reply> {
+    fn assemble(&self, body: &str) -> Option<crate::transport::FastReply> {
         use futures::FutureExt;
 
         // Params nested past serde_json's recursion limit fail here and are declined.
@@ -186,17 +186,17 @@ impl FastPaths {
         if sessions.is_unknown(&params.session_id) {
             return None;
         }
-        Some(
-            async move {
-                let (session_id, request) = assemble_request(params);
-                let result = match sessions.assemble(&session_id, request) {
-                    Ok(rx) => answer(rx, &session_id).await.map(AssembleResultText::from),
-                    Err(e) => Err(rpc_error(e)),
-                };
-                Some(encoded(id, result))
-            }
-            .boxed(),
-        )
+        let answer_id = id.clone();
+        let reply = async move {
+            let (session_id, request) = assemble_request(params);
+            let result = match sessions.assemble(&session_id, request) {
+                Ok(rx) => answer(rx, &session_id).await.map(AssembleResultText::from),
+                Err(e) => Err(rpc_error(e)),
+            };
+            Some(encoded(answer_id, result))
+        }
+        .boxed();
+        Some(crate::transport::FastReply { id, method: methods::ASSEMBLE, reply })
     }
 }
 

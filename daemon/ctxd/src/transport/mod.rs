@@ -7,10 +7,10 @@
 //! limit. Here a bad frame, bad JSON or a panicking handler costs one error reply and
 //! the daemon goes on.
 //!
-//! **Ordering.** Requests are turned into futures in arrival order and pushed into one
-//! `FuturesUnordered`, which first-polls tasks in the order they were pushed. Every
-//! `ctx/` handler hands its command to the session actor before its first `.await`, so
-//! the actor sees commands in the order the client sent them.
+//! **Ordering.** Each request's future is polled once as soon as its frame is read,
+//! before the next frame is read, and then joins one `FuturesUnordered` if it is still
+//! pending. Every `ctx/` handler hands its command to the session actor before its first
+//! `.await`, so the actor sees commands in the order the client sent them.
 
 pub mod framing;
 
@@ -78,11 +78,20 @@ pub fn encode_result<T: serde::Serialize>(id: &Id, result: &T) -> Result<Vec<u8>
 
 /// A handler the transport tries before the LSP service, for a method hot enough that
 /// the service's JSON passes (value tree, request, typed params on the way in; a value
-/// tree of the result on the way out) show up in a profile. It must keep the service's contract: the reply future does its work (queues
-/// its command) only when first polled, so arrival order holds; and it declines
-/// (`None`) anything it cannot answer exactly as the service would.
+/// tree of the result on the way out) show up in a profile. It must keep the service's
+/// contract: the reply future does its work (queues its command) only when first
+/// polled, so arrival order holds; and it declines (`None`) anything it cannot answer
+/// exactly as the service would.
 pub trait FastPath: Send + Sync {
-    fn take(&self, body: &str) -> Option<Reply>;
+    fn take(&self, body: &str) -> Option<FastReply>;
+}
+
+/// A request a [`FastPath`] took: its id and method (for the error a panic turns into)
+/// and the answer to come.
+pub struct FastReply {
+    pub id: Id,
+    pub method: &'static str,
+    pub reply: Reply,
 }
 
 /// Serves one client on `input`/`output` until `exit` or the end of the input; the
@@ -167,9 +176,12 @@ where
             frame = reader.next_frame() => {
                 let Some(frame) = frame else { break 'read };
                 if let (Ok(body), Some(fast)) = (&frame, &fast)
-                    && let Some(reply) = fast.take(body)
+                    && let Some(FastReply { id, method, reply }) = fast.take(body)
                 {
-                    in_flight.push(reply);
+                    let reply = guard(reply.map(Ok::<_, std::convert::Infallible>), Some(id), method.to_owned());
+                    if let Some(answer) = start(reply, &mut in_flight) {
+                        let _ = out_tx.send(answer.into()).await;
+                    }
                     continue 'read;
                 }
                 match decode(frame) {
@@ -196,7 +208,10 @@ where
                             shutdown_seen = true;
                         }
                         let call = service.call(request);
-                        in_flight.push(guard(call, id, method.clone()));
+                        let call = guard(call.map(|r| r.map(|response| response.map(Answer::Response))), id, method.clone());
+                        if let Some(answer) = start(call, &mut in_flight) {
+                            let _ = out_tx.send(answer.into()).await;
+                        }
                         if method == "initialize" {
                             // The service moves to "initialized" only as `initialize`
                             // runs; a client that pipelines its first requests behind it
@@ -239,16 +254,33 @@ where
     ending
 }
 
-/// Runs a service future, turning a panic into an error reply for that request alone and
-/// giving standard errors a message that names what was wrong.
+/// Polls a request's future once, now, so that its command is queued before the next
+/// frame is read; its answer if that was enough, else the future joins `in_flight`.
+/// (Left to `in_flight` alone, a newly pushed future can wait behind others when
+/// `FuturesUnordered` yields early, and a later frame's command could overtake it.)
+fn start(mut reply: Reply, in_flight: &mut FuturesUnordered<Reply>) -> Option<Answer> {
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match reply.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(answer) => answer,
+        std::task::Poll::Pending => {
+            // Pushed futures are polled again with the set's own waker.
+            in_flight.push(reply);
+            None
+        }
+    }
+}
+
+/// Runs a request's future, turning a panic into an error reply for that request alone
+/// and giving standard errors a message that names what was wrong.
 fn guard<F, E>(call: F, id: Option<Id>, method: String) -> Reply
 where
-    F: std::future::Future<Output = Result<Option<Response>, E>> + Send + 'static,
+    F: std::future::Future<Output = Result<Option<Answer>, E>> + Send + 'static,
     E: std::fmt::Display,
 {
     async move {
         let response = match AssertUnwindSafe(call).catch_unwind().await {
-            Ok(Ok(Some(response))) => Some(explain(response, &method)),
+            Ok(Ok(Some(Answer::Response(response)))) => Some(explain(response, &method)),
+            Ok(Ok(Some(encoded))) => return Some(encoded),
             Ok(Ok(None)) => None,
             Ok(Err(e)) => id.map(|id| Response::from_error(id, server_error(format!("{method}: {e}")))),
             Err(panic) => {
@@ -519,6 +551,49 @@ mod tests {
             }
             Ok(params)
         }
+    }
+
+    /// Takes `fast/boom` frames: its reply panics when first polled, or after a yield
+    /// when `"later": true`.
+    struct PanickyFast;
+
+    impl FastPath for PanickyFast {
+        fn take(&self, body: &str) -> Option<FastReply> {
+            let value: Value = serde_json::from_str(body).ok()?;
+            if value["method"] != "fast/boom" {
+                return None;
+            }
+            let later = value["params"]["later"] == true;
+            let reply = async move {
+                if later {
+                    tokio::task::yield_now().await;
+                }
+                panic!("deliberate panic in a fast path");
+            }
+            .boxed();
+            Some(FastReply { id: Id::Number(value["id"].as_i64()?), method: "fast/boom", reply })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_fast_path_answers_an_error_and_the_server_lives_on() {
+        let (service, socket) = LspService::build(|_| Panicky).custom_method("test/boom", Panicky::boom).finish();
+        let (client_io, server_io) = tokio::io::duplex(1 << 16);
+        let (server_read, server_write) = tokio::io::split(server_io);
+        let fast: std::sync::Arc<dyn FastPath> = std::sync::Arc::new(PanickyFast);
+        let server = tokio::spawn(serve(server_read, server_write, service, socket, Limits::default(), Some(fast)));
+        let (client_read, client_write) = tokio::io::split(client_io);
+        let client = RpcClient::new(client_read, client_write);
+        client.request("initialize", json!({"capabilities": {}})).await.unwrap();
+        for later in [false, true] {
+            let error = client.request("fast/boom", json!({"later": later})).await.unwrap_err().to_string();
+            assert!(error.contains("deliberate panic in a fast path") && error.contains("fast/boom"), "{error}");
+        }
+        let fine = client.request("test/boom", json!({"panic": false, "n": 2})).await.unwrap();
+        assert_eq!(fine["n"], 2);
+        client.request("shutdown", Value::Null).await.unwrap();
+        client.notify("exit", Value::Null).await.unwrap();
+        assert_eq!(server.await.unwrap(), Ending::ExitAfterShutdown);
     }
 
     #[tokio::test]
