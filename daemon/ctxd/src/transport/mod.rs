@@ -452,8 +452,56 @@ impl Outgoing {
     }
 }
 
-/// Everything queued goes out in one write, up to this many bytes.
+/// Everything queued goes out in one batch, up to this many bytes.
 const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
+
+/// Frames this large go after the smaller ones queued with them.
+const LARGE_FRAME: usize = 16 * 1024;
+
+/// What is queued for one write, small frames first.
+///
+/// One stream carries every session's answers and the client reads it in order, so a
+/// short answer queued behind a large `ctx/assemble` answer (hundreds of KB) would wait
+/// until the client has read all of that. JSON-RPC lets answers go out in any order:
+/// within a batch, frames under [`LARGE_FRAME`] go first, and each group keeps its order.
+#[derive(Default)]
+struct Batch {
+    small: Vec<u8>,
+    large: Vec<u8>,
+}
+
+impl Batch {
+    fn push(&mut self, message: &Outgoing) {
+        if let Outgoing::Encoded(body) = message
+            && body.len() >= LARGE_FRAME
+        {
+            return framing::encode_into(body, &mut self.large);
+        }
+        let start = self.small.len();
+        message.encode_into(&mut self.small);
+        if self.small.len() - start >= LARGE_FRAME {
+            self.large.extend_from_slice(&self.small[start..]);
+            self.small.truncate(start);
+        }
+    }
+
+    /// The first message and whatever else is queued, up to [`MAX_BATCH_BYTES`].
+    fn fill(&mut self, first: &Outgoing, rx: &mut mpsc::Receiver<Outgoing>) {
+        self.small.clear();
+        self.large.clear();
+        self.push(first);
+        while self.small.len() + self.large.len() < MAX_BATCH_BYTES {
+            match rx.try_recv() {
+                Ok(more) => self.push(&more),
+                Err(_) => break,
+            }
+        }
+    }
+
+    fn parts(&self) -> [&[u8]; 2] {
+        [&self.small, &self.large]
+    }
+}
 
 /// Where the serve loop's messages go, in the order sent, and when the writer is done.
 struct Writer {
@@ -475,17 +523,11 @@ impl Writer {
         let (finished, done) = tokio::sync::oneshot::channel::<()>();
         let spawned = std::thread::Builder::new().name("ctxd-writer".into()).spawn(move || {
             let mut output = std::io::stdout().lock();
-            let mut buf = Vec::with_capacity(64 * 1024);
+            let mut batch = Batch::default();
             while let Some(first) = rx.blocking_recv() {
-                buf.clear();
-                first.encode_into(&mut buf);
-                while buf.len() < MAX_BATCH_BYTES {
-                    match rx.try_recv() {
-                        Ok(more) => more.encode_into(&mut buf),
-                        Err(_) => break,
-                    }
-                }
-                if std::io::Write::write_all(&mut output, &buf).is_err() || std::io::Write::flush(&mut output).is_err() {
+                batch.fill(&first, &mut rx);
+                let written = batch.parts().iter().try_for_each(|part| std::io::Write::write_all(&mut output, part));
+                if written.is_err() || std::io::Write::flush(&mut output).is_err() {
                     break;
                 }
             }
@@ -506,17 +548,15 @@ impl Writer {
 async fn write_loop<O: AsyncWrite + Unpin>(mut output: O, mut rx: mpsc::Receiver<Outgoing>) {
     // Everything queued goes out in one write: tokio's stdout hands each write to a
     // blocking thread, so one write per message would cost one hand-off per message.
-    let mut buf = Vec::with_capacity(64 * 1024);
-    while let Some(first) = rx.recv().await {
-        buf.clear();
-        first.encode_into(&mut buf);
-        while buf.len() < MAX_BATCH_BYTES {
-            match rx.try_recv() {
-                Ok(more) => more.encode_into(&mut buf),
-                Err(_) => break,
+    let mut batch = Batch::default();
+    'write: while let Some(first) = rx.recv().await {
+        batch.fill(&first, &mut rx);
+        for part in batch.parts() {
+            if output.write_all(part).await.is_err() {
+                break 'write;
             }
         }
-        if output.write_all(&buf).await.is_err() || output.flush().await.is_err() {
+        if output.flush().await.is_err() {
             break;
         }
     }
@@ -551,6 +591,23 @@ mod tests {
             }
             Ok(params)
         }
+    }
+
+    #[test]
+    fn a_batch_puts_small_frames_first_each_group_in_its_order() {
+        let (tx, mut rx) = mpsc::channel::<Outgoing>(16);
+        let large = |n: u8| Outgoing::Encoded(vec![b'0' + n; LARGE_FRAME + 10]);
+        let small = |n: u8| Outgoing::Encoded(vec![b'0' + n; 10]);
+        let notification = Outgoing::Request(Request::build("ctx/usageChanged").params(json!({"n": 1})).finish());
+        for message in [small(2), large(3), notification, small(4), large(5)] {
+            tx.try_send(message).ok().unwrap();
+        }
+        let mut batch = Batch::default();
+        batch.fill(&large(1), &mut rx);
+        let text = String::from_utf8(batch.parts().concat()).unwrap();
+        let order: Vec<char> = text.split("\r\n\r\n").skip(1).filter_map(|body| body.chars().next()).collect();
+        assert_eq!(order, ['2', '{', '4', '1', '3', '5'], "{}", &text[..200]);
+        assert!(text.contains("ctx/usageChanged"));
     }
 
     /// Takes `fast/boom` frames: its reply panics when first polled, or after a yield
