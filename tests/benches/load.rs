@@ -23,7 +23,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -325,19 +325,7 @@ fn slow_provider(delay: Duration) -> anyhow::Result<u16> {
 /// Reads one HTTP request from `stream` and answers it with `body` after `delay`.
 fn answer_after(mut stream: std::net::TcpStream, delay: Duration, body: &str) {
     let Ok(clone) = stream.try_clone() else { return };
-    let mut reader = BufReader::new(clone);
-    let mut length = 0usize;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-            break;
-        }
-        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-            length = v.trim().parse().unwrap_or(0);
-        }
-    }
-    let mut request = vec![0; length];
-    let _ = reader.read_exact(&mut request);
+    ctxd_e2e::read_http_request(&mut BufReader::new(clone));
     std::thread::sleep(delay);
     let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
 }

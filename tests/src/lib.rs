@@ -306,6 +306,30 @@ pub fn read_frame(reader: &mut impl BufRead) -> std::io::Result<Option<Vec<u8>>>
     Ok(Some(body))
 }
 
+/// One HTTP/1.1 request read from a local mock server's connection: its header lines
+/// (request line included, as sent) and its body (by `Content-Length`). A closed or cut
+/// connection gives what was read, with the body short.
+pub fn read_http_request(reader: &mut impl BufRead) -> (String, Vec<u8>) {
+    let mut headers = String::new();
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap_or(0);
+        }
+        headers.push_str(&line);
+    }
+    let mut body = vec![0; length];
+    let read = reader.read_exact(&mut body);
+    if read.is_err() {
+        body.clear();
+    }
+    (headers, body)
+}
+
 /// A user record shaped like a Claude Code transcript line.
 pub fn user_record(uuid: &str, parent: Option<&str>, text: &str) -> Value {
     json!({

@@ -33,6 +33,11 @@ fn project(dir: &Path) -> std::path::PathBuf {
 }
 
 fn assemble(daemon: &mut Daemon, extra: Value) -> Value {
+    daemon.request("ctx/assemble", assemble_params(extra)).unwrap()
+}
+
+/// Params of session `s`'s assemble, with `extra` fields added.
+fn assemble_params(extra: Value) -> Value {
     let mut params = json!({
         "sessionId": "s",
         "system": [{"type": "text", "text": "You are a coding agent."}],
@@ -46,7 +51,7 @@ fn assemble(daemon: &mut Daemon, extra: Value) -> Value {
     if let Value::Object(extra) = extra {
         params.as_object_mut().unwrap().extend(extra);
     }
-    daemon.request("ctx/assemble", params).unwrap()
+    params
 }
 
 /// The Messages API's shape rules.
@@ -110,13 +115,7 @@ fn the_fast_path_and_the_service_answer_assemble_alike() {
     daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "s"})).unwrap();
     daemon.request("ctx/append", json!({"sessionId": "s", "records": example(40)})).unwrap();
     let fast = assemble(&mut daemon, json!({"includeSnipped": true}));
-    let params = json!({"sessionId": "s", "system": [{"type": "text", "text": "You are a coding agent."}],
-        "tools": [{"name": "Read", "description": "Read a file", "input_schema": {"type": "object"}},
-                  {"name": "Bash", "description": "Run", "input_schema": {"type": "object"}},
-                  {"name": "Grep", "description": "Search", "input_schema": {"type": "object"}},
-                  {"name": "Edit", "description": "Edit", "input_schema": {"type": "object"}},
-                  {"name": "Glob", "description": "Find", "input_schema": {"type": "object"}}],
-        "maxTokens": 32000, "includeSnipped": true});
+    let params = assemble_params(json!({"includeSnipped": true}));
     let service = |daemon: &mut Daemon, id: i64, params: &Value| {
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "ctx/assemble", "params": params}).to_string();
         let escaped = body.replace("\"ctx/assemble\"", "\"ctx\\/assemble\"");

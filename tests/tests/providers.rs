@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex};
 
@@ -28,21 +28,7 @@ fn serve(respond: fn(&str) -> (u16, String)) -> (u16, Seen) {
     std::thread::spawn(move || {
         for stream in listener.incoming().take(20) {
             let Ok(mut stream) = stream else { continue };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut headers = String::new();
-            let mut length = 0usize;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = v.trim().parse().unwrap_or(0);
-                }
-                headers.push_str(&line);
-            }
-            let mut body = vec![0; length];
-            let _ = reader.read_exact(&mut body);
+            let (headers, body) = ctxd_e2e::read_http_request(&mut BufReader::new(stream.try_clone().unwrap()));
             let body = String::from_utf8_lossy(&body).into_owned();
             let (status, reply) = respond(&body);
             log.lock().unwrap().push((headers, body));
