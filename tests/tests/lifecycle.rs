@@ -24,6 +24,30 @@ fn initialize_announces_ctx_methods_and_shutdown_exits_cleanly() {
     assert!(status.success(), "{status:?}");
 }
 
+/// After `shutdown` every request is refused, the per-turn ones (which the daemon
+/// answers on a fast path) included, and nothing more is stored.
+#[test]
+fn requests_after_shutdown_are_refused_the_per_turn_ones_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": dir.path(), "model": "claude-sonnet-4-5-20250929", "sessionId": "s"})).unwrap();
+    daemon.request("ctx/append", json!({"sessionId": "s", "records": [ctxd_e2e::user_record("u1", None, "before")]})).unwrap();
+    daemon.request("shutdown", Value::Null).unwrap();
+    let refused = [
+        ("ctx/append", json!({"sessionId": "s", "records": [ctxd_e2e::user_record("u2", Some("u1"), "after")]})),
+        ("ctx/assemble", json!({"sessionId": "s", "maxTokens": 1000})),
+        ("ctx/usage", json!({"sessionId": "s"})),
+    ];
+    for (method, params) in refused {
+        let error = daemon.request_error(method, params).unwrap();
+        assert_eq!(error["code"], -32600, "{method}: {error}");
+    }
+    daemon.notify("exit", Value::Null).unwrap();
+    assert_eq!(daemon.wait().unwrap().code(), Some(0));
+    assert_eq!(ctxd_e2e::stored_uuids(&state, "s").unwrap(), ["u1"]);
+}
+
 #[test]
 fn exit_without_shutdown_is_code_1_and_closed_stdin_is_clean() {
     let dir = tempfile::tempdir().unwrap();

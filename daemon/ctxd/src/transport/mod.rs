@@ -175,7 +175,8 @@ where
             }
             frame = reader.next_frame() => {
                 let Some(frame) = frame else { break 'read };
-                if let (Ok(body), Some(fast)) = (&frame, &fast)
+                // After `shutdown` the service refuses every request; so must the fast paths.
+                if let (Ok(body), Some(fast), false) = (&frame, &fast, shutdown_seen)
                     && let Some(FastReply { id, method, reply }) = fast.take(body)
                 {
                     let reply = guard(reply.map(Ok::<_, std::convert::Infallible>), Some(id), method.to_owned());
