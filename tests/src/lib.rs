@@ -330,6 +330,20 @@ pub fn read_http_request(reader: &mut impl BufRead) -> (String, Vec<u8>) {
     (headers, body)
 }
 
+/// The first `n` records of the bundled example session (`examples/session.jsonl`).
+#[allow(clippy::expect_used)] // a fixture of the repository: unreadable means a broken checkout
+pub fn example(n: usize) -> Vec<Value> {
+    let text = std::fs::read_to_string(repo_root().join("examples/session.jsonl")).expect("examples/session.jsonl");
+    text.lines().take(n).map(|l| serde_json::from_str(l).expect("an example record")).collect()
+}
+
+/// Every line of session `id`'s transcript in `state`, parsed.
+#[allow(clippy::expect_used)] // test harness: a missing or corrupt transcript fails the test
+pub fn records_of(state: &Path, id: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(state.join("sessions").join(format!("{id}.jsonl"))).expect("the session's transcript");
+    text.lines().map(|l| serde_json::from_str(l).expect("a transcript line")).collect()
+}
+
 /// A user record shaped like a Claude Code transcript line.
 pub fn user_record(uuid: &str, parent: Option<&str>, text: &str) -> Value {
     json!({

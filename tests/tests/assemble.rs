@@ -6,15 +6,11 @@
 
 use std::path::Path;
 
-use ctxd_e2e::{Daemon, repo_root};
+use ctxd_e2e::{Daemon, example};
 use serde_json::{Value, json};
 
 const MODEL: &str = "claude-sonnet-4-5-20250929";
 
-fn example(n: usize) -> Vec<Value> {
-    let text = std::fs::read_to_string(repo_root().join("examples/session.jsonl")).unwrap();
-    text.lines().take(n).map(|l| serde_json::from_str(l).unwrap()).collect()
-}
 
 fn project(dir: &Path) -> std::path::PathBuf {
     let project = dir.join("project");

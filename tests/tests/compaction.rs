@@ -6,21 +6,12 @@
 
 use std::path::Path;
 
-use ctxd_e2e::{Daemon, repo_root, stored_uuids};
+use ctxd_e2e::{Daemon, example, records_of, stored_uuids};
 use serde_json::{Value, json};
 
 const MODEL: &str = "claude-sonnet-4-5-20250929";
 
-/// The bundled example session's records.
-fn example() -> Vec<Value> {
-    let text = std::fs::read_to_string(repo_root().join("examples/session.jsonl")).unwrap();
-    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
 
-fn records_of(state: &Path, id: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(state.join("sessions").join(format!("{id}.jsonl"))).unwrap();
-    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
 
 #[test]
 fn manual_compaction_with_focus_installs_a_recovery_point() {
@@ -28,7 +19,7 @@ fn manual_compaction_with_focus_installs_a_recovery_point() {
     let state = dir.path().join("state");
     let mut daemon = Daemon::started(&state).unwrap();
     daemon.request("ctx/openSession", json!({"cwd": "/home/dev/project", "model": MODEL, "sessionId": "m"})).unwrap();
-    let records: Vec<Value> = example().into_iter().take(120).collect();
+    let records: Vec<Value> = example(usize::MAX).into_iter().take(120).collect();
     let appended = daemon.request("ctx/append", json!({"sessionId": "m", "records": records})).unwrap();
     let before = appended["usage"]["tokens"].as_u64().unwrap();
 
@@ -77,7 +68,7 @@ fn automatic_compaction_at_the_threshold_while_appends_continue() {
     // A recorded session's usage figures describe its original, never-compacted
     // context; a live host would report smaller ones after a compaction. Without them
     // ctxd counts by estimate, as it does between two responses.
-    let all: Vec<Value> = example()
+    let all: Vec<Value> = example(usize::MAX)
         .into_iter()
         .map(|mut r| {
             if let Some(message) = r["message"].as_object_mut() {
@@ -130,7 +121,7 @@ fn hooks_run_around_compaction_and_a_hanging_hook_does_not_stop_it() {
     let state = dir.path().join("state");
     let mut daemon = Daemon::started(&state).unwrap();
     daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "h"})).unwrap();
-    let records: Vec<Value> = example().into_iter().take(40).collect();
+    let records: Vec<Value> = example(usize::MAX).into_iter().take(40).collect();
     daemon.request("ctx/append", json!({"sessionId": "h", "records": records})).unwrap();
     let result = daemon.request("ctx/compact", json!({"sessionId": "h"})).unwrap();
     assert!(result["summary"].as_str().unwrap().contains("HOOK-FOCUS"), "PreCompact output joins the focus");
@@ -155,7 +146,7 @@ fn an_install_cut_by_a_crash_is_not_half_applied() {
     let state = dir.path().join("state");
     let mut daemon = Daemon::started(&state).unwrap();
     daemon.request("ctx/openSession", json!({"cwd": "/home/dev/project", "model": MODEL, "sessionId": "t"})).unwrap();
-    let records: Vec<Value> = example().into_iter().take(60).collect();
+    let records: Vec<Value> = example(usize::MAX).into_iter().take(60).collect();
     let appended = daemon.request("ctx/append", json!({"sessionId": "t", "records": records})).unwrap();
     let before = appended["usage"].clone();
     daemon.request("ctx/compact", json!({"sessionId": "t"})).unwrap();
@@ -183,7 +174,7 @@ fn a_prompt_too_long_refusal_compacts_and_other_errors_do_not() {
     let dir = tempfile::tempdir().unwrap();
     let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
     daemon.request("ctx/openSession", json!({"cwd": "/home/dev/project", "model": MODEL, "sessionId": "r"})).unwrap();
-    let records: Vec<Value> = example().into_iter().take(80).collect();
+    let records: Vec<Value> = example(usize::MAX).into_iter().take(80).collect();
     daemon.request("ctx/append", json!({"sessionId": "r", "records": records})).unwrap();
     let overloaded = daemon
         .request("ctx/reportProviderError", json!({"sessionId": "r", "error": {"status": 529, "type": "overloaded_error", "message": "Overloaded"}}))
@@ -210,7 +201,7 @@ fn clear_starts_an_empty_session_and_keeps_the_old_one() {
     let state = dir.path().join("state");
     let mut daemon = Daemon::started(&state).unwrap();
     daemon.request("ctx/openSession", json!({"cwd": "/home/dev/project", "model": MODEL, "sessionId": "old"})).unwrap();
-    let records: Vec<Value> = example().into_iter().take(10).collect();
+    let records: Vec<Value> = example(usize::MAX).into_iter().take(10).collect();
     daemon.request("ctx/append", json!({"sessionId": "old", "records": records})).unwrap();
     let cleared = daemon.request("ctx/clear", json!({"sessionId": "old"})).unwrap();
     let new_id = cleared["sessionId"].as_str().unwrap();
@@ -232,7 +223,7 @@ fn an_idle_session_compacts_in_the_background() {
     daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "i"})).unwrap();
     // About 107,000 tokens by the session's own reported usage: over the idle floor,
     // under the threshold (167,000).
-    let records: Vec<Value> = example().into_iter().take(275).collect();
+    let records: Vec<Value> = example(usize::MAX).into_iter().take(275).collect();
     let appended = daemon.request("ctx/append", json!({"sessionId": "i", "records": records})).unwrap();
     let tokens = appended["usage"]["tokens"].as_u64().unwrap();
     assert!((100_000..167_000).contains(&tokens), "{tokens}");
@@ -246,7 +237,7 @@ fn a_work_done_token_gets_the_compaction_phases_as_progress() {
     let dir = tempfile::tempdir().unwrap();
     let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
     daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": MODEL, "sessionId": "g"})).unwrap();
-    daemon.request("ctx/append", json!({"sessionId": "g", "records": example().into_iter().take(60).collect::<Vec<_>>()})).unwrap();
+    daemon.request("ctx/append", json!({"sessionId": "g", "records": example(usize::MAX).into_iter().take(60).collect::<Vec<_>>()})).unwrap();
     let result = daemon.request("ctx/compact", json!({"sessionId": "g", "workDoneToken": "compact-1"})).unwrap();
     let progress = daemon.drain_notifications("$/progress");
     let kinds: Vec<&str> = progress.iter().map(|p| p["value"]["kind"].as_str().unwrap()).collect();
@@ -259,7 +250,7 @@ fn a_work_done_token_gets_the_compaction_phases_as_progress() {
     let end = progress.last().unwrap()["value"]["message"].as_str().unwrap().to_owned();
     assert!(end.contains(&result["postTokens"].to_string()), "{end}");
     // Without a token there is no progress.
-    daemon.request("ctx/append", json!({"sessionId": "g", "records": example().into_iter().skip(60).take(40).collect::<Vec<_>>()})).unwrap();
+    daemon.request("ctx/append", json!({"sessionId": "g", "records": example(usize::MAX).into_iter().skip(60).take(40).collect::<Vec<_>>()})).unwrap();
     daemon.request("ctx/compact", json!({"sessionId": "g"})).unwrap();
     assert!(daemon.drain_notifications("$/progress").is_empty());
 }
@@ -299,7 +290,7 @@ fn partial_compaction_keeps_one_side_verbatim() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let mut daemon = Daemon::started(&state).unwrap();
-    let records: Vec<Value> = example().into_iter().take(80).collect();
+    let records: Vec<Value> = example(usize::MAX).into_iter().take(80).collect();
     // A plain user prompt in the middle to split at.
     let at = records.iter().enumerate().skip(30).find(|(_, r)| r["type"] == "user" && r["message"]["content"].is_string()).unwrap().0;
     let uuid = records[at]["uuid"].as_str().unwrap().to_owned();

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ctxd_e2e::{Daemon, repo_root, stored_uuids, user_record};
+use ctxd_e2e::{Daemon, example, stored_uuids, user_record};
 use serde_json::{Value, json};
 
 const MODEL: &str = "claude-sonnet-4-5-20250929";
@@ -174,10 +174,6 @@ const ROWS: &[Row] = &[
     Row { name: "garbage event stream", replies: &[Reply::GarbageStream], summarizer: "offline", requests: 1, problem: "HTTP 200" },
 ];
 
-fn example(n: usize) -> Vec<Value> {
-    let text = std::fs::read_to_string(repo_root().join("examples/session.jsonl")).unwrap();
-    text.lines().take(n).map(|l| serde_json::from_str(l).unwrap()).collect()
-}
 
 fn lines_of(state: &std::path::Path, id: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(state.join("sessions").join(format!("{id}.jsonl"))).unwrap();

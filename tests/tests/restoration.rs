@@ -7,20 +7,12 @@
 
 use std::path::Path;
 
-use ctxd_e2e::{Daemon, repo_root};
+use ctxd_e2e::{Daemon, example, records_of};
 use serde_json::{Value, json};
 
 const MODEL: &str = "claude-sonnet-4-5-20250929";
 
-fn example(n: usize) -> Vec<Value> {
-    let text = std::fs::read_to_string(repo_root().join("examples/session.jsonl")).unwrap();
-    text.lines().take(n).map(|l| serde_json::from_str(l).unwrap()).collect()
-}
 
-fn records_of(state: &Path, id: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(state.join("sessions").join(format!("{id}.jsonl"))).unwrap();
-    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
 
 /// The attachments installed after the latest boundary, by attachment type.
 fn restored(state: &Path, id: &str, kind: &str) -> Vec<Value> {

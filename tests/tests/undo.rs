@@ -6,22 +6,13 @@
 
 use std::path::Path;
 
-use ctxd_e2e::{Daemon, ctxd_bin, repo_root, stored_uuids, user_record};
+use ctxd_e2e::{Daemon, ctxd_bin, example, records_of, stored_uuids, user_record};
 use serde_json::{Value, json};
 
 const MODEL: &str = "claude-sonnet-4-5-20250929";
 const CWD: &str = "/home/dev/project";
 
-/// The bundled example session's records.
-fn example() -> Vec<Value> {
-    let text = std::fs::read_to_string(repo_root().join("examples/session.jsonl")).unwrap();
-    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
 
-fn records_of(state: &Path, id: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(state.join("sessions").join(format!("{id}.jsonl"))).unwrap();
-    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-}
 
 fn open(daemon: &mut Daemon, id: &str) -> Value {
     daemon.request("ctx/openSession", json!({"cwd": CWD, "model": MODEL, "sessionId": id})).unwrap()
@@ -60,7 +51,7 @@ fn undo_brings_back_the_view_the_compaction_replaced() {
     let state = dir.path().join("state");
     let mut daemon = Daemon::started(&state).unwrap();
     open(&mut daemon, "u");
-    daemon.request("ctx/append", json!({"sessionId": "u", "records": example()[..120]})).unwrap();
+    daemon.request("ctx/append", json!({"sessionId": "u", "records": example(usize::MAX)[..120]})).unwrap();
     let (before_messages, before) = view(&mut daemon, "u");
 
     let compacted = daemon.request("ctx/compact", json!({"sessionId": "u"})).unwrap();
@@ -111,7 +102,7 @@ fn undo_is_refused_without_a_compaction_and_after_a_new_turn() {
     let state = dir.path().join("state");
     let mut daemon = Daemon::started(&state).unwrap();
     open(&mut daemon, "r");
-    daemon.request("ctx/append", json!({"sessionId": "r", "records": example()[..60]})).unwrap();
+    daemon.request("ctx/append", json!({"sessionId": "r", "records": example(usize::MAX)[..60]})).unwrap();
     let (reason, message) = refusal(&mut daemon, "r");
     assert_eq!(reason, "nothingToUndo");
     assert!(message.contains("no compaction to undo"), "{message}");
@@ -159,7 +150,7 @@ fn an_undo_survives_kill_9_with_the_index_current_deleted_or_stale() {
     let state = dir.path().join("state");
     let mut daemon = Daemon::started(&state).unwrap();
     open(&mut daemon, "k");
-    daemon.request("ctx/append", json!({"sessionId": "k", "records": example()[..120]})).unwrap();
+    daemon.request("ctx/append", json!({"sessionId": "k", "records": example(usize::MAX)[..120]})).unwrap();
     daemon.request("ctx/compact", json!({"sessionId": "k"})).unwrap();
     // A clean stop writes the index: it names the compaction's boundary. Kept aside, it
     // is an index that missed the undo.
@@ -204,7 +195,7 @@ fn two_undos_go_back_two_compactions_and_a_third_is_refused() {
     let state = dir.path().join("state");
     let mut daemon = Daemon::started(&state).unwrap();
     open(&mut daemon, "t");
-    daemon.request("ctx/append", json!({"sessionId": "t", "records": example()[..120]})).unwrap();
+    daemon.request("ctx/append", json!({"sessionId": "t", "records": example(usize::MAX)[..120]})).unwrap();
     let original = view(&mut daemon, "t");
     let first = daemon.request("ctx/compact", json!({"sessionId": "t"})).unwrap();
     let after_first = view(&mut daemon, "t");
@@ -234,7 +225,7 @@ fn appends_after_an_undo_continue_the_restored_view_and_compaction_works_again()
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let mut daemon = Daemon::started(&state).unwrap();
-    let records = example();
+    let records = example(usize::MAX);
     // The same 120 records, once straight and once with a compaction undone after 100.
     open(&mut daemon, "plain");
     daemon.request("ctx/append", json!({"sessionId": "plain", "records": records[..120]})).unwrap();
