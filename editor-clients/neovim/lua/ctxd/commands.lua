@@ -19,29 +19,23 @@ local function current_session()
   return session
 end
 
---- Compacts the current session, with optional focus instructions.
----@param focus? string
+--- Sends `method` with `params` for the current session; a failure becomes an error
+--- notification, a result goes to `report`; then `done`, if given, gets both.
+---@param method string
+---@param params table
+---@param report fun(result: table)
 ---@param done? fun(err: table|nil, result: table|nil)
-function M.compact(focus, done)
+local function session_request(method, params, report, done)
   local session = current_session()
   if not session then
     return
   end
-  local params = { sessionId = session.session_id }
-  if focus and vim.trim(focus) ~= "" then
-    params.instructions = vim.trim(focus)
-  end
-  client.request("ctx/compact", params, function(err, result)
+  params.sessionId = session.session_id
+  client.request(method, params, function(err, result)
     if err then
-      vim.notify(errors.describe("ctx/compact", err), vim.log.levels.ERROR)
+      vim.notify(errors.describe(method, err), vim.log.levels.ERROR)
     else
-      for _, problem in ipairs(type(result.problems) == "table" and result.problems or {}) do
-        vim.notify("ctxd: " .. problem, vim.log.levels.WARN)
-      end
-      vim.notify(
-        string.format("ctxd: compacted %s → %s tokens", render.format_count(result.preTokens), render.format_count(result.postTokens)),
-        vim.log.levels.INFO
-      )
+      report(result)
     end
     if done then
       done(err, result)
@@ -49,26 +43,34 @@ function M.compact(focus, done)
   end)
 end
 
+--- Compacts the current session, with optional focus instructions.
+---@param focus? string
+---@param done? fun(err: table|nil, result: table|nil)
+function M.compact(focus, done)
+  local params = {}
+  if focus and vim.trim(focus) ~= "" then
+    params.instructions = vim.trim(focus)
+  end
+  session_request("ctx/compact", params, function(result)
+    for _, problem in ipairs(type(result.problems) == "table" and result.problems or {}) do
+      vim.notify("ctxd: " .. problem, vim.log.levels.WARN)
+    end
+    vim.notify(
+      string.format("ctxd: compacted %s → %s tokens", render.format_count(result.preTokens), render.format_count(result.postTokens)),
+      vim.log.levels.INFO
+    )
+  end, done)
+end
+
 --- Takes back the current session's latest compaction.
 ---@param done? fun(err: table|nil, result: table|nil)
 function M.undo_compact(done)
-  local session = current_session()
-  if not session then
-    return
-  end
-  client.request("ctx/undoCompact", { sessionId = session.session_id }, function(err, result)
-    if err then
-      vim.notify(errors.describe("ctx/undoCompact", err), vim.log.levels.ERROR)
-    else
-      vim.notify(
-        string.format("ctxd: compaction undone; %s → %s tokens", render.format_count(result.preTokens), render.format_count(result.postTokens)),
-        vim.log.levels.INFO
-      )
-    end
-    if done then
-      done(err, result)
-    end
-  end)
+  session_request("ctx/undoCompact", {}, function(result)
+    vim.notify(
+      string.format("ctxd: compaction undone; %s → %s tokens", render.format_count(result.preTokens), render.format_count(result.postTokens)),
+      vim.log.levels.INFO
+    )
+  end, done)
 end
 
 ---@class ctxd.ContextFloat
