@@ -98,6 +98,7 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
     let mut idle = Latencies::default();
     let mut loaded = Latencies::default();
     let mut logs: Vec<SessionLog> = Vec::new();
+    let (mut idle_wakes, mut loaded_wakes) = (Vec::new(), Vec::new());
     let (mut ops, mut compactions, mut loaded_secs, mut peak_rss) = (0u64, 0u64, 0.0, 0.0_f64);
     let mut summarizers = std::collections::BTreeMap::<String, u64>::new();
     for round in 0..rounds {
@@ -107,12 +108,16 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
             .collect::<anyhow::Result<_>>()?;
         let mut alone = Probe::open(&mux, &format!("probe-idle-{round}"))?;
         let mut busy = Probe::open(&mux, &format!("probe-loaded-{round}"))?;
+        let sampler = WakeSampler::start();
         alone.measure(&mux, samples, &mut idle)?;
+        idle_wakes.extend(sampler.stop());
 
         let background = Background::start(&mux, &workload, seeded);
         let started = Instant::now();
         std::thread::sleep(Duration::from_millis(500)); // every client under way
+        let sampler = WakeSampler::start();
         busy.measure(&mux, samples, &mut loaded)?;
+        loaded_wakes.extend(sampler.stop());
         peak_rss = peak_rss.max(memory_mb(mux.pid(), "VmRSS:"));
         let done = background.stop()?;
         loaded_secs += started.elapsed().as_secs_f64();
@@ -145,6 +150,14 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
         let (a50, a99, b50, b99) = (pct(a, 50.0), pct(a, 99.0), pct(b, 50.0), pct(b, 99.0));
         println!("  {label:<22} {a50:>8.2}ms {a99:>8.2}ms {b50:>9.2}ms {b99:>9.2}ms {:>7.1}x {:>7.1}x", b50 / a50, b99 / a99);
     }
+    println!(
+        "  {:<22} {:>8.2}ms {:>8.2}ms {:>9.2}ms {:>9.2}ms   (a thread sleeping 1 ms beside the probe: how late it woke)",
+        "host wake-up lateness",
+        pct(&idle_wakes, 50.0),
+        pct(&idle_wakes, 99.0),
+        pct(&loaded_wakes, 50.0),
+        pct(&loaded_wakes, 99.0),
+    );
     println!(
         "  {appended} background records stored, none lost or out of order; daemon VmRSS under load up to {peak_rss:.1} MB, VmHWM {:.1} MB",
         memory_mb(mux.pid(), "VmHWM:")
@@ -205,7 +218,42 @@ impl Probe {
     }
 }
 
+/// How late a thread that sleeps 1 ms at a time wakes, sampled while a probe measures:
+/// the floor the machine itself puts under every latency. On a shared virtual machine
+/// its p99 can be several ms with nothing else running (the host runs other guests), and
+/// a probe's p99 can then say more about the host than about the daemon.
+struct WakeSampler {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<f64>>,
+}
+
+impl WakeSampler {
+    fn start() -> WakeSampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut late = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                let asked = Duration::from_millis(1);
+                let started = Instant::now();
+                std::thread::sleep(asked);
+                late.push(started.elapsed().saturating_sub(asked).as_secs_f64() * 1e3);
+            }
+            late
+        });
+        WakeSampler { stop, thread }
+    }
+
+    fn stop(self) -> Vec<f64> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
 fn pct(xs: &[f64], p: f64) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
     let mut xs = xs.to_vec();
     xs.sort_by(|a, b| a.total_cmp(b));
     let i = ((p / 100.0) * (xs.len() - 1) as f64).round() as usize;
@@ -329,3 +377,4 @@ fn answer_after(mut stream: std::net::TcpStream, delay: Duration, body: &str) {
     std::thread::sleep(delay);
     let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
 }
+

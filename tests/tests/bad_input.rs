@@ -125,6 +125,10 @@ fn invalid_params() {
     let error = daemon.request_error("ctx/openSession", json!({"cwd": "/", "model": "m", "sessionId": "../../etc"})).unwrap();
     assert_eq!(error["code"], -32602);
     assert!(error["message"].as_str().unwrap().contains("invalid session id"), "{error}");
+    // Thinking settings are an object, as the Messages API has them.
+    let error = daemon.request_error("ctx/assemble", json!({"sessionId": "s", "maxTokens": 100, "thinking": "on"})).unwrap();
+    assert_eq!(error["code"], -32602);
+    assert!(error["message"].as_str().unwrap().contains("expected a map"), "{error}");
     still_serving(&mut daemon, "m8");
 }
 

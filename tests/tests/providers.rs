@@ -213,7 +213,8 @@ fn a_summary_too_long_for_the_model_goes_to_the_larger_model_once() {
 /// host's request ends with an assistant message.
 const ENDS_WITH_REPLY: usize = 22;
 
-/// The host's own blocks: a marker of its own on the last system block, two tools.
+/// The host's own blocks: a marker of its own on the last system block, two tools, and
+/// extended thinking on.
 fn host_blocks() -> Value {
     json!({
         "system": [
@@ -224,7 +225,8 @@ fn host_blocks() -> Value {
             {"name": "Read", "description": "Read a file", "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}}}},
             {"name": "Bash", "description": "Run a command", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}
         ],
-        "maxTokens": 32000
+        "maxTokens": 32000,
+        "thinking": {"type": "enabled", "budget_tokens": 8000}
     })
 }
 
@@ -270,7 +272,8 @@ fn the_fork_sends_the_hosts_request_with_the_instruction_appended() {
     for key in ["model", "system", "tools", "max_tokens"] {
         assert_eq!(fork[key], assembled[key], "{key}");
     }
-    assert_eq!(fork.get("thinking"), assembled.get("thinking"), "thinking as the host's request has it");
+    assert_eq!(assembled["thinking"], host_blocks()["thinking"], "the host's thinking settings, as sent");
+    assert_eq!(fork["thinking"], assembled["thinking"], "the fork keeps them: the cached prefix is read only under the same settings");
     let shared = assembled["messages"].as_array().unwrap();
     let messages = fork["messages"].as_array().unwrap();
     assert_eq!(shared.last().unwrap()["role"], "assistant", "the view ends with a reply");

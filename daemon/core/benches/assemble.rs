@@ -58,6 +58,7 @@ fn bench(label: &str, path: &Path) {
             tools: &tools,
             model: "claude-sonnet-4-5",
             max_tokens: 32_000,
+            thinking: None,
             fork: None,
             base: &base,
             now_ms: now,

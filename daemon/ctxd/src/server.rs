@@ -217,6 +217,7 @@ fn assemble_request(params: proto::AssembleParams) -> (String, crate::session::a
         system: params.system,
         tools: params.tools,
         max_tokens: params.max_tokens,
+        thinking: params.thinking.map(Value::Object),
         fork: params.fork.map(|f| ctxd_core::view::Fork { instruction: f.instruction, skip_cache_write: f.skip_cache_write }),
         include_snipped: params.include_snipped,
     };

@@ -583,6 +583,11 @@ pub struct AssembleParams {
     #[serde(default)]
     pub tools: Vec<serde_json::Value>,
     pub max_tokens: u64,
+    /// The host's extended-thinking settings (the Messages API `thinking` object), put
+    /// in `request` as sent. Compaction's cache-sharing fork keeps them: the provider
+    /// reads a cached prefix only under the same thinking settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<serde_json::Map<String, serde_json::Value>>,
     /// A side request that shares the session's prefix.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fork: Option<ForkParams>,

@@ -428,6 +428,8 @@ export interface AssembleParams {
     /** The tools offered (Messages API tool objects; default none). */
     tools?: unknown[];
     maxTokens: number;
+    /** The host's extended-thinking settings (the Messages API `thinking` object), sent on in `request` and kept by compaction's fork. */
+    thinking?: Record<string, unknown>;
     fork?: ForkParams;
     /** Also return `scrollback`, the full conversation with markers of what the model no longer sees. */
     includeSnipped?: boolean;

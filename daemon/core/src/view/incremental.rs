@@ -432,6 +432,7 @@ impl Built {
             system: head.system.clone(),
             messages,
             tools: head.tools.clone(),
+            thinking: input.thinking.cloned(),
         };
         let skip_write = input.fork.is_some_and(|f| f.skip_cache_write);
         let (cache_applied, head_stripped) = cache::place(&mut request, skip_write, &host_markers);

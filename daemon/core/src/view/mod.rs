@@ -43,6 +43,7 @@
 //!     tools: &tools,
 //!     model: "claude-sonnet-4-5",
 //!     max_tokens: 32_000,
+//!     thinking: None,
 //!     fork: None,
 //!     base: &base,
 //!     now_ms: 1_795_987_191_104,
@@ -125,6 +126,8 @@ pub struct AssembleInput<'a> {
     pub tools: &'a [Value],
     pub model: &'a str,
     pub max_tokens: u64,
+    /// The host's `thinking` object, put in the request as it is.
+    pub thinking: Option<&'a Value>,
     pub fork: Option<&'a Fork>,
     pub base: &'a BaseContext,
     /// Milliseconds since the Unix epoch (see [`parse_rfc3339_ms`]).

@@ -35,8 +35,9 @@ impl Serialize for ApiMessage {
     }
 }
 
-/// A Messages API request body: `model`, `max_tokens`, `system`, `messages`, `tools`.
-/// The daemon adds what the pipeline does not decide (thinking, metadata, betas).
+/// A Messages API request body: `model`, `max_tokens`, `system`, `messages`, `tools`,
+/// and the host's `thinking` settings as it sent them. Metadata and betas are the
+/// host's to add (betas are HTTP headers).
 #[derive(Debug, Clone, Serialize)]
 pub struct Request {
     pub model: String,
@@ -48,6 +49,10 @@ pub struct Request {
     pub messages: Vec<Arc<ApiMessage>>,
     #[serde(skip_serializing_if = "is_empty", serialize_with = "serialize_values")]
     pub tools: Arc<Vec<Value>>,
+    /// The host's extended-thinking settings, passed through: a compaction fork keeps
+    /// them, and the provider reads the cached prefix only with the same settings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<Value>,
 }
 
 fn is_empty(values: &Arc<Vec<Value>>) -> bool {
@@ -80,6 +85,7 @@ impl PartialEq for Request {
             && self.max_tokens == other.max_tokens
             && self.system == other.system
             && self.tools == other.tools
+            && self.thinking == other.thinking
             && self.messages.len() == other.messages.len()
             && self.messages.iter().zip(&other.messages).all(|(a, b)| a == b)
     }

@@ -129,6 +129,8 @@ pub struct AssembleRequest {
     pub system: Vec<serde_json::Value>,
     pub tools: Vec<serde_json::Value>,
     pub max_tokens: u64,
+    /// The host's extended-thinking settings (a Messages API `thinking` object).
+    pub thinking: Option<serde_json::Value>,
     pub fork: Option<ctxd_core::view::Fork>,
     /// Also build the UI's scrollback.
     pub include_snipped: bool,
@@ -295,13 +297,30 @@ struct Session {
     waiting_assembles: Vec<(AssembleRequest, oneshot::Sender<Result<AssembleAnswer, SessionError>>)>,
 }
 
-/// What the host sends with every request besides the view: its system blocks, tools
-/// and reply cap. Moved out of the assemble request, never copied.
+/// What the host sends with every request besides the view: its system blocks, tools,
+/// reply cap and thinking settings. Moved out of the assemble request, never copied.
 #[derive(Debug)]
 struct HostRequest {
     system: Vec<serde_json::Value>,
     tools: Vec<serde_json::Value>,
     max_tokens: u64,
+    thinking: Option<serde_json::Value>,
+}
+
+impl HostRequest {
+    fn blocks(&self) -> HostBlocks<'_> {
+        HostBlocks { system: &self.system, tools: &self.tools, max_tokens: self.max_tokens, thinking: self.thinking.as_ref() }
+    }
+}
+
+/// The host's part of a request, borrowed: from `ctx/assemble`'s params or from the
+/// latest [`HostRequest`].
+#[derive(Debug, Clone, Copy)]
+struct HostBlocks<'a> {
+    system: &'a [serde_json::Value],
+    tools: &'a [serde_json::Value],
+    max_tokens: u64,
+    thinking: Option<&'a serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -1152,7 +1171,8 @@ impl Session {
             self.commit(vec![(records, tx)]).await;
             rx.await.map_err(|_| SessionError::Closed(self.id.clone()))??;
         }
-        let assembled = self.run_pipeline(&request.system, &request.tools, request.max_tokens, request.fork.as_ref());
+        let host = HostBlocks { system: &request.system, tools: &request.tools, max_tokens: request.max_tokens, thinking: request.thinking.as_ref() };
+        let assembled = self.run_pipeline(host, request.fork.as_ref());
         let tool_results_dir = self.tool_results_dir();
         let json_bytes = |v: &[serde_json::Value]| serde_json::to_string(v).map_or(0, |s| s.len() as u64);
         let rate = self.tally.calibration;
@@ -1161,7 +1181,8 @@ impl Session {
             // Before a compaction can start below: its parent is this request.
             let system = std::mem::take(&mut request.system);
             let tools = std::mem::take(&mut request.tools);
-            self.host_request = Some(Arc::new(HostRequest { system, tools, max_tokens: request.max_tokens }));
+            let thinking = request.thinking.take();
+            self.host_request = Some(Arc::new(HostRequest { system, tools, max_tokens: request.max_tokens, thinking }));
         }
         // Persist what the pipeline decided (offloaded results, cleared results,
         // reminders) before anyone sees a request that depends on it.
@@ -1274,13 +1295,7 @@ impl Session {
     /// is the bytes the host is sent (and the provider cached). Decisions it makes come
     /// back in `new_state`; `assemble` persists them, and the view cache makes them
     /// again until they are.
-    fn run_pipeline(
-        &mut self,
-        system: &[serde_json::Value],
-        tools: &[serde_json::Value],
-        max_tokens: u64,
-        fork: Option<&ctxd_core::view::Fork>,
-    ) -> ctxd_core::view::Assembled {
+    fn run_pipeline(&mut self, host: HostBlocks<'_>, fork: Option<&ctxd_core::view::Fork>) -> ctxd_core::view::Assembled {
         let base = ctxd_core::view::BaseContext {
             system_context: self.base.as_ref().and_then(|b| b.system_context().map(|s| s.to_string())),
             user_context: self.base.as_ref().and_then(|b| b.user_context().map(|s| s.to_string())),
@@ -1294,10 +1309,11 @@ impl Session {
         let anchored_tokens = Some(self.next_tokens());
         let input = ctxd_core::view::AssembleInput {
             records: &self.view,
-            system,
-            tools,
+            system: host.system,
+            tools: host.tools,
             model: &self.setup.model,
-            max_tokens,
+            max_tokens: host.max_tokens,
+            thinking: host.thinking,
             fork,
             base: &base,
             now_ms,
@@ -1323,6 +1339,7 @@ impl Session {
             tools: &[],
             model: &self.setup.model,
             max_tokens: 20_000,
+            thinking: None,
             fork: None,
             base: &base,
             now_ms: 0,
@@ -1456,7 +1473,7 @@ impl Session {
         // The request the host would be sent now, to fork; a partial compaction
         // summarizes only the side it replaces, which no host request ever was.
         let (parent, host_parent) = match (partial, self.host_request.clone()) {
-            (None, Some(host)) => (self.run_pipeline(&host.system, &host.tools, host.max_tokens, None).request.to_value(), true),
+            (None, Some(host)) => (self.run_pipeline(host.blocks(), None).request.to_value(), true),
             (None, None) => (self.parent_request(&self.view), false),
             (Some((ctxd_core::compact::SplitDirection::UpTo, split)), _) => (self.parent_request(&self.view[..split]), false),
             (Some((ctxd_core::compact::SplitDirection::From, split)), _) => (self.parent_request(&self.view[split..]), false),

@@ -23,6 +23,7 @@ pub(crate) struct Setup {
     pub system: Vec<Value>,
     pub tools: Vec<Value>,
     pub fork: Option<Fork>,
+    pub thinking: Option<Value>,
     pub now_ms: i64,
     pub compact: CompactCheck,
 }
@@ -43,6 +44,7 @@ impl Setup {
             system: vec![json!({"type": "text", "text": "You are a coding agent."})],
             tools: tools(&["Read", "Bash", "Grep", "Glob", "Edit", "Write", "Task"]),
             fork: None,
+            thinking: None,
             now_ms,
             compact: CompactCheck::default(),
         }
@@ -55,6 +57,7 @@ impl Setup {
             tools: &self.tools,
             model: "claude-x",
             max_tokens: 8_000,
+            thinking: self.thinking.as_ref(),
             fork: self.fork.as_ref(),
             base: &self.base,
             now_ms: self.now_ms,

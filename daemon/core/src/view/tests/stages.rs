@@ -683,3 +683,22 @@ fn cache_markers_end_the_conversation_or_the_shared_prefix() {
     .assert_eq(&rendered(&out));
     assert_eq!(out.applied[8].detail, "3 markers (message 3), 1 host markers kept, 2 removed");
 }
+
+#[test]
+fn the_hosts_thinking_settings_go_into_the_request_as_sent() {
+    let f = fixture(
+        r#"
+        user u1 "task"
+        say a1 m1 "done"
+        "#,
+    );
+    let mut setup = Setup::new(f.end_ms);
+    assert!(setup.run(&f.records).request.to_value().get("thinking").is_none(), "none asked, none sent");
+    let thinking = json!({"type": "enabled", "budget_tokens": 4_000});
+    setup.thinking = Some(thinking.clone());
+    let body = setup.run(&f.records).request.to_value();
+    assert_eq!(body["thinking"], thinking);
+    // A fork shares the whole prefix, thinking settings included.
+    setup.fork = Some(Fork { instruction: "Summarize the conversation.".into(), skip_cache_write: true });
+    assert_eq!(setup.run(&f.records).request.to_value()["thinking"], thinking);
+}
