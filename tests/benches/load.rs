@@ -29,7 +29,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ctxd_e2e::load::{Background, Compactions, Mux, SessionLog, Workload, assemble_params, check_stored, filler, open_and_seed, session_id};
+use anyhow::Context;
+use ctxd_e2e::load::{Background, Compactions, Mux, SessionLog, Workload, assemble_params, check_assembled, check_stored, filler, open_and_seed, session_id};
 use serde_json::json;
 
 fn main() -> anyhow::Result<()> {
@@ -209,10 +210,10 @@ impl Probe {
             anyhow::ensure!(result["appended"] == 1, "probe append: {result}");
             self.appended.push(uuid.clone());
             let started = Instant::now();
-            let result = mux.request("ctx/assemble", assemble_params(&self.id))?;
+            // The clock stops when the answer is here, before the client reads it.
+            let body = mux.request_body("ctx/assemble", assemble_params(&self.id))?;
             into.assemble.push(started.elapsed().as_secs_f64() * 1e3);
-            let last = result["request"]["messages"].as_array().and_then(|m| m.last()).map(ToString::to_string).unwrap_or_default();
-            anyhow::ensure!(last.contains(&uuid), "probe assemble lacks the record just appended");
+            check_assembled(&body, Some(&uuid)).context("probe assemble")?;
         }
         Ok(())
     }

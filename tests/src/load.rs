@@ -90,12 +90,22 @@ impl Mux {
 
     /// Sends a request and returns its `result`, or `Err` with the JSON-RPC error.
     pub fn request(&self, method: &str, params: Value) -> anyhow::Result<Value> {
-        let body = self.send(method, params)?.recv_timeout(ANSWER_TIMEOUT).map_err(|e| anyhow!("{method}: no answer: {e}"))?;
+        let body = self.request_body(method, params)?;
         let response: Value = serde_json::from_slice(&body)?;
-        match response.get("error") {
-            Some(error) => Err(anyhow!("{method}: {error}")),
-            None => Ok(response["result"].clone()),
+        match response {
+            Value::Object(mut fields) => match fields.remove("error") {
+                Some(error) => Err(anyhow!("{method}: {error}")),
+                None => Ok(fields.remove("result").unwrap_or_default()),
+            },
+            other => Err(anyhow!("{method}: answered {other}")),
         }
+    }
+
+    /// Sends a request and waits for its answer, left as the frame's body: a client
+    /// that checks a few fields of a large answer reads only those (the clients share
+    /// the cores with the daemon they measure).
+    pub fn request_body(&self, method: &str, params: Value) -> anyhow::Result<Vec<u8>> {
+        self.send(method, params)?.recv_timeout(ANSWER_TIMEOUT).map_err(|e| anyhow!("{method}: no answer: {e}"))
     }
 
     pub fn pid(&self) -> u32 {
@@ -263,9 +273,8 @@ fn client(mux: &Mux, workload: &Workload, i: usize, appended: Vec<String>, stop:
     while !stop.load(Ordering::Relaxed) && workload.operations.is_none_or(|n| op < n) {
         op += 1;
         if op.is_multiple_of(workload.assemble_every.max(1)) {
-            let result = mux.request("ctx/assemble", assemble_params(&id)).with_context(|| format!("{id}: assemble"))?;
-            let messages = result["request"]["messages"].as_array().context("no messages")?;
-            ensure!(messages.first().is_some_and(|m| m["role"] == "user"), "{id}: assemble gave {result}");
+            let body = mux.request_body("ctx/assemble", assemble_params(&id)).with_context(|| format!("{id}: assemble"))?;
+            check_assembled(&body, log.appended.last().map(String::as_str)).with_context(|| format!("{id}: assemble"))?;
             log.assembles += 1;
         } else {
             let uuid = format!("{id}-{:06}", log.appended.len());
@@ -284,6 +293,39 @@ fn client(mux: &Mux, workload: &Workload, i: usize, appended: Vec<String>, stop:
         }
     }
     Ok(log)
+}
+
+/// An assemble answer is a request whose messages start with a user message and which
+/// carries the record appended last. Read without building the answer's value tree.
+pub fn check_assembled(body: &[u8], last_appended: Option<&str>) -> anyhow::Result<()> {
+    use serde::de::IgnoredAny;
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        result: Option<Assembled>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Assembled {
+        request: Request,
+    }
+    #[derive(serde::Deserialize)]
+    struct Request {
+        messages: Vec<Message>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Message {
+        role: String,
+        #[serde(rename = "content")]
+        _content: IgnoredAny,
+    }
+    let shown = || String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned();
+    let answer: Answer = serde_json::from_slice(body).with_context(|| format!("not an assemble answer: {}", shown()))?;
+    let messages = answer.result.with_context(|| format!("an error: {}", shown()))?.request.messages;
+    ensure!(messages.first().is_some_and(|m| m.role == "user"), "the first message is not the user's: {}", shown());
+    if let Some(uuid) = last_appended {
+        let text = std::str::from_utf8(body)?;
+        ensure!(text.contains(uuid), "the request lacks the record appended last ({uuid})");
+    }
+    Ok(())
 }
 
 /// Every record a session's client appended is stored, in the order appended, and no
