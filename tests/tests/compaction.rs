@@ -326,3 +326,27 @@ fn partial_compaction_keeps_one_side_verbatim() {
     let both = daemon.request_error("ctx/compact", json!({"sessionId": "up", "upTo": uuid, "from": uuid})).unwrap();
     assert_eq!(both["code"], -32602);
 }
+
+#[test]
+fn the_compacted_notification_arrives_before_the_answer_of_the_request_that_installed_it() {
+    let dir = tempfile::tempdir().unwrap();
+    // Only the manual compactions asked for here.
+    let mut daemon = Daemon::start_with(&dir.path().join("state"), &[], &[("DISABLE_AUTO_COMPACT", "1")]).unwrap();
+    daemon.initialize().unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": "/home/dev/project", "model": MODEL, "sessionId": "n"})).unwrap();
+    let records = example(usize::MAX);
+    for (round, chunk) in records.chunks(30).take(12).enumerate() {
+        daemon.request("ctx/append", json!({"sessionId": "n", "records": chunk})).unwrap();
+        let id = daemon.send_request("ctx/compact", json!({"sessionId": "n"})).unwrap();
+        let mut notified = false;
+        loop {
+            let message = daemon.next_message().unwrap();
+            if message["id"] == id && message.get("method").is_none() {
+                assert!(message.get("result").is_some(), "round {round}: {message}");
+                break;
+            }
+            notified |= message["method"] == "ctx/compacted" && message["params"]["sessionId"] == "n";
+        }
+        assert!(notified, "round {round}: ctx/compacted came after the answer to ctx/compact");
+    }
+}

@@ -10,7 +10,10 @@
 //! **Ordering.** Each request's future is polled once as soon as its frame is read,
 //! before the next frame is read, and then joins one `FuturesUnordered` if it is still
 //! pending. Every `ctx/` handler hands its command to the session actor before its first
-//! `.await`, so the actor sees commands in the order the client sent them.
+//! `.await`, so the actor sees commands in the order the client sent them. Server-to-
+//! client messages (notifications, requests) are forwarded by the same loop, and every
+//! answer goes out after those already queued: a notification a request caused
+//! (`ctx/compacted` while an assemble installs a summary) reaches the client first.
 
 pub mod framing;
 
@@ -143,15 +146,8 @@ where
 
     // Server-to-client requests and notifications (from `Client`), and the sink for the
     // client's responses to them.
-    let (mut to_client, mut client_responses) = socket.split();
-    let forward_tx = out_tx.clone();
-    let forwarder = tokio::spawn(async move {
-        while let Some(request) = to_client.next().await {
-            if forward_tx.send(Outgoing::Request(request)).await.is_err() {
-                break;
-            }
-        }
-    });
+    let (to_client, mut client_responses) = socket.split();
+    let mut out = Outbox { to_client, tx: out_tx };
 
     let mut reader = FrameReader::new(input, limits.max_message_bytes);
     let mut in_flight: FuturesUnordered<Reply> = FuturesUnordered::new();
@@ -161,16 +157,17 @@ where
     'read: loop {
         // Back-pressure: with too much in flight, only drain.
         if in_flight.len() >= limits.max_in_flight {
-            if let Some(Some(answer)) = in_flight.next().await {
-                let _ = out_tx.send(answer.into()).await;
+            if let Some(Some(answer)) = out.next_done(&mut in_flight).await {
+                out.answer(answer).await;
             }
             continue;
         }
         tokio::select! {
             biased;
+            Some(request) = out.to_client.next() => out.send(Outgoing::Request(request)).await,
             Some(done) = in_flight.next(), if !in_flight.is_empty() => {
                 if let Some(answer) = done {
-                    let _ = out_tx.send(answer.into()).await;
+                    out.answer(answer).await;
                 }
             }
             frame = reader.next_frame() => {
@@ -181,7 +178,7 @@ where
                 {
                     let reply = guard(reply.map(Ok::<_, std::convert::Infallible>), Some(id), method.to_owned());
                     if let Some(answer) = start(reply, &mut in_flight) {
-                        let _ = out_tx.send(answer.into()).await;
+                        out.answer(answer).await;
                     }
                     continue 'read;
                 }
@@ -194,9 +191,10 @@ where
                         let ready = loop {
                             tokio::select! {
                                 biased;
+                                Some(request) = out.to_client.next() => out.send(Outgoing::Request(request)).await,
                                 Some(done) = in_flight.next(), if !in_flight.is_empty() => {
                                     if let Some(answer) = done {
-                                        let _ = out_tx.send(answer.into()).await;
+                                        out.answer(answer).await;
                                     }
                                 }
                                 ready = futures::future::poll_fn(|cx| service.poll_ready(cx)) => break ready,
@@ -211,16 +209,16 @@ where
                         let call = service.call(request);
                         let call = guard(call.map(|r| r.map(|response| response.map(Answer::Response))), id, method.clone());
                         if let Some(answer) = start(call, &mut in_flight) {
-                            let _ = out_tx.send(answer.into()).await;
+                            out.answer(answer).await;
                         }
                         if method == "initialize" {
                             // The service moves to "initialized" only as `initialize`
                             // runs; a client that pipelines its first requests behind it
                             // must not see them refused, so nothing else is dispatched
                             // until it has answered.
-                            while let Some(done) = in_flight.next().await {
+                            while let Some(done) = out.next_done(&mut in_flight).await {
                                 if let Some(answer) = done {
-                                    let _ = out_tx.send(answer.into()).await;
+                                    out.answer(answer).await;
                                 }
                             }
                         }
@@ -234,9 +232,7 @@ where
                             tracing::warn!("response from the client arrived after the service stopped");
                         }
                     }
-                    Incoming::Invalid(response) => {
-                        let _ = out_tx.send(Outgoing::Response(response)).await;
-                    }
+                    Incoming::Invalid(response) => out.send(Outgoing::Response(response)).await,
                     Incoming::Nothing => {}
                 }
             }
@@ -244,15 +240,56 @@ where
     }
 
     // Answer everything still in flight before closing the output.
-    while let Some(done) = in_flight.next().await {
+    while let Some(done) = out.next_done(&mut in_flight).await {
         if let Some(answer) = done {
-            let _ = out_tx.send(answer.into()).await;
+            out.answer(answer).await;
         }
     }
-    forwarder.abort();
-    drop(out_tx);
+    out.forward_queued().await;
+    drop(out);
     writer.await;
     ending
+}
+
+/// Where the serve loop's output goes: server-to-client messages from the service's
+/// `Client` and answers, in that order when both are waiting.
+/// (`R` is tower-lsp's request stream, whose type it does not export.)
+struct Outbox<R> {
+    to_client: R,
+    tx: mpsc::Sender<Outgoing>,
+}
+
+impl<R: futures::Stream<Item = Request> + Unpin> Outbox<R> {
+    async fn send(&mut self, message: Outgoing) {
+        let _ = self.tx.send(message).await;
+    }
+
+    /// Sends an answer after every server-to-client message already queued: a handler
+    /// queues its notifications before its answer is ready, so they go out first.
+    async fn answer(&mut self, answer: Answer) {
+        self.forward_queued().await;
+        self.send(answer.into()).await;
+    }
+
+    /// Forwards the server-to-client messages queued now, without waiting for more.
+    async fn forward_queued(&mut self) {
+        while let Some(Some(request)) = self.to_client.next().now_or_never() {
+            self.send(Outgoing::Request(request)).await;
+        }
+    }
+
+    /// The next request to finish (`None` once none is in flight), forwarding
+    /// server-to-client messages meanwhile: a handler waiting to queue a notification
+    /// (the channel holds one) must not wait on this loop.
+    async fn next_done(&mut self, in_flight: &mut FuturesUnordered<Reply>) -> Option<Option<Answer>> {
+        loop {
+            tokio::select! {
+                biased;
+                Some(request) = self.to_client.next() => self.send(Outgoing::Request(request)).await,
+                done = in_flight.next() => return done,
+            }
+        }
+    }
 }
 
 /// Polls a request's future once, now, so that its command is queued before the next
