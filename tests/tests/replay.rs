@@ -1,5 +1,6 @@
 //! `ctxd replay`, the README's first command: the bundled example goes through a real
-//! daemon, one line per turn, with the automatic compaction it reaches.
+//! daemon as a host would drive it (each model request assembled before its reply is
+//! appended), one line per turn, with the compaction it reaches.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
@@ -27,4 +28,14 @@ fn the_bundled_example_shows_levels_and_a_compaction() {
     assert!(text.contains("compacted (auto): "), "{text}");
     let last_turn = text.lines().rfind(|l| l.starts_with("turn ")).unwrap();
     assert!(last_turn.ends_with("  ok"), "the session ends below its threshold after compacting: {text}");
+    // Every model request is assembled first, so the compaction lands before a request
+    // would go over the window: no turn ends past it, none at the blocked level.
+    assert!(text.contains("window 200,000 (180,000 usable"), "{text}");
+    for line in text.lines().filter(|l| l.starts_with("turn ")) {
+        let percent: f64 = line.split_whitespace().find_map(|w| w.strip_suffix('%')).unwrap().parse().unwrap();
+        assert!(percent <= 100.0 && !line.ends_with("blocked"), "{line}\n{text}");
+    }
+    let requests = text.lines().find_map(|l| l.strip_suffix(" model requests assembled").or_else(|| l.split_once(" model requests assembled,").map(|(n, _)| n)));
+    assert!(requests.unwrap().parse::<usize>().unwrap() > 100, "{text}");
+    assert!(text.contains("1 compaction(s)"), "one compaction, not a second on stale usage: {text}");
 }

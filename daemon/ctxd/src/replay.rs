@@ -1,5 +1,7 @@
 //! `ctxd replay FILE.jsonl`: drives a transcript through a daemon over the real protocol,
-//! record by record as a host would, and prints one line per turn.
+//! record by record as a host would (each assistant reply preceded by the `ctx/assemble`
+//! of the request it answers, which waits for a compaction running), and prints one
+//! line per turn.
 //!
 //! The daemon runs in-process on an in-memory pipe with a temporary store (unless a
 //! state directory is given), so the command needs no server, no key and no network.
@@ -69,10 +71,11 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
     let usage = &opened["usage"];
     writeln!(
         out,
-        "replaying {} ({} records) · model {model} · window {} · compact at {} · warning at {} · blocked at {}",
+        "replaying {} ({} records) · model {model} · window {} ({} usable, the rest kept for the reply) · compact at {} · warning at {} · blocked at {}",
         display_name(&options.transcript),
         records.len(),
         thousands(usage["window"].as_u64().unwrap_or(0)),
+        thousands(usage["effectiveWindow"].as_u64().unwrap_or(0)),
         thousands(usage["threshold"].as_u64().unwrap_or(0)),
         thousands(usage["warning"].as_u64().unwrap_or(0)),
         thousands(usage["blocked"].as_u64().unwrap_or(0)),
@@ -83,15 +86,32 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
 
     let mut turn = 0usize;
     let mut last_usage: Option<Value> = None;
-    let mut compactions = 0usize;
+    let (mut compactions, mut requests) = (0usize, 0usize);
     for object in &records {
         let parsed = Record::from_object(object).ok();
         let starts_turn = parsed.as_ref().is_some_and(is_prompt);
         if starts_turn {
             if let Some(usage) = last_usage.take() {
                 report(out, turn, &usage)?;
+                // A host asks for its next request only once the compaction that is
+                // running is installed; the next prompt starts from the compacted view.
+                if usage["level"] == "compacting" {
+                    compactions += wait_for_compaction(&client, out).await?;
+                }
             }
             turn += 1;
+        } else if object.get("type").and_then(Value::as_str) == Some("assistant") {
+            // Each assistant record answers a model request: the host assembles it first
+            // (which starts a compaction at the threshold) and sends it once a running
+            // compaction is installed.
+            let assembled = client.request("ctx/assemble", json!({"sessionId": session_id, "maxTokens": REPLY_TOKENS})).await?;
+            requests += 1;
+            if assembled["usage"]["level"] == "compacting" {
+                compactions += wait_for_compaction(&client, out).await?;
+            }
+            // One installed while assembling (a summary prepared ahead) counts before
+            // the record goes in: its recorded usage no longer applies.
+            compactions += announce_pending(&client, out).await?;
         }
         // After a compaction the transcript's recorded usage describes a context the
         // model no longer has (a live host would report smaller figures), so it is left
@@ -110,61 +130,22 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
             writeln!(out, "      compaction undone: back to {} tokens", thousands(result["usage"]["tokens"].as_u64().unwrap_or(0)))?;
         }
         // Compactions run in the background; report each as it is announced.
-        let mut notes = client.notifications.lock().await;
-        while let Ok((method, params)) = notes.try_recv() {
-            match method.as_str() {
-                "ctx/compacted" => {
-                    compactions += 1;
-                    writeln!(
-                        out,
-                        "      compacted ({}): {} → {} tokens",
-                        params["trigger"].as_str().unwrap_or("?"),
-                        thousands(params["preTokens"].as_u64().unwrap_or(0)),
-                        thousands(params["postTokens"].as_u64().unwrap_or(0)),
-                    )?;
-                }
-                "ctx/compactFailed" => writeln!(out, "      compaction failed: {}", params["reason"].as_str().unwrap_or("?"))?,
-                _ => {}
-            }
-        }
+        compactions += announce_pending(&client, out).await?;
     }
     if let Some(usage) = last_usage {
         report(out, turn, &usage)?;
         // A compaction still running at the end: wait for it, then show where it left
         // the session.
-        if usage["level"] == "compacting" {
-            let mut notes = client.notifications.lock().await;
-            let waited = tokio::time::timeout(std::time::Duration::from_secs(60), async {
-                while let Some((method, params)) = notes.recv().await {
-                    if method == "ctx/compacted" || method == "ctx/compactFailed" {
-                        return Some((method, params));
-                    }
-                }
-                None
-            })
-            .await;
-            drop(notes);
-            match waited {
-                Ok(Some((method, params))) if method == "ctx/compacted" => {
-                    compactions += 1;
-                    writeln!(
-                        out,
-                        "      compacted ({}): {} → {} tokens",
-                        params["trigger"].as_str().unwrap_or("?"),
-                        thousands(params["preTokens"].as_u64().unwrap_or(0)),
-                        thousands(params["postTokens"].as_u64().unwrap_or(0)),
-                    )?;
-                    let now = client.request("ctx/usage", json!({"sessionId": session_id})).await?;
-                    report(out, turn, &now["usage"])?;
-                }
-                Ok(Some((_, params))) => writeln!(out, "      compaction failed: {}", params["reason"].as_str().unwrap_or("?"))?,
-                _ => writeln!(out, "      compaction did not finish within 60 s")?,
-            }
+        if usage["level"] == "compacting" && wait_for_compaction(&client, out).await? > 0 {
+            let now = client.request("ctx/usage", json!({"sessionId": session_id})).await?;
+            report(out, turn, &now["usage"])?;
         }
     }
+    write!(out, "{requests} model requests assembled")?;
     if compactions > 0 {
-        writeln!(out, "{compactions} compaction(s); the summaries were written by the built-in offline summarizer (no model, no network)")?;
+        write!(out, ", {compactions} compaction(s); the summaries were written by the built-in offline summarizer (no model, no network)")?;
     }
+    writeln!(out)?;
     client.request("ctx/closeSession", json!({"sessionId": session_id})).await?;
     client.request("shutdown", Value::Null).await?;
     client.notify("exit", Value::Null).await?;
@@ -194,14 +175,71 @@ fn is_prompt(record: &Record) -> bool {
     }
 }
 
+/// Waits (up to a minute) for the running compaction to be announced and reports it;
+/// 1 if it was installed.
+async fn wait_for_compaction<W>(client: &RpcClient<W>, out: &mut dyn Write) -> anyhow::Result<usize> {
+    let mut notes = client.notifications.lock().await;
+    let waited = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while let Some((method, params)) = notes.recv().await {
+            if method.as_str() == "ctx/compacted" || method.as_str() == "ctx/compactFailed" {
+                return Some((method, params));
+            }
+        }
+        None
+    })
+    .await;
+    match waited {
+        Ok(Some((method, params))) => announce(out, &method, &params),
+        _ => {
+            writeln!(out, "      compaction did not finish within 60 s")?;
+            Ok(0)
+        }
+    }
+}
+
+/// Reports the compactions announced so far; how many were installed.
+async fn announce_pending<W>(client: &RpcClient<W>, out: &mut dyn Write) -> anyhow::Result<usize> {
+    let mut notes = client.notifications.lock().await;
+    let mut installed = 0;
+    while let Ok((method, params)) = notes.try_recv() {
+        installed += announce(out, &method, &params)?;
+    }
+    Ok(installed)
+}
+
+/// Prints a compaction notification; 1 if it announced an installed compaction.
+fn announce(out: &mut dyn Write, method: &str, params: &Value) -> anyhow::Result<usize> {
+    match method {
+        "ctx/compacted" => {
+            writeln!(
+                out,
+                "      compacted ({}): {} → {} tokens",
+                params["trigger"].as_str().unwrap_or("?"),
+                thousands(params["preTokens"].as_u64().unwrap_or(0)),
+                thousands(params["postTokens"].as_u64().unwrap_or(0)),
+            )?;
+            Ok(1)
+        }
+        "ctx/compactFailed" => {
+            writeln!(out, "      compaction failed: {}", params["reason"].as_str().unwrap_or("?"))?;
+            Ok(0)
+        }
+        _ => Ok(0),
+    }
+}
+
+/// The reply cap of the requests replay assembles (a coding agent's usual output cap).
+const REPLY_TOKENS: u64 = 32_000;
+
 fn report(out: &mut dyn Write, turn: usize, usage: &Value) -> anyhow::Result<()> {
     let tokens = usage["tokens"].as_u64().unwrap_or(0);
-    let window = usage["window"].as_u64().unwrap_or(0);
+    // `percentUsed` is of the window less the room kept for the reply.
+    let usable = usage["effectiveWindow"].as_u64().unwrap_or(0);
     writeln!(
         out,
         "turn {turn:>4}  {:>9} / {} tokens  {:>5.1}% used  {:>9} until compact  {}",
         thousands(tokens),
-        thousands(window),
+        thousands(usable),
         usage["percentUsed"].as_f64().unwrap_or(0.0),
         thousands(usage["tokensUntilCompact"].as_u64().unwrap_or(0)),
         usage["level"].as_str().unwrap_or("?"),
