@@ -119,6 +119,11 @@ fn invalid_params() {
     assert!(error["message"].as_str().unwrap().contains("sessionId"), "{error}");
     let error = daemon.request_error("ctx/append", json!({"sessionId": "s", "records": "nope"})).unwrap();
     assert_eq!(error["code"], -32602);
+    assert!(error["message"].as_str().unwrap().starts_with("records: invalid type"), "{error}");
+    // A field deep inside names its whole path.
+    let error = daemon.request_error("ctx/assemble", json!({"sessionId": "s", "maxTokens": 100, "fork": {"instruction": 7}})).unwrap();
+    assert_eq!(error["code"], -32602);
+    assert_eq!(error["message"], "fork.instruction: invalid type: integer `7`, expected a string");
     let error = daemon.request_error("ctx/openSession", json!({"cwd": 5, "model": "m"})).unwrap();
     assert_eq!(error["code"], -32602);
     // A session id that would name a path outside the store.
@@ -128,7 +133,7 @@ fn invalid_params() {
     // Thinking settings are an object, as the Messages API has them.
     let error = daemon.request_error("ctx/assemble", json!({"sessionId": "s", "maxTokens": 100, "thinking": "on"})).unwrap();
     assert_eq!(error["code"], -32602);
-    assert!(error["message"].as_str().unwrap().contains("expected a map"), "{error}");
+    assert_eq!(error["message"], "thinking: invalid type: string \"on\", expected a map", "the message names the field");
     still_serving(&mut daemon, "m8");
 }
 

@@ -411,7 +411,8 @@ impl Backend {
         })
     }
 
-    pub async fn open_session(&self, params: proto::OpenSessionParams) -> Result<proto::OpenSessionResult> {
+    pub async fn open_session(&self, params: Value) -> Result<proto::OpenSessionResult> {
+        let params: proto::OpenSessionParams = params_of(params)?;
         let sessions = self.sessions()?;
         let (id, rx) = sessions.open(&params).map_err(rpc_error)?;
         let opened = match answer(rx, &id).await {
@@ -430,7 +431,8 @@ impl Backend {
         })
     }
 
-    pub async fn append(&self, params: proto::AppendParams) -> Result<proto::AppendResult> {
+    pub async fn append(&self, params: Value) -> Result<proto::AppendResult> {
+        let params: proto::AppendParams = params_of(params)?;
         let sessions = self.sessions()?;
         let mut records = Vec::with_capacity(params.records.len());
         for (i, object) in params.records.iter().enumerate() {
@@ -451,7 +453,8 @@ impl Backend {
         })
     }
 
-    pub async fn file_read(&self, params: proto::FileReadParams) -> Result<proto::FileReadResult> {
+    pub async fn file_read(&self, params: Value) -> Result<proto::FileReadResult> {
+        let params: proto::FileReadParams = params_of(params)?;
         let rx = self
             .sessions()?
             .file_read(&params.session_id, params.path, params.start_line, params.num_lines)
@@ -474,7 +477,8 @@ impl Backend {
         })
     }
 
-    pub async fn compact(&self, params: proto::CompactParams) -> Result<proto::CompactResult> {
+    pub async fn compact(&self, params: Value) -> Result<proto::CompactResult> {
+        let params: proto::CompactParams = params_of(params)?;
         use ctxd_core::compact::SplitDirection;
         let (partial, trigger) = match (params.from, params.up_to) {
             (None, None) => (None, Trigger::Manual),
@@ -520,7 +524,8 @@ impl Backend {
         })
     }
 
-    pub async fn undo_compact(&self, params: proto::UndoCompactParams) -> Result<proto::UndoCompactResult> {
+    pub async fn undo_compact(&self, params: Value) -> Result<proto::UndoCompactResult> {
+        let params: proto::UndoCompactParams = params_of(params)?;
         let rx = self.sessions()?.undo_compact(&params.session_id).map_err(rpc_error)?;
         let done = answer(rx, &params.session_id).await?;
         Ok(proto::UndoCompactResult {
@@ -532,7 +537,8 @@ impl Backend {
         })
     }
 
-    pub async fn report_provider_error(&self, params: proto::ReportProviderErrorParams) -> Result<proto::ReportProviderErrorResult> {
+    pub async fn report_provider_error(&self, params: Value) -> Result<proto::ReportProviderErrorResult> {
+        let params: proto::ReportProviderErrorParams = params_of(params)?;
         let sessions = self.sessions()?;
         let Some(refusal) = crate::provider::refusal_of(params.error.status, &params.error.message) else {
             // Validate the session all the same: an unknown id is an error, not "none".
@@ -560,27 +566,31 @@ impl Backend {
         }
     }
 
-    pub async fn assemble(&self, params: proto::AssembleParams) -> Result<proto::AssembleResult> {
+    pub async fn assemble(&self, params: Value) -> Result<proto::AssembleResult> {
+        let params: proto::AssembleParams = params_of(params)?;
         let (session_id, request) = assemble_request(params);
         let rx = self.sessions()?.assemble(&session_id, request).map_err(rpc_error)?;
         AssembleResultText::from(answer(rx, &session_id).await?).into_proto()
     }
 
-    pub async fn snip(&self, params: proto::SnipParams) -> Result<proto::SnipResult> {
+    pub async fn snip(&self, params: Value) -> Result<proto::SnipResult> {
+        let params: proto::SnipParams = params_of(params)?;
         let reduction = crate::session::actor::Reduction::Snip { uuids: params.uuids };
         let rx = self.sessions()?.reduce(&params.session_id, reduction).map_err(rpc_error)?;
         let done = answer(rx, &params.session_id).await?;
         Ok(proto::SnipResult { tokens_freed: done.tokens_freed, unknown: done.unknown, usage: done.usage.to_proto() })
     }
 
-    pub async fn collapse(&self, params: proto::CollapseParams) -> Result<proto::CollapseResult> {
+    pub async fn collapse(&self, params: Value) -> Result<proto::CollapseResult> {
+        let params: proto::CollapseParams = params_of(params)?;
         let reduction = crate::session::actor::Reduction::Collapse { from: params.from, to: params.to, summary: params.summary };
         let rx = self.sessions()?.reduce(&params.session_id, reduction).map_err(rpc_error)?;
         let done = answer(rx, &params.session_id).await?;
         Ok(proto::CollapseResult { collapse_id: done.record_uuid, tokens_freed: done.tokens_freed, usage: done.usage.to_proto() })
     }
 
-    pub async fn observe(&self, params: proto::ObserveParams) -> Result<proto::ObserveResult> {
+    pub async fn observe(&self, params: Value) -> Result<proto::ObserveResult> {
+        let params: proto::ObserveParams = params_of(params)?;
         let (path, project) = match (&params.transcript, &params.project_dir) {
             (Some(t), None) => (PathBuf::from(t), false),
             (None, Some(d)) => (PathBuf::from(d), true),
@@ -595,7 +605,8 @@ impl Backend {
         Ok(proto::ObserveResult { session_id, usage: usage.to_proto() })
     }
 
-    pub async fn skill_invoked(&self, params: proto::SkillInvokedParams) -> Result<proto::UsageResult> {
+    pub async fn skill_invoked(&self, params: Value) -> Result<proto::UsageResult> {
+        let params: proto::SkillInvokedParams = params_of(params)?;
         if params.name.trim().is_empty() {
             return Err(Error::invalid_params("name must not be empty"));
         }
@@ -603,7 +614,8 @@ impl Backend {
         self.append_marker(params.session_id, ctxd_core::invoked::SKILL_MARKER, marker).await
     }
 
-    pub async fn set_plan(&self, params: proto::SetPlanParams) -> Result<proto::UsageResult> {
+    pub async fn set_plan(&self, params: Value) -> Result<proto::UsageResult> {
+        let params: proto::SetPlanParams = params_of(params)?;
         if let Some(path) = &params.path
             && !std::path::Path::new(path).is_absolute()
         {
@@ -628,14 +640,16 @@ impl Backend {
         Ok(proto::UsageResult { session_id, usage: appended.usage.to_proto() })
     }
 
-    pub async fn clear(&self, params: proto::SessionParams) -> Result<proto::ClearResult> {
+    pub async fn clear(&self, params: Value) -> Result<proto::ClearResult> {
+        let params: proto::SessionParams = params_of(params)?;
         let sessions = self.sessions()?;
         let (id, rx) = sessions.clear(&params.session_id).map_err(rpc_error)?;
         let opened = answer(rx, &id).await?;
         Ok(proto::ClearResult { session_id: id, usage: opened.usage.to_proto() })
     }
 
-    pub async fn context(&self, params: proto::SessionParams) -> Result<proto::ContextResult> {
+    pub async fn context(&self, params: Value) -> Result<proto::ContextResult> {
+        let params: proto::SessionParams = params_of(params)?;
         let rx = self.sessions()?.context(&params.session_id).map_err(rpc_error)?;
         let view = rx.await.map_err(|_| rpc_error(SessionError::Closed(params.session_id.clone())))?;
         let usage = view.usage.to_proto();
@@ -667,13 +681,15 @@ impl Backend {
         })
     }
 
-    pub async fn usage(&self, params: proto::SessionParams) -> Result<proto::UsageResult> {
+    pub async fn usage(&self, params: Value) -> Result<proto::UsageResult> {
+        let params: proto::SessionParams = params_of(params)?;
         let rx = self.sessions()?.usage(&params.session_id).map_err(rpc_error)?;
         let usage = rx.await.map_err(|_| rpc_error(SessionError::Closed(params.session_id.clone())))?;
         Ok(proto::UsageResult { session_id: params.session_id, usage: usage.to_proto() })
     }
 
-    pub async fn set_auto_compact_window(&self, params: proto::SetAutoCompactWindowParams) -> Result<proto::SetAutoCompactWindowResult> {
+    pub async fn set_auto_compact_window(&self, params: Value) -> Result<proto::SetAutoCompactWindowResult> {
+        let params: proto::SetAutoCompactWindowParams = params_of(params)?;
         let window = match params.window {
             proto::WindowChoice::Tokens(n) => Some(n),
             proto::WindowChoice::Auto(_) => None,
@@ -695,7 +711,8 @@ impl Backend {
         })
     }
 
-    pub async fn close_session(&self, params: proto::SessionParams) -> Result<Value> {
+    pub async fn close_session(&self, params: Value) -> Result<Value> {
+        let params: proto::SessionParams = params_of(params)?;
         let rx = self.sessions()?.close(&params.session_id).map_err(rpc_error)?;
         rx.await.map_err(|_| rpc_error(SessionError::Closed(params.session_id)))?;
         Ok(Value::Null)
@@ -703,6 +720,19 @@ impl Backend {
 }
 
 /// Awaits an actor's answer to a command that can fail.
+/// Typed params from a request's JSON, or an invalid-params error that says where they
+/// went wrong (`records[2].message: missing field \`role\``): serde alone names the
+/// problem but not the field, which leaves a client guessing. Handlers take `Value` and
+/// call this, so every `ctx/` method explains its params the same way.
+fn params_of<P: serde::de::DeserializeOwned>(params: Value) -> Result<P> {
+    serde_path_to_error::deserialize(params).map_err(|e| {
+        let path = e.path().to_string();
+        let mut error = Error::invalid_params(if path == "." { e.inner().to_string() } else { format!("{path}: {}", e.inner()) });
+        error.data = None;
+        error
+    })
+}
+
 async fn answer<T>(rx: oneshot::Receiver<std::result::Result<T, SessionError>>, id: &str) -> Result<T> {
     match rx.await {
         Ok(result) => result.map_err(rpc_error),
