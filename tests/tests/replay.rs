@@ -25,7 +25,8 @@ fn the_bundled_example_shows_levels_and_a_compaction() {
     for level in ["  ok", "  warning"] {
         assert!(text.lines().any(|l| l.starts_with("turn ") && l.ends_with(level)), "no turn at {level}: {text}");
     }
-    assert!(text.contains("compacted (auto): "), "{text}");
+    // Automatic, or the summary prepared ahead if it was ready when the threshold came.
+    assert!(text.contains("compacted (auto): ") || text.contains("compacted (precomputed): "), "{text}");
     let last_turn = text.lines().rfind(|l| l.starts_with("turn ")).unwrap();
     assert!(last_turn.ends_with("  ok"), "the session ends below its threshold after compacting: {text}");
     // Every model request is assembled first, so the compaction lands before a request
