@@ -180,6 +180,42 @@ fn cancel_request_stops_a_compaction_and_its_provider_call() {
     daemon.request("ctx/append", json!({"sessionId": "p", "records": [more]})).unwrap();
 }
 
+#[test]
+fn cancel_request_stops_an_assemble_waiting_for_a_compaction_and_not_the_compaction() {
+    // A provider that takes the summary request and never answers.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (got_request, request_seen) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok((mut stream, _)) = listener.accept() else { return };
+        let mut buf = [0u8; 65536];
+        let _ = stream.read(&mut buf);
+        let _ = got_request.send(());
+        while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
+    });
+    // A window the example session is far past: the append starts an automatic
+    // compaction, and a request at the blocked level waits for it.
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = opened_records(port, dir.path(), json!({}), &[("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "60000")], usize::MAX);
+    request_seen.recv_timeout(std::time::Duration::from_secs(30)).expect("the provider got the summary request");
+    let usage = daemon.request("ctx/usage", json!({"sessionId": "p"})).unwrap();
+    assert_eq!(usage["usage"]["level"], "compacting", "{usage}");
+
+    let id = daemon.send_request("ctx/assemble", json!({"sessionId": "p", "maxTokens": 8000})).unwrap();
+    daemon.notify("$/cancelRequest", json!({"id": id})).unwrap();
+    let response = daemon.response(id).unwrap();
+    assert_eq!(response["error"]["code"], -32800, "the waiting assemble answers cancelled: {response}");
+    // The compaction it waited for goes on, and the session answers.
+    let usage = daemon.request("ctx/usage", json!({"sessionId": "p"})).unwrap();
+    assert_eq!(usage["usage"]["level"], "compacting", "{usage}");
+    // An append is never answered "cancelled": it is stored either way.
+    let more = json!({"type": "user", "uuid": "after-cancel", "parentUuid": null, "message": {"role": "user", "content": "go on"}});
+    let id = daemon.send_request("ctx/append", json!({"sessionId": "p", "records": [more]})).unwrap();
+    daemon.notify("$/cancelRequest", json!({"id": id})).unwrap();
+    let response = daemon.response(id).unwrap();
+    assert_eq!(response["result"]["appended"], 1, "{response}");
+}
+
 fn too_long_unless_large(body: &str) -> (u16, String) {
     let body: Value = serde_json::from_str(body).unwrap();
     if body["model"] == "claude-large[1m]" {

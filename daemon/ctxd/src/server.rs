@@ -174,7 +174,7 @@ impl FastPaths {
             Some(encoded(answer_id, result))
         }
         .boxed();
-        Some(crate::transport::FastReply { id, method: methods::APPEND, reply })
+        Some(crate::transport::FastReply { id, method: methods::APPEND, reply, cancellable: false })
     }
 
     fn assemble(&self, body: &str) -> Option<crate::transport::FastReply> {
@@ -196,7 +196,8 @@ impl FastPaths {
             Some(encoded(answer_id, result))
         }
         .boxed();
-        Some(crate::transport::FastReply { id, method: methods::ASSEMBLE, reply })
+        // An assemble waits for a compaction at the blocked level; a host may give up.
+        Some(crate::transport::FastReply { id, method: methods::ASSEMBLE, reply, cancellable: true })
     }
 }
 

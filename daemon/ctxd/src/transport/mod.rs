@@ -95,6 +95,48 @@ pub struct FastReply {
     pub id: Id,
     pub method: &'static str,
     pub reply: Reply,
+    /// Whether `$/cancelRequest` may drop the reply and answer "cancelled": only when
+    /// that answer is true to the client. An assemble's answer is the request, which the
+    /// client then does not get (what the assemble stored is the daemon's own state,
+    /// which the next one builds on); an append is stored whether or not its answer is
+    /// awaited, so "cancelled" would be false.
+    pub cancellable: bool,
+}
+
+/// The fast replies in flight that `$/cancelRequest` may stop (the service tracks its
+/// own). Each removes itself when it finishes.
+#[derive(Clone, Default)]
+struct Cancellable(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<Id, futures::future::AbortHandle>>>);
+
+impl Cancellable {
+    /// `reply`, stoppable by [`Cancellable::cancel`] with its id until it finishes;
+    /// stopped, it answers the LSP error for a cancelled request.
+    fn wrap(&self, id: Id, reply: Reply) -> Reply {
+        let (reply, handle) = futures::future::abortable(reply);
+        if let Ok(mut map) = self.0.lock() {
+            map.insert(id.clone(), handle);
+        }
+        let registry = self.clone();
+        async move {
+            let outcome = reply.await;
+            if let Ok(mut map) = registry.0.lock() {
+                map.remove(&id);
+            }
+            match outcome {
+                Ok(answer) => answer,
+                Err(futures::future::Aborted) => Some(Answer::Response(Response::from_error(id, Error::request_cancelled()))),
+            }
+        }
+        .boxed()
+    }
+
+    /// Stops the reply to the request `$/cancelRequest` names, if it is one of these.
+    fn cancel(&self, request: &Request) {
+        let Some(id) = request.params().and_then(|p| p.get("id")).and_then(|id| serde_json::from_value::<Id>(id.clone()).ok()) else { return };
+        if let Some(handle) = self.0.lock().ok().and_then(|mut map| map.remove(&id)) {
+            handle.abort();
+        }
+    }
 }
 
 /// Serves one client on `input`/`output` until `exit` or the end of the input; the
@@ -153,6 +195,7 @@ where
     let mut in_flight: FuturesUnordered<Reply> = FuturesUnordered::new();
     let mut shutdown_seen = false;
     let mut ending = Ending::InputClosed;
+    let cancellable = Cancellable::default();
 
     'read: loop {
         // Back-pressure: with too much in flight, only drain.
@@ -174,8 +217,9 @@ where
                 let Some(frame) = frame else { break 'read };
                 // After `shutdown` the service refuses every request; so must the fast paths.
                 if let (Ok(body), Some(fast), false) = (&frame, &fast, shutdown_seen)
-                    && let Some(FastReply { id, method, reply }) = fast.take(body)
+                    && let Some(FastReply { id, method, reply, cancellable: may_cancel }) = fast.take(body)
                 {
+                    let reply = if may_cancel { cancellable.wrap(id.clone(), reply) } else { reply };
                     let reply = guard(reply.map(Ok::<_, std::convert::Infallible>), Some(id), method.to_owned());
                     if let Some(answer) = start(reply, &mut in_flight) {
                         out.answer(answer).await;
@@ -185,6 +229,10 @@ where
                 match decode(frame) {
                     Incoming::Request(request) => {
                         let method = request.method().to_owned();
+                        // The service cancels its own requests; the fast paths' are here.
+                        if method == "$/cancelRequest" {
+                            cancellable.cancel(&request);
+                        }
                         let id = request.id().cloned();
                         // `initialize` holds the service not-ready until it finishes; keep
                         // answering what is in flight meanwhile.
@@ -666,7 +714,7 @@ mod tests {
                 panic!("deliberate panic in a fast path");
             }
             .boxed();
-            Some(FastReply { id: Id::Number(value["id"].as_i64()?), method: "fast/boom", reply })
+            Some(FastReply { id: Id::Number(value["id"].as_i64()?), method: "fast/boom", reply, cancellable: false })
         }
     }
 
