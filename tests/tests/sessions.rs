@@ -212,3 +212,23 @@ fn records_sent_pretty_printed_or_compact_are_both_stored_as_one_line() {
     assert_eq!(text.lines().count(), 2);
     assert_eq!(stored_uuids(&state, "shapes").unwrap(), ["c1", "p1"]);
 }
+
+#[test]
+fn a_request_right_after_close_is_answered_by_the_session_reopened() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    let id = open(&mut daemon, None)["sessionId"].as_str().unwrap().to_owned();
+    let mut parent: Option<String> = None;
+    for round in 0..40 {
+        let uuid = format!("r{round}");
+        let record = user_record(&uuid, parent.as_deref(), "next");
+        let appended = daemon.request("ctx/append", json!({"sessionId": id, "records": [record]})).unwrap();
+        assert_eq!(appended["records"], round + 1);
+        parent = Some(uuid);
+        daemon.request("ctx/closeSession", json!({"sessionId": id})).unwrap();
+        // Once the close is answered the actor is gone: this opens the session again
+        // rather than reaching the one on its way out.
+        let usage = daemon.request("ctx/usage", json!({"sessionId": id})).unwrap();
+        assert!(usage["usage"]["tokens"].as_u64().unwrap() > 0, "round {round}: {usage}");
+    }
+}

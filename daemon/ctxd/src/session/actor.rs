@@ -295,6 +295,10 @@ struct Session {
     stamps: Vec<(std::path::PathBuf, Option<crate::context::watcher::FileStamp>)>,
     /// Assemble requests waiting for a compaction (the session was at the blocked level).
     waiting_assembles: Vec<(AssembleRequest, oneshot::Sender<Result<AssembleAnswer, SessionError>>)>,
+    /// `ctx/closeSession` requests, answered once the actor is gone (its file closed, its
+    /// queue dropped), so that a request sent after the answer opens the session anew
+    /// instead of reaching the actor on its way out.
+    close_replies: Vec<oneshot::Sender<()>>,
 }
 
 /// What the host sends with every request besides the view: its system blocks, tools,
@@ -400,6 +404,7 @@ async fn run(
         idle_done: false,
         notified_percent: 0,
         waiting_assembles: Vec::new(),
+        close_replies: Vec::new(),
     };
     if let Err(e) = session.load(create).await {
         tracing::error!(error = %e, "could not load the session");
@@ -465,8 +470,12 @@ async fn run(
     }
     // The transcript file is closed before the receiver is dropped, so a new actor for
     // this session (spawned once the registry sees this one closed) never overlaps it.
+    let close_replies = std::mem::take(&mut session.close_replies);
     drop(session);
     drop(rx);
+    for reply in close_replies {
+        let _ = reply.send(());
+    }
 }
 
 async fn next_change(subscription: &mut Option<Subscription>) -> Option<Vec<std::path::PathBuf>> {
@@ -957,7 +966,7 @@ impl Session {
             }
             Command::Close { reply } => {
                 self.flush_index();
-                let _ = reply.send(());
+                self.close_replies.push(reply);
             }
             Command::Append { .. } => {}
         }
