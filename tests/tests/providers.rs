@@ -138,10 +138,9 @@ fn a_failing_provider_falls_back_to_the_offline_summarizer() {
     assert!(!log.contains("sk-test-secret-key-123"), "the key never appears in logs");
 }
 
-#[test]
-fn cancel_request_stops_a_compaction_and_its_provider_call() {
-    // A provider that takes the request and never answers; it reports when the daemon
-    // hangs up on it.
+/// A provider that takes one request and never answers: its port, then word when the
+/// request came and when the daemon hung up on it.
+fn silent_provider() -> (u16, std::sync::mpsc::Receiver<()>, std::sync::mpsc::Receiver<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let (got_request, request_seen) = std::sync::mpsc::channel();
@@ -152,14 +151,15 @@ fn cancel_request_stops_a_compaction_and_its_provider_call() {
         let _ = stream.read(&mut buf);
         let _ = got_request.send(());
         // Nothing is ever written back; a read of 0 bytes means the daemon closed it.
-        loop {
-            match stream.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-        }
+        while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
         let _ = hung_up.send(());
     });
+    (port, request_seen, connection_closed)
+}
+
+#[test]
+fn cancel_request_stops_a_compaction_and_its_provider_call() {
+    let (port, request_seen, connection_closed) = silent_provider();
     let dir = tempfile::tempdir().unwrap();
     let mut daemon = opened(port, dir.path());
     let state = dir.path().join("state");
@@ -182,17 +182,7 @@ fn cancel_request_stops_a_compaction_and_its_provider_call() {
 
 #[test]
 fn cancel_request_stops_an_assemble_waiting_for_a_compaction_and_not_the_compaction() {
-    // A provider that takes the summary request and never answers.
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let (got_request, request_seen) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let Ok((mut stream, _)) = listener.accept() else { return };
-        let mut buf = [0u8; 65536];
-        let _ = stream.read(&mut buf);
-        let _ = got_request.send(());
-        while matches!(stream.read(&mut buf), Ok(n) if n > 0) {}
-    });
+    let (port, request_seen, _hung_up) = silent_provider();
     // A window the example session is far past: the append starts an automatic
     // compaction, and a request at the blocked level waits for it.
     let dir = tempfile::tempdir().unwrap();
