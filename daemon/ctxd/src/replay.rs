@@ -87,6 +87,10 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
     let mut turn = 0usize;
     let mut last_usage: Option<Value> = None;
     let (mut compactions, mut requests) = (0usize, 0usize);
+    // A compaction is under way: the latest append's answer said so and no announcement
+    // of its end has been read since (the end can be announced before or after that
+    // answer). Every append sets it anew.
+    let mut running = false;
     for object in &records {
         let parsed = Record::from_object(object).ok();
         let starts_turn = parsed.as_ref().is_some_and(is_prompt);
@@ -95,23 +99,24 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
                 report(out, turn, &usage)?;
                 // A host asks for its next request only once the compaction that is
                 // running is installed; the next prompt starts from the compacted view.
-                if usage["level"] == "compacting" {
-                    compactions += wait_for_compaction(&client, out).await?;
+                if running {
+                    compactions += wait_for_compaction(&client, out).await?.installed;
                 }
             }
             turn += 1;
         } else if object.get("type").and_then(Value::as_str) == Some("assistant") {
             // Each assistant record answers a model request: the host assembles it first
             // (which starts a compaction at the threshold) and sends it once a running
-            // compaction is installed.
+            // compaction is installed. One installed while assembling (a summary
+            // prepared ahead) counts before the record goes in: the record's usage
+            // no longer applies.
             let assembled = client.request("ctx/assemble", json!({"sessionId": session_id, "maxTokens": REPLY_TOKENS})).await?;
             requests += 1;
-            if assembled["usage"]["level"] == "compacting" {
-                compactions += wait_for_compaction(&client, out).await?;
+            let seen = announce_pending(&client, out).await?;
+            compactions += seen.installed;
+            if assembled["usage"]["level"] == "compacting" && !seen.ended {
+                compactions += wait_for_compaction(&client, out).await?.installed;
             }
-            // One installed while assembling (a summary prepared ahead) counts before
-            // the record goes in: its recorded usage no longer applies.
-            compactions += announce_pending(&client, out).await?;
         }
         // After a compaction the transcript's recorded usage describes a context the
         // model no longer has (a live host would report smaller figures), so it is left
@@ -130,13 +135,15 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
             writeln!(out, "      compaction undone: back to {} tokens", thousands(result["usage"]["tokens"].as_u64().unwrap_or(0)))?;
         }
         // Compactions run in the background; report each as it is announced.
-        compactions += announce_pending(&client, out).await?;
+        let seen = announce_pending(&client, out).await?;
+        compactions += seen.installed;
+        running = result["usage"]["level"] == "compacting" && !seen.ended;
     }
     if let Some(usage) = last_usage {
         report(out, turn, &usage)?;
         // A compaction still running at the end: wait for it, then show where it left
         // the session.
-        if usage["level"] == "compacting" && wait_for_compaction(&client, out).await? > 0 {
+        if running && wait_for_compaction(&client, out).await?.installed > 0 {
             let now = client.request("ctx/usage", json!({"sessionId": session_id})).await?;
             report(out, turn, &now["usage"])?;
         }
@@ -175,9 +182,17 @@ fn is_prompt(record: &Record) -> bool {
     }
 }
 
-/// Waits (up to a minute) for the running compaction to be announced and reports it;
-/// 1 if it was installed.
-async fn wait_for_compaction<W>(client: &RpcClient<W>, out: &mut dyn Write) -> anyhow::Result<usize> {
+/// Compaction announcements read and reported.
+#[derive(Debug, Default, Clone, Copy)]
+struct Announced {
+    /// Compactions installed.
+    installed: usize,
+    /// Whether any compaction ended (installed or failed).
+    ended: bool,
+}
+
+/// Waits (up to a minute) for the running compaction to be announced and reports it.
+async fn wait_for_compaction<W>(client: &RpcClient<W>, out: &mut dyn Write) -> anyhow::Result<Announced> {
     let mut notes = client.notifications.lock().await;
     let waited = tokio::time::timeout(std::time::Duration::from_secs(60), async {
         while let Some((method, params)) = notes.recv().await {
@@ -192,23 +207,24 @@ async fn wait_for_compaction<W>(client: &RpcClient<W>, out: &mut dyn Write) -> a
         Ok(Some((method, params))) => announce(out, &method, &params),
         _ => {
             writeln!(out, "      compaction did not finish within 60 s")?;
-            Ok(0)
+            Ok(Announced::default())
         }
     }
 }
 
-/// Reports the compactions announced so far; how many were installed.
-async fn announce_pending<W>(client: &RpcClient<W>, out: &mut dyn Write) -> anyhow::Result<usize> {
+/// Reports the compactions announced so far.
+async fn announce_pending<W>(client: &RpcClient<W>, out: &mut dyn Write) -> anyhow::Result<Announced> {
     let mut notes = client.notifications.lock().await;
-    let mut installed = 0;
+    let mut seen = Announced::default();
     while let Ok((method, params)) = notes.try_recv() {
-        installed += announce(out, &method, &params)?;
+        let one = announce(out, &method, &params)?;
+        seen = Announced { installed: seen.installed + one.installed, ended: seen.ended || one.ended };
     }
-    Ok(installed)
+    Ok(seen)
 }
 
-/// Prints a compaction notification; 1 if it announced an installed compaction.
-fn announce(out: &mut dyn Write, method: &str, params: &Value) -> anyhow::Result<usize> {
+/// Prints a compaction notification (other notifications are ignored).
+fn announce(out: &mut dyn Write, method: &str, params: &Value) -> anyhow::Result<Announced> {
     match method {
         "ctx/compacted" => {
             writeln!(
@@ -218,13 +234,13 @@ fn announce(out: &mut dyn Write, method: &str, params: &Value) -> anyhow::Result
                 thousands(params["preTokens"].as_u64().unwrap_or(0)),
                 thousands(params["postTokens"].as_u64().unwrap_or(0)),
             )?;
-            Ok(1)
+            Ok(Announced { installed: 1, ended: true })
         }
         "ctx/compactFailed" => {
             writeln!(out, "      compaction failed: {}", params["reason"].as_str().unwrap_or("?"))?;
-            Ok(0)
+            Ok(Announced { installed: 0, ended: true })
         }
-        _ => Ok(0),
+        _ => Ok(Announced::default()),
     }
 }
 
