@@ -263,4 +263,11 @@ fn include_snipped_returns_the_scrollback_with_what_the_model_no_longer_sees() {
     assert!(visible > 10 && visible < entries.len(), "{visible} of {}", entries.len());
     // The request itself is the same with or without the scrollback.
     assert_eq!(full["request"], plain["request"]);
+    // The answer reads back as the protocol's types say, scrollback included.
+    let typed: ctxd_proto::AssembleResult = serde_json::from_value(full.clone()).unwrap();
+    let scrollback = typed.scrollback.clone().unwrap();
+    assert_eq!(scrollback.entries.len(), entries.len());
+    let hidden = scrollback.entries.iter().find(|e| e.uuid.as_deref() == Some(victim.as_str())).unwrap().hidden.clone();
+    assert_eq!(hidden, Some(ctxd_proto::scrollback::Hidden::Snipped));
+    assert_eq!(serde_json::to_value(&typed).unwrap(), full, "the typed answer writes back the same JSON");
 }

@@ -236,7 +236,7 @@ struct AssembleResultText {
     applied: Vec<proto::AppliedStage>,
     decision: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    scrollback: Option<Value>,
+    scrollback: Option<proto::scrollback::Scrollback>,
 }
 
 impl From<crate::session::actor::AssembleAnswer> for AssembleResultText {
@@ -251,9 +251,56 @@ impl From<crate::session::actor::AssembleAnswer> for AssembleResultText {
                 .map(|a| proto::AppliedStage { stage: a.stage.to_owned(), acted: a.acted, tokens_freed: a.tokens_freed, detail: a.detail })
                 .collect(),
             decision: if done.compact { "compact" } else { "continue" }.to_owned(),
-            scrollback: done.scrollback,
+            scrollback: done.scrollback.map(wire_scrollback),
         }
     }
+}
+
+/// The scrollback as the protocol has it (the core's type, field for field).
+fn wire_scrollback(core: ctxd_core::view::Scrollback) -> proto::scrollback::Scrollback {
+    use ctxd_core::view::scrollback as domain;
+    use proto::scrollback as wire;
+    let entry = |e: domain::ScrollbackEntry| wire::ScrollbackEntry {
+        uuid: e.uuid,
+        parent_uuid: e.parent_uuid,
+        role: match e.role {
+            domain::EntryRole::User => wire::EntryRole::User,
+            domain::EntryRole::Assistant => wire::EntryRole::Assistant,
+        },
+        kind: match e.kind {
+            domain::EntryKind::Prompt => wire::EntryKind::Prompt,
+            domain::EntryKind::ToolResults => wire::EntryKind::ToolResults,
+            domain::EntryKind::Meta => wire::EntryKind::Meta,
+            domain::EntryKind::CompactSummary => wire::EntryKind::CompactSummary,
+            domain::EntryKind::Attachment => wire::EntryKind::Attachment,
+            domain::EntryKind::Response => wire::EntryKind::Response,
+            domain::EntryKind::CollapseSummary => wire::EntryKind::CollapseSummary,
+        },
+        attachment_type: e.attachment_type,
+        timestamp_ms: e.timestamp_ms,
+        content: e.content,
+        tokens: e.tokens,
+        hidden: e.hidden.map(|h| match h {
+            domain::Hidden::Compacted { boundary_uuid } => wire::Hidden::Compacted { boundary_uuid },
+            domain::Hidden::Snipped => wire::Hidden::Snipped,
+            domain::Hidden::Collapsed { summary_entry } => wire::Hidden::Collapsed { summary_entry: summary_entry as u64 },
+        }),
+        results: e
+            .results
+            .into_iter()
+            .map(|r| wire::ResultMark {
+                tool_use_id: r.tool_use_id,
+                block: r.block as u64,
+                change: match r.change {
+                    domain::ResultChange::Cleared => wire::ResultChange::Cleared,
+                    domain::ResultChange::DeletedFromCache => wire::ResultChange::DeletedFromCache,
+                    domain::ResultChange::Replaced { path, original_bytes } => wire::ResultChange::Replaced { path, original_bytes },
+                },
+            })
+            .collect(),
+        span: e.span.map(|s| wire::Span { from: s.from, to: s.to }),
+    };
+    wire::Scrollback { entries: core.entries.into_iter().map(entry).collect(), boundary_uuid: core.boundary_uuid, off_chain: core.off_chain as u64 }
 }
 
 impl AssembleResultText {
@@ -781,4 +828,52 @@ fn store_error(e: StoreError) -> Error {
         _ => error_codes::STORE,
     };
     with_code(code, e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use ctxd_core::view::scrollback::{EntryKind, EntryRole, Hidden, ResultChange, ResultMark, Scrollback, ScrollbackEntry, Span};
+
+    #[test]
+    fn the_wire_scrollback_writes_the_same_json_as_the_cores_for_every_variant() {
+        let entry = |kind, hidden| ScrollbackEntry {
+            uuid: Some("u".into()),
+            parent_uuid: None,
+            role: EntryRole::User,
+            kind,
+            attachment_type: None,
+            timestamp_ms: Some(1),
+            content: vec![serde_json::json!({"type": "text", "text": "hi"})],
+            tokens: 3,
+            hidden,
+            results: Vec::new(),
+            span: None,
+        };
+        let mut results = entry(EntryKind::ToolResults, None);
+        results.results = [ResultChange::Cleared, ResultChange::DeletedFromCache, ResultChange::Replaced { path: "/p".into(), original_bytes: 9 }]
+            .into_iter()
+            .enumerate()
+            .map(|(block, change)| ResultMark { tool_use_id: format!("t{block}"), block, change })
+            .collect();
+        let mut summary = entry(EntryKind::CollapseSummary, None);
+        summary.role = EntryRole::Assistant;
+        summary.span = Some(Span { from: "a".into(), to: "b".into() });
+        let core = Scrollback {
+            entries: vec![
+                entry(EntryKind::Prompt, Some(Hidden::Compacted { boundary_uuid: Some("b".into()) })),
+                entry(EntryKind::Meta, Some(Hidden::Snipped)),
+                entry(EntryKind::Response, Some(Hidden::Collapsed { summary_entry: 4 })),
+                entry(EntryKind::CompactSummary, None),
+                entry(EntryKind::Attachment, None),
+                results,
+                summary,
+            ],
+            boundary_uuid: Some("b".into()),
+            off_chain: 2,
+        };
+        let expected = serde_json::to_value(&core).unwrap();
+        assert_eq!(serde_json::to_value(super::wire_scrollback(core)).unwrap(), expected);
+    }
 }

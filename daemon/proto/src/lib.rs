@@ -14,6 +14,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub mod schema;
+pub mod scrollback;
 pub mod settings;
 
 pub use settings::Settings;
@@ -622,13 +623,10 @@ pub struct AssembleResult {
     /// `continue`, or `compact` when the threshold is reached (an automatic compaction
     /// was started in the background).
     pub decision: String,
-    /// With `includeSnipped`: `entries` (one per message: `uuid`, `role`, `kind`,
-    /// `content`, `tokens`, and `hidden` with a `reason` of `compacted`, `snipped` or
-    /// `collapsed` when the model does not see it; `results` marking tool results that
-    /// were `cleared`, `replaced` or `deletedFromCache`), `boundaryUuid`, and `offChain`
-    /// (records on abandoned branches, counted).
+    /// With `includeSnipped`: the whole conversation since the latest boundary, each
+    /// message marked with why the model does not see it (if it does not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub scrollback: Option<serde_json::Value>,
+    pub scrollback: Option<scrollback::Scrollback>,
 }
 
 /// What one stage of the request pipeline did.

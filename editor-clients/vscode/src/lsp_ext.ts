@@ -451,8 +451,44 @@ export interface AssembleResult {
     applied: AppliedStage[];
     /** `continue`, or `compact` when the threshold is reached (an automatic compaction started in the background). */
     decision: string;
-    /** With `includeSnipped`: `entries` (each with `hidden` when the model does not see it), `boundaryUuid`, `offChain`. */
-    scrollback?: Record<string, unknown>;
+    /** With `includeSnipped`: the whole conversation since the latest boundary, each message marked with why the model does not see it. */
+    scrollback?: Scrollback;
+}
+/** Every message of the active chain since the latest compact boundary, in view order. */
+export interface Scrollback {
+    entries: ScrollbackEntry[];
+    /** The latest compact boundary. */
+    boundaryUuid?: string;
+    /** Message records on branches the host rewound away from: counted, not listed. */
+    offChain: number;
+}
+export interface ScrollbackEntry {
+    /** None for a collapse summary, which has no record of its own. */
+    uuid?: string;
+    parentUuid?: string;
+    role: "user" | "assistant";
+    kind: "prompt" | "toolResults" | "meta" | "compactSummary" | "attachment" | "response" | "collapseSummary";
+    /** `attachment.type` of an attachment. */
+    attachmentType?: string;
+    /** Milliseconds since the Unix epoch. */
+    timestampMs?: number;
+    /** Content blocks as the transcript has them. */
+    content: unknown[];
+    /** Estimated tokens of the content as written. */
+    tokens: number;
+    /** Why the model does not see this message; absent when it does. */
+    hidden?: { reason: "compacted"; boundaryUuid?: string | null } | { reason: "snipped" } | { reason: "collapsed"; summaryEntry: number };
+    /** Tool results of this message that the model sees changed, or not at all. */
+    results?: ResultMark[];
+    /** For a collapse summary: the first and last record of the span it stands for. */
+    span?: { from: string; to: string };
+}
+/** A tool result whose content the model sees changed. */
+export interface ResultMark {
+    toolUseId: string;
+    /** Index of the `tool_result` block in `content`. */
+    block: number;
+    change: { kind: "cleared" } | { kind: "deletedFromCache" } | { kind: "replaced"; path: string; originalBytes: number };
 }
 /** Builds the session's next model request. */
 export const assemble = new RequestType<AssembleParams, AssembleResult, void>("ctx/assemble");

@@ -60,6 +60,11 @@ const assembleParamKeys = { sessionId: true, system: true, tools: true, maxToken
 const forkKeys = { instruction: true, skipCacheWrite: true } satisfies Keys<ext.ForkParams>;
 const assembleResultKeys = { request: true, requestTokens: true, usage: true, applied: true, decision: true, scrollback: true } satisfies Keys<ext.AssembleResult>;
 const appliedStageKeys = { stage: true, acted: true, tokensFreed: true, detail: true } satisfies Keys<ext.AppliedStage>;
+const scrollbackKeys = { entries: true, boundaryUuid: true, offChain: true } satisfies Keys<ext.Scrollback>;
+const scrollbackEntryKeys = {
+    uuid: true, parentUuid: true, role: true, kind: true, attachmentType: true, timestampMs: true, content: true, tokens: true, hidden: true, results: true, span: true,
+} satisfies Keys<ext.ScrollbackEntry>;
+const resultMarkKeys = { toolUseId: true, block: true, change: true } satisfies Keys<ext.ResultMark>;
 const providerErrorResultKeys = { action: true, reason: true, compact: true } satisfies Keys<ext.ReportProviderErrorResult>;
 const observeParamKeys = { transcript: true, projectDir: true } satisfies Keys<ext.ObserveParams>;
 const observeResultKeys = { sessionId: true, usage: true } satisfies Keys<ext.ObserveResult>;
@@ -153,6 +158,9 @@ describe("lsp_ext.ts against schemas/", () => {
             ["ctx.assemble.params", forkKeys, "ForkParams"],
             ["ctx.assemble.result", assembleResultKeys],
             ["ctx.assemble.result", appliedStageKeys, "AppliedStage"],
+            ["ctx.assemble.result", scrollbackKeys, "Scrollback"],
+            ["ctx.assemble.result", scrollbackEntryKeys, "ScrollbackEntry"],
+            ["ctx.assemble.result", resultMarkKeys, "ResultMark"],
             ["ctx.usageChanged.params", usageChangedKeys],
             ["ctx.compacted.params", compactedKeys],
             ["ctx.compactFailed.params", compactFailedKeys],
@@ -193,6 +201,8 @@ describe("lsp_ext.ts against schemas/", () => {
             ["ctx.assemble.params", optionalOf<ext.ForkParams>({ skipCacheWrite: true }), "ForkParams"],
             ["ctx.assemble.result", optionalOf<ext.AssembleResult>({ scrollback: true })],
             ["ctx.assemble.result", optionalOf<ext.AppliedStage>({ detail: true }), "AppliedStage"],
+            ["ctx.assemble.result", optionalOf<ext.Scrollback>({ boundaryUuid: true }), "Scrollback"],
+            ["ctx.assemble.result", optionalOf<ext.ScrollbackEntry>({ uuid: true, parentUuid: true, attachmentType: true, timestampMs: true, hidden: true, results: true, span: true }), "ScrollbackEntry"],
             ["ctx.usageChanged.params", optionalOf<ext.UsageChangedParams>({})],
             ["ctx.contextChanged.params", optionalOf<ext.ContextChangedParams>({})],
             ["ctx.compacted.params", optionalOf<ext.CompactedParams>({})],

@@ -146,7 +146,7 @@ pub struct AssembleAnswer {
     pub usage: UsageSnapshot,
     pub applied: Vec<ctxd_core::view::Applied>,
     pub compact: bool,
-    pub scrollback: Option<serde_json::Value>,
+    pub scrollback: Option<ctxd_core::view::Scrollback>,
 }
 
 /// Answer to [`Command::Compact`].
@@ -1233,14 +1233,10 @@ impl Session {
         }
         // The UI's view: after the state records above, so it marks what this request
         // already left out.
-        let scrollback = request
-            .include_snipped
-            .then(|| {
-                let (state, config) = (ctxd_core::view::PipelineState::default(), ctxd_core::view::PipelineConfig::default());
-                serde_json::to_value(ctxd_core::view::scrollback(&self.view, &state, &config))
-            })
-            .transpose()
-            .map_err(|e| SessionError::Internal(format!("scrollback: {e}")))?;
+        let scrollback = request.include_snipped.then(|| {
+            let (state, config) = (ctxd_core::view::PipelineState::default(), ctxd_core::view::PipelineConfig::default());
+            ctxd_core::view::scrollback(&self.view, &state, &config)
+        });
         let body = serde_json::value::to_raw_value(&assembled.request).map_err(|e| SessionError::Internal(format!("encoding the request: {e}")))?;
         Ok(AssembleAnswer {
             request: body,
