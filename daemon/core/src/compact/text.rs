@@ -59,33 +59,78 @@ pub(super) fn shorten(text: &str, max_chars: usize) -> String {
     out
 }
 
-/// Words too common to say anything about content.
+/// Words too common to say anything about content, sorted (bytewise) so a lookup is a
+/// binary search: the check looks up every word of every user message.
 const STOPWORDS: &[&str] = &[
-    "the", "and", "for", "are", "but", "not", "you", "all", "any", "can", "had", "her", "was",
-    "one", "our", "out", "has", "him", "his", "how", "its", "may", "new", "now", "old", "see",
-    "two", "who", "did", "get", "let", "put", "say", "she", "too", "use", "that", "this", "with",
-    "from", "have", "what", "when", "will", "your", "into", "then", "them", "they", "there",
-    "their", "these", "those", "would", "could", "should", "about", "which", "while", "also",
-    "just", "like", "make", "some", "than", "only", "very", "been", "were", "here", "does", "done",
-    "each", "more", "most", "much", "must", "need", "please", "thanks", "thank", "want", "okay",
-    "yes", "sure", "again", "still", "after", "before", "because", "where", "why", "doesn", "don",
-    "isn", "aren", "didn", "won", "can't", "it's", "i'm",
+    "about", "after", "again", "all", "also", "and", "any", "are", "aren", "because", "been",
+    "before", "but", "can", "can't", "could", "did", "didn", "does", "doesn", "don", "done",
+    "each", "for", "from", "get", "had", "has", "have", "her", "here", "him", "his", "how",
+    "i'm", "into", "isn", "it's", "its", "just", "let", "like", "make", "may", "more", "most",
+    "much", "must", "need", "new", "not", "now", "okay", "old", "one", "only", "our", "out",
+    "please", "put", "say", "see", "she", "should", "some", "still", "sure", "than", "thank",
+    "thanks", "that", "the", "their", "them", "then", "there", "these", "they", "this", "those",
+    "too", "two", "use", "very", "want", "was", "were", "what", "when", "where", "which",
+    "while", "who", "why", "will", "with", "won", "would", "yes", "you", "your",
 ];
+
+/// The stopwords packed as [`word_key`]s, in the same (sorted) order: a lookup compares
+/// integers instead of calling `memcmp` for every probe.
+const STOPWORD_KEYS: [u64; STOPWORDS.len()] = {
+    let mut keys = [0u64; STOPWORDS.len()];
+    let mut i = 0;
+    while i < STOPWORDS.len() {
+        keys[i] = match word_key(STOPWORDS[i]) {
+            Some(key) => key,
+            None => panic!("a stopword is longer than eight bytes"),
+        };
+        i += 1;
+    }
+    keys
+};
+
+/// A word of at most eight bytes as a big-endian integer, zero-padded: ordering the keys
+/// orders the words bytewise, as `str` does.
+const fn word_key(word: &str) -> Option<u64> {
+    let bytes = word.as_bytes();
+    if bytes.len() > 8 {
+        return None;
+    }
+    let mut key = 0u64;
+    let mut i = 0;
+    while i < 8 {
+        let byte = if i < bytes.len() { bytes[i] } else { 0 };
+        key = (key << 8) | byte as u64;
+        i += 1;
+    }
+    Some(key)
+}
+
+fn is_stopword(word: &str) -> bool {
+    word_key(word).is_some_and(|key| STOPWORD_KEYS.binary_search(&key).is_ok())
+}
 
 /// Lowercase content words of a text, lightly stemmed, without stopwords or words
 /// shorter than three characters. Identifiers keep their inner `_`, `.`, `/` and `-`
 /// so `parse_reply` or `src/app.py` stay one token.
 pub(super) fn content_words(text: &str) -> Vec<String> {
     let mut out = Vec::new();
+    let mut lower = String::new();
     for raw in
         text.split(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '.' | '/' | '-' | '\'')))
     {
         let word = raw.trim_matches(|c: char| matches!(c, '.' | '-' | '/' | '\''));
-        if word.chars().count() < 3 {
+        // Most words are ASCII: their length in bytes is their length in characters.
+        let short = if word.is_ascii() { word.len() < 3 } else { word.chars().count() < 3 };
+        if short {
             continue;
         }
-        let lower = word.to_lowercase();
-        if STOPWORDS.contains(&lower.as_str()) {
+        lower.clear();
+        if word.is_ascii() {
+            lower.extend(word.bytes().map(|b| char::from(b.to_ascii_lowercase())));
+        } else {
+            lower.push_str(&word.to_lowercase());
+        }
+        if is_stopword(&lower) {
             continue;
         }
         out.push(stem(&lower));
@@ -137,6 +182,15 @@ mod tests {
             content_words("Please FIX the failing tests in src/app.py, then run parse_reply."),
             vec!["fix", "fail", "test", "src/app.py", "run", "parse_reply"]
         );
+    }
+
+    #[test]
+    fn stopwords_are_sorted_for_the_binary_search() {
+        assert!(STOPWORDS.windows(2).all(|w| w[0] < w[1]), "STOPWORDS must stay sorted and unique");
+        assert!(STOPWORD_KEYS.windows(2).all(|k| k[0] < k[1]));
+        assert!(is_stopword("the") && is_stopword("i'm") && is_stopword("you"));
+        assert!(!is_stopword("retry") && !is_stopword("th") && !is_stopword("thee") && !is_stopword("abouts"));
+        assert_eq!(content_words("THE Retries ÉTÉ été"), vec!["retry", "été", "été"]);
     }
 
     #[test]

@@ -167,33 +167,31 @@ pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
     }
     // The CPU-heavy steps run on the low-priority pool, never on the runtime's workers,
     // so the session actors (this one's included) keep answering at full priority.
-    let focus = instructions.clone();
-    let (offline, facts) = crate::background::run(move || {
-        let options = OfflineOptions { focus, ..OfflineOptions::default() };
-        let summary = summarize_offline(&summarized, &options);
+    let (summarized, facts) = crate::background::run(move || {
         let facts = FidelityFacts::from_records(&summarized, DEFAULT_RECENT_TURNS);
-        (summary, facts)
+        (summarized, facts)
     })
     .await
     .map_err(|e| CompactFailure::Summary(format!("summarizer task failed: {e}")))?;
-    let offline_body = parse_summary_reply(&offline.text).map_err(|e| CompactFailure::Summary(e.to_string()))?;
     // A configured provider writes the summary; if it keeps failing, the offline
-    // summary (already written, no network) is the next rung down.
+    // summarizer (no network) is the next rung down. It is written only when it is the
+    // one installed: with a model it would be CPU spent for nothing on every compaction.
+    let focus = instructions.clone();
     let (body, summarizer) = match remote_provider(&job) {
-        Ok(None) => (offline_body, Summarizer::OFFLINE),
+        Ok(None) => (write_offline(summarized, focus).await?, Summarizer::OFFLINE),
         Ok(Some(provider)) => {
             let name = provider.name();
             match summarize_remote(&provider, &job, instructions.as_deref(), !kept.is_empty(), &mut problems).await {
                 Ok((body, path)) => (body, Summarizer { name, path: Some(path) }),
                 Err(e) => {
                     problems.push(format!("{name} could not write the summary ({e}); the offline summarizer wrote it"));
-                    (offline_body, Summarizer::OFFLINE)
+                    (write_offline(summarized, focus).await?, Summarizer::OFFLINE)
                 }
             }
         }
         Err(e) => {
             problems.push(format!("provider settings: {e}; the offline summarizer wrote the summary"));
-            (offline_body, Summarizer::OFFLINE)
+            (write_offline(summarized, focus).await?, Summarizer::OFFLINE)
         }
     };
     // The snapshot is not needed after this step: moved, not copied.
@@ -299,6 +297,14 @@ fn remote_provider(job: &Job) -> Result<Option<crate::provider::RemoteProvider>,
 /// media as markers): once, once more if the reply has no `<summary>`, and again with
 /// the oldest rounds dropped if the request is too long. Why a fork gave way goes to
 /// `problems`.
+/// The offline summary of `summarized`, on the low-priority pool.
+async fn write_offline(summarized: Vec<Record>, focus: Option<String>) -> Result<String, CompactFailure> {
+    let offline = crate::background::run(move || summarize_offline(&summarized, &OfflineOptions { focus, ..OfflineOptions::default() }))
+        .await
+        .map_err(|e| CompactFailure::Summary(format!("summarizer task failed: {e}")))?;
+    parse_summary_reply(&offline.text).map_err(|e| CompactFailure::Summary(e.to_string()))
+}
+
 async fn summarize_remote(
     provider: &crate::provider::RemoteProvider,
     job: &Job,
