@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use ctxd_e2e::load::{Background, Compactions, Mux, SessionLog, Workload, assemble_params, check_assembled, check_stored, filler, open_and_seed, session_id};
+use ctxd_e2e::load::{Background, Compactions, HeldRequest, Mux, SessionLog, Workload, assemble_params, check_assembled, check_stored, filler, open_and_seed, session_id};
 use serde_json::json;
 
 fn main() -> anyhow::Result<()> {
@@ -51,16 +51,21 @@ fn main() -> anyhow::Result<()> {
     // compacting clients never pause and compact with the offline summarizer (all the
     // work on the daemon's CPU) and the others pause 10 ms, so the load grows with the
     // daemon's speed (the daemon and the clients' threads then share the two cores).
+    // Clients keep the request they were sent and assemble `since` it, as a host that
+    // holds its last request does (answers the size of the turn); the agent pace also
+    // runs with every answer whole (answers the size of the session), as before
+    // 2026-11-30's `since`.
     let loads = [
-        ("agent pace", Duration::from_millis(200), Compactions::Continuous),
-        ("saturating", Duration::from_millis(10), Compactions::EveryAppends(50)),
+        ("agent pace", Duration::from_millis(200), Compactions::Continuous, true),
+        ("agent pace, whole requests", Duration::from_millis(200), Compactions::Continuous, false),
+        ("saturating", Duration::from_millis(10), Compactions::EveryAppends(50), true),
     ];
     // `--same-session` runs only the part about appends during a compaction,
-    // `--agent-pace` only the fixed load.
+    // `--agent-pace` only the fixed loads.
     let flag = |name: &str| std::env::args().any(|a| a == name);
-    let loads = if flag("--same-session") { &loads[..0] } else if flag("--agent-pace") { &loads[..1] } else { &loads[..] };
-    for &(pace, pause, compactions) in loads {
-        let workload = Workload { name: String::new(), sessions: 50, compacting: 5, compactions, assemble_every: 4, pause, operations: None };
+    let loads = if flag("--same-session") { &loads[..0] } else if flag("--agent-pace") { &loads[..2] } else { &loads[..] };
+    for &(pace, pause, compactions, keep_requests) in loads {
+        let workload = Workload { name: String::new(), sessions: 50, compacting: 5, compactions, assemble_every: 4, pause, operations: None, keep_requests };
         let provider = matches!(compactions, Compactions::Continuous).then_some(PROVIDER_DELAY);
         load(pace, workload, provider, rounds, samples)?;
     }
@@ -107,8 +112,8 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
         let seeded: Vec<Vec<String>> = (0..workload.sessions)
             .map(|i| open_and_seed(&mux, &session_id(i, &workload), if i < workload.compacting { COMPACTING_RECORDS } else { OTHER_RECORDS }))
             .collect::<anyhow::Result<_>>()?;
-        let mut alone = Probe::open(&mux, &format!("probe-idle-{round}"))?;
-        let mut busy = Probe::open(&mux, &format!("probe-loaded-{round}"))?;
+        let mut alone = Probe::open(&mux, &format!("probe-idle-{round}"), workload.keep_requests)?;
+        let mut busy = Probe::open(&mux, &format!("probe-loaded-{round}"), workload.keep_requests)?;
         let sampler = WakeSampler::start();
         alone.measure(&mux, samples, &mut idle)?;
         idle_wakes.extend(sampler.stop());
@@ -180,17 +185,19 @@ struct Latencies {
 struct Probe {
     id: String,
     appended: Vec<String>,
+    /// The request kept between assembles, when the probe asks `since` it.
+    held: Option<HeldRequest>,
 }
 
 impl Probe {
-    fn open(mux: &Mux, id: &str) -> anyhow::Result<Probe> {
-        Ok(Probe { id: id.to_owned(), appended: open_and_seed(mux, id, PROBE_RECORDS)? })
+    fn open(mux: &Mux, id: &str, keep_requests: bool) -> anyhow::Result<Probe> {
+        Ok(Probe { id: id.to_owned(), appended: open_and_seed(mux, id, PROBE_RECORDS)?, held: keep_requests.then(HeldRequest::default) })
     }
 
     /// One append; its latency in ms and whether the session was compacting.
     fn append(&mut self, mux: &Mux) -> anyhow::Result<(f64, bool)> {
         let uuid = format!("{}-{:06}", self.id, self.appended.len());
-        let record = filler(&uuid, self.appended.last().map(String::as_str));
+        let record = filler(&uuid, self.appended.last().map(String::as_str), self.appended.len());
         let started = Instant::now();
         let result = mux.request("ctx/append", json!({"sessionId": self.id, "records": [record]}))?;
         let ms = started.elapsed().as_secs_f64() * 1e3;
@@ -203,7 +210,7 @@ impl Probe {
     fn measure(&mut self, mux: &Mux, samples: usize, into: &mut Latencies) -> anyhow::Result<()> {
         for _ in 0..samples {
             let uuid = format!("{}-{:06}", self.id, self.appended.len());
-            let record = filler(&uuid, self.appended.last().map(String::as_str));
+            let record = filler(&uuid, self.appended.last().map(String::as_str), self.appended.len());
             let started = Instant::now();
             let result = mux.request("ctx/append", json!({"sessionId": self.id, "records": [record]}))?;
             into.append.push(started.elapsed().as_secs_f64() * 1e3);
@@ -211,9 +218,13 @@ impl Probe {
             self.appended.push(uuid.clone());
             let started = Instant::now();
             // The clock stops when the answer is here, before the client reads it.
-            let body = mux.request_body("ctx/assemble", assemble_params(&self.id))?;
+            let params = self.held.as_ref().map_or_else(|| assemble_params(&self.id), |h| h.params(&self.id));
+            let body = mux.request_body("ctx/assemble", params)?;
             into.assemble.push(started.elapsed().as_secs_f64() * 1e3);
-            check_assembled(&body, Some(&uuid)).context("probe assemble")?;
+            match &mut self.held {
+                Some(held) => held.take(&body, Some(&uuid)).context("probe assemble")?,
+                None => check_assembled(&body, Some(&uuid)).context("probe assemble")?,
+            }
         }
         Ok(())
     }
@@ -284,13 +295,13 @@ fn during_compaction(rounds: usize, samples: usize) -> anyhow::Result<()> {
     for round in 0..rounds {
         let id = format!("same-{round}");
         mux.request("ctx/openSession", json!({"cwd": project, "model": ctxd_e2e::load::MODEL, "sessionId": id}))?;
-        let mut probe = Probe { id: id.clone(), appended: Vec::new() };
+        let mut probe = Probe { id: id.clone(), appended: Vec::new(), held: None };
         // Seeded through the same session so the ids chain.
         for chunk in 0..PROBE_RECORDS / 100 {
             let records: Vec<_> = (0..100)
                 .map(|i| {
                     let uuid = format!("{id}-seed-{:05}", chunk * 100 + i);
-                    let record = filler(&uuid, probe.appended.last().map(String::as_str));
+                    let record = filler(&uuid, probe.appended.last().map(String::as_str), probe.appended.len());
                     probe.appended.push(uuid);
                     record
                 })

@@ -124,10 +124,24 @@ impl Drop for Mux {
 
 pub const MODEL: &str = "claude-sonnet-4-5-20250929";
 
-/// A user record of about 1 KB whose text names its uuid.
-pub fn filler(uuid: &str, parent: Option<&str>) -> Value {
+/// The `index`-th record of a session: a user message, then an assistant reply, and
+/// so on, as turns go; about 1 KB of text that names its uuid.
+pub fn filler(uuid: &str, parent: Option<&str>, index: usize) -> Value {
     let text = format!("{uuid}: {}", "the quick brown fox jumps over the lazy dog ".repeat(22));
-    user_record(uuid, parent, &text)
+    if index.is_multiple_of(2) {
+        return user_record(uuid, parent, &text);
+    }
+    json!({
+        "parentUuid": parent,
+        "isSidechain": false,
+        "type": "assistant",
+        "message": {
+            "id": format!("msg_{uuid}"), "type": "message", "role": "assistant", "model": MODEL,
+            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+        },
+        "uuid": uuid,
+        "timestamp": "2026-11-29T10:00:01.000Z",
+    })
 }
 
 /// Opens `id` and appends `count` filler records in batches; returns their uuids.
@@ -138,7 +152,7 @@ pub fn open_and_seed(mux: &Mux, id: &str, count: usize) -> anyhow::Result<Vec<St
         let mut records = Vec::new();
         for i in chunk {
             let uuid = format!("{id}-seed-{i:05}");
-            records.push(filler(&uuid, uuids.last().map(String::as_str)));
+            records.push(filler(&uuid, uuids.last().map(String::as_str), uuids.len()));
             uuids.push(uuid);
         }
         mux.request("ctx/append", json!({"sessionId": id, "records": records}))?;
@@ -168,6 +182,10 @@ pub struct Workload {
     pub pause: Duration,
     /// Operations per client, or until stopped when `None`.
     pub operations: Option<usize>,
+    /// Clients keep the request they were sent and assemble `since` it (sent only what
+    /// changed), as a host that holds its last request does; otherwise every answer is
+    /// the whole request.
+    pub keep_requests: bool,
 }
 
 /// How the compacting sessions compact.
@@ -269,16 +287,23 @@ fn client(mux: &Mux, workload: &Workload, i: usize, appended: Vec<String>, stop:
         _ => None,
     };
     let mut log = SessionLog { id: id.clone(), appended, ..SessionLog::default() };
+    let mut held = HeldRequest::default();
     let mut op = 0usize;
     while !stop.load(Ordering::Relaxed) && workload.operations.is_none_or(|n| op < n) {
         op += 1;
         if op.is_multiple_of(workload.assemble_every.max(1)) {
-            let body = mux.request_body("ctx/assemble", assemble_params(&id)).with_context(|| format!("{id}: assemble"))?;
-            check_assembled(&body, log.appended.last().map(String::as_str)).with_context(|| format!("{id}: assemble"))?;
+            let last = log.appended.last().map(String::as_str);
+            if workload.keep_requests {
+                let body = mux.request_body("ctx/assemble", held.params(&id)).with_context(|| format!("{id}: assemble"))?;
+                held.take(&body, last).with_context(|| format!("{id}: assemble"))?;
+            } else {
+                let body = mux.request_body("ctx/assemble", assemble_params(&id)).with_context(|| format!("{id}: assemble"))?;
+                check_assembled(&body, last).with_context(|| format!("{id}: assemble"))?;
+            }
             log.assembles += 1;
         } else {
             let uuid = format!("{id}-{:06}", log.appended.len());
-            let record = filler(&uuid, log.appended.last().map(String::as_str));
+            let record = filler(&uuid, log.appended.last().map(String::as_str), log.appended.len());
             let result = mux.request("ctx/append", json!({"sessionId": id, "records": [record]})).with_context(|| format!("{id}: append"))?;
             ensure!(result["appended"] == 1, "{id}: append gave {result}");
             log.appended.push(uuid);
@@ -326,6 +351,69 @@ pub fn check_assembled(body: &[u8], last_appended: Option<&str>) -> anyhow::Resu
         ensure!(text.contains(uuid), "the request lacks the record appended last ({uuid})");
     }
     Ok(())
+}
+
+/// The request a client was sent last, kept so that the next assemble asks only for
+/// what changed since (`since`) and splices the answer in.
+#[derive(Default)]
+pub struct HeldRequest {
+    revision: Option<String>,
+    messages: Vec<Box<serde_json::value::RawValue>>,
+}
+
+impl HeldRequest {
+    /// Assemble params for session `id`, `since` the held request when there is one.
+    pub fn params(&self, id: &str) -> Value {
+        let mut params = assemble_params(id);
+        if let Some(revision) = &self.revision {
+            params["since"] = revision.clone().into();
+        }
+        params
+    }
+
+    /// Splices an answer into the held request and checks the result as
+    /// [`check_assembled`] does: the first message the user's, the record appended last
+    /// in what was sent. Reads only the answer's (small) messages.
+    pub fn take(&mut self, body: &[u8], last_appended: Option<&str>) -> anyhow::Result<()> {
+        use serde::de::IgnoredAny;
+        use serde_json::value::RawValue;
+        #[derive(serde::Deserialize)]
+        struct Answer {
+            result: Option<Assembled>,
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Assembled {
+            request: Request,
+            revision: String,
+            messages_from: usize,
+        }
+        #[derive(serde::Deserialize)]
+        struct Request {
+            messages: Vec<Box<RawValue>>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Message {
+            role: String,
+            #[serde(rename = "content")]
+            _content: IgnoredAny,
+        }
+        let shown = || String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned();
+        let answer: Answer = serde_json::from_slice(body).with_context(|| format!("not an assemble answer: {}", shown()))?;
+        let assembled = answer.result.with_context(|| format!("an error: {}", shown()))?;
+        ensure!(assembled.messages_from <= self.messages.len(), "messagesFrom {} past the {} messages held", assembled.messages_from, self.messages.len());
+        ensure!(assembled.messages_from == 0 || self.revision.is_some(), "a partial answer to a request without since");
+        self.messages.truncate(assembled.messages_from);
+        self.messages.extend(assembled.request.messages);
+        self.revision = Some(assembled.revision);
+        let first: Message = serde_json::from_str(self.messages.first().context("no messages")?.get())?;
+        ensure!(first.role == "user", "the first message is not the user's: {}", shown());
+        if let Some(uuid) = last_appended {
+            let text = std::str::from_utf8(body)?;
+            ensure!(text.contains(uuid), "the answer lacks the record appended last ({uuid})");
+        }
+        Ok(())
+    }
 }
 
 /// Every record a session's client appended is stored, in the order appended, and no

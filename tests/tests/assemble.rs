@@ -119,7 +119,11 @@ fn the_fast_path_and_the_service_answer_assemble_alike() {
         daemon.send_raw(&ctxd_e2e::frame(escaped.as_bytes())).unwrap();
         daemon.response(id).unwrap()
     };
-    let slow = service(&mut daemon, 9001, &params);
+    let mut slow = service(&mut daemon, 9001, &params);
+    // Each answer names its own request.
+    let mut fast = fast;
+    let (fast_revision, slow_revision) = (fast.as_object_mut().unwrap().remove("revision"), slow["result"].as_object_mut().unwrap().remove("revision"));
+    assert!(fast_revision.as_ref().is_some_and(Value::is_string) && fast_revision != slow_revision, "{fast_revision:?} {slow_revision:?}");
     assert_eq!(slow["result"], fast, "the service's answer differs from the fast path's");
     assert!(fast["request"]["messages"].as_array().is_some_and(|m| m.len() > 10), "{fast}");
     assert!(fast["scrollback"]["entries"].is_array(), "{fast}");
@@ -130,6 +134,85 @@ fn the_fast_path_and_the_service_answer_assemble_alike() {
         assert_eq!(slow["error"]["code"], fast["code"], "{slow} / {fast}");
         assert!(slow["error"]["code"].as_i64().is_some(), "{slow}");
     }
+}
+
+/// The messages of `kept` up to `answer`'s `messagesFrom`, then `answer`'s.
+fn splice(kept: &Value, answer: &Value) -> Vec<Value> {
+    let from = answer["messagesFrom"].as_u64().unwrap() as usize;
+    let kept = kept["messages"].as_array().unwrap();
+    assert!(from <= kept.len(), "messagesFrom {from} past the {} messages kept", kept.len());
+    kept[..from].iter().chain(answer["request"]["messages"].as_array().unwrap()).cloned().collect()
+}
+
+#[test]
+fn an_assemble_since_the_last_answer_carries_only_what_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = project(dir.path());
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "s"})).unwrap();
+    let records = example(40);
+    daemon.request("ctx/append", json!({"sessionId": "s", "records": records[..30]})).unwrap();
+    let first = assemble(&mut daemon, json!({}));
+    assert_eq!(first["messagesFrom"], 0, "without since the answer is whole");
+    let mut kept = first["request"].clone();
+    let mut revision = first["revision"].clone();
+    for record in &records[30..] {
+        daemon.request("ctx/append", json!({"sessionId": "s", "records": [record]})).unwrap();
+        let delta = assemble(&mut daemon, json!({"since": revision}));
+        let whole_len = delta["request"]["messages"].as_array().unwrap().len() + delta["messagesFrom"].as_u64().unwrap() as usize;
+        let spliced = splice(&kept, &delta);
+        assert_eq!(spliced.len(), whole_len);
+        // The same state assembled whole: the host's splice is exactly that request.
+        let whole = assemble(&mut daemon, json!({}));
+        assert_eq!(whole["messagesFrom"], 0);
+        assert_eq!(Value::Array(spliced.clone()), whole["request"]["messages"], "after {}", record["uuid"]);
+        for field in ["model", "system", "tools", "max_tokens"] {
+            assert_eq!(delta["request"][field], whole["request"][field], "{field}");
+        }
+        assert!(delta["messagesFrom"].as_u64().unwrap() > 0, "{delta}");
+        // The turn's messages and the one whose cache marker moved: a few, of dozens.
+        assert!(delta["request"]["messages"].as_array().unwrap().len() <= 3, "{delta}");
+        assert_eq!(delta["usage"], whole["usage"]);
+        // The whole answer is now the latest: the host keeps it.
+        kept = whole["request"].clone();
+        revision = whole["revision"].clone();
+    }
+    let delta = assemble(&mut daemon, json!({"since": revision}));
+    assert!(delta["request"]["messages"].as_array().unwrap().len() <= 2, "nothing appended: at most the cache-marked tail is resent: {delta}");
+    let mut rebuilt = kept.clone();
+    rebuilt["messages"] = Value::Array(splice(&kept, &delta));
+    check_valid(&rebuilt);
+    assert_eq!(rebuilt, kept);
+
+    // A compaction replaces the view: what the host kept no longer starts the request.
+    daemon.request("ctx/compact", json!({"sessionId": "s"})).unwrap();
+    let after = assemble(&mut daemon, json!({"since": delta["revision"]}));
+    let whole = assemble(&mut daemon, json!({}));
+    assert_eq!(Value::Array(splice(&kept, &after)), whole["request"]["messages"]);
+    assert!(after["messagesFrom"].as_u64().unwrap() < 2, "{}", after["messagesFrom"]);
+    let (kept, revision) = (whole["request"].clone(), whole["revision"].clone());
+    let delta = assemble(&mut daemon, json!({"since": revision}));
+    assert!(delta["messagesFrom"].as_u64().unwrap() > 0);
+
+    // Only the latest answer counts: an older revision, or one never given, gets the whole request.
+    let latest = delta["revision"].clone();
+    for stale in [revision.clone(), json!("no-such-revision")] {
+        let answer = assemble(&mut daemon, json!({"since": stale}));
+        assert_eq!(answer["messagesFrom"], 0, "{stale}");
+        assert_eq!(answer["request"]["messages"], kept["messages"]);
+    }
+    assert_ne!(latest, revision);
+
+    // A revision from before a restart names nothing in the new daemon.
+    let before = assemble(&mut daemon, json!({}))["revision"].clone();
+    assert!(daemon.stop().unwrap().success());
+    let mut daemon = Daemon::started(&state).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "s"})).unwrap();
+    let answer = assemble(&mut daemon, json!({"since": before}));
+    assert_eq!(answer["messagesFrom"], 0);
+    assert_ne!(answer["revision"], before);
+    assert_eq!(answer["request"]["messages"], kept["messages"]);
 }
 
 #[test]

@@ -22,6 +22,7 @@ fn concurrent_sessions_with_compactions_answer_everything_and_lose_nothing() {
         assemble_every: 3,
         pause: Duration::ZERO,
         operations: Some(60),
+        keep_requests: false,
     };
     let seeded: Vec<Vec<String>> = (0..workload.sessions)
         .map(|i| open_and_seed(&mux, &session_id(i, &workload), if i < workload.compacting { 150 } else { 20 }).unwrap())
@@ -54,6 +55,8 @@ fn sessions_compacting_back_to_back_keep_every_record_appended_meanwhile() {
         assemble_every: 3,
         pause: Duration::from_millis(2),
         operations: Some(90),
+        // Assembles `since` the last answer while compactions replace the view under them.
+        keep_requests: true,
     };
     let seeded: Vec<Vec<String>> = (0..workload.sessions)
         .map(|i| open_and_seed(&mux, &session_id(i, &workload), if i < workload.compacting { 150 } else { 20 }).unwrap())

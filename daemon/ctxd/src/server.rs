@@ -221,6 +221,7 @@ fn assemble_request(params: proto::AssembleParams) -> (String, crate::session::a
         thinking: params.thinking.map(Value::Object),
         fork: params.fork.map(|f| ctxd_core::view::Fork { instruction: f.instruction, skip_cache_write: f.skip_cache_write }),
         include_snipped: params.include_snipped,
+        since: params.since,
     };
     (params.session_id, request)
 }
@@ -231,6 +232,8 @@ fn assemble_request(params: proto::AssembleParams) -> (String, crate::session::a
 #[serde(rename_all = "camelCase")]
 struct AssembleResultText {
     request: Box<serde_json::value::RawValue>,
+    revision: String,
+    messages_from: u64,
     request_tokens: u64,
     usage: proto::Usage,
     applied: Vec<proto::AppliedStage>,
@@ -243,6 +246,8 @@ impl From<crate::session::actor::AssembleAnswer> for AssembleResultText {
     fn from(done: crate::session::actor::AssembleAnswer) -> AssembleResultText {
         AssembleResultText {
             request: done.request,
+            revision: done.revision,
+            messages_from: done.messages_from as u64,
             request_tokens: done.request_tokens,
             usage: done.usage.to_proto(),
             applied: done
@@ -309,6 +314,8 @@ impl AssembleResultText {
         let request = serde_json::from_str(self.request.get()).map_err(|e| internal(format!("the assembled request: {e}")))?;
         Ok(proto::AssembleResult {
             request,
+            revision: self.revision,
+            messages_from: self.messages_from,
             request_tokens: self.request_tokens,
             usage: self.usage,
             applied: self.applied,

@@ -596,6 +596,12 @@ pub struct AssembleParams {
     /// a marker on every message or tool result the model no longer sees as it was.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub include_snipped: bool,
+    /// The `revision` of an earlier answer for this session whose request the host kept.
+    /// When it is the session's latest answer, `request.messages` holds only the
+    /// messages from `messagesFrom` on (the host keeps the first `messagesFrom` of its
+    /// copy); otherwise the answer is whole, as without `since`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
 }
 
 /// A fork of the session's request.
@@ -613,7 +619,15 @@ pub struct ForkParams {
 #[serde(rename_all = "camelCase")]
 pub struct AssembleResult {
     /// A body for the Anthropic Messages API: model, system, messages, tools, max_tokens.
+    /// With `messagesFrom` above 0, `messages` holds only the messages from that index
+    /// on; the ones before are those of the request answered with `since`.
     pub request: serde_json::Value,
+    /// Names this answer's request: pass it as `since` on the next `ctx/assemble` to be
+    /// sent only what changed. Unique across daemon restarts.
+    pub revision: String,
+    /// How many leading messages of the `since` request this one shares (0: the answer
+    /// is whole).
+    pub messages_from: u64,
     /// Estimated input tokens of exactly this request.
     pub request_tokens: u64,
     /// The session's usage.

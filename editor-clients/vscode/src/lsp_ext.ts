@@ -433,6 +433,8 @@ export interface AssembleParams {
     fork?: ForkParams;
     /** Also return `scrollback`, the full conversation with markers of what the model no longer sees. */
     includeSnipped?: boolean;
+    /** The `revision` of the latest answer, whose request the host kept: then `request.messages` holds only the messages from `messagesFrom` on. */
+    since?: string;
 }
 /** What one stage of the request pipeline did. */
 export interface AppliedStage {
@@ -444,6 +446,10 @@ export interface AppliedStage {
 export interface AssembleResult {
     /** A body for the Anthropic Messages API: model, system, messages, tools, max_tokens. */
     request: Record<string, unknown>;
+    /** Names this answer's request, for the next assemble's `since`. */
+    revision: string;
+    /** How many leading messages of the `since` request this one shares (0: `request` is whole). */
+    messagesFrom: number;
     /** Estimated input tokens of exactly this request. */
     requestTokens: number;
     usage: Usage;

@@ -56,9 +56,9 @@ const compactFailedKeys = { sessionId: true, reason: true } satisfies Keys<ext.C
 const clearResultKeys = { sessionId: true, usage: true } satisfies Keys<ext.ClearResult>;
 const providerErrorParamKeys = { sessionId: true, error: true } satisfies Keys<ext.ReportProviderErrorParams>;
 const providerErrorKeys = { status: true, type: true, message: true } satisfies Keys<ext.ProviderErrorReport>;
-const assembleParamKeys = { sessionId: true, system: true, tools: true, maxTokens: true, thinking: true, fork: true, includeSnipped: true } satisfies Keys<ext.AssembleParams>;
+const assembleParamKeys = { sessionId: true, system: true, tools: true, maxTokens: true, thinking: true, fork: true, includeSnipped: true, since: true } satisfies Keys<ext.AssembleParams>;
 const forkKeys = { instruction: true, skipCacheWrite: true } satisfies Keys<ext.ForkParams>;
-const assembleResultKeys = { request: true, requestTokens: true, usage: true, applied: true, decision: true, scrollback: true } satisfies Keys<ext.AssembleResult>;
+const assembleResultKeys = { request: true, revision: true, messagesFrom: true, requestTokens: true, usage: true, applied: true, decision: true, scrollback: true } satisfies Keys<ext.AssembleResult>;
 const appliedStageKeys = { stage: true, acted: true, tokensFreed: true, detail: true } satisfies Keys<ext.AppliedStage>;
 const scrollbackKeys = { entries: true, boundaryUuid: true, offChain: true } satisfies Keys<ext.Scrollback>;
 const scrollbackEntryKeys = {
@@ -197,7 +197,7 @@ describe("lsp_ext.ts against schemas/", () => {
             ["ctx.reportProviderError.result", optionalOf<ext.ReportProviderErrorResult>({ compact: true })],
             ["ctx.snip.result", optionalOf<ext.SnipResult>({ unknown: true })],
             ["ctx.collapse.params", optionalOf<ext.CollapseParams>({ summary: true })],
-            ["ctx.assemble.params", optionalOf<ext.AssembleParams>({ system: true, tools: true, thinking: true, fork: true, includeSnipped: true })],
+            ["ctx.assemble.params", optionalOf<ext.AssembleParams>({ system: true, tools: true, thinking: true, fork: true, includeSnipped: true, since: true })],
             ["ctx.assemble.params", optionalOf<ext.ForkParams>({ skipCacheWrite: true }), "ForkParams"],
             ["ctx.assemble.result", optionalOf<ext.AssembleResult>({ scrollback: true })],
             ["ctx.assemble.result", optionalOf<ext.AppliedStage>({ detail: true }), "AppliedStage"],

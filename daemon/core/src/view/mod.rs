@@ -92,7 +92,7 @@ pub use item::{Block, BlockKind, Item, Origin, Role};
 pub use normalize::NormalizeStats;
 pub use place::{BaseContext, Fork};
 pub use render::{render_request, render_view};
-pub use request::{ApiMessage, Request};
+pub use request::{ApiMessage, Request, shared_messages};
 pub use scrollback::{Scrollback, ScrollbackEntry, scrollback};
 pub use state::{COLLAPSE_RECORD, SNIP_RECORD, 
     Collapse, MicrocompactRecord, Offload, PinnedEdits, PipelineState, Reminder, Replacement, Snip, StateChanges,

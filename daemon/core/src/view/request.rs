@@ -79,6 +79,22 @@ impl Request {
     }
 }
 
+/// How many leading messages two requests share: the part of `current` a host that kept
+/// `previous` already has. Messages the view cache did not touch are the same `Arc`, so
+/// the usual case compares pointers; the messages around the newest cache breakpoint,
+/// rebuilt every turn, compare by value.
+pub fn shared_messages(previous: &[Arc<ApiMessage>], current: &[Arc<ApiMessage>]) -> usize {
+    previous.iter().zip(current).take_while(|(a, b)| Arc::ptr_eq(a, b) || a == b).count()
+}
+
+impl Request {
+    /// The same request with only the messages from index `from` on (all of the other
+    /// fields): what a host that kept the first `from` messages is sent.
+    pub fn messages_from(&self, from: usize) -> Request {
+        Request { messages: self.messages.get(from..).unwrap_or_default().to_vec(), ..self.clone() }
+    }
+}
+
 impl PartialEq for Request {
     fn eq(&self, other: &Request) -> bool {
         self.model == other.model
@@ -88,5 +104,46 @@ impl PartialEq for Request {
             && self.thinking == other.thinking
             && self.messages.len() == other.messages.len()
             && self.messages.iter().zip(&other.messages).all(|(a, b)| a == b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::item::Block;
+
+    fn message(role: Role, text: &str) -> Arc<ApiMessage> {
+        Arc::new(ApiMessage { role, content: Block::text(text).into_iter().collect() })
+    }
+
+    #[test]
+    fn shared_messages_compare_pointers_then_values() {
+        let first = message(Role::User, "hello");
+        let previous = vec![first.clone(), message(Role::Assistant, "hi"), message(Role::User, "old")];
+        // The same Arc, an equal copy, then a different message.
+        let current = vec![first, message(Role::Assistant, "hi"), message(Role::User, "new"), message(Role::Assistant, "ok")];
+        assert_eq!(shared_messages(&previous, &current), 2);
+        assert_eq!(shared_messages(&previous[..1], &current), 1);
+        assert_eq!(shared_messages(&[], &current), 0);
+        // A shorter request (after a compaction) shares at most its own length.
+        assert_eq!(shared_messages(&current, &previous[..2]), 2);
+    }
+
+    #[test]
+    fn messages_from_keeps_every_other_field() {
+        let request = Request {
+            model: "m".into(),
+            max_tokens: 10,
+            system: Arc::new(vec![Value::from("s")]),
+            messages: vec![message(Role::User, "a"), message(Role::Assistant, "b")],
+            tools: Arc::default(),
+            thinking: None,
+        };
+        let tail = request.messages_from(1);
+        assert_eq!(tail.messages.len(), 1);
+        assert_eq!(tail.messages[0], request.messages[1]);
+        assert_eq!((tail.model.as_str(), tail.max_tokens, tail.system.len()), ("m", 10, 1));
+        assert!(request.messages_from(2).messages.is_empty());
+        assert!(request.messages_from(9).messages.is_empty());
     }
 }

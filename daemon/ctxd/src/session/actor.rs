@@ -134,6 +134,8 @@ pub struct AssembleRequest {
     pub fork: Option<ctxd_core::view::Fork>,
     /// Also build the UI's scrollback.
     pub include_snipped: bool,
+    /// The revision of the answer whose request the host kept.
+    pub since: Option<String>,
 }
 
 /// Answer to [`Command::Assemble`].
@@ -142,6 +144,10 @@ pub struct AssembleAnswer {
     /// The request body as JSON text: serialized once, straight from the pipeline's
     /// messages (a value tree of it cost a fifth of the daemon's CPU under load).
     pub request: Box<serde_json::value::RawValue>,
+    /// Names this request for the host's next `since`.
+    pub revision: String,
+    /// `request` holds the messages from this index on (0: all of them).
+    pub messages_from: usize,
     pub request_tokens: u64,
     pub usage: UsageSnapshot,
     pub applied: Vec<ctxd_core::view::Applied>,
@@ -295,6 +301,8 @@ struct Session {
     stamps: Vec<(std::path::PathBuf, Option<crate::context::watcher::FileStamp>)>,
     /// Assemble requests waiting for a compaction (the session was at the blocked level).
     waiting_assembles: Vec<(AssembleRequest, oneshot::Sender<Result<AssembleAnswer, SessionError>>)>,
+    /// The last request handed out, for an assemble `since` it.
+    last_sent: Option<SentRequest>,
     /// `ctx/closeSession` requests, answered once the actor is gone (its file closed, its
     /// queue dropped), so that a request sent after the answer opens the session anew
     /// instead of reaching the actor on its way out.
@@ -404,6 +412,7 @@ async fn run(
         idle_done: false,
         notified_percent: 0,
         waiting_assembles: Vec::new(),
+        last_sent: None,
         close_replies: Vec::new(),
     };
     if let Err(e) = session.load(create).await {
@@ -1237,9 +1246,24 @@ impl Session {
             let (state, config) = (ctxd_core::view::PipelineState::default(), ctxd_core::view::PipelineConfig::default());
             ctxd_core::view::scrollback(&self.view, &state, &config)
         });
-        let body = serde_json::value::to_raw_value(&assembled.request).map_err(|e| SessionError::Internal(format!("encoding the request: {e}")))?;
+        // A host that kept the request it was sent last is sent only what changed since:
+        // the per-turn answer stays the size of the turn, not of the session.
+        let messages_from = match (&request.since, &self.last_sent) {
+            (Some(since), Some(last)) if *since == last.revision => ctxd_core::view::shared_messages(&last.messages, &assembled.request.messages),
+            _ => 0,
+        };
+        let encoded = if messages_from == 0 {
+            serde_json::value::to_raw_value(&assembled.request)
+        } else {
+            serde_json::value::to_raw_value(&assembled.request.messages_from(messages_from))
+        };
+        let body = encoded.map_err(|e| SessionError::Internal(format!("encoding the request: {e}")))?;
+        let revision = next_revision();
+        self.last_sent = Some(SentRequest { revision: revision.clone(), messages: assembled.request.messages });
         Ok(AssembleAnswer {
             request: body,
+            revision,
+            messages_from,
             request_tokens: assembled.estimate_tokens,
             usage: self.usage(),
             applied: assembled.applied,
@@ -2000,4 +2024,22 @@ pub fn now_rfc3339() -> String {
         rem % 60,
         now.subsec_millis()
     )
+}
+
+/// The request a session answered last, as the host holds it.
+struct SentRequest {
+    revision: String,
+    /// Shared with the view cache: keeping them costs pointers.
+    messages: Vec<Arc<ctxd_core::view::ApiMessage>>,
+}
+
+/// A new assemble revision: a counter behind a prefix drawn when the daemon starts, so a
+/// revision a host kept from an earlier daemon never names a request of this one.
+fn next_revision() -> String {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PREFIX: OnceLock<String> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let prefix = PREFIX.get_or_init(|| uuid::Uuid::new_v4().simple().to_string()[..12].to_owned());
+    format!("{prefix}-{}", COUNTER.fetch_add(1, Ordering::Relaxed) + 1)
 }

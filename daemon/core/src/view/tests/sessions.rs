@@ -47,12 +47,22 @@ fn last_timestamp(records: &[Record]) -> i64 {
     records.iter().rev().find_map(|r| r.head().timestamp.as_deref().and_then(parse_rfc3339_ms)).unwrap_or(0)
 }
 
+/// Messages sent to a host that keeps its last request, against whole requests.
+#[derive(Debug, Default)]
+struct Sent {
+    whole: usize,
+    delta: usize,
+}
+
 /// Appends the records one at a time as a daemon would: assemble (through the cache and
 /// from scratch, which must agree), persist the decisions, send. `now` follows the
-/// records' own clock.
-fn simulate(setup: &mut Setup, source: &[Record]) -> (Vec<Record>, CacheCounters) {
+/// records' own clock. A host that kept the previous request and is sent only the
+/// messages after the shared ones rebuilds exactly this request.
+fn simulate(setup: &mut Setup, source: &[Record]) -> (Vec<Record>, CacheCounters, Sent) {
     let mut records: Vec<Record> = Vec::new();
     let mut cache = ViewCache::new();
+    let mut host: Vec<std::sync::Arc<ApiMessage>> = Vec::new();
+    let mut sent = Sent::default();
     for record in source {
         records.push(record.clone());
         if let Some(at) = record.head().timestamp.as_deref().and_then(parse_rfc3339_ms) {
@@ -62,10 +72,20 @@ fn simulate(setup: &mut Setup, source: &[Record]) -> (Vec<Record>, CacheCounters
         let kept = cache.assemble(&input);
         let fresh = assemble(&input);
         assert_same(&kept, &fresh, records.len());
+        let shared = shared_messages(&host, &kept.request.messages);
+        let delta = kept.request.messages_from(shared);
+        host.truncate(shared);
+        host.extend(delta.messages.iter().cloned());
+        // Everything but the messages is sent whole.
+        assert_eq!(delta.messages_from(delta.messages.len()), kept.request.messages_from(kept.request.messages.len()));
+        assert!(host.iter().map(|m| &**m).eq(kept.request.messages.iter().map(|m| &**m)), "record {}: the spliced request differs", records.len());
+        sent.whole += kept.request.messages.len();
+        sent.delta += delta.messages.len();
         persist(&mut records, &kept);
     }
-    (records, cache.counters())
+    (records, cache.counters(), sent)
 }
+
 
 #[test]
 fn the_real_transcript_becomes_a_valid_request() {
@@ -93,7 +113,8 @@ fn the_real_transcript_becomes_a_valid_request() {
 
     // Every prefix, through the cache and from scratch.
     let mut setup = Setup::new(last_timestamp(&records) + 1_000);
-    let (_, counters) = simulate(&mut setup, &records);
+    let (_, counters, sent) = simulate(&mut setup, &records);
+    assert!(sent.delta * 5 < sent.whole, "{sent:?}");
     assert!(counters.extensions > 60, "{counters:?}");
 }
 
@@ -174,8 +195,9 @@ fn generated_sessions_agree_through_the_cache_under_every_setting() {
         for (variant, apply) in &variants {
             let mut setup = Setup::new(0);
             apply(&mut setup);
-            let (records, counters) = simulate(&mut setup, &source);
+            let (records, counters, sent) = simulate(&mut setup, &source);
             assert!(counters.extensions as usize > source.len() / 2, "{name}, {variant}: {counters:?}");
+            assert!(sent.delta * 4 < sent.whole, "{name}, {variant}: {sent:?}");
             let decided = records.len() - source.len();
             if *variant != "defaults" {
                 assert!(decided > 0, "{name}, {variant}: nothing was decided");
