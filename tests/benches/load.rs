@@ -2,7 +2,8 @@
 //! them compact, and the latency that costs a session that does not compact, under two
 //! loads: a fixed one (every client at a busy agent's pace, the 5 compacting back to
 //! back through a provider) and a saturating one (clients as fast as they go).
-//! A probe session appends and assembles one request at a time. Each round starts from
+//! A probe session appends and assembles one request at a time, pausing 10 ms before
+//! each pair. Each round starts from
 //! fresh sessions of fixed sizes: one probe measured while the daemon is otherwise
 //! idle, then a second probe of the same size while the load runs; p50 and p99 pool the
 //! rounds. Every answer the background clients get is checked, and at the end every
@@ -19,6 +20,7 @@
 //! cargo bench -p ctxd-e2e --bench load -- --quick      # fewer samples and rounds
 //! cargo bench -p ctxd-e2e --bench load -- --same-session   # only appends during a compaction
 //! cargo bench -p ctxd-e2e --bench load -- --agent-pace     # only the fixed load
+//! cargo bench -p ctxd-e2e --bench load -- --probe-pause=0  # the probe back to back
 //! ```
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
@@ -39,9 +41,10 @@ fn main() -> anyhow::Result<()> {
     let bin = ctxd_e2e::ctxd_bin();
     anyhow::ensure!(bin.exists(), "{} missing: cargo build --release -p ctxd", bin.display());
     println!(
-        "load · binary {} · {} cores · {rounds} rounds of {samples} probe appends and assembles, idle then loaded",
+        "load · binary {} · {} cores · {rounds} rounds of {samples} probe appends and assembles ({:?} before each pair), idle then loaded",
         bin.display(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
+        probe_pause(),
     );
     // Two loads. Agent pace: a fixed offered load, every client pausing 200 ms between
     // operations (a busy agent sends far less) while 5 sessions compact back to back
@@ -81,6 +84,21 @@ fn main() -> anyhow::Result<()> {
 const PROBE_RECORDS: usize = 300;
 const COMPACTING_RECORDS: usize = 600;
 const OTHER_RECORDS: usize = 100;
+
+/// The probe's pause between an assemble and its next append. An agent's turns come
+/// seconds apart; the probe goes faster to gather samples, but not back to back: its
+/// samples then spread over 2.5 s of each round (rather than a few hundred ms, which one
+/// burst of the shared host's noise can fill), idle and loaded alike, and each request
+/// finds the daemon as a host's next turn does, its threads parked.
+const PROBE_PAUSE: Duration = Duration::from_millis(10);
+
+/// [`PROBE_PAUSE`], or the milliseconds of `--probe-pause=N` (0: back to back, as
+/// until 2026-11-30).
+fn probe_pause() -> Duration {
+    std::env::args()
+        .find_map(|a| a.strip_prefix("--probe-pause=").and_then(|ms| ms.parse().ok()))
+        .map_or(PROBE_PAUSE, Duration::from_millis)
+}
 
 /// How long the provider of the agent-pace load takes per summary: short enough that
 /// compactions are installed (not only started) while the probe measures.
@@ -206,9 +224,12 @@ impl Probe {
         Ok((ms, result["usage"]["level"] == "compacting"))
     }
 
-    /// `samples` appends and assembles, alternating, one request at a time.
+    /// `samples` appends and assembles, alternating, one request at a time, each pair
+    /// after a pause of [`probe_pause`].
     fn measure(&mut self, mux: &Mux, samples: usize, into: &mut Latencies) -> anyhow::Result<()> {
+        let pause = probe_pause();
         for _ in 0..samples {
+            std::thread::sleep(pause);
             let uuid = format!("{}-{:06}", self.id, self.appended.len());
             let record = filler(&uuid, self.appended.last().map(String::as_str), self.appended.len());
             let started = Instant::now();
