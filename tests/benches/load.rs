@@ -123,6 +123,7 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
     let mut loaded = Latencies::default();
     let mut logs: Vec<SessionLog> = Vec::new();
     let (mut idle_wakes, mut loaded_wakes) = (Vec::new(), Vec::new());
+    let (mut idle_pings, mut loaded_pings) = (Vec::new(), Vec::new());
     let (mut ops, mut compactions, mut loaded_secs, mut peak_rss) = (0u64, 0u64, 0.0, 0.0_f64);
     let mut summarizers = std::collections::BTreeMap::<String, u64>::new();
     for round in 0..rounds {
@@ -132,16 +133,18 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
             .collect::<anyhow::Result<_>>()?;
         let mut alone = Probe::open(&mux, &format!("probe-idle-{round}"), workload.keep_requests)?;
         let mut busy = Probe::open(&mux, &format!("probe-loaded-{round}"), workload.keep_requests)?;
-        let sampler = WakeSampler::start();
+        let (sampler, pinger) = (WakeSampler::start(), PingPong::start()?);
         alone.measure(&mux, samples, &mut idle)?;
         idle_wakes.extend(sampler.stop());
+        idle_pings.extend(pinger.stop());
 
         let background = Background::start(&mux, &workload, seeded);
         let started = Instant::now();
         std::thread::sleep(Duration::from_millis(500)); // every client under way
-        let sampler = WakeSampler::start();
+        let (sampler, pinger) = (WakeSampler::start(), PingPong::start()?);
         busy.measure(&mux, samples, &mut loaded)?;
         loaded_wakes.extend(sampler.stop());
+        loaded_pings.extend(pinger.stop());
         peak_rss = peak_rss.max(memory_mb(mux.pid(), "VmRSS:"));
         let done = background.stop()?;
         loaded_secs += started.elapsed().as_secs_f64();
@@ -181,6 +184,13 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
         pct(&idle_wakes, 99.0),
         pct(&loaded_wakes, 50.0),
         pct(&loaded_wakes, 99.0),
+    );
+    let (a50, a99, b50, b99) = (pct(&idle_pings, 50.0), pct(&idle_pings, 99.0), pct(&loaded_pings, 50.0), pct(&loaded_pings, 99.0));
+    println!(
+        "  {:<22} {a50:>8.2}ms {a99:>8.2}ms {b50:>9.2}ms {b99:>9.2}ms {:>7.1}x {:>7.1}x   (two threads of the benchmark echoing a byte over pipes, paced as the probe: no ctxd in it)",
+        "pipe ping-pong",
+        b50 / a50,
+        b99 / a99,
     );
     println!(
         "  {appended} background records stored, none lost or out of order; daemon VmRSS under load up to {peak_rss:.1} MB, VmHWM {:.1} MB",
@@ -275,6 +285,50 @@ impl WakeSampler {
             late
         });
         WakeSampler { stop, thread }
+    }
+
+    fn stop(self) -> Vec<f64> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+/// A control for the probe: one byte echoed between two threads of the benchmark over
+/// a pair of pipes, paced as the probe is, beside it. Its round trip crosses two
+/// hand-offs and no ctxd, so how it changes from idle to loaded (and with the pace) is
+/// the machine's part of the probe's figures.
+struct PingPong {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<f64>>,
+}
+
+impl PingPong {
+    fn start() -> anyhow::Result<PingPong> {
+        use std::io::Read;
+        let (mut to_echo_rx, mut to_echo_tx) = std::io::pipe()?;
+        let (mut back_rx, mut back_tx) = std::io::pipe()?;
+        // The echo thread ends when the driver drops its end.
+        std::thread::spawn(move || {
+            let mut byte = [0u8; 1];
+            while to_echo_rx.read_exact(&mut byte).is_ok() && back_tx.write_all(&byte).is_ok() {}
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let pause = probe_pause();
+        let thread = std::thread::spawn(move || {
+            let mut rtt = Vec::new();
+            let mut byte = [0u8; 1];
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(pause.max(Duration::from_micros(500)));
+                let started = Instant::now();
+                if to_echo_tx.write_all(b"x").is_err() || back_rx.read_exact(&mut byte).is_err() {
+                    break;
+                }
+                rtt.push(started.elapsed().as_secs_f64() * 1e3);
+            }
+            rtt
+        });
+        Ok(PingPong { stop, thread })
     }
 
     fn stop(self) -> Vec<f64> {
