@@ -758,6 +758,7 @@ impl Session {
         self.composition = Composition::default();
         self.invoked = Invoked::default();
         self.view_cache = ctxd_core::view::ViewCache::new();
+        self.last_sent = None;
         // A compaction prepared on the view this replaces is not installed.
         self.view_generation += 1;
         self.records_before_view = records_before;
@@ -794,6 +795,9 @@ impl Session {
             self.tally.restart();
             self.composition = Composition::default();
             self.invoked = Invoked::default();
+            // The request handed out last shows the old view: no later one shares with it
+            // more than a message, and it would keep the old view's messages alive.
+            self.last_sent = None;
             if let Some(rate) = boundary_rate(&record) {
                 self.tally.calibration.tokens_per_kib = rate;
             }
