@@ -321,36 +321,10 @@ fn client(mux: &Mux, workload: &Workload, i: usize, appended: Vec<String>, stop:
 }
 
 /// An assemble answer is a request whose messages start with a user message and which
-/// carries the record appended last. Read without building the answer's value tree.
+/// carries the record appended last. Read without building the answer's value tree: a
+/// whole answer is what a client holding nothing splices in.
 pub fn check_assembled(body: &[u8], last_appended: Option<&str>) -> anyhow::Result<()> {
-    use serde::de::IgnoredAny;
-    #[derive(serde::Deserialize)]
-    struct Answer {
-        result: Option<Assembled>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Assembled {
-        request: Request,
-    }
-    #[derive(serde::Deserialize)]
-    struct Request {
-        messages: Vec<Message>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Message {
-        role: String,
-        #[serde(rename = "content")]
-        _content: IgnoredAny,
-    }
-    let shown = || String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned();
-    let answer: Answer = serde_json::from_slice(body).with_context(|| format!("not an assemble answer: {}", shown()))?;
-    let messages = answer.result.with_context(|| format!("an error: {}", shown()))?.request.messages;
-    ensure!(messages.first().is_some_and(|m| m.role == "user"), "the first message is not the user's: {}", shown());
-    if let Some(uuid) = last_appended {
-        let text = std::str::from_utf8(body)?;
-        ensure!(text.contains(uuid), "the request lacks the record appended last ({uuid})");
-    }
-    Ok(())
+    HeldRequest::default().take(body, last_appended)
 }
 
 /// The request a client was sent last, kept so that the next assemble asks only for
