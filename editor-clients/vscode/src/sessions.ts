@@ -48,6 +48,12 @@ export interface CtxdApi {
     openSession(params: ext.OpenSessionParams): Promise<ext.OpenSessionResult>;
     append(sessionId: string, records: ext.TranscriptRecord[]): Promise<ext.AppendResult>;
     assemble(params: ext.AssembleParams): Promise<ext.AssembleResult>;
+    /**
+     * The session's next model request, whole, for a host that sends it on: the daemon is
+     * asked only for what changed since the request this returned last (`since`), and the
+     * answer is spliced into that one. The result's `messagesFrom` is 0.
+     */
+    nextRequest(params: ext.AssembleParams): Promise<ext.AssembleResult>;
     usage(sessionId: string): Promise<ext.Usage>;
     compact(sessionId: string, instructions?: string): Promise<ext.CompactResult>;
     /** Takes back the latest compaction (refused, -33010, once a new turn followed it). */
@@ -81,6 +87,8 @@ export class CtxdSessions implements CtxdApi {
     readonly apiVersion = 1 as const;
 
     private readonly open = new Map<string, SessionInfo>();
+    /** Per session, the request `nextRequest` returned last and its revision. */
+    private readonly held = new Map<string, { revision: string; messages: unknown[] }>();
     private connection: Connection | undefined;
     private subscriptions: Disposable[] = [];
     /** Settles when `reopenAll` is done; requests wait for it so none meets "not open". */
@@ -162,6 +170,23 @@ export class CtxdSessions implements CtxdApi {
         return this.send(ext.assemble, params);
     }
 
+    async nextRequest(params: ext.AssembleParams): Promise<ext.AssembleResult> {
+        const kept = this.held.get(params.sessionId);
+        const result = await this.send(ext.assemble, kept ? { ...params, since: kept.revision } : params);
+        const sent = (result.request.messages ?? []) as unknown[];
+        let messages = sent;
+        if (result.messagesFrom > 0) {
+            // The daemon answers `since` only its latest answer, which this kept.
+            if (kept === undefined || result.messagesFrom > kept.messages.length) {
+                this.held.delete(params.sessionId);
+                throw new Error(`ctx/assemble answered from message ${result.messagesFrom} of a request this client does not hold`);
+            }
+            messages = [...kept.messages.slice(0, result.messagesFrom), ...sent];
+        }
+        this.held.set(params.sessionId, { revision: result.revision, messages });
+        return { ...result, request: { ...result.request, messages }, messagesFrom: 0 };
+    }
+
     async usage(sessionId: string): Promise<ext.Usage> {
         return (await this.send(ext.usage, { sessionId })).usage;
     }
@@ -189,6 +214,7 @@ export class CtxdSessions implements CtxdApi {
 
     async clear(sessionId: string): Promise<string> {
         const result = await this.send(ext.clear, { sessionId });
+        this.held.delete(sessionId);
         const old = this.open.get(sessionId);
         if (old !== undefined) {
             this.open.delete(sessionId);
@@ -207,6 +233,7 @@ export class CtxdSessions implements CtxdApi {
         try {
             await this.send(ext.closeSession, { sessionId });
         } finally {
+            this.held.delete(sessionId);
             if (this.open.delete(sessionId)) {
                 this.sessionsEmitter.fire();
             }

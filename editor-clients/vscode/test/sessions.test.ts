@@ -7,6 +7,7 @@ import * as assert from "node:assert/strict";
 import { afterEach, beforeEach, describe, it } from "node:test";
 
 import { describeError, errorCode, isMethodNotFound } from "../src/errors";
+import * as ext from "../src/lsp_ext";
 import { type ContextChangedParams, ErrorCodes, type Usage, type UsageChangedParams } from "../src/lsp_ext";
 import { statusText } from "../src/render";
 import { CtxdSessions } from "../src/sessions";
@@ -170,6 +171,48 @@ describe("CtxdSessions on a real ctxd", () => {
         assert.equal(assembled.decision, "continue");
         assert.ok(assembled.applied.every((a) => typeof a.stage === "string" && typeof a.acted === "boolean"));
         assert.deepEqual(assembled.usage, await sessions.usage(sessionId));
+    });
+
+    it("hands out the next request whole while the daemon sends only what changed", async () => {
+        const { sessionId } = await sessions.openSession({ cwd: EMPTY_CWD, model: MODEL });
+        const params = { sessionId, system: [{ type: "text", text: "You are a test." }], tools: [], maxTokens: 1000 };
+        const sent: ext.AssembleParams[] = [];
+        const answers: ext.AssembleResult[] = [];
+        const connection = daemon.connection;
+        sessions.attach({
+            ...connection,
+            onNotification: (method, handler) => connection.onNotification(method, handler),
+            request: async <R>(method: string, p: unknown): Promise<R> => {
+                const result = await connection.request<R>(method, p);
+                if (method === ext.assemble.method) {
+                    sent.push(p as ext.AssembleParams);
+                    answers.push(result as ext.AssembleResult);
+                }
+                return result;
+            },
+        });
+        let parent: string | null = null;
+        let next: ext.AssembleResult | undefined;
+        for (let turn = 0; turn < 6; turn++) {
+            const user = userRecord(`question ${turn}`, parent);
+            const reply = assistantRecord(20_000 + turn * 100, user.uuid as string);
+            parent = reply.uuid as string;
+            await sessions.append(sessionId, [user, reply]);
+            next = await sessions.nextRequest(params);
+            assert.equal(next.messagesFrom, 0);
+            assert.equal((next.request.messages as unknown[]).length, 2 * turn + 2, `turn ${turn}`);
+        }
+        // After the first, each asked since the previous answer and was sent a few messages.
+        assert.equal(sent[0].since, undefined);
+        for (let i = 1; i < answers.length; i++) {
+            assert.equal(sent[i].since, answers[i - 1].revision);
+            assert.ok(answers[i].messagesFrom > 0, JSON.stringify(answers[i].messagesFrom));
+            assert.ok((answers[i].request.messages as unknown[]).length <= 3);
+        }
+        // The spliced request is the one the daemon assembles whole.
+        const whole = await sessions.assemble(params);
+        assert.equal(whole.messagesFrom, 0);
+        assert.deepEqual(next?.request, whole.request);
     });
 
     it("passes any ctx/ method through request()", async () => {
