@@ -3,10 +3,11 @@
 //! loads: a fixed one (every client at a busy agent's pace, the 5 compacting back to
 //! back through a provider) and a saturating one (clients as fast as they go).
 //! A probe session appends and assembles one request at a time, pausing 10 ms before
-//! each pair. Each round starts from
-//! fresh sessions of fixed sizes: one probe measured while the daemon is otherwise
-//! idle, then a second probe of the same size while the load runs; p50 and p99 pool the
-//! rounds. Every answer the background clients get is checked, and at the end every
+//! each pair. Each round starts from fresh sessions of fixed sizes: one probe measured
+//! while the daemon is otherwise idle (the background paused, every answer it waited
+//! for received) and a second probe of the same size while the load runs, in windows
+//! of 50 pairs that alternate, so that a slow spell of the host falls on either side
+//! alike; p50 and p99 pool the windows and rounds. Every answer the background clients get is checked, and at the end every
 //! record they appended is stored, in order.
 //!
 //! Then appends during a running compaction of the same session: a session compacts
@@ -100,6 +101,12 @@ fn probe_pause() -> Duration {
         .map_or(PROBE_PAUSE, Duration::from_millis)
 }
 
+/// Probe pairs in one idle or one loaded window; the windows alternate.
+const WINDOW: usize = 50;
+
+/// Quiet before an idle window, after the background's last answers.
+const SETTLE: Duration = Duration::from_millis(50);
+
 /// How long the provider of the agent-pace load takes per summary: short enough that
 /// compactions are installed (not only started) while the probe measures.
 const PROVIDER_DELAY: Duration = Duration::from_millis(250);
@@ -133,21 +140,33 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
             .collect::<anyhow::Result<_>>()?;
         let mut alone = Probe::open(&mux, &format!("probe-idle-{round}"), workload.keep_requests)?;
         let mut busy = Probe::open(&mux, &format!("probe-loaded-{round}"), workload.keep_requests)?;
-        let (sampler, pinger) = (WakeSampler::start(), PingPong::start()?);
-        alone.measure(&mux, samples, &mut idle)?;
-        idle_wakes.extend(sampler.stop());
-        idle_pings.extend(pinger.stop());
-
         let background = Background::start(&mux, &workload, seeded);
-        let started = Instant::now();
-        std::thread::sleep(Duration::from_millis(500)); // every client under way
-        let (sampler, pinger) = (WakeSampler::start(), PingPong::start()?);
-        busy.measure(&mux, samples, &mut loaded)?;
-        loaded_wakes.extend(sampler.stop());
-        loaded_pings.extend(pinger.stop());
-        peak_rss = peak_rss.max(memory_mb(mux.pid(), "VmRSS:"));
+        background.pause();
+        // Idle and loaded windows alternate, so that both see the same stretch of the
+        // host's weather (on a shared VM its slow spells last seconds).
+        let mut left = samples;
+        while left > 0 {
+            let window = left.min(WINDOW);
+            left -= window;
+            std::thread::sleep(SETTLE); // the daemon's own work after the last answers
+            let (sampler, pinger) = (WakeSampler::start(), PingPong::start()?);
+            alone.measure(&mux, window, &mut idle)?;
+            idle_wakes.extend(sampler.stop());
+            idle_pings.extend(pinger.stop());
+
+            background.resume();
+            let started = Instant::now();
+            // Every client under way again, and the compactions in flight.
+            std::thread::sleep(workload.pause.max(Duration::from_millis(100)));
+            let (sampler, pinger) = (WakeSampler::start(), PingPong::start()?);
+            busy.measure(&mux, window, &mut loaded)?;
+            loaded_wakes.extend(sampler.stop());
+            loaded_pings.extend(pinger.stop());
+            peak_rss = peak_rss.max(memory_mb(mux.pid(), "VmRSS:"));
+            background.pause();
+            loaded_secs += started.elapsed().as_secs_f64();
+        }
         let done = background.stop()?;
-        loaded_secs += started.elapsed().as_secs_f64();
         ops += done.iter().map(|l| l.appends + l.assembles).sum::<u64>();
         compactions += done.iter().map(|l| l.compactions).sum::<u64>();
         for (name, n) in done.iter().flat_map(|l| &l.summarizers) {

@@ -6,13 +6,14 @@
 //! thread per session that appends (and now and then assembles, or compacts) until it is
 //! stopped, checking every answer and remembering what it appended, so that
 //! [`check_stored`] can say afterwards that nothing acknowledged is missing or out of
-//! order.
+//! order. It can be paused between operations and resumed ([`Background::pause`]), so
+//! that a benchmark can measure an idle daemon and a loaded one in alternating windows.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -215,7 +216,54 @@ pub struct SessionLog {
 /// The background client threads.
 pub struct Background {
     stop: Arc<AtomicBool>,
+    gate: Arc<Gate>,
     threads: Vec<JoinHandle<anyhow::Result<SessionLog>>>,
+}
+
+/// Where the client threads wait while the background is paused, and how many of them
+/// are in an operation (a request sent, its answer not yet read).
+#[derive(Default)]
+struct Gate {
+    paused: AtomicBool,
+    busy: AtomicUsize,
+}
+
+/// One client's operation under way; leaving it (by any path) lets a pause complete.
+struct Busy<'a>(&'a Gate);
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.busy.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Gate {
+    /// Waits while paused, then counts the caller in an operation; `None` once `stop`
+    /// is set. A client that waited sleeps `after_pause` more before going on, so that
+    /// the clients do not all send at the same instant on resuming.
+    fn enter(&self, stop: &AtomicBool, after_pause: Duration) -> Option<Busy<'_>> {
+        let mut waited = false;
+        loop {
+            if stop.load(Ordering::SeqCst) {
+                return None;
+            }
+            // Counted first, then the flag read: a pause that sets the flag and then
+            // sees no one busy can be sure no one is about to send.
+            self.busy.fetch_add(1, Ordering::SeqCst);
+            if !self.paused.load(Ordering::SeqCst) {
+                if waited {
+                    drop(Busy(self));
+                    std::thread::sleep(after_pause);
+                    waited = false;
+                    continue;
+                }
+                return Some(Busy(self));
+            }
+            self.busy.fetch_sub(1, Ordering::SeqCst);
+            waited = true;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 }
 
 /// Session ids of the background workload (the first `compacting` compact).
@@ -229,19 +277,23 @@ impl Background {
     /// with `seeded[i]` their records so far.
     pub fn start(mux: &Arc<Mux>, workload: &Workload, seeded: Vec<Vec<String>>) -> Background {
         let stop = Arc::new(AtomicBool::new(false));
+        let gate = Arc::new(Gate::default());
+        let sessions = seeded.len().max(1) as u32;
         let threads = seeded
             .into_iter()
             .enumerate()
             .map(|(i, appended)| {
-                let (mux, stop, workload) = (mux.clone(), stop.clone(), workload.clone());
+                let (mux, stop, gate, workload) = (mux.clone(), stop.clone(), gate.clone(), workload.clone());
+                // On resuming, the clients spread over one pause, as they were.
+                let after_pause = workload.pause * i as u32 / sessions;
                 std::thread::spawn(move || {
                     let continuous = i < workload.compacting && matches!(workload.compactions, Compactions::Continuous);
                     let compactor = continuous.then(|| {
-                        let (mux, id, done) = (mux.clone(), session_id(i, &workload), Arc::new(AtomicBool::new(false)));
+                        let (mux, id, gate, done) = (mux.clone(), session_id(i, &workload), gate.clone(), Arc::new(AtomicBool::new(false)));
                         let stop_compacting = done.clone();
-                        (std::thread::spawn(move || compact_until(&mux, &id, &stop_compacting)), done)
+                        (std::thread::spawn(move || compact_until(&mux, &id, &gate, &stop_compacting)), done)
                     });
-                    let log = client(&mux, &workload, i, appended, &stop);
+                    let log = client(&mux, &workload, i, appended, &gate, &stop, after_pause);
                     let Some((compactor, done)) = compactor else { return log };
                     done.store(true, Ordering::Relaxed);
                     let summarizers = compactor.join().map_err(|_| anyhow!("a compacting thread panicked"))??;
@@ -249,12 +301,27 @@ impl Background {
                 })
             })
             .collect();
-        Background { stop, threads }
+        Background { stop, gate, threads }
+    }
+
+    /// Holds every client before its next operation and returns once none is in one:
+    /// every request the background sent has its answer (a compaction is installed).
+    pub fn pause(&self) {
+        self.gate.paused.store(true, Ordering::SeqCst);
+        while self.gate.busy.load(Ordering::SeqCst) > 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Lets the clients go on after [`Background::pause`].
+    pub fn resume(&self) {
+        self.gate.paused.store(false, Ordering::SeqCst);
     }
 
     /// Stops the clients (each finishes the operation it is in) and returns their logs.
     pub fn stop(self) -> anyhow::Result<Vec<SessionLog>> {
-        self.stop.store(true, Ordering::Relaxed);
+        self.stop.store(true, Ordering::SeqCst);
+        self.resume();
         self.join()
     }
 
@@ -265,9 +332,9 @@ impl Background {
 }
 
 /// `ctx/compact` on session `id` back to back until `done`; their summarizers, counted.
-fn compact_until(mux: &Mux, id: &str, done: &AtomicBool) -> anyhow::Result<BTreeMap<String, u64>> {
+fn compact_until(mux: &Mux, id: &str, gate: &Gate, done: &AtomicBool) -> anyhow::Result<BTreeMap<String, u64>> {
     let mut summarizers = BTreeMap::new();
-    while !done.load(Ordering::Relaxed) {
+    while let Some(_busy) = gate.enter(done, Duration::ZERO) {
         compact(mux, id, &mut summarizers)?;
     }
     Ok(summarizers)
@@ -280,7 +347,7 @@ fn compact(mux: &Mux, id: &str, summarizers: &mut BTreeMap<String, u64>) -> anyh
     Ok(())
 }
 
-fn client(mux: &Mux, workload: &Workload, i: usize, appended: Vec<String>, stop: &AtomicBool) -> anyhow::Result<SessionLog> {
+fn client(mux: &Mux, workload: &Workload, i: usize, appended: Vec<String>, gate: &Gate, stop: &AtomicBool, after_pause: Duration) -> anyhow::Result<SessionLog> {
     let id = session_id(i, workload);
     let compact_every = match workload.compactions {
         Compactions::EveryAppends(n) if i < workload.compacting => Some(n.max(1) as u64),
@@ -289,7 +356,8 @@ fn client(mux: &Mux, workload: &Workload, i: usize, appended: Vec<String>, stop:
     let mut log = SessionLog { id: id.clone(), appended, ..SessionLog::default() };
     let mut held = HeldRequest::default();
     let mut op = 0usize;
-    while !stop.load(Ordering::Relaxed) && workload.operations.is_none_or(|n| op < n) {
+    while workload.operations.is_none_or(|n| op < n) {
+        let Some(busy) = gate.enter(stop, after_pause) else { break };
         op += 1;
         if op.is_multiple_of(workload.assemble_every.max(1)) {
             let last = log.appended.last().map(String::as_str);
@@ -313,6 +381,7 @@ fn client(mux: &Mux, workload: &Workload, i: usize, appended: Vec<String>, stop:
                 log.compactions += 1;
             }
         }
+        drop(busy);
         if compact_every.is_none() && !workload.pause.is_zero() {
             std::thread::sleep(workload.pause);
         }

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use ctxd_e2e::load::{Background, Compactions, Mux, Workload, check_stored, open_and_seed, session_id};
+use ctxd_e2e::stored_uuids;
 
 #[test]
 fn concurrent_sessions_with_compactions_answer_everything_and_lose_nothing() {
@@ -68,5 +69,46 @@ fn sessions_compacting_back_to_back_keep_every_record_appended_meanwhile() {
     }
     assert!(logs[2..].iter().all(|l| l.compactions == 0));
     assert_eq!(logs.iter().map(|l| l.appends).sum::<u64>(), 6 * 60);
+    check_stored(&state, &logs).unwrap();
+}
+
+/// A paused background sends nothing until resumed, and every answer it waited for has
+/// arrived when `pause` returns: what lets the benchmark measure an idle daemon between
+/// loaded windows. Read from the store: no session's transcript grows while paused, and
+/// every one grows again after the resume.
+#[test]
+fn a_paused_background_sends_nothing_until_resumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mux = Mux::start(&state, &[]).unwrap();
+    let workload = Workload {
+        name: "gate".to_owned(),
+        sessions: 6,
+        compacting: 2,
+        compactions: Compactions::Continuous,
+        assemble_every: 3,
+        pause: Duration::from_millis(5),
+        operations: None,
+        keep_requests: true,
+    };
+    let seeded: Vec<Vec<String>> = (0..workload.sessions)
+        .map(|i| open_and_seed(&mux, &session_id(i, &workload), if i < workload.compacting { 150 } else { 20 }).unwrap())
+        .collect();
+    // Records in each transcript on disk, compaction records included.
+    let records = || -> Vec<usize> { (0..workload.sessions).map(|i| stored_uuids(&state, &session_id(i, &workload)).unwrap().len()).collect() };
+    let background = Background::start(&mux, &workload, seeded);
+    std::thread::sleep(Duration::from_millis(200));
+    for _ in 0..3 {
+        background.pause();
+        let before = records();
+        std::thread::sleep(Duration::from_millis(150));
+        assert_eq!(records(), before, "records were appended while paused");
+        background.resume();
+        std::thread::sleep(Duration::from_millis(300));
+        let after = records();
+        assert!(before.iter().zip(&after).all(|(b, a)| a > b), "not every session went on after the resume: {before:?} -> {after:?}");
+    }
+    let logs = background.stop().unwrap();
+    assert!(logs[..2].iter().all(|l| l.compactions >= 1), "the compacting sessions did not compact");
     check_stored(&state, &logs).unwrap();
 }
