@@ -151,29 +151,153 @@ pub async fn serve<S, I, O>(
 ) -> Ending
 where
     S: LanguageServer,
-    I: AsyncRead + Unpin,
+    I: AsyncRead + Unpin + Send + 'static,
     O: AsyncWrite + Unpin + Send + 'static,
 {
-    serve_with(input, Writer::task(output), service, socket, limits, fast).await
+    let (frames, gate) = (mpsc::channel(READ_AHEAD), ReaderGate::shared());
+    let reader = tokio::spawn(read_frames(input, limits.max_message_bytes, frames.0, fast.clone(), gate.clone()));
+    let ending = serve_with(frames.1, gate, Writer::task(output), service, socket, limits, fast).await;
+    reader.abort();
+    ending
 }
 
-/// The daemon's stdio: stdout is written by a thread of its own, which also encodes.
+/// The daemon's stdio: stdin is read and stdout written by threads of their own.
 ///
 /// Why: the serve loop is one task, so every byte it encodes delays the next frame it
 /// reads and every answer it hands on; a large `ctx/assemble` answer costs milliseconds
-/// to encode. And tokio's `Stdout` hands each write to the blocking pool, one more
-/// wake-up per batch on a busy machine. Here the serve loop only passes messages on.
+/// to encode. tokio's `Stdin` and `Stdout` hand each read and write to the blocking
+/// pool, which then wakes the task: one more hand-off each way, and on a busy machine
+/// every hand-off may wait for a CPU. The reader thread blocks in `read` and queues a
+/// fast path's command itself (see [`read_frames`]); the writer thread encodes.
 pub async fn serve_stdio<S: LanguageServer>(
     service: LspService<S>,
     socket: ClientSocket,
     limits: Limits,
     fast: Option<std::sync::Arc<dyn FastPath>>,
 ) -> Ending {
-    serve_with(tokio::io::stdin(), Writer::stdout_thread(), service, socket, limits, fast).await
+    let ((tx, rx), gate) = (mpsc::channel(READ_AHEAD), ReaderGate::shared());
+    let runtime = tokio::runtime::Handle::current();
+    let (max, reader_fast, reader_gate) = (limits.max_message_bytes, fast.clone(), gate.clone());
+    let spawned = std::thread::Builder::new().name("ctxd-reader".into()).spawn(move || {
+        // The runtime's context, for a fast path that opens a session (spawns its actor).
+        runtime.block_on(read_frames(BlockingRead(std::io::stdin()), max, tx, reader_fast, reader_gate));
+    });
+    let reader = match spawned {
+        Ok(_) => None,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not start the reader thread; reading from the runtime");
+            let (tx, rx) = mpsc::channel(READ_AHEAD);
+            let task = tokio::spawn(read_frames(tokio::io::stdin(), max, tx, fast.clone(), gate.clone()));
+            Some((task, rx))
+        }
+    };
+    match reader {
+        None => serve_with(rx, gate, Writer::stdout_thread(), service, socket, limits, fast).await,
+        Some((task, rx)) => {
+            let ending = serve_with(rx, gate, Writer::stdout_thread(), service, socket, limits, fast).await;
+            task.abort();
+            ending
+        }
+    }
 }
 
-async fn serve_with<S, I>(
+/// Frames read ahead of the serve loop (back-pressure beyond that).
+const READ_AHEAD: usize = 64;
+
+/// What the reader hands the serve loop, in the order the frames came.
+enum FromReader {
+    /// A frame for the serve loop to decode and dispatch.
+    Frame(Result<String, FrameError>),
+    /// A request a fast path took on the reader: its command is queued already; its
+    /// answer, or the reply still to come.
+    Taken(Started),
+}
+
+/// A reply polled once: answered at once, or still to come.
+enum Started {
+    Answered(Option<Answer>),
+    Pending(Reply),
+}
+
+/// What the reader must know of the serve loop to take a fast path itself.
+#[derive(Default)]
+struct ReaderGate {
+    /// Frames the serve loop has dispatched (their commands queued).
+    dispatched: std::sync::atomic::AtomicU64,
+    /// `shutdown` dispatched: the service refuses every request from then on.
+    shutdown: std::sync::atomic::AtomicBool,
+    cancellable: Cancellable,
+}
+
+impl ReaderGate {
+    fn shared() -> std::sync::Arc<ReaderGate> {
+        std::sync::Arc::default()
+    }
+}
+
+/// Reads frames and hands them to the serve loop in order. A request a fast path takes
+/// is started here, without the serve loop: its command reaches the session actor one
+/// hand-off sooner. Only when every frame read before it has been dispatched, so that
+/// the actor still sees commands in the order sent; otherwise the frame goes the usual
+/// way (the serve loop tries the fast path itself).
+async fn read_frames<I: AsyncRead + Unpin>(
     input: I,
+    max_message_bytes: usize,
+    tx: mpsc::Sender<FromReader>,
+    fast: Option<std::sync::Arc<dyn FastPath>>,
+    gate: std::sync::Arc<ReaderGate>,
+) {
+    use std::sync::atomic::Ordering;
+    let mut reader = FrameReader::new(input, max_message_bytes);
+    let mut handed = 0u64;
+    while let Some(frame) = reader.next_frame().await {
+        let caught_up = gate.dispatched.load(Ordering::Acquire) == handed && !gate.shutdown.load(Ordering::Acquire);
+        if let (Ok(body), Some(fast), true) = (&frame, &fast, caught_up)
+            && let Some(taken) = fast.take(body)
+        {
+            let started = start_fast(taken, &gate.cancellable);
+            if tx.send(FromReader::Taken(started)).await.is_err() {
+                return;
+            }
+            continue;
+        }
+        handed += 1;
+        if tx.send(FromReader::Frame(frame)).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Starts a request a fast path took: guarded, cancellable if it may be, polled once.
+fn start_fast(taken: FastReply, cancellable: &Cancellable) -> Started {
+    let FastReply { id, method, reply, cancellable: may_cancel } = taken;
+    let reply = if may_cancel { cancellable.wrap(id.clone(), reply) } else { reply };
+    start(guard(reply.map(Ok::<_, std::convert::Infallible>), Some(id), method.to_owned()))
+}
+
+/// A blocking reader as an `AsyncRead`, for a thread of its own that does nothing but
+/// wait for input: each poll blocks in `read` until bytes come.
+struct BlockingRead<R>(R);
+
+impl<R: std::io::Read + Unpin> AsyncRead for BlockingRead<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let read = loop {
+            match self.0.read(buf.initialize_unfilled()) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                other => break other,
+            }
+        };
+        std::task::Poll::Ready(read.map(|n| buf.advance(n)))
+    }
+}
+
+async fn serve_with<S>(
+    mut frames: mpsc::Receiver<FromReader>,
+    gate: std::sync::Arc<ReaderGate>,
     writer: Writer,
     mut service: LspService<S>,
     socket: ClientSocket,
@@ -182,7 +306,6 @@ async fn serve_with<S, I>(
 ) -> Ending
 where
     S: LanguageServer,
-    I: AsyncRead + Unpin,
 {
     let Writer { tx: out_tx, done: writer } = writer;
 
@@ -191,11 +314,10 @@ where
     let (to_client, mut client_responses) = socket.split();
     let mut out = Outbox { to_client, tx: out_tx };
 
-    let mut reader = FrameReader::new(input, limits.max_message_bytes);
     let mut in_flight: FuturesUnordered<Reply> = FuturesUnordered::new();
     let mut shutdown_seen = false;
     let mut ending = Ending::InputClosed;
-    let cancellable = Cancellable::default();
+    let cancellable = &gate.cancellable;
 
     'read: loop {
         // Back-pressure: with too much in flight, only drain.
@@ -213,15 +335,25 @@ where
                     out.answer(answer).await;
                 }
             }
-            frame = reader.next_frame() => {
-                let Some(frame) = frame else { break 'read };
+            read = frames.recv() => {
+                let frame = match read {
+                    None => break 'read,
+                    Some(FromReader::Taken(started)) => {
+                        if let Some(answer) = settle(started, &mut in_flight) {
+                            out.answer(answer).await;
+                        }
+                        continue 'read;
+                    }
+                    Some(FromReader::Frame(frame)) => frame,
+                };
+                // Whatever this frame turns out to be, once it is handled the reader may
+                // start the next fast request itself.
+                let _dispatched = Dispatched(&gate);
                 // After `shutdown` the service refuses every request; so must the fast paths.
                 if let (Ok(body), Some(fast), false) = (&frame, &fast, shutdown_seen)
-                    && let Some(FastReply { id, method, reply, cancellable: may_cancel }) = fast.take(body)
+                    && let Some(taken) = fast.take(body)
                 {
-                    let reply = if may_cancel { cancellable.wrap(id.clone(), reply) } else { reply };
-                    let reply = guard(reply.map(Ok::<_, std::convert::Infallible>), Some(id), method.to_owned());
-                    if let Some(answer) = start(reply, &mut in_flight) {
+                    if let Some(answer) = settle(start_fast(taken, cancellable), &mut in_flight) {
                         out.answer(answer).await;
                     }
                     continue 'read;
@@ -253,10 +385,11 @@ where
                         }
                         if method == "shutdown" {
                             shutdown_seen = true;
+                            gate.shutdown.store(true, std::sync::atomic::Ordering::Release);
                         }
                         let call = service.call(request);
                         let call = guard(call.map(|r| r.map(|response| response.map(Answer::Response))), id, method.clone());
-                        if let Some(answer) = start(call, &mut in_flight) {
+                        if let Some(answer) = settle(start(call), &mut in_flight) {
                             out.answer(answer).await;
                         }
                         if method == "initialize" {
@@ -341,18 +474,35 @@ impl<R: futures::Stream<Item = Request> + Unpin> Outbox<R> {
 }
 
 /// Polls a request's future once, now, so that its command is queued before the next
-/// frame is read; its answer if that was enough, else the future joins `in_flight`.
-/// (Left to `in_flight` alone, a newly pushed future can wait behind others when
-/// `FuturesUnordered` yields early, and a later frame's command could overtake it.)
-fn start(mut reply: Reply, in_flight: &mut FuturesUnordered<Reply>) -> Option<Answer> {
+/// frame is read. (Left to `in_flight` alone, a newly pushed future can wait behind
+/// others when `FuturesUnordered` yields early, and a later frame's command could
+/// overtake it.)
+fn start(mut reply: Reply) -> Started {
     let mut context = std::task::Context::from_waker(std::task::Waker::noop());
     match reply.as_mut().poll(&mut context) {
-        std::task::Poll::Ready(answer) => answer,
-        std::task::Poll::Pending => {
-            // Pushed futures are polled again with the set's own waker.
+        std::task::Poll::Ready(answer) => Started::Answered(answer),
+        std::task::Poll::Pending => Started::Pending(reply),
+    }
+}
+
+/// A started request's answer if it has one, else the future joins `in_flight` (and is
+/// polled again with the set's own waker).
+fn settle(started: Started, in_flight: &mut FuturesUnordered<Reply>) -> Option<Answer> {
+    match started {
+        Started::Answered(answer) => answer,
+        Started::Pending(reply) => {
             in_flight.push(reply);
             None
         }
+    }
+}
+
+/// Counts a frame as dispatched when dropped (the end of its handling, by any path).
+struct Dispatched<'a>(&'a ReaderGate);
+
+impl Drop for Dispatched<'_> {
+    fn drop(&mut self) {
+        self.0.dispatched.fetch_add(1, std::sync::atomic::Ordering::Release);
     }
 }
 
@@ -756,5 +906,87 @@ mod tests {
         client.request("shutdown", Value::Null).await.unwrap();
         client.notify("exit", Value::Null).await.unwrap();
         assert_eq!(server.await.unwrap(), Ending::ExitAfterShutdown);
+    }
+
+    /// Records the order in which requests reach their handlers: `test/log` through the
+    /// service, `fast/log` through a fast path, each noting its `n` when first polled.
+    #[derive(Debug)]
+    struct Logger {
+        log: std::sync::Arc<std::sync::Mutex<Vec<i64>>>,
+    }
+
+    impl LanguageServer for Logger {
+        async fn initialize(&self, _: InitializeParams) -> Result<InitializeResult> {
+            Ok(InitializeResult::default())
+        }
+        async fn shutdown(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Logger {
+        async fn log(&self, params: Value) -> Result<Value> {
+            self.log.lock().unwrap().push(params["n"].as_i64().unwrap());
+            tokio::task::yield_now().await;
+            Ok(params)
+        }
+    }
+
+    struct LoggingFast(std::sync::Arc<std::sync::Mutex<Vec<i64>>>);
+
+    impl FastPath for LoggingFast {
+        fn take(&self, body: &str) -> Option<FastReply> {
+            let value: Value = serde_json::from_str(body).ok()?;
+            if value["method"] != "fast/log" {
+                return None;
+            }
+            let (log, n, id) = (self.0.clone(), value["params"]["n"].as_i64()?, value["id"].as_i64()?);
+            let reply = async move {
+                log.lock().unwrap().push(n);
+                tokio::task::yield_now().await;
+                encode_result(&Id::Number(id), &json!({"n": n})).ok().map(Answer::Encoded)
+            }
+            .boxed();
+            Some(FastReply { id: Id::Number(id), method: "fast/log", reply, cancellable: false })
+        }
+    }
+
+    /// Fast requests may start on the reader, the others on the serve loop; pipelined
+    /// together, they still reach their handlers in the order sent (what keeps a
+    /// session's commands in order).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn fast_and_service_requests_pipelined_start_in_the_order_sent() {
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (service, socket) = LspService::build(|_| Logger { log: log.clone() }).custom_method("test/log", Logger::log).finish();
+        let (client_io, server_io) = tokio::io::duplex(1 << 20);
+        let (server_read, server_write) = tokio::io::split(server_io);
+        let fast: std::sync::Arc<dyn FastPath> = std::sync::Arc::new(LoggingFast(log.clone()));
+        let server = tokio::spawn(serve(server_read, server_write, service, socket, Limits::default(), Some(fast)));
+        let (client_read, mut client_write) = tokio::io::split(client_io);
+        let mut answers = FrameReader::new(client_read, 1 << 20);
+        let mut frame = |message: Value| {
+            let mut out = Vec::new();
+            framing::encode_into(&serde_json::to_vec(&message).unwrap(), &mut out);
+            out
+        };
+        let mut bytes = frame(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"capabilities": {}}}));
+        // Runs of fast requests between service ones, of varying length.
+        let total = 400i64;
+        for n in 0..total {
+            let method = if n % 7 == 0 || n % 11 == 3 { "test/log" } else { "fast/log" };
+            bytes.extend(frame(json!({"jsonrpc": "2.0", "id": n + 1, "method": method, "params": {"n": n}})));
+        }
+        // In pieces, so that the reader sometimes catches up with the serve loop.
+        for piece in bytes.chunks(4096) {
+            client_write.write_all(piece).await.unwrap();
+            tokio::task::yield_now().await;
+        }
+        for _ in 0..=total {
+            let body = answers.next_frame().await.unwrap().unwrap();
+            assert!(!body.contains("\"error\""), "{body}");
+        }
+        assert_eq!(*log.lock().unwrap(), (0..total).collect::<Vec<_>>());
+        client_write.write_all(&frame(json!({"jsonrpc": "2.0", "method": "exit"}))).await.unwrap();
+        assert_eq!(server.await.unwrap(), Ending::ExitWithoutShutdown);
     }
 }
