@@ -202,6 +202,12 @@ impl Daemon {
         }
     }
 
+    /// Messages read while waiting for an answer and kept: what the daemon sent before
+    /// that answer (and has not been taken since).
+    pub fn backlog(&self) -> &[Value] {
+        &self.backlog
+    }
+
     /// Notifications with `method` received so far (from the backlog and the pipe).
     pub fn drain_notifications(&mut self, method: &str) -> Vec<Value> {
         while let Ok(message) = self.messages.try_recv() {

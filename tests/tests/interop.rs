@@ -137,6 +137,11 @@ fn a_session_imported_over_its_window_is_compacted_before_its_next_request() {
     let assembled = daemon
         .request("ctx/assemble", json!({"sessionId": "big", "system": [{"type": "text", "text": "agent"}], "tools": [], "maxTokens": 8000}))
         .unwrap();
+    // The notification the assemble caused came before its answer.
+    assert!(
+        daemon.backlog().iter().any(|m| m["method"] == "ctx/compacted" && m["params"]["sessionId"] == "big"),
+        "ctx/compacted did not precede the answer to the assemble that compacted"
+    );
     let compacted = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "big").unwrap();
     assert_eq!(compacted["trigger"], "auto");
     let threshold = assembled["usage"]["threshold"].as_u64().unwrap();

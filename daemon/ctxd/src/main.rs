@@ -127,8 +127,8 @@ fn main() -> ExitCode {
 
 async fn serve(state_dir: PathBuf, limits: Limits) -> anyhow::Result<ExitCode> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), pid = std::process::id(), "ctxd starting");
-    let (service, socket, fast) = server::service(ServeOptions { state_dir });
-    let ending = transport::serve_stdio(service, socket, limits, Some(fast)).await;
+    let daemon = server::service(ServeOptions { state_dir });
+    let ending = transport::serve_stdio(daemon.service, daemon.socket, limits, Some(daemon.fast), daemon.outflow).await;
     tracing::info!(?ending, "ctxd stopping");
     // LSP: exit without a prior shutdown ends with code 1.
     Ok(match ending {

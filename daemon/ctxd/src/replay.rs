@@ -59,8 +59,8 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
     // The daemon, in-process, on an in-memory pipe.
     let (client_io, server_io) = tokio::io::duplex(1 << 20);
     let (server_read, server_write) = tokio::io::split(server_io);
-    let (svc, socket, fast) = service(ServeOptions { state_dir: state_dir.clone() });
-    let daemon = tokio::spawn(transport::serve(server_read, server_write, svc, socket, Limits::default(), Some(fast)));
+    let parts = service(ServeOptions { state_dir: state_dir.clone() });
+    let daemon = tokio::spawn(transport::serve(server_read, server_write, parts.service, parts.socket, Limits::default(), Some(parts.fast), parts.outflow));
     let (client_read, client_write) = tokio::io::split(client_io);
     let client = RpcClient::new(client_read, client_write);
 

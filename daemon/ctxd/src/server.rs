@@ -18,7 +18,7 @@ use tower_lsp_server::jsonrpc::{Error, ErrorCode, Result};
 use tower_lsp_server::ls_types::{
     DidChangeConfigurationParams, InitializeParams, InitializeResult, InitializedParams, ServerCapabilities, ServerInfo,
 };
-use tower_lsp_server::{Client, LanguageServer, LspService};
+use tower_lsp_server::{LanguageServer, LspService};
 
 use crate::session::{Environment, Notifier, SessionError, Sessions};
 use crate::settings::SettingsSources;
@@ -34,17 +34,30 @@ pub struct ServeOptions {
 /// The language server.
 #[derive(Debug)]
 pub struct Backend {
-    client: Client,
+    outbound: crate::transport::Outbound,
     options: ServeOptions,
     sessions: Arc<OnceLock<Arc<Sessions>>>,
 }
 
+/// The daemon's parts for the transport to serve.
+pub struct Daemon {
+    pub service: LspService<Backend>,
+    pub socket: tower_lsp_server::ClientSocket,
+    /// `ctx/append` and `ctx/assemble` before the service, on the same sessions.
+    pub fast: Arc<dyn crate::transport::FastPath>,
+    /// Where the sessions' notifications and every answer leave, in one order.
+    pub outflow: crate::transport::Outflow,
+}
+
 /// Builds the LSP service with every `ctx/` method registered, and the fast paths for
 /// `ctx/append` and `ctx/assemble` that share its sessions.
-pub fn service(options: ServeOptions) -> (LspService<Backend>, tower_lsp_server::ClientSocket, Arc<dyn crate::transport::FastPath>) {
+pub fn service(options: ServeOptions) -> Daemon {
     let shared: Arc<OnceLock<Arc<Sessions>>> = Arc::default();
     let fast: Arc<dyn crate::transport::FastPath> = Arc::new(FastPaths { sessions: shared.clone() });
-    let (service, socket) = LspService::build(|client| Backend { client, options, sessions: shared })
+    let (outbound, outflow) = crate::transport::Outbound::channel();
+    // Notifications leave through `outbound`, not tower-lsp's `Client`, so that they share
+    // one queue with the answers (see `transport::Outbound`).
+    let (service, socket) = LspService::build(|_client| Backend { outbound, options, sessions: shared })
         .custom_method(methods::OPEN_SESSION, Backend::open_session)
         .custom_method(methods::APPEND, Backend::append)
         .custom_method(methods::USAGE, Backend::usage)
@@ -63,7 +76,7 @@ pub fn service(options: ServeOptions) -> (LspService<Backend>, tower_lsp_server:
         .custom_method(methods::SKILL_INVOKED, Backend::skill_invoked)
         .custom_method(methods::SET_PLAN, Backend::set_plan)
         .finish();
-    (service, socket, fast)
+    Daemon { service, socket, fast, outflow }
 }
 
 /// Cancels a session's compaction when the request waiting for it is dropped unanswered.
@@ -395,10 +408,13 @@ impl LanguageServer for Backend {
             sources: SettingsSources::standard(&state_dir),
             services: crate::session::Services::start(),
         };
-        let sessions = Arc::new(Sessions::new(Arc::new(store), environment, Notifier::new(self.client.clone())));
+        let sessions = Arc::new(Sessions::new(Arc::new(store), environment, Notifier::new(self.outbound.clone())));
         if self.sessions.set(sessions.clone()).is_err() {
             return Err(Error::invalid_request());
         }
+        // Notifications reach the client from a successful `initialize` on (as with
+        // tower-lsp's `Client`); no session exists before it to send one.
+        self.outbound.start_notifications();
 
         tracing::info!(state_dir = %state_dir.display(), "initialized");
         let capabilities = proto::CtxdCapabilities {
@@ -419,7 +435,6 @@ impl LanguageServer for Backend {
 
     async fn initialized(&self, _: InitializedParams) {
         tracing::debug!("client initialized");
-        // Notifications reach the client only from now on.
         if let Ok(sessions) = self.sessions()
             && sessions.daemon_settings().observe_claude_projects == Some(true)
             && let Some(root) = sessions.claude_projects_dir()

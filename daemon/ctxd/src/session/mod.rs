@@ -17,7 +17,7 @@ use ctxd_core::budget::{EnvConfig, ResolvedWindow, Thresholds, WindowInputs, Win
 use ctxd_core::record::Record;
 use ctxd_proto as proto;
 use tokio::sync::{mpsc, oneshot};
-use tower_lsp_server::Client;
+use crate::transport::Outbound;
 
 use self::actor::{Appended, Command, Opened};
 use self::usage::UsageSnapshot;
@@ -87,39 +87,39 @@ pub struct SessionSetup {
 /// Where a session's notifications go.
 #[derive(Debug, Clone, Default)]
 pub struct Notifier {
-    client: Option<Client>,
+    client: Option<Outbound>,
 }
 
 impl Notifier {
-    pub fn new(client: Client) -> Notifier {
-        Notifier { client: Some(client) }
+    pub fn new(outbound: Outbound) -> Notifier {
+        Notifier { client: Some(outbound) }
     }
 
     pub async fn context_changed(&self, session_id: &str, paths: Vec<String>) {
         if let Some(client) = &self.client {
             let params = proto::ContextChangedNotification { session_id: session_id.to_owned(), paths };
-            client.send_notification::<ContextChanged>(params).await;
+            client.notify::<ContextChanged>(params).await;
         }
     }
 
     pub async fn compacted(&self, session_id: &str, trigger: &str, pre_tokens: u64, post_tokens: u64) {
         if let Some(client) = &self.client {
             let params = proto::CompactedNotification { session_id: session_id.to_owned(), trigger: trigger.to_owned(), pre_tokens, post_tokens };
-            client.send_notification::<Compacted>(params).await;
+            client.notify::<Compacted>(params).await;
         }
     }
 
     pub async fn compact_failed(&self, session_id: &str, reason: &str) {
         if let Some(client) = &self.client {
             let params = proto::CompactFailedNotification { session_id: session_id.to_owned(), reason: reason.to_owned() };
-            client.send_notification::<CompactFailed>(params).await;
+            client.notify::<CompactFailed>(params).await;
         }
     }
 
     pub async fn usage_changed(&self, session_id: &str, usage: UsageSnapshot) {
         if let Some(client) = &self.client {
             let params = proto::UsageChangedNotification { session_id: session_id.to_owned(), usage: usage.to_proto() };
-            client.send_notification::<UsageChanged>(params).await;
+            client.notify::<UsageChanged>(params).await;
         }
     }
 }
@@ -165,7 +165,7 @@ impl Progress {
         use tower_lsp_server::ls_types::{ProgressParams, ProgressParamsValue, notification::Progress as ProgressNotification};
         if let Some(client) = &self.notifier.client {
             let params = ProgressParams { token: self.token.clone(), value: ProgressParamsValue::WorkDone(value) };
-            client.send_notification::<ProgressNotification>(params).await;
+            client.notify::<ProgressNotification>(params).await;
         }
     }
 }

@@ -8,12 +8,13 @@
 //! the daemon goes on.
 //!
 //! **Ordering.** Each request's future is polled once as soon as its frame is read,
-//! before the next frame is read, and then joins one `FuturesUnordered` if it is still
-//! pending. Every `ctx/` handler hands its command to the session actor before its first
-//! `.await`, so the actor sees commands in the order the client sent them. Server-to-
-//! client messages (notifications, requests) are forwarded by the same loop, and every
-//! answer goes out after those already queued: a notification a request caused
-//! (`ctx/compacted` while an assemble installs a summary) reaches the client first.
+//! before the next frame is dispatched: by the reader thread for a fast path when the
+//! serve loop has dispatched every earlier frame, else by the serve loop. Every `ctx/`
+//! handler hands its command to the session actor before its first `.await`, so the
+//! actor sees commands in the order the client sent them. Everything leaving goes
+//! through one queue ([`Outbound`]) that the writer empties in order; a session
+//! notifies on it before it answers, so a notification a request caused
+//! (`ctx/compacted` while an assemble compacts first) reaches the client first.
 
 pub mod framing;
 
@@ -77,6 +78,61 @@ pub fn encode_result<T: serde::Serialize>(id: &Id, result: &T) -> Result<Vec<u8>
         id: &'a Id,
     }
     serde_json::to_vec(&Success { jsonrpc: "2.0", result, id })
+}
+
+/// The daemon's way out to the client, for answers and notifications alike: one queue
+/// that the writer empties in the order messages were put on it. A session actor that
+/// sends a notification and then answers a request puts both here in that order, so a
+/// notification a request caused goes out before its answer, whichever task sends it.
+#[derive(Clone)]
+pub struct Outbound {
+    tx: mpsc::Sender<Outgoing>,
+    notifying: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl std::fmt::Debug for Outbound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbound").field("notifying", &self.notifying).finish_non_exhaustive()
+    }
+}
+
+/// The other end of an [`Outbound`]: what the writer reads.
+pub struct Outflow {
+    rx: mpsc::Receiver<Outgoing>,
+    outbound: Outbound,
+}
+
+impl Outbound {
+    /// A queue out (the handle to send on, and what the writer reads).
+    pub fn channel() -> (Outbound, Outflow) {
+        let (tx, rx) = mpsc::channel(1024);
+        let outbound = Outbound { tx, notifying: std::sync::Arc::default() };
+        (outbound.clone(), Outflow { rx, outbound })
+    }
+
+    /// Notifications go out from now on (the daemon calls it when `initialize`
+    /// succeeds); earlier ones are dropped.
+    pub fn start_notifications(&self) {
+        self.notifying.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Queues notification `N` (dropped before [`Outbound::start_notifications`], or
+    /// when the writer is gone).
+    pub async fn notify<N: tower_lsp_server::ls_types::notification::Notification>(&self, params: N::Params) {
+        if !self.notifying.load(std::sync::atomic::Ordering::Acquire) {
+            tracing::trace!(method = N::METHOD, "client not initialized; notification dropped");
+            return;
+        }
+        let params = match serde_json::to_value(params) {
+            Ok(params) => params,
+            Err(e) => return tracing::error!(error = %e, method = N::METHOD, "could not serialize a notification"),
+        };
+        let _ = self.tx.send(Outgoing::Request(Request::build(N::METHOD).params(params).finish())).await;
+    }
+
+    async fn send(&self, message: Outgoing) {
+        let _ = self.tx.send(message).await;
+    }
 }
 
 /// A handler the transport tries before the LSP service, for a method hot enough that
@@ -148,15 +204,16 @@ pub async fn serve<S, I, O>(
     socket: ClientSocket,
     limits: Limits,
     fast: Option<std::sync::Arc<dyn FastPath>>,
+    outflow: Outflow,
 ) -> Ending
 where
     S: LanguageServer,
     I: AsyncRead + Unpin + Send + 'static,
     O: AsyncWrite + Unpin + Send + 'static,
 {
-    let (frames, gate) = (mpsc::channel(READ_AHEAD), ReaderGate::shared());
+    let (frames, gate) = (mpsc::channel(READ_AHEAD), ReaderGate::shared(&limits, &outflow));
     let reader = tokio::spawn(read_frames(input, limits.max_message_bytes, frames.0, fast.clone(), gate.clone()));
-    let ending = serve_with(frames.1, gate, Writer::task(output), service, socket, limits, fast).await;
+    let ending = serve_with(frames.1, gate, Writer::task(output, outflow), service, socket, limits, fast).await;
     reader.abort();
     ending
 }
@@ -174,8 +231,9 @@ pub async fn serve_stdio<S: LanguageServer>(
     socket: ClientSocket,
     limits: Limits,
     fast: Option<std::sync::Arc<dyn FastPath>>,
+    outflow: Outflow,
 ) -> Ending {
-    let ((tx, rx), gate) = (mpsc::channel(READ_AHEAD), ReaderGate::shared());
+    let ((tx, rx), gate) = (mpsc::channel(READ_AHEAD), ReaderGate::shared(&limits, &outflow));
     let runtime = tokio::runtime::Handle::current();
     let (max, reader_fast, reader_gate) = (limits.max_message_bytes, fast.clone(), gate.clone());
     let spawned = std::thread::Builder::new().name("ctxd-reader".into()).spawn(move || {
@@ -192,9 +250,9 @@ pub async fn serve_stdio<S: LanguageServer>(
         }
     };
     match reader {
-        None => serve_with(rx, gate, Writer::stdout_thread(), service, socket, limits, fast).await,
+        None => serve_with(rx, gate, Writer::stdout_thread(outflow), service, socket, limits, fast).await,
         Some((task, rx)) => {
-            let ending = serve_with(rx, gate, Writer::stdout_thread(), service, socket, limits, fast).await;
+            let ending = serve_with(rx, gate, Writer::stdout_thread(outflow), service, socket, limits, fast).await;
             task.abort();
             ending
         }
@@ -204,14 +262,8 @@ pub async fn serve_stdio<S: LanguageServer>(
 /// Frames read ahead of the serve loop (back-pressure beyond that).
 const READ_AHEAD: usize = 64;
 
-/// What the reader hands the serve loop, in the order the frames came.
-enum FromReader {
-    /// A frame for the serve loop to decode and dispatch.
-    Frame(Result<String, FrameError>),
-    /// A request a fast path took on the reader: its command is queued already; its
-    /// answer, or the reply still to come.
-    Taken(Started),
-}
+/// A frame the reader hands the serve loop to decode and dispatch, in the order read.
+type FromReader = Result<String, FrameError>;
 
 /// A reply polled once: answered at once, or still to come.
 enum Started {
@@ -219,19 +271,63 @@ enum Started {
     Pending(Reply),
 }
 
-/// What the reader must know of the serve loop to take a fast path itself.
-#[derive(Default)]
+/// What the reader and the serve loop share to start fast requests: how far the serve
+/// loop has got, and where fast answers go.
 struct ReaderGate {
     /// Frames the serve loop has dispatched (their commands queued).
     dispatched: std::sync::atomic::AtomicU64,
     /// `shutdown` dispatched: the service refuses every request from then on.
     shutdown: std::sync::atomic::AtomicBool,
     cancellable: Cancellable,
+    /// Fast requests in flight, each holding one permit until its answer is queued
+    /// (back-pressure: the reader waits for one before starting another).
+    fast_in_flight: std::sync::Arc<tokio::sync::Semaphore>,
+    max_fast_in_flight: u32,
+    outbound: Outbound,
 }
 
 impl ReaderGate {
-    fn shared() -> std::sync::Arc<ReaderGate> {
-        std::sync::Arc::default()
+    fn shared(limits: &Limits, outflow: &Outflow) -> std::sync::Arc<ReaderGate> {
+        let max = u32::try_from(limits.max_in_flight.max(1)).unwrap_or(u32::MAX >> 4).min(tokio::sync::Semaphore::MAX_PERMITS as u32);
+        std::sync::Arc::new(ReaderGate {
+            dispatched: Default::default(),
+            shutdown: Default::default(),
+            cancellable: Cancellable::default(),
+            fast_in_flight: std::sync::Arc::new(tokio::sync::Semaphore::new(max as usize)),
+            max_fast_in_flight: max,
+            outbound: outflow.outbound.clone(),
+        })
+    }
+
+    /// Starts a request a fast path took: guarded, cancellable if it may be, polled once
+    /// now (its command queued), then finished by a task of its own, which queues the
+    /// answer straight for the writer: neither the serve loop nor its thread stands
+    /// between the session actor and the client.
+    async fn start_fast(&self, taken: FastReply) {
+        let Ok(permit) = self.fast_in_flight.clone().acquire_owned().await else { return };
+        let FastReply { id, method, reply, cancellable: may_cancel } = taken;
+        let reply = if may_cancel { self.cancellable.wrap(id.clone(), reply) } else { reply };
+        match start(guard(reply.map(Ok::<_, std::convert::Infallible>), Some(id), method.to_owned())) {
+            Started::Answered(answer) => {
+                if let Some(answer) = answer {
+                    self.outbound.send(answer.into()).await;
+                }
+            }
+            Started::Pending(reply) => {
+                let outbound = self.outbound.clone();
+                tokio::spawn(async move {
+                    if let Some(answer) = reply.await {
+                        outbound.send(answer.into()).await;
+                    }
+                    drop(permit);
+                });
+            }
+        }
+    }
+
+    /// Returns once every fast request started has its answer queued.
+    async fn fast_requests_answered(&self) {
+        let _ = self.fast_in_flight.acquire_many(self.max_fast_in_flight).await;
     }
 }
 
@@ -255,24 +351,14 @@ async fn read_frames<I: AsyncRead + Unpin>(
         if let (Ok(body), Some(fast), true) = (&frame, &fast, caught_up)
             && let Some(taken) = fast.take(body)
         {
-            let started = start_fast(taken, &gate.cancellable);
-            if tx.send(FromReader::Taken(started)).await.is_err() {
-                return;
-            }
+            gate.start_fast(taken).await;
             continue;
         }
         handed += 1;
-        if tx.send(FromReader::Frame(frame)).await.is_err() {
+        if tx.send(frame).await.is_err() {
             return;
         }
     }
-}
-
-/// Starts a request a fast path took: guarded, cancellable if it may be, polled once.
-fn start_fast(taken: FastReply, cancellable: &Cancellable) -> Started {
-    let FastReply { id, method, reply, cancellable: may_cancel } = taken;
-    let reply = if may_cancel { cancellable.wrap(id.clone(), reply) } else { reply };
-    start(guard(reply.map(Ok::<_, std::convert::Infallible>), Some(id), method.to_owned()))
 }
 
 /// A blocking reader as an `AsyncRead`, for a thread of its own that does nothing but
@@ -307,12 +393,12 @@ async fn serve_with<S>(
 where
     S: LanguageServer,
 {
-    let Writer { tx: out_tx, done: writer } = writer;
+    let Writer { done: writer } = writer;
 
     // Server-to-client requests and notifications (from `Client`), and the sink for the
     // client's responses to them.
     let (to_client, mut client_responses) = socket.split();
-    let mut out = Outbox { to_client, tx: out_tx };
+    let mut out = Outbox { to_client, outbound: gate.outbound.clone() };
 
     let mut in_flight: FuturesUnordered<Reply> = FuturesUnordered::new();
     let mut shutdown_seen = false;
@@ -336,16 +422,7 @@ where
                 }
             }
             read = frames.recv() => {
-                let frame = match read {
-                    None => break 'read,
-                    Some(FromReader::Taken(started)) => {
-                        if let Some(answer) = settle(started, &mut in_flight) {
-                            out.answer(answer).await;
-                        }
-                        continue 'read;
-                    }
-                    Some(FromReader::Frame(frame)) => frame,
-                };
+                let Some(frame) = read else { break 'read };
                 // Whatever this frame turns out to be, once it is handled the reader may
                 // start the next fast request itself.
                 let _dispatched = Dispatched(&gate);
@@ -353,9 +430,9 @@ where
                 if let (Ok(body), Some(fast), false) = (&frame, &fast, shutdown_seen)
                     && let Some(taken) = fast.take(body)
                 {
-                    if let Some(answer) = settle(start_fast(taken, cancellable), &mut in_flight) {
-                        out.answer(answer).await;
-                    }
+                    // Queued behind the service's messages so far, as any answer is.
+                    out.forward_queued().await;
+                    gate.start_fast(taken).await;
                     continue 'read;
                 }
                 match decode(frame) {
@@ -426,7 +503,10 @@ where
             out.answer(answer).await;
         }
     }
+    gate.fast_requests_answered().await;
     out.forward_queued().await;
+    // Sessions hold senders too: the writer stops at this mark, not when they are gone.
+    out.outbound.send(Outgoing::End).await;
     drop(out);
     writer.await;
     ending
@@ -437,12 +517,12 @@ where
 /// (`R` is tower-lsp's request stream, whose type it does not export.)
 struct Outbox<R> {
     to_client: R,
-    tx: mpsc::Sender<Outgoing>,
+    outbound: Outbound,
 }
 
 impl<R: futures::Stream<Item = Request> + Unpin> Outbox<R> {
     async fn send(&mut self, message: Outgoing) {
-        let _ = self.tx.send(message).await;
+        self.outbound.send(message).await;
     }
 
     /// Sends an answer after every server-to-client message already queued: a handler
@@ -665,8 +745,10 @@ enum Outgoing {
     Response(Response),
     /// A response body a fast path already encoded; only framed here.
     Encoded(Vec<u8>),
-    /// A request or notification from the server (`Client`).
+    /// A request or notification from the server.
     Request(Request),
+    /// The serve loop is done: the writer writes what came before and stops.
+    End,
 }
 
 impl From<Answer> for Outgoing {
@@ -684,6 +766,7 @@ impl Outgoing {
             Outgoing::Response(response) => encode_into(response, buf),
             Outgoing::Encoded(body) => framing::encode_into(body, buf),
             Outgoing::Request(request) => encode_into(request, buf),
+            Outgoing::End => {}
         }
     }
 }
@@ -721,17 +804,23 @@ impl Batch {
         }
     }
 
-    /// The first message and whatever else is queued, up to [`MAX_BATCH_BYTES`].
-    fn fill(&mut self, first: &Outgoing, rx: &mut mpsc::Receiver<Outgoing>) {
+    /// The first message and whatever else is queued, up to [`MAX_BATCH_BYTES`] or the
+    /// end mark; whether the end mark was reached.
+    fn fill(&mut self, first: &Outgoing, rx: &mut mpsc::Receiver<Outgoing>) -> bool {
         self.small.clear();
         self.large.clear();
+        if matches!(first, Outgoing::End) {
+            return true;
+        }
         self.push(first);
         while self.small.len() + self.large.len() < MAX_BATCH_BYTES {
             match rx.try_recv() {
+                Ok(Outgoing::End) => return true,
                 Ok(more) => self.push(&more),
                 Err(_) => break,
             }
         }
+        false
     }
 
     fn parts(&self) -> [&[u8]; 2] {
@@ -741,29 +830,30 @@ impl Batch {
 
 /// Where the serve loop's messages go, in the order sent, and when the writer is done.
 struct Writer {
-    tx: mpsc::Sender<Outgoing>,
     done: BoxFuture<'static, ()>,
 }
 
 impl Writer {
     /// A task on the runtime writes to an async output (an in-process pipe, tests).
-    fn task<O: AsyncWrite + Unpin + Send + 'static>(output: O) -> Writer {
-        let (tx, rx) = mpsc::channel::<Outgoing>(1024);
-        let task = tokio::spawn(write_loop(output, rx));
-        Writer { tx, done: async move { drop(task.await) }.boxed() }
+    fn task<O: AsyncWrite + Unpin + Send + 'static>(output: O, outflow: Outflow) -> Writer {
+        let task = tokio::spawn(write_loop(output, outflow.rx));
+        Writer { done: async move { drop(task.await) }.boxed() }
     }
 
     /// A thread of its own encodes and writes to stdout with blocking writes.
-    fn stdout_thread() -> Writer {
-        let (tx, mut rx) = mpsc::channel::<Outgoing>(1024);
-        let (finished, done) = tokio::sync::oneshot::channel::<()>();
+    fn stdout_thread(outflow: Outflow) -> Writer {
+        let Outflow { rx, outbound } = outflow;
+        // Handed over through a slot, so that it is still here if no thread starts.
+        let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(rx)));
+        let (theirs, (finished, done)) = (slot.clone(), tokio::sync::oneshot::channel::<()>());
         let spawned = std::thread::Builder::new().name("ctxd-writer".into()).spawn(move || {
+            let Some(mut rx) = theirs.lock().ok().and_then(|mut slot| slot.take()) else { return };
             let mut output = std::io::stdout().lock();
             let mut batch = Batch::default();
             while let Some(first) = rx.blocking_recv() {
-                batch.fill(&first, &mut rx);
+                let end = batch.fill(&first, &mut rx);
                 let written = batch.parts().iter().try_for_each(|part| std::io::Write::write_all(&mut output, part));
-                if written.is_err() || std::io::Write::flush(&mut output).is_err() {
+                if end || written.is_err() || std::io::Write::flush(&mut output).is_err() {
                     break;
                 }
             }
@@ -771,11 +861,14 @@ impl Writer {
             let _ = finished.send(());
         });
         match spawned {
-            Ok(_) => Writer { tx, done: async move { drop(done.await) }.boxed() },
+            Ok(_) => Writer { done: async move { drop(done.await) }.boxed() },
             Err(e) => {
                 // No thread to be had: write from the runtime instead.
                 tracing::warn!(error = %e, "could not start the writer thread; writing from the runtime");
-                Writer::task(tokio::io::stdout())
+                match slot.lock().ok().and_then(|mut slot| slot.take()) {
+                    Some(rx) => Writer::task(tokio::io::stdout(), Outflow { rx, outbound }),
+                    None => Writer { done: async {}.boxed() },
+                }
             }
         }
     }
@@ -786,13 +879,13 @@ async fn write_loop<O: AsyncWrite + Unpin>(mut output: O, mut rx: mpsc::Receiver
     // blocking thread, so one write per message would cost one hand-off per message.
     let mut batch = Batch::default();
     'write: while let Some(first) = rx.recv().await {
-        batch.fill(&first, &mut rx);
+        let end = batch.fill(&first, &mut rx);
         for part in batch.parts() {
             if output.write_all(part).await.is_err() {
                 break 'write;
             }
         }
-        if output.flush().await.is_err() {
+        if end || output.flush().await.is_err() {
             break;
         }
     }
@@ -874,7 +967,7 @@ mod tests {
         let (client_io, server_io) = tokio::io::duplex(1 << 16);
         let (server_read, server_write) = tokio::io::split(server_io);
         let fast: std::sync::Arc<dyn FastPath> = std::sync::Arc::new(PanickyFast);
-        let server = tokio::spawn(serve(server_read, server_write, service, socket, Limits::default(), Some(fast)));
+        let server = tokio::spawn(serve(server_read, server_write, service, socket, Limits::default(), Some(fast), Outbound::channel().1));
         let (client_read, client_write) = tokio::io::split(client_io);
         let client = RpcClient::new(client_read, client_write);
         client.request("initialize", json!({"capabilities": {}})).await.unwrap();
@@ -894,7 +987,7 @@ mod tests {
         let (service, socket) = LspService::build(|_| Panicky).custom_method("test/boom", Panicky::boom).finish();
         let (client_io, server_io) = tokio::io::duplex(1 << 16);
         let (server_read, server_write) = tokio::io::split(server_io);
-        let server = tokio::spawn(serve(server_read, server_write, service, socket, Limits::default(), None));
+        let server = tokio::spawn(serve(server_read, server_write, service, socket, Limits::default(), None, Outbound::channel().1));
         let (client_read, client_write) = tokio::io::split(client_io);
         let client = RpcClient::new(client_read, client_write);
         client.request("initialize", json!({"capabilities": {}})).await.unwrap();
@@ -961,10 +1054,10 @@ mod tests {
         let (client_io, server_io) = tokio::io::duplex(1 << 20);
         let (server_read, server_write) = tokio::io::split(server_io);
         let fast: std::sync::Arc<dyn FastPath> = std::sync::Arc::new(LoggingFast(log.clone()));
-        let server = tokio::spawn(serve(server_read, server_write, service, socket, Limits::default(), Some(fast)));
+        let server = tokio::spawn(serve(server_read, server_write, service, socket, Limits::default(), Some(fast), Outbound::channel().1));
         let (client_read, mut client_write) = tokio::io::split(client_io);
         let mut answers = FrameReader::new(client_read, 1 << 20);
-        let mut frame = |message: Value| {
+        let frame = |message: Value| {
             let mut out = Vec::new();
             framing::encode_into(&serde_json::to_vec(&message).unwrap(), &mut out);
             out
