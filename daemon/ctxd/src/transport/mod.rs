@@ -225,7 +225,7 @@ where
 /// to encode. tokio's `Stdin` and `Stdout` hand each read and write to the blocking
 /// pool, which then wakes the task: one more hand-off each way, and on a busy machine
 /// every hand-off may wait for a CPU. The reader thread blocks in `read` and queues a
-/// fast path's command itself (see [`read_frames`]); the writer thread encodes.
+/// fast path's command itself (see `read_frames`); the writer thread encodes.
 pub async fn serve_stdio<S: LanguageServer>(
     service: LspService<S>,
     socket: ClientSocket,
