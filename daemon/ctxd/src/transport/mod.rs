@@ -2,8 +2,7 @@
 //! notifications out.
 //!
 //! tower-lsp-server supplies the service (lifecycle, routing, typed params,
-//! `$/cancelRequest`, the `Client` handle for notifications); this module replaces its
-//! `Server` loop, which stops reading at the first malformed frame and has no size
+//! `$/cancelRequest`); this module replaces its `Server` loop, which stops reading at the first malformed frame and has no size
 //! limit. Here a bad frame, bad JSON or a panicking handler costs one error reply and
 //! the daemon goes on.
 //!
@@ -288,7 +287,8 @@ struct ReaderGate {
 
 impl ReaderGate {
     fn shared(limits: &Limits, outflow: &Outflow) -> std::sync::Arc<ReaderGate> {
-        let max = u32::try_from(limits.max_in_flight.max(1)).unwrap_or(u32::MAX >> 4).min(tokio::sync::Semaphore::MAX_PERMITS as u32);
+        // Bounded well under the semaphore's own limit.
+        let max = u32::try_from(limits.max_in_flight.clamp(1, 1 << 20)).unwrap_or(1 << 20);
         std::sync::Arc::new(ReaderGate {
             dispatched: Default::default(),
             shutdown: Default::default(),
