@@ -22,6 +22,7 @@
 //! cargo bench -p ctxd-e2e --bench load -- --same-session   # only appends during a compaction
 //! cargo bench -p ctxd-e2e --bench load -- --agent-pace     # only the fixed load
 //! cargo bench -p ctxd-e2e --bench load -- --probe-pause=0  # the probe back to back
+//! cargo bench -p ctxd-e2e --bench load -- --samples=FILE   # every probe pair, to FILE
 //! ```
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
@@ -101,6 +102,15 @@ fn probe_pause() -> Duration {
         .map_or(PROBE_PAUSE, Duration::from_millis)
 }
 
+/// `--samples=FILE`: every probe pair is also appended to FILE, one line each (tab
+/// separated: the load, the probe session, the pair's position in its window, append
+/// ms, assemble ms), for a look at where the slow ones fall.
+fn sample_log() -> anyhow::Result<Option<std::fs::File>> {
+    let Some(path) = std::env::args().find_map(|a| a.strip_prefix("--samples=").map(str::to_owned)) else { return Ok(None) };
+    let file = std::fs::OpenOptions::new().append(true).create(true).open(&path).with_context(|| format!("opening {path}"))?;
+    Ok(Some(file))
+}
+
 /// Probe pairs in one idle or one loaded window; the windows alternate.
 const WINDOW: usize = 50;
 
@@ -126,6 +136,7 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
         std::fs::write(user.join("settings.json"), settings.to_string())?;
     }
     let mux = Mux::start(&state, &[("CTXD_BENCH_API_KEY", "sk-bench-not-a-secret")])?;
+    let mut sample_log = sample_log()?;
     let mut idle = Latencies::default();
     let mut loaded = Latencies::default();
     let mut logs: Vec<SessionLog> = Vec::new();
@@ -150,7 +161,7 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
             left -= window;
             std::thread::sleep(SETTLE); // the daemon's own work after the last answers
             let (sampler, pinger) = (WakeSampler::start(), PingPong::start()?);
-            alone.measure(&mux, window, &mut idle)?;
+            alone.measure(&mux, window, &mut idle, &mut sample_log, pace)?;
             idle_wakes.extend(sampler.stop());
             idle_pings.extend(pinger.stop());
 
@@ -159,7 +170,7 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
             // Every client under way again, and the compactions in flight.
             std::thread::sleep(workload.pause.max(Duration::from_millis(100)));
             let (sampler, pinger) = (WakeSampler::start(), PingPong::start()?);
-            busy.measure(&mux, window, &mut loaded)?;
+            busy.measure(&mux, window, &mut loaded, &mut sample_log, pace)?;
             loaded_wakes.extend(sampler.stop());
             loaded_pings.extend(pinger.stop());
             peak_rss = peak_rss.max(memory_mb(mux.pid(), "VmRSS:"));
@@ -255,9 +266,11 @@ impl Probe {
 
     /// `samples` appends and assembles, alternating, one request at a time, each pair
     /// after a pause of [`probe_pause`].
-    fn measure(&mut self, mux: &Mux, samples: usize, into: &mut Latencies) -> anyhow::Result<()> {
+    /// With `log`, each pair is also written there as a line: `label`, the probe, the
+    /// pair's position in its window, and both latencies in ms.
+    fn measure(&mut self, mux: &Mux, samples: usize, into: &mut Latencies, log: &mut Option<std::fs::File>, label: &str) -> anyhow::Result<()> {
         let pause = probe_pause();
-        for _ in 0..samples {
+        for position in 0..samples {
             std::thread::sleep(pause);
             let uuid = format!("{}-{:06}", self.id, self.appended.len());
             let record = filler(&uuid, self.appended.last().map(String::as_str), self.appended.len());
@@ -271,6 +284,9 @@ impl Probe {
             let params = self.held.as_ref().map_or_else(|| assemble_params(&self.id), |h| h.params(&self.id));
             let body = mux.request_body("ctx/assemble", params)?;
             into.assemble.push(started.elapsed().as_secs_f64() * 1e3);
+            if let (Some(out), Some(append), Some(assemble)) = (log.as_mut(), into.append.last(), into.assemble.last()) {
+                writeln!(out, "{label}\t{}\t{position}\t{append:.3}\t{assemble:.3}", self.id)?;
+            }
             match &mut self.held {
                 Some(held) => held.take(&body, Some(&uuid)).context("probe assemble")?,
                 None => check_assembled(&body, Some(&uuid)).context("probe assemble")?,

@@ -291,7 +291,11 @@ impl Background {
                     let compactor = continuous.then(|| {
                         let (mux, id, gate, done) = (mux.clone(), session_id(i, &workload), gate.clone(), Arc::new(AtomicBool::new(false)));
                         let stop_compacting = done.clone();
-                        (std::thread::spawn(move || compact_until(&mux, &id, &gate, &stop_compacting)), done)
+                        // Spread over one pause too: a pause ends every compaction, and
+                        // resumed in step they would all install at the same moment, a
+                        // burst the load never has once under way.
+                        let after_pause = workload.pause * i as u32 / workload.compacting.max(1) as u32;
+                        (std::thread::spawn(move || compact_until(&mux, &id, &gate, &stop_compacting, after_pause)), done)
                     });
                     let log = client(&mux, &workload, i, appended, &gate, &stop, after_pause);
                     let Some((compactor, done)) = compactor else { return log };
@@ -332,9 +336,9 @@ impl Background {
 }
 
 /// `ctx/compact` on session `id` back to back until `done`; their summarizers, counted.
-fn compact_until(mux: &Mux, id: &str, gate: &Gate, done: &AtomicBool) -> anyhow::Result<BTreeMap<String, u64>> {
+fn compact_until(mux: &Mux, id: &str, gate: &Gate, done: &AtomicBool, after_pause: Duration) -> anyhow::Result<BTreeMap<String, u64>> {
     let mut summarizers = BTreeMap::new();
-    while let Some(_busy) = gate.enter(done, Duration::ZERO) {
+    while let Some(_busy) = gate.enter(done, after_pause) {
         compact(mux, id, &mut summarizers)?;
     }
     Ok(summarizers)
@@ -469,3 +473,4 @@ pub fn check_stored(state_dir: &Path, logs: &[SessionLog]) -> anyhow::Result<()>
     }
     Ok(())
 }
+
