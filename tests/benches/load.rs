@@ -104,7 +104,8 @@ fn probe_pause() -> Duration {
 
 /// `--samples=FILE`: every probe pair is also appended to FILE, one line each (tab
 /// separated: the load, the probe session, the pair's position in its window, append
-/// ms, assemble ms), for a look at where the slow ones fall.
+/// ms, assemble ms, when the append was sent), for a look at where the slow ones fall;
+/// each load's daemon log is copied to `FILE.<load>.log`.
 fn sample_log() -> anyhow::Result<Option<std::fs::File>> {
     let Some(path) = std::env::args().find_map(|a| a.strip_prefix("--samples=").map(str::to_owned)) else { return Ok(None) };
     let file = std::fs::OpenOptions::new().append(true).create(true).open(&path).with_context(|| format!("opening {path}"))?;
@@ -189,6 +190,11 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
         logs.extend(done);
     }
     check_stored(&state, &logs)?;
+    if let Some(path) = std::env::args().find_map(|a| a.strip_prefix("--samples=").map(str::to_owned)) {
+        // The daemon's log beside the samples: its compactions, timed, to line up with them.
+        let copy = format!("{path}.{}.log", pace.replace([' ', ','], "-"));
+        std::fs::copy(state.with_extension("log"), &copy).with_context(|| format!("copying the daemon's log to {copy}"))?;
+    }
 
     let appended: usize = logs.iter().map(|l| l.appended.len()).sum();
     let how = match workload.compactions {
@@ -267,14 +273,15 @@ impl Probe {
     /// `samples` appends and assembles, alternating, one request at a time, each pair
     /// after a pause of [`probe_pause`].
     /// With `log`, each pair is also written there as a line: `label`, the probe, the
-    /// pair's position in its window, and both latencies in ms.
+    /// pair's position in its window, both latencies in ms, and when the append was
+    /// sent (Unix seconds, to line it up with the daemon's log).
     fn measure(&mut self, mux: &Mux, samples: usize, into: &mut Latencies, log: &mut Option<std::fs::File>, label: &str) -> anyhow::Result<()> {
         let pause = probe_pause();
         for position in 0..samples {
             std::thread::sleep(pause);
             let uuid = format!("{}-{:06}", self.id, self.appended.len());
             let record = filler(&uuid, self.appended.last().map(String::as_str), self.appended.len());
-            let started = Instant::now();
+            let (started, sent) = (Instant::now(), std::time::SystemTime::now());
             let result = mux.request("ctx/append", json!({"sessionId": self.id, "records": [record]}))?;
             into.append.push(started.elapsed().as_secs_f64() * 1e3);
             anyhow::ensure!(result["appended"] == 1, "probe append: {result}");
@@ -285,7 +292,8 @@ impl Probe {
             let body = mux.request_body("ctx/assemble", params)?;
             into.assemble.push(started.elapsed().as_secs_f64() * 1e3);
             if let (Some(out), Some(append), Some(assemble)) = (log.as_mut(), into.append.last(), into.assemble.last()) {
-                writeln!(out, "{label}\t{}\t{position}\t{append:.3}\t{assemble:.3}", self.id)?;
+                let sent = sent.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+                writeln!(out, "{label}\t{}\t{position}\t{append:.3}\t{assemble:.3}\t{sent:.6}", self.id)?;
             }
             match &mut self.held {
                 Some(held) => held.take(&body, Some(&uuid)).context("probe assemble")?,
