@@ -13,9 +13,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -221,11 +221,19 @@ pub struct Background {
 }
 
 /// Where the client threads wait while the background is paused, and how many of them
-/// are in an operation (a request sent, its answer not yet read).
+/// are in an operation (a request sent, its answer not yet read). A paused client
+/// blocks on the condition variable: 55 threads polling a flag every millisecond would
+/// be a load of their own on the idle daemon's cores.
 #[derive(Default)]
 struct Gate {
-    paused: AtomicBool,
-    busy: AtomicUsize,
+    state: Mutex<GateState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    paused: bool,
+    busy: usize,
 }
 
 /// One client's operation under way; leaving it (by any path) lets a pause complete.
@@ -233,36 +241,51 @@ struct Busy<'a>(&'a Gate);
 
 impl Drop for Busy<'_> {
     fn drop(&mut self) {
-        self.0.busy.fetch_sub(1, Ordering::SeqCst);
+        let mut state = self.0.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        state.busy -= 1;
+        if state.busy == 0 {
+            self.0.changed.notify_all();
+        }
     }
 }
 
 impl Gate {
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Waits while paused, then counts the caller in an operation; `None` once `stop`
-    /// is set. A client that waited sleeps `after_pause` more before going on, so that
-    /// the clients do not all send at the same instant on resuming.
+    /// is set (checked whenever the gate changes: [`Background::stop`] resumes). A
+    /// client that waited sleeps `after_pause` more before going on, so that the
+    /// clients do not all send at the same instant on resuming.
     fn enter(&self, stop: &AtomicBool, after_pause: Duration) -> Option<Busy<'_>> {
-        let mut waited = false;
+        let mut state = self.lock();
         loop {
             if stop.load(Ordering::SeqCst) {
                 return None;
             }
-            // Counted first, then the flag read: a pause that sets the flag and then
-            // sees no one busy can be sure no one is about to send.
-            self.busy.fetch_add(1, Ordering::SeqCst);
-            if !self.paused.load(Ordering::SeqCst) {
-                if waited {
-                    drop(Busy(self));
-                    std::thread::sleep(after_pause);
-                    waited = false;
-                    continue;
-                }
+            if !state.paused {
+                // Counted under the lock that `pause` reads `busy` under: a pause that
+                // sees no one busy knows no one is about to send.
+                state.busy += 1;
                 return Some(Busy(self));
             }
-            self.busy.fetch_sub(1, Ordering::SeqCst);
-            waited = true;
-            std::thread::sleep(Duration::from_millis(1));
+            state = self.changed.wait_while(state, |s| s.paused && !stop.load(Ordering::SeqCst)).unwrap_or_else(std::sync::PoisonError::into_inner);
+            drop(state);
+            std::thread::sleep(after_pause);
+            state = self.lock();
         }
+    }
+
+    fn pause(&self) {
+        let mut state = self.lock();
+        state.paused = true;
+        drop(self.changed.wait_while(state, |s| s.busy > 0).unwrap_or_else(std::sync::PoisonError::into_inner));
+    }
+
+    fn resume(&self) {
+        self.lock().paused = false;
+        self.changed.notify_all();
     }
 }
 
@@ -311,15 +334,12 @@ impl Background {
     /// Holds every client before its next operation and returns once none is in one:
     /// every request the background sent has its answer (a compaction is installed).
     pub fn pause(&self) {
-        self.gate.paused.store(true, Ordering::SeqCst);
-        while self.gate.busy.load(Ordering::SeqCst) > 0 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        self.gate.pause();
     }
 
     /// Lets the clients go on after [`Background::pause`].
     pub fn resume(&self) {
-        self.gate.paused.store(false, Ordering::SeqCst);
+        self.gate.resume();
     }
 
     /// Stops the clients (each finishes the operation it is in) and returns their logs.
