@@ -106,8 +106,13 @@ fn probe_pause() -> Duration {
 /// separated: the load, the probe session, the pair's position in its window, append
 /// ms, assemble ms, when the append was sent), for a look at where the slow ones fall;
 /// each load's daemon log is copied to `FILE.<load>.log`.
+fn samples_path() -> Option<String> {
+    std::env::args().find_map(|a| a.strip_prefix("--samples=").map(str::to_owned))
+}
+
+/// The file of [`samples_path`], opened to append.
 fn sample_log() -> anyhow::Result<Option<std::fs::File>> {
-    let Some(path) = std::env::args().find_map(|a| a.strip_prefix("--samples=").map(str::to_owned)) else { return Ok(None) };
+    let Some(path) = samples_path() else { return Ok(None) };
     let file = std::fs::OpenOptions::new().append(true).create(true).open(&path).with_context(|| format!("opening {path}"))?;
     Ok(Some(file))
 }
@@ -190,7 +195,7 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
         logs.extend(done);
     }
     check_stored(&state, &logs)?;
-    if let Some(path) = std::env::args().find_map(|a| a.strip_prefix("--samples=").map(str::to_owned)) {
+    if let Some(path) = samples_path() {
         // The daemon's log beside the samples: its compactions, timed, to line up with them.
         let copy = format!("{path}.{}.log", pace.replace([' ', ','], "-"));
         std::fs::copy(state.with_extension("log"), &copy).with_context(|| format!("copying the daemon's log to {copy}"))?;
