@@ -848,16 +848,7 @@ impl Writer {
         let (theirs, (finished, done)) = (slot.clone(), tokio::sync::oneshot::channel::<()>());
         let spawned = std::thread::Builder::new().name("ctxd-writer".into()).spawn(move || {
             let Some(mut rx) = theirs.lock().ok().and_then(|mut slot| slot.take()) else { return };
-            let mut output = std::io::stdout().lock();
-            let mut batch = Batch::default();
-            while let Some(first) = rx.blocking_recv() {
-                let end = batch.fill(&first, &mut rx);
-                let written = batch.parts().iter().try_for_each(|part| std::io::Write::write_all(&mut output, part));
-                if end || written.is_err() || std::io::Write::flush(&mut output).is_err() {
-                    break;
-                }
-            }
-            let _ = std::io::Write::flush(&mut output);
+            write_blocking(&mut rx, &mut RawStdout::new());
             let _ = finished.send(());
         });
         match spawned {
@@ -870,6 +861,63 @@ impl Writer {
                     None => Writer { done: async {}.boxed() },
                 }
             }
+        }
+    }
+}
+
+/// The writer thread's loop: everything queued goes out as one `write` (two when the
+/// batch has large frames), until the end mark or a failed write.
+fn write_blocking(rx: &mut mpsc::Receiver<Outgoing>, output: &mut impl std::io::Write) {
+    let mut batch = Batch::default();
+    while let Some(first) = rx.blocking_recv() {
+        let end = batch.fill(&first, rx);
+        let written = batch.parts().iter().filter(|part| !part.is_empty()).try_for_each(|part| output.write_all(part));
+        if end || written.is_err() || output.flush().is_err() {
+            break;
+        }
+    }
+    let _ = output.flush();
+}
+
+/// The daemon's stdout without the standard library's line buffering. `Stdout` is a
+/// `LineWriter`: a frame `Content-Length: n\r\n\r\n{…}` left it as two writes, the
+/// header at once and the body on flush, so a client blocked in `read` woke for the
+/// header alone and had to wait for the body again. Here each part of a batch is one
+/// `write` on a duplicate of descriptor 1 (the lock on `Stdout` is held all along, so
+/// nothing else can write between); if the descriptor cannot be duplicated, the locked
+/// `Stdout` is used as before.
+struct RawStdout {
+    lock: std::io::StdoutLock<'static>,
+    file: Option<std::fs::File>,
+}
+
+impl RawStdout {
+    fn new() -> RawStdout {
+        use std::os::fd::AsFd;
+        let lock = std::io::stdout().lock();
+        let file = match lock.as_fd().try_clone_to_owned() {
+            Ok(fd) => Some(std::fs::File::from(fd)),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not duplicate stdout; writing through its line buffer");
+                None
+            }
+        };
+        RawStdout { lock, file }
+    }
+}
+
+impl std::io::Write for RawStdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match &mut self.file {
+            Some(file) => file.write(buf),
+            None => self.lock.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match &mut self.file {
+            Some(file) => file.flush(),
+            None => self.lock.flush(),
         }
     }
 }
@@ -937,6 +985,35 @@ mod tests {
         let order: Vec<char> = text.split("\r\n\r\n").skip(1).filter_map(|body| body.chars().next()).collect();
         assert_eq!(order, ['2', '{', '4', '1', '3', '5'], "{}", &text[..200]);
         assert!(text.contains("ctx/usageChanged"));
+    }
+
+    #[test]
+    fn the_writer_sends_each_batch_in_one_write() {
+        /// Records each `write` call; a line buffer in between would split a frame.
+        #[derive(Default)]
+        struct Calls(Vec<Vec<u8>>);
+        impl std::io::Write for Calls {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.push(buf.to_vec());
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let (tx, mut rx) = mpsc::channel::<Outgoing>(16);
+        for n in 0..3u8 {
+            tx.try_send(Outgoing::Encoded(format!("{{\"n\":{n}}}").into_bytes())).ok().unwrap();
+        }
+        tx.try_send(Outgoing::End).ok().unwrap();
+        let mut calls = Calls::default();
+        write_blocking(&mut rx, &mut calls);
+        assert_eq!(calls.0.len(), 1, "{:?}", calls.0.iter().map(|c| String::from_utf8_lossy(c).into_owned()).collect::<Vec<_>>());
+        let text = String::from_utf8(calls.0.concat()).unwrap();
+        assert_eq!(text.matches("Content-Length: 7\r\n\r\n").count(), 3, "{text}");
+        assert!(text.ends_with("{\"n\":2}"), "{text}");
+        // The real stdout is written through a duplicate of its descriptor, not its line buffer.
+        assert!(RawStdout::new().file.is_some());
     }
 
     /// Takes `fast/boom` frames: its reply panics when first polled, or after a yield
