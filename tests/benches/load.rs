@@ -141,13 +141,16 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
         std::fs::create_dir_all(&user)?;
         std::fs::write(user.join("settings.json"), settings.to_string())?;
     }
-    let mux = Mux::start(&state, &[("CTXD_BENCH_API_KEY", "sk-bench-not-a-secret")])?;
+    // The daemon logs each append's steps (`ctxd::latency`), for the table of where the
+    // probe's time went.
+    let mux = Mux::start(&state, &[("CTXD_BENCH_API_KEY", "sk-bench-not-a-secret"), ("CTXD_LOG", "info,ctxd::latency=debug")])?;
     let mut sample_log = sample_log()?;
     let mut idle = Latencies::default();
     let mut loaded = Latencies::default();
     let mut logs: Vec<SessionLog> = Vec::new();
     let (mut idle_wakes, mut loaded_wakes) = (Vec::new(), Vec::new());
     let (mut idle_pings, mut loaded_pings) = (Vec::new(), Vec::new());
+    let (mut idle_syncs, mut loaded_syncs) = (Vec::new(), Vec::new());
     let (mut ops, mut compactions, mut loaded_secs, mut peak_rss) = (0u64, 0u64, 0.0, 0.0_f64);
     let mut summarizers = std::collections::BTreeMap::<String, u64>::new();
     for round in 0..rounds {
@@ -166,19 +169,21 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
             let window = left.min(WINDOW);
             left -= window;
             std::thread::sleep(SETTLE); // the daemon's own work after the last answers
-            let (sampler, pinger) = (WakeSampler::start(), PingPong::start()?);
+            let (sampler, pinger, syncer) = (WakeSampler::start(), Control::ping_pong()?, Control::file_sync(dir.path())?);
             alone.measure(&mux, window, &mut idle, &mut sample_log, pace)?;
             idle_wakes.extend(sampler.stop());
             idle_pings.extend(pinger.stop());
+            idle_syncs.extend(syncer.stop());
 
             background.resume();
             let started = Instant::now();
             // Every client under way again, and the compactions in flight.
             std::thread::sleep(workload.pause.max(Duration::from_millis(100)));
-            let (sampler, pinger) = (WakeSampler::start(), PingPong::start()?);
+            let (sampler, pinger, syncer) = (WakeSampler::start(), Control::ping_pong()?, Control::file_sync(dir.path())?);
             busy.measure(&mux, window, &mut loaded, &mut sample_log, pace)?;
             loaded_wakes.extend(sampler.stop());
             loaded_pings.extend(pinger.stop());
+            loaded_syncs.extend(syncer.stop());
             peak_rss = peak_rss.max(memory_mb(mux.pid(), "VmRSS:"));
             background.pause();
             loaded_secs += started.elapsed().as_secs_f64();
@@ -226,18 +231,69 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
         pct(&loaded_wakes, 50.0),
         pct(&loaded_wakes, 99.0),
     );
-    let (a50, a99, b50, b99) = (pct(&idle_pings, 50.0), pct(&idle_pings, 99.0), pct(&loaded_pings, 50.0), pct(&loaded_pings, 99.0));
-    println!(
-        "  {:<22} {a50:>8.2}ms {a99:>8.2}ms {b50:>9.2}ms {b99:>9.2}ms {:>7.1}x {:>7.1}x   (two threads of the benchmark echoing a byte over pipes, paced as the probe: no ctxd in it)",
-        "pipe ping-pong",
-        b50 / a50,
-        b99 / a99,
-    );
+    let controls = [
+        ("pipe ping-pong", &idle_pings, &loaded_pings, "two threads of the benchmark echoing a byte over pipes, paced as the probe: no ctxd in it"),
+        ("file append + sync", &idle_syncs, &loaded_syncs, "the benchmark appending 1.1 KB to a file beside the store and syncing it, paced as the probe"),
+    ];
+    for (label, a, b, what) in controls {
+        let (a50, a99, b50, b99) = (pct(a, 50.0), pct(a, 99.0), pct(b, 50.0), pct(b, 99.0));
+        println!("  {label:<22} {a50:>8.2}ms {a99:>8.2}ms {b50:>9.2}ms {b99:>9.2}ms {:>7.1}x {:>7.1}x   ({what})", b50 / a50, b99 / a99);
+    }
     println!(
         "  {appended} background records stored, none lost or out of order; daemon VmRSS under load up to {peak_rss:.1} MB, VmHWM {:.1} MB",
         memory_mb(mux.pid(), "VmHWM:")
     );
+    print_append_steps(&std::fs::read_to_string(state.with_extension("log"))?, &idle, &loaded);
     Ok(())
+}
+
+/// Splits each probe append's time, from the daemon's `ctxd::latency` log lined up with
+/// the client's clock: on its way to the daemon (the client's write, the pipe, the
+/// reader thread's wake-up), in the daemon (frame read to answer in hand) and the write
+/// and `sync_data` within it, and on its way back (the writer thread, the pipe, the
+/// client's reading thread and the probe's wake-up).
+fn print_append_steps(log: &str, idle: &Latencies, loaded: &Latencies) {
+    let mut steps: std::collections::HashMap<&str, Vec<[f64; 3]>> = std::collections::HashMap::new();
+    for line in log.lines().filter(|l| l.contains("ctxd::latency")) {
+        let field = |name: &str| -> Option<&str> {
+            let start = line.find(&format!(" {name}="))? + name.len() + 2;
+            line[start..].split_whitespace().next()
+        };
+        let number = |name: &str| field(name).and_then(|v| v.parse::<f64>().ok());
+        if let (Some(session), Some(read), Some(inside), Some(sync)) = (field("session"), number("read_unix_us"), number("in_daemon"), number("write_sync")) {
+            steps.entry(session.trim_matches('"')).or_default().push([read, inside, sync]);
+        }
+    }
+    // [to the daemon, in it, write and sync, back], in ms, for each probe append.
+    let split = |latencies: &Latencies| -> Option<[Vec<f64>; 4]> {
+        let mut parts: [Vec<f64>; 4] = Default::default();
+        let mut by_session: std::collections::HashMap<&str, Vec<(f64, f64)>> = std::collections::HashMap::new();
+        for ((session, sent), ms) in latencies.sent.iter().zip(&latencies.append) {
+            by_session.entry(session).or_default().push((*sent, *ms));
+        }
+        for (session, sends) in by_session {
+            // The session's seeding appends came first; its measured ones are the last.
+            let logged = steps.get(session)?;
+            let logged = &logged[logged.len().checked_sub(sends.len())?..];
+            for ((sent, ms), [read, inside, sync]) in sends.into_iter().zip(logged) {
+                let to = (read - sent) / 1e3;
+                parts[0].push(to);
+                parts[1].push(inside / 1e3);
+                parts[2].push(sync / 1e3);
+                parts[3].push(ms - to - inside / 1e3);
+            }
+        }
+        Some(parts)
+    };
+    let (Some(a), Some(b)) = (split(idle), split(loaded)) else {
+        return println!("  (the daemon's log does not have every probe append's steps; no split)");
+    };
+    println!("  where a probe append's time went: its steps, each at its own p50 and p99 (they do not add up)");
+    let labels = ["to the daemon", "in the daemon", "  of it, write + sync", "back to the client"];
+    for (label, (a, b)) in labels.iter().zip(a.iter().zip(&b)) {
+        let (a50, a99, b50, b99) = (pct(a, 50.0), pct(a, 99.0), pct(b, 50.0), pct(b, 99.0));
+        println!("  {label:<22} {a50:>8.2}ms {a99:>8.2}ms {b50:>9.2}ms {b99:>9.2}ms {:>7.1}x {:>7.1}x", b50 / a50, b99 / a99);
+    }
 }
 
 fn memory_mb(pid: u32, field: &str) -> f64 {
@@ -249,6 +305,8 @@ fn memory_mb(pid: u32, field: &str) -> f64 {
 struct Latencies {
     append: Vec<f64>,
     assemble: Vec<f64>,
+    /// For each append: its session and when it was sent (Unix µs).
+    sent: Vec<(String, f64)>,
 }
 
 struct Probe {
@@ -289,6 +347,7 @@ impl Probe {
             let (started, sent) = (Instant::now(), std::time::SystemTime::now());
             let result = mux.request("ctx/append", json!({"sessionId": self.id, "records": [record]}))?;
             into.append.push(started.elapsed().as_secs_f64() * 1e3);
+            into.sent.push((self.id.clone(), sent.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs_f64() * 1e6));
             anyhow::ensure!(result["appended"] == 1, "probe append: {result}");
             self.appended.push(uuid.clone());
             let started = Instant::now();
@@ -341,17 +400,36 @@ impl WakeSampler {
     }
 }
 
-/// A control for the probe: one byte echoed between two threads of the benchmark over
-/// a pair of pipes, paced as the probe is, beside it. Its round trip crosses two
-/// hand-offs and no ctxd, so how it changes from idle to loaded (and with the pace) is
-/// the machine's part of the probe's figures.
-struct PingPong {
+/// A control for the probe: a thread of the benchmark doing one small thing at the
+/// probe's pace, timed, beside it. How its time changes from idle to loaded is the
+/// machine's part of the probe's figures, since no ctxd is in it.
+struct Control {
     stop: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<Vec<f64>>,
 }
 
-impl PingPong {
-    fn start() -> anyhow::Result<PingPong> {
+impl Control {
+    fn start(mut step: impl FnMut() -> std::io::Result<()> + Send + 'static) -> Control {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let pause = probe_pause().max(Duration::from_micros(500));
+        let thread = std::thread::spawn(move || {
+            let mut times = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(pause);
+                let started = Instant::now();
+                if step().is_err() {
+                    break;
+                }
+                times.push(started.elapsed().as_secs_f64() * 1e3);
+            }
+            times
+        });
+        Control { stop, thread }
+    }
+
+    /// One byte echoed by a second thread over a pair of pipes: two hand-offs.
+    fn ping_pong() -> anyhow::Result<Control> {
         use std::io::Read;
         let (mut to_echo_rx, mut to_echo_tx) = std::io::pipe()?;
         let (mut back_rx, mut back_tx) = std::io::pipe()?;
@@ -360,23 +438,22 @@ impl PingPong {
             let mut byte = [0u8; 1];
             while to_echo_rx.read_exact(&mut byte).is_ok() && back_tx.write_all(&byte).is_ok() {}
         });
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let pause = probe_pause();
-        let thread = std::thread::spawn(move || {
-            let mut rtt = Vec::new();
-            let mut byte = [0u8; 1];
-            while !flag.load(Ordering::Relaxed) {
-                std::thread::sleep(pause.max(Duration::from_micros(500)));
-                let started = Instant::now();
-                if to_echo_tx.write_all(b"x").is_err() || back_rx.read_exact(&mut byte).is_err() {
-                    break;
-                }
-                rtt.push(started.elapsed().as_secs_f64() * 1e3);
-            }
-            rtt
-        });
-        Ok(PingPong { stop, thread })
+        let mut byte = [0u8; 1];
+        Ok(Control::start(move || {
+            to_echo_tx.write_all(b"x")?;
+            back_rx.read_exact(&mut byte)
+        }))
+    }
+
+    /// A probe-sized line appended to a file beside the store, then `sync_data`: the
+    /// disk's part of a durable append.
+    fn file_sync(dir: &std::path::Path) -> anyhow::Result<Control> {
+        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("control-sync.jsonl"))?;
+        let line = [b"x".repeat(1100), b"\n".to_vec()].concat();
+        Ok(Control::start(move || {
+            file.write_all(&line)?;
+            file.sync_data()
+        }))
     }
 
     fn stop(self) -> Vec<f64> {

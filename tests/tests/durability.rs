@@ -209,3 +209,39 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// The `ctxd::latency` log accounts for each append: its steps follow one another, add
+/// up to the time in the daemon, and the frame was read while the test waited.
+#[test]
+fn each_append_reports_where_its_time_went() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    open(&mut daemon, "timed");
+    let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as u64;
+    let mut parent: Option<String> = None;
+    for i in 0..3 {
+        let uuid = format!("timed-{i}");
+        let answer = daemon.request("ctx/append", json!({"sessionId": "timed", "records": [user_record(&uuid, parent.as_deref(), "hello")]})).unwrap();
+        assert_eq!(answer["appended"], 1);
+        parent = Some(uuid);
+    }
+    let after = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as u64;
+    daemon.stop().unwrap();
+    let log = std::fs::read_to_string(state.with_extension("log")).unwrap();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("ctxd::latency") && l.contains("session=\"timed\"")).collect();
+    assert_eq!(lines.len(), 3, "{log}");
+    for line in lines {
+        let field = |name: &str| -> u64 {
+            let start = line.find(&format!(" {name}=")).unwrap_or_else(|| panic!("no {name} in {line}")) + name.len() + 2;
+            line[start..].split_whitespace().next().unwrap().parse().unwrap()
+        };
+        let steps = ["parse", "to_actor", "to_write", "write_sync", "to_resume", "apply", "to_reply"].map(field);
+        let (sum, total) = (steps.iter().sum::<u64>(), field("in_daemon"));
+        // Each step is rounded down to whole µs on its own.
+        assert!(sum <= total && total - sum < 8, "steps {steps:?} do not add up to {total}: {line}");
+        assert!(field("write_sync") > 0, "{line}");
+        let read = field("read_unix_us");
+        assert!((before..=after).contains(&read), "read at {read}, not between {before} and {after}: {line}");
+    }
+}

@@ -154,6 +154,7 @@ impl FastPaths {
             #[serde(borrow)]
             records: Vec<&'a RawValue>,
         }
+        let read = std::time::Instant::now();
         if nested_deeper_than(body, MAX_NESTING) {
             return None;
         }
@@ -175,7 +176,14 @@ impl FastPaths {
         let answer_id = id.clone();
         let reply = async move {
             let result = match sessions.append(&session_id, records) {
-                Ok(rx) => answer(rx, &session_id).await,
+                Ok(rx) => {
+                    let queued = std::time::Instant::now();
+                    let result = answer(rx, &session_id).await;
+                    if let Ok(appended) = &result {
+                        log_append_steps(&session_id, read, queued, &appended.steps);
+                    }
+                    result
+                }
                 Err(e) => Err(rpc_error(e)),
             };
             let result = result.map(|a| proto::AppendResult {
@@ -216,6 +224,37 @@ impl FastPaths {
 
 /// A fast path's answer: the result encoded in one pass, or the error as the service
 /// would send it.
+/// Where a fast-path append's time went inside the daemon, at debug level on target
+/// `ctxd::latency` (`CTXD_LOG=info,ctxd::latency=debug`), in µs: from the frame read to
+/// the command queued (`parse`), to the actor (`to_actor`), to a blocking thread
+/// (`to_write`), the write and `sync_data` (`write_sync`), back to the actor
+/// (`to_resume`), into the view (`apply`), to this task (`to_reply`), and all of it
+/// (`in_daemon`). `read_unix_us` is when the frame was read, for a client to line up
+/// with its own clock (the load benchmark does).
+fn log_append_steps(session: &str, read: std::time::Instant, queued: std::time::Instant, steps: &crate::session::actor::AppendSteps) {
+    if !tracing::enabled!(target: "ctxd::latency", tracing::Level::DEBUG) {
+        return;
+    }
+    let done = std::time::Instant::now();
+    let us = |from: std::time::Instant, to: std::time::Instant| u64::try_from(to.saturating_duration_since(from).as_micros()).unwrap_or(u64::MAX);
+    let now_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let read_unix_us = u64::try_from(now_unix.saturating_sub(done.saturating_duration_since(read)).as_micros()).unwrap_or(0);
+    tracing::debug!(
+        target: "ctxd::latency",
+        session,
+        read_unix_us,
+        parse = us(read, queued),
+        to_actor = us(queued, steps.commit_started),
+        to_write = us(steps.commit_started, steps.write_started),
+        write_sync = us(steps.write_started, steps.synced),
+        to_resume = us(steps.synced, steps.resumed),
+        apply = us(steps.resumed, steps.answered),
+        to_reply = us(steps.answered, done),
+        in_daemon = us(read, done),
+        "append steps"
+    );
+}
+
 fn encoded<T: serde::Serialize>(id: tower_lsp_server::jsonrpc::Id, result: Result<T>) -> crate::transport::Answer {
     use crate::transport::Answer;
     use tower_lsp_server::jsonrpc::Response;

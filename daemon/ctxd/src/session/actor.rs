@@ -98,6 +98,24 @@ pub struct Appended {
     pub duplicates: u64,
     pub records: u64,
     pub usage: UsageSnapshot,
+    pub steps: AppendSteps,
+}
+
+/// When an append's group passed each step inside its session: what the `ctxd::latency`
+/// log reports (see `server::FastPaths::append`), to tell the daemon's share of a slow
+/// append from the host's. Taking the stamps costs a few clock reads per group.
+#[derive(Debug, Clone, Copy)]
+pub struct AppendSteps {
+    /// The actor started committing the group.
+    pub commit_started: Instant,
+    /// A blocking thread started the write.
+    pub write_started: Instant,
+    /// `sync_data` returned.
+    pub synced: Instant,
+    /// The actor ran again after the write.
+    pub resumed: Instant,
+    /// The records were in the view and the answer was sent.
+    pub answered: Instant,
 }
 
 /// Answer to [`Command::FileRead`].
@@ -990,6 +1008,7 @@ impl Session {
         if group.is_empty() {
             return;
         }
+        let commit_started = Instant::now();
         // Drop records already stored (same uuid) or repeated within the group.
         let mut seen: HashSet<Arc<str>> = HashSet::new();
         let mut plan = Vec::with_capacity(group.len());
@@ -1016,12 +1035,14 @@ impl Session {
         };
         let text: Vec<Arc<str>> = lines.iter().map(|r| r.line_arc().clone()).collect();
         let written = tokio::task::spawn_blocking(move || {
+            let write_started = Instant::now();
             let refs: Vec<&str> = text.iter().map(|l| l.as_ref()).collect();
             let result = if refs.is_empty() { Ok(Vec::new()) } else { transcript.append(&refs) };
-            (transcript, result)
+            (transcript, result, (write_started, Instant::now()))
         })
         .await;
-        let (transcript, result) = match written {
+        let resumed = Instant::now();
+        let (transcript, result, (write_started, synced)) = match written {
             Ok(pair) => pair,
             Err(e) => {
                 // The blocking task panicked: the file handle is gone with it.
@@ -1063,9 +1084,10 @@ impl Session {
         let restored = if undo_seen { self.restore_view().await } else { Ok(()) };
         let usage = self.usage();
         let turns = acks.iter().filter(|a| a.0 > 0).count();
+        let steps = AppendSteps { commit_started, write_started, synced, resumed, answered: Instant::now() };
         for (appended, duplicates, records, reply) in acks {
             let ack = match &restored {
-                Ok(()) => Ok(Appended { appended, duplicates, records, usage: usage.clone() }),
+                Ok(()) => Ok(Appended { appended, duplicates, records, usage: usage.clone(), steps }),
                 Err(e) => Err(SessionError::Store(format!("the records are stored, but the view could not be rebuilt after the undo: {e}"))),
             };
             let _ = reply.send(ack);
