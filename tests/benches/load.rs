@@ -169,21 +169,21 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
             let window = left.min(WINDOW);
             left -= window;
             std::thread::sleep(SETTLE); // the daemon's own work after the last answers
-            let (sampler, pinger, syncer) = (WakeSampler::start(), Control::ping_pong()?, Control::file_sync(dir.path())?);
+            let (sampler, pinger) = (WakeSampler::start(), PingPong::start()?);
             alone.measure(&mux, window, &mut idle, &mut sample_log, pace)?;
             idle_wakes.extend(sampler.stop());
             idle_pings.extend(pinger.stop());
-            idle_syncs.extend(syncer.stop());
+            idle_syncs.extend(file_syncs(dir.path(), window)?);
 
             background.resume();
             let started = Instant::now();
             // Every client under way again, and the compactions in flight.
             std::thread::sleep(workload.pause.max(Duration::from_millis(100)));
-            let (sampler, pinger, syncer) = (WakeSampler::start(), Control::ping_pong()?, Control::file_sync(dir.path())?);
+            let (sampler, pinger) = (WakeSampler::start(), PingPong::start()?);
             busy.measure(&mux, window, &mut loaded, &mut sample_log, pace)?;
             loaded_wakes.extend(sampler.stop());
             loaded_pings.extend(pinger.stop());
-            loaded_syncs.extend(syncer.stop());
+            loaded_syncs.extend(file_syncs(dir.path(), window)?);
             peak_rss = peak_rss.max(memory_mb(mux.pid(), "VmRSS:"));
             background.pause();
             loaded_secs += started.elapsed().as_secs_f64();
@@ -233,7 +233,7 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
     );
     let controls = [
         ("pipe ping-pong", &idle_pings, &loaded_pings, "two threads of the benchmark echoing a byte over pipes, paced as the probe: no ctxd in it"),
-        ("file append + sync", &idle_syncs, &loaded_syncs, "the benchmark appending 1.1 KB to a file beside the store and syncing it, paced as the probe"),
+        ("file append + sync", &idle_syncs, &loaded_syncs, "the benchmark appending 1.1 KB to a file beside the store and syncing it, paced as the probe, after each window"),
     ];
     for (label, a, b, what) in controls {
         let (a50, a99, b50, b99) = (pct(a, 50.0), pct(a, 99.0), pct(b, 50.0), pct(b, 99.0));
@@ -400,36 +400,17 @@ impl WakeSampler {
     }
 }
 
-/// A control for the probe: a thread of the benchmark doing one small thing at the
-/// probe's pace, timed, beside it. How its time changes from idle to loaded is the
-/// machine's part of the probe's figures, since no ctxd is in it.
-struct Control {
+/// A control for the probe: one byte echoed between two threads of the benchmark over
+/// a pair of pipes, paced as the probe is, beside it. Its round trip crosses two
+/// hand-offs and no ctxd, so how it changes from idle to loaded (and with the pace) is
+/// the machine's part of the probe's figures.
+struct PingPong {
     stop: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<Vec<f64>>,
 }
 
-impl Control {
-    fn start(mut step: impl FnMut() -> std::io::Result<()> + Send + 'static) -> Control {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let pause = probe_pause().max(Duration::from_micros(500));
-        let thread = std::thread::spawn(move || {
-            let mut times = Vec::new();
-            while !flag.load(Ordering::Relaxed) {
-                std::thread::sleep(pause);
-                let started = Instant::now();
-                if step().is_err() {
-                    break;
-                }
-                times.push(started.elapsed().as_secs_f64() * 1e3);
-            }
-            times
-        });
-        Control { stop, thread }
-    }
-
-    /// One byte echoed by a second thread over a pair of pipes: two hand-offs.
-    fn ping_pong() -> anyhow::Result<Control> {
+impl PingPong {
+    fn start() -> anyhow::Result<PingPong> {
         use std::io::Read;
         let (mut to_echo_rx, mut to_echo_tx) = std::io::pipe()?;
         let (mut back_rx, mut back_tx) = std::io::pipe()?;
@@ -438,28 +419,47 @@ impl Control {
             let mut byte = [0u8; 1];
             while to_echo_rx.read_exact(&mut byte).is_ok() && back_tx.write_all(&byte).is_ok() {}
         });
-        let mut byte = [0u8; 1];
-        Ok(Control::start(move || {
-            to_echo_tx.write_all(b"x")?;
-            back_rx.read_exact(&mut byte)
-        }))
-    }
-
-    /// A probe-sized line appended to a file beside the store, then `sync_data`: the
-    /// disk's part of a durable append.
-    fn file_sync(dir: &std::path::Path) -> anyhow::Result<Control> {
-        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("control-sync.jsonl"))?;
-        let line = [b"x".repeat(1100), b"\n".to_vec()].concat();
-        Ok(Control::start(move || {
-            file.write_all(&line)?;
-            file.sync_data()
-        }))
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let pause = probe_pause();
+        let thread = std::thread::spawn(move || {
+            let mut rtt = Vec::new();
+            let mut byte = [0u8; 1];
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(pause.max(Duration::from_micros(500)));
+                let started = Instant::now();
+                if to_echo_tx.write_all(b"x").is_err() || back_rx.read_exact(&mut byte).is_err() {
+                    break;
+                }
+                rtt.push(started.elapsed().as_secs_f64() * 1e3);
+            }
+            rtt
+        });
+        Ok(PingPong { stop, thread })
     }
 
     fn stop(self) -> Vec<f64> {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.join().unwrap_or_default()
     }
+}
+
+/// The disk's part of a durable append, as a control: `n` probe-sized lines appended to
+/// a file beside the store and synced, paced as the probe, in ms each. It runs right
+/// after a probe window, in the same state (idle or loaded), not beside the probe: its
+/// syncs would share the file system's journal with the probe's.
+fn file_syncs(dir: &std::path::Path, n: usize) -> anyhow::Result<Vec<f64>> {
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("control-sync.jsonl"))?;
+    let line = [b"x".repeat(1100), b"\n".to_vec()].concat();
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        std::thread::sleep(probe_pause());
+        let started = Instant::now();
+        file.write_all(&line)?;
+        file.sync_data()?;
+        times.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(times)
 }
 
 fn pct(xs: &[f64], p: f64) -> f64 {
