@@ -175,9 +175,11 @@ impl FastPaths {
         }
         let answer_id = id.clone();
         let reply = async move {
+            // Stamped before the command is queued: the actor may start on it before
+            // this thread runs again.
+            let queued = std::time::Instant::now();
             let result = match sessions.append(&session_id, records) {
                 Ok(rx) => {
-                    let queued = std::time::Instant::now();
                     let result = answer(rx, &session_id).await;
                     if let Ok(appended) = &result {
                         log_append_steps(&session_id, read, queued, &appended.steps);
@@ -222,14 +224,12 @@ impl FastPaths {
     }
 }
 
-/// A fast path's answer: the result encoded in one pass, or the error as the service
-/// would send it.
 /// Where a fast-path append's time went inside the daemon, at debug level on target
 /// `ctxd::latency` (`CTXD_LOG=info,ctxd::latency=debug`), in µs: from the frame read to
-/// the command queued (`parse`), to the actor (`to_actor`), to a blocking thread
-/// (`to_write`), the write and `sync_data` (`write_sync`), back to the actor
-/// (`to_resume`), into the view (`apply`), to this task (`to_reply`), and all of it
-/// (`in_daemon`). `read_unix_us` is when the frame was read, for a client to line up
+/// just before the command is queued (`parse`), to the actor (`to_actor`), to a
+/// blocking thread (`to_write`), the write and `sync_data` (`write_sync`), back to the
+/// actor (`to_resume`), into the view (`apply`), to this task (`to_reply`), and all of
+/// it (`in_daemon`). `read_unix_us` is when the frame was read, for a client to line up
 /// with its own clock (the load benchmark does).
 fn log_append_steps(session: &str, read: std::time::Instant, queued: std::time::Instant, steps: &crate::session::actor::AppendSteps) {
     if !tracing::enabled!(target: "ctxd::latency", tracing::Level::DEBUG) {
@@ -255,6 +255,8 @@ fn log_append_steps(session: &str, read: std::time::Instant, queued: std::time::
     );
 }
 
+/// A fast path's answer: the result encoded in one pass, or the error as the service
+/// would send it.
 fn encoded<T: serde::Serialize>(id: tower_lsp_server::jsonrpc::Id, result: Result<T>) -> crate::transport::Answer {
     use crate::transport::Answer;
     use tower_lsp_server::jsonrpc::Response;
