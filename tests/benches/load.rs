@@ -255,10 +255,7 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
 fn print_append_steps(log: &str, idle: &Latencies, loaded: &Latencies) {
     let mut steps: std::collections::HashMap<&str, Vec<[f64; 3]>> = std::collections::HashMap::new();
     for line in log.lines().filter(|l| l.contains("ctxd::latency")) {
-        let field = |name: &str| -> Option<&str> {
-            let start = line.find(&format!(" {name}="))? + name.len() + 2;
-            line[start..].split_whitespace().next()
-        };
+        let field = |name: &str| ctxd_e2e::log_field(line, name);
         let number = |name: &str| field(name).and_then(|v| v.parse::<f64>().ok());
         if let (Some(session), Some(read), Some(inside), Some(sync)) = (field("session"), number("read_unix_us"), number("in_daemon"), number("write_sync")) {
             steps.entry(session.trim_matches('"')).or_default().push([read, inside, sync]);

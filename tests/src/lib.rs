@@ -286,6 +286,13 @@ pub fn frame(body: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The value of field `name` in a line of the daemon's log (`… name=value …`), quotes
+/// left on; `None` if the line has no such field.
+pub fn log_field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let start = line.find(&format!(" {name}="))? + name.len() + 2;
+    line[start..].split_whitespace().next()
+}
+
 /// Reads one frame; `None` at the end of the stream.
 pub fn read_frame(reader: &mut impl BufRead) -> std::io::Result<Option<Vec<u8>>> {
     let mut length = None;

@@ -6,7 +6,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use ctxd_e2e::{Daemon, stored_uuids, user_record};
+use ctxd_e2e::{Daemon, log_field, stored_uuids, user_record};
 use serde_json::json;
 
 fn open(daemon: &mut Daemon, id: &str) -> serde_json::Value {
@@ -232,10 +232,7 @@ fn each_append_reports_where_its_time_went() {
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("ctxd::latency") && l.contains("session=\"timed\"")).collect();
     assert_eq!(lines.len(), 3, "{log}");
     for line in lines {
-        let field = |name: &str| -> u64 {
-            let start = line.find(&format!(" {name}=")).unwrap_or_else(|| panic!("no {name} in {line}")) + name.len() + 2;
-            line[start..].split_whitespace().next().unwrap().parse().unwrap()
-        };
+        let field = |name: &str| -> u64 { log_field(line, name).unwrap_or_else(|| panic!("no {name} in {line}")).parse().unwrap() };
         let steps = ["parse", "to_actor", "to_write", "write_sync", "to_resume", "apply", "to_reply"].map(field);
         let (sum, total) = (steps.iter().sum::<u64>(), field("in_daemon"));
         // Each step is rounded down to whole µs on its own.
