@@ -24,6 +24,26 @@ fn initialize_announces_ctx_methods_and_shutdown_exits_cleanly() {
     assert!(status.success(), "{status:?}");
 }
 
+/// The daemon widens the pipe it answers on, so that writing a whole assembled request
+/// (hundreds of KB) does not block its writer, and every answer queued behind, until
+/// the client has read most of it.
+#[test]
+fn the_answer_pipe_is_widened_to_a_mebibyte() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    // The pipe the answer to `initialize` came through, seen via the daemon's descriptor 1.
+    let pipe = std::fs::File::open(format!("/proc/{}/fd/1", daemon.pid())).unwrap();
+    let size = rustix::pipe::fcntl_getpipe_size(&pipe).unwrap();
+    let limit: usize = std::fs::read_to_string("/proc/sys/fs/pipe-max-size").unwrap().trim().parse().unwrap();
+    if limit >= 1 << 20 {
+        assert_eq!(size, 1 << 20);
+    } else {
+        assert!(size <= limit, "{size} over the system's limit {limit}");
+    }
+    drop(pipe);
+    assert!(daemon.stop().unwrap().success());
+}
+
 /// After `shutdown` every request is refused, the per-turn ones (which the daemon
 /// answers on a fast path) included, and nothing more is stored.
 #[test]

@@ -896,13 +896,36 @@ impl RawStdout {
         use std::os::fd::AsFd;
         let lock = std::io::stdout().lock();
         let file = match lock.as_fd().try_clone_to_owned() {
-            Ok(fd) => Some(std::fs::File::from(fd)),
+            Ok(fd) => {
+                widen_pipe(&fd);
+                Some(std::fs::File::from(fd))
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "could not duplicate stdout; writing through its line buffer");
                 None
             }
         };
         RawStdout { lock, file }
+    }
+}
+
+/// The pipe capacity asked for when stdout is a pipe (Linux's default is 64 KiB, and
+/// 1 MiB is the default `/proc/sys/fs/pipe-max-size`, the most an unprivileged process
+/// may set).
+const PIPE_CAPACITY: usize = 1 << 20;
+
+/// Raises a pipe's capacity to [`PIPE_CAPACITY`]. A whole assembled request can be
+/// hundreds of KB: through a 64 KiB pipe the writer thread blocks until the client has
+/// read all but the last 64 KiB, and every answer queued behind it (a short append's
+/// among them) waits for those round trips. Not a pipe, or a limit set lower: left as is.
+fn widen_pipe(fd: &std::os::fd::OwnedFd) {
+    let Ok(before) = rustix::pipe::fcntl_getpipe_size(fd) else { return };
+    if before >= PIPE_CAPACITY {
+        return;
+    }
+    match rustix::pipe::fcntl_setpipe_size(fd, PIPE_CAPACITY) {
+        Ok(after) => tracing::debug!(before, after, "stdout pipe widened"),
+        Err(e) => tracing::debug!(before, error = %e, "stdout pipe left at its size"),
     }
 }
 
@@ -1014,6 +1037,23 @@ mod tests {
         assert!(text.ends_with("{\"n\":2}"), "{text}");
         // The real stdout is written through a duplicate of its descriptor, not its line buffer.
         assert!(RawStdout::new().file.is_some());
+    }
+
+    #[test]
+    fn a_pipe_on_stdout_is_widened_up_to_the_limit() {
+        let (_read, write) = rustix::pipe::pipe().unwrap();
+        let before = rustix::pipe::fcntl_getpipe_size(&write).unwrap();
+        widen_pipe(&write);
+        let after = rustix::pipe::fcntl_getpipe_size(&write).unwrap();
+        let limit: usize = std::fs::read_to_string("/proc/sys/fs/pipe-max-size").unwrap().trim().parse().unwrap();
+        if limit >= PIPE_CAPACITY {
+            assert_eq!(after, PIPE_CAPACITY, "raised from {before}");
+        } else {
+            assert_eq!(after, before, "a limit below the capacity leaves the pipe alone");
+        }
+        // Not a pipe: nothing to do, and nothing fails.
+        let file = tempfile::tempfile().unwrap();
+        widen_pipe(&std::os::fd::OwnedFd::from(file));
     }
 
     /// Takes `fast/boom` frames: its reply panics when first polled, or after a yield
