@@ -36,6 +36,21 @@ pub struct Mux {
     pub state_dir: PathBuf,
 }
 
+/// The id of an answer as ctxd encodes it (`{"jsonrpc":"2.0","result"|"error":…,"id":N}`),
+/// read from its two ends; `None` for anything else, which is then parsed. Finding the
+/// id with a parser means scanning the whole result: for a whole assembled request,
+/// hundreds of KB, about a millisecond of the one thread that reads every answer, which
+/// every answer behind it (the probe's among them) would wait for.
+pub fn answer_id(body: &[u8]) -> Option<i64> {
+    let is_answer = body.starts_with(br#"{"jsonrpc":"2.0","result":"#) || body.starts_with(br#"{"jsonrpc":"2.0","error":"#);
+    // The last member of the top-level object: nothing nested closes after it.
+    let head = body.strip_suffix(b"}")?;
+    let digits = head.iter().rev().take_while(|b| b.is_ascii_digit()).count();
+    let (head, number) = head.split_at(head.len() - digits);
+    (is_answer && digits > 0 && head.ends_with(br#","id":"#)).then_some(())?;
+    std::str::from_utf8(number).ok()?.parse().ok()
+}
+
 impl Mux {
     /// Starts `ctxd serve` on `state_dir` (HOME isolated, automatic compaction off so
     /// that only the sessions told to compact do) and initializes it.
@@ -60,7 +75,13 @@ impl Mux {
             }
             let mut reader = BufReader::new(stdout);
             while let Ok(Some(body)) = read_frame(&mut reader) {
-                let Ok(Route { id: Some(id), method: None }) = serde_json::from_slice::<Route>(&body) else { continue };
+                let id = match answer_id(&body) {
+                    Some(id) => id,
+                    None => {
+                        let Ok(Route { id: Some(id), method: None }) = serde_json::from_slice::<Route>(&body) else { continue };
+                        id
+                    }
+                };
                 if let Some(tx) = routing.lock().map_err(|_| ()).ok().and_then(|mut w| w.remove(&id)) {
                     let _ = tx.send(body);
                 }
@@ -494,3 +515,26 @@ pub fn check_stored(state_dir: &Path, logs: &[SessionLog]) -> anyhow::Result<()>
     Ok(())
 }
 
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::answer_id;
+
+    #[test]
+    fn an_answer_id_is_read_from_the_ends_only_when_it_is_the_top_level_one() {
+        // ctxd's own encoding of a result and the service's of an error.
+        assert_eq!(answer_id(br#"{"jsonrpc":"2.0","result":{"id":3,"messages":[]},"id":42}"#), Some(42));
+        assert_eq!(answer_id(br#"{"jsonrpc":"2.0","error":{"code":-32602,"message":"no"},"id":7}"#), Some(7));
+        // An "id" inside the result, last in it, is not the answer's.
+        assert_eq!(answer_id(br#"{"jsonrpc":"2.0","result":{"id":3}}"#), None);
+        // Notifications and the daemon's own requests are left to the parser.
+        assert_eq!(answer_id(br#"{"jsonrpc":"2.0","method":"ctx/usageChanged","params":{"id":1}}"#), None);
+        assert_eq!(answer_id(br#"{"jsonrpc":"2.0","method":"window/workDoneProgress/create","params":{},"id":1}"#), None);
+        // A string id, or none.
+        assert_eq!(answer_id(br#"{"jsonrpc":"2.0","result":null,"id":"a1"}"#), None);
+        assert_eq!(answer_id(br#"{"jsonrpc":"2.0","result":null,"id":}"#), None);
+        assert_eq!(answer_id(b""), None);
+    }
+}
