@@ -194,7 +194,7 @@ impl FastPaths {
                 records: a.records,
                 usage: a.usage.to_proto(),
             });
-            Some(encoded(answer_id, result))
+            Some(encoded(answer_id, result, 1024))
         }
         .boxed();
         Some(crate::transport::FastReply { id, method: methods::APPEND, reply, cancellable: false })
@@ -216,7 +216,9 @@ impl FastPaths {
                 Ok(rx) => answer(rx, &session_id).await.map(AssembleResultText::from),
                 Err(e) => Err(rpc_error(e)),
             };
-            Some(encoded(answer_id, result))
+            // The request and a margin for the rest (usage, stages, the envelope).
+            let capacity = result.as_ref().map_or(0, |r| r.request.get().len()) + 4096;
+            Some(encoded(answer_id, result, capacity))
         }
         .boxed();
         // An assemble waits for a compaction at the blocked level; a host may give up.
@@ -255,12 +257,12 @@ fn log_append_steps(session: &str, read: std::time::Instant, queued: std::time::
     );
 }
 
-/// A fast path's answer: the result encoded in one pass, or the error as the service
-/// would send it.
-fn encoded<T: serde::Serialize>(id: tower_lsp_server::jsonrpc::Id, result: Result<T>) -> crate::transport::Answer {
+/// A fast path's answer: the result encoded in one pass into a buffer of `capacity`
+/// bytes to start with, or the error as the service would send it.
+fn encoded<T: serde::Serialize>(id: tower_lsp_server::jsonrpc::Id, result: Result<T>, capacity: usize) -> crate::transport::Answer {
     use crate::transport::Answer;
     use tower_lsp_server::jsonrpc::Response;
-    match result.and_then(|r| crate::transport::encode_result(&id, &r).map_err(|e| internal(e.to_string()))) {
+    match result.and_then(|r| crate::transport::encode_result(&id, &r, capacity).map_err(|e| internal(e.to_string()))) {
         Ok(body) => Answer::Encoded(body),
         Err(e) => Answer::Response(Response::from_error(id, e)),
     }

@@ -68,15 +68,19 @@ pub enum Answer {
     Encoded(Vec<u8>),
 }
 
-/// The body of a successful response to request `id`, encoded in one pass.
-pub fn encode_result<T: serde::Serialize>(id: &Id, result: &T) -> Result<Vec<u8>, serde_json::Error> {
+/// The body of a successful response to request `id`, encoded in one pass into a buffer
+/// of `capacity` bytes to start with (an assembled request is hundreds of KB: grown
+/// from nothing, the buffer would copy it about twice over on the way).
+pub fn encode_result<T: serde::Serialize>(id: &Id, result: &T, capacity: usize) -> Result<Vec<u8>, serde_json::Error> {
     #[derive(serde::Serialize)]
     struct Success<'a, T> {
         jsonrpc: &'static str,
         result: &'a T,
         id: &'a Id,
     }
-    serde_json::to_vec(&Success { jsonrpc: "2.0", result, id })
+    let mut body = Vec::with_capacity(capacity);
+    serde_json::to_writer(&mut body, &Success { jsonrpc: "2.0", result, id })?;
+    Ok(body)
 }
 
 /// The daemon's way out to the client, for answers and notifications alike: one queue
@@ -783,49 +787,83 @@ const LARGE_FRAME: usize = 16 * 1024;
 /// short answer queued behind a large `ctx/assemble` answer (hundreds of KB) would wait
 /// until the client has read all of that. JSON-RPC lets answers go out in any order:
 /// within a batch, frames under [`LARGE_FRAME`] go first, and each group keeps its order.
+/// Small frames are copied into one buffer; a large body already encoded stays where it
+/// is, behind a header of its own, and the batch leaves in one vectored write.
 #[derive(Default)]
 struct Batch {
     small: Vec<u8>,
-    large: Vec<u8>,
+    /// Each large frame as its header and its body.
+    large: Vec<(Vec<u8>, Vec<u8>)>,
+    bytes: usize,
 }
 
 impl Batch {
-    fn push(&mut self, message: &Outgoing) {
-        if let Outgoing::Encoded(body) = message
-            && body.len() >= LARGE_FRAME
-        {
-            return framing::encode_into(body, &mut self.large);
-        }
-        let start = self.small.len();
-        message.encode_into(&mut self.small);
-        if self.small.len() - start >= LARGE_FRAME {
-            self.large.extend_from_slice(&self.small[start..]);
-            self.small.truncate(start);
-        }
+    fn push(&mut self, message: Outgoing) {
+        let large = match message {
+            Outgoing::Encoded(body) if body.len() >= LARGE_FRAME => body,
+            other => {
+                let start = self.small.len();
+                other.encode_into(&mut self.small);
+                let length = self.small.len() - start;
+                self.bytes += length;
+                if length < LARGE_FRAME {
+                    return;
+                }
+                // A large frame encoded here (rare: the service's answers are small).
+                let frame = self.small.split_off(start);
+                self.large.push((Vec::new(), frame));
+                return;
+            }
+        };
+        let header = format!("Content-Length: {}\r\n\r\n", large.len()).into_bytes();
+        self.bytes += header.len() + large.len();
+        self.large.push((header, large));
     }
 
     /// The first message and whatever else is queued, up to [`MAX_BATCH_BYTES`] or the
     /// end mark; whether the end mark was reached.
-    fn fill(&mut self, first: &Outgoing, rx: &mut mpsc::Receiver<Outgoing>) -> bool {
+    fn fill(&mut self, first: Outgoing, rx: &mut mpsc::Receiver<Outgoing>) -> bool {
         self.small.clear();
         self.large.clear();
+        self.bytes = 0;
         if matches!(first, Outgoing::End) {
             return true;
         }
         self.push(first);
-        while self.small.len() + self.large.len() < MAX_BATCH_BYTES {
+        while self.bytes < MAX_BATCH_BYTES {
             match rx.try_recv() {
                 Ok(Outgoing::End) => return true,
-                Ok(more) => self.push(&more),
+                Ok(more) => self.push(more),
                 Err(_) => break,
             }
         }
         false
     }
 
-    fn parts(&self) -> [&[u8]; 2] {
-        [&self.small, &self.large]
+    /// The batch's bytes in the order they go out.
+    fn parts(&self) -> Vec<&[u8]> {
+        let large = self.large.iter().flat_map(|(header, body)| [header.as_slice(), body.as_slice()]);
+        std::iter::once(self.small.as_slice()).chain(large).filter(|part| !part.is_empty()).collect()
     }
+}
+
+/// Writes every part, in as few `write` calls as the output takes (one, when it takes
+/// them all).
+fn write_all_vectored(output: &mut impl std::io::Write, parts: &[&[u8]]) -> std::io::Result<()> {
+    use std::io::IoSlice;
+    let mut slices: Vec<IoSlice<'_>> = parts.iter().map(|part| IoSlice::new(part)).collect();
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        // Linux takes at most 1,024 slices a call (IOV_MAX).
+        let at_once = rest.len().min(1024);
+        match output.write_vectored(&rest[..at_once]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut rest, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Where the serve loop's messages go, in the order sent, and when the writer is done.
@@ -865,13 +903,13 @@ impl Writer {
     }
 }
 
-/// The writer thread's loop: everything queued goes out as one `write` (two when the
-/// batch has large frames), until the end mark or a failed write.
+/// The writer thread's loop: everything queued goes out as one vectored `write`, until
+/// the end mark or a failed write.
 fn write_blocking(rx: &mut mpsc::Receiver<Outgoing>, output: &mut impl std::io::Write) {
     let mut batch = Batch::default();
     while let Some(first) = rx.blocking_recv() {
-        let end = batch.fill(&first, rx);
-        let written = batch.parts().iter().filter(|part| !part.is_empty()).try_for_each(|part| output.write_all(part));
+        let end = batch.fill(first, rx);
+        let written = write_all_vectored(output, &batch.parts());
         if end || written.is_err() || output.flush().is_err() {
             break;
         }
@@ -937,6 +975,13 @@ impl std::io::Write for RawStdout {
         }
     }
 
+    fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+        match &mut self.file {
+            Some(file) => file.write_vectored(bufs),
+            None => self.lock.write_vectored(bufs),
+        }
+    }
+
     fn flush(&mut self) -> std::io::Result<()> {
         match &mut self.file {
             Some(file) => file.flush(),
@@ -950,7 +995,7 @@ async fn write_loop<O: AsyncWrite + Unpin>(mut output: O, mut rx: mpsc::Receiver
     // blocking thread, so one write per message would cost one hand-off per message.
     let mut batch = Batch::default();
     'write: while let Some(first) = rx.recv().await {
-        let end = batch.fill(&first, &mut rx);
+        let end = batch.fill(first, &mut rx);
         for part in batch.parts() {
             if output.write_all(part).await.is_err() {
                 break 'write;
@@ -999,15 +1044,52 @@ mod tests {
         let large = |n: u8| Outgoing::Encoded(vec![b'0' + n; LARGE_FRAME + 10]);
         let small = |n: u8| Outgoing::Encoded(vec![b'0' + n; 10]);
         let notification = Outgoing::Request(Request::build("ctx/usageChanged").params(json!({"n": 1})).finish());
-        for message in [small(2), large(3), notification, small(4), large(5)] {
+        // Large, but encoded by the writer itself rather than by a fast path.
+        let large_notification = Outgoing::Request(Request::build("ctx/contextChanged").params(json!({"text": "6".repeat(LARGE_FRAME)})).finish());
+        for message in [small(2), large(3), notification, small(4), large_notification, large(5)] {
             tx.try_send(message).ok().unwrap();
         }
         let mut batch = Batch::default();
-        batch.fill(&large(1), &mut rx);
+        batch.fill(large(1), &mut rx);
         let text = String::from_utf8(batch.parts().concat()).unwrap();
-        let order: Vec<char> = text.split("\r\n\r\n").skip(1).filter_map(|body| body.chars().next()).collect();
-        assert_eq!(order, ['2', '{', '4', '1', '3', '5'], "{}", &text[..200]);
-        assert!(text.contains("ctx/usageChanged"));
+        let frames: Vec<&str> = text.split("Content-Length: ").skip(1).collect();
+        let order: Vec<char> = frames.iter().filter_map(|frame| frame.split("\r\n\r\n").nth(1)?.chars().next()).collect();
+        assert_eq!(order, ['2', '{', '4', '1', '3', '{', '5'], "{}", &text[..200]);
+        assert!(frames[1].contains("ctx/usageChanged") && frames[5].contains("ctx/contextChanged"));
+        // Every frame's length header is its body's.
+        for frame in frames {
+            let (length, body) = frame.split_once("\r\n\r\n").unwrap();
+            assert_eq!(length.parse::<usize>().unwrap(), body.len());
+        }
+        assert_eq!(batch.bytes, text.len());
+    }
+
+    #[test]
+    fn a_vectored_write_finishes_whatever_each_call_takes() {
+        /// Takes at most 7 bytes a call, across slices.
+        struct Trickle(Vec<u8>, usize);
+        impl std::io::Write for Trickle {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                let n = buf.len().min(7);
+                self.0.extend_from_slice(&buf[..n]);
+                self.1 += 1;
+                Ok(n)
+            }
+            fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+                let joined: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).take(7).collect();
+                self.0.extend_from_slice(&joined);
+                self.1 += 1;
+                Ok(joined.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let parts: [&[u8]; 4] = [b"abc", b"defghijkl", b"m", b"nopqrstuvwxyz"];
+        let mut out = Trickle(Vec::new(), 0);
+        write_all_vectored(&mut out, &parts).unwrap();
+        assert_eq!(out.0, b"abcdefghijklmnopqrstuvwxyz");
+        assert_eq!(out.1, 4, "26 bytes, 7 a call");
     }
 
     #[test]
@@ -1020,21 +1102,28 @@ mod tests {
                 self.0.push(buf.to_vec());
                 Ok(buf.len())
             }
+            fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+                self.0.push(bufs.iter().flat_map(|b| b.iter().copied()).collect());
+                Ok(self.0.last().map_or(0, Vec::len))
+            }
             fn flush(&mut self) -> std::io::Result<()> {
                 Ok(())
             }
         }
         let (tx, mut rx) = mpsc::channel::<Outgoing>(16);
+        // A large frame first: the small ones overtake it, and all leave in one call.
+        tx.try_send(Outgoing::Encoded(vec![b'x'; LARGE_FRAME])).ok().unwrap();
         for n in 0..3u8 {
             tx.try_send(Outgoing::Encoded(format!("{{\"n\":{n}}}").into_bytes())).ok().unwrap();
         }
         tx.try_send(Outgoing::End).ok().unwrap();
         let mut calls = Calls::default();
         write_blocking(&mut rx, &mut calls);
-        assert_eq!(calls.0.len(), 1, "{:?}", calls.0.iter().map(|c| String::from_utf8_lossy(c).into_owned()).collect::<Vec<_>>());
+        assert_eq!(calls.0.len(), 1, "{:?}", calls.0.iter().map(|c| String::from_utf8_lossy(&c[..c.len().min(80)]).into_owned()).collect::<Vec<_>>());
         let text = String::from_utf8(calls.0.concat()).unwrap();
-        assert_eq!(text.matches("Content-Length: 7\r\n\r\n").count(), 3, "{text}");
-        assert!(text.ends_with("{\"n\":2}"), "{text}");
+        assert_eq!(text.matches("Content-Length: 7\r\n\r\n").count(), 3, "{}", &text[..100]);
+        let large = format!("{{\"n\":2}}Content-Length: {LARGE_FRAME}\r\n\r\n{}", "x".repeat(LARGE_FRAME));
+        assert!(text.ends_with(&large), "{}", &text[..100]);
         // The real stdout is written through a duplicate of its descriptor, not its line buffer.
         assert!(RawStdout::new().file.is_some());
     }
@@ -1154,7 +1243,7 @@ mod tests {
             let reply = async move {
                 log.lock().unwrap().push(n);
                 tokio::task::yield_now().await;
-                encode_result(&Id::Number(id), &json!({"n": n})).ok().map(Answer::Encoded)
+                encode_result(&Id::Number(id), &json!({"n": n}), 64).ok().map(Answer::Encoded)
             }
             .boxed();
             Some(FastReply { id: Id::Number(id), method: "fast/log", reply, cancellable: false })
