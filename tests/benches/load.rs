@@ -243,50 +243,88 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
         "  {appended} background records stored, none lost or out of order; daemon VmRSS under load up to {peak_rss:.1} MB, VmHWM {:.1} MB",
         memory_mb(mux.pid(), "VmHWM:")
     );
-    print_append_steps(&std::fs::read_to_string(state.with_extension("log"))?, &idle, &loaded);
+    let log = std::fs::read_to_string(state.with_extension("log"))?;
+    print_steps(&log, Operation::Append, &idle, &loaded);
+    print_steps(&log, Operation::Assemble, &idle, &loaded);
     Ok(())
 }
 
-/// Splits each probe append's time, from the daemon's `ctxd::latency` log lined up with
-/// the client's clock: on its way to the daemon (the client's write, the pipe, the
-/// reader thread's wake-up), in the daemon (frame read to answer in hand) and the write
-/// and `sync_data` within it, and on its way back (the writer thread, the pipe, the
-/// client's reading thread and the probe's wake-up).
-fn print_append_steps(log: &str, idle: &Latencies, loaded: &Latencies) {
-    let mut steps: std::collections::HashMap<&str, Vec<[f64; 3]>> = std::collections::HashMap::new();
-    for line in log.lines().filter(|l| l.contains("ctxd::latency")) {
-        let field = |name: &str| ctxd_e2e::log_field(line, name);
-        let number = |name: &str| field(name).and_then(|v| v.parse::<f64>().ok());
-        if let (Some(session), Some(read), Some(inside), Some(sync)) = (field("session"), number("read_unix_us"), number("in_daemon"), number("write_sync")) {
-            steps.entry(session.trim_matches('"')).or_default().push([read, inside, sync]);
+/// The probe's two requests, as the daemon's `ctxd::latency` log names them.
+#[derive(Clone, Copy)]
+enum Operation {
+    Append,
+    Assemble,
+}
+
+impl Operation {
+    /// The log line's message, the field of the step shown apart, and its label.
+    fn log_names(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Operation::Append => ("append steps", "write_sync", "  of it, write + sync"),
+            Operation::Assemble => ("assemble steps", "build", "  of it, the build"),
         }
     }
-    // [to the daemon, in it, write and sync, back], in ms, for each probe append.
+
+    fn name(self) -> &'static str {
+        match self {
+            Operation::Append => "append",
+            Operation::Assemble => "assemble",
+        }
+    }
+
+    /// Each request's session and when it was sent (Unix µs), and its latency (ms).
+    fn measured(self, latencies: &Latencies) -> (&[(String, f64)], &[f64]) {
+        match self {
+            Operation::Append => (&latencies.sent, &latencies.append),
+            Operation::Assemble => (&latencies.assemble_sent, &latencies.assemble),
+        }
+    }
+}
+
+/// Splits each probe request's time, from the daemon's `ctxd::latency` log lined up
+/// with the client's clock: on its way to the daemon (the client's write, the pipe, the
+/// reader thread's wake-up), in the daemon (frame read to answer in hand), one step
+/// within that (an append's write and `sync_data`, an assemble's building of the
+/// request), and on its way back (the writer thread, the pipe, the client's reading
+/// thread and the probe's wake-up).
+fn print_steps(log: &str, operation: Operation, idle: &Latencies, loaded: &Latencies) {
+    let (message, inner, inner_label) = operation.log_names();
+    let mut steps: std::collections::HashMap<&str, Vec<[f64; 3]>> = std::collections::HashMap::new();
+    for line in log.lines().filter(|l| l.contains("ctxd::latency") && l.contains(message)) {
+        let field = |name: &str| ctxd_e2e::log_field(line, name);
+        let number = |name: &str| field(name).and_then(|v| v.parse::<f64>().ok());
+        if let (Some(session), Some(read), Some(inside), Some(step)) = (field("session"), number("read_unix_us"), number("in_daemon"), number(inner)) {
+            steps.entry(session.trim_matches('"')).or_default().push([read, inside, step]);
+        }
+    }
+    // [to the daemon, in it, the inner step, back], in ms, for each probe request.
     let split = |latencies: &Latencies| -> Option<[Vec<f64>; 4]> {
         let mut parts: [Vec<f64>; 4] = Default::default();
         let mut by_session: std::collections::HashMap<&str, Vec<(f64, f64)>> = std::collections::HashMap::new();
-        for ((session, sent), ms) in latencies.sent.iter().zip(&latencies.append) {
+        let (sent, took) = operation.measured(latencies);
+        for ((session, sent), ms) in sent.iter().zip(took) {
             by_session.entry(session).or_default().push((*sent, *ms));
         }
         for (session, sends) in by_session {
-            // The session's seeding appends came first; its measured ones are the last.
+            // The session's seeding appends came first; its measured requests are the last.
             let logged = steps.get(session)?;
             let logged = &logged[logged.len().checked_sub(sends.len())?..];
-            for ((sent, ms), [read, inside, sync]) in sends.into_iter().zip(logged) {
+            for ((sent, ms), [read, inside, step]) in sends.into_iter().zip(logged) {
                 let to = (read - sent) / 1e3;
                 parts[0].push(to);
                 parts[1].push(inside / 1e3);
-                parts[2].push(sync / 1e3);
+                parts[2].push(step / 1e3);
                 parts[3].push(ms - to - inside / 1e3);
             }
         }
         Some(parts)
     };
+    let name = operation.name();
     let (Some(a), Some(b)) = (split(idle), split(loaded)) else {
-        return println!("  (the daemon's log does not have every probe append's steps; no split)");
+        return println!("  (the daemon's log does not have every probe {name}'s steps; no split)");
     };
-    println!("  where a probe append's time went: its steps, each at its own p50 and p99 (they do not add up)");
-    let labels = ["to the daemon", "in the daemon", "  of it, write + sync", "back to the client"];
+    println!("  where a probe {name}'s time went: its steps, each at its own p50 and p99 (they do not add up)");
+    let labels = ["to the daemon", "in the daemon", inner_label, "back to the client"];
     for (label, (a, b)) in labels.iter().zip(a.iter().zip(&b)) {
         let (a50, a99, b50, b99) = (pct(a, 50.0), pct(a, 99.0), pct(b, 50.0), pct(b, 99.0));
         println!("  {label:<22} {a50:>8.2}ms {a99:>8.2}ms {b50:>9.2}ms {b99:>9.2}ms {:>7.1}x {:>7.1}x", b50 / a50, b99 / a99);
@@ -304,6 +342,8 @@ struct Latencies {
     assemble: Vec<f64>,
     /// For each append: its session and when it was sent (Unix µs).
     sent: Vec<(String, f64)>,
+    /// The same for each assemble.
+    assemble_sent: Vec<(String, f64)>,
 }
 
 struct Probe {
@@ -347,11 +387,12 @@ impl Probe {
             into.sent.push((self.id.clone(), sent.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs_f64() * 1e6));
             anyhow::ensure!(result["appended"] == 1, "probe append: {result}");
             self.appended.push(uuid.clone());
-            let started = Instant::now();
             // The clock stops when the answer is here, before the client reads it.
             let params = self.held.as_ref().map_or_else(|| assemble_params(&self.id), |h| h.params(&self.id));
+            let (started, assemble_sent) = (Instant::now(), std::time::SystemTime::now());
             let body = mux.request_body("ctx/assemble", params)?;
             into.assemble.push(started.elapsed().as_secs_f64() * 1e3);
+            into.assemble_sent.push((self.id.clone(), assemble_sent.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs_f64() * 1e6));
             if let (Some(out), Some(append), Some(assemble)) = (log.as_mut(), into.append.last(), into.assemble.last()) {
                 let sent = sent.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs_f64();
                 writeln!(out, "{label}\t{}\t{position}\t{append:.3}\t{assemble:.3}\t{sent:.6}", self.id)?;

@@ -210,10 +210,11 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out
 }
 
-/// The `ctxd::latency` log accounts for each append: its steps follow one another, add
-/// up to the time in the daemon, and the frame was read while the test waited.
+/// The `ctxd::latency` log accounts for each append and each assemble: its steps follow
+/// one another, add up to the time in the daemon, and the frame was read while the test
+/// waited.
 #[test]
-fn each_append_reports_where_its_time_went() {
+fn each_append_and_assemble_reports_where_its_time_went() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let mut daemon = Daemon::started(&state).unwrap();
@@ -225,13 +226,23 @@ fn each_append_reports_where_its_time_went() {
         let answer = daemon.request("ctx/append", json!({"sessionId": "timed", "records": [user_record(&uuid, parent.as_deref(), "hello")]})).unwrap();
         assert_eq!(answer["appended"], 1);
         parent = Some(uuid);
+        daemon.request("ctx/assemble", json!({"sessionId": "timed", "maxTokens": 1000})).unwrap();
     }
     let after = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as u64;
     daemon.stop().unwrap();
     let log = std::fs::read_to_string(state.with_extension("log")).unwrap();
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("ctxd::latency") && l.contains("session=\"timed\"")).collect();
-    assert_eq!(lines.len(), 3, "{log}");
-    for line in lines {
+    let (appends, assembles): (Vec<&str>, Vec<&str>) = lines.into_iter().partition(|l| l.contains("append steps"));
+    assert_eq!((appends.len(), assembles.len()), (3, 3), "{log}");
+    for line in assembles {
+        let field = |name: &str| -> u64 { log_field(line, name).unwrap_or_else(|| panic!("no {name} in {line}")).parse().unwrap() };
+        let steps = ["parse", "to_actor", "build", "to_reply", "encode"].map(field);
+        let (sum, total) = (steps.iter().sum::<u64>(), field("in_daemon"));
+        assert!(sum <= total && total - sum < 6, "steps {steps:?} do not add up to {total}: {line}");
+        assert!(field("build") > 0 && field("bytes") > 100, "{line}");
+        assert!((before..=after).contains(&field("read_unix_us")), "{line}");
+    }
+    for line in appends {
         let field = |name: &str| -> u64 { log_field(line, name).unwrap_or_else(|| panic!("no {name} in {line}")).parse().unwrap() };
         let steps = ["parse", "to_actor", "to_write", "write_sync", "to_resume", "apply", "to_reply"].map(field);
         let (sum, total) = (steps.iter().sum::<u64>(), field("in_daemon"));

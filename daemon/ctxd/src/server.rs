@@ -203,6 +203,7 @@ impl FastPaths {
 
     fn assemble(&self, body: &str) -> Option<crate::transport::FastReply> {
         use futures::FutureExt;
+        let read = std::time::Instant::now();
 
         // Params nested past serde_json's recursion limit fail here and are declined.
         let (id, params) = Frame::<proto::AssembleParams>::parse(body, methods::ASSEMBLE)?;
@@ -213,13 +214,22 @@ impl FastPaths {
         let answer_id = id.clone();
         let reply = async move {
             let (session_id, request) = assemble_request(params);
+            let queued = std::time::Instant::now();
+            let mut steps = None;
             let result = match sessions.assemble(&session_id, request) {
-                Ok(rx) => answer(rx, &session_id).await.map(AssembleResultText::from),
+                Ok(rx) => answer(rx, &session_id).await.map(|done| {
+                    steps = Some((done.steps, std::time::Instant::now()));
+                    AssembleResultText::from(done)
+                }),
                 Err(e) => Err(rpc_error(e)),
             };
             // The request and a margin for the rest (usage, stages, the envelope).
             let capacity = result.as_ref().map_or(0, |r| r.request.get().len()) + 4096;
-            Some(encoded(answer_id, result, capacity))
+            let answer = encoded(answer_id, result, capacity);
+            if let (Some((steps, received)), crate::transport::Answer::Encoded(body)) = (steps, &answer) {
+                log_assemble_steps(&session_id, [read, queued, steps.started, steps.built, received], body.len());
+            }
+            Some(answer)
         }
         .boxed();
         // An assemble waits for a compaction at the blocked level; a host may give up.
@@ -239,23 +249,58 @@ fn log_append_steps(session: &str, read: std::time::Instant, queued: std::time::
         return;
     }
     let done = std::time::Instant::now();
-    let us = |from: std::time::Instant, to: std::time::Instant| u64::try_from(to.saturating_duration_since(from).as_micros()).unwrap_or(u64::MAX);
-    let now_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let read_unix_us = u64::try_from(now_unix.saturating_sub(done.saturating_duration_since(read)).as_micros()).unwrap_or(0);
     tracing::debug!(
         target: "ctxd::latency",
         session,
-        read_unix_us,
-        parse = us(read, queued),
-        to_actor = us(queued, steps.commit_started),
-        to_write = us(steps.commit_started, steps.write_started),
-        write_sync = us(steps.write_started, steps.synced),
-        to_resume = us(steps.synced, steps.resumed),
-        apply = us(steps.resumed, steps.answered),
-        to_reply = us(steps.answered, done),
-        in_daemon = us(read, done),
+        read_unix_us = unix_us(read, done),
+        parse = micros(read, queued),
+        to_actor = micros(queued, steps.commit_started),
+        to_write = micros(steps.commit_started, steps.write_started),
+        write_sync = micros(steps.write_started, steps.synced),
+        to_resume = micros(steps.synced, steps.resumed),
+        apply = micros(steps.resumed, steps.answered),
+        to_reply = micros(steps.answered, done),
+        in_daemon = micros(read, done),
         "append steps"
     );
+}
+
+/// Where a fast-path assemble's time went inside the daemon, as [`log_append_steps`]
+/// for an append, in µs: from the frame read to the command queued (`parse`), to the
+/// actor building the request (`to_actor`: a wait for a compaction at the blocked level
+/// counts here), building and encoding it (`build`), to this task (`to_reply`), the
+/// answer's encoding (`encode`), all of it (`in_daemon`), and the answer's `bytes`.
+/// `instants`: read, queued, started, built, received.
+fn log_assemble_steps(session: &str, instants: [std::time::Instant; 5], bytes: usize) {
+    if !tracing::enabled!(target: "ctxd::latency", tracing::Level::DEBUG) {
+        return;
+    }
+    let done = std::time::Instant::now();
+    let [read, queued, started, built, received] = instants;
+    tracing::debug!(
+        target: "ctxd::latency",
+        session,
+        read_unix_us = unix_us(read, done),
+        parse = micros(read, queued),
+        to_actor = micros(queued, started),
+        build = micros(started, built),
+        to_reply = micros(built, received),
+        encode = micros(received, done),
+        in_daemon = micros(read, done),
+        bytes,
+        "assemble steps"
+    );
+}
+
+/// Microseconds from `from` to `to` (0 if `to` is earlier).
+fn micros(from: std::time::Instant, to: std::time::Instant) -> u64 {
+    u64::try_from(to.saturating_duration_since(from).as_micros()).unwrap_or(u64::MAX)
+}
+
+/// The Unix time of `then`, in µs, given that `now` is the present instant.
+fn unix_us(then: std::time::Instant, now: std::time::Instant) -> u64 {
+    let now_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    u64::try_from(now_unix.saturating_sub(now.saturating_duration_since(then)).as_micros()).unwrap_or(0)
 }
 
 /// A fast path's answer: the result encoded in one pass into a buffer of `capacity`

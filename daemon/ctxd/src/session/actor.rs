@@ -171,6 +171,17 @@ pub struct AssembleAnswer {
     pub applied: Vec<ctxd_core::view::Applied>,
     pub compact: bool,
     pub scrollback: Option<ctxd_core::view::Scrollback>,
+    pub steps: AssembleSteps,
+}
+
+/// When an assemble passed each step inside its session, for the `ctxd::latency` log
+/// (see `server::FastPaths::assemble`), as [`AppendSteps`] for an append.
+#[derive(Debug, Clone, Copy)]
+pub struct AssembleSteps {
+    /// The actor started building the request (after any compaction it waited for).
+    pub started: Instant,
+    /// The request was built and encoded, the answer about to be sent.
+    pub built: Instant,
 }
 
 /// Answer to [`Command::Compact`].
@@ -1179,6 +1190,7 @@ impl Session {
     /// rebuilds the same request), the pipeline run on the view, its state changes
     /// persisted before the request is handed out.
     async fn assemble(&mut self, mut request: AssembleRequest, may_compact: bool) -> Result<AssembleAnswer, SessionError> {
+        let started = Instant::now();
         // Without a working watcher (the OS limit was hit), compare stamps instead.
         if self.setup.services.watcher.degraded() {
             let seen = std::mem::take(&mut self.stamps);
@@ -1295,6 +1307,7 @@ impl Session {
             applied: assembled.applied,
             compact,
             scrollback,
+            steps: AssembleSteps { started, built: Instant::now() },
         })
     }
 
