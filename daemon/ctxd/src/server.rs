@@ -224,7 +224,7 @@ impl FastPaths {
                 Err(e) => Err(rpc_error(e)),
             };
             // The request and a margin for the rest (usage, stages, the envelope).
-            let capacity = result.as_ref().map_or(0, |r| r.request.get().len()) + 4096;
+            let capacity = result.as_ref().map_or(0, |r| r.request_len_hint) + 4096;
             let answer = encoded(answer_id, result, capacity);
             if let (Some((steps, received)), crate::transport::Answer::Encoded(body)) = (steps, &answer) {
                 log_assemble_steps(&session_id, [read, queued, steps.started, steps.built, received], body.len());
@@ -268,8 +268,9 @@ fn log_append_steps(session: &str, read: std::time::Instant, queued: std::time::
 /// Where a fast-path assemble's time went inside the daemon, as [`log_append_steps`]
 /// for an append, in µs: from the frame read to the command queued (`parse`), to the
 /// actor building the request (`to_actor`: a wait for a compaction at the blocked level
-/// counts here), building and encoding it (`build`), to this task (`to_reply`), the
-/// answer's encoding (`encode`), all of it (`in_daemon`), and the answer's `bytes`.
+/// counts here), building it (`build`), to this task (`to_reply`), the answer's
+/// encoding, the request's JSON included (`encode`), all of it (`in_daemon`), and the
+/// answer's `bytes`.
 /// `instants`: read, queued, started, built, received.
 fn log_assemble_steps(session: &str, instants: [std::time::Instant; 5], bytes: usize) {
     if !tracing::enabled!(target: "ctxd::latency", tracing::Level::DEBUG) {
@@ -328,12 +329,15 @@ fn assemble_request(params: proto::AssembleParams) -> (String, crate::session::a
     (params.session_id, request)
 }
 
-/// [`proto::AssembleResult`] with the request as the JSON text the actor encoded, so
-/// that it is copied into the answer rather than rebuilt as a value tree.
+/// [`proto::AssembleResult`] with the request as the pipeline built it, encoded straight
+/// into the answer rather than through a value tree.
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 struct AssembleResultText {
-    request: Box<serde_json::value::RawValue>,
+    request: ctxd_core::view::Request,
+    /// About how long `request` is as JSON (see [`crate::session::actor::AssembleAnswer`]).
+    #[serde(skip)]
+    request_len_hint: usize,
     revision: String,
     messages_from: u64,
     request_tokens: u64,
@@ -348,6 +352,7 @@ impl From<crate::session::actor::AssembleAnswer> for AssembleResultText {
     fn from(done: crate::session::actor::AssembleAnswer) -> AssembleResultText {
         AssembleResultText {
             request: done.request,
+            request_len_hint: done.request_len_hint,
             revision: done.revision,
             messages_from: done.messages_from as u64,
             request_tokens: done.request_tokens,
@@ -411,11 +416,10 @@ fn wire_scrollback(core: ctxd_core::view::Scrollback) -> proto::scrollback::Scro
 }
 
 impl AssembleResultText {
-    /// The protocol type, for the service's path (the request text parsed back).
-    fn into_proto(self) -> Result<proto::AssembleResult> {
-        let request = serde_json::from_str(self.request.get()).map_err(|e| internal(format!("the assembled request: {e}")))?;
-        Ok(proto::AssembleResult {
-            request,
+    /// The protocol type, for the service's path (the request as a value tree).
+    fn into_proto(self) -> proto::AssembleResult {
+        proto::AssembleResult {
+            request: self.request.to_value(),
             revision: self.revision,
             messages_from: self.messages_from,
             request_tokens: self.request_tokens,
@@ -423,7 +427,7 @@ impl AssembleResultText {
             applied: self.applied,
             decision: self.decision,
             scrollback: self.scrollback,
-        })
+        }
     }
 }
 
@@ -729,7 +733,7 @@ impl Backend {
         let params: proto::AssembleParams = params_of(params)?;
         let (session_id, request) = assemble_request(params);
         let rx = self.sessions()?.assemble(&session_id, request).map_err(rpc_error)?;
-        AssembleResultText::from(answer(rx, &session_id).await?).into_proto()
+        Ok(AssembleResultText::from(answer(rx, &session_id).await?).into_proto())
     }
 
     pub async fn snip(&self, params: Value) -> Result<proto::SnipResult> {

@@ -88,6 +88,18 @@ pub fn shared_messages(previous: &[Arc<ApiMessage>], current: &[Arc<ApiMessage>]
 }
 
 impl Request {
+    /// The exact length of the `messages` array's JSON text, from the blocks' stored
+    /// lengths: sizes the buffer a whole request is encoded into, so that hundreds of KB
+    /// are written once rather than grown into (each doubling copies all of it again).
+    pub fn messages_json_len(&self) -> usize {
+        // `{"role":"` + role + `","content":[` + blocks and commas + `]}`
+        let message = |m: &Arc<ApiMessage>| {
+            let blocks: usize = m.content.iter().map(|b| b.json().len()).sum();
+            9 + m.role.as_str().len() + 13 + blocks + m.content.len().saturating_sub(1) + 2
+        };
+        2 + self.messages.iter().map(message).sum::<usize>() + self.messages.len().saturating_sub(1)
+    }
+
     /// The same request with only the messages from index `from` on (all of the other
     /// fields): what a host that kept the first `from` messages is sent.
     pub fn messages_from(&self, from: usize) -> Request {
@@ -145,5 +157,16 @@ mod tests {
         assert_eq!((tail.model.as_str(), tail.max_tokens, tail.system.len()), ("m", 10, 1));
         assert!(request.messages_from(2).messages.is_empty());
         assert!(request.messages_from(9).messages.is_empty());
+    }
+
+    #[test]
+    fn messages_json_len_is_the_length_serde_writes() {
+        let two_blocks = Arc::new(ApiMessage { role: Role::Assistant, content: [Block::text("x"), Block::text("\"quoted\" ünï")].into_iter().flatten().collect() });
+        let empty = Arc::new(ApiMessage { role: Role::User, content: Vec::new() });
+        for messages in [vec![], vec![message(Role::User, "a")], vec![message(Role::User, "hello"), two_blocks, empty]] {
+            let request = Request { model: "m".into(), max_tokens: 1, system: Arc::default(), messages, tools: Arc::default(), thinking: None };
+            let written = serde_json::to_string(&request.messages.iter().map(|m| &**m).collect::<Vec<_>>()).unwrap();
+            assert_eq!(request.messages_json_len(), written.len(), "{written}");
+        }
     }
 }

@@ -159,9 +159,12 @@ pub struct AssembleRequest {
 /// Answer to [`Command::Assemble`].
 #[derive(Debug, Clone)]
 pub struct AssembleAnswer {
-    /// The request body as JSON text: serialized once, straight from the pipeline's
-    /// messages (a value tree of it cost a fifth of the daemon's CPU under load).
-    pub request: Box<serde_json::value::RawValue>,
+    /// The request body, its messages shared with the view cache: the server encodes
+    /// it once, straight into the answer (a value tree of it cost a fifth of the
+    /// daemon's CPU under load; encoding it here as well copied it twice more).
+    pub request: ctxd_core::view::Request,
+    /// About how many bytes `request` takes as JSON, to size the answer's buffer.
+    pub request_len_hint: usize,
     /// Names this request for the host's next `since`.
     pub revision: String,
     /// `request` holds the messages from this index on (0: all of them).
@@ -180,7 +183,7 @@ pub struct AssembleAnswer {
 pub struct AssembleSteps {
     /// The actor started building the request (after any compaction it waited for).
     pub started: Instant,
-    /// The request was built and encoded, the answer about to be sent.
+    /// The request was built (the server encodes it), the answer about to be sent.
     pub built: Instant,
 }
 
@@ -1230,9 +1233,9 @@ impl Session {
         let host = HostBlocks { system: &request.system, tools: &request.tools, max_tokens: request.max_tokens, thinking: request.thinking.as_ref() };
         let assembled = self.run_pipeline(host, request.fork.as_ref());
         let tool_results_dir = self.tool_results_dir();
-        let json_bytes = |v: &[serde_json::Value]| serde_json::to_string(v).map_or(0, |s| s.len() as u64);
+        let (system_bytes, tools_bytes) = (json_len(&request.system), json_len(&request.tools));
         let rate = self.tally.calibration;
-        self.host_prefix = HostPrefix { system: rate.tokens(json_bytes(&request.system)), tools: rate.tokens(json_bytes(&request.tools)) };
+        self.host_prefix = HostPrefix { system: rate.tokens(system_bytes as u64), tools: rate.tokens(tools_bytes as u64) };
         if request.fork.is_none() {
             // Before a compaction can start below: its parent is this request.
             let system = std::mem::take(&mut request.system);
@@ -1290,16 +1293,15 @@ impl Session {
             (Some(since), Some(last)) if *since == last.revision => ctxd_core::view::shared_messages(&last.messages, &assembled.request.messages),
             _ => 0,
         };
-        let encoded = if messages_from == 0 {
-            serde_json::value::to_raw_value(&assembled.request)
-        } else {
-            serde_json::value::to_raw_value(&assembled.request.messages_from(messages_from))
-        };
-        let body = encoded.map_err(|e| SessionError::Internal(format!("encoding the request: {e}")))?;
         let revision = next_revision();
-        self.last_sent = Some(SentRequest { revision: revision.clone(), messages: assembled.request.messages });
+        self.last_sent = Some(SentRequest { revision: revision.clone(), messages: assembled.request.messages.clone() });
+        let request = if messages_from == 0 { assembled.request } else { assembled.request.messages_from(messages_from) };
+        // The host's blocks, the model and the envelope's few fields on top of the
+        // messages, whose length is exact.
+        let request_len_hint = request.messages_json_len() + system_bytes + tools_bytes + request.model.len() + 256;
         Ok(AssembleAnswer {
-            request: body,
+            request,
+            request_len_hint,
             revision,
             messages_from,
             request_tokens: assembled.estimate_tokens,
@@ -1894,6 +1896,22 @@ const CHANGED_FILE_BUDGET_TOKENS: u64 = 4_000;
 
 /// An attachment record ctxd adds to the session (a changed file, a memory file a read
 /// activated): the model sees its rendered text once, where it was added.
+/// The length of `values` as JSON text, counted as it is written (nothing is kept).
+fn json_len(values: &[serde_json::Value]) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, values).map_or(0, |()| count.0)
+}
+
 fn attachment_record(kind: &str, text: &str) -> Result<Record, SessionError> {
     let value = serde_json::json!({
         "type": "attachment",
@@ -2081,4 +2099,16 @@ fn next_revision() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let prefix = PREFIX.get_or_init(|| uuid::Uuid::new_v4().simple().to_string()[..12].to_owned());
     format!("{prefix}-{}", COUNTER.fetch_add(1, Ordering::Relaxed) + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    #[test]
+    fn json_len_counts_the_bytes_serde_writes() {
+        let values = vec![serde_json::json!({"type": "text", "text": "a \"quoted\" ünï\n"}), serde_json::json!([1, 2.5, {"k": null}])];
+        assert_eq!(super::json_len(&values), serde_json::to_string(&values).unwrap().len());
+        assert_eq!(super::json_len(&[]), 2);
+    }
 }
