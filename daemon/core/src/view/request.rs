@@ -103,7 +103,16 @@ impl Request {
     /// The same request with only the messages from index `from` on (all of the other
     /// fields): what a host that kept the first `from` messages is sent.
     pub fn messages_from(&self, from: usize) -> Request {
-        Request { messages: self.messages.get(from..).unwrap_or_default().to_vec(), ..self.clone() }
+        // Field by field: `..self.clone()` would clone every message pointer only to drop
+        // them, a cost in the session's length on the per-turn path.
+        Request {
+            model: self.model.clone(),
+            max_tokens: self.max_tokens,
+            system: self.system.clone(),
+            messages: self.messages.get(from..).unwrap_or_default().to_vec(),
+            tools: self.tools.clone(),
+            thinking: self.thinking.clone(),
+        }
     }
 }
 

@@ -1294,8 +1294,15 @@ impl Session {
             _ => 0,
         };
         let revision = next_revision();
-        self.last_sent = Some(SentRequest { revision: revision.clone(), messages: assembled.request.messages.clone() });
-        let request = if messages_from == 0 { assembled.request } else { assembled.request.messages_from(messages_from) };
+        // The messages are kept for the next `since`: a whole request shares them with
+        // the answer, a tail is cut from them.
+        let (request, kept) = if messages_from == 0 {
+            let kept = assembled.request.messages.clone();
+            (assembled.request, kept)
+        } else {
+            (assembled.request.messages_from(messages_from), assembled.request.messages)
+        };
+        self.last_sent = Some(SentRequest { revision: revision.clone(), messages: kept });
         // The host's blocks, the model and the envelope's few fields on top of the
         // messages, whose length is exact.
         let request_len_hint = request.messages_json_len() + system_bytes + tools_bytes + request.model.len() + 256;
