@@ -46,8 +46,10 @@ fn bench(label: &str, path: &Path) {
     let config = PipelineConfig::default();
     let steps = 50.min(records.len() / 2);
     let start = records.len() - steps;
-    // Time stands still at the last record's time, so no time gap fires mid-run.
-    let now = records.iter().rev().find_map(|r| r.head().timestamp.as_deref().and_then(parse_rfc3339_ms)).unwrap_or(0) + 1_000;
+    // The clock follows the session: a second after the newest record so far, so a time
+    // gap fires where the session had one and not because the run replays old turns.
+    let time_of = |r: &Record| r.head().timestamp.as_deref().and_then(parse_rfc3339_ms);
+    let mut now = records[..start].iter().rev().find_map(time_of).unwrap_or(0) + 1_000;
     let mut cache = ViewCache::new();
     let mut view: Vec<Record> = records[..start].to_vec();
     macro_rules! input {
@@ -76,9 +78,11 @@ fn bench(label: &str, path: &Path) {
         view.push(Record::from_object(&object).expect("state record"));
     }
     let (mut turn, mut serialize) = (Vec::new(), Vec::new());
+    let before = cache.counters();
     let mut bytes = 0;
     for record in &records[start..] {
         view.push(record.clone());
+        now = time_of(record).map_or(now, |t| t.max(now - 1_000) + 1_000);
         let t = Instant::now();
         let out = cache.assemble(&input!(&view));
         turn.push(t.elapsed());
@@ -91,8 +95,10 @@ fn bench(label: &str, path: &Path) {
         }
     }
     let (t, s) = (median(turn), median(serialize));
+    // Turns that re-ran the plans (a time gap, a cleared result in a sealed message).
+    let rebuilds = cache.counters().rebuilds - before.rebuilds;
     println!(
-        "{label:<28} {:>7} records, request {:>6.2} MB: first build {:>8.2?}; per turn {:>9.2?} vs serde_json {:>9.2?} → {:.2}x",
+        "{label:<28} {:>7} records, request {:>6.2} MB: first build {:>8.2?}; per turn {:>9.2?} vs serde_json {:>9.2?} → {:.2}x ({rebuilds} of {steps} turns rebuilt)",
         records.len(),
         bytes as f64 / 1e6,
         first,
