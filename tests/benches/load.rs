@@ -272,8 +272,9 @@ impl Operation {
         }
     }
 
-    /// Each request's session and when it was sent (Unix µs), and its latency (ms).
-    fn measured(self, latencies: &Latencies) -> (&[(String, f64)], &[f64]) {
+    /// Each request's session, when it was sent and when the client's reader had its
+    /// answer (Unix µs), and its latency (ms).
+    fn measured(self, latencies: &Latencies) -> (&[Sent], &[f64]) {
         match self {
             Operation::Append => (&latencies.sent, &latencies.append),
             Operation::Assemble => (&latencies.assemble_sent, &latencies.assemble),
@@ -286,7 +287,8 @@ impl Operation {
 /// reader thread's wake-up), in the daemon (frame read to answer in hand), one step
 /// within that (an append's write and `sync_data`, an assemble's building of the
 /// request), and on its way back (the writer thread, the pipe, the client's reading
-/// thread and the probe's wake-up).
+/// thread and the probe's wake-up; of that, the last part: from the reader having read
+/// the answer to the probe's thread holding it).
 fn print_steps(log: &str, operation: Operation, idle: &Latencies, loaded: &Latencies) {
     let (message, inner, inner_label) = operation.log_names();
     let mut steps: std::collections::HashMap<&str, Vec<[f64; 3]>> = std::collections::HashMap::new();
@@ -297,24 +299,26 @@ fn print_steps(log: &str, operation: Operation, idle: &Latencies, loaded: &Laten
             steps.entry(session.trim_matches('"')).or_default().push([read, inside, step]);
         }
     }
-    // [to the daemon, in it, the inner step, back], in ms, for each probe request.
-    let split = |latencies: &Latencies| -> Option<[Vec<f64>; 4]> {
-        let mut parts: [Vec<f64>; 4] = Default::default();
-        let mut by_session: std::collections::HashMap<&str, Vec<(f64, f64)>> = std::collections::HashMap::new();
+    // [to the daemon, in it, the inner step, back, of that the reader to the probe], in
+    // ms, for each probe request.
+    let split = |latencies: &Latencies| -> Option<[Vec<f64>; 5]> {
+        let mut parts: [Vec<f64>; 5] = Default::default();
+        let mut by_session: std::collections::HashMap<&str, Vec<(&Sent, f64)>> = std::collections::HashMap::new();
         let (sent, took) = operation.measured(latencies);
-        for ((session, sent), ms) in sent.iter().zip(took) {
-            by_session.entry(session).or_default().push((*sent, *ms));
+        for (sent, ms) in sent.iter().zip(took) {
+            by_session.entry(&sent.session).or_default().push((sent, *ms));
         }
         for (session, sends) in by_session {
             // The session's seeding appends came first; its measured requests are the last.
             let logged = steps.get(session)?;
             let logged = &logged[logged.len().checked_sub(sends.len())?..];
             for ((sent, ms), [read, inside, step]) in sends.into_iter().zip(logged) {
-                let to = (read - sent) / 1e3;
+                let to = (read - sent.at) / 1e3;
                 parts[0].push(to);
                 parts[1].push(inside / 1e3);
                 parts[2].push(step / 1e3);
                 parts[3].push(ms - to - inside / 1e3);
+                parts[4].push(sent.at / 1e3 + ms - sent.answer_read / 1e3);
             }
         }
         Some(parts)
@@ -324,7 +328,7 @@ fn print_steps(log: &str, operation: Operation, idle: &Latencies, loaded: &Laten
         return println!("  (the daemon's log does not have every probe {name}'s steps; no split)");
     };
     println!("  where a probe {name}'s time went: its steps, each at its own p50 and p99 (they do not add up)");
-    let labels = ["to the daemon", "in the daemon", inner_label, "back to the client"];
+    let labels = ["to the daemon", "in the daemon", inner_label, "back to the client", "  of it, to the probe"];
     for (label, (a, b)) in labels.iter().zip(a.iter().zip(&b)) {
         let (a50, a99, b50, b99) = (pct(a, 50.0), pct(a, 99.0), pct(b, 50.0), pct(b, 99.0));
         println!("  {label:<22} {a50:>8.2}ms {a99:>8.2}ms {b50:>9.2}ms {b99:>9.2}ms {:>7.1}x {:>7.1}x", b50 / a50, b99 / a99);
@@ -340,10 +344,18 @@ fn memory_mb(pid: u32, field: &str) -> f64 {
 struct Latencies {
     append: Vec<f64>,
     assemble: Vec<f64>,
-    /// For each append: its session and when it was sent (Unix µs).
-    sent: Vec<(String, f64)>,
+    /// For each append: when it was sent.
+    sent: Vec<Sent>,
     /// The same for each assemble.
-    assemble_sent: Vec<(String, f64)>,
+    assemble_sent: Vec<Sent>,
+}
+
+/// A probe request's session, when it was sent, and when the client's reader thread
+/// had read its answer (Unix µs; the probe's thread got it after that).
+struct Sent {
+    session: String,
+    at: f64,
+    answer_read: f64,
 }
 
 struct Probe {
@@ -381,20 +393,21 @@ impl Probe {
             std::thread::sleep(pause);
             let uuid = format!("{}-{:06}", self.id, self.appended.len());
             let record = filler(&uuid, self.appended.last().map(String::as_str), self.appended.len());
-            let (started, sent) = (Instant::now(), std::time::SystemTime::now());
-            let result = mux.request("ctx/append", json!({"sessionId": self.id, "records": [record]}))?;
+            let (started, sent) = (Instant::now(), ctxd_e2e::load::unix_us());
+            let (body, answer_read) = mux.request_body_timed("ctx/append", json!({"sessionId": self.id, "records": [record]}))?;
             into.append.push(started.elapsed().as_secs_f64() * 1e3);
-            into.sent.push((self.id.clone(), sent.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs_f64() * 1e6));
+            into.sent.push(Sent { session: self.id.clone(), at: sent, answer_read });
+            let result = serde_json::from_slice::<serde_json::Value>(&body)?["result"].take();
             anyhow::ensure!(result["appended"] == 1, "probe append: {result}");
             self.appended.push(uuid.clone());
             // The clock stops when the answer is here, before the client reads it.
             let params = self.held.as_ref().map_or_else(|| assemble_params(&self.id), |h| h.params(&self.id));
-            let (started, assemble_sent) = (Instant::now(), std::time::SystemTime::now());
-            let body = mux.request_body("ctx/assemble", params)?;
+            let (started, assemble_sent) = (Instant::now(), ctxd_e2e::load::unix_us());
+            let (body, answer_read) = mux.request_body_timed("ctx/assemble", params)?;
             into.assemble.push(started.elapsed().as_secs_f64() * 1e3);
-            into.assemble_sent.push((self.id.clone(), assemble_sent.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs_f64() * 1e6));
+            into.assemble_sent.push(Sent { session: self.id.clone(), at: assemble_sent, answer_read });
             if let (Some(out), Some(append), Some(assemble)) = (log.as_mut(), into.append.last(), into.assemble.last()) {
-                let sent = sent.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+                let sent = sent / 1e6;
                 writeln!(out, "{label}\t{}\t{position}\t{append:.3}\t{assemble:.3}\t{sent:.6}", self.id)?;
             }
             match &mut self.held {

@@ -32,6 +32,9 @@ pub struct Mux {
     child: Mutex<Child>,
     stdin: Mutex<ChildStdin>,
     waiters: Arc<Mutex<HashMap<i64, Sender<Vec<u8>>>>>,
+    /// For the requests sent by [`Mux::request_body_timed`]: when the reader had read
+    /// each one's answer (Unix µs), before handing it to its thread.
+    read_at: Arc<Mutex<HashMap<i64, Option<f64>>>>,
     next_id: AtomicI64,
     pub state_dir: PathBuf,
 }
@@ -64,6 +67,8 @@ impl Mux {
         let stdin = child.stdin.take().context("no stdin")?;
         let waiters: Arc<Mutex<HashMap<i64, Sender<Vec<u8>>>>> = Arc::default();
         let routing = waiters.clone();
+        let read_at: Arc<Mutex<HashMap<i64, Option<f64>>>> = Arc::default();
+        let stamping = read_at.clone();
         std::thread::spawn(move || {
             // Only the id is read here; each client thread parses its own answer, so
             // that one thread parsing every (large) assemble answer is not what a
@@ -82,6 +87,9 @@ impl Mux {
                         id
                     }
                 };
+                if let Some(slot) = stamping.lock().ok().as_mut().and_then(|t| t.get_mut(&id)) {
+                    *slot = Some(unix_us());
+                }
                 if let Some(tx) = routing.lock().map_err(|_| ()).ok().and_then(|mut w| w.remove(&id)) {
                     let _ = tx.send(body);
                 }
@@ -91,6 +99,7 @@ impl Mux {
             child: Mutex::new(child),
             stdin: Mutex::new(stdin),
             waiters,
+            read_at,
             next_id: AtomicI64::new(1),
             state_dir: state_dir.to_owned(),
         });
@@ -100,7 +109,10 @@ impl Mux {
 
     /// Sends a request; its answer (the frame's body) arrives on the receiver.
     pub fn send(&self, method: &str, params: Value) -> anyhow::Result<Receiver<Vec<u8>>> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.send_as(self.next_id.fetch_add(1, Ordering::Relaxed), method, params)
+    }
+
+    fn send_as(&self, id: i64, method: &str, params: Value) -> anyhow::Result<Receiver<Vec<u8>>> {
         let (tx, rx) = channel();
         self.waiters.lock().map_err(|_| anyhow!("poisoned"))?.insert(id, tx);
         let body = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))?;
@@ -130,6 +142,16 @@ impl Mux {
         self.send(method, params)?.recv_timeout(ANSWER_TIMEOUT).map_err(|e| anyhow!("{method}: no answer: {e}"))
     }
 
+    /// As [`Mux::request_body`], and when the reader had read the answer (Unix µs): the
+    /// rest of the wait was the hand-over to this thread.
+    pub fn request_body_timed(&self, method: &str, params: Value) -> anyhow::Result<(Vec<u8>, f64)> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.read_at.lock().map_err(|_| anyhow!("poisoned"))?.insert(id, None);
+        let body = self.send_as(id, method, params)?.recv_timeout(ANSWER_TIMEOUT).map_err(|e| anyhow!("{method}: no answer: {e}"));
+        let read_at = self.read_at.lock().map_err(|_| anyhow!("poisoned"))?.remove(&id).flatten();
+        Ok((body?, read_at.context("the reader did not stamp the answer")?))
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.lock().map(|c| c.id()).unwrap_or(0)
     }
@@ -142,6 +164,11 @@ impl Drop for Mux {
             let _ = child.wait();
         }
     }
+}
+
+/// Now, in µs since the Unix epoch (the daemon's latency log uses the same clock).
+pub fn unix_us() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs_f64() * 1e6
 }
 
 pub const MODEL: &str = "claude-sonnet-4-5-20250929";
