@@ -16,6 +16,7 @@
 //! (`ctx/compacted` while an assemble compacts first) reaches the client first.
 
 pub mod framing;
+mod through;
 
 use std::panic::AssertUnwindSafe;
 
@@ -30,6 +31,7 @@ use tower_lsp_server::jsonrpc::{Error, ErrorCode, Id, Request, Response};
 use tower_lsp_server::{ClientSocket, LanguageServer, LspService};
 
 use self::framing::{FrameError, FrameReader};
+use self::through::{Through, WriteThrough};
 
 /// Limits of the transport.
 #[derive(Debug, Clone, Copy)]
@@ -91,6 +93,7 @@ pub fn encode_result<T: serde::Serialize>(id: &Id, result: &T, capacity: usize) 
 pub struct Outbound {
     tx: mpsc::Sender<Outgoing>,
     notifying: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    through: std::sync::Arc<WriteThrough>,
 }
 
 impl std::fmt::Debug for Outbound {
@@ -109,7 +112,7 @@ impl Outbound {
     /// A queue out (the handle to send on, and what the writer reads).
     pub fn channel() -> (Outbound, Outflow) {
         let (tx, rx) = mpsc::channel(1024);
-        let outbound = Outbound { tx, notifying: std::sync::Arc::default() };
+        let outbound = Outbound { tx, notifying: std::sync::Arc::default(), through: std::sync::Arc::default() };
         (outbound.clone(), Outflow { rx, outbound })
     }
 
@@ -130,10 +133,27 @@ impl Outbound {
             Ok(params) => params,
             Err(e) => return tracing::error!(error = %e, method = N::METHOD, "could not serialize a notification"),
         };
-        let _ = self.tx.send(Outgoing::Request(Request::build(N::METHOD).params(params).finish())).await;
+        self.send(Outgoing::Request(Request::build(N::METHOD).params(params).finish())).await;
     }
 
+    /// Queues `message`; an encoded answer with nothing queued before it is written
+    /// straight to stdout instead (see [`through`]).
     async fn send(&self, message: Outgoing) {
+        if let Outgoing::Encoded(body) = &message {
+            let header = format!("Content-Length: {}\r\n\r\n", body.len());
+            let tx = &self.tx;
+            let queue_front = |rest: Vec<u8>| {
+                // The queue is empty (nothing was queued), so this cannot find it full.
+                if tx.try_send(Outgoing::Framed(rest)).is_err() {
+                    tracing::error!("the rest of an answer could not be queued; the writer is gone");
+                }
+            };
+            if let Through::Written = self.through.try_write(header.as_bytes(), body, queue_front) {
+                return;
+            }
+        } else {
+            self.through.note_queued();
+        }
         let _ = self.tx.send(message).await;
     }
 }
@@ -751,6 +771,9 @@ enum Outgoing {
     Encoded(Vec<u8>),
     /// A request or notification from the server.
     Request(Request),
+    /// The rest of a frame a write-through began: bytes as they go out, before anything
+    /// else.
+    Framed(Vec<u8>),
     /// The serve loop is done: the writer writes what came before and stops.
     End,
 }
@@ -770,6 +793,7 @@ impl Outgoing {
             Outgoing::Response(response) => encode_into(response, buf),
             Outgoing::Encoded(body) => framing::encode_into(body, buf),
             Outgoing::Request(request) => encode_into(request, buf),
+            Outgoing::Framed(bytes) => buf.extend_from_slice(bytes),
             Outgoing::End => {}
         }
     }
@@ -791,15 +815,25 @@ const LARGE_FRAME: usize = 16 * 1024;
 /// is, behind a header of its own, and the batch leaves in one vectored write.
 #[derive(Default)]
 struct Batch {
+    /// The rest of a frame begun by a write-through (it was queued first).
+    front: Vec<u8>,
     small: Vec<u8>,
     /// Each large frame as its header and its body.
     large: Vec<(Vec<u8>, Vec<u8>)>,
     bytes: usize,
+    /// Messages in the batch (the end mark too).
+    messages: usize,
 }
 
 impl Batch {
     fn push(&mut self, message: Outgoing) {
+        self.messages += 1;
         let large = match message {
+            Outgoing::Framed(bytes) => {
+                self.bytes += bytes.len();
+                self.front.extend_from_slice(&bytes);
+                return;
+            }
             Outgoing::Encoded(body) if body.len() >= LARGE_FRAME => body,
             other => {
                 let start = self.small.len();
@@ -823,16 +857,22 @@ impl Batch {
     /// The first message and whatever else is queued, up to [`MAX_BATCH_BYTES`] or the
     /// end mark; whether the end mark was reached.
     fn fill(&mut self, first: Outgoing, rx: &mut mpsc::Receiver<Outgoing>) -> bool {
+        self.front.clear();
         self.small.clear();
         self.large.clear();
         self.bytes = 0;
+        self.messages = 1;
         if matches!(first, Outgoing::End) {
             return true;
         }
+        self.messages = 0;
         self.push(first);
         while self.bytes < MAX_BATCH_BYTES {
             match rx.try_recv() {
-                Ok(Outgoing::End) => return true,
+                Ok(Outgoing::End) => {
+                    self.messages += 1;
+                    return true;
+                }
                 Ok(more) => self.push(more),
                 Err(_) => break,
             }
@@ -843,7 +883,7 @@ impl Batch {
     /// The batch's bytes in the order they go out.
     fn parts(&self) -> Vec<&[u8]> {
         let large = self.large.iter().flat_map(|(header, body)| [header.as_slice(), body.as_slice()]);
-        std::iter::once(self.small.as_slice()).chain(large).filter(|part| !part.is_empty()).collect()
+        [self.front.as_slice(), self.small.as_slice()].into_iter().chain(large).filter(|part| !part.is_empty()).collect()
     }
 }
 
@@ -874,7 +914,7 @@ struct Writer {
 impl Writer {
     /// A task on the runtime writes to an async output (an in-process pipe, tests).
     fn task<O: AsyncWrite + Unpin + Send + 'static>(output: O, outflow: Outflow) -> Writer {
-        let task = tokio::spawn(write_loop(output, outflow.rx));
+        let task = tokio::spawn(write_loop(output, outflow.rx, outflow.outbound.through));
         Writer { done: async move { drop(task.await) }.boxed() }
     }
 
@@ -884,9 +924,12 @@ impl Writer {
         // Handed over through a slot, so that it is still here if no thread starts.
         let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(rx)));
         let (theirs, (finished, done)) = (slot.clone(), tokio::sync::oneshot::channel::<()>());
+        let through = outbound.through.clone();
         let spawned = std::thread::Builder::new().name("ctxd-writer".into()).spawn(move || {
             let Some(mut rx) = theirs.lock().ok().and_then(|mut slot| slot.take()) else { return };
-            write_blocking(&mut rx, &mut RawStdout::new());
+            let mut stdout = RawStdout::new();
+            through.enable_for_stdout();
+            write_blocking(&mut rx, &mut stdout, &through);
             let _ = finished.send(());
         });
         match spawned {
@@ -905,11 +948,12 @@ impl Writer {
 
 /// The writer thread's loop: everything queued goes out as one vectored `write`, until
 /// the end mark or a failed write.
-fn write_blocking(rx: &mut mpsc::Receiver<Outgoing>, output: &mut impl std::io::Write) {
+fn write_blocking(rx: &mut mpsc::Receiver<Outgoing>, output: &mut impl std::io::Write, through: &WriteThrough) {
     let mut batch = Batch::default();
     while let Some(first) = rx.blocking_recv() {
         let end = batch.fill(first, rx);
         let written = write_all_vectored(output, &batch.parts());
+        through.note_written(batch.messages);
         if end || written.is_err() || output.flush().is_err() {
             break;
         }
@@ -990,7 +1034,7 @@ impl std::io::Write for RawStdout {
     }
 }
 
-async fn write_loop<O: AsyncWrite + Unpin>(mut output: O, mut rx: mpsc::Receiver<Outgoing>) {
+async fn write_loop<O: AsyncWrite + Unpin>(mut output: O, mut rx: mpsc::Receiver<Outgoing>, through: std::sync::Arc<WriteThrough>) {
     // Everything queued goes out in one write: tokio's stdout hands each write to a
     // blocking thread, so one write per message would cost one hand-off per message.
     let mut batch = Batch::default();
@@ -1001,6 +1045,7 @@ async fn write_loop<O: AsyncWrite + Unpin>(mut output: O, mut rx: mpsc::Receiver
                 break 'write;
             }
         }
+        through.note_written(batch.messages);
         if end || output.flush().await.is_err() {
             break;
         }
@@ -1093,6 +1138,20 @@ mod tests {
     }
 
     #[test]
+    fn the_rest_of_a_frame_begun_by_a_write_through_goes_out_before_any_other() {
+        let (tx, mut rx) = mpsc::channel::<Outgoing>(16);
+        tx.try_send(Outgoing::Framed(b"the rest}".to_vec())).ok().unwrap();
+        tx.try_send(Outgoing::Encoded(vec![b'x'; LARGE_FRAME])).ok().unwrap();
+        tx.try_send(Outgoing::Encoded(b"{}".to_vec())).ok().unwrap();
+        tx.try_send(Outgoing::End).ok().unwrap();
+        let (mut out, through) = (Vec::new(), WriteThrough::default());
+        (0..4).for_each(|_| through.note_queued());
+        write_blocking(&mut rx, &mut out, &through);
+        assert!(out.starts_with(b"the rest}Content-Length: 2\r\n\r\n{}Content-Length: 16384"), "{}", String::from_utf8_lossy(&out[..60]));
+        assert_eq!(through.queued(), 0);
+    }
+
+    #[test]
     fn the_writer_sends_each_batch_in_one_write() {
         /// Records each `write` call; a line buffer in between would split a frame.
         #[derive(Default)]
@@ -1118,7 +1177,10 @@ mod tests {
         }
         tx.try_send(Outgoing::End).ok().unwrap();
         let mut calls = Calls::default();
-        write_blocking(&mut rx, &mut calls);
+        let through = WriteThrough::default();
+        (0..5).for_each(|_| through.note_queued());
+        write_blocking(&mut rx, &mut calls, &through);
+        assert_eq!(through.queued(), 0, "each message written is counted off");
         assert_eq!(calls.0.len(), 1, "{:?}", calls.0.iter().map(|c| String::from_utf8_lossy(&c[..c.len().min(80)]).into_owned()).collect::<Vec<_>>());
         let text = String::from_utf8(calls.0.concat()).unwrap();
         assert_eq!(text.matches("Content-Length: 7\r\n\r\n").count(), 3, "{}", &text[..100]);
