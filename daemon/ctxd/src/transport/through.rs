@@ -85,7 +85,7 @@ impl WriteThrough {
         if written == 0 {
             return Through::Queue;
         }
-        queue_front(header.iter().chain(body).skip(written).copied().collect());
+        queue_front(rest_after(header, body, written));
         Through::Written
     }
 
@@ -99,6 +99,14 @@ impl WriteThrough {
     /// The writer thread wrote `messages` queued messages.
     pub(super) fn note_written(&self, messages: usize) {
         self.queued.fetch_sub(messages, Ordering::SeqCst);
+    }
+}
+
+/// What is left of the frame `header` + `body` once `written` bytes of it are out.
+fn rest_after(header: &[u8], body: &[u8], written: usize) -> Vec<u8> {
+    match written.checked_sub(header.len()) {
+        Some(of_body) => body.get(of_body..).unwrap_or_default().to_vec(),
+        None => [header.get(written..).unwrap_or_default(), body].concat(),
     }
 }
 
@@ -175,6 +183,14 @@ mod tests {
         assert_eq!(out.len(), capacity, "the pipe took what it holds");
         out.extend_from_slice(&rest);
         assert_eq!(out, [b"Content-Length: n\r\n\r\n".as_slice(), &body].concat());
+    }
+
+    #[test]
+    fn the_rest_of_a_frame_starts_where_the_write_stopped_in_the_header_or_the_body() {
+        assert_eq!(rest_after(b"HEADER", b"body", 3), b"DERbody");
+        assert_eq!(rest_after(b"HEADER", b"body", 6), b"body");
+        assert_eq!(rest_after(b"HEADER", b"body", 8), b"dy");
+        assert_eq!(rest_after(b"HEADER", b"body", 0), b"HEADERbody");
     }
 
     #[test]
