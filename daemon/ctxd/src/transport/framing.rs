@@ -212,11 +212,14 @@ pub fn encode(body: &[u8]) -> Vec<u8> {
 
 /// [`encode`], appending the frame to `out`.
 pub fn encode_into(body: &[u8], out: &mut Vec<u8>) {
-    use std::io::Write as _;
     out.reserve(body.len() + 32);
-    // Writing into a Vec cannot fail.
-    let _ = write!(out, "Content-Length: {}\r\n\r\n", body.len());
+    out.extend_from_slice(header(body.len()).as_bytes());
     out.extend_from_slice(body);
+}
+
+/// The header in front of a body of `length` bytes.
+pub fn header(length: usize) -> String {
+    format!("Content-Length: {length}\r\n\r\n")
 }
 
 #[cfg(test)]

@@ -140,7 +140,7 @@ impl Outbound {
     /// straight to stdout instead (see [`through`]).
     async fn send(&self, message: Outgoing) {
         if let Outgoing::Encoded(body) = &message {
-            let header = format!("Content-Length: {}\r\n\r\n", body.len());
+            let header = framing::header(body.len());
             let tx = &self.tx;
             let queue_front = |rest: Vec<u8>| {
                 // The queue is empty (nothing was queued), so this cannot find it full.
@@ -849,7 +849,7 @@ impl Batch {
                 return;
             }
         };
-        let header = format!("Content-Length: {}\r\n\r\n", large.len()).into_bytes();
+        let header = framing::header(large.len()).into_bytes();
         self.bytes += header.len() + large.len();
         self.large.push((header, large));
     }
@@ -861,11 +861,11 @@ impl Batch {
         self.small.clear();
         self.large.clear();
         self.bytes = 0;
-        self.messages = 1;
+        self.messages = 0;
         if matches!(first, Outgoing::End) {
+            self.messages = 1;
             return true;
         }
-        self.messages = 0;
         self.push(first);
         while self.bytes < MAX_BATCH_BYTES {
             match rx.try_recv() {
