@@ -53,7 +53,12 @@ fn read_all(data: &[u8], piece: usize, max: usize) -> Vec<Result<String, FrameEr
         while let Some(frame) = reader.next_frame().await {
             out.push(frame);
             // Every result consumes at least one byte, so more results than bytes is a loop.
-            assert!(out.len() <= data.len() + 1, "reader does not end: {} results from {} bytes", out.len(), data.len());
+            assert!(
+                out.len() <= data.len() + 1,
+                "reader does not end: {} results from {} bytes",
+                out.len(),
+                data.len()
+            );
         }
     });
     out
@@ -81,7 +86,8 @@ fn check_any(results: &[Result<String, FrameError>], input: &[u8], max: usize) {
 }
 
 fn header(frame: &Frame<'_>) -> Vec<u8> {
-    let name = ["Content-Length", "content-length", "CONTENT-LENGTH", "Content-length"][usize::from(frame.style >> 1 & 3)];
+    let name =
+        ["Content-Length", "content-length", "CONTENT-LENGTH", "Content-length"][usize::from(frame.style >> 1 & 3)];
     let end = if frame.style & 1 == 0 { "\r\n" } else { "\n" };
     let mut out = Vec::new();
     for _ in 0..(frame.style >> 5 & 3) {

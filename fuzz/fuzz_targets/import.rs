@@ -77,10 +77,7 @@ fn expected(data: &[u8]) -> (Vec<String>, Vec<u64>) {
 }
 
 fn is_own(line: &str) -> bool {
-    serde_json::from_str::<TypeOnly<'_>>(line)
-        .ok()
-        .and_then(|t| t.ty)
-        .is_some_and(|ty| ty.starts_with(OWN_TYPE_PREFIX))
+    serde_json::from_str::<TypeOnly<'_>>(line).ok().and_then(|t| t.ty).is_some_and(|ty| ty.starts_with(OWN_TYPE_PREFIX))
 }
 
 fn run(env: &mut Env, data: &[u8]) {

@@ -78,7 +78,10 @@ fn check_reply(reply: &Response) -> (Value, i64) {
     assert!(value["error"]["message"].is_string(), "{text}");
     assert!(value.get("id").is_some(), "reply without an id: {text}");
     // The client reads it back as a response.
-    assert!(matches!(decode(Ok(text.clone())), Incoming::Response(_)), "own reply does not decode as a response: {text}");
+    assert!(
+        matches!(decode(Ok(text.clone())), Incoming::Response(_)),
+        "own reply does not decode as a response: {text}"
+    );
     (value["id"].clone(), code)
 }
 
@@ -153,11 +156,8 @@ fn check(body: String) {
                 panic!("non-JSON body {body:?} decoded to a request");
             };
             let got_id = request.id().map_or(Value::Null, |id| serde_json::to_value(id).unwrap_or(json!("?")));
-            let got = Want::Request {
-                method: request.method().to_owned(),
-                id: got_id,
-                params: request.params().cloned(),
-            };
+            let got =
+                Want::Request { method: request.method().to_owned(), id: got_id, params: request.params().cloned() };
             assert_eq!(got, want(value), "{body:?}");
         }
         Incoming::Response(_) => {

@@ -21,7 +21,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use ctxd_core::memory::{self, DirEntry, frontmatter, MemoryConfig, MemoryFs, MemoryKind, MemorySet, Status};
+use ctxd_core::memory::{self, DirEntry, MemoryConfig, MemoryFs, MemoryKind, MemorySet, Status, frontmatter};
 use libfuzzer_sys::fuzz_target;
 
 const CWD: &str = "/w/p";
@@ -52,7 +52,8 @@ const PLACES: &[&str] = &[
 ];
 
 /// Files the agent may read afterwards.
-const READS: &[&str] = &["src/lib.rs", "src/deep/x.ts", "docs/c.md", "/w/p/a.md", "../x.md", "b.md", "src/api/h.ts", "/etc/m.md"];
+const READS: &[&str] =
+    &["src/lib.rs", "src/deep/x.ts", "docs/c.md", "/w/p/a.md", "../x.md", "b.md", "src/api/h.ts", "/etc/m.md"];
 
 #[derive(Default)]
 struct MemFs {
@@ -108,7 +109,12 @@ fn check(set: &MemorySet, fs: &MemFs, config: &MemoryConfig) {
             assert!(entry.imported_by.len() <= config.max_import_depth, "{:?}", entry.imported_by);
             assert!(!entry.imported_by.contains(&entry.path), "cycle followed: {:?}", entry.imported_by);
             let root_entry = entries.iter().find(|e| &e.path == root && e.kind != MemoryKind::Import);
-            assert!(root_entry.is_some(), "chain of {} starts at {}, not a memory file", entry.path.display(), root.display());
+            assert!(
+                root_entry.is_some(),
+                "chain of {} starts at {}, not a memory file",
+                entry.path.display(),
+                root.display()
+            );
             *import_chars.entry(root.as_path()).or_default() += chars;
             if entry.cut.is_none() {
                 assert_eq!(Some(&entry.content), text_of(fs, &entry.path).as_ref(), "{}", entry.path.display());

@@ -58,7 +58,9 @@ fn well_typed(object: &Map<String, Value>) -> bool {
         }
         Some(_) => false,
     };
-    strings.iter().all(|k| str_or_null(object.get(*k))) && flags.iter().all(|k| bool_or_null(object.get(*k))) && message_ok
+    strings.iter().all(|k| str_or_null(object.get(*k)))
+        && flags.iter().all(|k| bool_or_null(object.get(*k)))
+        && message_ok
 }
 
 fn usage_of(message: &Map<String, Value>) -> Option<TokenUsage> {

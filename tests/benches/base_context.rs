@@ -31,7 +31,11 @@ fn main() -> anyhow::Result<()> {
     let quick = std::env::args().any(|a| a == "--quick");
     let bin = ctxd_e2e::ctxd_bin();
     anyhow::ensure!(bin.exists(), "{} missing: cargo build --release -p ctxd", bin.display());
-    println!("base context benchmarks · binary {} · {} cores", bin.display(), std::thread::available_parallelism().map_or(0, |n| n.get()));
+    println!(
+        "base context benchmarks · binary {} · {} cores",
+        bin.display(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
     let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
     let wanted = |part: &str| only.is_empty() || only.iter().any(|o| o == part);
     if wanted("edits") {
@@ -55,7 +59,10 @@ fn start(state: &Path) -> anyhow::Result<Daemon> {
 
 fn open(daemon: &mut Daemon, session: &str, cwd: &Path) -> anyhow::Result<()> {
     daemon.request("ctx/openSession", json!({"cwd": cwd, "model": MODEL, "sessionId": session}))?;
-    daemon.request("ctx/append", json!({"sessionId": session, "records": [user_record(&format!("{session}-u0"), None, "Start.")]}))?;
+    daemon.request(
+        "ctx/append",
+        json!({"sessionId": session, "records": [user_record(&format!("{session}-u0"), None, "Start.")]}),
+    )?;
     Ok(())
 }
 
@@ -107,9 +114,15 @@ fn edit_latency(edits: usize) -> anyhow::Result<()> {
         // The next request rebuilds the memo, as an agent's would.
         daemon.request("ctx/context", json!({"sessionId": "s"}))?;
     }
-    println!("\nmemory-file edit → ctx/contextChanged, {edits} edits (half atomic saves), debounce {} ms:", DEBOUNCE.as_millis());
+    println!(
+        "\nmemory-file edit → ctx/contextChanged, {edits} edits (half atomic saves), debounce {} ms:",
+        DEBOUNCE.as_millis()
+    );
     println!("  {}", quantiles(samples));
-    println!("  extra deliveries: {extra}; target: within debounce + 20 ms = {} ms", (DEBOUNCE + Duration::from_millis(20)).as_millis());
+    println!(
+        "  extra deliveries: {extra}; target: within debounce + 20 ms = {} ms",
+        (DEBOUNCE + Duration::from_millis(20)).as_millis()
+    );
     Ok(())
 }
 
@@ -191,7 +204,8 @@ fn ledger(count: usize, chunk: usize) -> anyhow::Result<()> {
     for n in 0..count {
         let mut record = read_record(n, &path_of(n).display().to_string());
         record.as_object_mut().unwrap().remove("toolUseResult");
-        let filler = "x".repeat(read_record(n, &path_of(n).display().to_string()).to_string().len() - record.to_string().len());
+        let filler =
+            "x".repeat(read_record(n, &path_of(n).display().to_string()).to_string().len() - record.to_string().len());
         record["message"]["content"][0]["content"] = json!(format!("pub fn f{n}() {{}}\n{filler}"));
         daemon.request("ctx/append", json!({"sessionId": "plain", "records": [record]}))?;
     }
@@ -201,7 +215,11 @@ fn ledger(count: usize, chunk: usize) -> anyhow::Result<()> {
     println!("\nfile-read ledger, {count} entries (one ctx/append with one Read result per request, acknowledged):");
     let first = per_append[0].1;
     for (upto, each) in &per_append {
-        println!("  appends up to {upto:>6} entries: {:>7.1} µs each ({:.2}x the first {chunk})", each.as_secs_f64() * 1e6, each.as_secs_f64() / first.as_secs_f64());
+        println!(
+            "  appends up to {upto:>6} entries: {:>7.1} µs each ({:.2}x the first {chunk})",
+            each.as_secs_f64() * 1e6,
+            each.as_secs_f64() / first.as_secs_f64()
+        );
     }
     println!(
         "  daemon RSS: {:.1} MB before, {:.1} MB after {count} reads: +{:.1} MB (ledger, index, watched paths and the {count} records in view)",
@@ -248,7 +266,8 @@ fn observe_latency(appends: usize) -> anyhow::Result<()> {
         let mut file = std::fs::OpenOptions::new().append(true).open(&path)?;
         file.write_all(format!("{record}\n").as_bytes())?;
         drop(file);
-        daemon.wait_notification("ctx/usageChanged", |p| p["sessionId"] == id && p["usage"]["reportedTokens"] == input)?;
+        daemon
+            .wait_notification("ctx/usageChanged", |p| p["sessionId"] == id && p["usage"]["reportedTokens"] == input)?;
         samples.push(started.elapsed());
         std::thread::sleep(DEBOUNCE * 3);
     }

@@ -31,7 +31,11 @@ fn main() -> anyhow::Result<()> {
     let reps = if quick { 3 } else { 7 };
     let bin = ctxd_e2e::ctxd_bin();
     anyhow::ensure!(bin.exists(), "{} missing: cargo build --release -p ctxd", bin.display());
-    println!("compaction benchmarks · binary {} · {} cores · medians of {reps} runs", bin.display(), std::thread::available_parallelism().map_or(0, |n| n.get()));
+    println!(
+        "compaction benchmarks · binary {} · {} cores · medians of {reps} runs",
+        bin.display(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
     let session = generate(900_000, 7)?;
     offline_end_to_end(&session, reps)?;
     precomputed_install(&session, reps)?;
@@ -86,7 +90,13 @@ fn offline_end_to_end(session: &[Value], reps: usize) -> anyhow::Result<()> {
         daemon.stop()?;
     }
     println!("\noffline compaction end to end (`ctx/compact` request → answer, installed and synced):");
-    println!("  {} records, {tokens} tokens → {post} tokens: median {:.1} ms (min {:.1}, max {:.1}; target < 500 ms)", session.len(), median(times.clone()), times.iter().copied().fold(f64::MAX, f64::min), times.iter().copied().fold(0.0, f64::max));
+    println!(
+        "  {} records, {tokens} tokens → {post} tokens: median {:.1} ms (min {:.1}, max {:.1}; target < 500 ms)",
+        session.len(),
+        median(times.clone()),
+        times.iter().copied().fold(f64::MAX, f64::min),
+        times.iter().copied().fold(0.0, f64::max)
+    );
     Ok(())
 }
 
@@ -104,12 +114,22 @@ fn filler(uuid: &str, parent: Option<&str>, tokens: u64) -> Value {
 
 /// Appends fillers of about `step` tokens until one takes the session over the
 /// threshold; returns the time from sending that one to `ctx/compacted`.
-fn cross(daemon: &mut Daemon, id: &str, parent: Option<String>, mut step: u64, threshold: u64) -> anyhow::Result<(f64, Value)> {
+fn cross(
+    daemon: &mut Daemon,
+    id: &str,
+    parent: Option<String>,
+    mut step: u64,
+    threshold: u64,
+) -> anyhow::Result<(f64, Value)> {
     let mut parent = parent;
     for n in 0..20 {
         let uuid = format!("cross-{n}");
         let started = Instant::now();
-        let usage = daemon.request("ctx/append", json!({"sessionId": id, "records": [filler(&uuid, parent.as_deref(), step)]}))?["usage"].clone();
+        let usage =
+            daemon
+                .request("ctx/append", json!({"sessionId": id, "records": [filler(&uuid, parent.as_deref(), step)]}))?
+                ["usage"]
+                .clone();
         let tokens = usage["tokens"].as_u64().unwrap_or(0);
         if tokens >= threshold || usage["level"] == "compacting" {
             let compacted = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == id)?;
@@ -175,8 +195,16 @@ fn precomputed_install(session: &[Value], reps: usize) -> anyhow::Result<()> {
     anyhow::ensure!(!ahead.is_empty(), "no run reached the precompute start");
     let (a, p) = (median(ahead.clone()), median(plain.clone()));
     println!("\nthreshold crossing → ctx/compacted (sending the crossing append, synced, included):");
-    println!("  summary prepared ahead: median {a:.1} ms at {ahead_tokens} tokens, crossing record {} KB ({} runs; target < 50 ms)", ahead_step * 4 / 1024, ahead.len());
-    println!("  nothing prepared:       median {p:.1} ms at {plain_tokens} tokens, crossing record {} KB ({} runs)", plain_step * 4 / 1024, plain.len());
+    println!(
+        "  summary prepared ahead: median {a:.1} ms at {ahead_tokens} tokens, crossing record {} KB ({} runs; target < 50 ms)",
+        ahead_step * 4 / 1024,
+        ahead.len()
+    );
+    println!(
+        "  nothing prepared:       median {p:.1} ms at {plain_tokens} tokens, crossing record {} KB ({} runs)",
+        plain_step * 4 / 1024,
+        plain.len()
+    );
     println!("  ratio: {:.2}x", a / p);
     Ok(())
 }

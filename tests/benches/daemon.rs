@@ -27,7 +27,11 @@ fn main() -> anyhow::Result<()> {
     let reps = if quick { 3 } else { 7 };
     let bin = ctxd_e2e::ctxd_bin();
     anyhow::ensure!(bin.exists(), "{} missing: cargo build --release -p ctxd", bin.display());
-    println!("ctxd benchmarks · binary {} · {} cores · medians of {reps} runs", bin.display(), std::thread::available_parallelism().map_or(0, |n| n.get()));
+    println!(
+        "ctxd benchmarks · binary {} · {} cores · medians of {reps} runs",
+        bin.display(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
 
     // `-- usage` (or `startup`, `appends`, `resume`) runs one part only.
     let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
@@ -170,10 +174,18 @@ fn startup_and_idle_memory(reps: usize) -> anyhow::Result<()> {
         conn.request("ctx/openSession", json!({"cwd": "/tmp", "model": "claude-sonnet-4-5", "sessionId": "idle"}))?;
         std::thread::sleep(Duration::from_millis(1500));
         let status = std::fs::read_to_string(format!("/proc/{}/status", conn.child.id()))?;
-        let rss = status.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()).unwrap_or(0.0);
+        let rss = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            .unwrap_or(0.0);
         rss_kb.push(rss);
     }
-    println!("start-up: spawn → initialize answered: median {:.1} ms (max {:.1})", median(init_ms.clone()), init_ms.iter().cloned().fold(0.0, f64::max));
+    println!(
+        "start-up: spawn → initialize answered: median {:.1} ms (max {:.1})",
+        median(init_ms.clone()),
+        init_ms.iter().cloned().fold(0.0, f64::max)
+    );
     println!("idle daemon with one open session: median RSS {:.1} MB", median(rss_kb) / 1024.0);
     Ok(())
 }
@@ -183,11 +195,13 @@ fn client_appends(handle: &Handle, session: &str, base: usize, count: usize, win
     let mut pending = std::collections::VecDeque::new();
     for i in 0..count {
         if pending.len() == window {
-            let rx: std::sync::mpsc::Receiver<Value> = pending.pop_front().ok_or_else(|| anyhow::anyhow!("empty window"))?;
+            let rx: std::sync::mpsc::Receiver<Value> =
+                pending.pop_front().ok_or_else(|| anyhow::anyhow!("empty window"))?;
             let response = rx.recv_timeout(Duration::from_secs(120))?;
             anyhow::ensure!(response.get("error").is_none(), "append: {}", response["error"]);
         }
-        pending.push_back(handle.send("ctx/append", json!({"sessionId": session, "records": [record(base + i, 1024)]}))?);
+        pending
+            .push_back(handle.send("ctx/append", json!({"sessionId": session, "records": [record(base + i, 1024)]}))?);
     }
     for rx in pending {
         let response = rx.recv_timeout(Duration::from_secs(120))?;
@@ -247,7 +261,9 @@ fn append_throughput(reps: usize, quick: bool) -> anyhow::Result<()> {
         sync_baseline.push(n as f64 / started.elapsed().as_secs_f64());
     }
     let baseline = median(sync_baseline);
-    println!("durable appends, {clients} concurrent clients, 1 KB records, one record per request, acknowledged after sync:");
+    println!(
+        "durable appends, {clients} concurrent clients, 1 KB records, one record per request, acknowledged after sync:"
+    );
     for ((label, _, _), r) in modes.iter().zip(rates) {
         let rate = median(r);
         println!("  {label:<58} {rate:>8.0} records/s  ({:.1}x baseline)", rate / baseline);
@@ -294,7 +310,8 @@ fn resume(reps: usize, quick: bool) -> anyhow::Result<()> {
             let conn = Conn::start(&state)?;
             initialize(&conn)?;
             let started = Instant::now();
-            let opened = conn.request("ctx/openSession", json!({"cwd": "/tmp", "model": "claude-sonnet-4-5", "sessionId": id}))?;
+            let opened =
+                conn.request("ctx/openSession", json!({"cwd": "/tmp", "model": "claude-sonnet-4-5", "sessionId": id}))?;
             out.push(started.elapsed().as_secs_f64() * 1e3);
             anyhow::ensure!(opened["records"] == n as u64, "{id}: {}", opened["records"]);
         }
@@ -305,7 +322,10 @@ fn resume(reps: usize, quick: bool) -> anyhow::Result<()> {
     }
     let (p, c, r) = (median(plain), median(compacted), median(read_baseline));
     println!("resume (ctx/openSession on a fresh daemon), {n} records of 1 KB ({:.0} MB):", bytes as f64 / 1e6);
-    println!("  no boundary:                 {p:>8.1} ms  ({:.1}x reading the same bytes with fs::read: {r:.1} ms)", p / r);
+    println!(
+        "  no boundary:                 {p:>8.1} ms  ({:.1}x reading the same bytes with fs::read: {r:.1} ms)",
+        p / r
+    );
     println!("  boundary before the last 1%: {c:>8.1} ms  ({:.3}x the no-boundary resume)", c / p);
     Ok(())
 }
@@ -344,6 +364,11 @@ fn usage_after_append(quick: bool) -> anyhow::Result<()> {
     for (n, append, usage) in &figures {
         println!("  {n:>7} records: append+usage {append:>7.3} ms, ctx/usage {usage:>7.3} ms");
     }
-    println!("  ratio {} / 100 records: append {:.2}x, ctx/usage {:.2}x", large.0, large.1 / small.1, large.2 / small.2);
+    println!(
+        "  ratio {} / 100 records: append {:.2}x, ctx/usage {:.2}x",
+        large.0,
+        large.1 / small.1,
+        large.2 / small.2
+    );
     Ok(())
 }

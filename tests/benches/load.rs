@@ -34,7 +34,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use ctxd_e2e::load::{Background, Compactions, HeldRequest, Mux, SessionLog, Workload, assemble_params, check_assembled, check_stored, filler, open_and_seed, session_id};
+use ctxd_e2e::load::{
+    Background, Compactions, HeldRequest, Mux, SessionLog, Workload, assemble_params, check_assembled, check_stored,
+    filler, open_and_seed, session_id,
+};
 use serde_json::json;
 
 fn main() -> anyhow::Result<()> {
@@ -68,9 +71,24 @@ fn main() -> anyhow::Result<()> {
     // `--same-session` runs only the part about appends during a compaction,
     // `--agent-pace` only the fixed loads.
     let flag = |name: &str| std::env::args().any(|a| a == name);
-    let loads = if flag("--same-session") { &loads[..0] } else if flag("--agent-pace") { &loads[..2] } else { &loads[..] };
+    let loads = if flag("--same-session") {
+        &loads[..0]
+    } else if flag("--agent-pace") {
+        &loads[..2]
+    } else {
+        &loads[..]
+    };
     for &(pace, pause, compactions, keep_requests) in loads {
-        let workload = Workload { name: String::new(), sessions: 50, compacting: 5, compactions, assemble_every: 4, pause, operations: None, keep_requests };
+        let workload = Workload {
+            name: String::new(),
+            sessions: 50,
+            compacting: 5,
+            compactions,
+            assemble_every: 4,
+            pause,
+            operations: None,
+            keep_requests,
+        };
         let provider = matches!(compactions, Compactions::Continuous).then_some(PROVIDER_DELAY);
         load(pace, workload, provider, rounds, samples)?;
     }
@@ -113,7 +131,8 @@ fn samples_path() -> Option<String> {
 /// The file of [`samples_path`], opened to append.
 fn sample_log() -> anyhow::Result<Option<std::fs::File>> {
     let Some(path) = samples_path() else { return Ok(None) };
-    let file = std::fs::OpenOptions::new().append(true).create(true).open(&path).with_context(|| format!("opening {path}"))?;
+    let file =
+        std::fs::OpenOptions::new().append(true).create(true).open(&path).with_context(|| format!("opening {path}"))?;
     Ok(Some(file))
 }
 
@@ -131,7 +150,13 @@ const PROVIDER_DELAY: Duration = Duration::from_millis(250);
 /// the same size while the background load runs. With `provider`, compactions go to a
 /// local Anthropic endpoint that answers after that delay; without, to the offline
 /// summarizer.
-fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: usize, samples: usize) -> anyhow::Result<()> {
+fn load(
+    pace: &str,
+    mut workload: Workload,
+    provider: Option<Duration>,
+    rounds: usize,
+    samples: usize,
+) -> anyhow::Result<()> {
     let dir = tempfile::Builder::new().prefix("ctxd-load-").tempdir()?;
     let state = dir.path().join("state");
     if let Some(delay) = provider {
@@ -143,7 +168,10 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
     }
     // The daemon logs each append's steps (`ctxd::latency`), for the table of where the
     // probe's time went.
-    let mux = Mux::start(&state, &[("CTXD_BENCH_API_KEY", "sk-bench-not-a-secret"), ("CTXD_LOG", "info,ctxd::latency=debug")])?;
+    let mux = Mux::start(
+        &state,
+        &[("CTXD_BENCH_API_KEY", "sk-bench-not-a-secret"), ("CTXD_LOG", "info,ctxd::latency=debug")],
+    )?;
     let mut sample_log = sample_log()?;
     let mut idle = Latencies::default();
     let mut loaded = Latencies::default();
@@ -156,7 +184,13 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
     for round in 0..rounds {
         workload.name = format!("r{round}");
         let seeded: Vec<Vec<String>> = (0..workload.sessions)
-            .map(|i| open_and_seed(&mux, &session_id(i, &workload), if i < workload.compacting { COMPACTING_RECORDS } else { OTHER_RECORDS }))
+            .map(|i| {
+                open_and_seed(
+                    &mux,
+                    &session_id(i, &workload),
+                    if i < workload.compacting { COMPACTING_RECORDS } else { OTHER_RECORDS },
+                )
+            })
             .collect::<anyhow::Result<_>>()?;
         let mut alone = Probe::open(&mux, &format!("probe-idle-{round}"), workload.keep_requests)?;
         let mut busy = Probe::open(&mux, &format!("probe-loaded-{round}"), workload.keep_requests)?;
@@ -203,13 +237,20 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
     if let Some(path) = samples_path() {
         // The daemon's log beside the samples: its compactions, timed, to line up with them.
         let copy = format!("{path}.{}.log", pace.replace([' ', ','], "-"));
-        std::fs::copy(state.with_extension("log"), &copy).with_context(|| format!("copying the daemon's log to {copy}"))?;
+        std::fs::copy(state.with_extension("log"), &copy)
+            .with_context(|| format!("copying the daemon's log to {copy}"))?;
     }
 
     let appended: usize = logs.iter().map(|l| l.appended.len()).sum();
     let how = match workload.compactions {
-        Compactions::EveryAppends(n) => format!("each after every {n} of its appends, never pausing; the others pausing {:?} between operations", workload.pause),
-        Compactions::Continuous => format!("back to back on a second client each; every client pausing {:?} between operations", workload.pause),
+        Compactions::EveryAppends(n) => format!(
+            "each after every {n} of its appends, never pausing; the others pausing {:?} between operations",
+            workload.pause
+        ),
+        Compactions::Continuous => format!(
+            "back to back on a second client each; every client pausing {:?} between operations",
+            workload.pause
+        ),
     };
     println!(
         "{pace}: {} sessions, {} of them compacting ({how}), one assemble in {}: {:.0} operations/s, {compactions} compactions {summarizers:?}",
@@ -218,10 +259,19 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
         workload.assemble_every,
         ops as f64 / loaded_secs.max(1e-9),
     );
-    println!("  {:<22} {:>10} {:>10} {:>11} {:>11} {:>8} {:>8}", "probe session", "idle p50", "idle p99", "loaded p50", "loaded p99", "x p50", "x p99");
-    for (label, a, b) in [("ctx/append (durable)", &idle.append, &loaded.append), ("ctx/assemble", &idle.assemble, &loaded.assemble)] {
+    println!(
+        "  {:<22} {:>10} {:>10} {:>11} {:>11} {:>8} {:>8}",
+        "probe session", "idle p50", "idle p99", "loaded p50", "loaded p99", "x p50", "x p99"
+    );
+    for (label, a, b) in
+        [("ctx/append (durable)", &idle.append, &loaded.append), ("ctx/assemble", &idle.assemble, &loaded.assemble)]
+    {
         let (a50, a99, b50, b99) = (pct(a, 50.0), pct(a, 99.0), pct(b, 50.0), pct(b, 99.0));
-        println!("  {label:<22} {a50:>8.2}ms {a99:>8.2}ms {b50:>9.2}ms {b99:>9.2}ms {:>7.1}x {:>7.1}x", b50 / a50, b99 / a99);
+        println!(
+            "  {label:<22} {a50:>8.2}ms {a99:>8.2}ms {b50:>9.2}ms {b99:>9.2}ms {:>7.1}x {:>7.1}x",
+            b50 / a50,
+            b99 / a99
+        );
     }
     println!(
         "  {:<22} {:>8.2}ms {:>8.2}ms {:>9.2}ms {:>9.2}ms   (a thread sleeping 1 ms beside the probe: how late it woke)",
@@ -232,12 +282,26 @@ fn load(pace: &str, mut workload: Workload, provider: Option<Duration>, rounds: 
         pct(&loaded_wakes, 99.0),
     );
     let controls = [
-        ("pipe ping-pong", &idle_pings, &loaded_pings, "two threads of the benchmark echoing a byte over pipes, paced as the probe: no ctxd in it"),
-        ("file append + sync", &idle_syncs, &loaded_syncs, "the benchmark appending 1.1 KB to a file beside the store and syncing it, paced as the probe, after each window"),
+        (
+            "pipe ping-pong",
+            &idle_pings,
+            &loaded_pings,
+            "two threads of the benchmark echoing a byte over pipes, paced as the probe: no ctxd in it",
+        ),
+        (
+            "file append + sync",
+            &idle_syncs,
+            &loaded_syncs,
+            "the benchmark appending 1.1 KB to a file beside the store and syncing it, paced as the probe, after each window",
+        ),
     ];
     for (label, a, b, what) in controls {
         let (a50, a99, b50, b99) = (pct(a, 50.0), pct(a, 99.0), pct(b, 50.0), pct(b, 99.0));
-        println!("  {label:<22} {a50:>8.2}ms {a99:>8.2}ms {b50:>9.2}ms {b99:>9.2}ms {:>7.1}x {:>7.1}x   ({what})", b50 / a50, b99 / a99);
+        println!(
+            "  {label:<22} {a50:>8.2}ms {a99:>8.2}ms {b50:>9.2}ms {b99:>9.2}ms {:>7.1}x {:>7.1}x   ({what})",
+            b50 / a50,
+            b99 / a99
+        );
     }
     println!(
         "  {appended} background records stored, none lost or out of order; daemon VmRSS under load up to {peak_rss:.1} MB, VmHWM {:.1} MB",
@@ -295,7 +359,9 @@ fn print_steps(log: &str, operation: Operation, idle: &Latencies, loaded: &Laten
     for line in log.lines().filter(|l| l.contains("ctxd::latency") && l.contains(message)) {
         let field = |name: &str| ctxd_e2e::log_field(line, name);
         let number = |name: &str| field(name).and_then(|v| v.parse::<f64>().ok());
-        if let (Some(session), Some(read), Some(inside), Some(step)) = (field("session"), number("read_unix_us"), number("in_daemon"), number(inner)) {
+        if let (Some(session), Some(read), Some(inside), Some(step)) =
+            (field("session"), number("read_unix_us"), number("in_daemon"), number(inner))
+        {
             steps.entry(session.trim_matches('"')).or_default().push([read, inside, step]);
         }
     }
@@ -331,13 +397,22 @@ fn print_steps(log: &str, operation: Operation, idle: &Latencies, loaded: &Laten
     let labels = ["to the daemon", "in the daemon", inner_label, "back to the client", "  of it, to the probe"];
     for (label, (a, b)) in labels.iter().zip(a.iter().zip(&b)) {
         let (a50, a99, b50, b99) = (pct(a, 50.0), pct(a, 99.0), pct(b, 50.0), pct(b, 99.0));
-        println!("  {label:<22} {a50:>8.2}ms {a99:>8.2}ms {b50:>9.2}ms {b99:>9.2}ms {:>7.1}x {:>7.1}x", b50 / a50, b99 / a99);
+        println!(
+            "  {label:<22} {a50:>8.2}ms {a99:>8.2}ms {b50:>9.2}ms {b99:>9.2}ms {:>7.1}x {:>7.1}x",
+            b50 / a50,
+            b99 / a99
+        );
     }
 }
 
 fn memory_mb(pid: u32, field: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()).unwrap_or(0.0) / 1024.0
+    status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1024.0
 }
 
 #[derive(Default)]
@@ -367,7 +442,11 @@ struct Probe {
 
 impl Probe {
     fn open(mux: &Mux, id: &str, keep_requests: bool) -> anyhow::Result<Probe> {
-        Ok(Probe { id: id.to_owned(), appended: open_and_seed(mux, id, PROBE_RECORDS)?, held: keep_requests.then(HeldRequest::default) })
+        Ok(Probe {
+            id: id.to_owned(),
+            appended: open_and_seed(mux, id, PROBE_RECORDS)?,
+            held: keep_requests.then(HeldRequest::default),
+        })
     }
 
     /// One append; its latency in ms and whether the session was compacting.
@@ -387,14 +466,22 @@ impl Probe {
     /// With `log`, each pair is also written there as a line: `label`, the probe, the
     /// pair's position in its window, both latencies in ms, and when the append was
     /// sent (Unix seconds, to line it up with the daemon's log).
-    fn measure(&mut self, mux: &Mux, samples: usize, into: &mut Latencies, log: &mut Option<std::fs::File>, label: &str) -> anyhow::Result<()> {
+    fn measure(
+        &mut self,
+        mux: &Mux,
+        samples: usize,
+        into: &mut Latencies,
+        log: &mut Option<std::fs::File>,
+        label: &str,
+    ) -> anyhow::Result<()> {
         let pause = probe_pause();
         for position in 0..samples {
             std::thread::sleep(pause);
             let uuid = format!("{}-{:06}", self.id, self.appended.len());
             let record = filler(&uuid, self.appended.last().map(String::as_str), self.appended.len());
             let (started, sent) = (Instant::now(), ctxd_e2e::load::unix_us());
-            let (body, answer_read) = mux.request_body_timed("ctx/append", json!({"sessionId": self.id, "records": [record]}))?;
+            let (body, answer_read) =
+                mux.request_body_timed("ctx/append", json!({"sessionId": self.id, "records": [record]}))?;
             into.append.push(started.elapsed().as_secs_f64() * 1e3);
             into.sent.push(Sent { session: self.id.clone(), at: sent, answer_read });
             let result = serde_json::from_slice::<serde_json::Value>(&body)?["result"].take();
@@ -406,7 +493,8 @@ impl Probe {
             let (body, answer_read) = mux.request_body_timed("ctx/assemble", params)?;
             into.assemble.push(started.elapsed().as_secs_f64() * 1e3);
             into.assemble_sent.push(Sent { session: self.id.clone(), at: assemble_sent, answer_read });
-            if let (Some(out), Some(append), Some(assemble)) = (log.as_mut(), into.append.last(), into.assemble.last()) {
+            if let (Some(out), Some(append), Some(assemble)) = (log.as_mut(), into.append.last(), into.assemble.last())
+            {
                 let sent = sent / 1e6;
                 writeln!(out, "{label}\t{}\t{position}\t{append:.3}\t{assemble:.3}\t{sent:.6}", self.id)?;
             }
@@ -594,16 +682,30 @@ fn during_compaction(rounds: usize, samples: usize) -> anyhow::Result<()> {
         compactions += done.load(Ordering::Relaxed);
         // Everything appended is stored, in order, after the compactions' records.
         let prefix = format!("{id}-");
-        let stored: Vec<String> = ctxd_e2e::stored_uuids(&state, &id)?.into_iter().filter(|u| u.starts_with(&prefix)).collect();
-        anyhow::ensure!(stored == probe.appended, "{id}: {} stored, {} appended (or out of order)", stored.len(), probe.appended.len());
+        let stored: Vec<String> =
+            ctxd_e2e::stored_uuids(&state, &id)?.into_iter().filter(|u| u.starts_with(&prefix)).collect();
+        anyhow::ensure!(
+            stored == probe.appended,
+            "{id}: {} stored, {} appended (or out of order)",
+            stored.len(),
+            probe.appended.len()
+        );
         mux.request("ctx/closeSession", json!({"sessionId": id}))?;
     }
     println!(
         "same session compacting: {PROBE_RECORDS} records, a provider that answers in {SLOW_SUMMARY:?}, `ctx/compact` back to back ({compactions} compactions), one append every {APPEND_PAUSE:?} ({outside} answered between two compactions, not counted)"
     );
-    println!("  {:<22} {:>10} {:>10} {:>11} {:>11} {:>8} {:>8}", "same session", "idle p50", "idle p99", "compact p50", "compact p99", "x p50", "x p99");
+    println!(
+        "  {:<22} {:>10} {:>10} {:>11} {:>11} {:>8} {:>8}",
+        "same session", "idle p50", "idle p99", "compact p50", "compact p99", "x p50", "x p99"
+    );
     let (a50, a99, b50, b99) = (pct(&idle, 50.0), pct(&idle, 99.0), pct(&loaded, 50.0), pct(&loaded, 99.0));
-    println!("  {:<22} {a50:>8.2}ms {a99:>8.2}ms {b50:>9.2}ms {b99:>9.2}ms {:>7.1}x {:>7.1}x", "ctx/append (durable)", b50 / a50, b99 / a99);
+    println!(
+        "  {:<22} {a50:>8.2}ms {a99:>8.2}ms {b50:>9.2}ms {b99:>9.2}ms {:>7.1}x {:>7.1}x",
+        "ctx/append (durable)",
+        b50 / a50,
+        b99 / a99
+    );
     Ok(())
 }
 
@@ -612,7 +714,8 @@ fn during_compaction(rounds: usize, samples: usize) -> anyhow::Result<()> {
 fn slow_provider(delay: Duration) -> anyhow::Result<u16> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
-    let text = "<analysis>draft</analysis><summary>1. Primary Request and Intent:\n   The benchmark's session.\n</summary>";
+    let text =
+        "<analysis>draft</analysis><summary>1. Primary Request and Intent:\n   The benchmark's session.\n</summary>";
     let events = [
         json!({"type": "message_start", "message": {"id": "msg_bench", "type": "message", "role": "assistant", "model": "m", "content": [], "usage": {"input_tokens": 100, "output_tokens": 1}}}),
         json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
@@ -621,7 +724,8 @@ fn slow_provider(delay: Duration) -> anyhow::Result<u16> {
         json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 40}}),
         json!({"type": "message_stop"}),
     ];
-    let body: String = events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or_default())).collect();
+    let body: String =
+        events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or_default())).collect();
     let body = Arc::new(body);
     std::thread::spawn(move || {
         for stream in listener.incoming() {
@@ -638,6 +742,9 @@ fn answer_after(mut stream: std::net::TcpStream, delay: Duration, body: &str) {
     let Ok(clone) = stream.try_clone() else { return };
     ctxd_e2e::read_http_request(&mut BufReader::new(clone));
     std::thread::sleep(delay);
-    let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+    let _ = write!(
+        stream,
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
 }
-

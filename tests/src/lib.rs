@@ -213,8 +213,7 @@ impl Daemon {
         while let Ok(message) = self.messages.try_recv() {
             self.backlog.push(message);
         }
-        let (matching, rest): (Vec<Value>, Vec<Value>) =
-            self.backlog.drain(..).partition(|m| m["method"] == method);
+        let (matching, rest): (Vec<Value>, Vec<Value>) = self.backlog.drain(..).partition(|m| m["method"] == method);
         self.backlog = rest;
         matching.into_iter().map(|m| m["params"].clone()).collect()
     }
@@ -353,7 +352,8 @@ pub fn example(n: usize) -> Vec<Value> {
 /// Every line of session `id`'s transcript in `state`, parsed.
 #[allow(clippy::expect_used)] // test harness: a missing or corrupt transcript fails the test
 pub fn records_of(state: &Path, id: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(state.join("sessions").join(format!("{id}.jsonl"))).expect("the session's transcript");
+    let text =
+        std::fs::read_to_string(state.join("sessions").join(format!("{id}.jsonl"))).expect("the session's transcript");
     text.lines().map(|l| serde_json::from_str(l).expect("a transcript line")).collect()
 }
 
@@ -374,7 +374,13 @@ pub fn user_record(uuid: &str, parent: Option<&str>, text: &str) -> Value {
 }
 
 /// An assistant record with usage.
-pub fn assistant_record(uuid: &str, parent: Option<&str>, message_id: &str, input_tokens: u64, output_tokens: u64) -> Value {
+pub fn assistant_record(
+    uuid: &str,
+    parent: Option<&str>,
+    message_id: &str,
+    input_tokens: u64,
+    output_tokens: u64,
+) -> Value {
     json!({
         "parentUuid": parent,
         "isSidechain": false,

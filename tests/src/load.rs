@@ -45,7 +45,8 @@ pub struct Mux {
 /// 360 KB, about 0.2 ms of the one thread that reads every answer, which every answer
 /// behind it (the probe's among them) would wait for.
 pub fn answer_id(body: &[u8]) -> Option<i64> {
-    let is_answer = body.starts_with(br#"{"jsonrpc":"2.0","result":"#) || body.starts_with(br#"{"jsonrpc":"2.0","error":"#);
+    let is_answer =
+        body.starts_with(br#"{"jsonrpc":"2.0","result":"#) || body.starts_with(br#"{"jsonrpc":"2.0","error":"#);
     // The last member of the top-level object: nothing nested closes after it.
     let head = body.strip_suffix(b"}")?;
     let digits = head.iter().rev().take_while(|b| b.is_ascii_digit()).count();
@@ -83,7 +84,9 @@ impl Mux {
                 let id = match answer_id(&body) {
                     Some(id) => id,
                     None => {
-                        let Ok(Route { id: Some(id), method: None }) = serde_json::from_slice::<Route>(&body) else { continue };
+                        let Ok(Route { id: Some(id), method: None }) = serde_json::from_slice::<Route>(&body) else {
+                            continue;
+                        };
                         id
                     }
                 };
@@ -147,7 +150,10 @@ impl Mux {
     pub fn request_body_timed(&self, method: &str, params: Value) -> anyhow::Result<(Vec<u8>, f64)> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.read_at.lock().map_err(|_| anyhow!("poisoned"))?.insert(id, None);
-        let body = self.send_as(id, method, params)?.recv_timeout(ANSWER_TIMEOUT).map_err(|e| anyhow!("{method}: no answer: {e}"));
+        let body = self
+            .send_as(id, method, params)?
+            .recv_timeout(ANSWER_TIMEOUT)
+            .map_err(|e| anyhow!("{method}: no answer: {e}"));
         let read_at = self.read_at.lock().map_err(|_| anyhow!("poisoned"))?.remove(&id).flatten();
         Ok((body?, read_at.context("the reader did not stamp the answer")?))
     }
@@ -318,7 +324,10 @@ impl Gate {
                 state.busy += 1;
                 return Some(Busy(self));
             }
-            state = self.changed.wait_while(state, |s| s.paused && !stop.load(Ordering::SeqCst)).unwrap_or_else(std::sync::PoisonError::into_inner);
+            state = self
+                .changed
+                .wait_while(state, |s| s.paused && !stop.load(Ordering::SeqCst))
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             drop(state);
             std::thread::sleep(after_pause);
             state = self.lock();
@@ -360,13 +369,17 @@ impl Background {
                 std::thread::spawn(move || {
                     let continuous = i < workload.compacting && matches!(workload.compactions, Compactions::Continuous);
                     let compactor = continuous.then(|| {
-                        let (mux, id, gate, done) = (mux.clone(), session_id(i, &workload), gate.clone(), Arc::new(AtomicBool::new(false)));
+                        let (mux, id, gate, done) =
+                            (mux.clone(), session_id(i, &workload), gate.clone(), Arc::new(AtomicBool::new(false)));
                         let stop_compacting = done.clone();
                         // Spread over one pause too: a pause ends every compaction, and
                         // resumed in step they would all install at the same moment, a
                         // burst the load never has once under way.
                         let after_pause = workload.pause * i as u32 / workload.compacting.max(1) as u32;
-                        (std::thread::spawn(move || compact_until(&mux, &id, &gate, &stop_compacting, after_pause)), done)
+                        (
+                            std::thread::spawn(move || compact_until(&mux, &id, &gate, &stop_compacting, after_pause)),
+                            done,
+                        )
                     });
                     let log = client(&mux, &workload, i, appended, &gate, &stop, after_pause);
                     let Some((compactor, done)) = compactor else { return log };
@@ -404,7 +417,13 @@ impl Background {
 }
 
 /// `ctx/compact` on session `id` back to back until `done`; their summarizers, counted.
-fn compact_until(mux: &Mux, id: &str, gate: &Gate, done: &AtomicBool, after_pause: Duration) -> anyhow::Result<BTreeMap<String, u64>> {
+fn compact_until(
+    mux: &Mux,
+    id: &str,
+    gate: &Gate,
+    done: &AtomicBool,
+    after_pause: Duration,
+) -> anyhow::Result<BTreeMap<String, u64>> {
     let mut summarizers = BTreeMap::new();
     while let Some(_busy) = gate.enter(done, after_pause) {
         compact(mux, id, &mut summarizers)?;
@@ -419,7 +438,15 @@ fn compact(mux: &Mux, id: &str, summarizers: &mut BTreeMap<String, u64>) -> anyh
     Ok(())
 }
 
-fn client(mux: &Mux, workload: &Workload, i: usize, appended: Vec<String>, gate: &Gate, stop: &AtomicBool, after_pause: Duration) -> anyhow::Result<SessionLog> {
+fn client(
+    mux: &Mux,
+    workload: &Workload,
+    i: usize,
+    appended: Vec<String>,
+    gate: &Gate,
+    stop: &AtomicBool,
+    after_pause: Duration,
+) -> anyhow::Result<SessionLog> {
     let id = session_id(i, workload);
     let compact_every = match workload.compactions {
         Compactions::EveryAppends(n) if i < workload.compacting => Some(n.max(1) as u64),
@@ -434,17 +461,22 @@ fn client(mux: &Mux, workload: &Workload, i: usize, appended: Vec<String>, gate:
         if op.is_multiple_of(workload.assemble_every.max(1)) {
             let last = log.appended.last().map(String::as_str);
             if workload.keep_requests {
-                let body = mux.request_body("ctx/assemble", held.params(&id)).with_context(|| format!("{id}: assemble"))?;
+                let body =
+                    mux.request_body("ctx/assemble", held.params(&id)).with_context(|| format!("{id}: assemble"))?;
                 held.take(&body, last).with_context(|| format!("{id}: assemble"))?;
             } else {
-                let body = mux.request_body("ctx/assemble", assemble_params(&id)).with_context(|| format!("{id}: assemble"))?;
+                let body = mux
+                    .request_body("ctx/assemble", assemble_params(&id))
+                    .with_context(|| format!("{id}: assemble"))?;
                 check_assembled(&body, last).with_context(|| format!("{id}: assemble"))?;
             }
             log.assembles += 1;
         } else {
             let uuid = format!("{id}-{:06}", log.appended.len());
             let record = filler(&uuid, log.appended.last().map(String::as_str), log.appended.len());
-            let result = mux.request("ctx/append", json!({"sessionId": id, "records": [record]})).with_context(|| format!("{id}: append"))?;
+            let result = mux
+                .request("ctx/append", json!({"sessionId": id, "records": [record]}))
+                .with_context(|| format!("{id}: append"))?;
             ensure!(result["appended"] == 1, "{id}: append gave {result}");
             log.appended.push(uuid);
             log.appends += 1;
@@ -514,9 +546,15 @@ impl HeldRequest {
             _content: IgnoredAny,
         }
         let shown = || String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned();
-        let answer: Answer = serde_json::from_slice(body).with_context(|| format!("not an assemble answer: {}", shown()))?;
+        let answer: Answer =
+            serde_json::from_slice(body).with_context(|| format!("not an assemble answer: {}", shown()))?;
         let assembled = answer.result.with_context(|| format!("an error: {}", shown()))?;
-        ensure!(assembled.messages_from <= self.messages.len(), "messagesFrom {} past the {} messages held", assembled.messages_from, self.messages.len());
+        ensure!(
+            assembled.messages_from <= self.messages.len(),
+            "messagesFrom {} past the {} messages held",
+            assembled.messages_from,
+            self.messages.len()
+        );
         ensure!(assembled.messages_from == 0 || self.revision.is_some(), "a partial answer to a request without since");
         self.messages.truncate(assembled.messages_from);
         self.messages.extend(assembled.request.messages);
@@ -536,8 +574,15 @@ impl HeldRequest {
 pub fn check_stored(state_dir: &Path, logs: &[SessionLog]) -> anyhow::Result<()> {
     for log in logs {
         let prefix = format!("{}-", log.id);
-        let stored: Vec<String> = stored_uuids(state_dir, &log.id)?.into_iter().filter(|u| u.starts_with(&prefix)).collect();
-        ensure!(stored == log.appended, "{}: {} stored, {} appended (or out of order)", log.id, stored.len(), log.appended.len());
+        let stored: Vec<String> =
+            stored_uuids(state_dir, &log.id)?.into_iter().filter(|u| u.starts_with(&prefix)).collect();
+        ensure!(
+            stored == log.appended,
+            "{}: {} stored, {} appended (or out of order)",
+            log.id,
+            stored.len(),
+            log.appended.len()
+        );
     }
     Ok(())
 }
@@ -557,7 +602,10 @@ mod tests {
         assert_eq!(answer_id(br#"{"jsonrpc":"2.0","result":{"id":3}}"#), None);
         // Notifications and the daemon's own requests are left to the parser.
         assert_eq!(answer_id(br#"{"jsonrpc":"2.0","method":"ctx/usageChanged","params":{"id":1}}"#), None);
-        assert_eq!(answer_id(br#"{"jsonrpc":"2.0","method":"window/workDoneProgress/create","params":{},"id":1}"#), None);
+        assert_eq!(
+            answer_id(br#"{"jsonrpc":"2.0","method":"window/workDoneProgress/create","params":{},"id":1}"#),
+            None
+        );
         // A string id, or none.
         assert_eq!(answer_id(br#"{"jsonrpc":"2.0","result":null,"id":"a1"}"#), None);
         assert_eq!(answer_id(br#"{"jsonrpc":"2.0","result":null,"id":}"#), None);

@@ -98,7 +98,10 @@ impl Client {
 
         let assembled = self
             .daemon
-            .request("ctx/assemble", json!({"sessionId": "s", "system": [{"type": "text", "text": "sys"}], "tools": [], "maxTokens": 4000}))
+            .request(
+                "ctx/assemble",
+                json!({"sessionId": "s", "system": [{"type": "text", "text": "sys"}], "tools": [], "maxTokens": 4000}),
+            )
             .unwrap();
         let messages = assembled["request"]["messages"].as_array().unwrap();
         assert_eq!(messages[0]["role"], "user");
@@ -128,23 +131,35 @@ fn abuse_between_valid_requests_gets_errors_while_valid_work_is_answered_and_mem
     const MB: usize = 1024 * 1024;
     let deep = frame(format!("{}{}", "[".repeat(MB / 2), "]".repeat(MB / 2)).as_bytes());
     let deep_in_params = frame(
-        format!(r#"{{"jsonrpc":"2.0","id":5,"method":"ctx/append","params":{{"sessionId":"s","records":[{}{}]}}}}"#, "{\"a\":".repeat(MB / 8), "1".to_owned() + &"}".repeat(MB / 8))
-            .as_bytes(),
+        format!(
+            r#"{{"jsonrpc":"2.0","id":5,"method":"ctx/append","params":{{"sessionId":"s","records":[{}{}]}}}}"#,
+            "{\"a\":".repeat(MB / 8),
+            "1".to_owned() + &"}".repeat(MB / 8)
+        )
+        .as_bytes(),
     );
     let mut bad_utf8 = br#"{"jsonrpc":"2.0","id":6,"method":"ctx/usage","params":{"sessionId":""#.to_vec();
     bad_utf8.extend(std::iter::repeat_n([0xff_u8, 0xfe, b'a'], MB / 3).flatten());
     bad_utf8.extend_from_slice(br#""}}"#);
     let bad_utf8 = frame(&bad_utf8);
-    let truncated_json = frame(&br#"{"jsonrpc":"2.0","id":7,"method":"ctx/append","params":{"sessionId":"s","records":["#.repeat(MB / 80));
+    let truncated_json = frame(
+        &br#"{"jsonrpc":"2.0","id":7,"method":"ctx/append","params":{"sessionId":"s","records":["#.repeat(MB / 80),
+    );
     let wrong_type_big = json!({"jsonrpc": "2.0", "id": 990_001, "method": "ctx/append", "params": {"sessionId": "s", "records": "r".repeat(MB)}}).to_string();
-    let unknown_big = json!({"jsonrpc": "2.0", "id": 990_002, "method": "ctx/nothingHere", "params": {"blob": "b".repeat(MB)}}).to_string();
+    let unknown_big =
+        json!({"jsonrpc": "2.0", "id": 990_002, "method": "ctx/nothingHere", "params": {"blob": "b".repeat(MB)}})
+            .to_string();
 
     let mut rss_after_warmup = 0;
     for round in 0..ROUNDS {
         // Malformed frames.
         client.abuse("no content-length", b"Content-Type: application/json\r\n\r\n{}", Expect::NullId(-32700));
         client.abuse("bad content-length", b"Content-Length: twelve\r\n\r\n{}", Expect::NullId(-32700));
-        client.abuse("content-length overflow", b"Content-Length: 99999999999999999999999999\r\n\r\n", Expect::NullId(-32700));
+        client.abuse(
+            "content-length overflow",
+            b"Content-Length: 99999999999999999999999999\r\n\r\n",
+            Expect::NullId(-32700),
+        );
         let mut long_header = b"X-Padding: ".to_vec();
         long_header.resize(20_000, b'p');
         long_header.extend_from_slice(b"\r\n\r\n");
@@ -172,20 +187,39 @@ fn abuse_between_valid_requests_gets_errors_while_valid_work_is_answered_and_mem
 
         // Unknown methods and wrong parameter types.
         client.bad_request(990_010, "ctx/doesNotExist", json!({}), -32601);
-        client.abuse("unknown notification", &frame(br#"{"jsonrpc":"2.0","method":"ctx/unknownNotification","params":{}}"#), Expect::Nothing);
+        client.abuse(
+            "unknown notification",
+            &frame(br#"{"jsonrpc":"2.0","method":"ctx/unknownNotification","params":{}}"#),
+            Expect::Nothing,
+        );
         client.bad_request(990_011, "ctx/append", json!({"sessionId": "s", "records": "nope"}), -32602);
         client.bad_request(990_012, "ctx/append", json!({"sessionId": 5, "records": []}), -32602);
         client.bad_request(990_013, "ctx/usage", json!({"sessionId": ["s"]}), -32602);
         client.bad_request(990_014, "ctx/assemble", json!({"sessionId": "s", "maxTokens": "lots"}), -32602);
         client.bad_request(990_015, "ctx/compact", json!({"sessionId": {"id": "s"}}), -32602);
         client.bad_request(990_016, "ctx/openSession", json!({"cwd": 5, "model": "m"}), -32602);
-        client.bad_request(990_017, "ctx/append", json!({"sessionId": "s", "records": [{"type": "user", "isMeta": "not a bool"}]}), ctxd_proto::error_codes::INVALID_RECORD);
-        client.bad_request(990_018, "ctx/append", json!({"sessionId": "nobody", "records": []}), ctxd_proto::error_codes::UNKNOWN_SESSION);
+        client.bad_request(
+            990_017,
+            "ctx/append",
+            json!({"sessionId": "s", "records": [{"type": "user", "isMeta": "not a bool"}]}),
+            ctxd_proto::error_codes::INVALID_RECORD,
+        );
+        client.bad_request(
+            990_018,
+            "ctx/append",
+            json!({"sessionId": "nobody", "records": []}),
+            ctxd_proto::error_codes::UNKNOWN_SESSION,
+        );
         let params_string = br#"{"jsonrpc":"2.0","id":990019,"method":"ctx/usage","params":"s"}"#;
         client.abuse("params a string", &frame(params_string), Expect::Reply(990_019, -32600));
 
         let (rss, hwm) = memory_kb(pid);
-        println!("round {round}: VmRSS {:.1} MB, VmHWM {:.1} MB, abuse so far {:.0} MB", rss as f64 / 1024.0, hwm as f64 / 1024.0, client.abuse_bytes as f64 / 1e6);
+        println!(
+            "round {round}: VmRSS {:.1} MB, VmHWM {:.1} MB, abuse so far {:.0} MB",
+            rss as f64 / 1024.0,
+            hwm as f64 / 1024.0,
+            client.abuse_bytes as f64 / 1e6
+        );
         if round == 0 {
             rss_after_warmup = rss;
         }

@@ -11,13 +11,13 @@ use serde_json::{Value, json};
 
 const MODEL: &str = "claude-sonnet-4-5-20250929";
 
-
 fn project(dir: &Path) -> std::path::PathBuf {
     let project = dir.join("project");
     std::fs::create_dir_all(&project).unwrap();
     std::fs::write(project.join("CLAUDE.md"), "# Rules\nAlways run the tests. MEMORY-MARKER\n").unwrap();
     let git = |args: &[&str]| {
-        let ok = std::process::Command::new("git").args(args).current_dir(&project).output().map(|o| o.status.success());
+        let ok =
+            std::process::Command::new("git").args(args).current_dir(&project).output().map(|o| o.status.success());
         assert!(matches!(ok, Ok(true)), "git {args:?}");
     };
     git(&["init", "-q", "-b", "main"]);
@@ -61,12 +61,24 @@ fn check_valid(request: &Value) {
         if m["role"] != "assistant" {
             continue;
         }
-        let uses: Vec<&str> = m["content"].as_array().into_iter().flatten().filter(|b| b["type"] == "tool_use").filter_map(|b| b["id"].as_str()).collect();
+        let uses: Vec<&str> = m["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b["type"] == "tool_use")
+            .filter_map(|b| b["id"].as_str())
+            .collect();
         if uses.is_empty() {
             continue;
         }
         let next = &messages[i + 1]["content"];
-        let results: Vec<&str> = next.as_array().into_iter().flatten().filter(|b| b["type"] == "tool_result").filter_map(|b| b["tool_use_id"].as_str()).collect();
+        let results: Vec<&str> = next
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b["type"] == "tool_result")
+            .filter_map(|b| b["tool_use_id"].as_str())
+            .collect();
         for id in uses {
             assert!(results.contains(&id), "tool_use {id} has its result in the next message");
         }
@@ -122,13 +134,20 @@ fn the_fast_path_and_the_service_answer_assemble_alike() {
     let mut slow = service(&mut daemon, 9001, &params);
     // Each answer names its own request.
     let mut fast = fast;
-    let (fast_revision, slow_revision) = (fast.as_object_mut().unwrap().remove("revision"), slow["result"].as_object_mut().unwrap().remove("revision"));
-    assert!(fast_revision.as_ref().is_some_and(Value::is_string) && fast_revision != slow_revision, "{fast_revision:?} {slow_revision:?}");
+    let (fast_revision, slow_revision) =
+        (fast.as_object_mut().unwrap().remove("revision"), slow["result"].as_object_mut().unwrap().remove("revision"));
+    assert!(
+        fast_revision.as_ref().is_some_and(Value::is_string) && fast_revision != slow_revision,
+        "{fast_revision:?} {slow_revision:?}"
+    );
     assert_eq!(slow["result"], fast, "the service's answer differs from the fast path's");
     assert!(fast["request"]["messages"].as_array().is_some_and(|m| m.len() > 10), "{fast}");
     assert!(fast["scrollback"]["entries"].is_array(), "{fast}");
     // The same errors either way: an unknown session, a wrong type.
-    for (id, bad) in [(9002, json!({"sessionId": "nope", "maxTokens": 1000})), (9004, json!({"sessionId": "s", "maxTokens": "many"}))] {
+    for (id, bad) in [
+        (9002, json!({"sessionId": "nope", "maxTokens": 1000})),
+        (9004, json!({"sessionId": "s", "maxTokens": "many"})),
+    ] {
         let slow = service(&mut daemon, id, &bad);
         let fast = daemon.request_error("ctx/assemble", bad).unwrap();
         assert_eq!(slow["error"]["code"], fast["code"], "{slow} / {fast}");
@@ -160,7 +179,8 @@ fn an_assemble_since_the_last_answer_carries_only_what_changed() {
     for record in &records[30..] {
         daemon.request("ctx/append", json!({"sessionId": "s", "records": [record]})).unwrap();
         let delta = assemble(&mut daemon, json!({"since": revision}));
-        let whole_len = delta["request"]["messages"].as_array().unwrap().len() + delta["messagesFrom"].as_u64().unwrap() as usize;
+        let whole_len =
+            delta["request"]["messages"].as_array().unwrap().len() + delta["messagesFrom"].as_u64().unwrap() as usize;
         let spliced = splice(&kept, &delta);
         assert_eq!(spliced.len(), whole_len);
         // The same state assembled whole: the host's splice is exactly that request.
@@ -179,7 +199,10 @@ fn an_assemble_since_the_last_answer_carries_only_what_changed() {
         revision = whole["revision"].clone();
     }
     let delta = assemble(&mut daemon, json!({"since": revision}));
-    assert!(delta["request"]["messages"].as_array().unwrap().len() <= 2, "nothing appended: at most the cache-marked tail is resent: {delta}");
+    assert!(
+        delta["request"]["messages"].as_array().unwrap().len() <= 2,
+        "nothing appended: at most the cache-marked tail is resent: {delta}"
+    );
     let mut rebuilt = kept.clone();
     rebuilt["messages"] = Value::Array(splice(&kept, &delta));
     check_valid(&rebuilt);
@@ -229,7 +252,9 @@ fn a_changed_read_file_is_told_once_and_resume_gives_the_same_request() {
     std::fs::write(&source, "pub fn one() {}\npub fn two() {}\n").unwrap();
     let want = source.display().to_string();
     daemon
-        .wait_notification("ctx/contextChanged", |p| p["paths"].as_array().is_some_and(|a| a.iter().any(|x| x == &json!(want))))
+        .wait_notification("ctx/contextChanged", |p| {
+            p["paths"].as_array().is_some_and(|a| a.iter().any(|x| x == &json!(want)))
+        })
         .unwrap();
     let first = assemble(&mut daemon, json!({}))["request"].clone();
     let text = first.to_string();
@@ -254,7 +279,11 @@ fn a_fork_that_skips_the_cache_write_marks_the_shared_prefix() {
     daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "s"})).unwrap();
     daemon.request("ctx/append", json!({"sessionId": "s", "records": example(30)})).unwrap();
     let normal = assemble(&mut daemon, json!({}))["request"].clone();
-    let fork = assemble(&mut daemon, json!({"fork": {"instruction": "Summarize the session.", "skipCacheWrite": true}}))["request"].clone();
+    let fork = assemble(
+        &mut daemon,
+        json!({"fork": {"instruction": "Summarize the session.", "skipCacheWrite": true}}),
+    )["request"]
+        .clone();
     check_valid(&fork);
     let messages = fork["messages"].as_array().unwrap();
     let last = messages.last().unwrap();
@@ -263,7 +292,11 @@ fn a_fork_that_skips_the_cache_write_marks_the_shared_prefix() {
     assert!(instruction.get("cache_control").is_none(), "the fork's own instruction is not cached: {last}");
     // The marker sits at the end of the shared prefix: the block before the instruction.
     let at = blocks.iter().position(|b| b["text"] == "Summarize the session.").unwrap();
-    let before = if at > 0 { blocks[at - 1].clone() } else { messages[messages.len() - 2]["content"].as_array().unwrap().last().unwrap().clone() };
+    let before = if at > 0 {
+        blocks[at - 1].clone()
+    } else {
+        messages[messages.len() - 2]["content"].as_array().unwrap().last().unwrap().clone()
+    };
     assert!(before.get("cache_control").is_some(), "{last}");
     assert!(fork.to_string().contains("cache_control"));
     // The shared prefix is the normal request's messages.
@@ -281,10 +314,7 @@ fn snips_and_collapses_leave_the_request_and_the_count() {
     daemon.request("ctx/append", json!({"sessionId": "s", "records": records})).unwrap();
     let before = assemble(&mut daemon, json!({}));
     // A plain user prompt in the middle of the session.
-    let target = records[20..40]
-        .iter()
-        .find(|r| r["type"] == "user" && r["message"]["content"].is_string())
-        .unwrap();
+    let target = records[20..40].iter().find(|r| r["type"] == "user" && r["message"]["content"].is_string()).unwrap();
     let uuid = target["uuid"].as_str().unwrap();
     let text = target["message"]["content"].as_str().unwrap();
     assert!(before["request"].to_string().contains(text));
@@ -332,14 +362,18 @@ fn include_snipped_returns_the_scrollback_with_what_the_model_no_longer_sees() {
     let records = example(40);
     daemon.request("ctx/append", json!({"sessionId": "s", "records": records})).unwrap();
     // Snip the first prompt (a plain user message).
-    let victim = records.iter().find(|r| r["type"] == "user" && r["message"]["content"].is_string()).unwrap()["uuid"].as_str().unwrap().to_owned();
+    let victim = records.iter().find(|r| r["type"] == "user" && r["message"]["content"].is_string()).unwrap()["uuid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     daemon.request("ctx/snip", json!({"sessionId": "s", "uuids": [victim]})).unwrap();
 
     let plain = assemble(&mut daemon, json!({}));
     assert!(plain.get("scrollback").is_none(), "only on request");
     let full = assemble(&mut daemon, json!({"includeSnipped": true}));
     let entries = full["scrollback"]["entries"].as_array().unwrap();
-    let snipped = entries.iter().find(|e| e["uuid"] == victim.as_str()).expect("the snipped message is in the scrollback");
+    let snipped =
+        entries.iter().find(|e| e["uuid"] == victim.as_str()).expect("the snipped message is in the scrollback");
     assert_eq!(snipped["hidden"]["reason"], "snipped", "{snipped}");
     assert!(!full["request"].to_string().contains(&victim), "the model does not see it");
     let visible = entries.iter().filter(|e| e.get("hidden").is_none()).count();

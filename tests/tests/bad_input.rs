@@ -67,7 +67,11 @@ fn truncated_body_followed_by_a_valid_frame() {
 #[test]
 fn invalid_utf8() {
     let (_dir, mut daemon) = daemon();
-    daemon.send_raw(&frame(b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"ctx/usage\",\"params\":{\"sessionId\":\"\xff\xfe\"}}")).unwrap();
+    daemon
+        .send_raw(&frame(
+            b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"ctx/usage\",\"params\":{\"sessionId\":\"\xff\xfe\"}}",
+        ))
+        .unwrap();
     expect_null_id_error(&mut daemon, -32700, "utf-8");
     still_serving(&mut daemon, "m4");
 }
@@ -121,19 +125,26 @@ fn invalid_params() {
     assert_eq!(error["code"], -32602);
     assert!(error["message"].as_str().unwrap().starts_with("records: invalid type"), "{error}");
     // A field deep inside names its whole path.
-    let error = daemon.request_error("ctx/assemble", json!({"sessionId": "s", "maxTokens": 100, "fork": {"instruction": 7}})).unwrap();
+    let error = daemon
+        .request_error("ctx/assemble", json!({"sessionId": "s", "maxTokens": 100, "fork": {"instruction": 7}}))
+        .unwrap();
     assert_eq!(error["code"], -32602);
     assert_eq!(error["message"], "fork.instruction: invalid type: integer `7`, expected a string");
     let error = daemon.request_error("ctx/openSession", json!({"cwd": 5, "model": "m"})).unwrap();
     assert_eq!(error["code"], -32602);
     // A session id that would name a path outside the store.
-    let error = daemon.request_error("ctx/openSession", json!({"cwd": "/", "model": "m", "sessionId": "../../etc"})).unwrap();
+    let error =
+        daemon.request_error("ctx/openSession", json!({"cwd": "/", "model": "m", "sessionId": "../../etc"})).unwrap();
     assert_eq!(error["code"], -32602);
     assert!(error["message"].as_str().unwrap().contains("invalid session id"), "{error}");
     // Thinking settings are an object, as the Messages API has them.
-    let error = daemon.request_error("ctx/assemble", json!({"sessionId": "s", "maxTokens": 100, "thinking": "on"})).unwrap();
+    let error =
+        daemon.request_error("ctx/assemble", json!({"sessionId": "s", "maxTokens": 100, "thinking": "on"})).unwrap();
     assert_eq!(error["code"], -32602);
-    assert_eq!(error["message"], "thinking: invalid type: string \"on\", expected a map", "the message names the field");
+    assert_eq!(
+        error["message"], "thinking: invalid type: string \"on\", expected a map",
+        "the message names the field"
+    );
     still_serving(&mut daemon, "m8");
 }
 

@@ -20,7 +20,9 @@ fn context(daemon: &mut Daemon) -> Value {
 fn wait_changed(daemon: &mut Daemon, path: &Path) -> Value {
     let want = path.display().to_string();
     daemon
-        .wait_notification("ctx/contextChanged", |p| p["paths"].as_array().is_some_and(|a| a.iter().any(|x| x == &json!(want))))
+        .wait_notification("ctx/contextChanged", |p| {
+            p["paths"].as_array().is_some_and(|a| a.iter().any(|x| x == &json!(want)))
+        })
         .unwrap()
 }
 
@@ -29,19 +31,27 @@ fn memory_files_created_and_saved_later_are_seen() {
     let dir = tempfile::tempdir().unwrap();
     let project = dir.path().join("project");
     std::fs::create_dir_all(project.join(".claude/rules")).unwrap();
-    std::fs::write(project.join(".claude/rules/tests.md"), "---\npaths: \"tests/**\"\n---\nRun tests with nextest.\n").unwrap();
+    std::fs::write(project.join(".claude/rules/tests.md"), "---\npaths: \"tests/**\"\n---\nRun tests with nextest.\n")
+        .unwrap();
     let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
     open(&mut daemon, &project);
     let view = context(&mut daemon);
     assert_eq!(view["pendingRules"][0]["paths"], json!(["tests/**"]), "{view}");
-    assert!(view["memoryFiles"].as_array().unwrap().iter().all(|f| f["path"] != project.join("CLAUDE.md").display().to_string()));
+    assert!(
+        view["memoryFiles"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|f| f["path"] != project.join("CLAUDE.md").display().to_string())
+    );
 
     // A CLAUDE.md that did not exist when the session opened.
     let claude_md = project.join("CLAUDE.md");
     std::fs::write(&claude_md, "# Project\nUse four spaces.\n").unwrap();
     wait_changed(&mut daemon, &claude_md);
     let view = context(&mut daemon);
-    let file = view["memoryFiles"].as_array().unwrap().iter().find(|f| f["path"] == claude_md.display().to_string()).cloned();
+    let file =
+        view["memoryFiles"].as_array().unwrap().iter().find(|f| f["path"] == claude_md.display().to_string()).cloned();
     let file = file.unwrap_or_else(|| panic!("CLAUDE.md not loaded: {view}"));
     assert_eq!(file["status"], "loaded");
     assert_eq!(file["kind"], "project");
@@ -53,7 +63,13 @@ fn memory_files_created_and_saved_later_are_seen() {
     std::fs::rename(&tmp, &claude_md).unwrap();
     wait_changed(&mut daemon, &claude_md);
     let view = context(&mut daemon);
-    let file = view["memoryFiles"].as_array().unwrap().iter().find(|f| f["path"] == claude_md.display().to_string()).unwrap().clone();
+    let file = view["memoryFiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == claude_md.display().to_string())
+        .unwrap()
+        .clone();
     assert!(file["tokens"].as_u64().unwrap() > before + 100, "{file}");
 }
 

@@ -79,7 +79,9 @@ fn diagnostics(view: &Value) -> Vec<String> {
 
 fn wait_changed(daemon: &mut Daemon, path: &Path) -> Value {
     let want = json!(path.display().to_string());
-    daemon.wait_notification("ctx/contextChanged", |p| p["paths"].as_array().is_some_and(|a| a.contains(&want))).unwrap()
+    daemon
+        .wait_notification("ctx/contextChanged", |p| p["paths"].as_array().is_some_and(|a| a.contains(&want)))
+        .unwrap()
 }
 
 /// Positions of `markers` in `text`, failing on any that is missing.
@@ -120,7 +122,8 @@ fn sources_are_placed_lowest_precedence_first() {
     let view = context(&mut daemon, "s");
     let files = memory_files(&view, root);
     let listed: Vec<(&str, &str)> = files.iter().map(|(p, k, _)| (p.as_str(), k.as_str())).collect();
-    let memory = format!("state.home/.claude/projects/{}/memory/MEMORY.md", cwd.display().to_string().replace('/', "-"));
+    let memory =
+        format!("state.home/.claude/projects/{}/memory/MEMORY.md", cwd.display().to_string().replace('/', "-"));
     assert_eq!(
         listed,
         [
@@ -210,7 +213,10 @@ fn imports_follow_relative_and_home_paths_stop_at_five_hops_and_report_a_cycle()
     assert!(!problems.iter().any(|d| d.contains("h7.md")), "{problems:?}");
 
     let text = first_message(&assemble(&mut daemon, "s"));
-    let at = positions(&text, &["PROJECT", "STYLE-IMPORT", "COMMON-IMPORT", "HOME-IMPORT", "HOP-1", "HOP-5", "CYCLE-A", "CYCLE-B"]);
+    let at = positions(
+        &text,
+        &["PROJECT", "STYLE-IMPORT", "COMMON-IMPORT", "HOME-IMPORT", "HOP-1", "HOP-5", "CYCLE-A", "CYCLE-B"],
+    );
     assert!(at.windows(2).all(|w| w[0] < w[1]), "imports follow their importer, depth first: {at:?}\n{text}");
     assert!(!text.contains("HOP-6"), "{text}");
     assert_eq!(text.matches("CYCLE-A").count(), 1, "a file in a cycle is placed once");
@@ -228,12 +234,19 @@ fn a_paths_rule_loads_on_a_matching_read_and_is_told_once() {
     let mut daemon = Daemon::started(&state).unwrap();
     open(&mut daemon, "s", &cwd);
     let view = context(&mut daemon, "s");
-    assert_eq!(view["pendingRules"], json!([{"path": cwd.join(".claude/rules/rust.md"), "paths": ["src/**/*.rs"]}]), "{view}");
+    assert_eq!(
+        view["pendingRules"],
+        json!([{"path": cwd.join(".claude/rules/rust.md"), "paths": ["src/**/*.rs"]}]),
+        "{view}"
+    );
     assert!(!assemble(&mut daemon, "s").to_string().contains("RUST-RULE"));
 
     // A read that does not match leaves it waiting.
     daemon.request("ctx/fileRead", json!({"sessionId": "s", "path": cwd.join("README.md")})).unwrap();
-    assert_eq!(memory_files(&context(&mut daemon, "s"), &cwd), [(".claude/rules/rust.md".into(), "rule".into(), "waiting".into())]);
+    assert_eq!(
+        memory_files(&context(&mut daemon, "s"), &cwd),
+        [(".claude/rules/rust.md".into(), "rule".into(), "waiting".into())]
+    );
     assert!(!assemble(&mut daemon, "s").to_string().contains("RUST-RULE"));
 
     // A Read tool result for a matching file, as Claude Code appends it.
@@ -267,14 +280,20 @@ fn a_nested_claude_md_loads_when_a_file_below_it_is_read() {
 
     let mut daemon = Daemon::started(&state).unwrap();
     open(&mut daemon, "s", &cwd);
-    assert_eq!(memory_files(&context(&mut daemon, "s"), &cwd), [("CLAUDE.md".into(), "project".into(), "loaded".into())]);
+    assert_eq!(
+        memory_files(&context(&mut daemon, "s"), &cwd),
+        [("CLAUDE.md".into(), "project".into(), "loaded".into())]
+    );
     assert!(!assemble(&mut daemon, "s").to_string().contains("NESTED-PKG"));
 
     daemon.request("ctx/fileRead", json!({"sessionId": "s", "path": cwd.join("pkg/deep/mod.rs")})).unwrap();
     let files = memory_files(&context(&mut daemon, "s"), &cwd);
     assert_eq!(
         files,
-        [("CLAUDE.md".into(), "project".into(), "loaded".into()), ("pkg/CLAUDE.md".into(), "nested".into(), "loaded".into())]
+        [
+            ("CLAUDE.md".into(), "project".into(), "loaded".into()),
+            ("pkg/CLAUDE.md".into(), "nested".into(), "loaded".into())
+        ]
     );
     let request = assemble(&mut daemon, "s").to_string();
     assert_eq!(request.matches("NESTED-PKG").count(), 1, "{request}");
@@ -320,7 +339,9 @@ fn auto_memory_is_cut_at_200_lines_and_at_25_kb_with_a_note() {
     assert!(!memory.contains("wide 086 "), "past 25 KB");
     assert!(memory.contains("[Cut: only lines 1-85 (25500 bytes) of 150 lines (45000 bytes) are shown."), "{memory}");
     let view = context(&mut daemon, "bytes");
-    let tokens = view["memoryFiles"].as_array().unwrap().iter().find(|f| f["kind"] == "auto-memory").unwrap()["tokens"].as_u64().unwrap();
+    let tokens = view["memoryFiles"].as_array().unwrap().iter().find(|f| f["kind"] == "auto-memory").unwrap()["tokens"]
+        .as_u64()
+        .unwrap();
     assert!((6_400..7_000).contains(&tokens), "about 25 KB counted, not 45: {tokens}");
 }
 
@@ -422,9 +443,17 @@ fn unreadable_and_non_utf8_memory_files_are_diagnostics_not_a_failed_session() {
     open(&mut daemon, "s", &cwd);
     let view = context(&mut daemon, "s");
     let problems = diagnostics(&view);
-    let about = |path: &Path| problems.iter().filter(|d| d.starts_with(&path.display().to_string())).cloned().collect::<Vec<_>>();
-    assert_eq!(about(&cwd.join("CLAUDE.md")), [format!("{}: not loaded, not UTF-8 text (bad byte at offset 3)", cwd.join("CLAUDE.md").display())]);
-    assert_eq!(about(&cwd.join("CLAUDE.local.md")), [format!("{}: not loaded, cannot read: is a directory, not a file", cwd.join("CLAUDE.local.md").display())]);
+    let about = |path: &Path| {
+        problems.iter().filter(|d| d.starts_with(&path.display().to_string())).cloned().collect::<Vec<_>>()
+    };
+    assert_eq!(
+        about(&cwd.join("CLAUDE.md")),
+        [format!("{}: not loaded, not UTF-8 text (bad byte at offset 3)", cwd.join("CLAUDE.md").display())]
+    );
+    assert_eq!(
+        about(&cwd.join("CLAUDE.local.md")),
+        [format!("{}: not loaded, cannot read: is a directory, not a file", cwd.join("CLAUDE.local.md").display())]
+    );
     let files = memory_files(&view, &cwd);
     if mode_000_blocks {
         let locked_problems = about(&locked);
@@ -432,11 +461,16 @@ fn unreadable_and_non_utf8_memory_files_are_diagnostics_not_a_failed_session() {
         assert!(locked_problems[0].contains("cannot read: permission denied"), "{problems:?}");
         assert_eq!(files, [("AGENTS.md".into(), "project".into(), "loaded".into())]);
     } else {
-        println!("mode 000 does not block reads here (running as root); the folder-in-place case covers an unreadable file");
+        println!(
+            "mode 000 does not block reads here (running as root); the folder-in-place case covers an unreadable file"
+        );
         assert!(about(&locked).is_empty());
         assert_eq!(
             files,
-            [("AGENTS.md".into(), "project".into(), "loaded".into()), (".claude/CLAUDE.md".into(), "project".into(), "loaded".into())]
+            [
+                ("AGENTS.md".into(), "project".into(), "loaded".into()),
+                (".claude/CLAUDE.md".into(), "project".into(), "loaded".into())
+            ]
         );
     }
     // The rest of the session goes on.

@@ -11,8 +11,6 @@ use serde_json::{Value, json};
 
 const MODEL: &str = "claude-sonnet-4-5-20250929";
 
-
-
 #[test]
 fn manual_compaction_with_focus_installs_a_recovery_point() {
     let dir = tempfile::tempdir().unwrap();
@@ -23,7 +21,8 @@ fn manual_compaction_with_focus_installs_a_recovery_point() {
     let appended = daemon.request("ctx/append", json!({"sessionId": "m", "records": records})).unwrap();
     let before = appended["usage"]["tokens"].as_u64().unwrap();
 
-    let result = daemon.request("ctx/compact", json!({"sessionId": "m", "instructions": "keep the budget work"})).unwrap();
+    let result =
+        daemon.request("ctx/compact", json!({"sessionId": "m", "instructions": "keep the budget work"})).unwrap();
     assert_eq!(result["trigger"], "manual");
     assert_eq!(result["summarizer"], "offline");
     assert_eq!(result["preTokens"].as_u64().unwrap(), before);
@@ -51,7 +50,9 @@ fn manual_compaction_with_focus_installs_a_recovery_point() {
     // Resume: the usage starts from the recovery point at once.
     assert!(daemon.stop().unwrap().success());
     let mut daemon = Daemon::started(&state).unwrap();
-    let opened = daemon.request("ctx/openSession", json!({"cwd": "/home/dev/project", "model": MODEL, "sessionId": "m"})).unwrap();
+    let opened = daemon
+        .request("ctx/openSession", json!({"cwd": "/home/dev/project", "model": MODEL, "sessionId": "m"}))
+        .unwrap();
     assert_eq!(opened["usage"]["tokens"].as_u64().unwrap(), after);
     assert_eq!(opened["records"].as_u64().unwrap(), stored.len() as u64);
 }
@@ -62,7 +63,9 @@ fn automatic_compaction_at_the_threshold_while_appends_continue() {
     let state = dir.path().join("state");
     let mut daemon = Daemon::start_with(&state, &[], &[("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "100000")]).unwrap();
     daemon.initialize().unwrap();
-    let opened = daemon.request("ctx/openSession", json!({"cwd": "/home/dev/project", "model": MODEL, "sessionId": "a"})).unwrap();
+    let opened = daemon
+        .request("ctx/openSession", json!({"cwd": "/home/dev/project", "model": MODEL, "sessionId": "a"}))
+        .unwrap();
     let threshold = opened["usage"]["threshold"].as_u64().unwrap();
     assert_eq!(threshold, 67_000);
     // A recorded session's usage figures describe its original, never-compacted
@@ -160,7 +163,9 @@ fn an_install_cut_by_a_crash_is_not_half_applied() {
     std::fs::write(&path, format!("{}\n", lines[..boundary + 2].join("\n"))).unwrap();
 
     let mut daemon = Daemon::started(&state).unwrap();
-    let opened = daemon.request("ctx/openSession", json!({"cwd": "/home/dev/project", "model": MODEL, "sessionId": "t"})).unwrap();
+    let opened = daemon
+        .request("ctx/openSession", json!({"cwd": "/home/dev/project", "model": MODEL, "sessionId": "t"}))
+        .unwrap();
     assert_eq!(opened["usage"]["tokens"], before["tokens"], "the old view, not a half-installed one");
     assert!(opened["diagnostics"].to_string().contains("interrupted compaction"), "{opened}");
     assert_eq!(stored_uuids(&state, "t").unwrap().len(), 60);
@@ -177,7 +182,10 @@ fn a_prompt_too_long_refusal_compacts_and_other_errors_do_not() {
     let records: Vec<Value> = example(usize::MAX).into_iter().take(80).collect();
     daemon.request("ctx/append", json!({"sessionId": "r", "records": records})).unwrap();
     let overloaded = daemon
-        .request("ctx/reportProviderError", json!({"sessionId": "r", "error": {"status": 529, "type": "overloaded_error", "message": "Overloaded"}}))
+        .request(
+            "ctx/reportProviderError",
+            json!({"sessionId": "r", "error": {"status": 529, "type": "overloaded_error", "message": "Overloaded"}}),
+        )
         .unwrap();
     assert_eq!(overloaded["action"], "none");
     let too_long = daemon
@@ -218,7 +226,9 @@ fn an_idle_session_compacts_in_the_background() {
     std::fs::create_dir_all(project.join(".ctxd")).unwrap();
     std::fs::write(project.join(".ctxd/settings.json"), r#"{"idleCompactAfterSeconds": 1}"#).unwrap();
     // The idle floor is max(100,000, this variable or 200,000).
-    let mut daemon = Daemon::start_with(&dir.path().join("state"), &[], &[("CLAUDE_CODE_IDLE_COMPACT_MIN_TOKENS", "100000")]).unwrap();
+    let mut daemon =
+        Daemon::start_with(&dir.path().join("state"), &[], &[("CLAUDE_CODE_IDLE_COMPACT_MIN_TOKENS", "100000")])
+            .unwrap();
     daemon.initialize().unwrap();
     daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "i"})).unwrap();
     // About 107,000 tokens by the session's own reported usage: over the idle floor,
@@ -237,7 +247,12 @@ fn a_work_done_token_gets_the_compaction_phases_as_progress() {
     let dir = tempfile::tempdir().unwrap();
     let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
     daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": MODEL, "sessionId": "g"})).unwrap();
-    daemon.request("ctx/append", json!({"sessionId": "g", "records": example(usize::MAX).into_iter().take(60).collect::<Vec<_>>()})).unwrap();
+    daemon
+        .request(
+            "ctx/append",
+            json!({"sessionId": "g", "records": example(usize::MAX).into_iter().take(60).collect::<Vec<_>>()}),
+        )
+        .unwrap();
     let result = daemon.request("ctx/compact", json!({"sessionId": "g", "workDoneToken": "compact-1"})).unwrap();
     let progress = daemon.drain_notifications("$/progress");
     let kinds: Vec<&str> = progress.iter().map(|p| p["value"]["kind"].as_str().unwrap()).collect();
@@ -250,7 +265,12 @@ fn a_work_done_token_gets_the_compaction_phases_as_progress() {
     let end = progress.last().unwrap()["value"]["message"].as_str().unwrap().to_owned();
     assert!(end.contains(&result["postTokens"].to_string()), "{end}");
     // Without a token there is no progress.
-    daemon.request("ctx/append", json!({"sessionId": "g", "records": example(usize::MAX).into_iter().skip(60).take(40).collect::<Vec<_>>()})).unwrap();
+    daemon
+        .request(
+            "ctx/append",
+            json!({"sessionId": "g", "records": example(usize::MAX).into_iter().skip(60).take(40).collect::<Vec<_>>()}),
+        )
+        .unwrap();
     daemon.request("ctx/compact", json!({"sessionId": "g"})).unwrap();
     assert!(daemon.drain_notifications("$/progress").is_empty());
 }
@@ -267,7 +287,8 @@ fn a_context_that_refills_at_once_stops_auto_compaction_as_thrashing() {
     // Every turn reports 70,000 tokens: each compaction is refilled by the next turn.
     let turn = |i: usize| {
         let user = ctxd_e2e::user_record(&format!("u{i}"), None, &format!("step {i}: read the whole build log again"));
-        let answer = ctxd_e2e::assistant_record(&format!("a{i}"), Some(&format!("u{i}")), &format!("msg_{i}"), 70_000, 500);
+        let answer =
+            ctxd_e2e::assistant_record(&format!("a{i}"), Some(&format!("u{i}")), &format!("msg_{i}"), 70_000, 500);
         json!([user, answer])
     };
     for i in 0..3 {
@@ -292,7 +313,13 @@ fn partial_compaction_keeps_one_side_verbatim() {
     let mut daemon = Daemon::started(&state).unwrap();
     let records: Vec<Value> = example(usize::MAX).into_iter().take(80).collect();
     // A plain user prompt in the middle to split at.
-    let at = records.iter().enumerate().skip(30).find(|(_, r)| r["type"] == "user" && r["message"]["content"].is_string()).unwrap().0;
+    let at = records
+        .iter()
+        .enumerate()
+        .skip(30)
+        .find(|(_, r)| r["type"] == "user" && r["message"]["content"].is_string())
+        .unwrap()
+        .0;
     let uuid = records[at]["uuid"].as_str().unwrap().to_owned();
     let kept_of = |state: &Path, id: &str| -> (usize, Vec<String>) {
         let stored = records_of(state, id);

@@ -165,7 +165,8 @@ fn sigkill_at_random_moments_loses_no_acknowledged_record_and_never_half_install
             continue;
         }
         for (s, id) in SESSIONS.iter().enumerate() {
-            let opened = daemon.request("ctx/openSession", json!({"cwd": "/p", "model": MODEL, "sessionId": id})).unwrap();
+            let opened =
+                daemon.request("ctx/openSession", json!({"cwd": "/p", "model": MODEL, "sessionId": id})).unwrap();
             check_session(&mut daemon, &state, id, &opened, &mut known[s], &mut totals, round, seed);
             last_uuid[s] = known[s].durable.last().cloned();
             // A session past its threshold compacts before the stream goes on. Otherwise
@@ -241,7 +242,10 @@ fn sigkill_at_random_moments_loses_no_acknowledged_record_and_never_half_install
             let Some(response) = responses.get(id) else { continue };
             match what {
                 Sent::Append { session, uuids } => {
-                    assert!(response.get("error").is_none(), "round {round} (seed {seed}): an append failed: {response}");
+                    assert!(
+                        response.get("error").is_none(),
+                        "round {round} (seed {seed}): an append failed: {response}"
+                    );
                     totals.appends_acknowledged += 1;
                     totals.records_acknowledged += uuids.len() as u64;
                     known[*session].acknowledged.extend(uuids.iter().cloned());
@@ -314,7 +318,10 @@ fn resume_past_the_blocked_level_without_a_boundary() {
     daemon.initialize().unwrap();
     let opened = daemon.request("ctx/openSession", json!({"cwd": "/p", "model": MODEL, "sessionId": id})).unwrap();
     let usage = &opened["usage"];
-    assert!(usage["tokens"].as_u64() >= usage["blocked"].as_u64(), "the transcript built is not past the blocked level: {usage}");
+    assert!(
+        usage["tokens"].as_u64() >= usage["blocked"].as_u64(),
+        "the transcript built is not past the blocked level: {usage}"
+    );
     check_session(&mut daemon, &state, id, &opened, &mut known, &mut Totals::default(), 0, 0);
 }
 
@@ -370,7 +377,16 @@ fn settle(daemon: &mut Daemon, id: &str) -> String {
 
 /// The checks after a restart, for one session just opened.
 #[allow(clippy::too_many_arguments)]
-fn check_session(daemon: &mut Daemon, state: &Path, id: &str, opened: &Value, known: &mut Known, totals: &mut Totals, round: u64, seed: u64) {
+fn check_session(
+    daemon: &mut Daemon,
+    state: &Path,
+    id: &str,
+    opened: &Value,
+    known: &mut Known,
+    totals: &mut Totals,
+    round: u64,
+    seed: u64,
+) {
     let at = format!("round {round} (seed {seed}), session {id}");
     // The only repairs allowed are those of a crash: a torn last line and a compaction
     // cut off while being installed.
@@ -390,7 +406,9 @@ fn check_session(daemon: &mut Daemon, state: &Path, id: &str, opened: &Value, kn
     let lines: Vec<Value> = text
         .lines()
         .enumerate()
-        .map(|(i, l)| serde_json::from_str(l).unwrap_or_else(|e| panic!("{at}: line {} is damaged ({e}): {l:.200}", i + 1)))
+        .map(|(i, l)| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("{at}: line {} is damaged ({e}): {l:.200}", i + 1))
+        })
         .collect();
     assert_eq!(opened["records"].as_u64().unwrap(), lines.len() as u64, "{at}: record count");
 
@@ -404,7 +422,10 @@ fn check_session(daemon: &mut Daemon, state: &Path, id: &str, opened: &Value, kn
     let durable = known.durable.len();
     assert_eq!(ours[..durable], known.durable[..], "{at}: records stored before changed or moved");
     let new = &ours[durable..];
-    assert!(new.len() <= known.sent.len() && new[..] == known.sent[..new.len()], "{at}: new records out of order: {new:?}");
+    assert!(
+        new.len() <= known.sent.len() && new[..] == known.sent[..new.len()],
+        "{at}: new records out of order: {new:?}"
+    );
     totals.unacknowledged_but_stored += (new.len() - known.acknowledged.len().min(new.len())) as u64;
     known.durable = ours;
     known.checked_len = text.len() as u64;
@@ -418,9 +439,21 @@ fn check_session(daemon: &mut Daemon, state: &Path, id: &str, opened: &Value, kn
         if line["subtype"] != "compact_boundary" {
             continue;
         }
-        let batch = line["compactMetadata"]["ctxdBatch"].as_u64().unwrap_or_else(|| panic!("{at}: boundary without its batch size")) as usize;
-        assert!(i + batch <= lines.len(), "{at}: boundary at line {} has {} of its {batch} records", i + 1, lines.len() - i);
-        assert_eq!(lines[i + 1]["isCompactSummary"], true, "{at}: boundary at line {} not followed by its summary", i + 1);
+        let batch = line["compactMetadata"]["ctxdBatch"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{at}: boundary without its batch size")) as usize;
+        assert!(
+            i + batch <= lines.len(),
+            "{at}: boundary at line {} has {} of its {batch} records",
+            i + 1,
+            lines.len() - i
+        );
+        assert_eq!(
+            lines[i + 1]["isCompactSummary"],
+            true,
+            "{at}: boundary at line {} not followed by its summary",
+            i + 1
+        );
         assert!(
             lines[i + 1..i + batch].iter().all(|l| !l["uuid"].as_str().unwrap_or_default().starts_with(OURS)),
             "{at}: a client record inside an install batch"
@@ -447,8 +480,9 @@ fn check_session(daemon: &mut Daemon, state: &Path, id: &str, opened: &Value, kn
     let request = assembled["request"]["messages"].to_string();
     let start = if tokens >= blocked {
         let installed = installed_by_assemble(&path, text.len(), &at);
-        let (boundary, summary) =
-            installed.unwrap_or_else(|| panic!("{at}: past the blocked level ({tokens} of {blocked}) the assemble compacted nothing"));
+        let (boundary, summary) = installed.unwrap_or_else(|| {
+            panic!("{at}: past the blocked level ({tokens} of {blocked}) the assemble compacted nothing")
+        });
         // Acknowledged by the answer: kept by a simulated power cut, and checked next round.
         known.boundaries.push(boundary);
         totals.compactions_by_assemble += 1;
@@ -460,9 +494,15 @@ fn check_session(daemon: &mut Daemon, state: &Path, id: &str, opened: &Value, kn
         Some(summary) => {
             // All of it: every summary begins with the same sentences.
             let content = &summary["message"]["content"];
-            let body = content.as_str().map(str::to_owned).unwrap_or_else(|| content[0]["text"].as_str().unwrap_or_default().to_owned());
+            let body = content
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| content[0]["text"].as_str().unwrap_or_default().to_owned());
             let probe = serde_json::to_string(&body).unwrap();
-            assert!(request.contains(probe.trim_matches('"')), "{at}: the request does not start from the last summary");
+            assert!(
+                request.contains(probe.trim_matches('"')),
+                "{at}: the request does not start from the last summary"
+            );
         }
         None => {
             // (The first record sent may have been lost unacknowledged; then skip.)
@@ -483,7 +523,10 @@ fn installed_by_assemble(path: &Path, checked: usize, at: &str) -> Option<(Strin
         .get(checked..)
         .unwrap_or_else(|| panic!("{at}: the transcript shrank during the assemble"))
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{at}: a line the assemble wrote is damaged ({e}): {l:.200}")))
+        .map(|l| {
+            serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("{at}: a line the assemble wrote is damaged ({e}): {l:.200}"))
+        })
         .collect();
     let i = added.iter().rposition(|l| l["subtype"] == "compact_boundary")?;
     let batch = added[i]["compactMetadata"]["ctxdBatch"].as_u64().unwrap_or(0) as usize;

@@ -55,7 +55,14 @@ fn kill_9_in_the_middle_of_a_stream_of_appends_loses_nothing_acknowledged() {
     }
     let mut daemon = Daemon::started(&state).unwrap();
     let opened = open(&mut daemon, "crashy");
-    assert!(opened.get("diagnostics").is_none_or(|d| d.as_array().unwrap().iter().all(|m| m.as_str().unwrap().contains("torn"))), "{opened}");
+    assert!(
+        opened.get("diagnostics").is_none_or(|d| d
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m.as_str().unwrap().contains("torn"))),
+        "{opened}"
+    );
     let stored = stored_uuids(&state, "crashy").unwrap();
     assert_eq!(stored[..acknowledged.len()], acknowledged[..]);
     // No record is stored twice.
@@ -76,7 +83,12 @@ fn a_torn_last_line_is_cut_and_the_session_opens() {
     daemon.kill9().unwrap();
     // A crash in the middle of a write leaves half a line.
     let path = state.join("sessions/torn.jsonl");
-    std::fs::OpenOptions::new().append(true).open(&path).unwrap().write_all(b"{\"type\":\"user\",\"uuid\":\"u3\",\"mess").unwrap();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap()
+        .write_all(b"{\"type\":\"user\",\"uuid\":\"u3\",\"mess")
+        .unwrap();
 
     let mut daemon = Daemon::started(&state).unwrap();
     let opened = open(&mut daemon, "torn");
@@ -99,11 +111,7 @@ fn deleting_or_damaging_the_index_loses_nothing() {
     let state = dir.path().join("state");
     let mut daemon = Daemon::started(&state).unwrap();
     open(&mut daemon, "indexed");
-    let records = json!([
-        user_record("u1", None, "before"),
-        boundary("b1"),
-        user_record("u2", Some("b1"), "after"),
-    ]);
+    let records = json!([user_record("u1", None, "before"), boundary("b1"), user_record("u2", Some("b1"), "after"),]);
     let appended = daemon.request("ctx/append", json!({"sessionId": "indexed", "records": records})).unwrap();
     let usage = appended["usage"].clone();
     assert!(daemon.stop().unwrap().success());
@@ -127,7 +135,10 @@ fn deleting_or_damaging_the_index_loses_nothing() {
     assert_eq!(opened["usage"], usage);
     assert_eq!(stored_uuids(&state, "indexed").unwrap(), expected);
     // The damaged index is kept aside, never deleted.
-    let aside = std::fs::read_dir(&state).unwrap().filter_map(Result::ok).any(|e| e.file_name().to_string_lossy().starts_with("index.damaged-"));
+    let aside = std::fs::read_dir(&state)
+        .unwrap()
+        .filter_map(Result::ok)
+        .any(|e| e.file_name().to_string_lossy().starts_with("index.damaged-"));
     assert!(aside, "damaged index should be moved aside");
     std::thread::sleep(Duration::from_millis(10));
 }
@@ -171,7 +182,12 @@ fn an_index_lagging_behind_a_newer_boundary_is_repaired_not_made_inconsistent() 
 
     let mut daemon = Daemon::started(&state).unwrap();
     open(&mut daemon, "lag");
-    let second = json!([user_record("u3", Some("u2"), "three"), user_record("u4", Some("u3"), "four"), boundary("b2"), user_record("u5", Some("b2"), "five")]);
+    let second = json!([
+        user_record("u3", Some("u2"), "three"),
+        user_record("u4", Some("u3"), "four"),
+        boundary("b2"),
+        user_record("u5", Some("b2"), "five")
+    ]);
     let appended = daemon.request("ctx/append", json!({"sessionId": "lag", "records": second})).unwrap();
     assert_eq!(appended["records"], 7);
     let usage = appended["usage"].clone();
@@ -223,7 +239,12 @@ fn each_append_and_assemble_reports_where_its_time_went() {
     let mut parent: Option<String> = None;
     for i in 0..3 {
         let uuid = format!("timed-{i}");
-        let answer = daemon.request("ctx/append", json!({"sessionId": "timed", "records": [user_record(&uuid, parent.as_deref(), "hello")]})).unwrap();
+        let answer = daemon
+            .request(
+                "ctx/append",
+                json!({"sessionId": "timed", "records": [user_record(&uuid, parent.as_deref(), "hello")]}),
+            )
+            .unwrap();
         assert_eq!(answer["appended"], 1);
         parent = Some(uuid);
         daemon.request("ctx/assemble", json!({"sessionId": "timed", "maxTokens": 1000})).unwrap();
@@ -231,11 +252,14 @@ fn each_append_and_assemble_reports_where_its_time_went() {
     let after = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as u64;
     daemon.stop().unwrap();
     let log = std::fs::read_to_string(state.with_extension("log")).unwrap();
-    let lines: Vec<&str> = log.lines().filter(|l| l.contains("ctxd::latency") && l.contains("session=\"timed\"")).collect();
+    let lines: Vec<&str> =
+        log.lines().filter(|l| l.contains("ctxd::latency") && l.contains("session=\"timed\"")).collect();
     let (appends, assembles): (Vec<&str>, Vec<&str>) = lines.into_iter().partition(|l| l.contains("append steps"));
     assert_eq!((appends.len(), assembles.len()), (3, 3), "{log}");
     for line in assembles {
-        let field = |name: &str| -> u64 { log_field(line, name).unwrap_or_else(|| panic!("no {name} in {line}")).parse().unwrap() };
+        let field = |name: &str| -> u64 {
+            log_field(line, name).unwrap_or_else(|| panic!("no {name} in {line}")).parse().unwrap()
+        };
         let steps = ["parse", "to_actor", "build", "to_reply", "encode"].map(field);
         let (sum, total) = (steps.iter().sum::<u64>(), field("in_daemon"));
         assert!(sum <= total && total - sum < 6, "steps {steps:?} do not add up to {total}: {line}");
@@ -243,7 +267,9 @@ fn each_append_and_assemble_reports_where_its_time_went() {
         assert!((before..=after).contains(&field("read_unix_us")), "{line}");
     }
     for line in appends {
-        let field = |name: &str| -> u64 { log_field(line, name).unwrap_or_else(|| panic!("no {name} in {line}")).parse().unwrap() };
+        let field = |name: &str| -> u64 {
+            log_field(line, name).unwrap_or_else(|| panic!("no {name} in {line}")).parse().unwrap()
+        };
         let steps = ["parse", "to_actor", "to_write", "write_sync", "to_resume", "apply", "to_reply"].map(field);
         let (sum, total) = (steps.iter().sum::<u64>(), field("in_daemon"));
         // Each step is rounded down to whole µs on its own.

@@ -65,7 +65,10 @@ fn open_session_with_import_resumes_from_the_last_boundary() {
     let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
     let source = shared_transcripts().join("claude-code-2.1.332/manual-compact.jsonl");
     let opened = daemon
-        .request("ctx/openSession", json!({"cwd": "/home/dev/proj", "model": "claude-opus-5-5", "sessionId": "imported", "import": source}))
+        .request(
+            "ctx/openSession",
+            json!({"cwd": "/home/dev/proj", "model": "claude-opus-5-5", "sessionId": "imported", "import": source}),
+        )
         .unwrap();
     assert_eq!(opened["records"], 105);
     assert_eq!(opened["resumed"], true);
@@ -105,10 +108,17 @@ fn observe_follows_a_transcript_another_program_appends_to() {
         .rev()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .find(|r| r["type"] == "assistant")
-        .map(|r| ["input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens"].iter().map(|k| r["message"]["usage"][k].as_u64().unwrap()).sum())
+        .map(|r| {
+            ["input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens"]
+                .iter()
+                .map(|k| r["message"]["usage"][k].as_u64().unwrap())
+                .sum()
+        })
         .unwrap();
     let pushed = daemon
-        .wait_notification("ctx/usageChanged", |p| p["sessionId"] == id.as_str() && p["usage"]["reportedTokens"] == want)
+        .wait_notification("ctx/usageChanged", |p| {
+            p["sessionId"] == id.as_str() && p["usage"]["reportedTokens"] == want
+        })
         .unwrap();
     assert!(pushed["usage"]["tokens"].as_u64().unwrap() >= want);
     let error = daemon.request_error("ctx/observe", json!({"transcript": "relative.jsonl"})).unwrap();
@@ -129,13 +139,22 @@ fn a_session_imported_over_its_window_is_compacted_before_its_next_request() {
     std::fs::write(&source, &generated.stdout).unwrap();
     let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
     let model = "claude-sonnet-4-5-20250929";
-    let opened = daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": model, "sessionId": "big", "import": source})).unwrap();
+    let opened = daemon
+        .request("ctx/openSession", json!({"cwd": "/tmp", "model": model, "sessionId": "big", "import": source}))
+        .unwrap();
     let before = opened["usage"]["tokens"].as_u64().unwrap();
-    assert!(before > opened["usage"]["blocked"].as_u64().unwrap(), "the import is over its window: {}", opened["usage"]);
+    assert!(
+        before > opened["usage"]["blocked"].as_u64().unwrap(),
+        "the import is over its window: {}",
+        opened["usage"]
+    );
 
     // The next request waits for the automatic compaction and comes back under the threshold.
     let assembled = daemon
-        .request("ctx/assemble", json!({"sessionId": "big", "system": [{"type": "text", "text": "agent"}], "tools": [], "maxTokens": 8000}))
+        .request(
+            "ctx/assemble",
+            json!({"sessionId": "big", "system": [{"type": "text", "text": "agent"}], "tools": [], "maxTokens": 8000}),
+        )
         .unwrap();
     // The notification the assemble caused came before its answer.
     assert!(
@@ -146,8 +165,14 @@ fn a_session_imported_over_its_window_is_compacted_before_its_next_request() {
     assert_eq!(compacted["trigger"], "auto");
     let threshold = assembled["usage"]["threshold"].as_u64().unwrap();
     let request_tokens = assembled["requestTokens"].as_u64().unwrap();
-    assert!(request_tokens < threshold, "the request sent is the compacted one: {request_tokens} vs threshold {threshold}");
-    assert!(assembled["request"].to_string().contains("Primary Request and Intent"), "the request starts from the summary");
+    assert!(
+        request_tokens < threshold,
+        "the request sent is the compacted one: {request_tokens} vs threshold {threshold}"
+    );
+    assert!(
+        assembled["request"].to_string().contains("Primary Request and Intent"),
+        "the request starts from the summary"
+    );
     assert!(assembled["request"].to_string().len() < 600_000, "never the whole history");
 }
 
@@ -170,11 +195,18 @@ fn observe_claude_projects_follows_every_project_and_new_transcripts() {
     std::thread::sleep(std::time::Duration::from_millis(20));
     std::fs::write(projects.join("-work-alpha/newest.jsonl"), exchange(2_000)).unwrap();
     let mut daemon = Daemon::start_with(&state, &[], &[("CTXD_LOG", "ctxd=debug")]).unwrap();
-    daemon.request("initialize", json!({"capabilities": {}, "initializationOptions": {"settings": {"observeClaudeProjects": true}}})).unwrap();
+    daemon
+        .request(
+            "initialize",
+            json!({"capabilities": {}, "initializationOptions": {"settings": {"observeClaudeProjects": true}}}),
+        )
+        .unwrap();
     daemon.notify("initialized", json!({})).unwrap();
     // The running (newest) transcript of the existing project is followed at once.
     let log = state.with_extension("log");
-    daemon.wait_notification("ctx/usageChanged", |p| p["usage"]["reportedTokens"] == 2_010).unwrap_or_else(|e| panic!("{e}: {}", std::fs::read_to_string(&log).unwrap_or_default()));
+    daemon
+        .wait_notification("ctx/usageChanged", |p| p["usage"]["reportedTokens"] == 2_010)
+        .unwrap_or_else(|e| panic!("{e}: {}", std::fs::read_to_string(&log).unwrap_or_default()));
     // A project that appears later, and a transcript started in it.
     std::fs::create_dir_all(projects.join("-work-beta")).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(200));
@@ -229,12 +261,25 @@ fn a_transcript_with_two_compactions_and_a_snip_resumes_after_the_second() {
     std::fs::write(&source, &text).unwrap();
 
     let mut daemon = Daemon::started(&state).unwrap();
-    let opened = daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": "claude-sonnet-4-5-20250929", "sessionId": "two", "import": source})).unwrap();
+    let opened = daemon
+        .request(
+            "ctx/openSession",
+            json!({"cwd": "/tmp", "model": "claude-sonnet-4-5-20250929", "sessionId": "two", "import": source}),
+        )
+        .unwrap();
     assert_eq!(opened["records"], lines.len() as u64);
-    let assembled = daemon.request("ctx/assemble", json!({"sessionId": "two", "system": [], "tools": [], "maxTokens": 1000})).unwrap();
+    let assembled = daemon
+        .request("ctx/assemble", json!({"sessionId": "two", "system": [], "tools": [], "maxTokens": 1000}))
+        .unwrap();
     let request = assembled["request"].to_string();
-    assert!(request.contains("SUMMARY-TWO") && request.contains("ERA-2 message 0") && request.contains("ERA-2 message 3"), "{request}");
-    assert!(!request.contains("SUMMARY-ONE") && !request.contains("ERA-1") && !request.contains("FIRST-ERA"), "only after the latest boundary");
+    assert!(
+        request.contains("SUMMARY-TWO") && request.contains("ERA-2 message 0") && request.contains("ERA-2 message 3"),
+        "{request}"
+    );
+    assert!(
+        !request.contains("SUMMARY-ONE") && !request.contains("ERA-1") && !request.contains("FIRST-ERA"),
+        "only after the latest boundary"
+    );
     assert!(!request.contains("ERA-2 message 1") && !request.contains("ERA-2 message 2"), "the snip is re-applied");
     daemon.stop().unwrap();
     // Export gives the transcript back line for line, less ctxd's own state records

@@ -25,7 +25,9 @@ fn read_results_and_explicit_reads_share_one_ledger() {
     let file = dir.path().join("main.rs");
     std::fs::write(&file, "fn main() {}\n").unwrap();
     let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
-    daemon.request("ctx/openSession", json!({"cwd": dir.path(), "model": "claude-sonnet-4-5", "sessionId": "s"})).unwrap();
+    daemon
+        .request("ctx/openSession", json!({"cwd": dir.path(), "model": "claude-sonnet-4-5", "sessionId": "s"}))
+        .unwrap();
     let records = json!([read_result("r1", file.to_str().unwrap(), "fn main() {}\n")]);
     daemon.request("ctx/append", json!({"sessionId": "s", "records": records})).unwrap();
 
@@ -41,13 +43,19 @@ fn read_results_and_explicit_reads_share_one_ledger() {
 
     let other = dir.path().join("lib.rs");
     std::fs::write(&other, "a\nb\nc\nd\n").unwrap();
-    let range = daemon.request("ctx/fileRead", json!({"sessionId": "s", "path": other, "startLine": 2, "numLines": 2})).unwrap();
+    let range = daemon
+        .request("ctx/fileRead", json!({"sessionId": "s", "path": other, "startLine": 2, "numLines": 2}))
+        .unwrap();
     assert_eq!(range["alreadyRead"], false);
-    assert_eq!((range["startLine"].as_u64(), range["numLines"].as_u64(), range["totalLines"].as_u64()), (Some(2), Some(2), Some(4)));
+    assert_eq!(
+        (range["startLine"].as_u64(), range["numLines"].as_u64(), range["totalLines"].as_u64()),
+        (Some(2), Some(2), Some(4))
+    );
 
     let error = daemon.request_error("ctx/fileRead", json!({"sessionId": "s", "path": "relative.rs"})).unwrap();
     assert_eq!(error["code"], -32602);
-    let error = daemon.request_error("ctx/fileRead", json!({"sessionId": "s", "path": dir.path().join("missing.rs")})).unwrap();
+    let error =
+        daemon.request_error("ctx/fileRead", json!({"sessionId": "s", "path": dir.path().join("missing.rs")})).unwrap();
     assert_eq!(error["code"], -32602);
     assert!(error["message"].as_str().unwrap().contains("missing.rs"), "{error}");
 }
@@ -59,7 +67,9 @@ fn the_ledger_survives_a_crash_and_a_lost_index() {
     let file = dir.path().join("notes.md");
     std::fs::write(&file, "# notes\n").unwrap();
     let mut daemon = Daemon::started(&state).unwrap();
-    daemon.request("ctx/openSession", json!({"cwd": dir.path(), "model": "claude-sonnet-4-5", "sessionId": "s"})).unwrap();
+    daemon
+        .request("ctx/openSession", json!({"cwd": dir.path(), "model": "claude-sonnet-4-5", "sessionId": "s"}))
+        .unwrap();
     file_read(&mut daemon, "s", &file);
     // A compaction boundary puts the read before what resume loads.
     let boundary = json!({"type": "system", "subtype": "compact_boundary", "uuid": "b1", "parentUuid": null,
@@ -75,7 +85,9 @@ fn the_ledger_survives_a_crash_and_a_lost_index() {
 
     for (store, lose_index) in [(&state, false), (&copy, true)] {
         let mut daemon = Daemon::started(store).unwrap();
-        daemon.request("ctx/openSession", json!({"cwd": dir.path(), "model": "claude-sonnet-4-5", "sessionId": "s"})).unwrap();
+        daemon
+            .request("ctx/openSession", json!({"cwd": dir.path(), "model": "claude-sonnet-4-5", "sessionId": "s"}))
+            .unwrap();
         let again = file_read(&mut daemon, "s", &file);
         assert_eq!(again["alreadyRead"], true, "lose_index={lose_index}: {again}");
         assert_eq!(again["unchanged"], true, "lose_index={lose_index}: {again}");
@@ -96,11 +108,16 @@ fn reads_before_a_compaction_survive_a_restart_after_it() {
         std::fs::write(file, format!("fn f{i}() {{}}\n")).unwrap();
     }
     let mut daemon = Daemon::started(&state).unwrap();
-    daemon.request("ctx/openSession", json!({"cwd": dir.path(), "model": "claude-sonnet-4-5", "sessionId": "s"})).unwrap();
+    daemon
+        .request("ctx/openSession", json!({"cwd": dir.path(), "model": "claude-sonnet-4-5", "sessionId": "s"}))
+        .unwrap();
     let conversation = |n: usize, read: &std::path::Path| {
         let path = read.to_str().unwrap();
         let content = std::fs::read_to_string(read).unwrap();
-        json!([user_record(&format!("u{n}"), None, &format!("please look at {path}")), read_result(&format!("r{n}"), path, &content)])
+        json!([
+            user_record(&format!("u{n}"), None, &format!("please look at {path}")),
+            read_result(&format!("r{n}"), path, &content)
+        ])
     };
     for (n, file) in files[..2].iter().enumerate() {
         daemon.request("ctx/append", json!({"sessionId": "s", "records": conversation(n, file)})).unwrap();
@@ -112,7 +129,9 @@ fn reads_before_a_compaction_survive_a_restart_after_it() {
     daemon.stop().unwrap();
 
     let mut daemon = Daemon::started(&state).unwrap();
-    daemon.request("ctx/openSession", json!({"cwd": dir.path(), "model": "claude-sonnet-4-5", "sessionId": "s"})).unwrap();
+    daemon
+        .request("ctx/openSession", json!({"cwd": dir.path(), "model": "claude-sonnet-4-5", "sessionId": "s"}))
+        .unwrap();
     for file in &files[..3] {
         let again = file_read(&mut daemon, "s", file);
         assert_eq!(again["alreadyRead"], true, "{}: {again}", file.display());

@@ -51,8 +51,12 @@ fn requests_after_shutdown_are_refused_the_per_turn_ones_too() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let mut daemon = Daemon::started(&state).unwrap();
-    daemon.request("ctx/openSession", json!({"cwd": dir.path(), "model": "claude-sonnet-4-5-20250929", "sessionId": "s"})).unwrap();
-    daemon.request("ctx/append", json!({"sessionId": "s", "records": [ctxd_e2e::user_record("u1", None, "before")]})).unwrap();
+    daemon
+        .request("ctx/openSession", json!({"cwd": dir.path(), "model": "claude-sonnet-4-5-20250929", "sessionId": "s"}))
+        .unwrap();
+    daemon
+        .request("ctx/append", json!({"sessionId": "s", "records": [ctxd_e2e::user_record("u1", None, "before")]}))
+        .unwrap();
     daemon.request("shutdown", Value::Null).unwrap();
     let refused = [
         ("ctx/append", json!({"sessionId": "s", "records": [ctxd_e2e::user_record("u2", Some("u1"), "after")]})),
@@ -117,10 +121,13 @@ fn empty_settings_encoded_as_a_list_are_accepted() {
     // Lua encodes an empty table as `[]`.
     let dir = tempfile::tempdir().unwrap();
     let mut daemon = Daemon::start(&dir.path().join("state")).unwrap();
-    let result = daemon.request("initialize", json!({"capabilities": {}, "initializationOptions": {"settings": []}})).unwrap();
+    let result =
+        daemon.request("initialize", json!({"capabilities": {}, "initializationOptions": {"settings": []}})).unwrap();
     assert_eq!(result["serverInfo"]["name"], "ctxd");
     let mut daemon = Daemon::start(&dir.path().join("other")).unwrap();
-    let error = daemon.request_error("initialize", json!({"capabilities": {}, "initializationOptions": {"settings": [1]}})).unwrap();
+    let error = daemon
+        .request_error("initialize", json!({"capabilities": {}, "initializationOptions": {"settings": [1]}}))
+        .unwrap();
     assert_eq!(error["code"], -32602, "{error}");
 }
 

@@ -26,7 +26,9 @@ fn concurrent_sessions_with_compactions_answer_everything_and_lose_nothing() {
         keep_requests: false,
     };
     let seeded: Vec<Vec<String>> = (0..workload.sessions)
-        .map(|i| open_and_seed(&mux, &session_id(i, &workload), if i < workload.compacting { 150 } else { 20 }).unwrap())
+        .map(|i| {
+            open_and_seed(&mux, &session_id(i, &workload), if i < workload.compacting { 150 } else { 20 }).unwrap()
+        })
         .collect();
     let logs = Background::start(&mux, &workload, seeded).join().unwrap();
     let compactions: u64 = logs.iter().map(|l| l.compactions).sum();
@@ -60,7 +62,9 @@ fn sessions_compacting_back_to_back_keep_every_record_appended_meanwhile() {
         keep_requests: true,
     };
     let seeded: Vec<Vec<String>> = (0..workload.sessions)
-        .map(|i| open_and_seed(&mux, &session_id(i, &workload), if i < workload.compacting { 150 } else { 20 }).unwrap())
+        .map(|i| {
+            open_and_seed(&mux, &session_id(i, &workload), if i < workload.compacting { 150 } else { 20 }).unwrap()
+        })
         .collect();
     let logs = Background::start(&mux, &workload, seeded).join().unwrap();
     for log in &logs[..2] {
@@ -92,10 +96,14 @@ fn a_paused_background_sends_nothing_until_resumed() {
         keep_requests: true,
     };
     let seeded: Vec<Vec<String>> = (0..workload.sessions)
-        .map(|i| open_and_seed(&mux, &session_id(i, &workload), if i < workload.compacting { 150 } else { 20 }).unwrap())
+        .map(|i| {
+            open_and_seed(&mux, &session_id(i, &workload), if i < workload.compacting { 150 } else { 20 }).unwrap()
+        })
         .collect();
     // Records in each transcript on disk, compaction records included.
-    let records = || -> Vec<usize> { (0..workload.sessions).map(|i| stored_uuids(&state, &session_id(i, &workload)).unwrap().len()).collect() };
+    let records = || -> Vec<usize> {
+        (0..workload.sessions).map(|i| stored_uuids(&state, &session_id(i, &workload)).unwrap().len()).collect()
+    };
     let background = Background::start(&mux, &workload, seeded);
     std::thread::sleep(Duration::from_millis(200));
     for _ in 0..3 {
@@ -106,7 +114,10 @@ fn a_paused_background_sends_nothing_until_resumed() {
         background.resume();
         std::thread::sleep(Duration::from_millis(300));
         let after = records();
-        assert!(before.iter().zip(&after).all(|(b, a)| a > b), "not every session went on after the resume: {before:?} -> {after:?}");
+        assert!(
+            before.iter().zip(&after).all(|(b, a)| a > b),
+            "not every session went on after the resume: {before:?} -> {after:?}"
+        );
     }
     let logs = background.stop().unwrap();
     assert!(logs[..2].iter().all(|l| l.compactions >= 1), "the compacting sessions did not compact");

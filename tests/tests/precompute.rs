@@ -169,6 +169,9 @@ fn a_prompt_too_long_refusal_installs_the_prepared_summary_at_once() {
     let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let boundary = lines.iter().rposition(|r| r["subtype"] == "compact_boundary").unwrap();
     let original = lines.iter().find(|r| r["uuid"] == last.as_str()).unwrap();
-    assert!(lines[boundary..].iter().any(|r| r["message"]["content"] == original["message"]["content"]), "the record after the preparation is kept");
+    assert!(
+        lines[boundary..].iter().any(|r| r["message"]["content"] == original["message"]["content"]),
+        "the record after the preparation is kept"
+    );
     s.daemon.stop().unwrap();
 }

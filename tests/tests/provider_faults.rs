@@ -56,18 +56,28 @@ fn events(text: &str) -> Vec<u8> {
         json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 40}}),
         json!({"type": "message_stop"}),
     ];
-    events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap())).collect::<String>().into_bytes()
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+        .collect::<String>()
+        .into_bytes()
 }
 
 fn stream_head(length: usize) -> Vec<u8> {
-    format!("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n").into_bytes()
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n"
+    )
+    .into_bytes()
 }
 
 fn answer(stream: &mut TcpStream, reply: Reply) {
-    let summary = format!("<analysis>draft</analysis><summary>1. Primary Request and Intent:\n   {REMOTE} of the work.\n</summary>");
+    let summary = format!(
+        "<analysis>draft</analysis><summary>1. Primary Request and Intent:\n   {REMOTE} of the work.\n</summary>"
+    );
     match reply {
         Reply::Summary | Reply::NoSummary => {
-            let text = if matches!(reply, Reply::Summary) { summary } else { "I would rather not summarize this.".to_owned() };
+            let text =
+                if matches!(reply, Reply::Summary) { summary } else { "I would rather not summarize this.".to_owned() };
             let body = events(&text);
             let _ = stream.write_all(&stream_head(body.len()));
             let _ = stream.write_all(&body);
@@ -150,7 +160,12 @@ const fn status(status: u16, headers: &'static str, kind: &'static str, message:
     Reply::Status { status, headers, kind, message }
 }
 
-const RATE_LIMITED: Reply = status(429, "retry-after: 1\r\n", "rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit");
+const RATE_LIMITED: Reply = status(
+    429,
+    "retry-after: 1\r\n",
+    "rate_limit_error",
+    "Number of request tokens has exceeded your per-minute rate limit",
+);
 const RATE_LIMITED_NOW: Reply = status(429, "retry-after: 0\r\n", "rate_limit_error", "rate limited");
 const OVERLOADED: Reply = status(529, "", "overloaded_error", "Overloaded");
 const INTERNAL: Reply = status(500, "", "api_error", "Internal server error");
@@ -158,22 +173,99 @@ const UNAVAILABLE: Reply = status(503, "", "api_error", "Service unavailable");
 const TOO_LONG: Reply = status(400, "", "invalid_request_error", "prompt is too long: 250000 tokens > 200000 maximum");
 
 const ROWS: &[Row] = &[
-    Row { name: "429 with retry-after, then a summary", replies: &[RATE_LIMITED, Reply::Summary], summarizer: "anthropic", requests: 2, problem: "" },
-    Row { name: "429 every time", replies: &[RATE_LIMITED_NOW], summarizer: "offline", requests: 4, problem: "HTTP 429" },
-    Row { name: "529 overloaded every time", replies: &[OVERLOADED], summarizer: "offline", requests: 4, problem: "HTTP 529" },
-    Row { name: "500, then 503, then a summary", replies: &[INTERNAL, UNAVAILABLE, Reply::Summary], summarizer: "anthropic", requests: 3, problem: "" },
+    Row {
+        name: "429 with retry-after, then a summary",
+        replies: &[RATE_LIMITED, Reply::Summary],
+        summarizer: "anthropic",
+        requests: 2,
+        problem: "",
+    },
+    Row {
+        name: "429 every time",
+        replies: &[RATE_LIMITED_NOW],
+        summarizer: "offline",
+        requests: 4,
+        problem: "HTTP 429",
+    },
+    Row {
+        name: "529 overloaded every time",
+        replies: &[OVERLOADED],
+        summarizer: "offline",
+        requests: 4,
+        problem: "HTTP 529",
+    },
+    Row {
+        name: "500, then 503, then a summary",
+        replies: &[INTERNAL, UNAVAILABLE, Reply::Summary],
+        summarizer: "anthropic",
+        requests: 3,
+        problem: "",
+    },
     Row { name: "503 every time", replies: &[UNAVAILABLE], summarizer: "offline", requests: 4, problem: "HTTP 503" },
-    Row { name: "silent past the read timeout", replies: &[Reply::Silent], summarizer: "offline", requests: 1, problem: "timed out waiting for data" },
-    Row { name: "stalls in the middle of the stream", replies: &[Reply::StallMidStream], summarizer: "offline", requests: 1, problem: "timed out waiting for data" },
-    Row { name: "stream cut in the middle", replies: &[Reply::CutMidStream], summarizer: "offline", requests: 1, problem: "stream ended before its end marker" },
-    Row { name: "no <summary>, twice", replies: &[Reply::NoSummary], summarizer: "offline", requests: 2, problem: "summary" },
-    Row { name: "no <summary>, then one", replies: &[Reply::NoSummary, Reply::Summary], summarizer: "anthropic", requests: 2, problem: "" },
-    Row { name: "400 prompt too long every time", replies: &[TOO_LONG], summarizer: "offline", requests: 2, problem: "too long" },
-    Row { name: "400 prompt too long, then a summary", replies: &[TOO_LONG, Reply::Summary], summarizer: "anthropic", requests: 2, problem: "" },
-    Row { name: "garbage instead of HTTP", replies: &[Reply::Garbage], summarizer: "offline", requests: 4, problem: "connection failed" },
-    Row { name: "garbage event stream", replies: &[Reply::GarbageStream], summarizer: "offline", requests: 1, problem: "HTTP 200" },
+    Row {
+        name: "silent past the read timeout",
+        replies: &[Reply::Silent],
+        summarizer: "offline",
+        requests: 1,
+        problem: "timed out waiting for data",
+    },
+    Row {
+        name: "stalls in the middle of the stream",
+        replies: &[Reply::StallMidStream],
+        summarizer: "offline",
+        requests: 1,
+        problem: "timed out waiting for data",
+    },
+    Row {
+        name: "stream cut in the middle",
+        replies: &[Reply::CutMidStream],
+        summarizer: "offline",
+        requests: 1,
+        problem: "stream ended before its end marker",
+    },
+    Row {
+        name: "no <summary>, twice",
+        replies: &[Reply::NoSummary],
+        summarizer: "offline",
+        requests: 2,
+        problem: "summary",
+    },
+    Row {
+        name: "no <summary>, then one",
+        replies: &[Reply::NoSummary, Reply::Summary],
+        summarizer: "anthropic",
+        requests: 2,
+        problem: "",
+    },
+    Row {
+        name: "400 prompt too long every time",
+        replies: &[TOO_LONG],
+        summarizer: "offline",
+        requests: 2,
+        problem: "too long",
+    },
+    Row {
+        name: "400 prompt too long, then a summary",
+        replies: &[TOO_LONG, Reply::Summary],
+        summarizer: "anthropic",
+        requests: 2,
+        problem: "",
+    },
+    Row {
+        name: "garbage instead of HTTP",
+        replies: &[Reply::Garbage],
+        summarizer: "offline",
+        requests: 4,
+        problem: "connection failed",
+    },
+    Row {
+        name: "garbage event stream",
+        replies: &[Reply::GarbageStream],
+        summarizer: "offline",
+        requests: 1,
+        problem: "HTTP 200",
+    },
 ];
-
 
 fn lines_of(state: &std::path::Path, id: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(state.join("sessions").join(format!("{id}.jsonl"))).unwrap();
@@ -246,15 +338,26 @@ fn every_provider_fault_ends_in_a_whole_compaction_and_the_session_goes_on() {
         // And the session goes on.
         let marker = format!("after the fault in {id}");
         let appended = daemon
-            .request("ctx/append", json!({"sessionId": id, "records": [user_record(&format!("{id}-after"), None, &marker)]}))
+            .request(
+                "ctx/append",
+                json!({"sessionId": id, "records": [user_record(&format!("{id}-after"), None, &marker)]}),
+            )
             .unwrap();
         assert_eq!(appended["appended"], 1, "{at}");
-        let assembled = daemon.request("ctx/assemble", json!({"sessionId": id, "system": [], "tools": [], "maxTokens": 8000})).unwrap();
+        let assembled = daemon
+            .request("ctx/assemble", json!({"sessionId": id, "system": [], "tools": [], "maxTokens": 8000}))
+            .unwrap();
         let messages = assembled["request"]["messages"].to_string();
         assert!(messages.contains(&marker), "{at}");
         let summary_probe = if row.summarizer == "anthropic" { REMOTE } else { "Primary Request and Intent" };
         assert!(messages.contains(summary_probe), "{at}: the request starts from the installed summary");
-        table.push(format!("{:<40} {:<9} {} request(s)  {}", row.name, row.summarizer, requests.len(), if problems == "null" { "" } else { &problems[..problems.len().min(150)] }));
+        table.push(format!(
+            "{:<40} {:<9} {} request(s)  {}",
+            row.name,
+            row.summarizer,
+            requests.len(),
+            if problems == "null" { "" } else { &problems[..problems.len().min(150)] }
+        ));
     }
     println!("{}", table.join("\n"));
     assert!(daemon.drain_notifications("ctx/compactFailed").is_empty(), "a failure was reported as well");

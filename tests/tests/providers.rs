@@ -33,13 +33,18 @@ fn serve(respond: fn(&str) -> (u16, String)) -> (u16, Seen) {
             let (status, reply) = respond(&body);
             log.lock().unwrap().push((headers, body));
             let kind = if status == 200 { "text/event-stream" } else { "application/json" };
-            let _ = write!(stream, "HTTP/1.1 {status} X\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}", reply.len());
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status} X\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
+                reply.len()
+            );
         }
     });
     (port, seen)
 }
 
-const SUMMARY: &str = "<analysis>draft</analysis><summary>1. Primary Request and Intent:\n   REMOTE-SUMMARY of the work.\n</summary>";
+const SUMMARY: &str =
+    "<analysis>draft</analysis><summary>1. Primary Request and Intent:\n   REMOTE-SUMMARY of the work.\n</summary>";
 
 fn sse_summary(_: &str) -> (u16, String) {
     sse_text(SUMMARY)
@@ -59,16 +64,23 @@ fn sse_text(text: &str) -> (u16, String) {
 
 /// A complete Messages stream: `message_start`, `blocks`, the stop reason, `message_stop`.
 fn sse_events(blocks: Vec<Value>, stop_reason: &str) -> (u16, String) {
-    let mut events = vec![json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [], "usage": {"input_tokens": 100, "output_tokens": 1}}})];
+    let mut events = vec![
+        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [], "usage": {"input_tokens": 100, "output_tokens": 1}}}),
+    ];
     events.extend(blocks);
-    events.push(json!({"type": "message_delta", "delta": {"stop_reason": stop_reason}, "usage": {"output_tokens": 40}}));
+    events
+        .push(json!({"type": "message_delta", "delta": {"stop_reason": stop_reason}, "usage": {"output_tokens": 40}}));
     events.push(json!({"type": "message_stop"}));
     let body = events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap())).collect();
     (200, body)
 }
 
 fn always_400(_: &str) -> (u16, String) {
-    (400, json!({"type": "error", "error": {"type": "invalid_request_error", "message": "the request was malformed"}}).to_string())
+    (
+        400,
+        json!({"type": "error", "error": {"type": "invalid_request_error", "message": "the request was malformed"}})
+            .to_string(),
+    )
 }
 
 fn session(provider_port: u16, dir: &std::path::Path) -> (Daemon, Value) {
@@ -88,7 +100,13 @@ fn opened_with(provider_port: u16, dir: &std::path::Path, extra: Value) -> Daemo
 
 /// A daemon with session `p` open on the provider at `provider_port`, with settings
 /// `extra`, environment `env` and the first `count` records of the example session.
-fn opened_records(provider_port: u16, dir: &std::path::Path, extra: Value, env: &[(&str, &str)], count: usize) -> Daemon {
+fn opened_records(
+    provider_port: u16,
+    dir: &std::path::Path,
+    extra: Value,
+    env: &[(&str, &str)],
+    count: usize,
+) -> Daemon {
     let project = dir.join("project");
     std::fs::create_dir_all(project.join(".ctxd")).unwrap();
     let mut settings = json!({"provider": "anthropic", "baseUrl": format!("http://127.0.0.1:{provider_port}"), "apiKeyEnv": "CTXD_TEST_API_KEY"});
@@ -186,7 +204,8 @@ fn cancel_request_stops_an_assemble_waiting_for_a_compaction_and_not_the_compact
     // A window the example session is far past: the append starts an automatic
     // compaction, and a request at the blocked level waits for it.
     let dir = tempfile::tempdir().unwrap();
-    let mut daemon = opened_records(port, dir.path(), json!({}), &[("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "60000")], usize::MAX);
+    let mut daemon =
+        opened_records(port, dir.path(), json!({}), &[("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "60000")], usize::MAX);
     request_seen.recv_timeout(std::time::Duration::from_secs(30)).expect("the provider got the summary request");
     let usage = daemon.request("ctx/usage", json!({"sessionId": "p"})).unwrap();
     assert_eq!(usage["usage"]["level"], "compacting", "{usage}");
@@ -219,7 +238,8 @@ fn too_long_unless_large(body: &str) -> (u16, String) {
 fn a_summary_too_long_for_the_model_goes_to_the_larger_model_once() {
     let dir = tempfile::tempdir().unwrap();
     let (port, seen) = serve(too_long_unless_large);
-    let mut daemon = opened_with(port, dir.path(), json!({"compactModel": "claude-small", "largerModelRetry": "claude-large[1m]"}));
+    let mut daemon =
+        opened_with(port, dir.path(), json!({"compactModel": "claude-small", "largerModelRetry": "claude-large[1m]"}));
     let result = daemon.request("ctx/compact", json!({"sessionId": "p"})).unwrap();
     assert_eq!(result["summarizer"], "anthropic", "{result}");
     assert!(result["summary"].as_str().unwrap().contains("REMOTE-SUMMARY"));
@@ -299,7 +319,10 @@ fn the_fork_sends_the_hosts_request_with_the_instruction_appended() {
         assert_eq!(fork[key], assembled[key], "{key}");
     }
     assert_eq!(assembled["thinking"], host_blocks()["thinking"], "the host's thinking settings, as sent");
-    assert_eq!(fork["thinking"], assembled["thinking"], "the fork keeps them: the cached prefix is read only under the same settings");
+    assert_eq!(
+        fork["thinking"], assembled["thinking"],
+        "the fork keeps them: the cached prefix is read only under the same settings"
+    );
     let shared = assembled["messages"].as_array().unwrap();
     let messages = fork["messages"].as_array().unwrap();
     assert_eq!(shared.last().unwrap()["role"], "assistant", "the view ends with a reply");
@@ -337,7 +360,9 @@ fn empty_text_to_the_fork(body: &str) -> (u16, String) {
 
 #[test]
 fn a_fork_reply_with_a_tool_call_or_no_text_gives_way_to_the_fallback() {
-    for (name, respond) in [("tool call", tool_use_to_the_fork as fn(&str) -> (u16, String)), ("no text", empty_text_to_the_fork)] {
+    for (name, respond) in
+        [("tool call", tool_use_to_the_fork as fn(&str) -> (u16, String)), ("no text", empty_text_to_the_fork)]
+    {
         let dir = tempfile::tempdir().unwrap();
         let (port, seen) = serve(respond);
         let mut daemon = opened_records(port, dir.path(), json!({}), &[], ENDS_WITH_REPLY);
@@ -358,7 +383,11 @@ fn a_fork_reply_with_a_tool_call_or_no_text_gives_way_to_the_fallback() {
 }
 
 fn summary_only_when_reasked(body: &str) -> (u16, String) {
-    if body.contains("Your previous reply had no <summary> block") { sse_summary(body) } else { sse_text("Here is what happened: a lot.") }
+    if body.contains("Your previous reply had no <summary> block") {
+        sse_summary(body)
+    } else {
+        sse_text("Here is what happened: a lot.")
+    }
 }
 
 #[test]
@@ -379,7 +408,10 @@ fn a_fork_reply_without_a_summary_is_asked_again_as_a_fork() {
         assert_eq!(body["messages"].as_array().unwrap()[..shared], assembled["messages"].as_array().unwrap()[..]);
     }
     let again = bodies[1]["messages"].as_array().unwrap().last().unwrap().to_string();
-    assert!(again.contains("Primary Request and Intent") && again.contains("Your previous reply had no <summary> block"), "{again}");
+    assert!(
+        again.contains("Primary Request and Intent") && again.contains("Your previous reply had no <summary> block"),
+        "{again}"
+    );
 }
 
 #[test]

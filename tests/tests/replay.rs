@@ -19,7 +19,10 @@ fn the_bundled_example_shows_levels_and_a_compaction() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.starts_with("replaying session.jsonl (362 records) · model claude-sonnet-4-5-20250929 · window 200,000"), "{text}");
+    assert!(
+        text.starts_with("replaying session.jsonl (362 records) · model claude-sonnet-4-5-20250929 · window 200,000"),
+        "{text}"
+    );
     let turns = text.lines().filter(|l| l.starts_with("turn ")).count();
     assert!(turns >= 37, "{text}");
     for level in ["  ok", "  warning"] {
@@ -36,7 +39,10 @@ fn the_bundled_example_shows_levels_and_a_compaction() {
         let percent: f64 = line.split_whitespace().find_map(|w| w.strip_suffix('%')).unwrap().parse().unwrap();
         assert!(percent <= 100.0 && !line.ends_with("blocked"), "{line}\n{text}");
     }
-    let requests = text.lines().find_map(|l| l.strip_suffix(" model requests assembled").or_else(|| l.split_once(" model requests assembled,").map(|(n, _)| n)));
+    let requests = text.lines().find_map(|l| {
+        l.strip_suffix(" model requests assembled")
+            .or_else(|| l.split_once(" model requests assembled,").map(|(n, _)| n))
+    });
     assert!(requests.unwrap().parse::<usize>().unwrap() > 100, "{text}");
     assert!(text.contains("1 compaction(s)"), "one compaction, not a second on stale usage: {text}");
 }

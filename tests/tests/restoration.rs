@@ -12,8 +12,6 @@ use serde_json::{Value, json};
 
 const MODEL: &str = "claude-sonnet-4-5-20250929";
 
-
-
 /// The attachments installed after the latest boundary, by attachment type.
 fn restored(state: &Path, id: &str, kind: &str) -> Vec<Value> {
     let records = records_of(state, id);
@@ -39,7 +37,9 @@ fn skills_and_the_plan_come_back_after_compaction() {
     // first to stay within 25,000.
     for i in 0..6 {
         let body = format!("Skill {i} step. ").repeat(2_000);
-        daemon.request("ctx/skillInvoked", json!({"sessionId": "s", "name": format!("skill-{i}"), "content": body})).unwrap();
+        daemon
+            .request("ctx/skillInvoked", json!({"sessionId": "s", "name": format!("skill-{i}"), "content": body}))
+            .unwrap();
     }
     // A Skill tool call and its result count too.
     let call = json!({"type": "assistant", "uuid": "sk-a", "parentUuid": null, "timestamp": "2026-11-29T10:00:00Z",
@@ -87,10 +87,12 @@ fn bad_skill_and_plan_params_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
     daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": MODEL, "sessionId": "s"})).unwrap();
-    let empty = daemon.request_error("ctx/skillInvoked", json!({"sessionId": "s", "name": " ", "content": "x"})).unwrap();
+    let empty =
+        daemon.request_error("ctx/skillInvoked", json!({"sessionId": "s", "name": " ", "content": "x"})).unwrap();
     assert_eq!(empty["code"], -32602);
     let relative = daemon.request_error("ctx/setPlan", json!({"sessionId": "s", "path": "plan.md"})).unwrap();
     assert_eq!(relative["code"], -32602);
-    let unknown = daemon.request_error("ctx/skillInvoked", json!({"sessionId": "nope", "name": "a", "content": "x"})).unwrap();
+    let unknown =
+        daemon.request_error("ctx/skillInvoked", json!({"sessionId": "nope", "name": "a", "content": "x"})).unwrap();
     assert_eq!(unknown["code"], -33001);
 }

@@ -158,9 +158,7 @@ fn usage_changed_is_pushed_after_appends_with_the_latest_numbers() {
         daemon.request("ctx/append", json!({"sessionId": id, "records": records})).unwrap();
     }
     // Coalesced, but the last state always arrives.
-    let last = daemon
-        .wait_notification("ctx/usageChanged", |p| p["usage"]["tokens"] == 20_010)
-        .unwrap();
+    let last = daemon.wait_notification("ctx/usageChanged", |p| p["usage"]["tokens"] == 20_010).unwrap();
     assert_eq!(last["sessionId"], "live");
     assert_eq!(last["usage"]["reportedTokens"], 20_010);
     let pushed = daemon.drain_notifications("ctx/usageChanged");

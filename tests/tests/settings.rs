@@ -13,7 +13,11 @@ fn project_settings_set_the_window_and_bad_keys_are_reported() {
     let dir = tempfile::tempdir().unwrap();
     let project = dir.path().join("project");
     std::fs::create_dir_all(project.join(".ctxd")).unwrap();
-    std::fs::write(project.join(".ctxd/settings.json"), r#"{"autoCompactWindow": 120000, "idleCompaction": "sometimes"}"#).unwrap();
+    std::fs::write(
+        project.join(".ctxd/settings.json"),
+        r#"{"autoCompactWindow": 120000, "idleCompaction": "sometimes"}"#,
+    )
+    .unwrap();
     let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
     let opened = daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL})).unwrap();
     assert_eq!(opened["usage"]["window"], 120_000);
@@ -28,7 +32,11 @@ fn claude_code_settings_are_a_lower_layer() {
     let state = dir.path().join("state");
     let home = state.with_extension("home");
     std::fs::create_dir_all(home.join(".claude")).unwrap();
-    std::fs::write(home.join(".claude/settings.json"), r#"{"autoCompactWindow": 150000, "autoCompactEnabled": false, "theme": "dark"}"#).unwrap();
+    std::fs::write(
+        home.join(".claude/settings.json"),
+        r#"{"autoCompactWindow": 150000, "autoCompactEnabled": false, "theme": "dark"}"#,
+    )
+    .unwrap();
     let mut daemon = Daemon::started(&state).unwrap();
     let opened = daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": MODEL})).unwrap();
     assert_eq!(opened["usage"]["window"], 150_000);
@@ -41,9 +49,13 @@ fn did_change_configuration_moves_open_sessions() {
     let dir = tempfile::tempdir().unwrap();
     let mut daemon = Daemon::start(&dir.path().join("state")).unwrap();
     daemon
-        .request("initialize", json!({"capabilities": {}, "initializationOptions": {"settings": {"autoCompactWindow": 300000}}}))
+        .request(
+            "initialize",
+            json!({"capabilities": {}, "initializationOptions": {"settings": {"autoCompactWindow": 300000}}}),
+        )
         .unwrap();
-    let opened = daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": MODEL, "sessionId": "live"})).unwrap();
+    let opened =
+        daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": MODEL, "sessionId": "live"})).unwrap();
     assert_eq!(opened["usage"]["window"], 200_000, "the model's own window caps the setting");
     daemon.notify("workspace/didChangeConfiguration", json!({"settings": {"autoCompactWindow": 100000}})).unwrap();
     let pushed = daemon.wait_notification("ctx/usageChanged", |p| p["usage"]["window"] == 100_000).unwrap();

@@ -29,14 +29,17 @@ fn real_claude_code_transcript_after_a_manual_compaction() {
     // The last response (after the compaction) reported 13,900 input + 50 output tokens.
     let path = shared_transcripts().join("claude-code-2.1.332/manual-compact.jsonl");
     assert!(path.exists(), "{} is missing", path.display());
-    let line = statusline(&json!({"transcript_path": path, "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"}}));
+    let line =
+        statusline(&json!({"transcript_path": path, "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"}}));
     assert_eq!(line, "Opus 5.5 · ctx 13.9k / 200.0k (7.8%) · 153.1k to compact · ok");
 }
 
 #[test]
 fn ccusage_fixture_with_its_status_line_payload() {
-    let payload: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(shared_transcripts().join("ccusage/statusline-test.json")).unwrap()).unwrap();
+    let payload: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(shared_transcripts().join("ccusage/statusline-test.json")).unwrap(),
+    )
+    .unwrap();
     let mut input = payload.clone();
     input["transcript_path"] = json!(shared_transcripts().join("ccusage/test-transcript.jsonl"));
     // Last usage: 2,000 input + 200 cache creation + 800 cache read + 100 output.

@@ -12,8 +12,6 @@ use serde_json::{Value, json};
 const MODEL: &str = "claude-sonnet-4-5-20250929";
 const CWD: &str = "/home/dev/project";
 
-
-
 fn open(daemon: &mut Daemon, id: &str) -> Value {
     daemon.request("ctx/openSession", json!({"cwd": CWD, "model": MODEL, "sessionId": id})).unwrap()
 }
@@ -65,8 +63,14 @@ fn undo_brings_back_the_view_the_compaction_replaced() {
     assert_eq!(undone["preTokens"].as_u64().unwrap(), compacted_tokens);
     assert_eq!(undone["postTokens"], before["tokens"], "{undone}");
     assert_eq!(undone["usage"]["tokens"], before["tokens"]);
-    daemon.wait_notification("ctx/usageChanged", |p| p["sessionId"] == "u" && p["usage"]["tokens"] == before["tokens"]).unwrap();
-    assert_eq!(view(&mut daemon, "u"), (before_messages, before.clone()), "the model sees the conversation as before the compaction");
+    daemon
+        .wait_notification("ctx/usageChanged", |p| p["sessionId"] == "u" && p["usage"]["tokens"] == before["tokens"])
+        .unwrap();
+    assert_eq!(
+        view(&mut daemon, "u"),
+        (before_messages, before.clone()),
+        "the model sees the conversation as before the compaction"
+    );
 
     // The transcript keeps the compaction and gained one record that undoes it.
     let stored = records_of(&state, "u");
@@ -79,7 +83,10 @@ fn undo_brings_back_the_view_the_compaction_replaced() {
     assert_eq!(record["subtype"], "ctxd_undo_compact");
     assert_eq!(record["uuid"], undone["undoRecord"]);
     assert_eq!(record["undoes"], compacted["boundary"]);
-    assert_eq!(record["parentUuid"], boundary["logicalParentUuid"], "the chain goes on from the last record before the compaction");
+    assert_eq!(
+        record["parentUuid"], boundary["logicalParentUuid"],
+        "the chain goes on from the last record before the compaction"
+    );
     assert_eq!(record["cwd"], CWD);
 
     // `ctxd replay` of this transcript goes through the undo as the live session did.
@@ -118,7 +125,12 @@ fn undo_is_refused_without_a_compaction_and_after_a_new_turn() {
     // A new prompt after the compaction: too late.
     daemon.request("ctx/compact", json!({"sessionId": "r"})).unwrap();
     let last = stored_uuids(&state, "r").unwrap().last().cloned().unwrap();
-    daemon.request("ctx/append", json!({"sessionId": "r", "records": [user_record("next-prompt", Some(&last), "and now the tests")]})).unwrap();
+    daemon
+        .request(
+            "ctx/append",
+            json!({"sessionId": "r", "records": [user_record("next-prompt", Some(&last), "and now the tests")]}),
+        )
+        .unwrap();
     let stored = stored_uuids(&state, "r").unwrap();
     let usage_before = usage(&mut daemon, "r");
     let (reason, message) = refusal(&mut daemon, "r");
@@ -133,7 +145,13 @@ fn undo_is_refused_without_a_compaction_and_after_a_new_turn() {
 
 /// Kills the daemon, runs `between` on the state directory, restarts it and checks that
 /// the session resumes with the `expected` [`view`].
-fn resumes_the_same(daemon: Daemon, state: &Path, id: &str, expected: &(Value, Value), between: impl FnOnce(&Path)) -> Daemon {
+fn resumes_the_same(
+    daemon: Daemon,
+    state: &Path,
+    id: &str,
+    expected: &(Value, Value),
+    between: impl FnOnce(&Path),
+) -> Daemon {
     let mut daemon = daemon;
     daemon.kill9().unwrap();
     between(state);
@@ -251,7 +269,8 @@ fn appends_after_an_undo_continue_the_restored_view_and_compaction_works_again()
     assert_eq!(stored.iter().filter(|r| r["subtype"] == "ctxd_undo_compact").count(), 1);
     // The new compaction's summary covers the conversation as restored, the records
     // appended after the undo included.
-    let last_prompt = records[..120].iter().rev().find(|r| r["type"] == "user" && r["message"]["content"].is_string()).unwrap();
+    let last_prompt =
+        records[..120].iter().rev().find(|r| r["type"] == "user" && r["message"]["content"].is_string()).unwrap();
     let text = last_prompt["message"]["content"].as_str().unwrap();
     assert!(compacted["summary"].as_str().unwrap().contains(&text[..text.len().min(40)]), "{}", compacted["summary"]);
     let now = view(&mut daemon, "a");

@@ -35,7 +35,11 @@ fn the_breakdown_names_every_part_and_they_add_up() {
     let dir = tempfile::tempdir().unwrap();
     let project = dir.path().join("project");
     std::fs::create_dir_all(&project).unwrap();
-    std::fs::write(project.join("CLAUDE.md"), format!("# Rules\n{}\n", "Always run the tests before a commit. ".repeat(40))).unwrap();
+    std::fs::write(
+        project.join("CLAUDE.md"),
+        format!("# Rules\n{}\n", "Always run the tests before a commit. ".repeat(40)),
+    )
+    .unwrap();
     let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
     daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "s"})).unwrap();
     let tool_use = json!({
@@ -43,11 +47,18 @@ fn the_breakdown_names_every_part_and_they_add_up() {
         "message": {"id": "msg_0", "role": "assistant", "model": MODEL,
                     "content": [{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}}]}
     });
-    let records = vec![user_record("u1", None, "list the files please"), tool_use, tool_result_record("r1", "a1", &"file.rs\n".repeat(400))];
+    let records = vec![
+        user_record("u1", None, "list the files please"),
+        tool_use,
+        tool_result_record("r1", "a1", &"file.rs\n".repeat(400)),
+    ];
     daemon.request("ctx/append", json!({"sessionId": "s", "records": records})).unwrap();
     let system = json!([{"type": "text", "text": "You are a coding agent. ".repeat(100)}]);
-    let tools = json!([{"name": "Bash", "description": "Run a command. ".repeat(200), "input_schema": {"type": "object"}}]);
-    let assembled = daemon.request("ctx/assemble", json!({"sessionId": "s", "system": system, "tools": tools, "maxTokens": 8000})).unwrap();
+    let tools =
+        json!([{"name": "Bash", "description": "Run a command. ".repeat(200), "input_schema": {"type": "object"}}]);
+    let assembled = daemon
+        .request("ctx/assemble", json!({"sessionId": "s", "system": system, "tools": tools, "maxTokens": 8000}))
+        .unwrap();
 
     // Before any report: the records' estimate plus the fixed prefix.
     let usage = daemon.request("ctx/usage", json!({"sessionId": "s"})).unwrap()["usage"].clone();
@@ -70,7 +81,9 @@ fn the_breakdown_names_every_part_and_they_add_up() {
     // After a report the figure is the report (it holds the prefix) plus what follows.
     let mut answer = assistant_record("a2", Some("r1"), "msg_1", 9_000, 200);
     answer["message"]["usage"]["cache_read_input_tokens"] = json!(1_000);
-    daemon.request("ctx/append", json!({"sessionId": "s", "records": [answer, user_record("u2", Some("a2"), "thanks")]})).unwrap();
+    daemon
+        .request("ctx/append", json!({"sessionId": "s", "records": [answer, user_record("u2", Some("a2"), "thanks")]}))
+        .unwrap();
     let usage = daemon.request("ctx/usage", json!({"sessionId": "s"})).unwrap()["usage"].clone();
     check_sums(&usage);
     assert_eq!(usage["reportedTokens"], 10_200);

@@ -14,7 +14,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use ctxd_core::record::Record;
-use ctxd_core::view::{AssembleInput, BaseContext, CompactCheck, PipelineConfig, PipelineState, ViewCache, parse_rfc3339_ms};
+use ctxd_core::view::{
+    AssembleInput, BaseContext, CompactCheck, PipelineConfig, PipelineState, ViewCache, parse_rfc3339_ms,
+};
 use serde_json::{Value, json};
 
 fn generate(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
@@ -35,13 +37,18 @@ fn median(mut xs: Vec<Duration>) -> Duration {
 
 fn bench(label: &str, path: &Path) {
     let text = std::fs::read_to_string(path).expect("read workload");
-    let records: Vec<Record> = text.lines().filter(|l| !l.is_empty()).map(|l| Record::parse(l).expect("record")).collect();
+    let records: Vec<Record> =
+        text.lines().filter(|l| !l.is_empty()).map(|l| Record::parse(l).expect("record")).collect();
     let tools: Vec<Value> = ["Read", "Bash", "Grep", "Glob", "Edit", "Write"]
         .iter()
         .map(|t| json!({"name": t, "description": "tool", "input_schema": {"type": "object"}}))
         .collect();
     let system = vec![json!({"type": "text", "text": "You are a coding agent."})];
-    let base = BaseContext { user_context: Some("project rules ".repeat(200)), system_context: Some("git status".into()), attachments: vec![] };
+    let base = BaseContext {
+        user_context: Some("project rules ".repeat(200)),
+        system_context: Some("git status".into()),
+        attachments: vec![],
+    };
     let state = PipelineState::default();
     let config = PipelineConfig::default();
     let steps = 50.min(records.len() / 2);
@@ -54,21 +61,21 @@ fn bench(label: &str, path: &Path) {
     let mut view: Vec<Record> = records[..start].to_vec();
     macro_rules! input {
         ($view:expr) => {
-        AssembleInput {
-            records: $view,
-            system: &system,
-            tools: &tools,
-            model: "claude-sonnet-4-5",
-            max_tokens: 32_000,
-            thinking: None,
-            fork: None,
-            base: &base,
-            now_ms: now,
-            state: &state,
-            config: &config,
-            tool_results_dir: "/tmp/ctxd-bench-tool-results",
-            compact: CompactCheck::default(),
-        }
+            AssembleInput {
+                records: $view,
+                system: &system,
+                tools: &tools,
+                model: "claude-sonnet-4-5",
+                max_tokens: 32_000,
+                thinking: None,
+                fork: None,
+                base: &base,
+                now_ms: now,
+                state: &state,
+                config: &config,
+                tool_results_dir: "/tmp/ctxd-bench-tool-results",
+                compact: CompactCheck::default(),
+            }
         };
     }
     let first = Instant::now();

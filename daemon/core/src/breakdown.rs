@@ -83,7 +83,13 @@ pub struct Breakdown {
 
 impl Breakdown {
     pub fn total(&self) -> u64 {
-        self.system_prompt + self.tools + self.memory_files + self.skills + self.tool_results + self.summaries + self.other_messages
+        self.system_prompt
+            + self.tools
+            + self.memory_files
+            + self.skills
+            + self.tool_results
+            + self.summaries
+            + self.other_messages
     }
 }
 
@@ -104,7 +110,8 @@ pub fn split(tokens: u64, prefix: &Prefix, composition: &Composition) -> Breakdo
     let skills = take(prefix.skills);
     let messages = left;
     let bytes = composition.total();
-    let share = |part: u64| if bytes == 0 { 0 } else { (u128::from(messages) * u128::from(part) / u128::from(bytes)) as u64 };
+    let share =
+        |part: u64| if bytes == 0 { 0 } else { (u128::from(messages) * u128::from(part) / u128::from(bytes)) as u64 };
     let tool_results = share(composition.tool_results);
     let summaries = share(composition.summaries);
     // Rounding leftovers (and everything, when no record was seen) go to "other".
@@ -139,8 +146,11 @@ mod tests {
             r#"{{"type":"user","message":{{"role":"user","content":[{{"type":"tool_result","tool_use_id":"t","content":"{}"}}]}}}}"#,
             "r".repeat(300)
         )));
-        composition.observe(&rec(r#"{"type":"assistant","message":{"id":"a","content":[{"type":"text","text":"ok"}]}}"#));
-        composition.observe(&rec(r#"{"type":"assistant","isSidechain":true,"message":{"id":"s","content":"not mine at all, a subagent's"}}"#));
+        composition
+            .observe(&rec(r#"{"type":"assistant","message":{"id":"a","content":[{"type":"text","text":"ok"}]}}"#));
+        composition.observe(&rec(
+            r#"{"type":"assistant","isSidechain":true,"message":{"id":"s","content":"not mine at all, a subagent's"}}"#,
+        ));
         assert!(composition.tool_results > 300 && composition.summaries > 30 && composition.other > 10);
         let prefix = Prefix { system_prompt: 1_000, tools: 2_000, memory_files: 500, skills: 250 };
         let parts = split(10_000, &prefix, &composition);

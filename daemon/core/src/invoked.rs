@@ -110,7 +110,8 @@ impl Invoked {
         for block in value["message"]["content"].as_array().into_iter().flatten() {
             if block["type"] == "tool_use" && block["name"] == SKILL_TOOL {
                 let input = &block["input"];
-                let name = input["skill"].as_str().or_else(|| input["command"].as_str()).or_else(|| input["name"].as_str());
+                let name =
+                    input["skill"].as_str().or_else(|| input["command"].as_str()).or_else(|| input["name"].as_str());
                 if let (Some(id), Some(name)) = (block["id"].as_str(), name) {
                     self.pending.insert(id.to_owned(), name.to_owned());
                 }
@@ -148,9 +149,13 @@ mod tests {
     #[test]
     fn markers_tool_calls_and_restored_attachments_all_count() {
         let mut invoked = Invoked::default();
-        invoked.observe(&rec(serde_json::json!({"type": SKILL_MARKER, "uuid": "m1", "name": "deploy", "content": "Run make deploy."})));
-        invoked.observe(&rec(serde_json::json!({"type": "assistant", "uuid": "a1", "message": {"id": "x", "role": "assistant",
-            "content": [{"type": "tool_use", "id": "toolu_9", "name": "Skill", "input": {"skill": "review"}}]}})));
+        invoked.observe(&rec(
+            serde_json::json!({"type": SKILL_MARKER, "uuid": "m1", "name": "deploy", "content": "Run make deploy."}),
+        ));
+        invoked.observe(&rec(
+            serde_json::json!({"type": "assistant", "uuid": "a1", "message": {"id": "x", "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_9", "name": "Skill", "input": {"skill": "review"}}]}}),
+        ));
         invoked.observe(&rec(serde_json::json!({"type": "user", "uuid": "u1", "message": {"role": "user",
             "content": [{"type": "tool_result", "tool_use_id": "toolu_9", "content": [{"type": "text", "text": "Check every diff hunk."}]}]}})));
         invoked.observe(&rec(serde_json::json!({"type": PLAN_MARKER, "uuid": "p1", "path": "/work/plan.md"})));
@@ -159,16 +164,22 @@ mod tests {
         assert_eq!(invoked.skills[1].content, "Check every diff hunk.");
         assert_eq!(invoked.plan_path.as_deref(), Some("/work/plan.md"));
         // Running a skill again moves it to the newest place with its new content.
-        invoked.observe(&rec(serde_json::json!({"type": SKILL_MARKER, "uuid": "m2", "name": "deploy", "content": "Run make deploy-v2."})));
+        invoked.observe(&rec(
+            serde_json::json!({"type": SKILL_MARKER, "uuid": "m2", "name": "deploy", "content": "Run make deploy-v2."}),
+        ));
         assert_eq!(invoked.skills.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["review", "deploy"]);
         assert!(invoked.skills[1].order > invoked.skills[0].order);
 
         // What a compaction installs carries the state across the boundary.
         let mut after = Invoked::default();
-        after.observe(&rec(serde_json::json!({"type": "attachment", "uuid": "r1", "attachment": {"type": "invoked_skills",
-            "skills": [{"name": "review", "content": "Check every diff hunk."}]}})));
-        after.observe(&rec(serde_json::json!({"type": "attachment", "uuid": "r2", "attachment": {"type": "plan_file_reference",
-            "planFilePath": "/work/plan.md", "planContent": "1. do it"}})));
+        after.observe(&rec(
+            serde_json::json!({"type": "attachment", "uuid": "r1", "attachment": {"type": "invoked_skills",
+            "skills": [{"name": "review", "content": "Check every diff hunk."}]}}),
+        ));
+        after.observe(&rec(
+            serde_json::json!({"type": "attachment", "uuid": "r2", "attachment": {"type": "plan_file_reference",
+            "planFilePath": "/work/plan.md", "planContent": "1. do it"}}),
+        ));
         assert_eq!(after.skills.len(), 1);
         assert_eq!(after.plan_path.as_deref(), Some("/work/plan.md"));
     }
@@ -176,11 +187,15 @@ mod tests {
     #[test]
     fn failed_skill_calls_and_sidechains_do_not_count() {
         let mut invoked = Invoked::default();
-        invoked.observe(&rec(serde_json::json!({"type": "assistant", "uuid": "a1", "message": {"id": "x", "role": "assistant",
-            "content": [{"type": "tool_use", "id": "toolu_1", "name": "Skill", "input": {"skill": "nope"}}]}})));
+        invoked.observe(&rec(
+            serde_json::json!({"type": "assistant", "uuid": "a1", "message": {"id": "x", "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "Skill", "input": {"skill": "nope"}}]}}),
+        ));
         invoked.observe(&rec(serde_json::json!({"type": "user", "uuid": "u1", "message": {"role": "user",
             "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "is_error": true, "content": "Unknown skill"}]}})));
-        invoked.observe(&rec(serde_json::json!({"type": SKILL_MARKER, "uuid": "m1", "isSidechain": true, "name": "sub", "content": "x"})));
+        invoked.observe(&rec(
+            serde_json::json!({"type": SKILL_MARKER, "uuid": "m1", "isSidechain": true, "name": "sub", "content": "x"}),
+        ));
         assert!(invoked.skills.is_empty());
     }
 }

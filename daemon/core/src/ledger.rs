@@ -102,7 +102,8 @@ impl Ledger {
         };
         match self.entries.get_mut(&read.path) {
             Some(old) => {
-                let unchanged = old.hash == hash && old.start_line == read.start_line && old.num_lines == read.num_lines;
+                let unchanged =
+                    old.hash == hash && old.start_line == read.start_line && old.num_lines == read.num_lines;
                 let reads = old.reads.saturating_add(1);
                 **old = LedgerEntry { reads, ..entry };
                 ReadOutcome::Reread { unchanged }
@@ -134,7 +135,8 @@ impl Ledger {
         };
         match self.entries.get_mut(&marker.path) {
             Some(old) => {
-                let unchanged = old.hash == entry.hash && old.start_line == entry.start_line && old.num_lines == entry.num_lines;
+                let unchanged =
+                    old.hash == entry.hash && old.start_line == entry.start_line && old.num_lines == entry.num_lines;
                 let reads = old.reads.saturating_add(1);
                 **old = LedgerEntry { reads, ..entry };
                 ReadOutcome::Reread { unchanged }
@@ -278,7 +280,13 @@ pub struct ReadMarker {
 
 impl ReadMarker {
     /// Measures a read of `text` (the whole file) or of a line range of it.
-    pub fn measure(path: &str, text: &str, start_line: Option<u64>, num_lines: Option<u64>, timestamp: Option<String>) -> ReadMarker {
+    pub fn measure(
+        path: &str,
+        text: &str,
+        start_line: Option<u64>,
+        num_lines: Option<u64>,
+        timestamp: Option<String>,
+    ) -> ReadMarker {
         let total = text.split_inclusive('\n').count() as u64;
         let start = start_line.unwrap_or(1).max(1);
         let num = num_lines.unwrap_or(total.saturating_sub(start - 1));
@@ -439,7 +447,10 @@ mod tests {
         ledger.record(&read);
         let entry = ledger.get("/p/f").unwrap();
         assert!(!has_changed(entry, file));
-        assert!(!has_changed(entry, "l1 edited\nl2\nl3\nl4\n"), "a change outside the range is not a change of what was read");
+        assert!(
+            !has_changed(entry, "l1 edited\nl2\nl3\nl4\n"),
+            "a change outside the range is not a change of what was read"
+        );
         assert!(has_changed(entry, "l1\nl2 edited\nl3\nl4\n"));
         let whole = file_read_in(&read_record("/p/g", file, 1, 4, 4)).unwrap();
         ledger.record(&whole);

@@ -22,8 +22,8 @@
 
 pub mod breakdown;
 pub mod budget;
-pub mod invoked;
 pub mod compact;
+pub mod invoked;
 pub mod ledger;
 pub mod memory;
 pub mod record;

@@ -91,10 +91,7 @@ impl TokenUsage {
     /// Tokens of the context this response leaves behind: everything the request read
     /// plus what the model wrote.
     pub fn context_tokens(&self) -> u64 {
-        self.input_tokens
-            + self.cache_creation_input_tokens
-            + self.cache_read_input_tokens
-            + self.output_tokens
+        self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens + self.output_tokens
     }
 }
 
@@ -173,8 +170,7 @@ impl Record {
                 Err(e) => RecordError::Json(e.to_string()),
             });
         }
-        let raw: RawHead<'_> =
-            serde_json::from_str(&line).map_err(|e| RecordError::Json(e.to_string()))?;
+        let raw: RawHead<'_> = serde_json::from_str(&line).map_err(|e| RecordError::Json(e.to_string()))?;
         let (message_id, model, usage, content_bytes) = match raw.message {
             Some(m) => (
                 boxed(m.id),

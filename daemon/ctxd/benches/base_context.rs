@@ -40,7 +40,8 @@ fn write(path: &Path, text: &str) {
 fn project(dir: &Path) -> (std::path::PathBuf, MemoryConfig) {
     let home = dir.join("home");
     let cwd = dir.join("repo");
-    let rules: String = (0..80).map(|n| format!("- Rule {n}: keep functions short and named for what they do.\n")).collect();
+    let rules: String =
+        (0..80).map(|n| format!("- Rule {n}: keep functions short and named for what they do.\n")).collect();
     write(&cwd.join("CLAUDE.md"), &format!("# Project\n@docs/testing.md\n{rules}"));
     write(&cwd.join("docs/testing.md"), "Run the tests with cargo nextest.\n");
     write(&cwd.join("CLAUDE.local.md"), "My sandbox is at ~/sandbox.\n");
@@ -49,7 +50,8 @@ fn project(dir: &Path) -> (std::path::PathBuf, MemoryConfig) {
     write(&home.join(".claude/CLAUDE.md"), "Answer briefly.\n");
     write(&memory::auto_memory_path(&home, &cwd), "- The build needs 2 cores.\n");
     let git = |args: &[&str]| {
-        let ok = std::process::Command::new("git").args(args).current_dir(&cwd).output().is_ok_and(|o| o.status.success());
+        let ok =
+            std::process::Command::new("git").args(args).current_dir(&cwd).output().is_ok_and(|o| o.status.success());
         assert!(ok, "git {args:?}");
     };
     git(&["init", "-q", "-b", "main"]);

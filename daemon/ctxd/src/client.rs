@@ -54,7 +54,12 @@ impl<W: AsyncWrite + Unpin + Send> RpcClient<W> {
                 }
             }
         });
-        RpcClient { writer: Mutex::new(writer), next_id: AtomicI64::new(1), pending, notifications: Mutex::new(note_rx) }
+        RpcClient {
+            writer: Mutex::new(writer),
+            next_id: AtomicI64::new(1),
+            pending,
+            notifications: Mutex::new(note_rx),
+        }
     }
 
     async fn send(&self, message: &Value) -> anyhow::Result<()> {
@@ -73,7 +78,10 @@ impl<W: AsyncWrite + Unpin + Send> RpcClient<W> {
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await?;
         match rx.await.context("the daemon closed the connection")? {
             Ok(result) => Ok(result),
-            Err(error) => Err(anyhow!("{method} failed: {}", error.get("message").and_then(Value::as_str).unwrap_or("unknown error"))),
+            Err(error) => Err(anyhow!(
+                "{method} failed: {}",
+                error.get("message").and_then(Value::as_str).unwrap_or("unknown error")
+            )),
         }
     }
 

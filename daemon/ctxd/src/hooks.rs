@@ -46,7 +46,8 @@ pub async fn run(
     };
     let mut runs = Vec::new();
     for group in matchers {
-        let applies = group.matcher.as_deref().is_none_or(|m| m.is_empty() || m == "*" || m.split('|').any(|p| p == matcher));
+        let applies =
+            group.matcher.as_deref().is_none_or(|m| m.is_empty() || m == "*" || m.split('|').any(|p| p == matcher));
         if !applies {
             continue;
         }
@@ -141,7 +142,11 @@ mod tests {
 
     use super::*;
 
-    fn hooks(event: &str, matcher: Option<&str>, commands: &[(&str, Option<u64>)]) -> BTreeMap<String, Vec<HookMatcher>> {
+    fn hooks(
+        event: &str,
+        matcher: Option<&str>,
+        commands: &[(&str, Option<u64>)],
+    ) -> BTreeMap<String, Vec<HookMatcher>> {
         let hooks = commands
             .iter()
             .map(|(c, t)| HookCommand { kind: "command".into(), command: (*c).into(), timeout: *t })

@@ -34,7 +34,10 @@ pub const OWN_TYPE_PREFIX: &str = "ctxd-";
 pub fn import(store: &Store, id: &str, source: &Path) -> Result<Imported, StoreError> {
     let target = store.transcript_path(id)?;
     if target.exists() {
-        return Err(StoreError::io(&target, std::io::Error::new(std::io::ErrorKind::AlreadyExists, "a session with this id exists")));
+        return Err(StoreError::io(
+            &target,
+            std::io::Error::new(std::io::ErrorKind::AlreadyExists, "a session with this id exists"),
+        ));
     }
     let file = std::fs::File::open(source).map_err(|e| StoreError::io(source, e))?;
     // Write to a temporary name and rename, so a crash never leaves half an import
@@ -47,8 +50,13 @@ pub fn import(store: &Store, id: &str, source: &Path) -> Result<Imported, StoreE
         .mode(0o600)
         .open(&partial)
         .map_err(|e| StoreError::io(&partial, e))?;
-    let copied = copy_readable(BufReader::with_capacity(1 << 20, file), BufWriter::with_capacity(1 << 20, out), source, &partial)
-        .and_then(|imported| std::fs::rename(&partial, &target).map(|()| imported).map_err(|e| StoreError::io(&target, e)));
+    let copied = copy_readable(
+        BufReader::with_capacity(1 << 20, file),
+        BufWriter::with_capacity(1 << 20, out),
+        source,
+        &partial,
+    )
+    .and_then(|imported| std::fs::rename(&partial, &target).map(|()| imported).map_err(|e| StoreError::io(&target, e)));
     let imported = match copied {
         Ok(imported) => imported,
         Err(e) => {
@@ -64,7 +72,12 @@ pub fn import(store: &Store, id: &str, source: &Path) -> Result<Imported, StoreE
 
 /// Copies every readable line of `reader` to `out` (one per line, without `\r`), then
 /// flushes and syncs `out`.
-fn copy_readable(mut reader: impl BufRead, mut out: BufWriter<std::fs::File>, source: &Path, partial: &Path) -> Result<Imported, StoreError> {
+fn copy_readable(
+    mut reader: impl BufRead,
+    mut out: BufWriter<std::fs::File>,
+    source: &Path,
+    partial: &Path,
+) -> Result<Imported, StoreError> {
     let written = |e| StoreError::io(partial, e);
     let mut imported = Imported::default();
     let mut buf = Vec::new();
@@ -110,7 +123,9 @@ pub fn export(store_root: &Path, id: &str, out: &mut dyn Write) -> Result<u64, S
         if line.is_empty() || is_own_record(&line) {
             continue;
         }
-        out.write_all(&line).and_then(|()| out.write_all(b"\n")).map_err(|e| StoreError::io(Path::new("<output>"), e))?;
+        out.write_all(&line)
+            .and_then(|()| out.write_all(b"\n"))
+            .map_err(|e| StoreError::io(Path::new("<output>"), e))?;
         written += 1;
     }
     out.flush().map_err(|e| StoreError::io(Path::new("<output>"), e))?;
@@ -173,7 +188,8 @@ mod tests {
         std::fs::create_dir(&source).unwrap();
         assert!(import(&store, "bad", &source).is_err());
         assert_eq!(store.session_ids().unwrap(), Vec::<String>::new());
-        let left: Vec<_> = std::fs::read_dir(store.transcript_path("bad").unwrap().parent().unwrap()).unwrap().collect();
+        let left: Vec<_> =
+            std::fs::read_dir(store.transcript_path("bad").unwrap().parent().unwrap()).unwrap().collect();
         assert!(left.is_empty(), "{left:?}");
     }
 
@@ -184,7 +200,10 @@ mod tests {
         let source = dir.path().join("big.jsonl");
         let mut text = String::new();
         for i in 0..20_000 {
-            text.push_str(&format!("{{\"type\":\"user\",\"uuid\":\"u{i}\",\"message\":{{\"role\":\"user\",\"content\":\"{}\"}}}}\r\n", "x".repeat(i % 300)));
+            text.push_str(&format!(
+                "{{\"type\":\"user\",\"uuid\":\"u{i}\",\"message\":{{\"role\":\"user\",\"content\":\"{}\"}}}}\r\n",
+                "x".repeat(i % 300)
+            ));
         }
         std::fs::write(&source, &text).unwrap();
         let imported = import(&store, "big", &source).unwrap();

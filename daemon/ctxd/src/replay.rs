@@ -40,12 +40,9 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
             Err(e) => skipped.push(format!("line {}: {e}", n + 1)),
         }
     }
-    let model = options.model.clone().or_else(|| first_model(&records)).unwrap_or_else(|| "claude-sonnet-4-5".to_owned());
-    let cwd = records
-        .iter()
-        .find_map(|r| r.get("cwd").and_then(Value::as_str))
-        .unwrap_or("/")
-        .to_owned();
+    let model =
+        options.model.clone().or_else(|| first_model(&records)).unwrap_or_else(|| "claude-sonnet-4-5".to_owned());
+    let cwd = records.iter().find_map(|r| r.get("cwd").and_then(Value::as_str)).unwrap_or("/").to_owned();
 
     let temp;
     let state_dir = match &options.state_dir {
@@ -60,7 +57,15 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
     let (client_io, server_io) = tokio::io::duplex(1 << 20);
     let (server_read, server_write) = tokio::io::split(server_io);
     let parts = service(ServeOptions { state_dir: state_dir.clone() });
-    let daemon = tokio::spawn(transport::serve(server_read, server_write, parts.service, parts.socket, Limits::default(), Some(parts.fast), parts.outflow));
+    let daemon = tokio::spawn(transport::serve(
+        server_read,
+        server_write,
+        parts.service,
+        parts.socket,
+        Limits::default(),
+        Some(parts.fast),
+        parts.outflow,
+    ));
     let (client_read, client_write) = tokio::io::split(client_io);
     let client = RpcClient::new(client_read, client_write);
 
@@ -110,7 +115,8 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
             // compaction is installed. One installed while assembling (a summary
             // prepared ahead) counts before the record goes in: the record's usage
             // no longer applies.
-            let assembled = client.request("ctx/assemble", json!({"sessionId": session_id, "maxTokens": REPLY_TOKENS})).await?;
+            let assembled =
+                client.request("ctx/assemble", json!({"sessionId": session_id, "maxTokens": REPLY_TOKENS})).await?;
             requests += 1;
             let seen = announce_pending(&client, out).await?;
             compactions += seen.installed;
@@ -132,7 +138,11 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
         // A transcript ctxd wrote may carry `ctx/undoCompact` records: the daemon goes
         // back to the view before that compaction, as it did live.
         if parsed.as_ref().is_some_and(ctxd_core::compact::is_undo_record) {
-            writeln!(out, "      compaction undone: back to {} tokens", thousands(result["usage"]["tokens"].as_u64().unwrap_or(0)))?;
+            writeln!(
+                out,
+                "      compaction undone: back to {} tokens",
+                thousands(result["usage"]["tokens"].as_u64().unwrap_or(0))
+            )?;
         }
         // Compactions run in the background; report each as it is announced.
         let seen = announce_pending(&client, out).await?;
@@ -150,7 +160,10 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
     }
     write!(out, "{requests} model requests assembled")?;
     if compactions > 0 {
-        write!(out, ", {compactions} compaction(s); the summaries were written by the built-in offline summarizer (no model, no network)")?;
+        write!(
+            out,
+            ", {compactions} compaction(s); the summaries were written by the built-in offline summarizer (no model, no network)"
+        )?;
     }
     writeln!(out)?;
     client.request("ctx/closeSession", json!({"sessionId": session_id})).await?;
@@ -162,9 +175,9 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
 }
 
 fn first_model(records: &[serde_json::Map<String, Value>]) -> Option<String> {
-    records.iter().find_map(|r| {
-        r.get("message")?.get("model")?.as_str().filter(|m| !m.starts_with('<')).map(str::to_owned)
-    })
+    records
+        .iter()
+        .find_map(|r| r.get("message")?.get("model")?.as_str().filter(|m| !m.starts_with('<')).map(str::to_owned))
 }
 
 /// A turn starts at a user prompt: a user record that is not a tool result and not

@@ -244,7 +244,12 @@ impl FastPaths {
 /// actor (`to_resume`), into the view (`apply`), to this task (`to_reply`), and all of
 /// it (`in_daemon`). `read_unix_us` is when the frame was read, for a client to line up
 /// with its own clock (the load benchmark does).
-fn log_append_steps(session: &str, read: std::time::Instant, queued: std::time::Instant, steps: &crate::session::actor::AppendSteps) {
+fn log_append_steps(
+    session: &str,
+    read: std::time::Instant,
+    queued: std::time::Instant,
+    steps: &crate::session::actor::AppendSteps,
+) {
     if !tracing::enabled!(target: "ctxd::latency", tracing::Level::DEBUG) {
         return;
     }
@@ -306,7 +311,11 @@ fn unix_us(then: std::time::Instant, now: std::time::Instant) -> u64 {
 
 /// A fast path's answer: the result encoded in one pass into a buffer of `capacity`
 /// bytes to start with, or the error as the service would send it.
-fn encoded<T: serde::Serialize>(id: tower_lsp_server::jsonrpc::Id, result: Result<T>, capacity: usize) -> crate::transport::Answer {
+fn encoded<T: serde::Serialize>(
+    id: tower_lsp_server::jsonrpc::Id,
+    result: Result<T>,
+    capacity: usize,
+) -> crate::transport::Answer {
     use crate::transport::Answer;
     use tower_lsp_server::jsonrpc::Response;
     match result.and_then(|r| crate::transport::encode_result(&id, &r, capacity).map_err(|e| internal(e.to_string()))) {
@@ -322,7 +331,9 @@ fn assemble_request(params: proto::AssembleParams) -> (String, crate::session::a
         tools: params.tools,
         max_tokens: params.max_tokens,
         thinking: params.thinking.map(Value::Object),
-        fork: params.fork.map(|f| ctxd_core::view::Fork { instruction: f.instruction, skip_cache_write: f.skip_cache_write }),
+        fork: params
+            .fork
+            .map(|f| ctxd_core::view::Fork { instruction: f.instruction, skip_cache_write: f.skip_cache_write }),
         include_snipped: params.include_snipped,
         since: params.since,
     };
@@ -360,7 +371,12 @@ impl From<crate::session::actor::AssembleAnswer> for AssembleResultText {
             applied: done
                 .applied
                 .into_iter()
-                .map(|a| proto::AppliedStage { stage: a.stage.to_owned(), acted: a.acted, tokens_freed: a.tokens_freed, detail: a.detail })
+                .map(|a| proto::AppliedStage {
+                    stage: a.stage.to_owned(),
+                    acted: a.acted,
+                    tokens_freed: a.tokens_freed,
+                    detail: a.detail,
+                })
                 .collect(),
             decision: if done.compact { "compact" } else { "continue" }.to_owned(),
             scrollback: done.scrollback.map(wire_scrollback),
@@ -395,7 +411,9 @@ fn wire_scrollback(core: ctxd_core::view::Scrollback) -> proto::scrollback::Scro
         hidden: e.hidden.map(|h| match h {
             domain::Hidden::Compacted { boundary_uuid } => wire::Hidden::Compacted { boundary_uuid },
             domain::Hidden::Snipped => wire::Hidden::Snipped,
-            domain::Hidden::Collapsed { summary_entry } => wire::Hidden::Collapsed { summary_entry: summary_entry as u64 },
+            domain::Hidden::Collapsed { summary_entry } => {
+                wire::Hidden::Collapsed { summary_entry: summary_entry as u64 }
+            }
         }),
         results: e
             .results
@@ -406,13 +424,19 @@ fn wire_scrollback(core: ctxd_core::view::Scrollback) -> proto::scrollback::Scro
                 change: match r.change {
                     domain::ResultChange::Cleared => wire::ResultChange::Cleared,
                     domain::ResultChange::DeletedFromCache => wire::ResultChange::DeletedFromCache,
-                    domain::ResultChange::Replaced { path, original_bytes } => wire::ResultChange::Replaced { path, original_bytes },
+                    domain::ResultChange::Replaced { path, original_bytes } => {
+                        wire::ResultChange::Replaced { path, original_bytes }
+                    }
                 },
             })
             .collect(),
         span: e.span.map(|s| wire::Span { from: s.from, to: s.to }),
     };
-    wire::Scrollback { entries: core.entries.into_iter().map(entry).collect(), boundary_uuid: core.boundary_uuid, off_chain: core.off_chain as u64 }
+    wire::Scrollback {
+        entries: core.entries.into_iter().map(entry).collect(),
+        boundary_uuid: core.boundary_uuid,
+        off_chain: core.off_chain as u64,
+    }
 }
 
 impl AssembleResultText {
@@ -521,7 +545,10 @@ impl LanguageServer for Backend {
         let experimental = serde_json::json!({ "ctxd": capabilities });
         Ok(InitializeResult {
             capabilities: ServerCapabilities { experimental: Some(experimental), ..ServerCapabilities::default() },
-            server_info: Some(ServerInfo { name: "ctxd".to_owned(), version: Some(env!("CARGO_PKG_VERSION").to_owned()) }),
+            server_info: Some(ServerInfo {
+                name: "ctxd".to_owned(),
+                version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+            }),
             ..InitializeResult::default()
         })
     }
@@ -649,7 +676,10 @@ impl Backend {
             (None, Some(uuid)) => (Some((SplitDirection::UpTo, uuid)), Trigger::Partial),
             (Some(_), Some(_)) => return Err(Error::invalid_params("give `from` or `upTo`, not both")),
         };
-        let rx = self.sessions()?.compact(&params.session_id, trigger, params.instructions, params.work_done_token.as_ref(), partial).map_err(rpc_error)?;
+        let rx = self
+            .sessions()?
+            .compact(&params.session_id, trigger, params.instructions, params.work_done_token.as_ref(), partial)
+            .map_err(rpc_error)?;
         self.compact_result(&params.session_id, rx).await
     }
 
@@ -714,17 +744,23 @@ impl Backend {
             });
         };
         let reason = match refusal {
-            crate::provider::Refusal::PromptTooLong { tokens, max } => format!("the prompt was {tokens} tokens, over the {max} maximum"),
+            crate::provider::Refusal::PromptTooLong { tokens, max } => {
+                format!("the prompt was {tokens} tokens, over the {max} maximum")
+            }
             crate::provider::Refusal::CreditsRequired => "the provider asked for long-context credits".to_owned(),
         };
         let rx = sessions.compact(&params.session_id, Trigger::Reactive, None, None, None).map_err(rpc_error)?;
         match self.compact_result(&params.session_id, rx).await {
-            Ok(result) => Ok(proto::ReportProviderErrorResult { action: "compacted".to_owned(), reason, compact: Some(result) }),
-            Err(e) if e.code == ErrorCode::ServerError(error_codes::COMPACT_FAILED) => Ok(proto::ReportProviderErrorResult {
-                action: "none".to_owned(),
-                reason: format!("{reason}; {}", e.message),
-                compact: None,
-            }),
+            Ok(result) => {
+                Ok(proto::ReportProviderErrorResult { action: "compacted".to_owned(), reason, compact: Some(result) })
+            }
+            Err(e) if e.code == ErrorCode::ServerError(error_codes::COMPACT_FAILED) => {
+                Ok(proto::ReportProviderErrorResult {
+                    action: "none".to_owned(),
+                    reason: format!("{reason}; {}", e.message),
+                    compact: None,
+                })
+            }
             Err(e) => Err(e),
         }
     }
@@ -746,10 +782,15 @@ impl Backend {
 
     pub async fn collapse(&self, params: Value) -> Result<proto::CollapseResult> {
         let params: proto::CollapseParams = params_of(params)?;
-        let reduction = crate::session::actor::Reduction::Collapse { from: params.from, to: params.to, summary: params.summary };
+        let reduction =
+            crate::session::actor::Reduction::Collapse { from: params.from, to: params.to, summary: params.summary };
         let rx = self.sessions()?.reduce(&params.session_id, reduction).map_err(rpc_error)?;
         let done = answer(rx, &params.session_id).await?;
-        Ok(proto::CollapseResult { collapse_id: done.record_uuid, tokens_freed: done.tokens_freed, usage: done.usage.to_proto() })
+        Ok(proto::CollapseResult {
+            collapse_id: done.record_uuid,
+            tokens_freed: done.tokens_freed,
+            usage: done.usage.to_proto(),
+        })
     }
 
     pub async fn observe(&self, params: Value) -> Result<proto::ObserveResult> {
@@ -789,7 +830,12 @@ impl Backend {
     }
 
     /// Appends one of ctxd's own state records (never sent to a model) to a session.
-    async fn append_marker(&self, session_id: String, kind: &str, fields: serde_json::Value) -> Result<proto::UsageResult> {
+    async fn append_marker(
+        &self,
+        session_id: String,
+        kind: &str,
+        fields: serde_json::Value,
+    ) -> Result<proto::UsageResult> {
         let mut object = serde_json::Map::new();
         object.insert("type".into(), kind.into());
         object.insert("uuid".into(), uuid::Uuid::new_v4().to_string().into());
@@ -890,7 +936,8 @@ impl Backend {
 fn params_of<P: serde::de::DeserializeOwned>(params: Value) -> Result<P> {
     serde_path_to_error::deserialize(params).map_err(|e| {
         let path = e.path().to_string();
-        let mut error = Error::invalid_params(if path == "." { e.inner().to_string() } else { format!("{path}: {}", e.inner()) });
+        let mut error =
+            Error::invalid_params(if path == "." { e.inner().to_string() } else { format!("{path}: {}", e.inner()) });
         error.data = None;
         error
     })
@@ -949,7 +996,9 @@ fn store_error(e: StoreError) -> Error {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use ctxd_core::view::scrollback::{EntryKind, EntryRole, Hidden, ResultChange, ResultMark, Scrollback, ScrollbackEntry, Span};
+    use ctxd_core::view::scrollback::{
+        EntryKind, EntryRole, Hidden, ResultChange, ResultMark, Scrollback, ScrollbackEntry, Span,
+    };
 
     #[test]
     fn the_wire_scrollback_writes_the_same_json_as_the_cores_for_every_variant() {
@@ -967,11 +1016,15 @@ mod tests {
             span: None,
         };
         let mut results = entry(EntryKind::ToolResults, None);
-        results.results = [ResultChange::Cleared, ResultChange::DeletedFromCache, ResultChange::Replaced { path: "/p".into(), original_bytes: 9 }]
-            .into_iter()
-            .enumerate()
-            .map(|(block, change)| ResultMark { tool_use_id: format!("t{block}"), block, change })
-            .collect();
+        results.results = [
+            ResultChange::Cleared,
+            ResultChange::DeletedFromCache,
+            ResultChange::Replaced { path: "/p".into(), original_bytes: 9 },
+        ]
+        .into_iter()
+        .enumerate()
+        .map(|(block, change)| ResultMark { tool_use_id: format!("t{block}"), block, change })
+        .collect();
         let mut summary = entry(EntryKind::CollapseSummary, None);
         summary.role = EntryRole::Assistant;
         summary.span = Some(Span { from: "a".into(), to: "b".into() });

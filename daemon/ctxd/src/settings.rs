@@ -116,9 +116,7 @@ pub fn save_window(sources: &SettingsSources, model: &str, window: Option<u64>) 
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::Map::new(),
         Err(e) => return Err(e),
     };
-    let models = root
-        .entry("modelSettings")
-        .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+    let models = root.entry("modelSettings").or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
     if !models.is_object() {
         *models = serde_json::Value::Object(serde_json::Map::new());
     }
@@ -160,12 +158,21 @@ mod tests {
             user_file: Some(home.join(".config/ctxd/settings.json")),
             saved_file: dir.path().join("state/saved-settings.json"),
         };
-        write(&home.join(".claude/settings.json"), json!({"autoCompactWindow": 300000, "idleCompaction": false, "theme": "dark",
-            "hooks": {"PreCompact": [{"hooks": [{"type": "command", "command": "echo claude"}]}]}}));
+        write(
+            &home.join(".claude/settings.json"),
+            json!({"autoCompactWindow": 300000, "idleCompaction": false, "theme": "dark",
+            "hooks": {"PreCompact": [{"hooks": [{"type": "command", "command": "echo claude"}]}]}}),
+        );
         write(&home.join(".config/ctxd/settings.json"), json!({"autoCompactWindow": 400000, "provider": "offline"}));
-        write(&cwd.join(".ctxd/settings.json"), json!({"autoCompactEnabled": "yes", "model": "m-project", "colour": 1}));
-        write(&cwd.join(".ctxd/settings.local.json"), json!({"model": "m-local",
-            "hooks": {"PreCompact": [{"hooks": [{"type": "command", "command": "echo local"}]}]}}));
+        write(
+            &cwd.join(".ctxd/settings.json"),
+            json!({"autoCompactEnabled": "yes", "model": "m-project", "colour": 1}),
+        );
+        write(
+            &cwd.join(".ctxd/settings.local.json"),
+            json!({"model": "m-local",
+            "hooks": {"PreCompact": [{"hooks": [{"type": "command", "command": "echo local"}]}]}}),
+        );
         std::fs::create_dir_all(cwd.join(".claude")).unwrap();
         std::fs::write(cwd.join(".claude/settings.json"), "{ not json").unwrap();
         let client = Settings { idle_compaction: Some(true), ..Settings::default() };
@@ -175,7 +182,8 @@ mod tests {
         assert_eq!(s.idle_compaction, Some(true), "client layer wins over files");
         assert_eq!(s.model.as_deref(), Some("m-local"));
         assert_eq!(s.auto_compact_enabled, None, "wrong type is not taken");
-        let hooks: Vec<_> = s.hooks.as_ref().unwrap()["PreCompact"].iter().map(|m| m.hooks[0].command.clone()).collect();
+        let hooks: Vec<_> =
+            s.hooks.as_ref().unwrap()["PreCompact"].iter().map(|m| m.hooks[0].command.clone()).collect();
         assert_eq!(hooks, ["echo claude", "echo local"]);
         let problems = layered.problems.join("\n");
         assert!(problems.contains(".ctxd/settings.json: key `autoCompactEnabled`"), "{problems}");
@@ -188,7 +196,10 @@ mod tests {
     fn hooks_from_a_client_are_ignored() {
         let dir = tempfile::tempdir().unwrap();
         let sources = SettingsSources { home: None, user_file: None, saved_file: dir.path().join("saved.json") };
-        let client: Settings = serde_json::from_value(json!({"hooks": {"PreCompact": [{"hooks": [{"type": "command", "command": "rm -rf /"}]}]}})).unwrap();
+        let client: Settings = serde_json::from_value(
+            json!({"hooks": {"PreCompact": [{"hooks": [{"type": "command", "command": "rm -rf /"}]}]}}),
+        )
+        .unwrap();
         let layered = resolve(&sources, dir.path(), &client, &Settings::default());
         assert!(layered.settings.hooks.is_none());
         assert!(layered.problems[0].contains("hooks"), "{:?}", layered.problems);

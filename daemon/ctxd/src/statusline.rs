@@ -138,21 +138,14 @@ fn consider(line: &[u8], newest_first: &mut Vec<Record>, model: &mut Option<Stri
 /// Builds the status line from the input JSON and the environment.
 pub fn render(input: &StatusInput, env_vars: impl IntoIterator<Item = (String, String)>) -> String {
     let (env, _warnings) = EnvConfig::from_vars(env_vars);
-    let tail = input
-        .transcript_path
-        .as_deref()
-        .map(|p| tail_usage(Path::new(p)));
+    let tail = input.transcript_path.as_deref().map(|p| tail_usage(Path::new(p)));
     let (tally, after_compaction, transcript_model) = match tail {
         Some(Ok(t)) => (t.tally, t.after_compaction, t.model),
         Some(Err(e)) => return format!("ctx: cannot read transcript ({e})"),
         None => (Tally::default(), false, None),
     };
-    let model_id = input
-        .model
-        .as_ref()
-        .and_then(|m| m.id.clone())
-        .or(transcript_model)
-        .unwrap_or_else(|| "unknown".to_owned());
+    let model_id =
+        input.model.as_ref().and_then(|m| m.id.clone()).or(transcript_model).unwrap_or_else(|| "unknown".to_owned());
     let name = input.model.as_ref().and_then(|m| m.display_name.clone()).unwrap_or_else(|| model_id.clone());
     let client = input.context_window.as_ref().and_then(|c| c.context_window_size);
     let resolved = resolve_window(&model_id, &WindowInputs { client, ..WindowInputs::default() }, &env);
@@ -208,7 +201,9 @@ mod tests {
     }
 
     fn assistant(id: &str, input: u64) -> String {
-        format!(r#"{{"type":"assistant","message":{{"id":"{id}","model":"claude-sonnet-4-5-20250929","content":[{{"type":"text","text":"x"}}],"usage":{{"input_tokens":{input},"output_tokens":100,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}}}}}"#)
+        format!(
+            r#"{{"type":"assistant","message":{{"id":"{id}","model":"claude-sonnet-4-5-20250929","content":[{{"type":"text","text":"x"}}],"usage":{{"input_tokens":{input},"output_tokens":100,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}}}}}"#
+        )
     }
 
     fn user(text: &str) -> String {
@@ -221,7 +216,13 @@ mod tests {
 
     #[test]
     fn last_usage_plus_what_follows() {
-        let f = transcript(&[user("a"), assistant("m1", 50_000), user(&"y".repeat(3998)), assistant("m2", 100_000), user(&"z".repeat(3998))]);
+        let f = transcript(&[
+            user("a"),
+            assistant("m1", 50_000),
+            user(&"y".repeat(3998)),
+            assistant("m2", 100_000),
+            user(&"z".repeat(3998)),
+        ]);
         let tail = tail_usage(f.path()).unwrap();
         assert_eq!(tail.tally.reported, 100_100);
         assert_eq!(tail.tally.estimated(), 1_000);
@@ -233,7 +234,10 @@ mod tests {
     #[test]
     fn right_after_a_compaction_the_old_usage_does_not_count() {
         let boundary = r#"{"type":"system","subtype":"compact_boundary","uuid":"b","parentUuid":null,"compactMetadata":{"trigger":"auto","preTokens":170000}}"#.to_owned();
-        let summary = format!(r#"{{"type":"user","isCompactSummary":true,"message":{{"role":"user","content":"{}"}}}}"#, "s".repeat(39_998));
+        let summary = format!(
+            r#"{{"type":"user","isCompactSummary":true,"message":{{"role":"user","content":"{}"}}}}"#,
+            "s".repeat(39_998)
+        );
         let f = transcript(&[user("a"), assistant("m1", 170_000), boundary, summary]);
         let tail = tail_usage(f.path()).unwrap();
         assert!(tail.after_compaction);

@@ -50,7 +50,25 @@ pub mod methods {
 
     /// Every `ctx/` request method this build of ctxd answers, as announced in
     /// `initialize` under `capabilities.experimental.ctxd.methods`.
-    pub const REQUESTS: &[&str] = &[OPEN_SESSION, APPEND, USAGE, CLOSE_SESSION, SET_AUTO_COMPACT_WINDOW, FILE_READ, CONTEXT, COMPACT, REPORT_PROVIDER_ERROR, CLEAR, ASSEMBLE, SNIP, COLLAPSE, OBSERVE, SKILL_INVOKED, SET_PLAN, UNDO_COMPACT];
+    pub const REQUESTS: &[&str] = &[
+        OPEN_SESSION,
+        APPEND,
+        USAGE,
+        CLOSE_SESSION,
+        SET_AUTO_COMPACT_WINDOW,
+        FILE_READ,
+        CONTEXT,
+        COMPACT,
+        REPORT_PROVIDER_ERROR,
+        CLEAR,
+        ASSEMBLE,
+        SNIP,
+        COLLAPSE,
+        OBSERVE,
+        SKILL_INVOKED,
+        SET_PLAN,
+        UNDO_COMPACT,
+    ];
     /// Every `ctx/` notification this build of ctxd sends.
     pub const NOTIFICATIONS: &[&str] = &[USAGE_CHANGED, CONTEXT_CHANGED, COMPACTED, COMPACT_FAILED];
 }

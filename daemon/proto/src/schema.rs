@@ -113,9 +113,6 @@ mod tests {
                 }
             }
         }
-        assert!(
-            stale.is_empty(),
-            "schemas/ is stale: {stale:?}; run `UPDATE_SCHEMAS=1 cargo test -p ctxd-proto`"
-        );
+        assert!(stale.is_empty(), "schemas/ is stale: {stale:?}; run `UPDATE_SCHEMAS=1 cargo test -p ctxd-proto`");
     }
 }

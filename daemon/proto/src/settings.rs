@@ -261,7 +261,10 @@ mod tests {
 
     #[test]
     fn overlay_wins_per_key_merges_models_and_adds_hooks() {
-        let hook = |c: &str| HookMatcher { matcher: None, hooks: vec![HookCommand { kind: "command".into(), command: c.into(), timeout: None }] };
+        let hook = |c: &str| HookMatcher {
+            matcher: None,
+            hooks: vec![HookCommand { kind: "command".into(), command: c.into(), timeout: None }],
+        };
         let mut low = Settings {
             auto_compact_window: Some(300_000),
             idle_compaction: Some(true),

@@ -25,8 +25,7 @@ const DISABLE_COMPACT: &str = "DISABLE_COMPACT";
 const PCT_OVERRIDE: &str = "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE";
 const AUTO_COMPACT_WINDOW: &str = "CLAUDE_CODE_AUTO_COMPACT_WINDOW";
 const MAX_CONTEXT_TOKENS: &str = "CLAUDE_CODE_MAX_CONTEXT_TOKENS";
-const DISABLE_UNKNOWN_MODEL_WINDOW_ENFORCEMENT: &str =
-    "CLAUDE_CODE_DISABLE_UNKNOWN_MODEL_WINDOW_ENFORCEMENT";
+const DISABLE_UNKNOWN_MODEL_WINDOW_ENFORCEMENT: &str = "CLAUDE_CODE_DISABLE_UNKNOWN_MODEL_WINDOW_ENFORCEMENT";
 const DISABLE_1M_CONTEXT: &str = "CLAUDE_CODE_DISABLE_1M_CONTEXT";
 const BLOCKING_LIMIT_OVERRIDE: &str = "CLAUDE_CODE_BLOCKING_LIMIT_OVERRIDE";
 const IDLE_COMPACT_MIN_TOKENS: &str = "CLAUDE_CODE_IDLE_COMPACT_MIN_TOKENS";
@@ -107,8 +106,7 @@ impl EnvConfig {
                     config.max_context_tokens = positive_tokens(name, value, &mut warnings);
                 }
                 DISABLE_UNKNOWN_MODEL_WINDOW_ENFORCEMENT => {
-                    config.disable_unknown_model_window_enforcement =
-                        flag(name, value, &mut warnings);
+                    config.disable_unknown_model_window_enforcement = flag(name, value, &mut warnings);
                 }
                 DISABLE_1M_CONTEXT => {
                     config.disable_1m_context = flag(name, value, &mut warnings);
@@ -129,9 +127,7 @@ impl EnvConfig {
     /// variable's value or 200,000, but never below 100,000 so a tiny value cannot make
     /// every pause rewrite the conversation.
     pub fn idle_compact_floor(&self) -> u64 {
-        self.idle_compact_min_tokens
-            .unwrap_or(IDLE_COMPACT_DEFAULT)
-            .max(IDLE_COMPACT_FLOOR)
+        self.idle_compact_min_tokens.unwrap_or(IDLE_COMPACT_DEFAULT).max(IDLE_COMPACT_FLOOR)
     }
 }
 
@@ -166,11 +162,7 @@ pub fn parse_token_count(text: &str) -> Option<u64> {
         }
         // Keep as many fraction digits as the suffix turns into whole tokens; the rest
         // would be parts of a token.
-        let kept: String = fraction
-            .chars()
-            .chain(std::iter::repeat('0'))
-            .take(scale_digits as usize)
-            .collect();
+        let kept: String = fraction.chars().chain(std::iter::repeat('0')).take(scale_digits as usize).collect();
         count = count.checked_add(kept.parse::<u64>().ok()?)?;
     }
     Some(count)
@@ -187,9 +179,7 @@ fn flag(name: &str, value: &str, warnings: &mut Vec<String>) -> bool {
         "1" | "true" | "yes" | "on" => true,
         "" | "0" | "false" | "no" | "off" => false,
         _ => {
-            warnings.push(format!(
-                "{name}={value:?} is not a boolean (use 1/true/yes/on or 0/false/no/off); ignored"
-            ));
+            warnings.push(format!("{name}={value:?} is not a boolean (use 1/true/yes/on or 0/false/no/off); ignored"));
             false
         }
     }
@@ -203,17 +193,11 @@ fn percent(name: &str, value: &str, warnings: &mut Vec<String>) -> Option<u8> {
         return None;
     }
     let digits = text.strip_suffix('%').unwrap_or(text).trim_end();
-    let parsed = if all_digits(digits) {
-        digits.parse::<u64>().ok()
-    } else {
-        None
-    };
+    let parsed = if all_digits(digits) { digits.parse::<u64>().ok() } else { None };
     match parsed {
         Some(pct @ 1..=100) => u8::try_from(pct).ok(),
         _ => {
-            warnings.push(format!(
-                "{name}={value:?} is not a whole percent from 1 to 100; ignored"
-            ));
+            warnings.push(format!("{name}={value:?} is not a whole percent from 1 to 100; ignored"));
             None
         }
     }
@@ -226,9 +210,7 @@ fn tokens(name: &str, value: &str, warnings: &mut Vec<String>) -> Option<u64> {
     }
     let parsed = parse_token_count(value);
     if parsed.is_none() {
-        warnings.push(format!(
-            "{name}={value:?} is not a token count (e.g. 200000, 500k, 1M); ignored"
-        ));
+        warnings.push(format!("{name}={value:?} is not a token count (e.g. 200000, 500k, 1M); ignored"));
     }
     parsed
 }
@@ -320,25 +302,13 @@ mod tests {
         let cases: &[(&str, &str, Check)] = &[
             (DISABLE_AUTO_COMPACT, "1", |c| c.disable_auto_compact),
             (DISABLE_COMPACT, "true", |c| c.disable_compact),
-            (PCT_OVERRIDE, "80", |c| {
-                c.autocompact_pct_override == Some(80)
-            }),
-            (AUTO_COMPACT_WINDOW, "500k", |c| {
-                c.auto_compact_window == Some(500_000)
-            }),
-            (MAX_CONTEXT_TOKENS, "128000", |c| {
-                c.max_context_tokens == Some(128_000)
-            }),
-            (DISABLE_UNKNOWN_MODEL_WINDOW_ENFORCEMENT, "yes", |c| {
-                c.disable_unknown_model_window_enforcement
-            }),
+            (PCT_OVERRIDE, "80", |c| c.autocompact_pct_override == Some(80)),
+            (AUTO_COMPACT_WINDOW, "500k", |c| c.auto_compact_window == Some(500_000)),
+            (MAX_CONTEXT_TOKENS, "128000", |c| c.max_context_tokens == Some(128_000)),
+            (DISABLE_UNKNOWN_MODEL_WINDOW_ENFORCEMENT, "yes", |c| c.disable_unknown_model_window_enforcement),
             (DISABLE_1M_CONTEXT, "on", |c| c.disable_1m_context),
-            (BLOCKING_LIMIT_OVERRIDE, "150000", |c| {
-                c.blocking_limit_override == Some(150_000)
-            }),
-            (IDLE_COMPACT_MIN_TOKENS, "300k", |c| {
-                c.idle_compact_min_tokens == Some(300_000)
-            }),
+            (BLOCKING_LIMIT_OVERRIDE, "150000", |c| c.blocking_limit_override == Some(150_000)),
+            (IDLE_COMPACT_MIN_TOKENS, "300k", |c| c.idle_compact_min_tokens == Some(300_000)),
         ];
         assert_eq!(cases.len(), ENV_VARS.len(), "a variable has no case here");
         for (name, value, check) in cases {
@@ -407,10 +377,7 @@ mod tests {
             let (config, warnings) = EnvConfig::from_vars([(name, value)]);
             assert_eq!(config, EnvConfig::default(), "{name}={value}");
             assert_eq!(warnings.len(), 1, "{name}={value}: {warnings:?}");
-            assert!(
-                warnings[0].contains(name) && warnings[0].contains(value),
-                "{warnings:?}"
-            );
+            assert!(warnings[0].contains(name) && warnings[0].contains(value), "{warnings:?}");
         }
     }
 
@@ -446,14 +413,8 @@ mod tests {
     #[test]
     fn last_assignment_wins_and_unknown_names_are_skipped() {
         let (config, warnings) = EnvConfig::from_vars(vec![
-            (
-                "CLAUDE_CODE_AUTO_COMPACT_WINDOW".to_string(),
-                "lots".to_string(),
-            ),
-            (
-                "CLAUDE_CODE_AUTO_COMPACT_WINDOW".to_string(),
-                "300k".to_string(),
-            ),
+            ("CLAUDE_CODE_AUTO_COMPACT_WINDOW".to_string(), "lots".to_string()),
+            ("CLAUDE_CODE_AUTO_COMPACT_WINDOW".to_string(), "300k".to_string()),
             ("PATH".to_string(), "/usr/bin".to_string()),
             ("disable_compact".to_string(), "1".to_string()),
         ]);
@@ -472,10 +433,7 @@ mod tests {
             (Some(400_000), 400_000),
         ];
         for (value, expected) in cases {
-            let config = EnvConfig {
-                idle_compact_min_tokens: *value,
-                ..EnvConfig::default()
-            };
+            let config = EnvConfig { idle_compact_min_tokens: *value, ..EnvConfig::default() };
             assert_eq!(config.idle_compact_floor(), *expected, "{value:?}");
         }
     }

@@ -63,20 +63,13 @@ pub struct Thresholds {
 /// An unknown model with `CLAUDE_CODE_MAX_CONTEXT_TOKENS` set is enforced even when
 /// `CLAUDE_CODE_DISABLE_UNKNOWN_MODEL_WINDOW_ENFORCEMENT` is set: its window is then the
 /// user's statement, not a guess.
-pub fn thresholds(
-    resolved: &ResolvedWindow,
-    env: &EnvConfig,
-    auto_compact_setting: bool,
-) -> Thresholds {
+pub fn thresholds(resolved: &ResolvedWindow, env: &EnvConfig, auto_compact_setting: bool) -> Thresholds {
     let window = resolved.window;
     let reserve = resolved.model.max_output_tokens.min(OUTPUT_RESERVE_CAP);
     let effective_window = window.saturating_sub(reserve);
     let normal = effective_window.saturating_sub(AUTOCOMPACT_BUFFER_TOKENS);
     // EnvConfig can be built by hand, so a percent outside 1..=100 is ignored here too.
-    let threshold = match env
-        .autocompact_pct_override
-        .filter(|pct| (1..=100).contains(pct))
-    {
+    let threshold = match env.autocompact_pct_override.filter(|pct| (1..=100).contains(pct)) {
         Some(pct) => share(effective_window, pct).min(normal),
         None => normal,
     };
@@ -86,12 +79,8 @@ pub fn thresholds(
         effective_window,
         threshold,
         warning: threshold.saturating_sub(WARNING_BUFFER_TOKENS),
-        blocked: env
-            .blocking_limit_override
-            .unwrap_or_else(|| effective_window.saturating_sub(BLOCKING_BUFFER_TOKENS)),
-        auto_compact_enabled: auto_compact_setting
-            && !env.disable_auto_compact
-            && !env.disable_compact,
+        blocked: env.blocking_limit_override.unwrap_or_else(|| effective_window.saturating_sub(BLOCKING_BUFFER_TOKENS)),
+        auto_compact_enabled: auto_compact_setting && !env.disable_auto_compact && !env.disable_compact,
         compact_enabled: !env.disable_compact,
         enforce_window: !(guessed_window && env.disable_unknown_model_window_enforcement),
     }
@@ -181,21 +170,13 @@ mod tests {
         ResolvedWindow {
             window,
             source: WindowSource::ModelDefault,
-            model: ModelSpec {
-                context_window: window,
-                max_output_tokens,
-                known,
-            },
+            model: ModelSpec { context_window: window, max_output_tokens, known },
             warnings: Vec::new(),
         }
     }
 
     fn levels(window: u64, max_output: u64) -> Thresholds {
-        thresholds(
-            &resolved(window, max_output, true),
-            &EnvConfig::default(),
-            true,
-        )
+        thresholds(&resolved(window, max_output, true), &EnvConfig::default(), true)
     }
 
     #[test]
@@ -220,13 +201,7 @@ mod tests {
         for &(window, out, effective, threshold, warning, blocked) in cases {
             let got = levels(window, out);
             assert_eq!(
-                (
-                    got.window,
-                    got.effective_window,
-                    got.threshold,
-                    got.warning,
-                    got.blocked
-                ),
+                (got.window, got.effective_window, got.threshold, got.warning, got.blocked),
                 (window, effective, threshold, warning, blocked),
                 "window {window}, max output {out}"
             );
@@ -246,29 +221,15 @@ mod tests {
             (100, 967_000, 947_000),
         ];
         for &(pct, threshold, warning) in cases {
-            let env = EnvConfig {
-                autocompact_pct_override: Some(pct),
-                ..EnvConfig::default()
-            };
+            let env = EnvConfig { autocompact_pct_override: Some(pct), ..EnvConfig::default() };
             let got = thresholds(&resolved(1_000_000, 64_000, true), &env, true);
-            assert_eq!(
-                (got.threshold, got.warning),
-                (threshold, warning),
-                "pct {pct}"
-            );
+            assert_eq!((got.threshold, got.warning), (threshold, warning), "pct {pct}");
             // The blocked level and effective window do not move.
-            assert_eq!(
-                (got.effective_window, got.blocked),
-                (980_000, 977_000),
-                "pct {pct}"
-            );
+            assert_eq!((got.effective_window, got.blocked), (980_000, 977_000), "pct {pct}");
         }
         // Out-of-range values set by hand are ignored.
         for pct in [0u8, 101, 255] {
-            let env = EnvConfig {
-                autocompact_pct_override: Some(pct),
-                ..EnvConfig::default()
-            };
+            let env = EnvConfig { autocompact_pct_override: Some(pct), ..EnvConfig::default() };
             let got = thresholds(&resolved(1_000_000, 64_000, true), &env, true);
             assert_eq!(got.threshold, 967_000, "pct {pct}");
         }
@@ -276,10 +237,7 @@ mod tests {
 
     #[test]
     fn percent_override_does_not_overflow() {
-        let env = EnvConfig {
-            autocompact_pct_override: Some(100),
-            ..EnvConfig::default()
-        };
+        let env = EnvConfig { autocompact_pct_override: Some(100), ..EnvConfig::default() };
         let got = thresholds(&resolved(u64::MAX, 64_000, false), &env, true);
         assert_eq!(got.threshold, u64::MAX - 20_000 - 13_000);
     }
@@ -287,10 +245,7 @@ mod tests {
     #[test]
     fn blocking_override_replaces_only_the_blocked_level() {
         for override_at in [500_000u64, 990_000, 5_000_000] {
-            let env = EnvConfig {
-                blocking_limit_override: Some(override_at),
-                ..EnvConfig::default()
-            };
+            let env = EnvConfig { blocking_limit_override: Some(override_at), ..EnvConfig::default() };
             let got = thresholds(&resolved(1_000_000, 64_000, true), &env, true);
             assert_eq!(got.blocked, override_at);
             assert_eq!((got.threshold, got.warning), (967_000, 947_000));
@@ -318,13 +273,7 @@ mod tests {
     #[test]
     fn tokens_until_compact_saturates() {
         let t = levels(1_000_000, 64_000);
-        let cases: &[(u64, u64)] = &[
-            (0, 967_000),
-            (900_000, 67_000),
-            (966_999, 1),
-            (967_000, 0),
-            (2_000_000, 0),
-        ];
+        let cases: &[(u64, u64)] = &[(0, 967_000), (900_000, 67_000), (966_999, 1), (967_000, 0), (2_000_000, 0)];
         for &(tokens, left) in cases {
             assert_eq!(t.tokens_until_compact(tokens), left, "{tokens}");
         }
@@ -364,11 +313,7 @@ mod tests {
             (true, true, false, false, false),
         ];
         for &(no_auto, no_compact, setting, auto, any) in cases {
-            let env = EnvConfig {
-                disable_auto_compact: no_auto,
-                disable_compact: no_compact,
-                ..EnvConfig::default()
-            };
+            let env = EnvConfig { disable_auto_compact: no_auto, disable_compact: no_compact, ..EnvConfig::default() };
             let got = thresholds(&resolved(200_000, 64_000, true), &env, setting);
             assert_eq!(
                 (got.auto_compact_enabled, got.compact_enabled),
@@ -384,40 +329,20 @@ mod tests {
 
     #[test]
     fn enforcement_of_unknown_windows() {
-        let off = EnvConfig {
-            disable_unknown_model_window_enforcement: true,
-            ..EnvConfig::default()
-        };
-        let with_max = EnvConfig {
-            max_context_tokens: Some(128_000),
-            ..off
-        };
+        let off = EnvConfig { disable_unknown_model_window_enforcement: true, ..EnvConfig::default() };
+        let with_max = EnvConfig { max_context_tokens: Some(128_000), ..off };
         // (model known, env, enforced)
-        let cases: &[(bool, EnvConfig, bool)] = &[
-            (false, EnvConfig::default(), true),
-            (false, off, false),
-            (false, with_max, true),
-            (true, off, true),
-        ];
+        let cases: &[(bool, EnvConfig, bool)] =
+            &[(false, EnvConfig::default(), true), (false, off, false), (false, with_max, true), (true, off, true)];
         for &(known, env, enforced) in cases {
             let got = thresholds(&resolved(200_000, 32_000, known), &env, true);
             assert_eq!(got.enforce_window, enforced, "known {known}, {env:?}");
             assert_eq!(got.should_auto_compact(500_000), enforced);
         }
-        let env = EnvConfig {
-            disable_auto_compact: true,
-            ..off
-        };
+        let env = EnvConfig { disable_auto_compact: true, ..off };
         let got = thresholds(&resolved(200_000, 32_000, false), &env, true);
-        assert!(
-            !got.rejects_request(500_000),
-            "an unenforced guess never refuses"
-        );
-        assert_eq!(
-            got.level(500_000),
-            Level::Blocked,
-            "the reading itself is unchanged"
-        );
+        assert!(!got.rejects_request(500_000), "an unenforced guess never refuses");
+        assert_eq!(got.level(500_000), Level::Blocked, "the reading itself is unchanged");
     }
 
     #[test]

@@ -36,11 +36,7 @@ pub struct ModelSpec {
 impl Default for ModelSpec {
     /// The unknown-model guess.
     fn default() -> Self {
-        ModelSpec {
-            context_window: DEFAULT_CONTEXT_WINDOW,
-            max_output_tokens: UNKNOWN_MODEL_MAX_OUTPUT,
-            known: false,
-        }
+        ModelSpec { context_window: DEFAULT_CONTEXT_WINDOW, max_output_tokens: UNKNOWN_MODEL_MAX_OUTPUT, known: false }
     }
 }
 
@@ -57,76 +53,20 @@ struct Family {
 /// provider's published maxima for the synchronous API; anything at or above 20,000 has
 /// the same effect here, so only the 3.x figures change a threshold.
 const FAMILIES: &[Family] = &[
-    Family {
-        key: "claude-3-haiku",
-        max_output_tokens: 4_096,
-        offers_1m: false,
-    },
-    Family {
-        key: "claude-3-sonnet",
-        max_output_tokens: 4_096,
-        offers_1m: false,
-    },
-    Family {
-        key: "claude-3-opus",
-        max_output_tokens: 4_096,
-        offers_1m: false,
-    },
-    Family {
-        key: "claude-3-5-haiku",
-        max_output_tokens: 8_192,
-        offers_1m: false,
-    },
-    Family {
-        key: "claude-3-5-sonnet",
-        max_output_tokens: 8_192,
-        offers_1m: false,
-    },
-    Family {
-        key: "claude-3-7-sonnet",
-        max_output_tokens: 64_000,
-        offers_1m: false,
-    },
-    Family {
-        key: "claude-sonnet-4",
-        max_output_tokens: 64_000,
-        offers_1m: true,
-    },
-    Family {
-        key: "claude-sonnet-4-5",
-        max_output_tokens: 64_000,
-        offers_1m: true,
-    },
-    Family {
-        key: "claude-sonnet-4-6",
-        max_output_tokens: 64_000,
-        offers_1m: true,
-    },
-    Family {
-        key: "claude-opus-4",
-        max_output_tokens: 32_000,
-        offers_1m: false,
-    },
-    Family {
-        key: "claude-opus-4-1",
-        max_output_tokens: 32_000,
-        offers_1m: false,
-    },
-    Family {
-        key: "claude-opus-4-5",
-        max_output_tokens: 64_000,
-        offers_1m: false,
-    },
-    Family {
-        key: "claude-opus-4-6",
-        max_output_tokens: 128_000,
-        offers_1m: true,
-    },
-    Family {
-        key: "claude-haiku-4-5",
-        max_output_tokens: 64_000,
-        offers_1m: false,
-    },
+    Family { key: "claude-3-haiku", max_output_tokens: 4_096, offers_1m: false },
+    Family { key: "claude-3-sonnet", max_output_tokens: 4_096, offers_1m: false },
+    Family { key: "claude-3-opus", max_output_tokens: 4_096, offers_1m: false },
+    Family { key: "claude-3-5-haiku", max_output_tokens: 8_192, offers_1m: false },
+    Family { key: "claude-3-5-sonnet", max_output_tokens: 8_192, offers_1m: false },
+    Family { key: "claude-3-7-sonnet", max_output_tokens: 64_000, offers_1m: false },
+    Family { key: "claude-sonnet-4", max_output_tokens: 64_000, offers_1m: true },
+    Family { key: "claude-sonnet-4-5", max_output_tokens: 64_000, offers_1m: true },
+    Family { key: "claude-sonnet-4-6", max_output_tokens: 64_000, offers_1m: true },
+    Family { key: "claude-opus-4", max_output_tokens: 32_000, offers_1m: false },
+    Family { key: "claude-opus-4-1", max_output_tokens: 32_000, offers_1m: false },
+    Family { key: "claude-opus-4-5", max_output_tokens: 64_000, offers_1m: false },
+    Family { key: "claude-opus-4-6", max_output_tokens: 128_000, offers_1m: true },
+    Family { key: "claude-haiku-4-5", max_output_tokens: 64_000, offers_1m: false },
 ];
 
 /// Limits of `model_id`.
@@ -190,11 +130,8 @@ fn family_of(id: &str) -> Option<&'static Family> {
     FAMILIES
         .iter()
         .filter(|family| {
-            id.strip_prefix(family.key).is_some_and(|rest| {
-                rest.chars()
-                    .next()
-                    .is_none_or(|c| !c.is_ascii_alphanumeric())
-            })
+            id.strip_prefix(family.key)
+                .is_some_and(|rest| rest.chars().next().is_none_or(|c| !c.is_ascii_alphanumeric()))
         })
         .max_by_key(|family| family.key.len())
 }
@@ -228,11 +165,7 @@ mod tests {
             ("claude-opus-4-6", 200_000, 128_000),
             ("claude-haiku-4-5-20251001", 200_000, 64_000),
             // Provider spellings.
-            (
-                "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
-                200_000,
-                64_000,
-            ),
+            ("us.anthropic.claude-sonnet-4-5-20250929-v1:0", 200_000, 64_000),
             ("anthropic.claude-3-5-haiku-20241022-v1:0", 200_000, 8_192),
             ("claude-opus-4-1@20250805", 200_000, 32_000),
             ("anthropic/claude-opus-4-5", 200_000, 64_000),
@@ -274,19 +207,9 @@ mod tests {
 
     #[test]
     fn unknown_model_window_from_max_context_tokens() {
-        let env = EnvConfig {
-            max_context_tokens: Some(128_000),
-            ..EnvConfig::default()
-        };
+        let env = EnvConfig { max_context_tokens: Some(128_000), ..EnvConfig::default() };
         let got = model_spec("local-llama", &env);
-        assert_eq!(
-            got,
-            ModelSpec {
-                context_window: 128_000,
-                max_output_tokens: 32_000,
-                known: false
-            }
-        );
+        assert_eq!(got, ModelSpec { context_window: 128_000, max_output_tokens: 32_000, known: false });
         // A listed model ignores it.
         let known = model_spec("claude-opus-4-5", &env);
         assert_eq!(known.context_window, 200_000);
@@ -294,10 +217,7 @@ mod tests {
 
     #[test]
     fn one_million_suffix() {
-        let off = EnvConfig {
-            disable_1m_context: true,
-            ..EnvConfig::default()
-        };
+        let off = EnvConfig { disable_1m_context: true, ..EnvConfig::default() };
         // (id, window normally, window with DISABLE_1M)
         let cases: &[(&str, u64, u64)] = &[
             ("claude-sonnet-4-5-20250929[1m]", 1_000_000, 200_000),
@@ -313,11 +233,7 @@ mod tests {
         ];
         for (id, normal, disabled) in cases {
             assert_eq!(spec(id).context_window, *normal, "{id}");
-            assert_eq!(
-                model_spec(id, &off).context_window,
-                *disabled,
-                "{id} with DISABLE_1M"
-            );
+            assert_eq!(model_spec(id, &off).context_window, *disabled, "{id} with DISABLE_1M");
         }
         assert!(spec("claude-sonnet-4-5-20250929[1m]").known);
         assert!(!spec("mystery-model[1m]").known);

@@ -19,13 +19,7 @@ fn run_default(model: &str, vars: &[(&str, &str)]) -> Thresholds {
 
 /// (window, effective, threshold, warning, blocked)
 fn numbers(t: &Thresholds) -> (u64, u64, u64, u64, u64) {
-    (
-        t.window,
-        t.effective_window,
-        t.threshold,
-        t.warning,
-        t.blocked,
-    )
+    (t.window, t.effective_window, t.threshold, t.warning, t.blocked)
 }
 
 #[test]
@@ -38,77 +32,14 @@ fn reference_example_through_the_pipeline() {
 #[test]
 fn each_variable_alone_changes_the_outcome() {
     // (vars, model, window, threshold, blocked, auto, any, enforce)
-    type Case = (
-        &'static [(&'static str, &'static str)],
-        &'static str,
-        u64,
-        u64,
-        u64,
-        bool,
-        bool,
-        bool,
-    );
+    type Case = (&'static [(&'static str, &'static str)], &'static str, u64, u64, u64, bool, bool, bool);
     let cases: &[Case] = &[
-        (
-            &[],
-            SONNET_1M,
-            1_000_000,
-            967_000,
-            977_000,
-            true,
-            true,
-            true,
-        ),
-        (
-            &[("DISABLE_AUTO_COMPACT", "1")],
-            SONNET_1M,
-            1_000_000,
-            967_000,
-            977_000,
-            false,
-            true,
-            true,
-        ),
-        (
-            &[("DISABLE_COMPACT", "1")],
-            SONNET_1M,
-            1_000_000,
-            967_000,
-            977_000,
-            false,
-            false,
-            true,
-        ),
-        (
-            &[("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE", "50")],
-            SONNET_1M,
-            1_000_000,
-            490_000,
-            977_000,
-            true,
-            true,
-            true,
-        ),
-        (
-            &[("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "500k")],
-            SONNET_1M,
-            500_000,
-            467_000,
-            477_000,
-            true,
-            true,
-            true,
-        ),
-        (
-            &[("CLAUDE_CODE_MAX_CONTEXT_TOKENS", "150000")],
-            "local-model",
-            150_000,
-            117_000,
-            127_000,
-            true,
-            true,
-            true,
-        ),
+        (&[], SONNET_1M, 1_000_000, 967_000, 977_000, true, true, true),
+        (&[("DISABLE_AUTO_COMPACT", "1")], SONNET_1M, 1_000_000, 967_000, 977_000, false, true, true),
+        (&[("DISABLE_COMPACT", "1")], SONNET_1M, 1_000_000, 967_000, 977_000, false, false, true),
+        (&[("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE", "50")], SONNET_1M, 1_000_000, 490_000, 977_000, true, true, true),
+        (&[("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "500k")], SONNET_1M, 500_000, 467_000, 477_000, true, true, true),
+        (&[("CLAUDE_CODE_MAX_CONTEXT_TOKENS", "150000")], "local-model", 150_000, 117_000, 127_000, true, true, true),
         (
             &[("CLAUDE_CODE_DISABLE_UNKNOWN_MODEL_WINDOW_ENFORCEMENT", "1")],
             "local-model",
@@ -119,16 +50,7 @@ fn each_variable_alone_changes_the_outcome() {
             true,
             false,
         ),
-        (
-            &[("CLAUDE_CODE_DISABLE_1M_CONTEXT", "1")],
-            SONNET_1M,
-            200_000,
-            167_000,
-            177_000,
-            true,
-            true,
-            true,
-        ),
+        (&[("CLAUDE_CODE_DISABLE_1M_CONTEXT", "1")], SONNET_1M, 200_000, 167_000, 177_000, true, true, true),
         (
             &[("CLAUDE_CODE_BLOCKING_LIMIT_OVERRIDE", "900000")],
             SONNET_1M,
@@ -143,14 +65,7 @@ fn each_variable_alone_changes_the_outcome() {
     for &(vars, model, window, threshold, blocked, auto, any, enforce) in cases {
         let t = run_default(model, vars);
         assert_eq!(
-            (
-                t.window,
-                t.threshold,
-                t.blocked,
-                t.auto_compact_enabled,
-                t.compact_enabled,
-                t.enforce_window
-            ),
+            (t.window, t.threshold, t.blocked, t.auto_compact_enabled, t.compact_enabled, t.enforce_window),
             (window, threshold, blocked, auto, any, enforce),
             "{vars:?} on {model}"
         );
@@ -162,20 +77,14 @@ fn combinations() {
     // Smaller env window, then a percent of what is left.
     let t = run_default(
         SONNET_1M,
-        &[
-            ("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "0.5M"),
-            ("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE", "80"),
-        ],
+        &[("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "0.5M"), ("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE", "80")],
     );
     assert_eq!(numbers(&t), (500_000, 480_000, 384_000, 364_000, 477_000));
 
     // Env window with DISABLE_1M: the model is back to 200K and caps the request.
     let t = run_default(
         SONNET_1M,
-        &[
-            ("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "800k"),
-            ("CLAUDE_CODE_DISABLE_1M_CONTEXT", "yes"),
-        ],
+        &[("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "800k"), ("CLAUDE_CODE_DISABLE_1M_CONTEXT", "yes")],
     );
     assert_eq!(numbers(&t), (200_000, 180_000, 167_000, 147_000, 177_000));
 
@@ -196,10 +105,7 @@ fn combinations() {
     // Unknown model, its window given, enforcement off for guesses: still enforced.
     let t = run_default(
         "local-model",
-        &[
-            ("CLAUDE_CODE_MAX_CONTEXT_TOKENS", "120k"),
-            ("CLAUDE_CODE_DISABLE_UNKNOWN_MODEL_WINDOW_ENFORCEMENT", "on"),
-        ],
+        &[("CLAUDE_CODE_MAX_CONTEXT_TOKENS", "120k"), ("CLAUDE_CODE_DISABLE_UNKNOWN_MODEL_WINDOW_ENFORCEMENT", "on")],
     );
     assert_eq!(numbers(&t), (120_000, 100_000, 87_000, 67_000, 97_000));
     assert!(t.enforce_window);
@@ -209,10 +115,7 @@ fn combinations() {
     let t = run(
         SONNET_1M,
         &[("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "1M")],
-        WindowInputs {
-            subagent_ceiling: Some(250_000),
-            ..WindowInputs::default()
-        },
+        WindowInputs { subagent_ceiling: Some(250_000), ..WindowInputs::default() },
         true,
     );
     assert_eq!(numbers(&t), (250_000, 230_000, 217_000, 197_000, 227_000));
@@ -225,10 +128,7 @@ fn disable_auto_compact_versus_disable_compact() {
 
     let normal = run_default(SONNET_1M, &[]);
     assert!(normal.should_auto_compact(tokens));
-    assert!(
-        !normal.rejects_request(blocked),
-        "auto compaction gets a chance first"
-    );
+    assert!(!normal.rejects_request(blocked), "auto compaction gets a chance first");
 
     let no_auto = run_default(SONNET_1M, &[("DISABLE_AUTO_COMPACT", "1")]);
     assert!(!no_auto.should_auto_compact(tokens));
@@ -250,10 +150,7 @@ fn disable_auto_compact_versus_disable_compact() {
 fn unknown_model_without_enforcement_waits_for_the_provider() {
     let t = run_default(
         "local-model",
-        &[
-            ("CLAUDE_CODE_DISABLE_UNKNOWN_MODEL_WINDOW_ENFORCEMENT", "1"),
-            ("DISABLE_AUTO_COMPACT", "1"),
-        ],
+        &[("CLAUDE_CODE_DISABLE_UNKNOWN_MODEL_WINDOW_ENFORCEMENT", "1"), ("DISABLE_AUTO_COMPACT", "1")],
     );
     assert!(!t.enforce_window);
     assert!(!t.should_auto_compact(10_000_000));
@@ -280,17 +177,11 @@ fn invalid_values_warn_and_leave_defaults() {
         ("DISABLE_COMPACT", "perhaps"),
     ] {
         assert!(
-            warnings
-                .iter()
-                .any(|w| w.contains(name) && w.contains(value)),
+            warnings.iter().any(|w| w.contains(name) && w.contains(value)),
             "no warning for {name}={value}: {warnings:?}"
         );
     }
-    let t = thresholds(
-        &resolve_window(SONNET_1M, &WindowInputs::default(), &env),
-        &env,
-        true,
-    );
+    let t = thresholds(&resolve_window(SONNET_1M, &WindowInputs::default(), &env), &env, true);
     assert_eq!(numbers(&t), (1_000_000, 980_000, 967_000, 947_000, 977_000));
     assert!(t.compact_enabled);
 }

@@ -86,26 +86,10 @@ pub fn resolve_window(model_id: &str, inputs: &WindowInputs, env: &EnvConfig) ->
     }
 
     let candidates = [
-        (
-            WindowSource::Env,
-            env.auto_compact_window,
-            "CLAUDE_CODE_AUTO_COMPACT_WINDOW",
-        ),
-        (
-            WindowSource::Setting,
-            inputs.setting,
-            "autoCompactWindow setting",
-        ),
-        (
-            WindowSource::Client,
-            inputs.client,
-            "client autoCompactWindow",
-        ),
-        (
-            WindowSource::Experiment,
-            inputs.experiment,
-            "experiment window",
-        ),
+        (WindowSource::Env, env.auto_compact_window, "CLAUDE_CODE_AUTO_COMPACT_WINDOW"),
+        (WindowSource::Setting, inputs.setting, "autoCompactWindow setting"),
+        (WindowSource::Client, inputs.client, "client autoCompactWindow"),
+        (WindowSource::Experiment, inputs.experiment, "experiment window"),
     ];
     let chosen = candidates.into_iter().find_map(|(source, value, label)| {
         let value = configured(label, value?, &mut warnings)?;
@@ -124,12 +108,7 @@ pub fn resolve_window(model_id: &str, inputs: &WindowInputs, env: &EnvConfig) ->
         source = WindowSource::SubagentCeiling;
     }
 
-    ResolvedWindow {
-        window,
-        source,
-        model,
-        warnings,
-    }
+    ResolvedWindow { window, source, model, warnings }
 }
 
 /// A configured window held to the accepted range; `None` for zero.
@@ -173,39 +152,18 @@ mod tests {
         let cases: &[(EnvConfig, WindowInputs, u64, WindowSource)] = &[
             (env, all, 700_000, WindowSource::Env),
             (EnvConfig::default(), all, 600_000, WindowSource::Setting),
+            (EnvConfig::default(), WindowInputs { setting: None, ..all }, 500_000, WindowSource::Client),
             (
                 EnvConfig::default(),
-                WindowInputs {
-                    setting: None,
-                    ..all
-                },
-                500_000,
-                WindowSource::Client,
-            ),
-            (
-                EnvConfig::default(),
-                WindowInputs {
-                    setting: None,
-                    client: None,
-                    ..all
-                },
+                WindowInputs { setting: None, client: None, ..all },
                 400_000,
                 WindowSource::Experiment,
             ),
-            (
-                EnvConfig::default(),
-                WindowInputs::default(),
-                1_000_000,
-                WindowSource::ModelDefault,
-            ),
+            (EnvConfig::default(), WindowInputs::default(), 1_000_000, WindowSource::ModelDefault),
         ];
         for (env, inputs, window, source) in cases {
             let got = resolve_window(SONNET_1M, inputs, env);
-            assert_eq!(
-                (got.window, got.source),
-                (*window, *source),
-                "{inputs:?} {env:?}"
-            );
+            assert_eq!((got.window, got.source), (*window, *source), "{inputs:?} {env:?}");
             assert!(got.warnings.is_empty(), "{:?}", got.warnings);
         }
     }
@@ -239,25 +197,13 @@ mod tests {
             (5_000_000, 1_000_000, true),
         ];
         for (value, expected, warns) in cases {
-            let inputs = WindowInputs {
-                setting: Some(*value),
-                ..WindowInputs::default()
-            };
+            let inputs = WindowInputs { setting: Some(*value), ..WindowInputs::default() };
             let got = resolve_window(SONNET_1M, &inputs, &EnvConfig::default());
             assert_eq!(got.window, *expected, "{value}");
             assert_eq!(got.source, WindowSource::Setting);
-            assert_eq!(
-                got.warnings.len(),
-                usize::from(*warns),
-                "{value}: {:?}",
-                got.warnings
-            );
+            assert_eq!(got.warnings.len(), usize::from(*warns), "{value}: {:?}", got.warnings);
             if *warns {
-                assert!(
-                    got.warnings[0].contains(&value.to_string()),
-                    "{:?}",
-                    got.warnings
-                );
+                assert!(got.warnings[0].contains(&value.to_string()), "{:?}", got.warnings);
             }
         }
         // The environment value is held to the same range.
@@ -271,11 +217,7 @@ mod tests {
 
     #[test]
     fn zero_is_skipped_and_the_search_goes_on() {
-        let inputs = WindowInputs {
-            setting: Some(0),
-            client: Some(300_000),
-            ..WindowInputs::default()
-        };
+        let inputs = WindowInputs { setting: Some(0), client: Some(300_000), ..WindowInputs::default() };
         let got = resolve_window(SONNET_1M, &inputs, &EnvConfig::default());
         assert_eq!((got.window, got.source), (300_000, WindowSource::Client));
         assert_eq!(got.warnings.len(), 1);
@@ -284,19 +226,14 @@ mod tests {
 
     #[test]
     fn never_above_the_model_window() {
-        let inputs = WindowInputs {
-            setting: Some(800_000),
-            ..WindowInputs::default()
-        };
+        let inputs = WindowInputs { setting: Some(800_000), ..WindowInputs::default() };
         let got = resolve_window(SONNET, &inputs, &EnvConfig::default());
         assert_eq!((got.window, got.source), (200_000, WindowSource::Setting));
         let got = resolve_window(SONNET, &WindowInputs::default(), &env_window("1M"));
         assert_eq!((got.window, got.source), (200_000, WindowSource::Env));
         // DISABLE_1M takes the 1M window away even from an explicit 1M setting.
-        let (env, _) = EnvConfig::from_vars([
-            ("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "1M"),
-            ("CLAUDE_CODE_DISABLE_1M_CONTEXT", "1"),
-        ]);
+        let (env, _) =
+            EnvConfig::from_vars([("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "1M"), ("CLAUDE_CODE_DISABLE_1M_CONTEXT", "1")]);
         let got = resolve_window(SONNET_1M, &WindowInputs::default(), &env);
         assert_eq!(got.window, 200_000);
         assert_eq!(got.model.context_window, 200_000);
@@ -304,118 +241,67 @@ mod tests {
 
     #[test]
     fn subagent_ceiling_lowers_an_env_window() {
-        let inputs = WindowInputs {
-            subagent_ceiling: Some(300_000),
-            ..WindowInputs::default()
-        };
+        let inputs = WindowInputs { subagent_ceiling: Some(300_000), ..WindowInputs::default() };
         let got = resolve_window(SONNET_1M, &inputs, &env_window("800k"));
-        assert_eq!(
-            (got.window, got.source),
-            (300_000, WindowSource::SubagentCeiling)
-        );
+        assert_eq!((got.window, got.source), (300_000, WindowSource::SubagentCeiling));
     }
 
     #[test]
     fn subagent_ceiling_never_raises() {
         // Above the window found from a setting.
-        let inputs = WindowInputs {
-            setting: Some(400_000),
-            subagent_ceiling: Some(900_000),
-            ..WindowInputs::default()
-        };
+        let inputs =
+            WindowInputs { setting: Some(400_000), subagent_ceiling: Some(900_000), ..WindowInputs::default() };
         let got = resolve_window(SONNET_1M, &inputs, &EnvConfig::default());
         assert_eq!((got.window, got.source), (400_000, WindowSource::Setting));
         // Above the model window.
-        let inputs = WindowInputs {
-            subagent_ceiling: Some(1_000_000),
-            ..WindowInputs::default()
-        };
+        let inputs = WindowInputs { subagent_ceiling: Some(1_000_000), ..WindowInputs::default() };
         let got = resolve_window(SONNET, &inputs, &EnvConfig::default());
-        assert_eq!(
-            (got.window, got.source),
-            (200_000, WindowSource::ModelDefault)
-        );
+        assert_eq!((got.window, got.source), (200_000, WindowSource::ModelDefault));
         // Equal to the window: the original source stands.
-        let inputs = WindowInputs {
-            client: Some(500_000),
-            subagent_ceiling: Some(500_000),
-            ..WindowInputs::default()
-        };
+        let inputs = WindowInputs { client: Some(500_000), subagent_ceiling: Some(500_000), ..WindowInputs::default() };
         let got = resolve_window(SONNET_1M, &inputs, &EnvConfig::default());
         assert_eq!((got.window, got.source), (500_000, WindowSource::Client));
     }
 
     #[test]
     fn subagent_ceiling_is_held_to_the_range() {
-        let inputs = WindowInputs {
-            subagent_ceiling: Some(50_000),
-            ..WindowInputs::default()
-        };
+        let inputs = WindowInputs { subagent_ceiling: Some(50_000), ..WindowInputs::default() };
         let got = resolve_window(SONNET_1M, &inputs, &EnvConfig::default());
-        assert_eq!(
-            (got.window, got.source),
-            (100_000, WindowSource::SubagentCeiling)
-        );
+        assert_eq!((got.window, got.source), (100_000, WindowSource::SubagentCeiling));
         assert_eq!(got.warnings.len(), 1);
         assert!(got.warnings[0].contains("subagent"));
-        let inputs = WindowInputs {
-            subagent_ceiling: Some(0),
-            ..WindowInputs::default()
-        };
+        let inputs = WindowInputs { subagent_ceiling: Some(0), ..WindowInputs::default() };
         let got = resolve_window(SONNET_1M, &inputs, &EnvConfig::default());
-        assert_eq!(
-            (got.window, got.source),
-            (1_000_000, WindowSource::ModelDefault)
-        );
+        assert_eq!((got.window, got.source), (1_000_000, WindowSource::ModelDefault));
         assert_eq!(got.warnings.len(), 1);
     }
 
     #[test]
     fn unknown_models() {
-        let plain = resolve_window(
-            "local-llama",
-            &WindowInputs::default(),
-            &EnvConfig::default(),
-        );
-        assert_eq!(
-            (plain.window, plain.source),
-            (200_000, WindowSource::ModelDefault)
-        );
+        let plain = resolve_window("local-llama", &WindowInputs::default(), &EnvConfig::default());
+        assert_eq!((plain.window, plain.source), (200_000, WindowSource::ModelDefault));
         assert!(!plain.model.known);
 
         let (env, _) = EnvConfig::from_vars([("CLAUDE_CODE_MAX_CONTEXT_TOKENS", "64k")]);
         let small = resolve_window("local-llama", &WindowInputs::default(), &env);
         // The model's own window is not raised to the configured minimum.
-        assert_eq!(
-            (small.window, small.source),
-            (64_000, WindowSource::ModelDefault)
-        );
+        assert_eq!((small.window, small.source), (64_000, WindowSource::ModelDefault));
         // A configured window is raised to 100K, then capped by the model again.
-        let inputs = WindowInputs {
-            setting: Some(50_000),
-            ..WindowInputs::default()
-        };
+        let inputs = WindowInputs { setting: Some(50_000), ..WindowInputs::default() };
         let capped = resolve_window("local-llama", &inputs, &env);
         assert_eq!(capped.window, 64_000);
 
         let (env, _) = EnvConfig::from_vars([("CLAUDE_CODE_MAX_CONTEXT_TOKENS", "2M")]);
         let big = resolve_window("local-llama", &WindowInputs::default(), &env);
         assert_eq!(big.window, 2_000_000);
-        let inputs = WindowInputs {
-            setting: Some(1_500_000),
-            ..WindowInputs::default()
-        };
+        let inputs = WindowInputs { setting: Some(1_500_000), ..WindowInputs::default() };
         let big_set = resolve_window("local-llama", &inputs, &env);
         assert_eq!(big_set.window, 1_000_000);
     }
 
     #[test]
     fn one_million_suffix_on_a_model_without_it_warns() {
-        let got = resolve_window(
-            "claude-opus-4-1-20250805[1m]",
-            &WindowInputs::default(),
-            &EnvConfig::default(),
-        );
+        let got = resolve_window("claude-opus-4-1-20250805[1m]", &WindowInputs::default(), &EnvConfig::default());
         assert_eq!(got.window, 200_000);
         assert_eq!(got.warnings.len(), 1);
         assert!(got.warnings[0].contains("claude-opus-4-1-20250805[1m]"));

@@ -69,11 +69,7 @@ pub(super) fn tool_calls(record: &Record) -> Vec<ToolCall> {
         .filter(|b| block_type(b) == "tool_use")
         .map(|b| ToolCall {
             id: b.get("id").and_then(Value::as_str).unwrap_or("").to_owned(),
-            name: b
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned(),
+            name: b.get("name").and_then(Value::as_str).unwrap_or("").to_owned(),
             input: b.get("input").cloned().unwrap_or(Value::Null),
         })
         .collect()
@@ -103,11 +99,7 @@ pub(super) fn user_prompt(record: &Record) -> Option<String> {
         return None;
     }
     let object = record_object(record);
-    if object
-        .get("isVisibleInTranscriptOnly")
-        .and_then(Value::as_bool)
-        == Some(true)
-    {
+    if object.get("isVisibleInTranscriptOnly").and_then(Value::as_bool) == Some(true) {
         return None;
     }
     let content = object.get("message")?.get("content")?;
@@ -117,9 +109,5 @@ pub(super) fn user_prompt(record: &Record) -> Option<String> {
         .filter_map(|b| b.get("text").and_then(Value::as_str))
         .filter_map(|t| crate::summary::prompt_text(t).map(std::borrow::Cow::into_owned))
         .collect();
-    if parts.is_empty() {
-        None
-    } else {
-        Some(parts.join("\n\n"))
-    }
+    if parts.is_empty() { None } else { Some(parts.join("\n\n")) }
 }

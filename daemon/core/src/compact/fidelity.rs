@@ -93,11 +93,8 @@ impl FidelityFacts {
                 if !FILE_TOOLS.contains(&call.name.as_str()) {
                     continue;
                 }
-                let path = call
-                    .input
-                    .get("file_path")
-                    .or_else(|| call.input.get("notebook_path"))
-                    .and_then(Value::as_str);
+                let path =
+                    call.input.get("file_path").or_else(|| call.input.get("notebook_path")).and_then(Value::as_str);
                 if let Some(path) = path
                     && !recent_files.iter().any(|p| p == path)
                 {
@@ -123,14 +120,9 @@ fn open_todos(input: &Value) -> Vec<OpenTodo> {
         .iter()
         .filter_map(|item| {
             let content = item.get("content").and_then(Value::as_str)?.trim();
-            let status = item
-                .get("status")
-                .and_then(Value::as_str)
-                .unwrap_or("pending");
-            (status != "completed" && !content.is_empty()).then(|| OpenTodo {
-                content: content.to_owned(),
-                status: status.to_owned(),
-            })
+            let status = item.get("status").and_then(Value::as_str).unwrap_or("pending");
+            (status != "completed" && !content.is_empty())
+                .then(|| OpenTodo { content: content.to_owned(), status: status.to_owned() })
         })
         .collect()
 }
@@ -214,14 +206,7 @@ pub fn check_fidelity(summary: &str, facts: &FidelityFacts) -> FidelityOutcome {
         Some(section) => format!("{}\n\n{section}", summary.trim_end()),
         None => summary.to_owned(),
     };
-    FidelityOutcome {
-        summary,
-        report: FidelityReport {
-            checked,
-            missing_before: missing,
-            appended,
-        },
-    }
+    FidelityOutcome { summary, report: FidelityReport { checked, missing_before: missing, appended } }
 }
 
 /// Whether a text's content is in the summary; `None` when it has no content word.
@@ -252,20 +237,12 @@ fn render(missing: &[FidelityItem]) -> String {
         out.push('\n');
         match item {
             FidelityItem::UserMessage(text) => {
-                out.push_str(&format!(
-                    "- User message: \"{}\"",
-                    shorten(text, QUOTE_CHARS)
-                ));
+                out.push_str(&format!("- User message: \"{}\"", shorten(text, QUOTE_CHARS)));
             }
             FidelityItem::LatestRequest(text) => {
-                out.push_str(&format!(
-                    "- Latest user request: \"{}\"",
-                    shorten(text, LATEST_QUOTE_CHARS)
-                ));
+                out.push_str(&format!("- Latest user request: \"{}\"", shorten(text, LATEST_QUOTE_CHARS)));
             }
-            FidelityItem::File(path) => {
-                out.push_str(&format!("- File touched in the last turns: {path}"))
-            }
+            FidelityItem::File(path) => out.push_str(&format!("- File touched in the last turns: {path}")),
             FidelityItem::OpenTodo(todo) => out.push_str(&format!(
                 "- Open task ({}): {}",
                 todo.status.replace('_', " "),
@@ -290,14 +267,8 @@ mod tests {
                 "ok".to_owned(),
             ],
             last_request: Some("Now write tests for the retry logic".to_owned()),
-            recent_files: vec![
-                "/repo/src/client.rs".to_owned(),
-                "/repo/settings.toml".to_owned(),
-            ],
-            open_todos: vec![OpenTodo {
-                content: "Write retry tests".to_owned(),
-                status: "in_progress".to_owned(),
-            }],
+            recent_files: vec!["/repo/src/client.rs".to_owned(), "/repo/settings.toml".to_owned()],
+            open_todos: vec![OpenTodo { content: "Write retry tests".to_owned(), status: "in_progress".to_owned() }],
         }
     }
 
@@ -353,23 +324,14 @@ mod tests {
             ..FidelityFacts::default()
         };
         // Same content words in other forms: "fixing", "parser", "test".
-        let paraphrase = check_fidelity(
-            "Work stopped while fixing a parser test that fails.",
-            &facts,
-        );
+        let paraphrase = check_fidelity("Work stopped while fixing a parser test that fails.", &facts);
         assert_eq!(paraphrase.report.missing_before, Vec::new());
         let unrelated = check_fidelity("The user asked about deployment.", &facts);
         assert_eq!(
             unrelated.report.missing_before,
-            vec![FidelityItem::LatestRequest(
-                "please fix the failing parser tests".to_owned()
-            )]
+            vec![FidelityItem::LatestRequest("please fix the failing parser tests".to_owned())]
         );
-        assert!(
-            unrelated
-                .summary
-                .ends_with("- Latest user request: \"please fix the failing parser tests\"")
-        );
+        assert!(unrelated.summary.ends_with("- Latest user request: \"please fix the failing parser tests\""));
     }
 
     #[test]

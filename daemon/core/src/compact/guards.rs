@@ -67,11 +67,7 @@ pub enum AutoDecision {
     Compact,
     /// Automatic compaction is stopped for the session. `notify` is true only the
     /// first time (send `ctx/compactFailed` with `message`).
-    Stopped {
-        reason: StopReason,
-        message: String,
-        notify: bool,
-    },
+    Stopped { reason: StopReason, message: String, notify: bool },
     /// The fixed prefix alone is at or above the threshold: compacting cannot help.
     /// `notify` is true once per episode (until the prefix drops below the threshold).
     CannotHelp { message: String, notify: bool },
@@ -106,12 +102,7 @@ pub struct CompactGuards {
 impl CompactGuards {
     /// Decides whether automatic compaction should run at `tokens`, given the part of
     /// the context compaction cannot remove (`fixed_prefix`).
-    pub fn check_auto(
-        &mut self,
-        tokens: u64,
-        thresholds: &Thresholds,
-        fixed_prefix: u64,
-    ) -> AutoDecision {
+    pub fn check_auto(&mut self, tokens: u64, thresholds: &Thresholds, fixed_prefix: u64) -> AutoDecision {
         if fixed_prefix < thresholds.threshold {
             self.fixed_prefix_reported = false;
         }
@@ -119,11 +110,7 @@ impl CompactGuards {
             return AutoDecision::NotDue;
         }
         if let Some(reason) = &self.stopped {
-            return AutoDecision::Stopped {
-                message: reason.message(),
-                reason: reason.clone(),
-                notify: false,
-            };
+            return AutoDecision::Stopped { message: reason.message(), reason: reason.clone(), notify: false };
         }
         if fixed_prefix >= thresholds.threshold {
             let notify = !self.fixed_prefix_reported;
@@ -142,11 +129,7 @@ impl CompactGuards {
         if quick && self.quick_refills + 1 >= THRASH_REFILLS {
             let reason = StopReason::Thrashing;
             self.stopped = Some(reason.clone());
-            return AutoDecision::Stopped {
-                message: reason.message(),
-                reason,
-                notify: true,
-            };
+            return AutoDecision::Stopped { message: reason.message(), reason, notify: true };
         }
         AutoDecision::Compact
     }
@@ -171,11 +154,7 @@ impl CompactGuards {
         self.consecutive_failures = 0;
         self.last_failure = None;
         let quick = self.turns_since_compact.is_some_and(|t| t <= THRASH_TURNS);
-        self.quick_refills = if trigger.is_automatic() && quick {
-            self.quick_refills + 1
-        } else {
-            0
-        };
+        self.quick_refills = if trigger.is_automatic() && quick { self.quick_refills + 1 } else { 0 };
         self.turns_since_compact = Some(0);
     }
 
@@ -183,19 +162,13 @@ impl CompactGuards {
     /// compaction (send `ctx/compactFailed` with its message). The user's own attempts
     /// (manual, partial) do not count toward the breaker.
     pub fn record_failure(&mut self, trigger: Trigger, reason: &str) -> Option<StopReason> {
-        self.last_failure = Some(FailureRecord {
-            trigger,
-            reason: reason.to_owned(),
-        });
+        self.last_failure = Some(FailureRecord { trigger, reason: reason.to_owned() });
         if !trigger.is_automatic() {
             return None;
         }
         self.consecutive_failures += 1;
         if self.consecutive_failures >= CIRCUIT_BREAKER_FAILURES && self.stopped.is_none() {
-            let stop = StopReason::CircuitBreaker {
-                failures: self.consecutive_failures,
-                last: reason.to_owned(),
-            };
+            let stop = StopReason::CircuitBreaker { failures: self.consecutive_failures, last: reason.to_owned() };
             self.stopped = Some(stop.clone());
             return Some(stop);
         }

@@ -45,23 +45,13 @@ pub const UNDO_SUBTYPE: &str = "ctxd_undo_compact";
 const KEPT_FROM: &str = "ctxdKeptFrom";
 
 /// Host fields copied from the last record onto the records built here.
-const COMMON_FIELDS: &[&str] = &[
-    "userType",
-    "entrypoint",
-    "cwd",
-    "sessionId",
-    "version",
-    "gitBranch",
-];
+const COMMON_FIELDS: &[&str] = &["userType", "entrypoint", "cwd", "sessionId", "version", "gitBranch"];
 
 /// The host fields (`sessionId`, `cwd`, `version`, `gitBranch`, `userType`,
 /// `entrypoint`) of a record, to stamp on the records a compaction builds.
 pub fn common_fields(record: &Record) -> Map<String, Value> {
     let object = record_object(record);
-    COMMON_FIELDS
-        .iter()
-        .filter_map(|k| object.get(*k).map(|v| ((*k).to_owned(), v.clone())))
-        .collect()
+    COMMON_FIELDS.iter().filter_map(|k| object.get(*k).map(|v| ((*k).to_owned(), v.clone()))).collect()
 }
 
 /// Names of the tools the conversation used, in order of first use.
@@ -166,24 +156,11 @@ pub fn build_post_compact(
     let mut prev = boundary_uuid.clone();
 
     // The boundary is written once its metadata is known; reserve its place.
-    let kept_before = copy_records(
-        input.kept_before,
-        0,
-        &mut prev,
-        new_uuid,
-        &mut copies,
-        &mut not_copied,
-    );
+    let kept_before = copy_records(input.kept_before, 0, &mut prev, new_uuid, &mut copies, &mut not_copied);
     let summary = summary_record(input, &summary_uuid, &prev);
     prev = summary_uuid.clone();
-    let kept_after = copy_records(
-        input.kept_after,
-        input.kept_before.len(),
-        &mut prev,
-        new_uuid,
-        &mut copies,
-        &mut not_copied,
-    );
+    let kept_after =
+        copy_records(input.kept_after, input.kept_before.len(), &mut prev, new_uuid, &mut copies, &mut not_copied);
     for copy in kept_before.iter().chain(&kept_after) {
         installed_tokens += copy_tokens(copy);
     }
@@ -201,12 +178,7 @@ pub fn build_post_compact(
         ));
         prev = uuid;
     }
-    for output in input
-        .hook_outputs
-        .iter()
-        .map(|o| o.trim())
-        .filter(|o| !o.is_empty())
-    {
+    for output in input.hook_outputs.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
         let uuid = new_uuid();
         let rendered = vec![format!(
             "<system-reminder>\nOutput of the SessionStart hook that runs after compaction:\n{output}\n</system-reminder>"
@@ -218,20 +190,14 @@ pub fn build_post_compact(
             "hookName": "SessionStart:compact",
             "content": [output],
         });
-        tail.push(attachment_record(
-            input, &uuid, &prev, attachment, &rendered, "user",
-        ));
+        tail.push(attachment_record(input, &uuid, &prev, attachment, &rendered, "user"));
         prev = uuid;
     }
 
     let segment = if copies.is_empty() {
         None
     } else {
-        let anchor = if input.kept_before.is_empty() {
-            &summary_uuid
-        } else {
-            &boundary_uuid
-        };
+        let anchor = if input.kept_before.is_empty() { &summary_uuid } else { &boundary_uuid };
         Some(json!({
             "headUuid": copies.first().map(|c| c.0.clone()),
             "anchorUuid": anchor,
@@ -245,18 +211,8 @@ pub fn build_post_compact(
     records.extend(kept_after);
     records.extend(tail);
 
-    let records = records
-        .iter()
-        .map(Record::from_object)
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(PostCompact {
-        records,
-        boundary_uuid,
-        summary_uuid,
-        copies,
-        not_copied,
-        installed_tokens,
-    })
+    let records = records.iter().map(Record::from_object).collect::<Result<Vec<_>, _>>()?;
+    Ok(PostCompact { records, boundary_uuid, summary_uuid, copies, not_copied, installed_tokens })
 }
 
 fn stamp(object: &mut Map<String, Value>, common: &Map<String, Value>) {
@@ -304,10 +260,7 @@ fn summary_record(input: &InstallInput<'_>, uuid: &str, parent: &str) -> Map<Str
     object.insert("parentUuid".to_owned(), json!(parent));
     object.insert("isSidechain".to_owned(), json!(false));
     object.insert("type".to_owned(), json!("user"));
-    object.insert(
-        "message".to_owned(),
-        json!({"role": "user", "content": input.summary_text}),
-    );
+    object.insert("message".to_owned(), json!({"role": "user", "content": input.summary_text}));
     object.insert("isVisibleInTranscriptOnly".to_owned(), json!(true));
     object.insert("isCompactSummary".to_owned(), json!(true));
     object.insert("uuid".to_owned(), json!(uuid));
@@ -331,10 +284,7 @@ fn attachment_record(
     object.insert("type".to_owned(), json!("attachment"));
     object.insert("uuid".to_owned(), json!(uuid));
     object.insert("timestamp".to_owned(), json!(input.timestamp));
-    object.insert(
-        "rendered".to_owned(),
-        Value::Array(rendered.iter().map(|r| json!({"content": r})).collect()),
-    );
+    object.insert("rendered".to_owned(), Value::Array(rendered.iter().map(|r| json!({"content": r})).collect()));
     object.insert("renderedRole".to_owned(), json!(role));
     stamp(&mut object, &input.common);
     object
@@ -353,10 +303,7 @@ fn copy_records(
     let mut renamed: HashMap<String, String> = HashMap::new();
     let mut out = Vec::new();
     for (i, record) in kept.iter().enumerate() {
-        let is_message = matches!(
-            record.head().kind,
-            Kind::User | Kind::Assistant | Kind::Attachment
-        );
+        let is_message = matches!(record.head().kind, Kind::User | Kind::Assistant | Kind::Attachment);
         let Some(original) = record.uuid().filter(|_| is_message) else {
             not_copied.push(index_offset + i);
             continue;
@@ -369,9 +316,7 @@ fn copy_records(
         if let Some(Value::Object(message)) = object.get_mut("message") {
             message.remove("usage");
         }
-        if let Some(source) = object
-            .get("sourceToolAssistantUUID")
-            .and_then(Value::as_str)
+        if let Some(source) = object.get("sourceToolAssistantUUID").and_then(Value::as_str)
             && let Some(copy) = renamed.get(source)
         {
             let copy = copy.clone();
@@ -387,12 +332,8 @@ fn copy_records(
 
 /// Estimated tokens of a copied record's message (or rendered attachment).
 fn copy_tokens(object: &Map<String, Value>) -> u64 {
-    let part = object
-        .get("message")
-        .and_then(|m| m.get("content"))
-        .or_else(|| object.get("rendered"));
-    part.and_then(|p| serde_json::to_string(p).ok())
-        .map_or(0, |s| estimate_tokens(&s))
+    let part = object.get("message").and_then(|m| m.get("content")).or_else(|| object.get("rendered"));
+    part.and_then(|p| serde_json::to_string(p).ok()).map_or(0, |s| estimate_tokens(&s))
 }
 
 /// Checks that the kept records are valid on their own: no tool result without its tool
@@ -433,9 +374,7 @@ fn check_pairs(kept: &[Record], results_required: bool) -> Result<(), InstallErr
 /// - The records end with an assistant response: keep that response, so the model sees
 ///   its own last words exactly (Claude Code keeps it on manual compaction too).
 pub fn kept_tail_start(records: &[Record]) -> Option<usize> {
-    let relevant = |r: &Record| {
-        !r.head().is_sidechain && matches!(r.head().kind, Kind::User | Kind::Assistant)
-    };
+    let relevant = |r: &Record| !r.head().is_sidechain && matches!(r.head().kind, Kind::User | Kind::Assistant);
     let last = records.iter().rposition(relevant)?;
     let record = &records[last];
     if user_prompt(record).is_some() {
@@ -449,9 +388,7 @@ pub fn kept_tail_start(records: &[Record]) -> Option<usize> {
         return None;
     }
     // Walk back over the tool results to the response that asked for them.
-    let assistant = records[..last]
-        .iter()
-        .rposition(|r| relevant(r) && r.head().kind == Kind::Assistant)?;
+    let assistant = records[..last].iter().rposition(|r| relevant(r) && r.head().kind == Kind::Assistant)?;
     if tool_calls(&records[assistant]).is_empty() {
         return None;
     }
@@ -514,16 +451,8 @@ pub fn partial_plan(records: &[Record], at: usize, direction: SplitDirection) ->
     };
     let split = safe_split(records, split);
     match direction {
-        SplitDirection::From => PartialPlan {
-            direction,
-            summarize: split..len,
-            keep: 0..split,
-        },
-        SplitDirection::UpTo => PartialPlan {
-            direction,
-            summarize: 0..split,
-            keep: split..len,
-        },
+        SplitDirection::From => PartialPlan { direction, summarize: split..len, keep: 0..split },
+        SplitDirection::UpTo => PartialPlan { direction, summarize: 0..split, keep: split..len },
     }
 }
 
@@ -537,13 +466,9 @@ pub fn safe_split(records: &[Record], split: usize) -> usize {
         if moved < records.len() && moved > 0 && records[moved].head().kind == Kind::Assistant {
             moved = moved.min(response_start(records, moved));
         }
-        let after_results: HashSet<String> =
-            records[moved..].iter().flat_map(tool_result_ids).collect();
+        let after_results: HashSet<String> = records[moved..].iter().flat_map(tool_result_ids).collect();
         for (i, record) in records[..moved].iter().enumerate() {
-            if tool_calls(record)
-                .iter()
-                .any(|c| after_results.contains(&c.id))
-            {
+            if tool_calls(record).iter().any(|c| after_results.contains(&c.id)) {
                 moved = moved.min(response_start(records, i));
                 break;
             }
@@ -601,10 +526,7 @@ pub fn build_undo_record(
     timestamp: &str,
 ) -> Result<Record, RecordError> {
     let mut object = Map::new();
-    object.insert(
-        "parentUuid".to_owned(),
-        json!(boundary.head().logical_parent_uuid),
-    );
+    object.insert("parentUuid".to_owned(), json!(boundary.head().logical_parent_uuid));
     object.insert("isSidechain".to_owned(), json!(false));
     object.insert("type".to_owned(), json!("system"));
     object.insert("subtype".to_owned(), json!(UNDO_SUBTYPE));
@@ -639,17 +561,12 @@ impl CompactionView {
     /// Indices of the records in the view, in order.
     pub fn visible(&self, len: usize) -> Vec<usize> {
         let start = self.boundary.map_or(0, |b| b + 1);
-        (start..len)
-            .filter(|i| !self.skipped.iter().any(|r| r.contains(i)))
-            .collect()
+        (start..len).filter(|i| !self.skipped.iter().any(|r| r.contains(i))).collect()
     }
 
     /// The records in the view.
     pub fn select<'a>(&self, records: &'a [Record]) -> Vec<&'a Record> {
-        self.visible(records.len())
-            .into_iter()
-            .map(|i| &records[i])
-            .collect()
+        self.visible(records.len()).into_iter().map(|i| &records[i]).collect()
     }
 }
 
@@ -671,11 +588,7 @@ pub fn compaction_view(records: &[Record]) -> CompactionView {
         if !record.is_compact_boundary() {
             continue;
         }
-        let undo_at = record
-            .uuid()
-            .and_then(|u| undone.get(u))
-            .copied()
-            .filter(|&u| u > i);
+        let undo_at = record.uuid().and_then(|u| undone.get(u)).copied().filter(|&u| u > i);
         if !latest_seen {
             latest_seen = true;
             view.latest_undone = undo_at.is_some();

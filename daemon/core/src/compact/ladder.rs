@@ -31,12 +31,7 @@ pub enum Rung {
 
 impl Rung {
     /// All rungs, cheapest first.
-    pub const ORDER: [Rung; 4] = [
-        Rung::ClearToolResults,
-        Rung::DropMedia,
-        Rung::ProviderSummary,
-        Rung::OfflineSummary,
-    ];
+    pub const ORDER: [Rung; 4] = [Rung::ClearToolResults, Rung::DropMedia, Rung::ProviderSummary, Rung::OfflineSummary];
 
     /// The rung replaces the conversation with a summary.
     pub fn summarizes(self) -> bool {
@@ -58,11 +53,7 @@ pub struct LadderPolicy {
 impl LadderPolicy {
     /// The default minimum cut with the session's levels.
     pub fn new(target: u64, blocked: u64) -> LadderPolicy {
-        LadderPolicy {
-            min_cut_percent: DEFAULT_MIN_CUT_PERCENT,
-            target,
-            blocked,
-        }
+        LadderPolicy { min_cut_percent: DEFAULT_MIN_CUT_PERCENT, target, blocked }
     }
 }
 
@@ -117,12 +108,7 @@ pub enum LadderStep {
     /// the rung that brought the context down last (none when no rung was effective);
     /// `under_target` is false when the context is under the blocked level but not under
     /// the target.
-    Done {
-        keep: bool,
-        worked: Option<Rung>,
-        tokens: u64,
-        under_target: bool,
-    },
+    Done { keep: bool, worked: Option<Rung>, tokens: u64, under_target: bool },
 }
 
 /// Why the ladder could not make room.
@@ -130,14 +116,8 @@ pub enum LadderStep {
 pub enum LadderError {
     /// Every rung was tried and the context is still at or above the blocked level:
     /// refuse the request ("prompt is too long") and tell the user.
-    #[error(
-        "no way found to bring the context under the blocked level ({tokens} tokens, blocked at {blocked})"
-    )]
-    Exhausted {
-        tokens: u64,
-        blocked: u64,
-        attempts: Vec<RungAttempt>,
-    },
+    #[error("no way found to bring the context under the blocked level ({tokens} tokens, blocked at {blocked})")]
+    Exhausted { tokens: u64, blocked: u64, attempts: Vec<RungAttempt> },
     /// `record` was called after the ladder finished (a driver bug).
     #[error("the ladder has no rung left to record")]
     Finished,
@@ -156,22 +136,12 @@ pub struct Ladder {
 impl Ladder {
     /// A ladder starting from `tokens`.
     pub fn new(tokens: u64, policy: LadderPolicy) -> Ladder {
-        Ladder {
-            policy,
-            tokens,
-            next: 0,
-            attempts: Vec::new(),
-            finished: false,
-        }
+        Ladder { policy, tokens, next: 0, attempts: Vec::new(), finished: false }
     }
 
     /// The rung to try now, or `None` once finished.
     pub fn next_rung(&self) -> Option<Rung> {
-        if self.finished {
-            None
-        } else {
-            Rung::ORDER.get(self.next).copied()
-        }
+        if self.finished { None } else { Rung::ORDER.get(self.next).copied() }
     }
 
     /// The context size with every kept rung applied.
@@ -191,28 +161,16 @@ impl Ladder {
         let verdict = match &outcome {
             RungOutcome::Measured { tokens_after } => {
                 let cut = before.saturating_sub(*tokens_after);
-                let enough = u128::from(cut) * 100
-                    >= u128::from(before) * u128::from(self.policy.min_cut_percent);
-                if cut > 0 && enough {
-                    RungVerdict::Effective { cut }
-                } else {
-                    RungVerdict::TooSmall { cut }
-                }
+                let enough = u128::from(cut) * 100 >= u128::from(before) * u128::from(self.policy.min_cut_percent);
+                if cut > 0 && enough { RungVerdict::Effective { cut } } else { RungVerdict::TooSmall { cut } }
             }
             RungOutcome::Failed { .. } => RungVerdict::Failed,
             RungOutcome::NotApplicable => RungVerdict::NotApplicable,
         };
-        if let (RungVerdict::Effective { .. }, RungOutcome::Measured { tokens_after }) =
-            (verdict, &outcome)
-        {
+        if let (RungVerdict::Effective { .. }, RungOutcome::Measured { tokens_after }) = (verdict, &outcome) {
             self.tokens = *tokens_after;
         }
-        self.attempts.push(RungAttempt {
-            rung,
-            tokens_before: before,
-            outcome,
-            verdict,
-        });
+        self.attempts.push(RungAttempt { rung, tokens_before: before, outcome, verdict });
         let keep = verdict.keep();
         let under_target = self.tokens < self.policy.target;
         // After an effective summary, a second summary would only summarize a summary.
@@ -222,12 +180,7 @@ impl Ladder {
             _ => {
                 self.finished = true;
                 if self.tokens < self.policy.blocked {
-                    Ok(LadderStep::Done {
-                        keep,
-                        worked: self.last_effective(),
-                        tokens: self.tokens,
-                        under_target,
-                    })
+                    Ok(LadderStep::Done { keep, worked: self.last_effective(), tokens: self.tokens, under_target })
                 } else {
                     Err(LadderError::Exhausted {
                         tokens: self.tokens,
@@ -240,11 +193,7 @@ impl Ladder {
     }
 
     fn last_effective(&self) -> Option<Rung> {
-        self.attempts
-            .iter()
-            .rev()
-            .find(|a| a.verdict.keep())
-            .map(|a| a.rung)
+        self.attempts.iter().rev().find(|a| a.verdict.keep()).map(|a| a.rung)
     }
 }
 
@@ -261,9 +210,7 @@ mod tests {
         let mut ladder = Ladder::new(150_000, policy());
         assert_eq!(ladder.next_rung(), Some(Rung::ClearToolResults));
         assert_eq!(
-            ladder.record(RungOutcome::Measured {
-                tokens_after: 90_000
-            }),
+            ladder.record(RungOutcome::Measured { tokens_after: 90_000 }),
             Ok(LadderStep::Done {
                 keep: true,
                 worked: Some(Rung::ClearToolResults),
@@ -272,10 +219,7 @@ mod tests {
             })
         );
         assert_eq!(ladder.next_rung(), None);
-        assert_eq!(
-            ladder.record(RungOutcome::NotApplicable),
-            Err(LadderError::Finished)
-        );
+        assert_eq!(ladder.record(RungOutcome::NotApplicable), Err(LadderError::Finished));
     }
 
     #[test]
@@ -283,28 +227,15 @@ mod tests {
         let mut ladder = Ladder::new(150_000, policy());
         // 9 % is not enough: discarded, the count stays.
         assert_eq!(
-            ladder.record(RungOutcome::Measured {
-                tokens_after: 136_500
-            }),
-            Ok(LadderStep::Next {
-                keep: false,
-                next: Rung::DropMedia
-            })
+            ladder.record(RungOutcome::Measured { tokens_after: 136_500 }),
+            Ok(LadderStep::Next { keep: false, next: Rung::DropMedia })
         );
         assert_eq!(ladder.tokens(), 150_000);
-        assert_eq!(
-            ladder.attempts()[0].verdict,
-            RungVerdict::TooSmall { cut: 13_500 }
-        );
+        assert_eq!(ladder.attempts()[0].verdict, RungVerdict::TooSmall { cut: 13_500 });
         // Exactly 10 % is enough, but not under the target: go on.
         assert_eq!(
-            ladder.record(RungOutcome::Measured {
-                tokens_after: 135_000
-            }),
-            Ok(LadderStep::Next {
-                keep: true,
-                next: Rung::ProviderSummary
-            })
+            ladder.record(RungOutcome::Measured { tokens_after: 135_000 }),
+            Ok(LadderStep::Next { keep: true, next: Rung::ProviderSummary })
         );
         assert_eq!(ladder.tokens(), 135_000);
     }
@@ -315,24 +246,12 @@ mod tests {
         ladder.record(RungOutcome::NotApplicable).unwrap();
         ladder.record(RungOutcome::NotApplicable).unwrap();
         assert_eq!(
-            ladder.record(RungOutcome::Failed {
-                reason: "HTTP 529".to_owned()
-            }),
-            Ok(LadderStep::Next {
-                keep: false,
-                next: Rung::OfflineSummary
-            })
+            ladder.record(RungOutcome::Failed { reason: "HTTP 529".to_owned() }),
+            Ok(LadderStep::Next { keep: false, next: Rung::OfflineSummary })
         );
         assert_eq!(
-            ladder.record(RungOutcome::Measured {
-                tokens_after: 30_000
-            }),
-            Ok(LadderStep::Done {
-                keep: true,
-                worked: Some(Rung::OfflineSummary),
-                tokens: 30_000,
-                under_target: true
-            })
+            ladder.record(RungOutcome::Measured { tokens_after: 30_000 }),
+            Ok(LadderStep::Done { keep: true, worked: Some(Rung::OfflineSummary), tokens: 30_000, under_target: true })
         );
     }
 
@@ -343,9 +262,7 @@ mod tests {
         ladder.record(RungOutcome::NotApplicable).unwrap();
         // Under blocked, over target: done, but say so.
         assert_eq!(
-            ladder.record(RungOutcome::Measured {
-                tokens_after: 120_000
-            }),
+            ladder.record(RungOutcome::Measured { tokens_after: 120_000 }),
             Ok(LadderStep::Done {
                 keep: true,
                 worked: Some(Rung::ProviderSummary),
@@ -358,34 +275,16 @@ mod tests {
     #[test]
     fn no_rung_under_the_blocked_level_is_a_typed_failure() {
         let mut ladder = Ladder::new(150_000, policy());
-        ladder
-            .record(RungOutcome::Measured {
-                tokens_after: 149_000,
-            })
-            .unwrap();
+        ladder.record(RungOutcome::Measured { tokens_after: 149_000 }).unwrap();
         ladder.record(RungOutcome::NotApplicable).unwrap();
-        ladder
-            .record(RungOutcome::Failed {
-                reason: "refused".to_owned(),
-            })
-            .unwrap();
-        let err = ladder.record(RungOutcome::Measured {
-            tokens_after: 140_000,
-        });
-        let Err(LadderError::Exhausted {
-            tokens,
-            blocked,
-            attempts,
-        }) = err
-        else {
+        ladder.record(RungOutcome::Failed { reason: "refused".to_owned() }).unwrap();
+        let err = ladder.record(RungOutcome::Measured { tokens_after: 140_000 });
+        let Err(LadderError::Exhausted { tokens, blocked, attempts }) = err else {
             panic!("expected Exhausted, got {err:?}");
         };
         assert_eq!((tokens, blocked), (150_000, 130_000));
         assert_eq!(
-            attempts
-                .iter()
-                .map(|a| (a.rung, a.verdict))
-                .collect::<Vec<_>>(),
+            attempts.iter().map(|a| (a.rung, a.verdict)).collect::<Vec<_>>(),
             vec![
                 (Rung::ClearToolResults, RungVerdict::TooSmall { cut: 1_000 }),
                 (Rung::DropMedia, RungVerdict::NotApplicable),
@@ -400,31 +299,12 @@ mod tests {
         // Cheap rungs cut enough to get under blocked but not under target; both
         // summaries fail: done, not under target, worked = the last effective rung.
         let mut ladder = Ladder::new(150_000, policy());
-        ladder
-            .record(RungOutcome::Measured {
-                tokens_after: 130_000,
-            })
-            .unwrap();
-        ladder
-            .record(RungOutcome::Measured {
-                tokens_after: 115_000,
-            })
-            .unwrap();
-        ladder
-            .record(RungOutcome::Failed {
-                reason: "a".to_owned(),
-            })
-            .unwrap();
+        ladder.record(RungOutcome::Measured { tokens_after: 130_000 }).unwrap();
+        ladder.record(RungOutcome::Measured { tokens_after: 115_000 }).unwrap();
+        ladder.record(RungOutcome::Failed { reason: "a".to_owned() }).unwrap();
         assert_eq!(
-            ladder.record(RungOutcome::Failed {
-                reason: "b".to_owned()
-            }),
-            Ok(LadderStep::Done {
-                keep: false,
-                worked: Some(Rung::DropMedia),
-                tokens: 115_000,
-                under_target: false
-            })
+            ladder.record(RungOutcome::Failed { reason: "b".to_owned() }),
+            Ok(LadderStep::Done { keep: false, worked: Some(Rung::DropMedia), tokens: 115_000, under_target: false })
         );
     }
 }

@@ -58,38 +58,35 @@ mod text;
 mod tests;
 
 pub use fidelity::{
-    DEFAULT_RECENT_TURNS, FidelityFacts, FidelityItem, FidelityOutcome, FidelityReport, OpenTodo,
-    check_fidelity,
+    DEFAULT_RECENT_TURNS, FidelityFacts, FidelityItem, FidelityOutcome, FidelityReport, OpenTodo, check_fidelity,
 };
 pub use guards::{
-    AutoDecision, CIRCUIT_BREAKER_FAILURES, CompactGuards, FailureRecord, StopReason,
-    THRASH_REFILLS, THRASH_TURNS, THRASHING_MESSAGE,
+    AutoDecision, CIRCUIT_BREAKER_FAILURES, CompactGuards, FailureRecord, StopReason, THRASH_REFILLS, THRASH_TURNS,
+    THRASHING_MESSAGE,
 };
 pub use install::{
-    CompactionView, InstallError, InstallInput, PartialPlan, PostCompact, SplitDirection,
-    UNDO_SUBTYPE, UndoError, build_post_compact, build_undo_record, common_fields, compaction_view,
-    is_undo_record, kept_tail_start, partial_plan, safe_split, tools_used, undo_target,
+    CompactionView, InstallError, InstallInput, PartialPlan, PostCompact, SplitDirection, UNDO_SUBTYPE, UndoError,
+    build_post_compact, build_undo_record, common_fields, compaction_view, is_undo_record, kept_tail_start,
+    partial_plan, safe_split, tools_used, undo_target,
 };
 pub use ladder::{
-    DEFAULT_MIN_CUT_PERCENT, Ladder, LadderError, LadderPolicy, LadderStep, Rung, RungAttempt,
-    RungOutcome, RungVerdict,
+    DEFAULT_MIN_CUT_PERCENT, Ladder, LadderError, LadderPolicy, LadderStep, Rung, RungAttempt, RungOutcome, RungVerdict,
 };
 pub use prompt::{
-    KeptMessages, PromptForm, PromptSpec, SummaryMessage, fallback_system_prompt,
-    merge_instructions, reask_note, summary_instruction, summary_message_text,
+    KeptMessages, PromptForm, PromptSpec, SummaryMessage, fallback_system_prompt, merge_instructions, reask_note,
+    summary_instruction, summary_message_text,
 };
 pub use ptl::{MAX_PTL_RETRIES, Overflow, PtlCut, truncate_for_retry};
 pub use reply::{ReplyAttempt, ReplyError, ReplyVerdict, read_summary_reply};
 pub use request::{
-    FALLBACK_MAX_TOKENS, FallbackOptions, FallbackReport, FallbackRequest, ForkChoice, ForkOptions,
-    ForkReport, ForkRequest, ForkSkip, ForkStyle, MAX_CACHE_BREAKPOINTS, RequestError, ToolRefusal, count_cache_markers,
-    choose_fork, fallback_request, fork_request,
+    FALLBACK_MAX_TOKENS, FallbackOptions, FallbackReport, FallbackRequest, ForkChoice, ForkOptions, ForkReport,
+    ForkRequest, ForkSkip, ForkStyle, MAX_CACHE_BREAKPOINTS, RequestError, ToolRefusal, choose_fork,
+    count_cache_markers, fallback_request, fork_request,
 };
 pub use restore::{
-    FileOutcome, FileReadEntry, MAX_DIGEST_TOKENS, MAX_FILE_TOKENS, MAX_RESTORED_FILES,
-    MAX_SKILL_TOKENS, MAX_TOKENS_PER_FILE, MAX_TOKENS_PER_SKILL, PlanFile, PostCompactSizes,
-    RESTORE_ROOM_PERCENT, RestoreBudget, RestoreInput, RestorePlan, RestoreReport,
-    RestoredAttachment, SkillEntry, plan_restoration,
+    FileOutcome, FileReadEntry, MAX_DIGEST_TOKENS, MAX_FILE_TOKENS, MAX_RESTORED_FILES, MAX_SKILL_TOKENS,
+    MAX_TOKENS_PER_FILE, MAX_TOKENS_PER_SKILL, PlanFile, PostCompactSizes, RESTORE_ROOM_PERCENT, RestoreBudget,
+    RestoreInput, RestorePlan, RestoreReport, RestoredAttachment, SkillEntry, plan_restoration,
 };
 
 use serde::{Deserialize, Serialize};

@@ -52,11 +52,7 @@ pub struct PromptSpec {
 impl PromptSpec {
     /// The full form, with nothing added.
     pub fn full() -> PromptSpec {
-        PromptSpec {
-            form: PromptForm::Full,
-            additional: None,
-            newer_messages_kept: false,
-        }
+        PromptSpec { form: PromptForm::Full, additional: None, newer_messages_kept: false }
     }
 }
 
@@ -65,12 +61,9 @@ impl PromptSpec {
 pub fn summary_instruction(spec: &PromptSpec) -> String {
     let (intro, format) = match &spec.form {
         PromptForm::Full => (INTRO_FULL.trim_end().to_owned(), FORMAT_FULL),
-        PromptForm::Short { max_words } => (
-            INTRO_SHORT
-                .trim_end()
-                .replace("{max_words}", &max_words.to_string()),
-            FORMAT_SHORT,
-        ),
+        PromptForm::Short { max_words } => {
+            (INTRO_SHORT.trim_end().replace("{max_words}", &max_words.to_string()), FORMAT_SHORT)
+        }
         PromptForm::RecentOnly { start_hint } => {
             let hint = match start_hint.as_deref().map(str::trim) {
                 Some(h) if !h.is_empty() => {
@@ -78,10 +71,7 @@ pub fn summary_instruction(spec: &PromptSpec) -> String {
                 }
                 _ => String::new(),
             };
-            (
-                INTRO_RECENT.trim_end().replace("{start_hint}", &hint),
-                FORMAT_FULL,
-            )
+            (INTRO_RECENT.trim_end().replace("{start_hint}", &hint), FORMAT_FULL)
         }
     };
     let mut out = String::new();
@@ -108,20 +98,13 @@ pub fn summary_instruction(spec: &PromptSpec) -> String {
 /// empty ones and exact repeats left out. `None` when nothing remains.
 pub fn merge_instructions(focus: Option<&str>, hook_outputs: &[String]) -> Option<String> {
     let mut parts: Vec<&str> = Vec::new();
-    for part in focus
-        .into_iter()
-        .chain(hook_outputs.iter().map(String::as_str))
-    {
+    for part in focus.into_iter().chain(hook_outputs.iter().map(String::as_str)) {
         let part = part.trim();
         if !part.is_empty() && !parts.contains(&part) {
             parts.push(part);
         }
     }
-    if parts.is_empty() {
-        None
-    } else {
-        Some(parts.join("\n\n"))
-    }
+    if parts.is_empty() { None } else { Some(parts.join("\n\n")) }
 }
 
 /// The note added to the instruction when the previous reply had no `<summary>`.
@@ -198,25 +181,16 @@ mod tests {
 
     #[test]
     fn every_form_names_the_nine_sections_in_order() {
-        let forms = [
-            PromptForm::Full,
-            PromptForm::Short { max_words: 900 },
-            PromptForm::RecentOnly { start_hint: None },
-        ];
+        let forms =
+            [PromptForm::Full, PromptForm::Short { max_words: 900 }, PromptForm::RecentOnly { start_hint: None }];
         for form in forms {
-            let text = summary_instruction(&PromptSpec {
-                form: form.clone(),
-                additional: None,
-                newer_messages_kept: false,
-            });
+            let text =
+                summary_instruction(&PromptSpec { form: form.clone(), additional: None, newer_messages_kept: false });
             let mut at = 0;
             for (i, title) in SECTION_TITLES.iter().enumerate() {
                 let heading = format!("{}. {title}:", i + 1);
                 let found = text[at..].find(&heading);
-                assert!(
-                    found.is_some(),
-                    "{form:?}: {heading} missing or out of order"
-                );
+                assert!(found.is_some(), "{form:?}: {heading} missing or out of order");
                 at += found.unwrap_or(0) + heading.len();
             }
             assert!(text.contains("<summary>"), "{form:?}");
@@ -287,10 +261,7 @@ mod tests {
     fn short_form_with_a_word_cap_and_additional_instructions() {
         let text = summary_instruction(&PromptSpec {
             form: PromptForm::Short { max_words: 1500 },
-            additional: merge_instructions(
-                Some("focus on the auth bug"),
-                &["Keep the migration plan.".to_owned()],
-            ),
+            additional: merge_instructions(Some("focus on the auth bug"), &["Keep the migration plan.".to_owned()]),
             newer_messages_kept: true,
         });
         expect![[r#"
@@ -333,9 +304,7 @@ mod tests {
     #[test]
     fn recent_only_form_names_where_the_recent_part_begins() {
         let text = summary_instruction(&PromptSpec {
-            form: PromptForm::RecentOnly {
-                start_hint: Some("now add retries".to_owned()),
-            },
+            form: PromptForm::RecentOnly { start_hint: Some("now add retries".to_owned()) },
             additional: None,
             newer_messages_kept: false,
         });
@@ -347,9 +316,7 @@ mod tests {
         .assert_eq(&head);
         assert!(text.contains("<analysis>"));
         let no_hint = summary_instruction(&PromptSpec {
-            form: PromptForm::RecentOnly {
-                start_hint: Some("  ".to_owned()),
-            },
+            form: PromptForm::RecentOnly { start_hint: Some("  ".to_owned()) },
             additional: None,
             newer_messages_kept: false,
         });
@@ -363,18 +330,11 @@ mod tests {
         assert_eq!(
             merge_instructions(
                 Some(" keep the API notes "),
-                &[
-                    "keep the API notes".to_owned(),
-                    "".to_owned(),
-                    "mention tests".to_owned()
-                ]
+                &["keep the API notes".to_owned(), "".to_owned(), "mention tests".to_owned()]
             ),
             Some("keep the API notes\n\nmention tests".to_owned())
         );
-        assert_eq!(
-            merge_instructions(None, &["from a hook".to_owned()]),
-            Some("from a hook".to_owned())
-        );
+        assert_eq!(merge_instructions(None, &["from a hook".to_owned()]), Some("from a hook".to_owned()));
     }
 
     #[test]

@@ -29,11 +29,9 @@ const MARGIN_TOKENS: u64 = 2_000;
 const UNKNOWN_OVERFLOW_SHARE: u64 = 4;
 
 /// Note added to the first message once history after it was dropped.
-const GAP_NOTE: &str =
-    "[Earlier messages that followed this one were left out so that the summary request fits.]";
+const GAP_NOTE: &str = "[Earlier messages that followed this one were left out so that the summary request fits.]";
 /// The first message, once it had to go too.
-const HEAD_GONE: &str =
-    "[The start of this conversation was left out so that the summary request fits.]";
+const HEAD_GONE: &str = "[The start of this conversation was left out so that the summary request fits.]";
 
 /// What the provider said: `tokens` in the prompt, `max` allowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,11 +67,7 @@ pub struct PtlCut {
 /// still not enough, the first message is replaced by a short placeholder; a cut that
 /// drops everything droppable is returned even if the estimate says it may not be
 /// enough, and the next refusal ends the retries.
-pub fn truncate_for_retry(
-    body: &Value,
-    overflow: Option<Overflow>,
-    retries_done: u32,
-) -> Option<PtlCut> {
+pub fn truncate_for_retry(body: &Value, overflow: Option<Overflow>, retries_done: u32) -> Option<PtlCut> {
     if retries_done >= MAX_PTL_RETRIES {
         return None;
     }
@@ -84,9 +78,8 @@ pub fn truncate_for_retry(
     let layout = Layout::of(messages);
     let droppable: u64 = layout.groups.iter().map(|g| g.tokens).sum();
     // The head can go only while something after it carries the instruction.
-    let head_droppable = layout.head.is_some_and(|h| {
-        h < layout.keep_from && h + 1 < messages.len() && !is_placeholder(&messages[h])
-    });
+    let head_droppable =
+        layout.head.is_some_and(|h| h < layout.keep_from && h + 1 < messages.len() && !is_placeholder(&messages[h]));
     if layout.groups.is_empty() && !head_droppable {
         return None;
     }
@@ -95,10 +88,8 @@ pub fn truncate_for_retry(
         Some(o) if o.tokens > o.max => {
             let over = o.tokens - o.max;
             let estimate = json_tokens(body);
-            let scaled = u64::try_from(
-                u128::from(over) * u128::from(estimate) / u128::from(o.tokens.max(1)),
-            )
-            .unwrap_or(u64::MAX);
+            let scaled = u64::try_from(u128::from(over) * u128::from(estimate) / u128::from(o.tokens.max(1)))
+                .unwrap_or(u64::MAX);
             over.max(scaled) + over / 10 + MARGIN_TOKENS
         }
         _ => (droppable / UNKNOWN_OVERFLOW_SHARE).max(1),
@@ -114,11 +105,7 @@ pub fn truncate_for_retry(
         dropped_groups += 1;
     }
     let head_dropped = dropped_tokens < needed && head_droppable;
-    let dropped_range_end = if dropped_groups == 0 {
-        layout.keep_from
-    } else {
-        layout.groups[dropped_groups - 1].end
-    };
+    let dropped_range_end = if dropped_groups == 0 { layout.keep_from } else { layout.groups[dropped_groups - 1].end };
     let first_kept = layout.groups.first().map_or(layout.keep_from, |g| g.start);
     let mut dropped_messages = dropped_range_end - first_kept;
 
@@ -142,11 +129,7 @@ pub fn truncate_for_retry(
         }
         None => out.push(json!({"role": "user", "content": [{"type": "text", "text": HEAD_GONE}]})),
     }
-    out.extend(
-        messages[dropped_range_end.max(first_kept)..]
-            .iter()
-            .cloned(),
-    );
+    out.extend(messages[dropped_range_end.max(first_kept)..].iter().cloned());
     if dropped_messages == 0 && !head_dropped {
         return None;
     }
@@ -155,14 +138,7 @@ pub fn truncate_for_retry(
     if let Some(object) = body.as_object_mut() {
         object.insert("messages".to_owned(), Value::Array(out));
     }
-    Some(PtlCut {
-        body,
-        dropped_groups,
-        dropped_messages,
-        dropped_tokens,
-        needed_tokens: needed,
-        head_dropped,
-    })
+    Some(PtlCut { body, dropped_groups, dropped_messages, dropped_tokens, needed_tokens: needed, head_dropped })
 }
 
 /// One API round: an assistant message and the user messages after it.
@@ -201,17 +177,9 @@ impl Layout {
                 i += 1;
             }
             let tokens = messages[start..i].iter().map(json_tokens).sum();
-            groups.push(Group {
-                start,
-                end: i,
-                tokens,
-            });
+            groups.push(Group { start, end: i, tokens });
         }
-        Layout {
-            head,
-            groups,
-            keep_from,
-        }
+        Layout { head, groups, keep_from }
     }
 }
 

@@ -48,11 +48,7 @@ pub enum ReplyError {
 
 /// Reads a reply to the summary instruction `instruction` (needed to build the second
 /// request).
-pub fn read_summary_reply(
-    reply: &str,
-    attempt: ReplyAttempt,
-    instruction: &str,
-) -> Result<ReplyVerdict, ReplyError> {
+pub fn read_summary_reply(reply: &str, attempt: ReplyAttempt, instruction: &str) -> Result<ReplyVerdict, ReplyError> {
     if reply.trim().is_empty() {
         return Err(ReplyError::NoText);
     }
@@ -60,9 +56,9 @@ pub fn read_summary_reply(
         Ok(body) => Ok(ReplyVerdict::Summary(body)),
         Err(SummaryParseError::EmptySummary) => Err(ReplyError::EmptySummary),
         Err(SummaryParseError::MissingSummary) => match attempt {
-            ReplyAttempt::First => Ok(ReplyVerdict::AskAgain {
-                instruction: format!("{}\n\n{}", instruction.trim_end(), reask_note()),
-            }),
+            ReplyAttempt::First => {
+                Ok(ReplyVerdict::AskAgain { instruction: format!("{}\n\n{}", instruction.trim_end(), reask_note()) })
+            }
             ReplyAttempt::Reasked => Err(ReplyError::MissingSummaryTwice),
         },
     }
@@ -77,19 +73,13 @@ mod tests {
         let reply = "<analysis>draft with <summary> inside</analysis>\n<summary>\n1. Primary Request and Intent:\n   Fix it.\n</summary>";
         assert_eq!(
             read_summary_reply(reply, ReplyAttempt::First, "summarize"),
-            Ok(ReplyVerdict::Summary(
-                "1. Primary Request and Intent:\n   Fix it.".to_owned()
-            ))
+            Ok(ReplyVerdict::Summary("1. Primary Request and Intent:\n   Fix it.".to_owned()))
         );
     }
 
     #[test]
     fn missing_summary_once_asks_again_with_the_note() {
-        let verdict = read_summary_reply(
-            "Sure, here it is: all good.",
-            ReplyAttempt::First,
-            "Summarize.\n",
-        );
+        let verdict = read_summary_reply("Sure, here it is: all good.", ReplyAttempt::First, "Summarize.\n");
         let Ok(ReplyVerdict::AskAgain { instruction }) = verdict else {
             panic!("expected AskAgain, got {verdict:?}");
         };
@@ -100,11 +90,7 @@ mod tests {
     #[test]
     fn missing_summary_twice_fails() {
         assert_eq!(
-            read_summary_reply(
-                "<analysis>only a draft</analysis>",
-                ReplyAttempt::Reasked,
-                "x"
-            ),
+            read_summary_reply("<analysis>only a draft</analysis>", ReplyAttempt::Reasked, "x"),
             Err(ReplyError::MissingSummaryTwice)
         );
         // A good second reply is accepted.
@@ -120,10 +106,7 @@ mod tests {
             read_summary_reply("<summary> \n </summary>", ReplyAttempt::First, "x"),
             Err(ReplyError::EmptySummary)
         );
-        assert_eq!(
-            read_summary_reply("  \n", ReplyAttempt::First, "x"),
-            Err(ReplyError::NoText)
-        );
+        assert_eq!(read_summary_reply("  \n", ReplyAttempt::First, "x"), Err(ReplyError::NoText));
         assert_eq!(
             ReplyError::MissingSummaryTwice.to_string(),
             "the reply has no <summary> block, and the reply to asking again had none either"

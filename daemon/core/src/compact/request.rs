@@ -150,16 +150,11 @@ fn parent_parts(parent: &Value) -> Result<(&Map<String, Value>, &Vec<Value>), Re
     if !object.get("model").is_some_and(Value::is_string) {
         return Err(RequestError::NoModel);
     }
-    let messages = object
-        .get("messages")
-        .and_then(Value::as_array)
-        .filter(|m| !m.is_empty())
-        .ok_or(RequestError::NoMessages)?;
+    let messages =
+        object.get("messages").and_then(Value::as_array).filter(|m| !m.is_empty()).ok_or(RequestError::NoMessages)?;
     for (index, message) in messages.iter().enumerate() {
         let role_ok = matches!(role(message), "user" | "assistant");
-        let content_ok = message
-            .get("content")
-            .is_some_and(|c| c.is_string() || c.is_array());
+        let content_ok = message.get("content").is_some_and(|c| c.is_string() || c.is_array());
         if !role_ok || !content_ok {
             return Err(RequestError::BadMessage { index });
         }
@@ -178,11 +173,7 @@ fn parent_parts(parent: &Value) -> Result<(&Map<String, Value>, &Vec<Value>), Re
 ///   own latest message breakpoint value, so a one-hour TTL stays one hour) and the
 ///   instruction carries none; older message breakpoints are removed first, then
 ///   system and tool ones, until at most [`MAX_CACHE_BREAKPOINTS`] remain.
-pub fn fork_request(
-    parent: &Value,
-    instruction: &str,
-    options: ForkOptions,
-) -> Result<ForkRequest, RequestError> {
+pub fn fork_request(parent: &Value, instruction: &str, options: ForkOptions) -> Result<ForkRequest, RequestError> {
     let (object, messages) = parent_parts(parent)?;
     let mut messages = messages.clone();
     let last_role = messages.last().map(role).unwrap_or("");
@@ -211,10 +202,7 @@ pub fn fork_request(
 
     let mut body = object.clone();
     body.insert("messages".to_owned(), Value::Array(messages));
-    let has_tools = body
-        .get("tools")
-        .and_then(Value::as_array)
-        .is_some_and(|t| !t.is_empty());
+    let has_tools = body.get("tools").and_then(Value::as_array).is_some_and(|t| !t.is_empty());
     if options.tool_refusal == ToolRefusal::ToolChoiceNone && has_tools {
         body.insert("tool_choice".to_owned(), json!({"type": "none"}));
     }
@@ -224,12 +212,7 @@ pub fn fork_request(
     let mut body = Value::Object(body);
     let markers_removed = limit_markers(&mut body, end);
     Ok(ForkRequest {
-        report: ForkReport {
-            style,
-            prefix_messages,
-            cache_markers: count_cache_markers(&body),
-            markers_removed,
-        },
+        report: ForkReport { style, prefix_messages, cache_markers: count_cache_markers(&body), markers_removed },
         body,
     })
 }
@@ -248,23 +231,14 @@ fn latest_message_marker(messages: &[Value]) -> Option<Value> {
     messages.iter().rev().find_map(|m| {
         m.get("content")
             .and_then(Value::as_array)
-            .and_then(|blocks| {
-                blocks
-                    .iter()
-                    .rev()
-                    .find_map(|b| b.get("cache_control").cloned())
-            })
+            .and_then(|blocks| blocks.iter().rev().find_map(|b| b.get("cache_control").cloned()))
     })
 }
 
 /// Blocks that may not carry a breakpoint.
 fn unmarkable(block: &Value) -> bool {
     matches!(block_type(block), "thinking" | "redacted_thinking")
-        || (block_type(block) == "text"
-            && block
-                .get("text")
-                .and_then(Value::as_str)
-                .is_some_and(|t| t.is_empty()))
+        || (block_type(block) == "text" && block.get("text").and_then(Value::as_str).is_some_and(|t| t.is_empty()))
 }
 
 /// Puts `marker` on the last markable block of the messages (string content becomes a
@@ -300,22 +274,10 @@ fn marker_positions(body: &Value) -> Vec<MarkerAt> {
     let mut out = Vec::new();
     let marked = |v: &Value| v.get("cache_control").is_some_and(|c| !c.is_null());
     if let Some(system) = body.get("system").and_then(Value::as_array) {
-        out.extend(
-            system
-                .iter()
-                .enumerate()
-                .filter(|(_, b)| marked(b))
-                .map(|(i, _)| MarkerAt::System(i)),
-        );
+        out.extend(system.iter().enumerate().filter(|(_, b)| marked(b)).map(|(i, _)| MarkerAt::System(i)));
     }
     if let Some(tools) = body.get("tools").and_then(Value::as_array) {
-        out.extend(
-            tools
-                .iter()
-                .enumerate()
-                .filter(|(_, t)| marked(t))
-                .map(|(i, _)| MarkerAt::Tool(i)),
-        );
+        out.extend(tools.iter().enumerate().filter(|(_, t)| marked(t)).map(|(i, _)| MarkerAt::Tool(i)));
     }
     if let Some(messages) = body.get("messages").and_then(Value::as_array) {
         for (m, message) in messages.iter().enumerate() {
@@ -356,9 +318,7 @@ fn remove_marker(body: &mut Value, at: MarkerAt) {
                 .and_then(|c| c.get_mut(b));
             match nested {
                 None => block,
-                Some(n) => block
-                    .and_then(|blk| blk.get_mut("content"))
-                    .and_then(|c| c.get_mut(n)),
+                Some(n) => block.and_then(|blk| blk.get_mut("content")).and_then(|c| c.get_mut(n)),
             }
         }
     };
@@ -377,18 +337,11 @@ fn limit_markers(body: &mut Value, keep: Option<(usize, usize)>) -> usize {
     if excess == 0 {
         return 0;
     }
-    let is_kept = |at: &MarkerAt| matches!((at, keep), (MarkerAt::Message(m, b, None), Some((km, kb))) if *m == km && *b == kb);
-    let mut order: Vec<MarkerAt> = positions
-        .iter()
-        .copied()
-        .filter(|at| matches!(at, MarkerAt::Message(..)) && !is_kept(at))
-        .collect();
-    order.extend(
-        positions
-            .iter()
-            .copied()
-            .filter(|at| !matches!(at, MarkerAt::Message(..))),
-    );
+    let is_kept =
+        |at: &MarkerAt| matches!((at, keep), (MarkerAt::Message(m, b, None), Some((km, kb))) if *m == km && *b == kb);
+    let mut order: Vec<MarkerAt> =
+        positions.iter().copied().filter(|at| matches!(at, MarkerAt::Message(..)) && !is_kept(at)).collect();
+    order.extend(positions.iter().copied().filter(|at| !matches!(at, MarkerAt::Message(..))));
     let mut removed = 0;
     for at in order.into_iter().take(excess) {
         remove_marker(body, at);
@@ -412,10 +365,7 @@ pub struct FallbackOptions {
 
 impl Default for FallbackOptions {
     fn default() -> FallbackOptions {
-        FallbackOptions {
-            max_tokens: FALLBACK_MAX_TOKENS,
-            offer_read: false,
-        }
+        FallbackOptions { max_tokens: FALLBACK_MAX_TOKENS, offer_read: false }
     }
 }
 
@@ -489,10 +439,7 @@ pub fn fallback_request(
         }
     }
     if out.first().is_some_and(|m| self::role(m) == "assistant") {
-        out.insert(
-            0,
-            json!({"role": "user", "content": [{"type": "text", "text": LEADING_GAP}]}),
-        );
+        out.insert(0, json!({"role": "user", "content": [{"type": "text", "text": LEADING_GAP}]}));
     }
     // One breakpoint at the end of the conversation: asking again (no <summary>) or
     // retrying resends the same conversation with a different instruction.
@@ -514,14 +461,8 @@ pub fn fallback_request(
     let parent_max = object.get("max_tokens").and_then(Value::as_u64);
     let max_tokens = parent_max.map_or(options.max_tokens, |p| p.min(options.max_tokens));
     let mut body = Map::new();
-    body.insert(
-        "model".to_owned(),
-        object.get("model").cloned().unwrap_or(Value::Null),
-    );
-    body.insert(
-        "system".to_owned(),
-        json!([{"type": "text", "text": fallback_system_prompt()}]),
-    );
+    body.insert("model".to_owned(), object.get("model").cloned().unwrap_or(Value::Null));
+    body.insert("system".to_owned(), json!([{"type": "text", "text": fallback_system_prompt()}]));
     body.insert("messages".to_owned(), Value::Array(out));
     body.insert("max_tokens".to_owned(), json!(max_tokens));
     body.insert("thinking".to_owned(), json!({"type": "disabled"}));
@@ -529,11 +470,7 @@ pub fn fallback_request(
         && let Some(read) = object
             .get("tools")
             .and_then(Value::as_array)
-            .and_then(|tools| {
-                tools
-                    .iter()
-                    .find(|t| t.get("name").and_then(Value::as_str) == Some("Read"))
-            })
+            .and_then(|tools| tools.iter().find(|t| t.get("name").and_then(Value::as_str) == Some("Read")))
     {
         let mut read = read.clone();
         if let Some(tool) = read.as_object_mut() {
@@ -542,10 +479,7 @@ pub fn fallback_request(
         body.insert("tools".to_owned(), json!([read]));
         body.insert("tool_choice".to_owned(), json!({"type": "none"}));
     }
-    Ok(FallbackRequest {
-        body: Value::Object(body),
-        report,
-    })
+    Ok(FallbackRequest { body: Value::Object(body), report })
 }
 
 /// The text a block becomes in the fallback, or `None` when it is dropped.
@@ -558,11 +492,8 @@ fn rewrite_block(
     let str_field = |name: &str| block.get(name).and_then(Value::as_str).unwrap_or("");
     match block_type(block) {
         "text" => {
-            let text = if role == "user" {
-                strip_reminders(str_field("text"), report)
-            } else {
-                str_field("text").to_owned()
-            };
+            let text =
+                if role == "user" { strip_reminders(str_field("text"), report) } else { str_field("text").to_owned() };
             let text = text.trim();
             (!text.is_empty()).then(|| text.to_owned())
         }
@@ -582,36 +513,19 @@ fn rewrite_block(
             report.tool_blocks_rendered += 1;
             let name = str_field("name").to_owned();
             tool_names.push((str_field("id").to_owned(), name.clone()));
-            let input = block
-                .get("input")
-                .map_or_else(String::new, Value::to_string);
+            let input = block.get("input").map_or_else(String::new, Value::to_string);
             Some(format!("[tool call: {name} {input}]"))
         }
         "tool_result" => {
             report.tool_blocks_rendered += 1;
             let id = str_field("tool_use_id");
-            let name = tool_names
-                .iter()
-                .rev()
-                .find(|(i, _)| i == id)
-                .map_or("tool", |(_, n)| n.as_str());
+            let name = tool_names.iter().rev().find(|(i, _)| i == id).map_or("tool", |(_, n)| n.as_str());
             let error = block.get("is_error").and_then(Value::as_bool) == Some(true);
             let body = tool_result_text(block.get("content").unwrap_or(&Value::Null), report);
-            let label = if error {
-                format!("[tool result: {name}, failed]")
-            } else {
-                format!("[tool result: {name}]")
-            };
-            Some(if body.is_empty() {
-                label
-            } else {
-                format!("{label}\n{body}")
-            })
+            let label = if error { format!("[tool result: {name}, failed]") } else { format!("[tool result: {name}]") };
+            Some(if body.is_empty() { label } else { format!("{label}\n{body}") })
         }
-        other => Some(format!(
-            "[{}]",
-            if other.is_empty() { "block" } else { other }
-        )),
+        other => Some(format!("[{}]", if other.is_empty() { "block" } else { other })),
     }
 }
 
@@ -620,10 +534,7 @@ fn tool_result_text(content: &Value, report: &mut FallbackReport) -> String {
     let parts: Vec<String> = blocks(content)
         .iter()
         .filter_map(|b| match block_type(b) {
-            "text" => Some(strip_reminders(
-                b.get("text").and_then(Value::as_str).unwrap_or(""),
-                report,
-            )),
+            "text" => Some(strip_reminders(b.get("text").and_then(Value::as_str).unwrap_or(""), report)),
             "image" => {
                 report.media_replaced += 1;
                 Some("[image]".to_owned())

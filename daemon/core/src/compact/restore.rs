@@ -124,10 +124,7 @@ pub struct PostCompactSizes {
 
 impl PostCompactSizes {
     pub fn total(&self) -> u64 {
-        self.fixed_prefix
-            .saturating_add(self.summary)
-            .saturating_add(self.kept)
-            .saturating_add(self.hook_output)
+        self.fixed_prefix.saturating_add(self.summary).saturating_add(self.kept).saturating_add(self.hook_output)
     }
 }
 
@@ -271,11 +268,7 @@ pub fn plan_restoration(input: &RestoreInput) -> RestorePlan {
     }
 
     let mut files: Vec<&FileReadEntry> = input.files.iter().collect();
-    files.sort_by(|a, b| {
-        b.read_order
-            .cmp(&a.read_order)
-            .then_with(|| a.path.cmp(&b.path))
-    });
+    files.sort_by(|a, b| b.read_order.cmp(&a.read_order).then_with(|| a.path.cmp(&b.path)));
     let mut places = 0usize;
     for entry in &files {
         let outcome = if !entry.exists {
@@ -303,21 +296,13 @@ pub fn plan_restoration(input: &RestoreInput) -> RestorePlan {
                         FileOutcome::ReferenceOverBudget
                     };
                     let note = reference_attachment(&entry.path, &display(&entry.path), reason);
-                    if note.tokens <= left {
-                        (Some(note), reason)
-                    } else {
-                        (None, FileOutcome::NotRestored)
-                    }
+                    if note.tokens <= left { (Some(note), reason) } else { (None, FileOutcome::NotRestored) }
                 }
             };
             if let Some(a) = attachment {
                 places += 1;
                 // Content counts at the ledger's estimate; a note as rendered.
-                report.file_tokens += if outcome == FileOutcome::Restored {
-                    entry.tokens
-                } else {
-                    a.tokens
-                };
+                report.file_tokens += if outcome == FileOutcome::Restored { entry.tokens } else { a.tokens };
                 attachments.push(a);
             }
             outcome
@@ -351,18 +336,14 @@ pub fn plan_restoration(input: &RestoreInput) -> RestorePlan {
     }
 
     if !files.is_empty()
-        && let Some(digest) =
-            digest_attachment(&files, &report.files, budget.max_digest_tokens, &display)
+        && let Some(digest) = digest_attachment(&files, &report.files, budget.max_digest_tokens, &display)
     {
         report.digest_tokens = digest.tokens;
         attachments.push(digest);
     }
 
     report.rendered_tokens = attachments.iter().map(|a| a.tokens).sum();
-    RestorePlan {
-        attachments,
-        report,
-    }
+    RestorePlan { attachments, report }
 }
 
 /// Tokens the plan's framing adds to its content.
@@ -392,11 +373,7 @@ fn tokens_of(rendered: &[String]) -> u64 {
 /// A file restored as a Read call and its result, in the host's `file` attachment shape.
 fn file_attachment(entry: &FileReadEntry, content: &str, display: &str) -> RestoredAttachment {
     let lines: Vec<&str> = content.split('\n').collect();
-    let numbered: Vec<String> = lines
-        .iter()
-        .enumerate()
-        .map(|(i, line)| format!("{}\t{line}", i + 1))
-        .collect();
+    let numbered: Vec<String> = lines.iter().enumerate().map(|(i, line)| format!("{}\t{line}", i + 1)).collect();
     let input = json!({"file_path": entry.path}).to_string();
     let rendered = vec![
         reminder(&format!("Read call, restored after compaction: {input}")),
@@ -448,15 +425,9 @@ fn reference_attachment(path: &str, display: &str, reason: FileOutcome) -> Resto
 }
 
 fn plan_attachment(plan: &PlanFile, text: &str, cut: bool) -> RestoredAttachment {
-    let more = if cut {
-        " It was cut to fit; read the file for the rest."
-    } else {
-        ""
-    };
-    let rendered = vec![reminder(&format!(
-        "The plan for this session is in {}.{more} Its current content:\n{text}",
-        plan.path
-    ))];
+    let more = if cut { " It was cut to fit; read the file for the rest." } else { "" };
+    let rendered =
+        vec![reminder(&format!("The plan for this session is in {}.{more} Its current content:\n{text}", plan.path))];
     RestoredAttachment {
         attachment: json!({
             "type": "plan_file_reference",
@@ -470,8 +441,7 @@ fn plan_attachment(plan: &PlanFile, text: &str, cut: bool) -> RestoredAttachment
 }
 
 fn skills_attachment(skills: &[(&SkillEntry, String)]) -> RestoredAttachment {
-    let mut text =
-        String::from("Skills used earlier in this session, with the instructions they gave:");
+    let mut text = String::from("Skills used earlier in this session, with the instructions they gave:");
     for (skill, content) in skills {
         text.push_str(&format!("\n\n## Skill: {}\n{content}", skill.name));
     }

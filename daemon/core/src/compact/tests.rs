@@ -18,8 +18,7 @@ fn rec(value: Value) -> Record {
     Record::from_object(&object).unwrap()
 }
 
-const COMMON: &str =
-    r#"{"userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}"#;
+const COMMON: &str = r#"{"userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}"#;
 
 fn with_common(mut value: Value) -> Value {
     let common: Value = serde_json::from_str(COMMON).unwrap();
@@ -67,29 +66,10 @@ fn tool_result(uuid: &str, parent: &str, tool_use_id: &str, text: &str) -> Recor
 /// still open: automatic compaction fires before the next model call).
 fn session() -> Vec<Record> {
     vec![
-        user(
-            "u1",
-            None,
-            "Please read src/app.py and fix the add function; it subtracts.",
-        ),
-        assistant(
-            "a1",
-            "u1",
-            "msg_1",
-            json!({"type": "text", "text": "Let me look."}),
-        ),
-        assistant(
-            "a2",
-            "a1",
-            "msg_1",
-            tool_use("toolu_1", "Read", json!({"file_path": "/p/src/app.py"})),
-        ),
-        tool_result(
-            "r1",
-            "a2",
-            "toolu_1",
-            "1\tdef add(a, b):\n2\t    return a - b",
-        ),
+        user("u1", None, "Please read src/app.py and fix the add function; it subtracts."),
+        assistant("a1", "u1", "msg_1", json!({"type": "text", "text": "Let me look."})),
+        assistant("a2", "a1", "msg_1", tool_use("toolu_1", "Read", json!({"file_path": "/p/src/app.py"}))),
+        tool_result("r1", "a2", "toolu_1", "1\tdef add(a, b):\n2\t    return a - b"),
         assistant(
             "a3",
             "r1",
@@ -100,18 +80,8 @@ fn session() -> Vec<Record> {
                 json!({"file_path": "/p/src/app.py", "old_string": "a - b", "new_string": "a + b"}),
             ),
         ),
-        tool_result(
-            "r2",
-            "a3",
-            "toolu_2",
-            "The file /p/src/app.py has been updated.",
-        ),
-        assistant(
-            "a4",
-            "r2",
-            "msg_3",
-            json!({"type": "text", "text": "Fixed: add now adds."}),
-        ),
+        tool_result("r2", "a3", "toolu_2", "The file /p/src/app.py has been updated."),
+        assistant("a4", "r2", "msg_3", json!({"type": "text", "text": "Fixed: add now adds."})),
         user("u2", Some("a4"), "Now add a test in tests/test_app.py"),
         rec(json!({"type": "last-prompt", "lastPrompt": "Now add a test", "sessionId": "s1"})),
         assistant(
@@ -124,15 +94,8 @@ fn session() -> Vec<Record> {
                 json!({"file_path": "/p/tests/test_app.py", "content": "from app import add\n"}),
             ),
         ),
-        rec(
-            json!({"type": "progress", "data": {"type": "hook_progress"}, "uuid": "pg1", "sessionId": "s1"}),
-        ),
-        tool_result(
-            "r3",
-            "a5",
-            "toolu_3",
-            "File created successfully at: /p/tests/test_app.py",
-        ),
+        rec(json!({"type": "progress", "data": {"type": "hook_progress"}, "uuid": "pg1", "sessionId": "s1"})),
+        tool_result("r3", "a5", "toolu_3", "File created successfully at: /p/tests/test_app.py"),
     ]
 }
 
@@ -145,11 +108,7 @@ fn counter() -> impl FnMut() -> String {
 }
 
 fn lines(records: &[Record]) -> String {
-    records
-        .iter()
-        .map(Record::line)
-        .collect::<Vec<_>>()
-        .join("\n")
+    records.iter().map(Record::line).collect::<Vec<_>>().join("\n")
 }
 
 fn value(record: &Record) -> Value {
@@ -233,10 +192,7 @@ fn auto_install<'a>(
 fn post_compact_records_for_automatic_compaction() {
     let records = session();
     let attachments = restored_attachments();
-    let hooks = vec![
-        "Remember: run pytest before committing.".to_owned(),
-        "  ".to_owned(),
-    ];
+    let hooks = vec!["Remember: run pytest before committing.".to_owned(), "  ".to_owned()];
     let input = auto_install(&records, &attachments, &hooks);
     let mut next = counter();
     let built = build_post_compact(&input, &mut next).unwrap();
@@ -252,13 +208,7 @@ fn post_compact_records_for_automatic_compaction() {
     .assert_eq(&lines(&built.records));
     assert_eq!(built.boundary_uuid, "uuid-1");
     assert_eq!(built.summary_uuid, "uuid-2");
-    assert_eq!(
-        built.copies,
-        vec![
-            ("a5".to_owned(), "uuid-3".to_owned()),
-            ("r3".to_owned(), "uuid-4".to_owned())
-        ]
-    );
+    assert_eq!(built.copies, vec![("a5".to_owned(), "uuid-3".to_owned()), ("r3".to_owned(), "uuid-4".to_owned())]);
     // The progress line in the kept tail is not a message: not copied.
     assert_eq!(built.not_copied, vec![1]);
 }
@@ -337,29 +287,17 @@ const REAL_PATHS: &[&str] = &[
 fn built_records_use_the_host_record_shapes() {
     let records = session();
     let attachments = restored_attachments();
-    let input = InstallInput {
-        common: serde_json::Map::new(),
-        ..auto_install(&records, &attachments, &[])
-    };
+    let input = InstallInput { common: serde_json::Map::new(), ..auto_install(&records, &attachments, &[]) };
     let built = build_post_compact(&input, &mut counter()).unwrap();
     // Boundary, summary, file, file reference: every field is one the host writes.
     for index in [0, 1, 4, 5] {
         let mut paths = std::collections::BTreeSet::new();
         key_paths(&value(&built.records[index]), "", &mut paths);
-        let foreign: Vec<_> = paths
-            .iter()
-            .filter(|p| !REAL_PATHS.contains(&p.as_str()))
-            .collect();
-        assert!(
-            foreign.is_empty(),
-            "record {index} has fields the host does not write: {foreign:?}"
-        );
+        let foreign: Vec<_> = paths.iter().filter(|p| !REAL_PATHS.contains(&p.as_str())).collect();
+        assert!(foreign.is_empty(), "record {index} has fields the host does not write: {foreign:?}");
     }
     assert_eq!(value(&built.records[4])["attachment"]["type"], "file");
-    assert_eq!(
-        value(&built.records[5])["attachment"]["type"],
-        "compact_file_reference"
-    );
+    assert_eq!(value(&built.records[5])["attachment"]["type"], "compact_file_reference");
 }
 
 #[test]
@@ -373,18 +311,10 @@ fn post_compact_records_chain_and_read_back() {
     assert_eq!(first.head().parent_uuid, None);
     assert_eq!(first.head().logical_parent_uuid.as_deref(), Some("r3"));
     for pair in built.records.windows(2) {
-        assert_eq!(
-            pair[1].head().parent_uuid.as_deref(),
-            pair[0].uuid(),
-            "{}",
-            pair[1].line()
-        );
+        assert_eq!(pair[1].head().parent_uuid.as_deref(), pair[0].uuid(), "{}", pair[1].line());
     }
     assert!(built.records[1].head().is_compact_summary);
-    assert_eq!(
-        value(&built.records[1])["isVisibleInTranscriptOnly"],
-        json!(true)
-    );
+    assert_eq!(value(&built.records[1])["isVisibleInTranscriptOnly"], json!(true));
     // Copies: no usage (it measured the old context), so the tally does not read the
     // pre-compact size back from them.
     let copy = &built.records[2];
@@ -394,11 +324,7 @@ fn post_compact_records_chain_and_read_back() {
     for record in &built.records {
         tally.observe(record);
     }
-    assert!(
-        tally.total() < 2_000,
-        "tally after compaction: {}",
-        tally.total()
-    );
+    assert!(tally.total() < 2_000, "tally after compaction: {}", tally.total());
     // The view after the boundary is exactly what was built.
     let mut all = records.clone();
     all.extend(built.records.iter().cloned());
@@ -406,10 +332,7 @@ fn post_compact_records_chain_and_read_back() {
     assert_eq!(view.boundary, Some(records.len()));
     assert_eq!(view.select(&all).len(), built.records.len() - 1);
     // installed_tokens is what postTokens adds to the fixed prefix.
-    assert_eq!(
-        value(first)["compactMetadata"]["postTokens"],
-        json!(12_000 + built.installed_tokens)
-    );
+    assert_eq!(value(first)["compactMetadata"]["postTokens"], json!(12_000 + built.installed_tokens));
 }
 
 #[test]
@@ -435,30 +358,20 @@ fn invalid_kept_slices_are_refused() {
     input.kept_after = &records[11..];
     assert_eq!(
         build_post_compact(&input, &mut counter()),
-        Err(InstallError::OrphanToolResult {
-            tool_use_id: "toolu_3".to_owned()
-        })
+        Err(InstallError::OrphanToolResult { tool_use_id: "toolu_3".to_owned() })
     );
     // The earliest messages ending with a call whose result would be summarized.
     input.kept_after = &[];
     input.kept_before = &records[..3];
     assert_eq!(
         build_post_compact(&input, &mut counter()),
-        Err(InstallError::UnansweredToolUse {
-            tool_use_id: "toolu_1".to_owned()
-        })
+        Err(InstallError::UnansweredToolUse { tool_use_id: "toolu_1".to_owned() })
     );
     input.kept_after = &records[9..];
-    assert_eq!(
-        build_post_compact(&input, &mut counter()),
-        Err(InstallError::KeptOnBothSides)
-    );
+    assert_eq!(build_post_compact(&input, &mut counter()), Err(InstallError::KeptOnBothSides));
     input.kept_before = &[];
     input.summary_text = " \n".to_owned();
-    assert_eq!(
-        build_post_compact(&input, &mut counter()),
-        Err(InstallError::EmptySummary)
-    );
+    assert_eq!(build_post_compact(&input, &mut counter()), Err(InstallError::EmptySummary));
 }
 
 #[test]
@@ -517,9 +430,7 @@ fn partial_compaction_in_both_directions() {
                 "{} {}{}",
                 v["type"].as_str().unwrap_or(""),
                 v["uuid"].as_str().unwrap_or(""),
-                v.get("ctxdKeptFrom")
-                    .map(|k| format!(" <- {}", k.as_str().unwrap_or("")))
-                    .unwrap_or_default()
+                v.get("ctxdKeptFrom").map(|k| format!(" <- {}", k.as_str().unwrap_or(""))).unwrap_or_default()
             )
         })
         .collect();
@@ -539,14 +450,8 @@ fn partial_compaction_in_both_directions() {
         value(&built.records[0])["compactMetadata"]["preservedSegment"],
         json!({"headUuid": "u1", "anchorUuid": "uuid-1", "tailUuid": "a4"})
     );
-    assert_eq!(
-        built.records[1].head().parent_uuid.as_deref(),
-        Some("uuid-1")
-    );
-    assert_eq!(
-        built.records[8].head().parent_uuid.as_deref(),
-        Some("uuid-9")
-    );
+    assert_eq!(built.records[1].head().parent_uuid.as_deref(), Some("uuid-1"));
+    assert_eq!(built.records[8].head().parent_uuid.as_deref(), Some("uuid-9"));
     assert!(built.records[8].head().is_compact_summary);
 }
 
@@ -572,25 +477,14 @@ fn undo_restores_the_previous_view_until_a_new_turn() {
     assert_eq!(view.skipped, vec![records.len()..all.len()]);
     // The view is the original conversation again.
     let uuids: Vec<_> = view.select(&all).iter().filter_map(|r| r.uuid()).collect();
-    assert_eq!(
-        uuids,
-        vec![
-            "u1", "a1", "a2", "r1", "a3", "r2", "a4", "u2", "a5", "pg1", "r3"
-        ]
-    );
-    assert_eq!(
-        undo_target(&all).map(|r| r.uuid()),
-        Err(UndoError::NothingToUndo)
-    );
+    assert_eq!(uuids, vec!["u1", "a1", "a2", "r1", "a3", "r2", "a4", "u2", "a5", "pg1", "r3"]);
+    assert_eq!(undo_target(&all).map(|r| r.uuid()), Err(UndoError::NothingToUndo));
 
     // A new prompt after a compaction: too late to undo.
     let mut later = records.clone();
     later.extend(built.records.iter().cloned());
     later.push(user("u9", Some("uuid-8"), "thanks, continue"));
-    assert_eq!(
-        undo_target(&later).map(|r| r.uuid()),
-        Err(UndoError::NewTurnSince)
-    );
+    assert_eq!(undo_target(&later).map(|r| r.uuid()), Err(UndoError::NewTurnSince));
 }
 
 #[test]
@@ -609,39 +503,19 @@ fn undoing_the_second_of_two_compactions_returns_to_the_first() {
             format!("uuid-{n}")
         }
     };
-    let second_input = InstallInput {
-        kept_after: &[],
-        last_uuid: Some("u3".to_owned()),
-        ..auto_install(&records, &[], &[])
-    };
+    let second_input =
+        InstallInput { kept_after: &[], last_uuid: Some("u3".to_owned()), ..auto_install(&records, &[], &[]) };
     let second = build_post_compact(&second_input, &mut next).unwrap();
     all.extend(second.records.iter().cloned());
-    let undo = build_undo_record(
-        undo_target(&all).unwrap(),
-        &Default::default(),
-        "undo-2",
-        "t",
-    )
-    .unwrap();
+    let undo = build_undo_record(undo_target(&all).unwrap(), &Default::default(), "undo-2", "t").unwrap();
     all.push(undo);
     let view = compaction_view(&all);
-    assert_eq!(
-        view.boundary,
-        Some(records.len()),
-        "back to the first boundary"
-    );
+    assert_eq!(view.boundary, Some(records.len()), "back to the first boundary");
     let visible = view.visible(all.len());
     assert_eq!(visible.first(), Some(&(records.len() + 1)));
-    assert_eq!(
-        visible.last(),
-        Some(&after_first),
-        "the prompt after the first compaction"
-    );
+    assert_eq!(visible.last(), Some(&after_first), "the prompt after the first compaction");
     // The first compaction had a turn after it: it stays.
-    assert_eq!(
-        undo_target(&all).map(|r| r.uuid()),
-        Err(UndoError::NewTurnSince)
-    );
+    assert_eq!(undo_target(&all).map(|r| r.uuid()), Err(UndoError::NewTurnSince));
 }
 
 #[test]
@@ -671,16 +545,8 @@ fn fidelity_facts_come_from_real_user_messages_and_recent_tool_calls() {
     ));
     // Host-written rows and host commands are not user messages; other slash commands
     // are, as typed.
-    records.push(user(
-        "m1",
-        Some("a6"),
-        "<local-command-stdout>Compacted</local-command-stdout>",
-    ));
-    records.push(user(
-        "m2",
-        Some("m1"),
-        "<command-name>/compact</command-name>\n<command-args></command-args>",
-    ));
+    records.push(user("m1", Some("a6"), "<local-command-stdout>Compacted</local-command-stdout>"));
+    records.push(user("m2", Some("m1"), "<command-name>/compact</command-name>\n<command-args></command-args>"));
     records.push(user(
         "m3",
         Some("m2"),
@@ -698,22 +564,13 @@ fn fidelity_facts_come_from_real_user_messages_and_recent_tool_calls() {
             // The last two turns: the Write, not the Read and Edit of the first turn.
             recent_files: vec!["/p/tests/test_app.py".to_owned()],
             open_todos: vec![
-                OpenTodo {
-                    content: "Write the add test".to_owned(),
-                    status: "in_progress".to_owned()
-                },
-                OpenTodo {
-                    content: "Run pytest".to_owned(),
-                    status: "pending".to_owned()
-                },
+                OpenTodo { content: "Write the add test".to_owned(), status: "in_progress".to_owned() },
+                OpenTodo { content: "Run pytest".to_owned(), status: "pending".to_owned() },
             ],
         }
     );
     let wider = FidelityFacts::from_records(&records, DEFAULT_RECENT_TURNS);
-    assert_eq!(
-        wider.recent_files,
-        vec!["/p/src/app.py", "/p/tests/test_app.py"]
-    );
+    assert_eq!(wider.recent_files, vec!["/p/src/app.py", "/p/tests/test_app.py"]);
 }
 
 // ---------------------------------------------------------------------------------
@@ -761,18 +618,11 @@ fn parent_body() -> Value {
 fn assert_valid(body: &Value) {
     let messages = body["messages"].as_array().unwrap();
     assert!(!messages.is_empty());
-    assert_eq!(
-        messages[0]["role"], "user",
-        "first message must be a user message"
-    );
+    assert_eq!(messages[0]["role"], "user", "first message must be a user message");
     let mut open: Vec<String> = Vec::new();
     for (i, message) in messages.iter().enumerate() {
         if i > 0 {
-            assert_ne!(
-                message["role"],
-                messages[i - 1]["role"],
-                "roles must alternate at {i}"
-            );
+            assert_ne!(message["role"], messages[i - 1]["role"], "roles must alternate at {i}");
         }
         let blocks = match &message["content"] {
             Value::Array(b) => b.clone(),
@@ -798,10 +648,7 @@ fn assert_valid(body: &Value) {
         }
         for block in &blocks {
             if block["type"] == "text" {
-                assert!(
-                    !block["text"].as_str().unwrap().is_empty(),
-                    "empty text block"
-                );
+                assert!(!block["text"].as_str().unwrap().is_empty(), "empty text block");
             }
         }
     }
@@ -832,10 +679,7 @@ fn fork_appends_to_the_last_user_message_and_shares_the_prefix() {
     let fork = fork_request(
         &parent,
         "SUMMARIZE",
-        ForkOptions {
-            style: ForkStyle::AppendToLastUser,
-            tool_refusal: ToolRefusal::ToolChoiceNone,
-        },
+        ForkOptions { style: ForkStyle::AppendToLastUser, tool_refusal: ToolRefusal::ToolChoiceNone },
     )
     .unwrap();
     let body = &fork.body;
@@ -853,23 +697,12 @@ fn fork_appends_to_the_last_user_message_and_shares_the_prefix() {
     assert_eq!(last[..parent_last.len()], parent_last[..]);
     // The instruction is the one block after the prefix, without a breakpoint; the
     // breakpoint (the parent's own, 1 h TTL) sits on the block before it.
-    assert_eq!(
-        last.last().unwrap(),
-        &json!({"type": "text", "text": "SUMMARIZE"})
-    );
-    assert_eq!(
-        last[last.len() - 2]["cache_control"],
-        json!({"type": "ephemeral", "ttl": "1h"})
-    );
+    assert_eq!(last.last().unwrap(), &json!({"type": "text", "text": "SUMMARIZE"}));
+    assert_eq!(last[last.len() - 2]["cache_control"], json!({"type": "ephemeral", "ttl": "1h"}));
     assert_eq!(body["tool_choice"], json!({"type": "none"}));
     assert_eq!(
         fork.report,
-        ForkReport {
-            style: ForkStyle::AppendToLastUser,
-            prefix_messages: 3,
-            cache_markers: 4,
-            markers_removed: 0
-        }
+        ForkReport { style: ForkStyle::AppendToLastUser, prefix_messages: 3, cache_markers: 4, markers_removed: 0 }
     );
 }
 
@@ -884,36 +717,24 @@ fn fork_as_a_separate_message_marks_the_penultimate_message() {
     let fork = fork_request(
         &parent,
         "SUMMARIZE",
-        ForkOptions {
-            style: ForkStyle::SeparateMessage,
-            tool_refusal: ToolRefusal::ToolChoiceNone,
-        },
+        ForkOptions { style: ForkStyle::SeparateMessage, tool_refusal: ToolRefusal::ToolChoiceNone },
     )
     .unwrap();
     let body = &fork.body;
     assert_valid(body);
     let messages = body["messages"].as_array().unwrap();
     assert_eq!(messages.len(), 5);
-    assert_eq!(
-        messages[4],
-        json!({"role": "user", "content": [{"type": "text", "text": "SUMMARIZE"}]})
-    );
+    assert_eq!(messages[4], json!({"role": "user", "content": [{"type": "text", "text": "SUMMARIZE"}]}));
     // The breakpoint moved to the end of the shared prefix (the penultimate message),
     // keeping the parent's value; the parent's older message breakpoint went, so the
     // total stays at four.
-    assert_eq!(
-        messages[3]["content"][0]["cache_control"],
-        json!({"type": "ephemeral", "ttl": "1h"})
-    );
+    assert_eq!(messages[3]["content"][0]["cache_control"], json!({"type": "ephemeral", "ttl": "1h"}));
     assert_eq!(messages[2]["content"][4].get("cache_control"), None);
     assert_eq!(fork.report.cache_markers, 4);
     assert_eq!(fork.report.markers_removed, 1);
     assert_eq!(fork.report.style, ForkStyle::SeparateMessage);
     // Apart from markers, the prefix is the parent's.
-    assert_eq!(
-        without_markers(Value::Array(messages[..4].to_vec())),
-        without_markers(parent["messages"].clone())
-    );
+    assert_eq!(without_markers(Value::Array(messages[..4].to_vec())), without_markers(parent["messages"].clone()));
     assert_eq!(body["system"], parent["system"]);
     assert_eq!(body["tools"], parent["tools"]);
 }
@@ -924,29 +745,19 @@ fn fork_style_follows_the_roles() {
     let fork = fork_request(
         &parent_body(),
         "S",
-        ForkOptions {
-            style: ForkStyle::SeparateMessage,
-            tool_refusal: ToolRefusal::KeepParentToolChoice,
-        },
+        ForkOptions { style: ForkStyle::SeparateMessage, tool_refusal: ToolRefusal::KeepParentToolChoice },
     )
     .unwrap();
     assert_eq!(fork.report.style, ForkStyle::AppendToLastUser);
     assert_eq!(fork.body["messages"].as_array().unwrap().len(), 3);
-    assert_eq!(
-        fork.body.get("tool_choice"),
-        None,
-        "parent's tool_choice kept (none given)"
-    );
+    assert_eq!(fork.body.get("tool_choice"), None, "parent's tool_choice kept (none given)");
     assert_valid(&fork.body);
     // A string-content parent: the marker needs a block, so the string becomes one.
     let parent = json!({"model": "m", "messages": [{"role": "user", "content": "hello"}]});
     let fork = fork_request(
         &parent,
         "S",
-        ForkOptions {
-            style: ForkStyle::SeparateMessage,
-            tool_refusal: ToolRefusal::ToolChoiceNone,
-        },
+        ForkOptions { style: ForkStyle::SeparateMessage, tool_refusal: ToolRefusal::ToolChoiceNone },
     )
     .unwrap();
     expect![[r#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hello","cache_control":{"type":"ephemeral"}},{"type":"text","text":"S"}]}],"max_tokens":20000}"#]]
@@ -972,22 +783,10 @@ fn the_fork_is_tried_only_where_it_can_read_the_parents_cache() {
 
 #[test]
 fn fork_refuses_bodies_that_are_not_requests() {
-    let opts = ForkOptions {
-        style: ForkStyle::SeparateMessage,
-        tool_refusal: ToolRefusal::ToolChoiceNone,
-    };
-    assert_eq!(
-        fork_request(&json!([1]), "s", opts),
-        Err(RequestError::NotAnObject)
-    );
-    assert_eq!(
-        fork_request(&json!({"messages": []}), "s", opts),
-        Err(RequestError::NoModel)
-    );
-    assert_eq!(
-        fork_request(&json!({"model": "m", "messages": []}), "s", opts),
-        Err(RequestError::NoMessages)
-    );
+    let opts = ForkOptions { style: ForkStyle::SeparateMessage, tool_refusal: ToolRefusal::ToolChoiceNone };
+    assert_eq!(fork_request(&json!([1]), "s", opts), Err(RequestError::NotAnObject));
+    assert_eq!(fork_request(&json!({"messages": []}), "s", opts), Err(RequestError::NoModel));
+    assert_eq!(fork_request(&json!({"model": "m", "messages": []}), "s", opts), Err(RequestError::NoMessages));
     assert_eq!(
         fork_request(
             &json!({"model": "m", "messages": [{"role": "user", "content": "a"}, {"role": "tool"}]}),
@@ -1013,18 +812,12 @@ fn fork_keeps_at_most_four_breakpoints() {
     let fork = fork_request(
         &parent,
         "S",
-        ForkOptions {
-            style: ForkStyle::AppendToLastUser,
-            tool_refusal: ToolRefusal::ToolChoiceNone,
-        },
+        ForkOptions { style: ForkStyle::AppendToLastUser, tool_refusal: ToolRefusal::ToolChoiceNone },
     )
     .unwrap();
     assert_eq!(count_cache_markers(&fork.body), 4);
     let last = fork.body["messages"][2]["content"].as_array().unwrap();
-    assert!(
-        last[last.len() - 2].get("cache_control").is_some(),
-        "the prefix end keeps its breakpoint"
-    );
+    assert!(last[last.len() - 2].get("cache_control").is_some(), "the prefix end keeps its breakpoint");
     // System and tool breakpoints go last: they are all still there.
     assert_eq!(fork.body["system"], parent["system"]);
     assert_eq!(fork.body["tools"], parent["tools"]);
@@ -1036,10 +829,7 @@ fn fallback_rewrites_the_input_for_a_summarizer() {
     let fallback = fallback_request(&parent, "SUMMARIZE", &FallbackOptions::default()).unwrap();
     let body = &fallback.body;
     assert_valid(body);
-    assert_eq!(
-        body["system"],
-        json!([{"type": "text", "text": fallback_system_prompt()}])
-    );
+    assert_eq!(body["system"], json!([{"type": "text", "text": fallback_system_prompt()}]));
     assert_eq!(body["thinking"], json!({"type": "disabled"}));
     assert_eq!(body["max_tokens"], json!(FALLBACK_MAX_TOKENS));
     assert_eq!(body.get("tools"), None);
@@ -1091,17 +881,8 @@ fn fallback_caps_output_offers_only_read_and_keeps_roles_valid() {
     parent["max_tokens"] = json!(128_000);
     // A first message made only of reminders disappears; the conversation would then
     // start with the assistant, so a placeholder user message goes first.
-    parent["messages"][0]["content"] =
-        json!([{"type": "text", "text": "<system-reminder>memory</system-reminder>"}]);
-    let fallback = fallback_request(
-        &parent,
-        "S",
-        &FallbackOptions {
-            max_tokens: 20_000,
-            offer_read: true,
-        },
-    )
-    .unwrap();
+    parent["messages"][0]["content"] = json!([{"type": "text", "text": "<system-reminder>memory</system-reminder>"}]);
+    let fallback = fallback_request(&parent, "S", &FallbackOptions { max_tokens: 20_000, offer_read: true }).unwrap();
     let body = &fallback.body;
     assert_valid(body);
     assert_eq!(body["max_tokens"], json!(20_000));
@@ -1110,10 +891,7 @@ fn fallback_caps_output_offers_only_read_and_keeps_roles_valid() {
     assert_eq!(tools[0]["name"], "Read");
     assert_eq!(body["tool_choice"], json!({"type": "none"}));
     assert_eq!(fallback.report.messages_dropped, 1);
-    assert_eq!(
-        body["messages"][0]["content"][0]["text"],
-        "[The start of the conversation was left out here.]"
-    );
+    assert_eq!(body["messages"][0]["content"][0]["text"], "[The start of the conversation was left out here.]");
     // A lower parent cap wins.
     let mut small = parent_body();
     small["max_tokens"] = json!(4_096);
@@ -1140,10 +918,7 @@ fn long_fork(rounds: usize, bytes: usize) -> Value {
     fork_request(
         &parent,
         "SUMMARIZE",
-        ForkOptions {
-            style: ForkStyle::AppendToLastUser,
-            tool_refusal: ToolRefusal::ToolChoiceNone,
-        },
+        ForkOptions { style: ForkStyle::AppendToLastUser, tool_refusal: ToolRefusal::ToolChoiceNone },
     )
     .unwrap()
     .body
@@ -1153,22 +928,10 @@ fn long_fork(rounds: usize, bytes: usize) -> Value {
 fn ptl_drops_the_oldest_rounds_and_keeps_the_task_and_the_last_round() {
     let body = long_fork(10, 4_000);
     // About 10,000 tokens; the provider counts 10,000 against a 7,000 maximum.
-    let cut = truncate_for_retry(
-        &body,
-        Some(Overflow {
-            tokens: 10_000,
-            max: 7_000,
-        }),
-        0,
-    )
-    .unwrap();
+    let cut = truncate_for_retry(&body, Some(Overflow { tokens: 10_000, max: 7_000 }), 0).unwrap();
     assert_valid(&cut.body);
     // Needed: the 3,000 overflow scaled to the estimate, plus a tenth and the margin.
-    assert!(
-        cut.needed_tokens >= 3_000 + 300 + 2_000,
-        "{}",
-        cut.needed_tokens
-    );
+    assert!(cut.needed_tokens >= 3_000 + 300 + 2_000, "{}", cut.needed_tokens);
     assert!(cut.dropped_tokens >= cut.needed_tokens);
     assert_eq!(cut.dropped_groups, 6);
     assert_eq!(cut.dropped_messages, 12);
@@ -1176,16 +939,8 @@ fn ptl_drops_the_oldest_rounds_and_keeps_the_task_and_the_last_round() {
     let messages = cut.body["messages"].as_array().unwrap();
     assert_eq!(messages.len(), 21 - 12);
     // The task stays, with a note that something was left out after it.
-    assert_eq!(
-        messages[0]["content"][0]["text"],
-        "The task: refactor the parser."
-    );
-    assert!(
-        messages[0]["content"][1]["text"]
-            .as_str()
-            .unwrap()
-            .contains("left out")
-    );
+    assert_eq!(messages[0]["content"][0]["text"], "The task: refactor the parser.");
+    assert!(messages[0]["content"][1]["text"].as_str().unwrap().contains("left out"));
     // The oldest kept round is round 6; the last round still carries the instruction.
     assert_eq!(messages[1]["content"][0]["id"], "t6");
     let last = messages.last().unwrap()["content"].as_array().unwrap();
@@ -1196,53 +951,19 @@ fn ptl_drops_the_oldest_rounds_and_keeps_the_task_and_the_last_round() {
 #[test]
 fn ptl_is_bounded_and_ends_when_nothing_can_go() {
     let body = long_fork(3, 400);
-    assert_eq!(
-        truncate_for_retry(
-            &body,
-            Some(Overflow {
-                tokens: 900,
-                max: 800
-            }),
-            MAX_PTL_RETRIES
-        ),
-        None
-    );
+    assert_eq!(truncate_for_retry(&body, Some(Overflow { tokens: 900, max: 800 }), MAX_PTL_RETRIES), None);
     // A huge overflow: every droppable round goes, then the task itself.
-    let first = truncate_for_retry(
-        &body,
-        Some(Overflow {
-            tokens: 1_000_000,
-            max: 1_000,
-        }),
-        0,
-    )
-    .unwrap();
+    let first = truncate_for_retry(&body, Some(Overflow { tokens: 1_000_000, max: 1_000 }), 0).unwrap();
     assert_valid(&first.body);
     assert_eq!(first.dropped_groups, 2);
     assert!(first.head_dropped);
     let messages = first.body["messages"].as_array().unwrap();
     assert_eq!(messages.len(), 3);
-    assert!(
-        messages[0]["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .starts_with("[The start of this conversation")
-    );
+    assert!(messages[0]["content"][0]["text"].as_str().unwrap().starts_with("[The start of this conversation"));
     // Nothing is left to drop: only the placeholder and the instruction's round.
-    assert_eq!(
-        truncate_for_retry(
-            &first.body,
-            Some(Overflow {
-                tokens: 900,
-                max: 800
-            }),
-            1
-        ),
-        None
-    );
+    assert_eq!(truncate_for_retry(&first.body, Some(Overflow { tokens: 900, max: 800 }), 1), None);
     // A request that is one message is never cut.
-    let single =
-        json!({"model": "m", "messages": [{"role": "user", "content": "only the instruction"}]});
+    let single = json!({"model": "m", "messages": [{"role": "user", "content": "only the instruction"}]});
     assert_eq!(truncate_for_retry(&single, None, 0), None);
 }
 
@@ -1251,10 +972,7 @@ fn ptl_without_numbers_drops_a_quarter() {
     let body = long_fork(8, 1_000);
     let cut = truncate_for_retry(&body, None, 0).unwrap();
     assert_valid(&cut.body);
-    assert_eq!(
-        cut.dropped_groups, 2,
-        "a quarter of the 7 droppable rounds, rounded up to whole rounds"
-    );
+    assert_eq!(cut.dropped_groups, 2, "a quarter of the 7 droppable rounds, rounded up to whole rounds");
 }
 
 proptest::proptest! {
@@ -1301,10 +1019,7 @@ fn outcomes(plan: &RestorePlan) -> Vec<(String, FileOutcome)> {
 #[test]
 fn at_most_five_files_newest_first() {
     let files: Vec<_> = (1..=6).map(|i| file(&format!("/p/f{i}"), i, 100)).collect();
-    let plan = plan_restoration(&RestoreInput {
-        files,
-        ..RestoreInput::default()
-    });
+    let plan = plan_restoration(&RestoreInput { files, ..RestoreInput::default() });
     assert_eq!(
         outcomes(&plan),
         vec![
@@ -1334,62 +1049,31 @@ fn a_file_over_five_thousand_tokens_comes_back_as_its_path() {
     });
     assert_eq!(
         outcomes(&plan),
-        vec![
-            ("/p/exact".to_owned(), FileOutcome::Restored),
-            ("/p/over".to_owned(), FileOutcome::ReferenceTooLarge),
-        ]
+        vec![("/p/exact".to_owned(), FileOutcome::Restored), ("/p/over".to_owned(), FileOutcome::ReferenceTooLarge),]
     );
-    assert_eq!(
-        plan.attachments[1].attachment["type"],
-        "compact_file_reference"
-    );
+    assert_eq!(plan.attachments[1].attachment["type"], "compact_file_reference");
     assert_eq!(plan.attachments[1].rendered_role, "system");
-    assert!(plan.attachments[1].rendered[0].contains(
-        "/p/over (read earlier in this session) is not shown again here: it is too large."
-    ));
+    assert!(
+        plan.attachments[1].rendered[0]
+            .contains("/p/over (read earlier in this session) is not shown again here: it is too large.")
+    );
 }
 
 #[test]
 fn fifty_thousand_tokens_is_a_ceiling() {
     // With room for more files, the total ceiling binds: ten files of 5,000 fill it
     // exactly; the eleventh gets nothing (not even a note fits).
-    let files: Vec<_> = (1..=11)
-        .map(|i| file(&format!("/p/f{i:02}"), i, 5_000))
-        .collect();
-    let budget = RestoreBudget {
-        max_files: 20,
-        ..RestoreBudget::default()
-    };
-    let plan = plan_restoration(&RestoreInput {
-        files,
-        budget,
-        ..RestoreInput::default()
-    });
-    let restored = outcomes(&plan)
-        .iter()
-        .filter(|(_, o)| *o == FileOutcome::Restored)
-        .count();
+    let files: Vec<_> = (1..=11).map(|i| file(&format!("/p/f{i:02}"), i, 5_000)).collect();
+    let budget = RestoreBudget { max_files: 20, ..RestoreBudget::default() };
+    let plan = plan_restoration(&RestoreInput { files, budget, ..RestoreInput::default() });
+    let restored = outcomes(&plan).iter().filter(|(_, o)| *o == FileOutcome::Restored).count();
     assert_eq!(restored, 10);
     assert_eq!(plan.report.file_tokens, 50_000);
-    assert_eq!(
-        outcomes(&plan)[10],
-        ("/p/f01".to_owned(), FileOutcome::NotRestored)
-    );
+    assert_eq!(outcomes(&plan)[10], ("/p/f01".to_owned(), FileOutcome::NotRestored));
     // A file that does not fit what is left comes back as a note when the note fits.
-    let files = vec![
-        file("/p/a", 3, 4_990),
-        file("/p/b", 2, 4_990),
-        file("/p/c", 1, 100),
-    ];
-    let budget = RestoreBudget {
-        max_file_tokens: 10_000,
-        ..RestoreBudget::default()
-    };
-    let plan = plan_restoration(&RestoreInput {
-        files,
-        budget,
-        ..RestoreInput::default()
-    });
+    let files = vec![file("/p/a", 3, 4_990), file("/p/b", 2, 4_990), file("/p/c", 1, 100)];
+    let budget = RestoreBudget { max_file_tokens: 10_000, ..RestoreBudget::default() };
+    let plan = plan_restoration(&RestoreInput { files, budget, ..RestoreInput::default() });
     assert_eq!(
         outcomes(&plan),
         vec![
@@ -1398,24 +1082,10 @@ fn fifty_thousand_tokens_is_a_ceiling() {
             ("/p/c".to_owned(), FileOutcome::NotRestored),
         ]
     );
-    let budget = RestoreBudget {
-        max_file_tokens: 10_100,
-        ..RestoreBudget::default()
-    };
-    let files = vec![
-        file("/p/a", 3, 4_990),
-        file("/p/b", 2, 4_990),
-        file("/p/c", 1, 200),
-    ];
-    let plan = plan_restoration(&RestoreInput {
-        files,
-        budget,
-        ..RestoreInput::default()
-    });
-    assert_eq!(
-        outcomes(&plan)[2],
-        ("/p/c".to_owned(), FileOutcome::ReferenceOverBudget)
-    );
+    let budget = RestoreBudget { max_file_tokens: 10_100, ..RestoreBudget::default() };
+    let files = vec![file("/p/a", 3, 4_990), file("/p/b", 2, 4_990), file("/p/c", 1, 200)];
+    let plan = plan_restoration(&RestoreInput { files, budget, ..RestoreInput::default() });
+    assert_eq!(outcomes(&plan)[2], ("/p/c".to_owned(), FileOutcome::ReferenceOverBudget));
     assert!(plan.report.file_tokens <= 10_100);
 }
 
@@ -1431,10 +1101,7 @@ fn files_in_the_kept_tail_or_deleted_are_not_restored() {
     // Five older files: the kept and deleted ones used no place, so four of them
     // restore after the changed one.
     files.extend((10..15).map(|i| file(&format!("/p/old{i}"), 20 - i, 10)));
-    let plan = plan_restoration(&RestoreInput {
-        files,
-        ..RestoreInput::default()
-    });
+    let plan = plan_restoration(&RestoreInput { files, ..RestoreInput::default() });
     let report = outcomes(&plan);
     assert_eq!(report[0], ("/p/kept".to_owned(), FileOutcome::InKeptTail));
     assert_eq!(report[6], ("/p/old13".to_owned(), FileOutcome::Restored));
@@ -1442,118 +1109,56 @@ fn files_in_the_kept_tail_or_deleted_are_not_restored() {
     assert_eq!(by_path("/p/kept"), Some(FileOutcome::InKeptTail));
     assert_eq!(by_path("/p/gone"), Some(FileOutcome::Deleted));
     assert_eq!(by_path("/p/changed"), Some(FileOutcome::Restored));
-    assert_eq!(
-        report
-            .iter()
-            .filter(|(_, o)| *o == FileOutcome::Restored)
-            .count(),
-        5
-    );
+    assert_eq!(report.iter().filter(|(_, o)| *o == FileOutcome::Restored).count(), 5);
     assert_eq!(by_path("/p/old14"), Some(FileOutcome::NotRestored));
     // The digest names them all, with their state.
     let digest = plan.attachments.last().unwrap();
     assert_eq!(digest.attachment["type"], "ctxd_read_files");
     let text = &digest.rendered[0];
-    assert!(
-        text.contains("- /p/kept (unchanged, shown in the recent messages)"),
-        "{text}"
-    );
+    assert!(text.contains("- /p/kept (unchanged, shown in the recent messages)"), "{text}");
     assert!(text.contains("- /p/gone (deleted since it was read)"));
     assert!(text.contains("- /p/changed (changed since it was read, shown above)"));
     assert!(text.contains("- /p/old14 (unchanged)\n"));
 }
 
 fn skill(name: &str, order: u64, tokens: usize) -> SkillEntry {
-    SkillEntry {
-        name: name.to_owned(),
-        content: "s".repeat(tokens * 4),
-        order,
-    }
+    SkillEntry { name: name.to_owned(), content: "s".repeat(tokens * 4), order }
 }
 
 #[test]
 fn skills_five_thousand_each_twenty_five_thousand_in_all_oldest_dropped() {
-    let skills: Vec<_> = (1..=6)
-        .map(|i| skill(&format!("skill{i}"), i, 5_000))
-        .collect();
-    let plan = plan_restoration(&RestoreInput {
-        skills,
-        ..RestoreInput::default()
-    });
-    assert_eq!(
-        plan.report.skills_restored,
-        vec!["skill6", "skill5", "skill4", "skill3", "skill2"]
-    );
+    let skills: Vec<_> = (1..=6).map(|i| skill(&format!("skill{i}"), i, 5_000)).collect();
+    let plan = plan_restoration(&RestoreInput { skills, ..RestoreInput::default() });
+    assert_eq!(plan.report.skills_restored, vec!["skill6", "skill5", "skill4", "skill3", "skill2"]);
     assert_eq!(plan.report.skills_dropped, vec!["skill1"]);
     assert_eq!(plan.report.skill_tokens, 25_000);
     let attachment = &plan.attachments[0];
     assert_eq!(attachment.attachment["type"], "invoked_skills");
-    let names: Vec<_> = attachment.attachment["skills"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        names,
-        vec!["skill2", "skill3", "skill4", "skill5", "skill6"],
-        "oldest first, as used"
-    );
+    let names: Vec<_> =
+        attachment.attachment["skills"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, vec!["skill2", "skill3", "skill4", "skill5", "skill6"], "oldest first, as used");
 
     // One over the limit is cut to it, visibly.
-    let plan = plan_restoration(&RestoreInput {
-        skills: vec![skill("big", 1, 5_001)],
-        ..RestoreInput::default()
-    });
+    let plan = plan_restoration(&RestoreInput { skills: vec![skill("big", 1, 5_001)], ..RestoreInput::default() });
     assert_eq!(plan.report.skills_cut, vec!["big"]);
     assert!(plan.report.skill_tokens <= 5_000);
-    assert!(
-        plan.attachments[0].rendered[0]
-            .contains("[… skill cut here to fit the post-compact budget …]")
-    );
+    assert!(plan.attachments[0].rendered[0].contains("[… skill cut here to fit the post-compact budget …]"));
 
     // What is left of the ceiling cuts the next skill when enough is left; a sliver
     // drops it.
-    let skills = vec![
-        skill("a", 3, 5_000),
-        skill("b", 2, 5_000),
-        skill("c", 1, 5_000),
-    ];
-    let budget = RestoreBudget {
-        max_skill_tokens: 12_000,
-        ..RestoreBudget::default()
-    };
-    let plan = plan_restoration(&RestoreInput {
-        skills: skills.clone(),
-        budget,
-        ..RestoreInput::default()
-    });
-    assert_eq!(
-        (
-            plan.report.skills_restored.len(),
-            plan.report.skills_cut.clone()
-        ),
-        (2, vec!["c".to_owned()])
-    );
-    let budget = RestoreBudget {
-        max_skill_tokens: 10_100,
-        ..RestoreBudget::default()
-    };
-    let plan = plan_restoration(&RestoreInput {
-        skills,
-        budget,
-        ..RestoreInput::default()
-    });
+    let skills = vec![skill("a", 3, 5_000), skill("b", 2, 5_000), skill("c", 1, 5_000)];
+    let budget = RestoreBudget { max_skill_tokens: 12_000, ..RestoreBudget::default() };
+    let plan = plan_restoration(&RestoreInput { skills: skills.clone(), budget, ..RestoreInput::default() });
+    assert_eq!((plan.report.skills_restored.len(), plan.report.skills_cut.clone()), (2, vec!["c".to_owned()]));
+    let budget = RestoreBudget { max_skill_tokens: 10_100, ..RestoreBudget::default() };
+    let plan = plan_restoration(&RestoreInput { skills, budget, ..RestoreInput::default() });
     assert_eq!(plan.report.skills_dropped, vec!["c"]);
 }
 
 #[test]
 fn the_plan_comes_back_first() {
     let plan = plan_restoration(&RestoreInput {
-        plan: Some(PlanFile {
-            path: "/p/.claude/plans/plan.md".to_owned(),
-            content: "1. fix add\n2. test".to_owned(),
-        }),
+        plan: Some(PlanFile { path: "/p/.claude/plans/plan.md".to_owned(), content: "1. fix add\n2. test".to_owned() }),
         files: vec![file("/p/a", 1, 10)],
         ..RestoreInput::default()
     });
@@ -1566,15 +1171,9 @@ fn the_plan_comes_back_first() {
         2. test
         </system-reminder>"#]]
     .assert_eq(&plan.attachments[0].rendered[0]);
-    assert_eq!(
-        plan.attachments[0].attachment["type"],
-        "plan_file_reference"
-    );
+    assert_eq!(plan.attachments[0].attachment["type"], "plan_file_reference");
     let long = plan_restoration(&RestoreInput {
-        plan: Some(PlanFile {
-            path: "/p/plan.md".to_owned(),
-            content: "step\n".repeat(10_000),
-        }),
+        plan: Some(PlanFile { path: "/p/plan.md".to_owned(), content: "step\n".repeat(10_000) }),
         ..RestoreInput::default()
     });
     assert!(long.report.plan_cut);
@@ -1584,12 +1183,7 @@ fn the_plan_comes_back_first() {
 #[test]
 fn small_windows_shrink_the_budget_below_the_threshold() {
     // A 100K window: threshold 67,000. Fixed prefix 20,000, summary 4,000, kept 3,000.
-    let sizes = PostCompactSizes {
-        fixed_prefix: 20_000,
-        summary: 4_000,
-        kept: 3_000,
-        hook_output: 0,
-    };
+    let sizes = PostCompactSizes { fixed_prefix: 20_000, summary: 4_000, kept: 3_000, hook_output: 0 };
     let budget = RestoreBudget::fitted(67_000, &sizes);
     assert_eq!(
         budget,
@@ -1602,21 +1196,10 @@ fn small_windows_shrink_the_budget_below_the_threshold() {
             max_digest_tokens: 2_000,
         }
     );
-    assert_eq!(
-        budget.ceiling(),
-        20_000,
-        "half of the 40,000 left under the threshold"
-    );
-    let files: Vec<_> = (1..=8)
-        .map(|i| file(&format!("/p/f{i}"), i, 4_000))
-        .collect();
+    assert_eq!(budget.ceiling(), 20_000, "half of the 40,000 left under the threshold");
+    let files: Vec<_> = (1..=8).map(|i| file(&format!("/p/f{i}"), i, 4_000)).collect();
     let skills: Vec<_> = (1..=3).map(|i| skill(&format!("s{i}"), i, 5_000)).collect();
-    let plan = plan_restoration(&RestoreInput {
-        files,
-        skills,
-        budget,
-        ..RestoreInput::default()
-    });
+    let plan = plan_restoration(&RestoreInput { files, skills, budget, ..RestoreInput::default() });
     assert!(plan.report.total_tokens() <= budget.ceiling());
     assert!(plan.report.file_tokens <= 12_000 && plan.report.skill_tokens <= 6_000);
     // Framing included, the context ends well below the threshold: no re-trigger.
@@ -1624,22 +1207,10 @@ fn small_windows_shrink_the_budget_below_the_threshold() {
     assert!(post < 67_000 - 15_000, "post-compact {post}");
 
     // A large window keeps the fixed limits.
-    let big = RestoreBudget::fitted(
-        967_000,
-        &PostCompactSizes {
-            fixed_prefix: 30_000,
-            ..Default::default()
-        },
-    );
+    let big = RestoreBudget::fitted(967_000, &PostCompactSizes { fixed_prefix: 30_000, ..Default::default() });
     assert_eq!(big, RestoreBudget::default());
     // No room at all: nothing is restored.
-    let none = RestoreBudget::fitted(
-        67_000,
-        &PostCompactSizes {
-            fixed_prefix: 70_000,
-            ..Default::default()
-        },
-    );
+    let none = RestoreBudget::fitted(67_000, &PostCompactSizes { fixed_prefix: 70_000, ..Default::default() });
     assert_eq!(none.ceiling(), 0);
     let plan = plan_restoration(&RestoreInput {
         files: vec![file("/p/a", 1, 10)],
@@ -1701,24 +1272,12 @@ fn circuit_breaker_stops_after_three_failures_and_manual_compact_resets_it() {
     assert_eq!(g.record_failure(Trigger::Manual, "cancelled"), None);
     assert_eq!(g.consecutive_failures, 2);
     let stop = g.record_failure(Trigger::Idle, "no <summary>");
-    assert_eq!(
-        stop,
-        Some(StopReason::CircuitBreaker {
-            failures: 3,
-            last: "no <summary>".to_owned()
-        })
-    );
-    let AutoDecision::Stopped {
-        notify, message, ..
-    } = g.check_auto(170_000, &t, 10_000)
-    else {
+    assert_eq!(stop, Some(StopReason::CircuitBreaker { failures: 3, last: "no <summary>".to_owned() }));
+    let AutoDecision::Stopped { notify, message, .. } = g.check_auto(170_000, &t, 10_000) else {
         panic!("expected Stopped");
     };
     assert!(!notify, "the failure itself was the notification");
-    assert!(
-        message.contains("after 3 failed attempts in a row (the last one: no <summary>)"),
-        "{message}"
-    );
+    assert!(message.contains("after 3 failed attempts in a row (the last one: no <summary>)"), "{message}");
     // A manual compaction lifts the stop.
     g.note_manual_compact();
     assert_eq!(g.check_auto(170_000, &t, 10_000), AutoDecision::Compact);
@@ -1740,23 +1299,14 @@ fn thrashing_stops_on_the_third_quick_refill_in_a_row() {
     for refill in 1..=2 {
         g.record_turn();
         g.record_turn();
-        assert_eq!(
-            g.check_auto(170_000, &t, 10_000),
-            AutoDecision::Compact,
-            "refill {refill}"
-        );
+        assert_eq!(g.check_auto(170_000, &t, 10_000), AutoDecision::Compact, "refill {refill}");
         g.record_success(Trigger::Auto);
     }
     g.record_turn();
     g.record_turn();
     g.record_turn();
     let decision = g.check_auto(170_000, &t, 10_000);
-    let AutoDecision::Stopped {
-        reason,
-        message,
-        notify,
-    } = decision
-    else {
+    let AutoDecision::Stopped { reason, message, notify } = decision else {
         panic!("expected Stopped, got {decision:?}");
     };
     assert_eq!(reason, StopReason::Thrashing);
@@ -1800,21 +1350,12 @@ fn a_fixed_prefix_above_the_threshold_is_reported_once() {
     assert!(notify);
     assert!(message.starts_with("Compaction cannot help"), "{message}");
     assert!(message.contains("168000 tokens") && message.contains("167000 tokens"));
-    assert!(matches!(
-        g.check_auto(175_000, &t, 168_000),
-        AutoDecision::CannotHelp { notify: false, .. }
-    ));
-    assert!(matches!(
-        g.check_auto(176_000, &t, 170_000),
-        AutoDecision::CannotHelp { notify: false, .. }
-    ));
+    assert!(matches!(g.check_auto(175_000, &t, 168_000), AutoDecision::CannotHelp { notify: false, .. }));
+    assert!(matches!(g.check_auto(176_000, &t, 170_000), AutoDecision::CannotHelp { notify: false, .. }));
     // The prefix shrank (a tool was removed): compaction can help again, and a later
     // recurrence is reported again.
     assert_eq!(g.check_auto(170_000, &t, 50_000), AutoDecision::Compact);
-    assert!(matches!(
-        g.check_auto(175_000, &t, 168_000),
-        AutoDecision::CannotHelp { notify: true, .. }
-    ));
+    assert!(matches!(g.check_auto(175_000, &t, 168_000), AutoDecision::CannotHelp { notify: true, .. }));
 }
 
 #[test]
@@ -1851,27 +1392,21 @@ fn a_missing_summary_is_asked_for_again_then_installed_with_fidelity_additions()
         additional: merge_instructions(Some("keep the test plan"), &[]),
         newer_messages_kept: true,
     });
-    let first = read_summary_reply(
-        "I summarized it all in my head.",
-        ReplyAttempt::First,
-        &instruction,
-    );
+    let first = read_summary_reply("I summarized it all in my head.", ReplyAttempt::First, &instruction);
     let Ok(ReplyVerdict::AskAgain { instruction: again }) = first else {
         panic!("expected AskAgain, got {first:?}");
     };
     assert!(again.ends_with(reask_note()));
-    let reply = "<analysis>draft</analysis>\n<summary>\n1. Primary Request and Intent:\n   Fix add in src/app.py.\n</summary>";
-    let Ok(ReplyVerdict::Summary(body)) = read_summary_reply(reply, ReplyAttempt::Reasked, &again)
-    else {
+    let reply =
+        "<analysis>draft</analysis>\n<summary>\n1. Primary Request and Intent:\n   Fix add in src/app.py.\n</summary>";
+    let Ok(ReplyVerdict::Summary(body)) = read_summary_reply(reply, ReplyAttempt::Reasked, &again) else {
         panic!("expected a summary");
     };
     let facts = FidelityFacts::from_records(&records[..kept_from], DEFAULT_RECENT_TURNS);
     let checked = check_fidelity(&body, &facts);
     assert_eq!(
         checked.report.missing_before,
-        vec![FidelityItem::LatestRequest(
-            "Now add a test in tests/test_app.py".to_owned()
-        )]
+        vec![FidelityItem::LatestRequest("Now add a test in tests/test_app.py".to_owned())]
     );
     let text = summary_message_text(&SummaryMessage {
         body: checked.summary,

@@ -32,9 +32,7 @@ pub(super) fn cut_to_tokens(text: &str, max_tokens: u64, what: &str) -> (String,
         return (text.to_owned(), false);
     }
     let marker = format!("\n[… {what} cut here to fit the post-compact budget …]");
-    let budget_bytes = usize::try_from(max_tokens.saturating_mul(4))
-        .unwrap_or(usize::MAX)
-        .saturating_sub(marker.len());
+    let budget_bytes = usize::try_from(max_tokens.saturating_mul(4)).unwrap_or(usize::MAX).saturating_sub(marker.len());
     let mut end = floor_boundary(text, budget_bytes);
     // Prefer a whole line when a line break is close enough.
     if let Some(nl) = text[..end].rfind('\n')
@@ -62,15 +60,14 @@ pub(super) fn shorten(text: &str, max_chars: usize) -> String {
 /// Words too common to say anything about content, sorted (bytewise) so a lookup is a
 /// binary search: the check looks up every word of every user message.
 const STOPWORDS: &[&str] = &[
-    "about", "after", "again", "all", "also", "and", "any", "are", "aren", "because", "been",
-    "before", "but", "can", "can't", "could", "did", "didn", "does", "doesn", "don", "done",
-    "each", "for", "from", "get", "had", "has", "have", "her", "here", "him", "his", "how",
-    "i'm", "into", "isn", "it's", "its", "just", "let", "like", "make", "may", "more", "most",
-    "much", "must", "need", "new", "not", "now", "okay", "old", "one", "only", "our", "out",
-    "please", "put", "say", "see", "she", "should", "some", "still", "sure", "than", "thank",
-    "thanks", "that", "the", "their", "them", "then", "there", "these", "they", "this", "those",
-    "too", "two", "use", "very", "want", "was", "were", "what", "when", "where", "which",
-    "while", "who", "why", "will", "with", "won", "would", "yes", "you", "your",
+    "about", "after", "again", "all", "also", "and", "any", "are", "aren", "because", "been", "before", "but", "can",
+    "can't", "could", "did", "didn", "does", "doesn", "don", "done", "each", "for", "from", "get", "had", "has",
+    "have", "her", "here", "him", "his", "how", "i'm", "into", "isn", "it's", "its", "just", "let", "like", "make",
+    "may", "more", "most", "much", "must", "need", "new", "not", "now", "okay", "old", "one", "only", "our", "out",
+    "please", "put", "say", "see", "she", "should", "some", "still", "sure", "than", "thank", "thanks", "that", "the",
+    "their", "them", "then", "there", "these", "they", "this", "those", "too", "two", "use", "very", "want", "was",
+    "were", "what", "when", "where", "which", "while", "who", "why", "will", "with", "won", "would", "yes", "you",
+    "your",
 ];
 
 /// The stopwords packed as [`word_key`]s, in the same (sorted) order: a lookup compares
@@ -115,9 +112,7 @@ fn is_stopword(word: &str) -> bool {
 pub(super) fn content_words(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut lower = String::new();
-    for raw in
-        text.split(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '.' | '/' | '-' | '\'')))
-    {
+    for raw in text.split(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '.' | '/' | '-' | '\''))) {
         let word = raw.trim_matches(|c: char| matches!(c, '.' | '-' | '/' | '\''));
         // Most words are ASCII: their length in bytes is their length in characters.
         let short = if word.is_ascii() { word.len() < 3 } else { word.chars().count() < 3 };

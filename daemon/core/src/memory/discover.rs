@@ -12,8 +12,7 @@ use std::path::{Path, PathBuf};
 use super::frontmatter;
 use super::glob;
 use super::{
-    Cut, MemoryConfig, MemoryEntry, MemoryFs, MemoryKind, MemorySet, Problem, Status, WatchKind,
-    normalize, slash_path,
+    Cut, MemoryConfig, MemoryEntry, MemoryFs, MemoryKind, MemorySet, Problem, Status, WatchKind, normalize, slash_path,
 };
 
 /// Placement groups, lowest precedence first. Imports share their root's group.
@@ -61,12 +60,7 @@ pub fn discover(cwd: &Path, config: &MemoryConfig, fs: &dyn MemoryFs) -> MemoryS
             set.load_top(fs, &dir.join(name), MemoryKind::Project, SLOT_PROJECT);
         }
         for name in &names {
-            set.load_top(
-                fs,
-                &dir.join(".claude").join(name),
-                MemoryKind::Project,
-                SLOT_PROJECT,
-            );
+            set.load_top(fs, &dir.join(".claude").join(name), MemoryKind::Project, SLOT_PROJECT);
         }
     }
     for dir in &dirs {
@@ -87,11 +81,7 @@ pub fn discover(cwd: &Path, config: &MemoryConfig, fs: &dyn MemoryFs) -> MemoryS
 /// named after the working directory with every `/` turned into `-`.
 pub fn auto_memory_path(home: &Path, cwd: &Path) -> PathBuf {
     let folder = cwd.to_string_lossy().replace('/', "-");
-    home.join(".claude")
-        .join("projects")
-        .join(folder)
-        .join("memory")
-        .join("MEMORY.md")
+    home.join(".claude").join("projects").join(folder).join("memory").join("MEMORY.md")
 }
 
 /// Outcome of reading one file.
@@ -110,13 +100,7 @@ pub(super) fn cap_chars(text: String, max: usize) -> (String, Option<Cut>) {
             let total_chars = text.chars().count();
             let mut text = text;
             text.truncate(end);
-            (
-                text,
-                Some(Cut::FileCap {
-                    kept_chars: max,
-                    total_chars,
-                }),
-            )
+            (text, Some(Cut::FileCap { kept_chars: max, total_chars }))
         }
     }
 }
@@ -144,12 +128,7 @@ fn cut_auto_memory(text: String, max_lines: usize, max_bytes: usize) -> (String,
     }
     let mut text = text;
     text.truncate(end);
-    let cut = Cut::AutoMemory {
-        kept_lines,
-        total_lines,
-        kept_bytes: end,
-        total_bytes,
-    };
+    let cut = Cut::AutoMemory { kept_lines, total_lines, kept_bytes: end, total_bytes };
     (text, Some(cut))
 }
 
@@ -171,9 +150,7 @@ impl MemorySet {
 
         for id in 0..self.entries.len() {
             let entry = &self.entries[id];
-            if entry.status != Status::Pending
-                || !entry.rule_paths.iter().any(|g| glob::matches(g, &rel_text))
-            {
+            if entry.status != Status::Pending || !entry.rule_paths.iter().any(|g| glob::matches(g, &rel_text)) {
                 continue;
             }
             if self.loaded.contains(&entry.path) {
@@ -250,13 +227,7 @@ impl MemorySet {
 
     /// Loads one memory file and its imports if it exists and is not loaded yet.
     /// Returns the ids added.
-    fn load_top(
-        &mut self,
-        fs: &dyn MemoryFs,
-        path: &Path,
-        kind: MemoryKind,
-        slot: u8,
-    ) -> Vec<usize> {
+    fn load_top(&mut self, fs: &dyn MemoryFs, path: &Path, kind: MemoryKind, slot: u8) -> Vec<usize> {
         let path = normalize(path);
         if self.loaded.contains(&path) {
             return Vec::new();
@@ -330,11 +301,8 @@ impl MemorySet {
         let Read::Text(text) = self.read_text(fs, &path) else {
             return;
         };
-        let (content, cut) = cut_auto_memory(
-            text,
-            self.config.auto_memory_max_lines,
-            self.config.auto_memory_max_bytes,
-        );
+        let (content, cut) =
+            cut_auto_memory(text, self.config.auto_memory_max_lines, self.config.auto_memory_max_bytes);
         let id = self.push_top(&path, MemoryKind::AutoMemory, SLOT_AUTO_MEMORY, content);
         if let Some(cut) = cut {
             self.entries[id].cut = Some(cut);
@@ -359,13 +327,7 @@ mod tests {
     fn cap_chars_counts_characters_not_bytes() {
         let (text, cut) = cap_chars("ééééé".to_owned(), 3);
         assert_eq!(text, "ééé");
-        assert_eq!(
-            cut,
-            Some(Cut::FileCap {
-                kept_chars: 3,
-                total_chars: 5
-            })
-        );
+        assert_eq!(cut, Some(Cut::FileCap { kept_chars: 3, total_chars: 5 }));
         assert_eq!(cap_chars("abc".to_owned(), 3), ("abc".to_owned(), None));
     }
 
@@ -375,15 +337,7 @@ mod tests {
         assert_eq!(cut_auto_memory(text.clone(), 3, 100), (text.clone(), None));
         let (kept, cut) = cut_auto_memory(text.clone(), 2, 100);
         assert_eq!(kept, "aa\nbb\n");
-        assert_eq!(
-            cut,
-            Some(Cut::AutoMemory {
-                kept_lines: 2,
-                total_lines: 3,
-                kept_bytes: 6,
-                total_bytes: 9
-            })
-        );
+        assert_eq!(cut, Some(Cut::AutoMemory { kept_lines: 2, total_lines: 3, kept_bytes: 6, total_bytes: 9 }));
         // Byte limit falls inside line 2: only line 1 stays.
         let (kept, _) = cut_auto_memory(text, 10, 5);
         assert_eq!(kept, "aa\n");
@@ -393,13 +347,6 @@ mod tests {
     fn auto_memory_first_line_over_the_byte_limit_is_cut_inside() {
         let (kept, cut) = cut_auto_memory("éééé".to_owned(), 200, 5);
         assert_eq!(kept, "éé");
-        assert!(matches!(
-            cut,
-            Some(Cut::AutoMemory {
-                kept_bytes: 4,
-                total_bytes: 8,
-                ..
-            })
-        ));
+        assert!(matches!(cut, Some(Cut::AutoMemory { kept_bytes: 4, total_bytes: 8, .. })));
     }
 }

@@ -18,11 +18,7 @@ pub struct FrontMatter<'a> {
 
 /// Splits `text` into front matter and body.
 pub fn parse(text: &str) -> FrontMatter<'_> {
-    let none = FrontMatter {
-        body: text,
-        paths: None,
-        unclosed: false,
-    };
+    let none = FrontMatter { body: text, paths: None, unclosed: false };
     let Some(first_end) = text.find('\n') else {
         return none;
     };
@@ -36,20 +32,12 @@ pub fn parse(text: &str) -> FrontMatter<'_> {
         let line = text[offset..line_end].trim_end_matches('\r');
         let next = (line_end + 1).min(text.len());
         if line.trim_end() == "---" || line.trim_end() == "..." {
-            return FrontMatter {
-                body: &text[next..],
-                paths: paths_of(&block),
-                unclosed: false,
-            };
+            return FrontMatter { body: &text[next..], paths: paths_of(&block), unclosed: false };
         }
         block.push(line);
         offset = next;
     }
-    FrontMatter {
-        body: text,
-        paths: None,
-        unclosed: true,
-    }
+    FrontMatter { body: text, paths: None, unclosed: true }
 }
 
 /// The `paths:` value of a front matter block, as a list of globs.
@@ -162,11 +150,9 @@ mod tests {
 
     #[test]
     fn block_list_with_other_keys_and_comments() {
-        let text = "---\ndescription: api\npaths:\n  - \"src/api/**\"   # the api\n  - 'lib/*.rs'\n\nother: x\n---\nbody";
-        assert_eq!(
-            paths(text),
-            Some(vec!["src/api/**".to_owned(), "lib/*.rs".to_owned()])
-        );
+        let text =
+            "---\ndescription: api\npaths:\n  - \"src/api/**\"   # the api\n  - 'lib/*.rs'\n\nother: x\n---\nbody";
+        assert_eq!(paths(text), Some(vec!["src/api/**".to_owned(), "lib/*.rs".to_owned()]));
         assert_eq!(parse(text).body, "body");
     }
 
@@ -176,10 +162,7 @@ mod tests {
             paths("---\npaths: [\"src/*.{ts,tsx}\", docs/*.md]\n---\n"),
             Some(vec!["src/*.{ts,tsx}".to_owned(), "docs/*.md".to_owned()])
         );
-        assert_eq!(
-            paths("---\npaths: a/*.rs, b/**\n---\n"),
-            Some(vec!["a/*.rs".to_owned(), "b/**".to_owned()])
-        );
+        assert_eq!(paths("---\npaths: a/*.rs, b/**\n---\n"), Some(vec!["a/*.rs".to_owned(), "b/**".to_owned()]));
     }
 
     #[test]

@@ -12,10 +12,7 @@ const MAX_ALTERNATIVES: usize = 256;
 
 /// Whether `pattern` matches `rel`, a `/`-separated path relative to the project root.
 pub fn matches(pattern: &str, rel: &str) -> bool {
-    let path: Vec<&str> = rel
-        .split('/')
-        .filter(|s| !s.is_empty() && *s != ".")
-        .collect();
+    let path: Vec<&str> = rel.split('/').filter(|s| !s.is_empty() && *s != ".").collect();
     if path.is_empty() || path.first() == Some(&"..") {
         return false;
     }
@@ -68,10 +65,7 @@ enum Token {
     Literal(char),
     AnyChar,
     Star,
-    Class {
-        negated: bool,
-        ranges: Vec<(char, char)>,
-    },
+    Class { negated: bool, ranges: Vec<(char, char)> },
 }
 
 fn tokenize(segment: &str) -> Vec<Token> {
@@ -140,9 +134,7 @@ fn matches_segment(pattern: &str, name: &str) -> bool {
     let one = |token: &Token, c: char| match token {
         Token::Literal(l) => *l == c,
         Token::AnyChar => true,
-        Token::Class { negated, ranges } => {
-            ranges.iter().any(|&(lo, hi)| lo <= c && c <= hi) != *negated
-        }
+        Token::Class { negated, ranges } => ranges.iter().any(|&(lo, hi)| lo <= c && c <= hi) != *negated,
         Token::Star => false,
     };
     // Greedy match with backtracking to the last star: linear in practice.

@@ -192,13 +192,8 @@ impl MemorySet {
         let (slot, source, _) = entry.order;
         let chain = vec![entry.path.clone()];
         let text = entry.content.clone();
-        let mut walk = Walk {
-            slot,
-            source,
-            next_import: 1,
-            budget_left: self.config.max_import_chars,
-            added: Vec::new(),
-        };
+        let mut walk =
+            Walk { slot, source, next_import: 1, budget_left: self.config.max_import_chars, added: Vec::new() };
         self.import_from(&text, &chain, fs, &mut walk);
         walk.added
     }
@@ -211,12 +206,7 @@ impl MemorySet {
         for spec in find_imports(text) {
             let path = resolve(&spec, &importer_dir, &self.config.home);
             if chain.contains(&path) {
-                self.diagnose(
-                    path,
-                    Problem::ImportCycle {
-                        chain: chain.to_vec(),
-                    },
-                );
+                self.diagnose(path, Problem::ImportCycle { chain: chain.to_vec() });
                 continue;
             }
             // Already in the context (another import, or a memory file of its own).
@@ -226,25 +216,13 @@ impl MemorySet {
             // The chain holds the top-level file plus one file per hop taken so far.
             if chain.len() > self.config.max_import_depth {
                 let max_depth = self.config.max_import_depth;
-                self.diagnose(
-                    path,
-                    Problem::ImportTooDeep {
-                        chain: chain.to_vec(),
-                        max_depth,
-                    },
-                );
+                self.diagnose(path, Problem::ImportTooDeep { chain: chain.to_vec(), max_depth });
                 continue;
             }
             if walk.budget_left == 0 {
                 let budget_chars = self.config.max_import_chars;
                 let importer = importer.clone();
-                self.diagnose(
-                    path,
-                    Problem::ImportBudgetSpent {
-                        importer,
-                        budget_chars,
-                    },
-                );
+                self.diagnose(path, Problem::ImportBudgetSpent { importer, budget_chars });
                 continue;
             }
             let text = match self.read_text(fs, &path) {
@@ -256,8 +234,7 @@ impl MemorySet {
                 }
                 Read::Failed => continue,
             };
-            let (mut content, mut cut) =
-                super::discover::cap_chars(text, self.config.max_file_chars);
+            let (mut content, mut cut) = super::discover::cap_chars(text, self.config.max_file_chars);
             let chars = content.chars().count();
             if chars > walk.budget_left {
                 let total_chars = match &cut {
@@ -266,10 +243,7 @@ impl MemorySet {
                 };
                 let (kept, _) = super::discover::cap_chars(content, walk.budget_left);
                 content = kept;
-                cut = Some(Cut::ImportBudget {
-                    kept_chars: walk.budget_left,
-                    total_chars,
-                });
+                cut = Some(Cut::ImportBudget { kept_chars: walk.budget_left, total_chars });
             }
             walk.budget_left -= content.chars().count();
             self.loaded.insert(path.clone());
@@ -308,10 +282,7 @@ mod tests {
     #[test]
     fn finds_imports_at_line_start_and_after_space() {
         let text = "@a.md\nSee @docs/b.md and @~/c.md, also @/abs/d.md.\n- @e\\ f.md";
-        assert_eq!(
-            find_imports(text),
-            ["a.md", "docs/b.md", "~/c.md", "/abs/d.md", "e f.md"]
-        );
+        assert_eq!(find_imports(text), ["a.md", "docs/b.md", "~/c.md", "/abs/d.md", "e f.md"]);
     }
 
     #[test]
@@ -356,10 +327,7 @@ mod tests {
         let dir = Path::new("/w/p/docs");
         let home = Path::new("/home/u");
         assert_eq!(resolve("../x.md", dir, home), PathBuf::from("/w/p/x.md"));
-        assert_eq!(
-            resolve("./y.md", dir, home),
-            PathBuf::from("/w/p/docs/y.md")
-        );
+        assert_eq!(resolve("./y.md", dir, home), PathBuf::from("/w/p/docs/y.md"));
         assert_eq!(resolve("~/z.md", dir, home), PathBuf::from("/home/u/z.md"));
         assert_eq!(resolve("/etc/a.md", dir, home), PathBuf::from("/etc/a.md"));
     }

@@ -39,10 +39,7 @@ use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
 pub use discover::{auto_memory_path, discover};
-pub use render::{
-    BYTES_PER_TOKEN, entry_tokens, estimate_tokens, render_entries, render_entry,
-    render_user_context,
-};
+pub use render::{BYTES_PER_TOKEN, entry_tokens, estimate_tokens, render_entries, render_entry, render_user_context};
 
 /// The filesystem as the loader needs it. The daemon implements it over the real disk.
 pub trait MemoryFs {
@@ -164,22 +161,11 @@ pub enum Status {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cut {
     /// Longer than [`MemoryConfig::max_file_chars`].
-    FileCap {
-        kept_chars: usize,
-        total_chars: usize,
-    },
+    FileCap { kept_chars: usize, total_chars: usize },
     /// An import that ran past what [`MemoryConfig::max_import_chars`] had left.
-    ImportBudget {
-        kept_chars: usize,
-        total_chars: usize,
-    },
+    ImportBudget { kept_chars: usize, total_chars: usize },
     /// Auto memory past its line or byte limit.
-    AutoMemory {
-        kept_lines: usize,
-        total_lines: usize,
-        kept_bytes: usize,
-        total_bytes: usize,
-    },
+    AutoMemory { kept_lines: usize, total_lines: usize, kept_bytes: usize, total_bytes: usize },
 }
 
 /// One loaded (or waiting) memory file.
@@ -226,15 +212,9 @@ pub enum Problem {
     /// top-level file to the importer.
     ImportCycle { chain: Vec<PathBuf> },
     /// An import beyond the hop limit; not read.
-    ImportTooDeep {
-        chain: Vec<PathBuf>,
-        max_depth: usize,
-    },
+    ImportTooDeep { chain: Vec<PathBuf>, max_depth: usize },
     /// The imports under one memory file used up their character budget; not read.
-    ImportBudgetSpent {
-        importer: PathBuf,
-        budget_chars: usize,
-    },
+    ImportBudgetSpent { importer: PathBuf, budget_chars: usize },
     /// A rule opens a front matter block and never closes it; the whole file is taken as
     /// text and the rule as unconditional.
     UnclosedFrontMatter,
@@ -248,55 +228,32 @@ impl fmt::Display for Diagnostic {
                 write!(f, "{path}: not loaded, cannot read: {reason}")
             }
             Problem::NotUtf8 { valid_up_to } => {
-                write!(
-                    f,
-                    "{path}: not loaded, not UTF-8 text (bad byte at offset {valid_up_to})"
-                )
+                write!(f, "{path}: not loaded, not UTF-8 text (bad byte at offset {valid_up_to})")
             }
             Problem::Unlistable { reason } => write!(f, "{path}: cannot list directory: {reason}"),
             Problem::ImportNotFound { importer } => {
-                write!(
-                    f,
-                    "{path}: imported by {} but does not exist",
-                    importer.display()
-                )
+                write!(f, "{path}: imported by {} but does not exist", importer.display())
             }
             Problem::ImportCycle { chain } => {
-                write!(
-                    f,
-                    "{path}: import cycle skipped ({} -> {path})",
-                    join_chain(chain)
-                )
+                write!(f, "{path}: import cycle skipped ({} -> {path})", join_chain(chain))
             }
-            Problem::ImportTooDeep { chain, max_depth } => write!(
-                f,
-                "{path}: not imported, more than {max_depth} hops ({} -> {path})",
-                join_chain(chain)
-            ),
-            Problem::ImportBudgetSpent {
-                importer,
-                budget_chars,
-            } => write!(
+            Problem::ImportTooDeep { chain, max_depth } => {
+                write!(f, "{path}: not imported, more than {max_depth} hops ({} -> {path})", join_chain(chain))
+            }
+            Problem::ImportBudgetSpent { importer, budget_chars } => write!(
                 f,
                 "{path}: not imported by {}, imports under one file are limited to {budget_chars} characters",
                 importer.display()
             ),
             Problem::UnclosedFrontMatter => {
-                write!(
-                    f,
-                    "{path}: front matter is never closed; read as plain text"
-                )
+                write!(f, "{path}: front matter is never closed; read as plain text")
             }
         }
     }
 }
 
 fn join_chain(chain: &[PathBuf]) -> String {
-    chain
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join(" -> ")
+    chain.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" -> ")
 }
 
 /// Whether a watched path is a file or a directory the loader listed.
@@ -354,10 +311,7 @@ impl MemorySet {
 
     /// Active entries in placement order: what goes into the user context.
     pub fn active(&self) -> impl Iterator<Item = &MemoryEntry> {
-        self.ordered_ids()
-            .into_iter()
-            .map(|id| &self.entries[id])
-            .filter(|entry| entry.status == Status::Active)
+        self.ordered_ids().into_iter().map(|id| &self.entries[id]).filter(|entry| entry.status == Status::Active)
     }
 
     /// Problems met so far, in the order met.
@@ -396,9 +350,7 @@ impl MemorySet {
     }
 
     fn watch(&mut self, path: &Path, kind: WatchKind) {
-        if let std::collections::btree_map::Entry::Vacant(slot) =
-            self.watched.entry(path.to_path_buf())
-        {
+        if let std::collections::btree_map::Entry::Vacant(slot) = self.watched.entry(path.to_path_buf()) {
             slot.insert(kind);
             self.watch_log.push(path.to_path_buf());
         }
@@ -413,10 +365,7 @@ fn normalize(path: &Path) -> PathBuf {
         match component {
             Component::CurDir => {}
             Component::ParentDir => {
-                let above_start = matches!(
-                    out.components().next_back(),
-                    None | Some(Component::ParentDir)
-                );
+                let above_start = matches!(out.components().next_back(), None | Some(Component::ParentDir));
                 if above_start && !out.has_root() {
                     // A relative path climbing past its start keeps its `..`.
                     out.push("..");
@@ -432,8 +381,5 @@ fn normalize(path: &Path) -> PathBuf {
 
 /// A relative path as `/`-separated text, the form globs are written in.
 fn slash_path(path: &Path) -> String {
-    path.components()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        .collect::<Vec<_>>()
-        .join("/")
+    path.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect::<Vec<_>>().join("/")
 }

@@ -46,11 +46,7 @@ pub fn render_user_context(set: &MemorySet, date: &str) -> String {
 /// read activated them (re-rendering the whole user context would change the cached
 /// prompt prefix). Unknown ids are skipped.
 pub fn render_entries(set: &MemorySet, ids: &[usize]) -> String {
-    ids.iter()
-        .filter_map(|&id| set.entry(id))
-        .map(render_entry)
-        .collect::<Vec<_>>()
-        .join("\n\n")
+    ids.iter().filter_map(|&id| set.entry(id)).map(render_entry).collect::<Vec<_>>().join("\n\n")
 }
 
 /// One entry: a header line with its path and kind, its text, and a note if it was cut.
@@ -72,11 +68,7 @@ fn describe(entry: &MemoryEntry) -> String {
             format!("rule for {}", entry.rule_paths.join(", "))
         }
         MemoryKind::Import => {
-            let chain: Vec<String> = entry
-                .imported_by
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect();
+            let chain: Vec<String> = entry.imported_by.iter().map(|p| p.display().to_string()).collect();
             format!("import via {}", chain.join(" > "))
         }
         kind => kind.label().to_owned(),
@@ -87,24 +79,13 @@ impl Cut {
     /// A line telling the model that it sees only part of the file.
     pub fn note(&self) -> String {
         match self {
-            Self::FileCap {
-                kept_chars,
-                total_chars,
-            } => format!(
-                "[Cut: the file has {total_chars} characters and only the first {kept_chars} are shown.]"
-            ),
-            Self::ImportBudget {
-                kept_chars,
-                total_chars,
-            } => format!(
+            Self::FileCap { kept_chars, total_chars } => {
+                format!("[Cut: the file has {total_chars} characters and only the first {kept_chars} are shown.]")
+            }
+            Self::ImportBudget { kept_chars, total_chars } => format!(
                 "[Cut: imports under one memory file share a size limit; {kept_chars} of this file's {total_chars} characters are shown.]"
             ),
-            Self::AutoMemory {
-                kept_lines,
-                total_lines,
-                kept_bytes,
-                total_bytes,
-            } => format!(
+            Self::AutoMemory { kept_lines, total_lines, kept_bytes, total_bytes } => format!(
                 "[Cut: only lines 1-{kept_lines} ({kept_bytes} bytes) of {total_lines} lines ({total_bytes} bytes) are shown. Keep this file short and move details into separate files.]"
             ),
         }

@@ -24,8 +24,7 @@ impl MemFs {
     }
 
     fn file(mut self, path: &str, text: &str) -> Self {
-        self.files
-            .insert(PathBuf::from(path), text.as_bytes().to_vec());
+        self.files.insert(PathBuf::from(path), text.as_bytes().to_vec());
         self
     }
 
@@ -44,11 +43,7 @@ impl MemFs {
     }
 
     fn read_count(&self, path: &str) -> usize {
-        self.reads
-            .borrow()
-            .iter()
-            .filter(|p| *p == Path::new(path))
-            .count()
+        self.reads.borrow().iter().filter(|p| *p == Path::new(path)).count()
     }
 }
 
@@ -76,10 +71,7 @@ impl MemoryFs for MemFs {
             };
             out.insert((path.join(first), more));
         }
-        Ok(out
-            .into_iter()
-            .map(|(path, is_dir)| DirEntry { path, is_dir })
-            .collect())
+        Ok(out.into_iter().map(|(path, is_dir)| DirEntry { path, is_dir }).collect())
     }
 }
 
@@ -90,9 +82,7 @@ fn config() -> MemoryConfig {
 }
 
 fn kinds_and_paths(set: &MemorySet) -> Vec<(MemoryKind, String)> {
-    set.active()
-        .map(|e| (e.kind, e.path.display().to_string()))
-        .collect()
+    set.active().map(|e| (e.kind, e.path.display().to_string())).collect()
 }
 
 fn active_paths(set: &MemorySet) -> Vec<String> {
@@ -105,10 +95,7 @@ fn sources_are_placed_lowest_precedence_first() {
         .file("/work/app/.claude/rules/b.md", "rule b")
         .file("/work/app/.claude/rules/a.md", "rule a")
         .file("/work/app/.claude/rules/api/c.md", "rule c")
-        .file(
-            "/home/u/.claude/projects/-work-app/memory/MEMORY.md",
-            "remembered",
-        )
+        .file("/home/u/.claude/projects/-work-app/memory/MEMORY.md", "remembered")
         .file("/work/app/CLAUDE.local.md", "local app")
         .file("/CLAUDE.local.md", "local root")
         .file("/work/app/.claude/CLAUDE.md", "app dot-claude")
@@ -133,15 +120,9 @@ fn sources_are_placed_lowest_precedence_first() {
         (Rule, "/work/app/.claude/rules/a.md"),
         (Rule, "/work/app/.claude/rules/api/c.md"),
         (Rule, "/work/app/.claude/rules/b.md"),
-        (
-            AutoMemory,
-            "/home/u/.claude/projects/-work-app/memory/MEMORY.md",
-        ),
+        (AutoMemory, "/home/u/.claude/projects/-work-app/memory/MEMORY.md"),
     ];
-    let expected: Vec<(MemoryKind, String)> = expected
-        .iter()
-        .map(|(k, p)| (*k, (*p).to_owned()))
-        .collect();
+    let expected: Vec<(MemoryKind, String)> = expected.iter().map(|(k, p)| (*k, (*p).to_owned())).collect();
     assert_eq!(kinds_and_paths(&set), expected);
     assert!(set.diagnostics().is_empty(), "{:?}", set.diagnostics());
 }
@@ -151,20 +132,11 @@ fn rendered_user_context() {
     let fs = MemFs::new()
         .file("/etc/claude-code/CLAUDE.md", "Never push to main.\n")
         .file("/home/u/.claude/CLAUDE.md", "Answer briefly.\n")
-        .file(
-            "/work/app/CLAUDE.md",
-            "# App\nRun `cargo test`.\nStyle: @docs/style.md\n",
-        )
+        .file("/work/app/CLAUDE.md", "# App\nRun `cargo test`.\nStyle: @docs/style.md\n")
         .file("/work/app/docs/style.md", "Four spaces.\n")
         .file("/work/app/CLAUDE.local.md", "My sandbox is at /tmp/sb.\n")
-        .file(
-            "/work/app/.claude/rules/ts.md",
-            "---\npaths: \"web/**/*.ts\"\n---\nPrefer `unknown` to `any`.\n",
-        )
-        .file(
-            "/home/u/.claude/projects/-work-app/memory/MEMORY.md",
-            "- tests are slow\n",
-        );
+        .file("/work/app/.claude/rules/ts.md", "---\npaths: \"web/**/*.ts\"\n---\nPrefer `unknown` to `any`.\n")
+        .file("/home/u/.claude/projects/-work-app/memory/MEMORY.md", "- tests are slow\n");
     let mut cfg = config();
     cfg.managed_path = Some("/etc/claude-code/CLAUDE.md".into());
     let mut set = discover(Path::new(CWD), &cfg, &fs);
@@ -210,10 +182,7 @@ fn no_memory_files_render_only_the_date() {
 #[test]
 fn imports_resolve_relative_home_and_absolute_paths_in_order() {
     let fs = MemFs::new()
-        .file(
-            "/work/app/CLAUDE.md",
-            "@docs/a.md\nthen @~/shared.md and @/opt/team.md\n",
-        )
+        .file("/work/app/CLAUDE.md", "@docs/a.md\nthen @~/shared.md and @/opt/team.md\n")
         .file("/work/app/docs/a.md", "see @../b.md\n")
         .file("/work/app/b.md", "b")
         .file("/home/u/shared.md", "shared")
@@ -221,25 +190,10 @@ fn imports_resolve_relative_home_and_absolute_paths_in_order() {
     let set = discover(Path::new(CWD), &config(), &fs);
     assert_eq!(
         active_paths(&set),
-        [
-            "/work/app/CLAUDE.md",
-            "/work/app/docs/a.md",
-            "/work/app/b.md",
-            "/home/u/shared.md",
-            "/opt/team.md"
-        ]
+        ["/work/app/CLAUDE.md", "/work/app/docs/a.md", "/work/app/b.md", "/home/u/shared.md", "/opt/team.md"]
     );
-    let b = set
-        .active()
-        .find(|e| e.path == Path::new("/work/app/b.md"))
-        .map(|e| e.imported_by.clone());
-    assert_eq!(
-        b,
-        Some(vec![
-            PathBuf::from("/work/app/CLAUDE.md"),
-            PathBuf::from("/work/app/docs/a.md")
-        ])
-    );
+    let b = set.active().find(|e| e.path == Path::new("/work/app/b.md")).map(|e| e.imported_by.clone());
+    assert_eq!(b, Some(vec![PathBuf::from("/work/app/CLAUDE.md"), PathBuf::from("/work/app/docs/a.md")]));
     assert!(set.active().skip(1).all(|e| e.kind == MemoryKind::Import));
 }
 
@@ -247,33 +201,18 @@ fn imports_resolve_relative_home_and_absolute_paths_in_order() {
 fn import_chain_stops_after_five_hops() {
     let mut fs = MemFs::new().file("/work/app/CLAUDE.md", "@i1.md");
     for i in 1..=6 {
-        fs = fs.file(
-            &format!("/work/app/i{i}.md"),
-            &format!("hop {i} @i{}.md", i + 1),
-        );
+        fs = fs.file(&format!("/work/app/i{i}.md"), &format!("hop {i} @i{}.md", i + 1));
     }
     let set = discover(Path::new(CWD), &config(), &fs);
-    let imported: Vec<String> = set
-        .active()
-        .filter(|e| e.kind == MemoryKind::Import)
-        .map(|e| e.path.display().to_string())
-        .collect();
+    let imported: Vec<String> =
+        set.active().filter(|e| e.kind == MemoryKind::Import).map(|e| e.path.display().to_string()).collect();
     assert_eq!(
         imported,
-        [
-            "/work/app/i1.md",
-            "/work/app/i2.md",
-            "/work/app/i3.md",
-            "/work/app/i4.md",
-            "/work/app/i5.md"
-        ]
+        ["/work/app/i1.md", "/work/app/i2.md", "/work/app/i3.md", "/work/app/i4.md", "/work/app/i5.md"]
     );
     assert!(!fs.was_read("/work/app/i6.md"));
-    let too_deep: Vec<&Diagnostic> = set
-        .diagnostics()
-        .iter()
-        .filter(|d| matches!(d.problem, Problem::ImportTooDeep { max_depth: 5, .. }))
-        .collect();
+    let too_deep: Vec<&Diagnostic> =
+        set.diagnostics().iter().filter(|d| matches!(d.problem, Problem::ImportTooDeep { max_depth: 5, .. })).collect();
     assert_eq!(too_deep.len(), 1);
     assert_eq!(too_deep[0].path, Path::new("/work/app/i6.md"));
 }
@@ -286,15 +225,7 @@ fn import_cycle_is_reported_and_not_followed() {
         .file("/work/app/b.md", "@a.md @c.md @CLAUDE.md")
         .file("/work/app/c.md", "c");
     let set = discover(Path::new(CWD), &config(), &fs);
-    assert_eq!(
-        active_paths(&set),
-        [
-            "/work/app/CLAUDE.md",
-            "/work/app/a.md",
-            "/work/app/b.md",
-            "/work/app/c.md"
-        ]
-    );
+    assert_eq!(active_paths(&set), ["/work/app/CLAUDE.md", "/work/app/a.md", "/work/app/b.md", "/work/app/c.md"]);
     let cycles: Vec<String> = set
         .diagnostics()
         .iter()
@@ -322,16 +253,8 @@ fn imports_in_code_spans_and_fences_are_not_loaded() {
         .file("/work/app/tilde.md", "x")
         .file("/work/app/real.md", "real");
     let set = discover(Path::new(CWD), &config(), &fs);
-    assert_eq!(
-        active_paths(&set),
-        ["/work/app/CLAUDE.md", "/work/app/real.md"]
-    );
-    for path in [
-        "/work/app/span.md",
-        "/work/app/fenced.md",
-        "/work/app/tilde.md",
-        "/work/app/mail.md",
-    ] {
+    assert_eq!(active_paths(&set), ["/work/app/CLAUDE.md", "/work/app/real.md"]);
+    for path in ["/work/app/span.md", "/work/app/fenced.md", "/work/app/tilde.md", "/work/app/mail.md"] {
         assert!(!fs.was_read(path), "{path} was read");
     }
 }
@@ -339,7 +262,10 @@ fn imports_in_code_spans_and_fences_are_not_loaded() {
 #[test]
 fn rule_with_paths_activates_only_on_a_matching_read() {
     let fs = MemFs::new()
-        .file("/work/app/.claude/rules/api.md", "---\npaths:\n  - \"src/api/**/*.rs\"\n  - docs/api.md\n---\nAPI rule @../../docs/api-extra.md\n")
+        .file(
+            "/work/app/.claude/rules/api.md",
+            "---\npaths:\n  - \"src/api/**/*.rs\"\n  - docs/api.md\n---\nAPI rule @../../docs/api-extra.md\n",
+        )
         .file("/work/app/docs/api-extra.md", "extra")
         .file("/work/app/.claude/rules/always.md", "---\ntitle: x\n---\nalways on");
     let mut set = discover(Path::new(CWD), &config(), &fs);
@@ -348,61 +274,28 @@ fn rule_with_paths_activates_only_on_a_matching_read() {
     // The pending rule's own import is not read until the rule applies.
     assert!(!fs.was_read("/work/app/docs/api-extra.md"));
 
-    assert!(
-        set.on_file_read(Path::new("/work/app/src/main.rs"), &fs)
-            .is_empty()
-    );
-    assert!(
-        set.on_file_read(Path::new("/elsewhere/src/api/x.rs"), &fs)
-            .is_empty()
-    );
-    let rule = set
-        .entries()
-        .iter()
-        .position(|e| e.path.ends_with("api.md"))
-        .unwrap_or(usize::MAX);
+    assert!(set.on_file_read(Path::new("/work/app/src/main.rs"), &fs).is_empty());
+    assert!(set.on_file_read(Path::new("/elsewhere/src/api/x.rs"), &fs).is_empty());
+    let rule = set.entries().iter().position(|e| e.path.ends_with("api.md")).unwrap_or(usize::MAX);
     assert_eq!(set.entry(rule).map(|e| e.status), Some(Status::Pending));
 
     let added = set.on_file_read(Path::new("/work/app/src/api/v1/users.rs"), &fs);
-    let added_paths: Vec<String> = added
-        .iter()
-        .filter_map(|&id| set.entry(id))
-        .map(|e| e.path.display().to_string())
-        .collect();
-    assert_eq!(
-        added_paths,
-        [
-            "/work/app/.claude/rules/api.md",
-            "/work/app/docs/api-extra.md"
-        ]
-    );
+    let added_paths: Vec<String> =
+        added.iter().filter_map(|&id| set.entry(id)).map(|e| e.path.display().to_string()).collect();
+    assert_eq!(added_paths, ["/work/app/.claude/rules/api.md", "/work/app/docs/api-extra.md"]);
     assert_eq!(set.entry(rule).map(|e| e.status), Some(Status::Active));
     // Front matter is not part of what the model sees.
-    assert_eq!(
-        set.entry(rule).map(|e| e.content.as_str()),
-        Some("API rule @../../docs/api-extra.md\n")
-    );
+    assert_eq!(set.entry(rule).map(|e| e.content.as_str()), Some("API rule @../../docs/api-extra.md\n"));
     assert_eq!(
         active_paths(&set),
-        [
-            "/work/app/.claude/rules/always.md",
-            "/work/app/.claude/rules/api.md",
-            "/work/app/docs/api-extra.md"
-        ]
+        ["/work/app/.claude/rules/always.md", "/work/app/.claude/rules/api.md", "/work/app/docs/api-extra.md"]
     );
-    assert!(
-        set.on_file_read(Path::new("src/api/other.rs"), &fs)
-            .is_empty(),
-        "activates once"
-    );
+    assert!(set.on_file_read(Path::new("src/api/other.rs"), &fs).is_empty(), "activates once");
 }
 
 #[test]
 fn rule_with_single_string_path_activates_on_relative_read() {
-    let fs = MemFs::new().file(
-        "/work/app/.claude/rules/md.md",
-        "---\npaths: '*.md'\n---\nWrap at 80.",
-    );
+    let fs = MemFs::new().file("/work/app/.claude/rules/md.md", "---\npaths: '*.md'\n---\nWrap at 80.");
     let mut set = discover(Path::new(CWD), &config(), &fs);
     assert_eq!(set.active().count(), 0);
     assert!(set.on_file_read(Path::new("notes.txt"), &fs).is_empty());
@@ -424,49 +317,23 @@ fn nested_memory_loads_on_a_read_below_it_without_a_tree_walk() {
         .file("/work/app/lib/CLAUDE.md", "lib rules");
     let mut set = discover(Path::new(CWD), &config(), &fs);
     assert_eq!(active_paths(&set), ["/work/app/CLAUDE.md"]);
-    assert!(
-        !fs.was_read("/work/app/src/CLAUDE.md"),
-        "discovery must not look below cwd"
-    );
+    assert!(!fs.was_read("/work/app/src/CLAUDE.md"), "discovery must not look below cwd");
 
     // A file directly in the working directory adds nothing.
-    assert!(
-        set.on_file_read(Path::new("/work/app/README.md"), &fs)
-            .is_empty()
-    );
+    assert!(set.on_file_read(Path::new("/work/app/README.md"), &fs).is_empty());
     let added = set.on_file_read(Path::new("/work/app/src/net/tcp/conn.rs"), &fs);
-    let added_paths: Vec<String> = added
-        .iter()
-        .filter_map(|&id| set.entry(id))
-        .map(|e| e.path.display().to_string())
-        .collect();
-    assert_eq!(
-        added_paths,
-        [
-            "/work/app/src/CLAUDE.md",
-            "/work/app/src/net/AGENTS.md",
-            "/work/app/src/net/proto.md"
-        ]
-    );
-    let added_kinds: Vec<MemoryKind> = added
-        .iter()
-        .filter_map(|&id| set.entry(id))
-        .map(|e| e.kind)
-        .collect();
-    assert_eq!(
-        added_kinds,
-        [MemoryKind::Nested, MemoryKind::Nested, MemoryKind::Import]
-    );
+    let added_paths: Vec<String> =
+        added.iter().filter_map(|&id| set.entry(id)).map(|e| e.path.display().to_string()).collect();
+    assert_eq!(added_paths, ["/work/app/src/CLAUDE.md", "/work/app/src/net/AGENTS.md", "/work/app/src/net/proto.md"]);
+    let added_kinds: Vec<MemoryKind> = added.iter().filter_map(|&id| set.entry(id)).map(|e| e.kind).collect();
+    assert_eq!(added_kinds, [MemoryKind::Nested, MemoryKind::Nested, MemoryKind::Import]);
     assert!(!fs.was_read("/work/app/lib/CLAUDE.md"));
     // Checked folders become watched, including where a file could still appear.
     let watch = set.watch_paths();
     assert!(watch.contains(&PathBuf::from("/work/app/src/net/tcp/CLAUDE.md")));
     assert!(watch.contains(&PathBuf::from("/work/app/src/.claude/CLAUDE.md")));
     // Reading there again neither loads twice nor looks at the folder again.
-    assert!(
-        set.on_file_read(Path::new("/work/app/src/x.rs"), &fs)
-            .is_empty()
-    );
+    assert!(set.on_file_read(Path::new("/work/app/src/x.rs"), &fs).is_empty());
     assert_eq!(fs.read_count("/work/app/src/.claude/CLAUDE.md"), 1);
     // The project file found at discovery stays first.
     let top = set.active().next().map(|e| e.kind);
@@ -478,23 +345,15 @@ fn nested_memory_sorts_between_rules_and_auto_memory() {
     let fs = MemFs::new()
         .file("/work/app/.claude/rules/r.md", "rule")
         .file("/work/app/sub/CLAUDE.md", "nested")
-        .file(
-            "/home/u/.claude/projects/-work-app/memory/MEMORY.md",
-            "auto",
-        );
+        .file("/home/u/.claude/projects/-work-app/memory/MEMORY.md", "auto");
     let mut set = discover(Path::new(CWD), &config(), &fs);
     set.on_file_read(Path::new("sub/file.rs"), &fs);
     let kinds: Vec<MemoryKind> = set.active().map(|e| e.kind).collect();
-    assert_eq!(
-        kinds,
-        [MemoryKind::Rule, MemoryKind::Nested, MemoryKind::AutoMemory]
-    );
+    assert_eq!(kinds, [MemoryKind::Rule, MemoryKind::Nested, MemoryKind::AutoMemory]);
 }
 
 fn memory_md(lines: usize, width: usize) -> String {
-    (0..lines)
-        .map(|i| format!("{:0width$}\n", i, width = width - 1))
-        .collect()
+    (0..lines).map(|i| format!("{:0width$}\n", i, width = width - 1)).collect()
 }
 
 const MEMORY_MD: &str = "/home/u/.claude/projects/-work-app/memory/MEMORY.md";
@@ -504,9 +363,7 @@ fn auto_memory_is_cut_at_200_lines_with_a_note() {
     let fs = MemFs::new().file(MEMORY_MD, &memory_md(300, 10));
     let set = discover(Path::new(CWD), &config(), &fs);
     let entry = set.active().next().cloned();
-    let Some(entry) = entry else {
-        panic!("MEMORY.md not loaded")
-    };
+    let Some(entry) = entry else { panic!("MEMORY.md not loaded") };
     assert_eq!(entry.content.lines().count(), 200);
     assert_eq!(entry.content.lines().last(), Some("000000199"));
     expect![["[Cut: only lines 1-200 (2000 bytes) of 300 lines (3000 bytes) are shown. Keep this file short and move details into separate files.]"]]
@@ -518,31 +375,19 @@ fn auto_memory_is_cut_at_25_kb_when_that_comes_first() {
     // 100 lines of 300 bytes: under 200 lines, over 25,600 bytes.
     let fs = MemFs::new().file(MEMORY_MD, &memory_md(100, 300));
     let set = discover(Path::new(CWD), &config(), &fs);
-    let Some(entry) = set.active().next() else {
-        panic!("MEMORY.md not loaded")
-    };
+    let Some(entry) = set.active().next() else { panic!("MEMORY.md not loaded") };
     assert_eq!(entry.content.len(), 85 * 300);
     assert!(entry.content.len() <= 25_600);
     assert_eq!(
         entry.cut,
-        Some(Cut::AutoMemory {
-            kept_lines: 85,
-            total_lines: 100,
-            kept_bytes: 25_500,
-            total_bytes: 30_000
-        })
+        Some(Cut::AutoMemory { kept_lines: 85, total_lines: 100, kept_bytes: 25_500, total_bytes: 30_000 })
     );
-    assert!(
-        render_entry(entry)
-            .ends_with("are shown. Keep this file short and move details into separate files.]")
-    );
+    assert!(render_entry(entry).ends_with("are shown. Keep this file short and move details into separate files.]"));
 }
 
 #[test]
 fn auto_memory_imports_are_not_followed() {
-    let fs = MemFs::new()
-        .file(MEMORY_MD, "@/secret.md\n")
-        .file("/secret.md", "x");
+    let fs = MemFs::new().file(MEMORY_MD, "@/secret.md\n").file("/secret.md", "x");
     let set = discover(Path::new(CWD), &config(), &fs);
     assert_eq!(set.active().count(), 1);
     assert!(!fs.was_read("/secret.md"));
@@ -550,14 +395,9 @@ fn auto_memory_imports_are_not_followed() {
 
 #[test]
 fn agents_md_is_accepted_and_names_are_configurable() {
-    let fs = MemFs::new()
-        .file("/work/app/AGENTS.md", "agents")
-        .file("/work/app/CLAUDE.md", "claude");
+    let fs = MemFs::new().file("/work/app/AGENTS.md", "agents").file("/work/app/CLAUDE.md", "claude");
     let set = discover(Path::new(CWD), &config(), &fs);
-    assert_eq!(
-        active_paths(&set),
-        ["/work/app/CLAUDE.md", "/work/app/AGENTS.md"]
-    );
+    assert_eq!(active_paths(&set), ["/work/app/CLAUDE.md", "/work/app/AGENTS.md"]);
 
     let mut only_agents = config();
     only_agents.file_names = vec!["AGENTS.md".to_owned()];
@@ -575,10 +415,7 @@ fn unreadable_and_non_utf8_files_become_diagnostics_while_the_rest_loads() {
         .unreadable("/work/app/.claude/rules")
         .file("/work/app/CLAUDE.local.md", "local");
     let set = discover(Path::new(CWD), &config(), &fs);
-    assert_eq!(
-        active_paths(&set),
-        ["/work/app/CLAUDE.md", "/work/app/CLAUDE.local.md"]
-    );
+    assert_eq!(active_paths(&set), ["/work/app/CLAUDE.md", "/work/app/CLAUDE.local.md"]);
     let messages: Vec<String> = set.diagnostics().iter().map(ToString::to_string).collect();
     assert_eq!(
         messages,
@@ -673,27 +510,16 @@ fn a_file_reached_twice_is_placed_once() {
 #[test]
 fn rule_already_in_context_through_an_import_becomes_duplicate() {
     let fs = MemFs::new()
-        .file(
-            "/work/app/.claude/rules/db.md",
-            "---\npaths: db/**/*.sql\n---\ndb rule",
-        )
+        .file("/work/app/.claude/rules/db.md", "---\npaths: db/**/*.sql\n---\ndb rule")
         .file("/work/app/db/CLAUDE.md", "@../.claude/rules/db.md");
     let mut set = discover(Path::new(CWD), &config(), &fs);
     // A read in db/ loads the nested file, which imports the still pending rule file.
     let added = set.on_file_read(Path::new("db/README.md"), &fs);
-    let added_kinds: Vec<MemoryKind> = added
-        .iter()
-        .filter_map(|&id| set.entry(id))
-        .map(|e| e.kind)
-        .collect();
+    let added_kinds: Vec<MemoryKind> = added.iter().filter_map(|&id| set.entry(id)).map(|e| e.kind).collect();
     assert_eq!(added_kinds, [MemoryKind::Nested, MemoryKind::Import]);
     // The rule matching later must not place the same text a second time.
     assert!(set.on_file_read(Path::new("db/schema.sql"), &fs).is_empty());
-    let rule = set
-        .entries()
-        .iter()
-        .find(|e| e.kind == MemoryKind::Rule)
-        .map(|e| e.status);
+    let rule = set.entries().iter().find(|e| e.kind == MemoryKind::Rule).map(|e| e.status);
     assert_eq!(rule, Some(Status::Duplicate));
     assert_eq!(render_user_context(&set, "d").matches("db rule").count(), 1);
 }
@@ -701,18 +527,11 @@ fn rule_already_in_context_through_an_import_becomes_duplicate() {
 #[test]
 fn rule_matching_in_the_same_read_as_a_nested_importer_is_placed_as_the_rule() {
     let fs = MemFs::new()
-        .file(
-            "/work/app/.claude/rules/db.md",
-            "---\npaths: db/**\n---\ndb rule",
-        )
+        .file("/work/app/.claude/rules/db.md", "---\npaths: db/**\n---\ndb rule")
         .file("/work/app/db/CLAUDE.md", "@../.claude/rules/db.md");
     let mut set = discover(Path::new(CWD), &config(), &fs);
     let added = set.on_file_read(Path::new("db/schema.sql"), &fs);
-    let added_kinds: Vec<MemoryKind> = added
-        .iter()
-        .filter_map(|&id| set.entry(id))
-        .map(|e| e.kind)
-        .collect();
+    let added_kinds: Vec<MemoryKind> = added.iter().filter_map(|&id| set.entry(id)).map(|e| e.kind).collect();
     assert_eq!(added_kinds, [MemoryKind::Rule, MemoryKind::Nested]);
     assert_eq!(render_user_context(&set, "d").matches("db rule").count(), 1);
 }
@@ -721,21 +540,10 @@ fn rule_matching_in_the_same_read_as_a_nested_importer_is_placed_as_the_rule() {
 fn oversized_file_is_cut_with_a_note() {
     let fs = MemFs::new().file("/work/app/CLAUDE.md", &"x".repeat(40_010));
     let set = discover(Path::new(CWD), &config(), &fs);
-    let Some(entry) = set.active().next() else {
-        panic!("not loaded")
-    };
+    let Some(entry) = set.active().next() else { panic!("not loaded") };
     assert_eq!(entry.content.len(), 40_000);
-    assert_eq!(
-        entry.cut,
-        Some(Cut::FileCap {
-            kept_chars: 40_000,
-            total_chars: 40_010
-        })
-    );
-    assert!(
-        render_entry(entry)
-            .ends_with("[Cut: the file has 40010 characters and only the first 40000 are shown.]")
-    );
+    assert_eq!(entry.cut, Some(Cut::FileCap { kept_chars: 40_000, total_chars: 40_010 }));
+    assert!(render_entry(entry).ends_with("[Cut: the file has 40010 characters and only the first 40000 are shown.]"));
 }
 
 #[test]
@@ -748,31 +556,14 @@ fn imports_under_one_file_share_a_budget() {
     let mut cfg = config();
     cfg.max_import_chars = 100;
     let set = discover(Path::new(CWD), &cfg, &fs);
-    let sizes: Vec<(String, usize)> = set
-        .active()
-        .map(|e| (e.path.display().to_string(), e.content.len()))
-        .collect();
+    let sizes: Vec<(String, usize)> = set.active().map(|e| (e.path.display().to_string(), e.content.len())).collect();
     assert_eq!(
         sizes,
-        [
-            ("/work/app/CLAUDE.md".to_owned(), 17),
-            ("/work/app/a.md".to_owned(), 60),
-            ("/work/app/b.md".to_owned(), 40)
-        ]
+        [("/work/app/CLAUDE.md".to_owned(), 17), ("/work/app/a.md".to_owned(), 60), ("/work/app/b.md".to_owned(), 40)]
     );
     assert!(!fs.was_read("/work/app/c.md"));
-    assert!(
-        set.diagnostics()
-            .iter()
-            .any(|d| d.path == Path::new("/work/app/c.md")
-                && matches!(
-                    d.problem,
-                    Problem::ImportBudgetSpent {
-                        budget_chars: 100,
-                        ..
-                    }
-                ))
-    );
+    assert!(set.diagnostics().iter().any(|d| d.path == Path::new("/work/app/c.md")
+        && matches!(d.problem, Problem::ImportBudgetSpent { budget_chars: 100, .. })));
 }
 
 #[test]
@@ -790,9 +581,7 @@ fn token_estimate_is_rendered_bytes_over_four_rounded_up() {
     assert_eq!(estimate_tokens("abcde"), 2);
     let fs = MemFs::new().file("/work/app/CLAUDE.md", "hello");
     let set = discover(Path::new(CWD), &config(), &fs);
-    let Some(entry) = set.active().next() else {
-        panic!("not loaded")
-    };
+    let Some(entry) = set.active().next() else { panic!("not loaded") };
     // "=== /work/app/CLAUDE.md (project) ===\nhello" is 43 bytes.
     assert_eq!(render_entry(entry).len(), 43);
     assert_eq!(entry_tokens(entry), 11);
@@ -802,15 +591,6 @@ fn token_estimate_is_rendered_bytes_over_four_rounded_up() {
 fn unclosed_front_matter_is_reported_and_rule_loads_as_text() {
     let fs = MemFs::new().file("/work/app/.claude/rules/r.md", "---\npaths: src/**\nbody");
     let set = discover(Path::new(CWD), &config(), &fs);
-    assert_eq!(
-        set.active().map(|e| e.content.as_str()).collect::<Vec<_>>(),
-        ["---\npaths: src/**\nbody"]
-    );
-    assert_eq!(
-        set.diagnostics()
-            .iter()
-            .map(|d| &d.problem)
-            .collect::<Vec<_>>(),
-        [&Problem::UnclosedFrontMatter]
-    );
+    assert_eq!(set.active().map(|e| e.content.as_str()).collect::<Vec<_>>(), ["---\npaths: src/**\nbody"]);
+    assert_eq!(set.diagnostics().iter().map(|d| &d.problem).collect::<Vec<_>>(), [&Problem::UnclosedFrontMatter]);
 }

@@ -41,25 +41,9 @@ struct Ctx<'a> {
 
 /// Builds the nine sections.
 pub(super) fn sections(facts: &Facts, options: &OfflineOptions) -> Vec<Section> {
-    let prior = facts
-        .prior_summary
-        .as_deref()
-        .map(split_sections)
-        .unwrap_or_default();
-    let last_reply_seq = facts
-        .messages
-        .iter()
-        .filter(|m| m.ends_turn())
-        .map(|m| m.last_seq)
-        .max()
-        .unwrap_or(0);
-    let ctx = Ctx {
-        facts,
-        options,
-        focus_terms: focus_terms(options.focus.as_deref()),
-        prior,
-        last_reply_seq,
-    };
+    let prior = facts.prior_summary.as_deref().map(split_sections).unwrap_or_default();
+    let last_reply_seq = facts.messages.iter().filter(|m| m.ends_turn()).map(|m| m.last_seq).max().unwrap_or(0);
+    let ctx = Ctx { facts, options, focus_terms: focus_terms(options.focus.as_deref()), prior, last_reply_seq };
     let mut sections = vec![
         ctx.intent(),
         ctx.concepts(),
@@ -83,10 +67,8 @@ pub(super) fn sections(facts: &Facts, options: &OfflineOptions) -> Vec<Section> 
 
 /// Words of the focus instructions worth matching on.
 fn focus_terms(focus: Option<&str>) -> Vec<String> {
-    const FILLER: &[&str] = &[
-        "focus", "the", "and", "for", "with", "keep", "only", "about", "on", "from", "that",
-        "this", "what",
-    ];
+    const FILLER: &[&str] =
+        &["focus", "the", "and", "for", "with", "keep", "only", "about", "on", "from", "that", "this", "what"];
     let Some(focus) = focus else {
         return Vec::new();
     };
@@ -100,18 +82,8 @@ fn focus_terms(focus: Option<&str>) -> Vec<String> {
     terms
 }
 
-fn section(
-    number: usize,
-    entries: Vec<Entry>,
-    empty: &'static str,
-    noun: (&'static str, &'static str),
-) -> Section {
-    Section {
-        number,
-        entries,
-        empty,
-        noun,
-    }
+fn section(number: usize, entries: Vec<Entry>, empty: &'static str, noun: (&'static str, &'static str)) -> Section {
+    Section { number, entries, empty, noun }
 }
 
 /// `“text”` on one line, cut to `bytes`.
@@ -133,11 +105,7 @@ impl Ctx<'_> {
     fn prior_section(&self, number: u8) -> Option<String> {
         let body = self.prior.iter().find(|s| s.number == number)?.body;
         let text = dedent(body);
-        let bare = text
-            .trim_start_matches(['-', '*', ' '])
-            .trim_end_matches('.')
-            .trim()
-            .to_lowercase();
+        let bare = text.trim_start_matches(['-', '*', ' ']).trim_end_matches('.').trim().to_lowercase();
         if bare.is_empty() || matches!(bare.as_str(), "none" | "n/a" | "nothing" | "none yet") {
             return None;
         }
@@ -146,18 +114,11 @@ impl Ctx<'_> {
 
     /// A user message as kept in the summary: whole up to the configured length.
     fn message_text(&self, prompt: &Prompt) -> String {
-        cut_chars(
-            &prompt.text,
-            self.options.max_user_message_chars.max(1),
-            CutStyle::HeadTail,
-        )
+        cut_chars(&prompt.text, self.options.max_user_message_chars.max(1), CutStyle::HeadTail)
     }
 
     fn turn_end(&self, prompt_index: usize) -> usize {
-        self.facts
-            .prompts
-            .get(prompt_index + 1)
-            .map_or(usize::MAX, |p| p.seq)
+        self.facts.prompts.get(prompt_index + 1).map_or(usize::MAX, |p| p.seq)
     }
 
     fn latest_prompt(&self) -> Option<&Prompt> {
@@ -166,46 +127,27 @@ impl Ctx<'_> {
 
     /// Prompts after the assistant's last finished reply.
     fn unanswered(&self) -> impl Iterator<Item = &Prompt> {
-        self.facts
-            .prompts
-            .iter()
-            .filter(move |p| p.seq > self.last_reply_seq)
+        self.facts.prompts.iter().filter(move |p| p.seq > self.last_reply_seq)
     }
 
     fn failed_steps(&self) -> impl Iterator<Item = (usize, &Step, &str)> {
-        self.facts
-            .steps
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| match &s.outcome {
-                Outcome::Failed(why) => Some((i, s, why.as_str())),
-                _ => None,
-            })
+        self.facts.steps.iter().enumerate().filter_map(|(i, s)| match &s.outcome {
+            Outcome::Failed(why) => Some((i, s, why.as_str())),
+            _ => None,
+        })
     }
 
     // 1 ---------------------------------------------------------------------------
     fn intent(&self) -> Section {
         let f = self.facts;
         let mut entries = Vec::new();
-        if let Some(focus) = self
-            .options
-            .focus
-            .as_deref()
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-        {
-            let mut e = Entry::new("- Focus requested for this summary: ", focus)
-                .min(MIN_KEY)
-                .keep();
+        if let Some(focus) = self.options.focus.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+            let mut e = Entry::new("- Focus requested for this summary: ", focus).min(MIN_KEY).keep();
             e.focus = true;
             entries.push(e);
         }
         if let Some(prior) = self.prior_section(1) {
-            entries.push(
-                Entry::new("- Before the previous compaction:\n", prior)
-                    .min(100)
-                    .rank(1),
-            );
+            entries.push(Entry::new("- Before the previous compaction:\n", prior).min(100).rank(1));
         } else if f.prior_summary.is_some() && self.prior.is_empty() {
             // An earlier summary in a shape we cannot split: keep its start.
             let text = f.prior_summary.as_deref().unwrap_or("");
@@ -213,25 +155,10 @@ impl Ctx<'_> {
         }
         match f.prompts.as_slice() {
             [] => {}
-            [only] => entries.push(
-                Entry::new("- Request: ", self.message_text(only))
-                    .min(MIN_KEY)
-                    .keep()
-                    .head_tail(),
-            ),
+            [only] => entries.push(Entry::new("- Request: ", self.message_text(only)).min(MIN_KEY).keep().head_tail()),
             [first, .., last] => {
-                entries.push(
-                    Entry::new("- First request: ", self.message_text(first))
-                        .min(MIN_KEY)
-                        .keep()
-                        .head_tail(),
-                );
-                entries.push(
-                    Entry::new("- Latest request: ", self.message_text(last))
-                        .min(MIN_KEY)
-                        .keep()
-                        .head_tail(),
-                );
+                entries.push(Entry::new("- First request: ", self.message_text(first)).min(MIN_KEY).keep().head_tail());
+                entries.push(Entry::new("- Latest request: ", self.message_text(last)).min(MIN_KEY).keep().head_tail());
             }
         }
         let failed = self.failed_steps().count();
@@ -246,12 +173,7 @@ impl Ctx<'_> {
             plural(f.files.len()),
         );
         entries.push(Entry::new(scope, "").min(0).rank(0));
-        section(
-            1,
-            entries,
-            "- No user request is recorded in this part of the conversation.",
-            ("entry", "entries"),
-        )
+        section(1, entries, "- No user request is recorded in this part of the conversation.", ("entry", "entries"))
     }
 
     // 2 ---------------------------------------------------------------------------
@@ -260,47 +182,24 @@ impl Ctx<'_> {
         let mut entries = Vec::new();
         let (code, words) = f.terms.top(20, 15, 2);
         if !code.is_empty() {
-            let list: Vec<String> = code
-                .iter()
-                .map(|r| format!("`{}` ({})", r.term, r.count))
-                .collect();
-            entries.push(
-                Entry::new("- Identifiers: ", list.join(", "))
-                    .min(80)
-                    .rank(3),
-            );
+            let list: Vec<String> = code.iter().map(|r| format!("`{}` ({})", r.term, r.count)).collect();
+            entries.push(Entry::new("- Identifiers: ", list.join(", ")).min(80).rank(3));
         }
         if !words.is_empty() {
-            let list: Vec<String> = words
-                .iter()
-                .map(|r| format!("{} ({})", r.term, r.count))
-                .collect();
-            entries.push(
-                Entry::new("- Recurring terms: ", list.join(", "))
-                    .min(60)
-                    .rank(2),
-            );
+            let list: Vec<String> = words.iter().map(|r| format!("{} ({})", r.term, r.count)).collect();
+            entries.push(Entry::new("- Recurring terms: ", list.join(", ")).min(60).rank(2));
         }
         let mut exts: BTreeMap<String, usize> = BTreeMap::new();
         for file in &f.files {
             if let Some(ext) = extension(&file.path) {
-                *exts
-                    .entry(format!(".{}", ext.to_ascii_lowercase()))
-                    .or_default() += 1;
+                *exts.entry(format!(".{}", ext.to_ascii_lowercase())).or_default() += 1;
             }
         }
         if !exts.is_empty() {
             let mut list: Vec<(String, usize)> = exts.into_iter().collect();
             list.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-            let text: Vec<String> = list
-                .iter()
-                .map(|(e, n)| format!("{e} ({n} file{})", plural(*n)))
-                .collect();
-            entries.push(
-                Entry::new("- File types: ", text.join(", "))
-                    .min(60)
-                    .rank(4),
-            );
+            let text: Vec<String> = list.iter().map(|(e, n)| format!("{e} ({n} file{})", plural(*n))).collect();
+            entries.push(Entry::new("- File types: ", text.join(", ")).min(60).rank(4));
         }
         let mut tools: BTreeMap<&str, usize> = BTreeMap::new();
         for step in f.steps.iter().filter(|s| !s.tool.is_empty()) {
@@ -310,11 +209,7 @@ impl Ctx<'_> {
             let mut list: Vec<(&str, usize)> = tools.into_iter().collect();
             list.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
             let text: Vec<String> = list.iter().map(|(t, n)| format!("{t} ×{n}")).collect();
-            entries.push(
-                Entry::new("- Tools used: ", text.join(", "))
-                    .min(60)
-                    .rank(1),
-            );
+            entries.push(Entry::new("- Tools used: ", text.join(", ")).min(60).rank(1));
         }
         section(2, entries, "- None stood out.", ("entry", "entries"))
     }
@@ -338,18 +233,9 @@ impl Ctx<'_> {
             })
             .collect();
         if let Some(prior) = self.prior_section(3) {
-            entries.push(
-                Entry::new("- Before the previous compaction:\n", prior)
-                    .min(60)
-                    .rank(0),
-            );
+            entries.push(Entry::new("- Before the previous compaction:\n", prior).min(60).rank(0));
         }
-        section(
-            3,
-            entries,
-            "- No file was read or changed in this part of the conversation.",
-            ("file", "files"),
-        )
+        section(3, entries, "- No file was read or changed in this part of the conversation.", ("file", "files"))
     }
 
     // 4 ---------------------------------------------------------------------------
@@ -380,16 +266,13 @@ impl Ctx<'_> {
                 let then = if !next.is_empty() {
                     format!("Then: {}.", next.join("; "))
                 } else if self.facts.said.iter().any(|s| s.seq > after && s.seq < end) {
-                    "Then the assistant replied without another tool call (see Problem Solving)."
-                        .to_owned()
+                    "Then the assistant replied without another tool call (see Problem Solving).".to_owned()
                 } else {
                     "Nothing was done about it yet.".to_owned()
                 };
                 let later_ok = steps[first..=last].iter().all(|failed| {
                     !failed.tool.is_empty()
-                        && steps[last + 1..]
-                            .iter()
-                            .any(|s| s.label == failed.label && s.outcome == Outcome::Ok)
+                        && steps[last + 1..].iter().any(|s| s.label == failed.label && s.outcome == Outcome::Ok)
                 });
                 let resolved = match (later_ok, first == last) {
                     (false, _) => "",
@@ -399,34 +282,17 @@ impl Ctx<'_> {
                 let lead = if first == last {
                     format!("- {} failed: ", steps[first].label)
                 } else {
-                    format!(
-                        "- {} and {} more call{} failed: ",
-                        steps[first].label,
-                        last - first,
-                        plural(last - first)
-                    )
+                    format!("- {} and {} more call{} failed: ", steps[first].label, last - first, plural(last - first))
                 };
-                Entry::new(lead, format!("{}{then}{resolved}", sentence(why)))
-                    .min(100)
-                    .rank(n + 1)
+                Entry::new(lead, format!("{}{then}{resolved}", sentence(why))).min(100).rank(n + 1)
             })
             .collect();
-        section(
-            4,
-            entries,
-            "- No tool call failed in this part of the conversation.",
-            ("error", "errors"),
-        )
+        section(4, entries, "- No tool call failed in this part of the conversation.", ("error", "errors"))
     }
 
     /// End of the turn that contains `seq` (the next prompt's sequence number).
     fn turn_end_after(&self, seq: usize) -> usize {
-        self.facts
-            .prompts
-            .iter()
-            .map(|p| p.seq)
-            .find(|&s| s > seq)
-            .unwrap_or(usize::MAX)
+        self.facts.prompts.iter().map(|p| p.seq).find(|&s| s > seq).unwrap_or(usize::MAX)
     }
 
     // 5 ---------------------------------------------------------------------------
@@ -440,23 +306,14 @@ impl Ctx<'_> {
         for (n, step) in failures.iter().enumerate() {
             let after = step.result_seq.unwrap_or(step.seq);
             // Up to the next failure's result, or the end of the turn.
-            let next_failure = failures
-                .get(n + 1)
-                .map_or(usize::MAX, |s| s.result_seq.unwrap_or(s.seq));
+            let next_failure = failures.get(n + 1).map_or(usize::MAX, |s| s.result_seq.unwrap_or(s.seq));
             let end = self.turn_end_after(after).min(next_failure);
-            let texts: Vec<&Said> = f
-                .said
-                .iter()
-                .filter(|s| s.seq > after && s.seq < end)
-                .take(2)
-                .collect();
+            let texts: Vec<&Said> = f.said.iter().filter(|s| s.seq > after && s.seq < end).take(2).collect();
             if !texts.is_empty() {
                 quoted.extend(texts.iter().map(|s| s.seq));
                 let body: Vec<&str> = texts.iter().map(|s| s.text.as_str()).collect();
                 entries.push(
-                    Entry::new(format!("- After {} failed: ", step.label), body.join("\n"))
-                        .min(100)
-                        .rank(1000 + n),
+                    Entry::new(format!("- After {} failed: ", step.label), body.join("\n")).min(100).rank(1000 + n),
                 );
             }
         }
@@ -466,28 +323,16 @@ impl Ctx<'_> {
         for t in first_turn..turns.saturating_sub(1) {
             let prompt = &f.prompts[t];
             let end = self.turn_end(t);
-            let closing = f
-                .said
-                .iter()
-                .rev()
-                .find(|s| s.seq > prompt.seq && s.seq < end);
+            let closing = f.said.iter().rev().find(|s| s.seq > prompt.seq && s.seq < end);
             if let Some(said) = closing.filter(|s| !quoted.contains(&s.seq)) {
                 entries.push(
-                    Entry::new(
-                        format!("- Outcome of {}: ", quote(&prompt.text, 80)),
-                        said.text.as_str(),
-                    )
-                    .min(80)
-                    .rank(t + 1),
+                    Entry::new(format!("- Outcome of {}: ", quote(&prompt.text, 80)), said.text.as_str())
+                        .min(80)
+                        .rank(t + 1),
                 );
             }
         }
-        section(
-            5,
-            entries,
-            "- Nothing to add beyond Current Work.",
-            ("entry", "entries"),
-        )
+        section(5, entries, "- Nothing to add beyond Current Work.", ("entry", "entries"))
     }
 
     // 6 ---------------------------------------------------------------------------
@@ -495,14 +340,7 @@ impl Ctx<'_> {
         let prompts = &self.facts.prompts;
         let mut entries = Vec::with_capacity(prompts.len() + 1);
         if let Some(prior) = self.prior_section(6) {
-            entries.push(
-                Entry::new(
-                    "- Before the previous compaction, as summarized then:\n",
-                    prior,
-                )
-                .min(80)
-                .rank(0),
-            );
+            entries.push(Entry::new("- Before the previous compaction, as summarized then:\n", prior).min(80).rank(0));
         }
         let last = prompts.len().saturating_sub(1);
         for (i, prompt) in prompts.iter().enumerate() {
@@ -516,12 +354,7 @@ impl Ctx<'_> {
             }
             entries.push(e);
         }
-        section(
-            6,
-            entries,
-            "- No user message in this part of the conversation.",
-            ("user message", "user messages"),
-        )
+        section(6, entries, "- No user message in this part of the conversation.", ("user message", "user messages"))
     }
 
     // 7 ---------------------------------------------------------------------------
@@ -529,36 +362,18 @@ impl Ctx<'_> {
         let f = self.facts;
         let mut entries = Vec::new();
         if let Some(todos) = &f.todos {
-            for (i, todo) in todos
-                .iter()
-                .enumerate()
-                .filter(|(_, t)| t.status != "completed")
-            {
-                let rank = if todo.status == "in_progress" {
-                    10_000
-                } else {
-                    5_000 - i.min(4_999)
-                };
-                entries.push(
-                    Entry::new(format!("- [{}] ", todo.status), todo.content.as_str())
-                        .min(80)
-                        .rank(rank),
-                );
+            for (i, todo) in todos.iter().enumerate().filter(|(_, t)| t.status != "completed") {
+                let rank = if todo.status == "in_progress" { 10_000 } else { 5_000 - i.min(4_999) };
+                entries.push(Entry::new(format!("- [{}] ", todo.status), todo.content.as_str()).min(80).rank(rank));
             }
         } else if let Some(prior) = self.prior_section(7) {
-            entries.push(
-                Entry::new("- From the previous summary (may be done by now):\n", prior)
-                    .min(80)
-                    .rank(0),
-            );
+            entries.push(Entry::new("- From the previous summary (may be done by now):\n", prior).min(80).rank(0));
         }
         let unanswered: Vec<&Prompt> = self.unanswered().collect();
         let last = unanswered.len().saturating_sub(1);
         for (i, prompt) in unanswered.iter().enumerate() {
-            let mut e = Entry::new("- Not yet answered: ", self.message_text(prompt))
-                .min(MIN_KEY)
-                .rank(20_000 + i)
-                .head_tail();
+            let mut e =
+                Entry::new("- Not yet answered: ", self.message_text(prompt)).min(MIN_KEY).rank(20_000 + i).head_tail();
             if i == last {
                 e = e.keep();
             }
@@ -573,92 +388,52 @@ impl Ctx<'_> {
         let mut entries = Vec::new();
         let since = self.latest_prompt().map_or(0, |p| p.seq);
         if let Some(prompt) = self.latest_prompt() {
-            entries.push(
-                Entry::new("- Working on: ", quote(&prompt.text, QUOTE_BYTES))
-                    .min(MIN_KEY)
-                    .keep(),
-            );
+            entries.push(Entry::new("- Working on: ", quote(&prompt.text, QUOTE_BYTES)).min(MIN_KEY).keep());
         }
         if f.prompts.is_empty()
             && let Some(prior) = self.prior_section(8)
         {
-            entries.push(
-                Entry::new("- Before the previous compaction:\n", prior)
-                    .min(80)
-                    .rank(0),
-            );
+            entries.push(Entry::new("- Before the previous compaction:\n", prior).min(80).rank(0));
         }
         let recent: Vec<&Step> = f.steps.iter().filter(|s| s.seq > since).collect();
         if !recent.is_empty() {
             let skipped = recent.len().saturating_sub(MAX_RECENT_STEPS);
-            let mut list: Vec<String> = recent[skipped..]
-                .iter()
-                .map(|s| format!("{}{}", s.label, outcome_note(&s.outcome)))
-                .collect();
+            let mut list: Vec<String> =
+                recent[skipped..].iter().map(|s| format!("{}{}", s.label, outcome_note(&s.outcome))).collect();
             if skipped > 0 {
                 list.insert(0, format!("({} earlier steps)", thousands(skipped)));
             }
             let lead = if f.prompts.is_empty() {
-                format!(
-                    "- Steps in this part of the conversation ({}): ",
-                    thousands(recent.len())
-                )
+                format!("- Steps in this part of the conversation ({}): ", thousands(recent.len()))
             } else {
                 format!("- Steps since that request ({}): ", thousands(recent.len()))
             };
-            entries.push(
-                Entry::new(lead, list.join("; "))
-                    .min(120)
-                    .rank(2)
-                    .head_tail(),
-            );
+            entries.push(Entry::new(lead, list.join("; ")).min(120).rank(2).head_tail());
         }
         if let Some(last) = f.said.last() {
-            let text: Vec<&str> = f
-                .said
-                .iter()
-                .filter(|s| s.message == last.message)
-                .map(|s| s.text.as_str())
-                .collect();
+            let text: Vec<&str> =
+                f.said.iter().filter(|s| s.message == last.message).map(|s| s.text.as_str()).collect();
             let lead = if last.seq > since {
                 "- Last assistant message: "
             } else {
                 "- Last assistant message (before the latest request): "
             };
-            entries.push(
-                Entry::new(lead, text.join("\n"))
-                    .min(MIN_KEY)
-                    .keep()
-                    .head_tail(),
-            );
+            entries.push(Entry::new(lead, text.join("\n")).min(MIN_KEY).keep().head_tail());
         }
         if let Some(step) = f.steps.last() {
             let after_text = f.said.last().is_none_or(|s| s.seq < step.seq);
             if after_text {
                 let note = match &step.outcome {
-                    Outcome::Pending => format!(
-                        "- In flight: {} was called and has no result yet.",
-                        step.label
-                    ),
-                    Outcome::Failed(why) => format!(
-                        "- The last step failed: {}: {}",
-                        step.label,
-                        short(why, 200)
-                    ),
-                    Outcome::Ok => format!(
-                        "- The last step was {}, which succeeded; no reply followed it yet.",
-                        step.label
-                    ),
+                    Outcome::Pending => format!("- In flight: {} was called and has no result yet.", step.label),
+                    Outcome::Failed(why) => format!("- The last step failed: {}: {}", step.label, short(why, 200)),
+                    Outcome::Ok => {
+                        format!("- The last step was {}, which succeeded; no reply followed it yet.", step.label)
+                    }
                 };
                 entries.push(Entry::new(note, "").min(0).keep());
             }
         }
-        section(
-            8,
-            entries,
-            "- Nothing is in progress.",
-            ("entry", "entries"),
-        )
+        section(8, entries, "- Nothing is in progress.", ("entry", "entries"))
     }
 
     // 9 ---------------------------------------------------------------------------
@@ -666,30 +441,18 @@ impl Ctx<'_> {
         let f = self.facts;
         let todos = f.todos.as_deref().unwrap_or(&[]);
         let text = if let Some(prompt) = self.unanswered().last() {
-            let started = f.steps.iter().any(|s| s.seq > prompt.seq)
-                || f.said.iter().any(|s| s.seq > prompt.seq);
-            let verb = if started {
-                "Continue working on"
-            } else {
-                "Answer"
-            };
-            format!(
-                "- {verb} the latest request: {}",
-                quote(&prompt.text, QUOTE_BYTES)
-            )
+            let started = f.steps.iter().any(|s| s.seq > prompt.seq) || f.said.iter().any(|s| s.seq > prompt.seq);
+            let verb = if started { "Continue working on" } else { "Answer" };
+            format!("- {verb} the latest request: {}", quote(&prompt.text, QUOTE_BYTES))
         } else if let Some(todo) = todos.iter().find(|t| t.status == "in_progress") {
-            format!(
-                "- Continue the task in progress: {}",
-                short(&todo.content, QUOTE_BYTES)
-            )
+            format!("- Continue the task in progress: {}", short(&todo.content, QUOTE_BYTES))
         } else if let Some(todo) = todos.iter().find(|t| t.status != "completed") {
-            format!(
-                "- Start the next pending task: {}",
-                short(&todo.content, QUOTE_BYTES)
-            )
-        } else if let Some(step) = f.steps.last().filter(|s| {
-            matches!(s.outcome, Outcome::Failed(_)) && f.said.last().is_none_or(|t| t.seq < s.seq)
-        }) {
+            format!("- Start the next pending task: {}", short(&todo.content, QUOTE_BYTES))
+        } else if let Some(step) = f
+            .steps
+            .last()
+            .filter(|s| matches!(s.outcome, Outcome::Failed(_)) && f.said.last().is_none_or(|t| t.seq < s.seq))
+        {
             format!("- Deal with the failure of {}.", step.label)
         } else if f.prompts.is_empty() {
             if f.messages.last().is_none_or(|m| m.ends_turn()) {
@@ -698,25 +461,17 @@ impl Ctx<'_> {
                 "- Continue the work in progress described in Current Work.".to_owned()
             }
         } else {
-            "- None: the latest request was answered. Wait for the user's next message rather than starting new work.".to_owned()
+            "- None: the latest request was answered. Wait for the user's next message rather than starting new work."
+                .to_owned()
         };
-        section(
-            9,
-            vec![Entry::new("", text).min(MIN_KEY).keep()],
-            "- None.",
-            ("entry", "entries"),
-        )
+        section(9, vec![Entry::new("", text).min(MIN_KEY).keep()], "- None.", ("entry", "entries"))
     }
 }
 
 /// `text` ended as a sentence, followed by a space, ready for the next one.
 fn sentence(text: &str) -> String {
     let text = text.trim_end();
-    if text.ends_with(['.', '!', '?', ':', '…']) {
-        format!("{text} ")
-    } else {
-        format!("{text}. ")
-    }
+    if text.ends_with(['.', '!', '?', ':', '…']) { format!("{text} ") } else { format!("{text}. ") }
 }
 
 fn plural(n: usize) -> &'static str {
@@ -735,7 +490,8 @@ fn outcome_note(outcome: &Outcome) -> &'static str {
 fn file_actions(file: &FileTouched) -> String {
     let mut parts: Vec<String> = Vec::new();
     if file.read {
-        let whole = matches!((file.ranges.as_slice(), file.total_lines), ([r], Some(total)) if r.start == 1 && r.end >= total);
+        let whole =
+            matches!((file.ranges.as_slice(), file.total_lines), ([r], Some(total)) if r.start == 1 && r.end >= total);
         let text = if whole {
             format!(
                 "read in full ({} lines)",
@@ -744,33 +500,22 @@ fn file_actions(file: &FileTouched) -> String {
         } else if file.ranges.is_empty() {
             "read".to_owned()
         } else {
-            let shown: Vec<String> = file
-                .ranges
-                .iter()
-                .take(MAX_RANGES)
-                .map(|r| format!("{}–{}", r.start, r.end))
-                .collect();
+            let shown: Vec<String> =
+                file.ranges.iter().take(MAX_RANGES).map(|r| format!("{}–{}", r.start, r.end)).collect();
             let more = file.ranges.len().saturating_sub(MAX_RANGES);
             let mut t = format!("read lines {}", shown.join(", "));
             if more > 0 {
                 t.push_str(&format!(" and {more} more range{}", plural(more)));
             }
             if let Some(total) = file.total_lines {
-                t.push_str(&format!(
-                    " of {}",
-                    thousands(usize::try_from(total).unwrap_or(usize::MAX))
-                ));
+                t.push_str(&format!(" of {}", thousands(usize::try_from(total).unwrap_or(usize::MAX))));
             }
             t
         };
         parts.push(text);
     }
     if file.edited {
-        parts.push(if file.edits > 1 {
-            format!("edited ×{}", file.edits)
-        } else {
-            "edited".to_owned()
-        });
+        parts.push(if file.edits > 1 { format!("edited ×{}", file.edits) } else { "edited".to_owned() });
     }
     if file.written {
         parts.push(match file.written_lines {
@@ -782,10 +527,7 @@ fn file_actions(file: &FileTouched) -> String {
         parts.push("re-attached after the previous compaction".to_owned());
     }
     if file.referenced {
-        parts.push(
-            "too large to re-attach after the previous compaction; read it again when needed"
-                .to_owned(),
-        );
+        parts.push("too large to re-attach after the previous compaction; read it again when needed".to_owned());
     }
     if parts.is_empty() {
         parts.push("touched".to_owned());
@@ -803,13 +545,7 @@ fn dedent(text: &str) -> String {
         .unwrap_or(0);
     let lines: Vec<&str> = text
         .lines()
-        .map(|l| {
-            if l.len() >= indent && l.is_char_boundary(indent) {
-                &l[indent..]
-            } else {
-                l.trim_start()
-            }
-        })
+        .map(|l| if l.len() >= indent && l.is_char_boundary(indent) { &l[indent..] } else { l.trim_start() })
         .collect();
     lines.join("\n").trim_matches('\n').to_owned()
 }

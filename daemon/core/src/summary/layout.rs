@@ -95,10 +95,7 @@ const OPEN: &str = "<summary>\n";
 const CLOSE: &str = "</summary>";
 
 fn heading(number: usize) -> String {
-    let title = SECTION_TITLES
-        .get(number.wrapping_sub(1))
-        .copied()
-        .unwrap_or("Notes");
+    let title = SECTION_TITLES.get(number.wrapping_sub(1)).copied().unwrap_or("Notes");
     format!("{number}. {title}:\n")
 }
 
@@ -134,10 +131,7 @@ fn entry_len(entry: &Entry, limit: usize, scratch: &mut String) -> usize {
 
 fn dropped_line(count: usize, noun: (&str, &str)) -> String {
     let noun = if count == 1 { noun.0 } else { noun.1 };
-    format!(
-        "{ENTRY_INDENT}- [… {} more {noun} cut …]\n",
-        thousands(count)
-    )
+    format!("{ENTRY_INDENT}- [… {} more {noun} cut …]\n", thousands(count))
 }
 
 /// Per-entry body limits (`None` = dropped) for one section.
@@ -186,26 +180,12 @@ fn fit_section(section: &Section, allowance: usize, squeeze: usize) -> String {
     let mut scratch = String::new();
     let entries = &section.entries;
     let heading_len = heading(section.number).len();
-    let mut mins: Vec<usize> = entries
-        .iter()
-        .map(|e| squeezed(e.min_body, squeeze).min(e.body.len()))
-        .collect();
-    let mut min_lens: Vec<usize> = entries
-        .iter()
-        .zip(&mins)
-        .map(|(e, m)| entry_len(e, *m, &mut scratch))
-        .collect();
+    let mut mins: Vec<usize> = entries.iter().map(|e| squeezed(e.min_body, squeeze).min(e.body.len())).collect();
+    let mut min_lens: Vec<usize> = entries.iter().zip(&mins).map(|(e, m)| entry_len(e, *m, &mut scratch)).collect();
     if heading_len + min_lens.iter().sum::<usize>() > allowance {
         // Shorter forms for every entry before dropping any.
-        mins = entries
-            .iter()
-            .map(|e| squeezed(e.tiny_body, squeeze).min(e.body.len()))
-            .collect();
-        min_lens = entries
-            .iter()
-            .zip(&mins)
-            .map(|(e, m)| entry_len(e, *m, &mut scratch))
-            .collect();
+        mins = entries.iter().map(|e| squeezed(e.tiny_body, squeeze).min(e.body.len())).collect();
+        min_lens = entries.iter().zip(&mins).map(|(e, m)| entry_len(e, *m, &mut scratch)).collect();
     }
 
     // Drop entries until the minimums fit: lowest rank first, focus matches last.
@@ -215,11 +195,7 @@ fn fit_section(section: &Section, allowance: usize, squeeze: usize) -> String {
     order.sort_by_key(|&i| (entries[i].focus, entries[i].rank, i));
     let mut dropped = 0usize;
     for i in order {
-        let marker = if dropped > 0 {
-            dropped_line(dropped, section.noun).len()
-        } else {
-            0
-        };
+        let marker = if dropped > 0 { dropped_line(dropped, section.noun).len() } else { 0 };
         if total + marker <= allowance {
             break;
         }
@@ -227,19 +203,12 @@ fn fit_section(section: &Section, allowance: usize, squeeze: usize) -> String {
         total -= min_lens[i];
         dropped += 1;
     }
-    let marker = if dropped > 0 {
-        dropped_line(dropped, section.noun).len()
-    } else {
-        0
-    };
+    let marker = if dropped > 0 { dropped_line(dropped, section.noun).len() } else { 0 };
 
     // Largest common level that fits: each body keeps min(len, max(min, weight × level)).
     let limit_at = |i: usize, level: usize| -> usize {
         let weight = if entries[i].focus { 2 } else { 1 };
-        level
-            .saturating_mul(weight)
-            .max(mins[i])
-            .min(entries[i].body.len())
+        level.saturating_mul(weight).max(mins[i]).min(entries[i].body.len())
     };
     let mut size_at = |level: usize| -> usize {
         heading_len
@@ -259,9 +228,7 @@ fn fit_section(section: &Section, allowance: usize, squeeze: usize) -> String {
             hi = mid - 1;
         }
     }
-    let limits: Limits = (0..entries.len())
-        .map(|i| alive[i].then(|| limit_at(i, lo)))
-        .collect();
+    let limits: Limits = (0..entries.len()).map(|i| alive[i].then(|| limit_at(i, lo))).collect();
     write_section(section, &limits)
 }
 
@@ -277,28 +244,10 @@ fn min_len_of(section: &Section, squeeze: usize, only_kept: bool) -> usize {
         .entries
         .iter()
         .filter(|e| !only_kept || e.keep || e.focus)
-        .map(|e| {
-            entry_len(
-                e,
-                squeezed(e.min_body, squeeze).min(e.body.len()),
-                &mut scratch,
-            )
-        })
+        .map(|e| entry_len(e, squeezed(e.min_body, squeeze).min(e.body.len()), &mut scratch))
         .sum();
-    let left_out = if only_kept {
-        section
-            .entries
-            .iter()
-            .filter(|e| !(e.keep || e.focus))
-            .count()
-    } else {
-        0
-    };
-    let marker = if left_out > 0 {
-        dropped_line(left_out, section.noun).len()
-    } else {
-        0
-    };
+    let left_out = if only_kept { section.entries.iter().filter(|e| !(e.keep || e.focus)).count() } else { 0 };
+    let marker = if left_out > 0 { dropped_line(left_out, section.noun).len() } else { 0 };
     heading(section.number).len() + mins + marker
 }
 
@@ -308,11 +257,8 @@ fn min_len_of(section: &Section, squeeze: usize, only_kept: bool) -> usize {
 ///   heading so the newest entries survive; that extra room is the first thing given
 ///   up when the floors do not fit.
 fn floors(sections: &[Section], full_lens: &[usize], budget: usize, squeeze: usize) -> Vec<usize> {
-    let kept: Vec<usize> = sections
-        .iter()
-        .zip(full_lens)
-        .map(|(s, &full)| min_len_of(s, squeeze, true).min(full))
-        .collect();
+    let kept: Vec<usize> =
+        sections.iter().zip(full_lens).map(|(s, &full)| min_len_of(s, squeeze, true).min(full)).collect();
     let mut floors: Vec<usize> = sections
         .iter()
         .zip(full_lens)
@@ -329,12 +275,7 @@ fn floors(sections: &[Section], full_lens: &[usize], budget: usize, squeeze: usi
         return floors;
     }
     let others = |floors: &[usize]| -> usize {
-        sections
-            .iter()
-            .zip(floors)
-            .filter(|(s, _)| s.number != PROTECTED_SECTION)
-            .map(|(_, f)| *f)
-            .sum()
+        sections.iter().zip(floors).filter(|(s, _)| s.number != PROTECTED_SECTION).map(|(_, f)| *f).sum()
     };
     // Not even the floors fit. The protected section takes what the others leave; if
     // they would leave it less than half, they keep only their kept entries.
@@ -366,12 +307,8 @@ const PROTECTED_SECTION: usize = 6;
 /// A cap too small for the nine headings still yields the nine headings: the text is
 /// then over the cap, which the caller sees in the token count.
 pub(super) fn layout(sections: &[Section], cap_tokens: u64) -> (String, bool) {
-    let cap_bytes =
-        usize::try_from(cap_tokens.saturating_mul(BYTES_PER_TOKEN)).unwrap_or(usize::MAX);
-    let full: Vec<String> = sections
-        .iter()
-        .map(|s| write_section(s, &full_limits(s)))
-        .collect();
+    let cap_bytes = usize::try_from(cap_tokens.saturating_mul(BYTES_PER_TOKEN)).unwrap_or(usize::MAX);
+    let full: Vec<String> = sections.iter().map(|s| write_section(s, &full_limits(s))).collect();
     let text = join(&full);
     if text.len() <= cap_bytes {
         return (text, false);
@@ -404,13 +341,7 @@ pub(super) fn layout(sections: &[Section], cap_tokens: u64) -> (String, bool) {
 const SQUEEZE_STEPS: [usize; 5] = [100, 60, 35, 20, 0];
 
 /// Shares `budget` bytes between the sections and fits each into its share.
-fn fit_all(
-    sections: &[Section],
-    full_lens: &[usize],
-    floors: &[usize],
-    budget: usize,
-    squeeze: usize,
-) -> Vec<String> {
+fn fit_all(sections: &[Section], full_lens: &[usize], floors: &[usize], budget: usize, squeeze: usize) -> Vec<String> {
     let n = sections.len();
     let mut remaining = budget.saturating_sub(floors.iter().sum());
     // Smallest need first, so what a short section does not use flows to longer ones.
@@ -428,9 +359,8 @@ fn fit_all(
 }
 
 fn join(sections: &[String]) -> String {
-    let mut text = String::with_capacity(
-        OPEN.len() + CLOSE.len() + sections.iter().map(|s| s.len() + 1).sum::<usize>(),
-    );
+    let mut text =
+        String::with_capacity(OPEN.len() + CLOSE.len() + sections.iter().map(|s| s.len() + 1).sum::<usize>());
     text.push_str(OPEN);
     for (i, s) in sections.iter().enumerate() {
         if i > 0 {
@@ -449,11 +379,7 @@ mod tests {
     fn section(number: usize, bodies: &[&str]) -> Section {
         Section {
             number,
-            entries: bodies
-                .iter()
-                .enumerate()
-                .map(|(i, b)| Entry::new("- ", *b).min(60).rank(i))
-                .collect(),
+            entries: bodies.iter().enumerate().map(|(i, b)| Entry::new("- ", *b).min(60).rank(i)).collect(),
             empty: "- none",
             noun: ("entry", "entries"),
         }
@@ -482,9 +408,7 @@ mod tests {
 
     #[test]
     fn entries_drop_lowest_rank_first_behind_a_marker() {
-        let bodies: Vec<String> = (0..40)
-            .map(|i| format!("entry number {i} {}", "y".repeat(60)))
-            .collect();
+        let bodies: Vec<String> = (0..40).map(|i| format!("entry number {i} {}", "y".repeat(60))).collect();
         let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
         let mut s = section(3, &refs);
         s.entries[0].keep = true;
@@ -492,10 +416,7 @@ mod tests {
         assert!(estimate_tokens(&text) <= 200);
         assert!(text.contains("entry number 0 "), "kept entry survives");
         assert!(text.contains("entry number 39"), "highest rank survives");
-        assert!(
-            !text.contains("entry number 1 "),
-            "lowest unkept rank goes first"
-        );
+        assert!(!text.contains("entry number 1 "), "lowest unkept rank goes first");
         assert!(text.contains("more entries cut …]"));
     }
 
@@ -507,19 +428,12 @@ mod tests {
         let out = fit_section(&s, 600, 100);
         let lines: Vec<&str> = out.lines().skip(1).collect();
         assert_eq!(lines.len(), 2);
-        assert!(
-            lines[1].len() > lines[0].len() + 50,
-            "{} vs {}",
-            lines[1].len(),
-            lines[0].len()
-        );
+        assert!(lines[1].len() > lines[0].len() + 50, "{} vs {}", lines[1].len(), lines[0].len());
     }
 
     #[test]
     fn a_cap_below_the_headings_leaves_the_headings() {
-        let sections: Vec<Section> = (1..=9)
-            .map(|n| section(n, &["some body text here"]))
-            .collect();
+        let sections: Vec<Section> = (1..=9).map(|n| section(n, &["some body text here"])).collect();
         let (text, trimmed) = layout(&sections, 5);
         assert!(trimmed);
         for n in 1..=9 {

@@ -34,9 +34,7 @@ mod text;
 #[cfg(test)]
 mod tests;
 
-pub use reply::{
-    SECTION_TITLES, SummaryParseError, SummarySection, parse_summary_reply, split_sections,
-};
+pub use reply::{SECTION_TITLES, SummaryParseError, SummarySection, parse_summary_reply, split_sections};
 pub use text::estimate_tokens;
 
 use crate::record::Record;

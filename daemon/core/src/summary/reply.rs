@@ -114,11 +114,7 @@ pub fn split_sections(body: &str) -> Vec<SummarySection<'_>> {
         let body_end = heads.get(i + 1).map_or(body.len(), |next| next.2);
         let text = body[body_start..body_end].trim_matches(['\n', '\r']);
         let text = text.trim_end();
-        sections.push(SummarySection {
-            number,
-            title,
-            body: text,
-        });
+        sections.push(SummarySection { number, title, body: text });
     }
     sections
 }
@@ -151,55 +147,34 @@ mod tests {
     #[test]
     fn analysis_then_summary() {
         let reply = "<analysis>\nI should write a <summary> now.\n</analysis>\n\n<summary>\n1. Primary Request and Intent:\n   Fix the bug.\n</summary>";
-        assert_eq!(
-            parse_summary_reply(reply),
-            Ok("1. Primary Request and Intent:\n   Fix the bug.".to_owned())
-        );
+        assert_eq!(parse_summary_reply(reply), Ok("1. Primary Request and Intent:\n   Fix the bug.".to_owned()));
     }
 
     #[test]
     fn summary_only() {
-        assert_eq!(
-            parse_summary_reply("  <summary> body </summary>\n"),
-            Ok("body".to_owned())
-        );
+        assert_eq!(parse_summary_reply("  <summary> body </summary>\n"), Ok("body".to_owned()));
     }
 
     #[test]
     fn missing_summary() {
-        assert_eq!(
-            parse_summary_reply("Here is my summary: it went well."),
-            Err(SummaryParseError::MissingSummary)
-        );
-        assert_eq!(
-            parse_summary_reply(""),
-            Err(SummaryParseError::MissingSummary)
-        );
+        assert_eq!(parse_summary_reply("Here is my summary: it went well."), Err(SummaryParseError::MissingSummary));
+        assert_eq!(parse_summary_reply(""), Err(SummaryParseError::MissingSummary));
         // Only mentioned inside a closed draft.
         assert_eq!(
             parse_summary_reply("<analysis>next comes the <summary> block</analysis> oops"),
             Err(SummaryParseError::MissingSummary)
         );
-        assert_eq!(
-            SummaryParseError::MissingSummary.to_string(),
-            "the reply has no <summary> block"
-        );
+        assert_eq!(SummaryParseError::MissingSummary.to_string(), "the reply has no <summary> block");
     }
 
     #[test]
     fn empty_summary() {
-        assert_eq!(
-            parse_summary_reply("<summary>  \n\t</summary>"),
-            Err(SummaryParseError::EmptySummary)
-        );
+        assert_eq!(parse_summary_reply("<summary>  \n\t</summary>"), Err(SummaryParseError::EmptySummary));
         assert_eq!(
             parse_summary_reply("<analysis>x</analysis><summary></summary>"),
             Err(SummaryParseError::EmptySummary)
         );
-        assert_eq!(
-            parse_summary_reply("<summary>"),
-            Err(SummaryParseError::EmptySummary)
-        );
+        assert_eq!(parse_summary_reply("<summary>"), Err(SummaryParseError::EmptySummary));
     }
 
     #[test]
@@ -210,33 +185,21 @@ mod tests {
             Ok("1. Primary Request and Intent:\n   Fix".to_owned())
         );
         // A draft that never closes ends where the summary starts.
-        assert_eq!(
-            parse_summary_reply("<analysis>thinking aloud\n<summary>body</summary>"),
-            Ok("body".to_owned())
-        );
+        assert_eq!(parse_summary_reply("<analysis>thinking aloud\n<summary>body</summary>"), Ok("body".to_owned()));
         // An unclosed draft with no summary at all.
-        assert_eq!(
-            parse_summary_reply("<analysis>thinking aloud"),
-            Err(SummaryParseError::MissingSummary)
-        );
+        assert_eq!(parse_summary_reply("<analysis>thinking aloud"), Err(SummaryParseError::MissingSummary));
     }
 
     #[test]
     fn quoted_closing_tag_inside_the_summary_is_kept() {
         let reply = "<summary>The user said: wrap it in </summary> tags.\nMore.</summary> trailing";
-        assert_eq!(
-            parse_summary_reply(reply),
-            Ok("The user said: wrap it in </summary> tags.\nMore.".to_owned())
-        );
+        assert_eq!(parse_summary_reply(reply), Ok("The user said: wrap it in </summary> tags.\nMore.".to_owned()));
     }
 
     #[test]
     fn analysis_after_the_summary_is_ignored_and_inside_is_kept() {
         let reply = "<summary>A <analysis>quoted</analysis> B</summary><analysis>late</analysis>";
-        assert_eq!(
-            parse_summary_reply(reply),
-            Ok("A <analysis>quoted</analysis> B".to_owned())
-        );
+        assert_eq!(parse_summary_reply(reply), Ok("A <analysis>quoted</analysis> B".to_owned()));
     }
 
     #[test]
@@ -247,11 +210,7 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                (
-                    1,
-                    "Primary Request and Intent",
-                    "   Fix it.\n   2. Not a heading: indented"
-                ),
+                (1, "Primary Request and Intent", "   Fix it.\n   2. Not a heading: indented"),
                 (2, "Key Technical Concepts", "   - Rust"),
                 (4, "Errors and fixes", "   - none\n3. Too late:\n   body"),
             ]

@@ -107,19 +107,9 @@ pub(super) struct Facts {
 
 #[derive(Debug, Clone)]
 enum FileEffect {
-    Read {
-        path: String,
-        range: Option<LineRange>,
-    },
-    Edit {
-        path: String,
-        old: String,
-        new: String,
-    },
-    Write {
-        path: String,
-        lines: usize,
-    },
+    Read { path: String, range: Option<LineRange> },
+    Edit { path: String, old: String, new: String },
+    Write { path: String, lines: usize },
 }
 
 /// Per-file state while scanning.
@@ -155,10 +145,8 @@ pub(super) fn scan(records: &[Record]) -> Facts {
     let active = active_records(records);
     // A subagent's own transcript is side chain from end to end: then the side chain is
     // the conversation. Otherwise side-chain records belong to someone else.
-    let own_side_chain = active
-        .iter()
-        .filter(|r| matches!(r.head().kind, Kind::User | Kind::Assistant))
-        .all(|r| r.head().is_sidechain);
+    let own_side_chain =
+        active.iter().filter(|r| matches!(r.head().kind, Kind::User | Kind::Assistant)).all(|r| r.head().is_sidechain);
     for record in active {
         let head = record.head();
         if (head.is_sidechain && !own_side_chain) || head.is_api_error {
@@ -185,16 +173,10 @@ fn active_records(records: &[Record]) -> Vec<&Record> {
     let before: Vec<&Record> = if kept.is_empty() {
         Vec::new()
     } else {
-        records[..b]
-            .iter()
-            .filter(|r| r.uuid().is_some_and(|u| kept.contains(u)))
-            .collect()
+        records[..b].iter().filter(|r| r.uuid().is_some_and(|u| kept.contains(u))).collect()
     };
     let after = &records[b + 1..];
-    let insert_at = after
-        .iter()
-        .position(|r| r.head().is_compact_summary)
-        .map_or(0, |i| i + 1);
+    let insert_at = after.iter().position(|r| r.head().is_compact_summary).map_or(0, |i| i + 1);
     let mut out = Vec::with_capacity(after.len() + before.len());
     out.extend(&after[..insert_at]);
     out.extend(before);
@@ -229,18 +211,9 @@ fn preserved_uuids(boundary: &Record) -> HashSet<String> {
     let Ok(line) = serde_json::from_str::<BoundaryLine>(boundary.line()) else {
         return HashSet::new();
     };
-    let preserved = line
-        .compact_metadata
-        .and_then(|m| m.0)
-        .and_then(|m| m.preserved_messages)
-        .and_then(|p| p.0);
+    let preserved = line.compact_metadata.and_then(|m| m.0).and_then(|m| m.preserved_messages).and_then(|p| p.0);
     match preserved {
-        Some(p) => p
-            .all_uuids
-            .or(p.uuids)
-            .unwrap_or_default()
-            .into_iter()
-            .collect(),
+        Some(p) => p.all_uuids.or(p.uuids).unwrap_or_default().into_iter().collect(),
         None => HashSet::new(),
     }
 }
@@ -262,8 +235,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for IfObject<T> {
                 f.write_str("any JSON value")
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                T::deserialize(de::value::MapAccessDeserializer::new(map))
-                    .map(|t| IfObject(Some(t)))
+                T::deserialize(de::value::MapAccessDeserializer::new(map)).map(|t| IfObject(Some(t)))
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
@@ -600,11 +572,7 @@ pub(crate) fn prompt_text(text: &str) -> Option<Cow<'_, str>> {
             return None;
         }
         let args = tag_text(trimmed, "command-args").unwrap_or("");
-        return Some(Cow::Owned(if args.is_empty() {
-            format!("/{name}")
-        } else {
-            format!("/{name} {args}")
-        }));
+        return Some(Cow::Owned(if args.is_empty() { format!("/{name}") } else { format!("/{name} {args}") }));
     }
     if trimmed.starts_with("<bash-input>") {
         return tag_text(trimmed, "bash-input").map(|c| Cow::Owned(format!("! {c}")));
@@ -617,10 +585,7 @@ pub(crate) fn prompt_text(text: &str) -> Option<Cow<'_, str>> {
 
 /// Tools whose output is free text where failure shows up as words, not as a flag.
 fn is_shell_tool(name: &str) -> bool {
-    matches!(
-        name,
-        "Bash" | "BashOutput" | "PowerShell" | "Shell" | "shell" | "KillShell"
-    )
+    matches!(name, "Bash" | "BashOutput" | "PowerShell" | "Shell" | "shell" | "KillShell")
 }
 
 /// The line that makes a shell output look like a failure, if any. Only the first and
@@ -684,18 +649,14 @@ fn counts_as_failure(text: &str, at: usize, anchor: &str) -> bool {
                 && {
                     // "0 failed" is a count of zero, "10 failed" is not.
                     let prev = before[..before.len() - 1].trim_end_matches([' ', '\t']);
-                    let zero = prev
-                        .strip_suffix('0')
-                        .is_some_and(|p| !p.ends_with(|c: char| c.is_ascii_digit()));
+                    let zero = prev.strip_suffix('0').is_some_and(|p| !p.ends_with(|c: char| c.is_ascii_digit()));
                     !zero
                 }
         }
         // Exit code N / exit code N / exit status N, N not zero.
         "xit " => {
             let word_ok = matches!(prev_byte, Some(b'e' | b'E'));
-            let rest = after
-                .strip_prefix("code ")
-                .or_else(|| after.strip_prefix("status "));
+            let rest = after.strip_prefix("code ").or_else(|| after.strip_prefix("status "));
             word_ok
                 && rest.is_some_and(|r| {
                     let digits: &str = &r[..r.bytes().take_while(u8::is_ascii_digit).count()];
@@ -729,9 +690,7 @@ fn line_around(text: &str, at: usize) -> &str {
 fn error_excerpt(text: &str) -> String {
     let mut lines = Vec::new();
     for line in text.lines() {
-        let line = line
-            .replace("<tool_use_error>", "")
-            .replace("</tool_use_error>", "");
+        let line = line.replace("<tool_use_error>", "").replace("</tool_use_error>", "");
         let line = line.trim();
         if !line.is_empty() {
             lines.push(line.to_owned());
@@ -771,11 +730,7 @@ impl Scan {
         let Ok(line) = serde_json::from_str::<UserLine<'_>>(record.line()) else {
             return;
         };
-        let meta = line
-            .tool_use_result
-            .and_then(|r| r.0)
-            .and_then(|r| r.file)
-            .and_then(|f| f.0);
+        let meta = line.tool_use_result.and_then(|r| r.0).and_then(|r| r.file).and_then(|f| f.0);
         let Some(content) = line.message.and_then(|m| m.0).and_then(|m| m.content) else {
             return;
         };
@@ -837,13 +792,8 @@ impl Scan {
 
     fn tool_result(&mut self, block: &Block<'_>, meta: Option<&FileMeta>) {
         let seq = self.next_seq();
-        let step_index = block
-            .tool_use_id
-            .as_deref()
-            .and_then(|id| self.step_by_id.get(id).copied());
-        let tool = step_index
-            .map(|i| self.facts.steps[i].tool.as_str())
-            .unwrap_or("");
+        let step_index = block.tool_use_id.as_deref().and_then(|id| self.step_by_id.get(id).copied());
+        let tool = step_index.map(|i| self.facts.steps[i].tool.as_str()).unwrap_or("");
         let is_error = block.is_error == Some(true);
         let raw = block.content.map_or("", RawValue::get);
         let failure = if is_error || is_shell_tool(tool) || raw.starts_with('[') {
@@ -874,11 +824,7 @@ impl Scan {
                     Some(why) => Outcome::Failed(why),
                     None => Outcome::Ok,
                 };
-                if failed {
-                    None
-                } else {
-                    step.file_effect.take()
-                }
+                if failed { None } else { step.file_effect.take() }
             };
             if let Some(mut effect) = effect {
                 // The result's own line numbers beat the requested window (a limit
@@ -958,11 +904,7 @@ impl Scan {
         let m = &mut self.facts.messages[message];
         m.has_text = true;
         m.last_seq = seq;
-        self.facts.said.push(Said {
-            seq,
-            message,
-            text: text.to_owned(),
-        });
+        self.facts.said.push(Said { seq, message, text: text.to_owned() });
     }
 
     fn tool_use(&mut self, message: usize, block: &Block<'_>) {
@@ -972,20 +914,9 @@ impl Scan {
         }
         let seq = self.next_seq();
         let tool = block.name.as_deref().unwrap_or("tool").to_owned();
-        let input: ToolInput<'_> = block
-            .input
-            .and_then(|raw| serde_json::from_str(raw.get()).ok())
-            .unwrap_or_default();
+        let input: ToolInput<'_> = block.input.and_then(|raw| serde_json::from_str(raw.get()).ok()).unwrap_or_default();
         let (label, file_effect) = describe(&tool, &input);
-        for text in [
-            &input.command,
-            &input.pattern,
-            &input.query,
-            &input.description,
-        ]
-        .into_iter()
-        .flatten()
-        {
+        for text in [&input.command, &input.pattern, &input.query, &input.description].into_iter().flatten() {
             self.facts.terms.add(text, WEIGHT_TOOL);
         }
         if tool == "TodoWrite"
@@ -1007,17 +938,9 @@ impl Scan {
         m.has_tool_use = true;
         m.last_seq = seq;
         if !id.is_empty() {
-            self.step_by_id
-                .insert(id.to_owned(), self.facts.steps.len());
+            self.step_by_id.insert(id.to_owned(), self.facts.steps.len());
         }
-        self.facts.steps.push(Step {
-            seq,
-            tool,
-            label,
-            outcome: Outcome::Pending,
-            result_seq: None,
-            file_effect,
-        });
+        self.facts.steps.push(Step { seq, tool, label, outcome: Outcome::Pending, result_seq: None, file_effect });
     }
 
     fn attachment(&mut self, record: &Record) {
@@ -1029,11 +952,7 @@ impl Scan {
         };
         match att.ty.as_deref() {
             Some("file") => {
-                let meta = att
-                    .content
-                    .and_then(|c| c.0)
-                    .and_then(|c| c.file)
-                    .and_then(|f| f.0);
+                let meta = att.content.and_then(|c| c.0).and_then(|c| c.file).and_then(|f| f.0);
                 match meta {
                     Some(m) => self.apply_file_meta(&m, true),
                     None => {
@@ -1055,16 +974,10 @@ impl Scan {
     }
 
     fn file(&mut self, path: &str, seq: usize) -> &mut FileState {
-        let state = self
-            .files
-            .entry(path.to_owned())
-            .or_insert_with(|| FileState {
-                touched: FileTouched {
-                    path: path.to_owned(),
-                    ..FileTouched::default()
-                },
-                last_seq: 0,
-            });
+        let state = self.files.entry(path.to_owned()).or_insert_with(|| FileState {
+            touched: FileTouched { path: path.to_owned(), ..FileTouched::default() },
+            last_seq: 0,
+        });
         state.last_seq = state.last_seq.max(seq);
         state
     }
@@ -1076,10 +989,7 @@ impl Scan {
         };
         let seq = self.seq;
         let range = match (meta.start_line, meta.num_lines) {
-            (Some(start), Some(n)) if n > 0 => Some(LineRange {
-                start: start.max(1),
-                end: start.max(1) + n - 1,
-            }),
+            (Some(start), Some(n)) if n > 0 => Some(LineRange { start: start.max(1), end: start.max(1) + n - 1 }),
             _ => None,
         };
         let state = self.file(path, seq);
@@ -1134,11 +1044,7 @@ impl Scan {
         }
         let mut files: Vec<FileState> = self.files.into_values().collect();
         // Newest first; the path breaks ties so the order never depends on hashing.
-        files.sort_by(|a, b| {
-            b.last_seq
-                .cmp(&a.last_seq)
-                .then_with(|| a.touched.path.cmp(&b.touched.path))
-        });
+        files.sort_by(|a, b| b.last_seq.cmp(&a.last_seq).then_with(|| a.touched.path.cmp(&b.touched.path)));
         self.facts.files = files
             .into_iter()
             .map(|mut f| {
@@ -1165,83 +1071,43 @@ fn merge_ranges(mut ranges: Vec<LineRange>) -> Vec<LineRange> {
 
 /// A short label for a tool call and the file effect it has once it succeeds.
 fn describe(tool: &str, input: &ToolInput<'_>) -> (String, Option<FileEffect>) {
-    let file = input
-        .file_path
-        .as_deref()
-        .or(input.notebook_path.as_deref());
+    let file = input.file_path.as_deref().or(input.notebook_path.as_deref());
     match (tool, file) {
         ("Read", Some(path)) => {
             let range = input.limit.filter(|n| *n > 0).map(|n| {
                 let start = input.offset.unwrap_or(1).max(1);
-                LineRange {
-                    start,
-                    end: start + n - 1,
-                }
+                LineRange { start, end: start + n - 1 }
             });
             let label = match (&range, input.offset) {
                 (Some(r), _) => format!("Read {path} (lines {}–{})", r.start, r.end),
                 (None, Some(o)) => format!("Read {path} (from line {o})"),
                 (None, None) => format!("Read {path}"),
             };
-            (
-                label,
-                Some(FileEffect::Read {
-                    path: path.to_owned(),
-                    range,
-                }),
-            )
+            (label, Some(FileEffect::Read { path: path.to_owned(), range }))
         }
         ("Edit" | "MultiEdit" | "NotebookEdit", Some(path)) => {
-            let (old, new) = match (
-                &input.old_string,
-                &input.new_string,
-                &input.edits,
-                &input.new_source,
-            ) {
+            let (old, new) = match (&input.old_string, &input.new_string, &input.edits, &input.new_source) {
                 (_, Some(new), _, _) => (input.old_string.as_deref().unwrap_or(""), new.as_ref()),
-                (_, _, Some(edits), _) => {
-                    edits
-                        .iter()
-                        .rev()
-                        .find_map(|e| e.0.as_ref())
-                        .map_or(("", ""), |e| {
-                            (
-                                e.old_string.as_deref().unwrap_or(""),
-                                e.new_string.as_deref().unwrap_or(""),
-                            )
-                        })
-                }
+                (_, _, Some(edits), _) => edits.iter().rev().find_map(|e| e.0.as_ref()).map_or(("", ""), |e| {
+                    (e.old_string.as_deref().unwrap_or(""), e.new_string.as_deref().unwrap_or(""))
+                }),
                 (_, _, _, Some(src)) => ("", src.as_ref()),
                 _ => ("", ""),
             };
             let (old, new) = edit_quotes(old, new);
-            let effect = FileEffect::Edit {
-                path: path.to_owned(),
-                old,
-                new,
-            };
+            let effect = FileEffect::Edit { path: path.to_owned(), old, new };
             (format!("{tool} {path}"), Some(effect))
         }
         ("Write", Some(path)) => {
             let lines = input.content.as_deref().map_or(0, |c| c.lines().count());
-            (
-                format!("Write {path} ({lines} lines)"),
-                Some(FileEffect::Write {
-                    path: path.to_owned(),
-                    lines,
-                }),
-            )
+            (format!("Write {path} ({lines} lines)"), Some(FileEffect::Write { path: path.to_owned(), lines }))
         }
         _ => {
             let detail = if let Some(cmd) = input.command.as_deref() {
                 format!(" `{}`", short(cmd, LABEL_DETAIL_BYTES))
             } else if let Some(p) = input.pattern.as_deref() {
                 match input.path.as_deref() {
-                    Some(dir) => format!(
-                        " `{}` in {}",
-                        short(p, LABEL_DETAIL_BYTES),
-                        short(dir, LABEL_DETAIL_BYTES)
-                    ),
+                    Some(dir) => format!(" `{}` in {}", short(p, LABEL_DETAIL_BYTES), short(dir, LABEL_DETAIL_BYTES)),
                     None => format!(" `{}`", short(p, LABEL_DETAIL_BYTES)),
                 }
             } else if let Some(q) = input.query.as_deref() {
@@ -1283,11 +1149,7 @@ fn edit_quotes(old: &str, new: &str) -> (String, String) {
         start = space + 1;
     }
     let quote = |s: &str| {
-        if start == 0 {
-            short(s, EDIT_QUOTE_BYTES)
-        } else {
-            format!("…{}", short(&s[start..], EDIT_QUOTE_BYTES))
-        }
+        if start == 0 { short(s, EDIT_QUOTE_BYTES) } else { format!("…{}", short(&s[start..], EDIT_QUOTE_BYTES)) }
     };
     (quote(&old), quote(&new))
 }
@@ -1361,11 +1223,8 @@ fn plain_user_text(line: &str) -> Option<String> {
     match line.message.and_then(|m| m.0)?.content? {
         Content::Text(t) => Some(t.into_owned()),
         Content::Blocks(blocks) => {
-            let texts: Vec<String> = blocks
-                .into_iter()
-                .filter_map(|b| b.0)
-                .filter_map(|b| b.text.map(Cow::into_owned))
-                .collect();
+            let texts: Vec<String> =
+                blocks.into_iter().filter_map(|b| b.0).filter_map(|b| b.text.map(Cow::into_owned)).collect();
             (!texts.is_empty()).then(|| texts.join("\n"))
         }
         Content::Other => None,
@@ -1378,30 +1237,15 @@ mod tests {
 
     #[test]
     fn host_text_is_not_a_prompt() {
-        assert_eq!(
-            prompt_text("  fix the bug  ").as_deref(),
-            Some("fix the bug")
-        );
-        assert_eq!(
-            prompt_text("<local-command-stdout>Compacted</local-command-stdout>"),
-            None
-        );
-        assert_eq!(
-            prompt_text("<command-name>/compact</command-name><command-args>x</command-args>"),
-            None
-        );
+        assert_eq!(prompt_text("  fix the bug  ").as_deref(), Some("fix the bug"));
+        assert_eq!(prompt_text("<local-command-stdout>Compacted</local-command-stdout>"), None);
+        assert_eq!(prompt_text("<command-name>/compact</command-name><command-args>x</command-args>"), None);
         assert_eq!(
             prompt_text("<command-message>review</command-message>\n<command-name>/review</command-name>\n<command-args>PR 12</command-args>").as_deref(),
             Some("/review PR 12")
         );
-        assert_eq!(
-            prompt_text("<bash-input>ls -la</bash-input>").as_deref(),
-            Some("! ls -la")
-        );
-        assert_eq!(
-            prompt_text("[Request interrupted by user for tool use]"),
-            None
-        );
+        assert_eq!(prompt_text("<bash-input>ls -la</bash-input>").as_deref(), Some("! ls -la"));
+        assert_eq!(prompt_text("[Request interrupted by user for tool use]"), None);
         assert_eq!(prompt_text("<system-reminder>x</system-reminder>"), None);
     }
 
@@ -1411,10 +1255,7 @@ mod tests {
             error_line("Compiling x\nerror[E0308]: mismatched types\n  --> a.rs"),
             Some("error[E0308]: mismatched types")
         );
-        assert_eq!(
-            error_line("test result: ok. 12 passed; 0 failed; 0 ignored"),
-            None
-        );
+        assert_eq!(error_line("test result: ok. 12 passed; 0 failed; 0 ignored"), None);
         assert_eq!(
             error_line("test result: FAILED. 11 passed; 1 failed"),
             Some("test result: FAILED. 11 passed; 1 failed")
@@ -1431,14 +1272,8 @@ mod tests {
 
     #[test]
     fn excerpt_strips_wrapper_tags() {
-        assert_eq!(
-            error_excerpt("<tool_use_error>File does not exist.</tool_use_error>"),
-            "File does not exist."
-        );
-        assert_eq!(
-            error_excerpt("\n\nExit code 1\nfirst\nsecond\nthird"),
-            "Exit code 1 / first / second"
-        );
+        assert_eq!(error_excerpt("<tool_use_error>File does not exist.</tool_use_error>"), "File does not exist.");
+        assert_eq!(error_excerpt("\n\nExit code 1\nfirst\nsecond\nthird"), "Exit code 1 / first / second");
         assert_eq!(error_excerpt(""), "(no error text)");
     }
 

@@ -381,9 +381,7 @@ fn shape(token: &str) -> Option<Shape> {
         return None;
     }
     let inner_underscore = token.trim_matches('_').contains('_');
-    let camel = bytes
-        .windows(2)
-        .any(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase());
+    let camel = bytes.windows(2).any(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase());
     if inner_underscore || camel {
         Some(Shape::Code)
     } else if token.starts_with('_') || digits > 0 {
@@ -413,11 +411,7 @@ impl Terms {
         while i < bytes.len() {
             let b = bytes[i];
             if json && b == b'\\' {
-                i += if bytes.get(i + 1) == Some(&b'u') {
-                    6
-                } else {
-                    2
-                };
+                i += if bytes.get(i + 1) == Some(&b'u') { 6 } else { 2 };
                 continue;
             }
             if !is_token_byte(b) {
@@ -480,29 +474,20 @@ impl Terms {
     /// The `limit` highest-scoring code-shaped identifiers and plain words, each seen
     /// with at least `min_count` weighted occurrences. Ties break by name so the output
     /// never depends on hash order.
-    pub(super) fn top(
-        &self,
-        limit_code: usize,
-        limit_words: usize,
-        min_count: u32,
-    ) -> (Vec<Ranked>, Vec<Ranked>) {
+    pub(super) fn top(&self, limit_code: usize, limit_words: usize, min_count: u32) -> (Vec<Ranked>, Vec<Ranked>) {
         let mut code = Vec::new();
         let mut words = Vec::new();
         for (term, count) in &self.counts {
             if *count < min_count {
                 continue;
             }
-            let ranked = Ranked {
-                term: term.to_string(),
-                count: *count,
-            };
+            let ranked = Ranked { term: term.to_string(), count: *count };
             match shape(term) {
                 Some(Shape::Code) => code.push(ranked),
                 _ => words.push(ranked),
             }
         }
-        let order =
-            |a: &Ranked, b: &Ranked| b.count.cmp(&a.count).then_with(|| a.term.cmp(&b.term));
+        let order = |a: &Ranked, b: &Ranked| b.count.cmp(&a.count).then_with(|| a.term.cmp(&b.term));
         code.sort_by(order);
         words.sort_by(order);
         code.truncate(limit_code);
@@ -519,11 +504,7 @@ fn is_token_byte(b: u8) -> bool {
 pub(super) fn extension(path: &str) -> Option<&str> {
     let name = path.rsplit(['/', '\\']).next()?;
     let (stem, ext) = name.rsplit_once('.')?;
-    if stem.is_empty()
-        || ext.is_empty()
-        || ext.len() > 10
-        || !ext.bytes().all(|b| b.is_ascii_alphanumeric())
-    {
+    if stem.is_empty() || ext.is_empty() || ext.len() > 10 || !ext.bytes().all(|b| b.is_ascii_alphanumeric()) {
         return None;
     }
     Some(ext)
@@ -536,25 +517,12 @@ mod tests {
     #[test]
     fn code_shapes_beat_noise() {
         let mut t = Terms::default();
-        t.add(
-            "the summarize_offline function calls parseReply and OfflineOptions",
-            1,
-        );
-        t.add(
-            "toolu_01AbCdEfGhIjKlMnOp deadbeef12 12345 the the the and",
-            5,
-        );
+        t.add("the summarize_offline function calls parseReply and OfflineOptions", 1);
+        t.add("toolu_01AbCdEfGhIjKlMnOp deadbeef12 12345 the the the and", 5);
         t.add("summarize_offline again; compaction compaction", 1);
         let (code, words) = t.top(10, 10, 1);
         let code: Vec<_> = code.iter().map(|r| (r.term.as_str(), r.count)).collect();
-        assert_eq!(
-            code,
-            vec![
-                ("summarize_offline", 2),
-                ("OfflineOptions", 1),
-                ("parseReply", 1)
-            ]
-        );
+        assert_eq!(code, vec![("summarize_offline", 2), ("OfflineOptions", 1), ("parseReply", 1)]);
         let words: Vec<_> = words.iter().map(|r| (r.term.as_str(), r.count)).collect();
         assert_eq!(words, vec![("compaction", 2), ("calls", 1)]);
     }
@@ -564,43 +532,16 @@ mod tests {
         let mut t = Terms::default();
         t.add("Watcher watcher WATCHER budget", 1);
         let (_, words) = t.top(5, 5, 2);
-        assert_eq!(
-            words,
-            vec![Ranked {
-                term: "watcher".into(),
-                count: 3
-            }]
-        );
+        assert_eq!(words, vec![Ranked { term: "watcher".into(), count: 3 }]);
     }
 
     #[test]
     fn raw_json_escapes_separate_tokens() {
         let mut t = Terms::default();
-        t.add_json(
-            r#""fn main() {\n    let watcher_loop = 1;\n}\tbudget\u00e9budget""#,
-            1,
-        );
+        t.add_json(r#""fn main() {\n    let watcher_loop = 1;\n}\tbudget\u00e9budget""#, 1);
         let (code, words) = t.top(5, 5, 1);
-        assert_eq!(
-            code,
-            vec![Ranked {
-                term: "watcher_loop".into(),
-                count: 1
-            }]
-        );
-        assert_eq!(
-            words,
-            vec![
-                Ranked {
-                    term: "budget".into(),
-                    count: 2
-                },
-                Ranked {
-                    term: "main".into(),
-                    count: 1
-                }
-            ]
-        );
+        assert_eq!(code, vec![Ranked { term: "watcher_loop".into(), count: 1 }]);
+        assert_eq!(words, vec![Ranked { term: "budget".into(), count: 2 }, Ranked { term: "main".into(), count: 1 }]);
     }
 
     #[test]

@@ -18,45 +18,26 @@ use crate::record::Record;
 const LEXER: &str = include_str!("testdata/lexer_session.jsonl");
 const CONTINUED: &str = include_str!("testdata/continued_session.jsonl");
 const GENERATED: [(&str, &str); 3] = [
-    (
-        "seed 42, 4 turns",
-        include_str!("testdata/gen_s42_t4.jsonl"),
-    ),
-    (
-        "seed 21, 3 turns",
-        include_str!("testdata/gen_s21_t3.jsonl"),
-    ),
+    ("seed 42, 4 turns", include_str!("testdata/gen_s42_t4.jsonl")),
+    ("seed 21, 3 turns", include_str!("testdata/gen_s21_t3.jsonl")),
     ("seed 3, 2 turns", include_str!("testdata/gen_s3_t2.jsonl")),
 ];
 /// A real Claude Code 2.1.332 transcript, outside the repository (CI has it).
-const REAL_TRANSCRIPT: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/transcripts/claude-code-2.1.332/manual-compact.jsonl"
-);
+const REAL_TRANSCRIPT: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/transcripts/claude-code-2.1.332/manual-compact.jsonl");
 
 fn records(jsonl: &str) -> Vec<Record> {
-    jsonl
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| Record::parse(l).unwrap())
-        .collect()
+    jsonl.lines().filter(|l| !l.trim().is_empty()).map(|l| Record::parse(l).unwrap()).collect()
 }
 
 fn with_cap(cap: u64) -> OfflineOptions {
-    OfflineOptions {
-        max_output_tokens: cap,
-        ..OfflineOptions::default()
-    }
+    OfflineOptions { max_output_tokens: cap, ..OfflineOptions::default() }
 }
 
 /// The body of section `n` in a summary text.
 fn section_body(text: &str, n: u8) -> String {
     let body = parse_summary_reply(text).unwrap();
-    split_sections(&body)
-        .into_iter()
-        .find(|s| s.number == n)
-        .map(|s| s.body.to_owned())
-        .unwrap_or_default()
+    split_sections(&body).into_iter().find(|s| s.number == n).map(|s| s.body.to_owned()).unwrap_or_default()
 }
 
 /// Shape every offline summary has, whatever the cap.
@@ -82,11 +63,7 @@ struct Oracle {
 }
 
 fn oracle(jsonl: &str) -> Oracle {
-    let mut o = Oracle {
-        prompts: Vec::new(),
-        read_paths: BTreeSet::new(),
-        edited_paths: BTreeSet::new(),
-    };
+    let mut o = Oracle { prompts: Vec::new(), read_paths: BTreeSet::new(), edited_paths: BTreeSet::new() };
     for line in jsonl.lines() {
         let v: Value = serde_json::from_str(line).unwrap();
         let content = &v["message"]["content"];
@@ -123,10 +100,7 @@ fn oracle(jsonl: &str) -> Oracle {
 
 #[test]
 fn golden_lexer_session() {
-    let options = OfflineOptions {
-        max_user_message_chars: 200,
-        ..OfflineOptions::default()
-    };
+    let options = OfflineOptions { max_user_message_chars: 200, ..OfflineOptions::default() };
     let summary = summarize_offline(&records(LEXER), &options);
     expect![[r#"
         <summary>
@@ -180,19 +154,10 @@ fn golden_lexer_session() {
     assert!(!summary.trimmed);
     assert_eq!(summary.user_messages, 3);
     let paths: Vec<&str> = summary.files.iter().map(|f| f.path.as_str()).collect();
-    assert_eq!(
-        paths,
-        ["/work/lexer/tests/exponents.rs", "/work/lexer/src/lexer.rs"]
-    );
+    assert_eq!(paths, ["/work/lexer/tests/exponents.rs", "/work/lexer/src/lexer.rs"]);
     let lexer = &summary.files[1];
     assert!(lexer.read && lexer.edited && !lexer.written);
-    assert_eq!(
-        lexer.ranges,
-        vec![LineRange {
-            start: 70,
-            end: 109
-        }]
-    );
+    assert_eq!(lexer.ranges, vec![LineRange { start: 70, end: 109 }]);
     assert_eq!(lexer.total_lines, Some(212));
     assert_eq!(summary.files[0].written_lines, Some(4));
 }
@@ -248,34 +213,13 @@ fn golden_continued_session() {
     // The request from before the boundary is represented only through the earlier
     // summary; the reply the boundary kept is back in view.
     assert_eq!(summary.user_messages, 1);
-    let config = summary
-        .files
-        .iter()
-        .find(|f| f.path == "/work/cfg/src/config.rs")
-        .unwrap();
-    assert!(
-        config.restored && config.read,
-        "the pending Read counts as a read: {config:?}"
-    );
-    let table = summary
-        .files
-        .iter()
-        .find(|f| f.path == "/work/cfg/src/big_table.rs")
-        .unwrap();
+    let config = summary.files.iter().find(|f| f.path == "/work/cfg/src/config.rs").unwrap();
+    assert!(config.restored && config.read, "the pending Read counts as a read: {config:?}");
+    let table = summary.files.iter().find(|f| f.path == "/work/cfg/src/big_table.rs").unwrap();
     assert!(table.referenced && !table.read);
     let facts = scan::scan(&records(CONTINUED));
-    assert!(
-        facts
-            .said
-            .iter()
-            .any(|s| s.text.contains("kept verbatim across the compaction"))
-    );
-    assert!(
-        facts
-            .prior_summary
-            .as_deref()
-            .is_some_and(|s| s.contains("TOML config loader"))
-    );
+    assert!(facts.said.iter().any(|s| s.text.contains("kept verbatim across the compaction")));
+    assert!(facts.prior_summary.as_deref().is_some_and(|s| s.contains("TOML config loader")));
 }
 
 #[test]
@@ -331,10 +275,7 @@ fn golden_tight_cap_with_focus() {
     assert_well_formed(&summary);
     assert!(summary.trimmed);
     assert!(summary.tokens <= 420, "{}", summary.tokens);
-    assert!(
-        section_body(&summary.text, 1)
-            .contains("Focus requested for this summary: the exponent regression")
-    );
+    assert!(section_body(&summary.text, 1).contains("Focus requested for this summary: the exponent regression"));
 }
 
 // ----------------------------------------------------------------------------------
@@ -359,12 +300,7 @@ fn split_lines_merge_and_host_records_are_ignored() {
             "TodoWrite (4 items)",
         ]
     );
-    assert!(
-        facts
-            .said
-            .iter()
-            .all(|s| !s.text.contains("SIDECHAIN") && !s.text.contains("API Error"))
-    );
+    assert!(facts.said.iter().all(|s| !s.text.contains("SIDECHAIN") && !s.text.contains("API Error")));
     // Both failures are seen: one flagged by the host, one only in the output text.
     let failed: Vec<&str> = facts
         .steps
@@ -388,16 +324,10 @@ fn split_lines_merge_and_host_records_are_ignored() {
 
 #[test]
 fn long_messages_are_cut_with_a_visible_marker() {
-    let options = OfflineOptions {
-        max_user_message_chars: 200,
-        ..OfflineOptions::default()
-    };
+    let options = OfflineOptions { max_user_message_chars: 200, ..OfflineOptions::default() };
     let summary = summarize_offline(&records(LEXER), &options);
     let messages = section_body(&summary.text, 6);
-    let long = messages
-        .lines()
-        .find(|l| l.contains("while you are at it"))
-        .unwrap();
+    let long = messages.lines().find(|l| l.contains("while you are at it")).unwrap();
     assert!(long.contains("characters cut …]"), "{long}");
     // The head and the tail of the message both survive.
     assert!(long.starts_with("   - Also, while you are at it"), "{long}");
@@ -418,11 +348,7 @@ fn empty_and_bookkeeping_only_input() {
         assert_well_formed(&summary);
         assert_eq!(summary.user_messages, 0);
         assert!(summary.files.is_empty());
-        assert!(
-            summary
-                .text
-                .contains("- No user message in this part of the conversation.")
-        );
+        assert!(summary.text.contains("- No user message in this part of the conversation."));
         assert_eq!(
             section_body(&summary.text, 9),
             "   - None: the assistant's last reply finished its turn. Wait for the user's next message."
@@ -434,8 +360,7 @@ fn empty_and_bookkeeping_only_input() {
 fn side_chains_count_only_when_they_are_the_whole_transcript() {
     let side_prompt = r#"{"type":"user","isSidechain":true,"uuid":"a","message":{"role":"user","content":"Survey the config module."}}"#;
     let side_reply = r#"{"type":"assistant","isSidechain":true,"uuid":"b","message":{"id":"m1","role":"assistant","content":[{"type":"text","text":"Surveyed."}],"stop_reason":"end_turn"}}"#;
-    let main_prompt =
-        r#"{"type":"user","uuid":"c","message":{"role":"user","content":"Ship it."}}"#;
+    let main_prompt = r#"{"type":"user","uuid":"c","message":{"role":"user","content":"Ship it."}}"#;
     // A subagent's own transcript: everything is side chain.
     let own = records(&[side_prompt, side_reply].join("\n"));
     let summary = summarize_offline(&own, &OfflineOptions::default());
@@ -458,10 +383,7 @@ fn an_unflagged_earlier_summary_is_carried_not_quoted() {
     });
     let summary = summarize_offline(&records(&line.to_string()), &OfflineOptions::default());
     assert_eq!(summary.user_messages, 0);
-    assert!(
-        section_body(&summary.text, 1)
-            .contains("Before the previous compaction:\n     Port the CLI to clap.")
-    );
+    assert!(section_body(&summary.text, 1).contains("Before the previous compaction:\n     Port the CLI to clap."));
     assert!(section_body(&summary.text, 6).contains("     - Port the CLI to clap."));
 }
 
@@ -521,42 +443,25 @@ fn generated_sessions_keep_every_message_file_and_the_last_request() {
         let messages = section_body(&summary.text, 6);
         for prompt in &o.prompts {
             assert!(
-                messages.contains(&format!("- {prompt}\n"))
-                    || messages.ends_with(&format!("- {prompt}")),
+                messages.contains(&format!("- {prompt}\n")) || messages.ends_with(&format!("- {prompt}")),
                 "{name}: {prompt}"
             );
         }
         let files = section_body(&summary.text, 3);
         for path in o.read_paths.iter().chain(&o.edited_paths) {
             assert!(files.contains(&format!("- {path}: ")), "{name}: {path}");
-            assert!(
-                summary.files.iter().any(|f| &f.path == path),
-                "{name}: {path}"
-            );
+            assert!(summary.files.iter().any(|f| &f.path == path), "{name}: {path}");
         }
         for path in &o.read_paths {
             let f = summary.files.iter().find(|f| &f.path == path).unwrap();
-            assert!(
-                f.read && !f.ranges.is_empty() && f.ranges[0].start == 1,
-                "{name}: {f:?}"
-            );
+            assert!(f.read && !f.ranges.is_empty() && f.ranges[0].start == 1, "{name}: {f:?}");
         }
         let last = o.prompts.last().unwrap();
-        assert!(
-            section_body(&summary.text, 1).contains(&format!("Latest request: {last}")),
-            "{name}"
-        );
+        assert!(section_body(&summary.text, 1).contains(&format!("Latest request: {last}")), "{name}");
         let head: String = last.chars().take(60).collect();
-        assert!(
-            section_body(&summary.text, 8).contains(&format!("Working on: “{head}")),
-            "{name}"
-        );
+        assert!(section_body(&summary.text, 8).contains(&format!("Working on: “{head}")), "{name}");
         // Every generated turn ends with a reply: nothing is pending.
-        assert_eq!(
-            section_body(&summary.text, 7),
-            "   - None recorded.",
-            "{name}"
-        );
+        assert_eq!(section_body(&summary.text, 7), "   - None recorded.", "{name}");
     }
 }
 
@@ -570,11 +475,7 @@ fn generated_sessions_respect_every_cap() {
         for cap in [20_000, 4_000, 1_500, 600, 250] {
             let summary = summarize_offline(&recs, &with_cap(cap));
             assert_well_formed(&summary);
-            assert!(
-                summary.tokens <= cap,
-                "{name} cap {cap}: {} tokens",
-                summary.tokens
-            );
+            assert!(summary.tokens <= cap, "{name} cap {cap}: {} tokens", summary.tokens);
             assert_eq!(summary.trimmed, full.tokens > cap, "{name} cap {cap}");
             if !summary.trimmed {
                 assert_eq!(summary.text, full.text);
@@ -582,10 +483,7 @@ fn generated_sessions_respect_every_cap() {
             // These sessions have few messages: every one survives, at least cut.
             let messages = section_body(&summary.text, 6);
             for prompt in &o.prompts {
-                assert!(
-                    in_short_form(&messages, prompt),
-                    "{name} cap {cap}: {prompt}\n{messages}"
-                );
+                assert!(in_short_form(&messages, prompt), "{name} cap {cap}: {prompt}\n{messages}");
             }
         }
     }
@@ -594,21 +492,16 @@ fn generated_sessions_respect_every_cap() {
 /// True when a line of section 6 is `prompt`, whole or cut (its head, a marker, and
 /// possibly its tail).
 fn in_short_form(messages: &str, prompt: &str) -> bool {
-    messages
-        .lines()
-        .filter_map(|l| l.strip_prefix("   - "))
-        .any(|line| {
-            if line == prompt {
-                return true;
-            }
-            let Some((head, rest)) = line.split_once(" [… ") else {
-                return false;
-            };
-            let tail = rest
-                .split_once(" characters cut …]")
-                .map_or("", |(_, t)| t.trim_start());
-            head.len() >= 5 && prompt.starts_with(head) && prompt.ends_with(tail)
-        })
+    messages.lines().filter_map(|l| l.strip_prefix("   - ")).any(|line| {
+        if line == prompt {
+            return true;
+        }
+        let Some((head, rest)) = line.split_once(" [… ") else {
+            return false;
+        };
+        let tail = rest.split_once(" characters cut …]").map_or("", |(_, t)| t.trim_start());
+        head.len() >= 5 && prompt.starts_with(head) && prompt.ends_with(tail)
+    })
 }
 
 #[test]
@@ -618,10 +511,7 @@ fn a_cap_below_the_headings_still_writes_the_headings() {
     assert!(summary.trimmed);
     assert!(summary.tokens > 10);
     let body = parse_summary_reply(&summary.text).unwrap();
-    assert!(
-        split_sections(&body).iter().all(|s| s.body.is_empty()),
-        "{body}"
-    );
+    assert!(split_sections(&body).iter().all(|s| s.body.is_empty()), "{body}");
 }
 
 #[test]
@@ -638,17 +528,10 @@ fn focus_keeps_matching_entries_when_others_are_dropped() {
             text.contains(&format!("- {newest}: ")) && !text.contains(&format!("- {oldest}: "))
         })
         .unwrap();
-    let focused = OfflineOptions {
-        focus: Some(format!("the file {oldest}")),
-        ..with_cap(cap)
-    };
+    let focused = OfflineOptions { focus: Some(format!("the file {oldest}")), ..with_cap(cap) };
     let summary = summarize_offline(&recs, &focused);
     assert!(summary.tokens <= cap);
-    assert!(
-        section_body(&summary.text, 3).contains(&format!("- {oldest}: ")),
-        "cap {cap}:\n{}",
-        summary.text
-    );
+    assert!(section_body(&summary.text, 3).contains(&format!("- {oldest}: ")), "cap {cap}:\n{}", summary.text);
     assert!(section_body(&summary.text, 1).contains(&oldest));
 }
 
@@ -679,46 +562,23 @@ fn real_transcript_after_its_compaction() {
     // caveat and the command output are not.
     assert_eq!(summary.user_messages, 1);
     let messages = section_body(&summary.text, 6);
-    assert!(
-        messages.contains("- After compaction: what files did we read? [[READ:src/util.py]]"),
-        "{messages}"
-    );
+    assert!(messages.contains("- After compaction: what files did we read? [[READ:src/util.py]]"), "{messages}");
     assert!(!messages.contains("command-name") && !messages.contains("Compacted"));
     // The earlier summary's intent is carried forward.
-    assert!(
-        section_body(&summary.text, 1)
-            .contains("The user asked to inspect files app.py, util.py and README.md.")
-    );
+    assert!(section_body(&summary.text, 1).contains("The user asked to inspect files app.py, util.py and README.md."));
     // Files: read after the boundary, re-attached, or named as too large.
-    let find = |suffix: &str| {
-        summary
-            .files
-            .iter()
-            .find(|f| f.path.ends_with(suffix))
-            .unwrap()
-    };
+    let find = |suffix: &str| summary.files.iter().find(|f| f.path.ends_with(suffix)).unwrap();
     let util = find("/src/util.py");
     assert!(util.read && util.restored);
     assert_eq!(util.ranges, vec![LineRange { start: 1, end: 10 }]);
     assert!(find("/README.md").restored);
     assert!(find("/src/app.py").restored);
     assert!(find("/src/big.py").referenced);
-    assert_eq!(
-        summary.files[0].path, "/home/dev/proj/src/util.py",
-        "newest first"
-    );
+    assert_eq!(summary.files[0].path, "/home/dev/proj/src/util.py", "newest first");
     // The reply the boundary kept verbatim is in view again.
     let facts = scan::scan(&recs);
-    assert!(
-        facts
-            .said
-            .iter()
-            .any(|s| s.text == "STUB reply #7 (messages=12). Done.")
-    );
-    assert!(
-        section_body(&summary.text, 8)
-            .contains("Last assistant message: STUB reply #11 (messages=8). Done.")
-    );
+    assert!(facts.said.iter().any(|s| s.text == "STUB reply #7 (messages=12). Done."));
+    assert!(section_body(&summary.text, 8).contains("Last assistant message: STUB reply #11 (messages=8). Done."));
 }
 
 #[test]
@@ -738,29 +598,15 @@ fn real_transcript_before_its_compaction() {
         "   - What does util.py export? Answer briefly.",
     ];
     assert_eq!(messages, expected.join("\n"));
-    let files: Vec<(&str, bool, Vec<LineRange>)> = summary
-        .files
-        .iter()
-        .map(|f| (f.path.rsplit('/').next().unwrap(), f.read, f.ranges.clone()))
-        .collect();
+    let files: Vec<(&str, bool, Vec<LineRange>)> =
+        summary.files.iter().map(|f| (f.path.rsplit('/').next().unwrap(), f.read, f.ranges.clone())).collect();
     let r = |end| vec![LineRange { start: 1, end }];
     assert_eq!(
         files,
-        [
-            ("big.py", true, r(1201)),
-            ("README.md", true, r(4)),
-            ("util.py", true, r(10)),
-            ("app.py", true, r(11))
-        ]
+        [("big.py", true, r(1201)), ("README.md", true, r(4)), ("util.py", true, r(10)), ("app.py", true, r(11))]
     );
-    assert!(
-        section_body(&summary.text, 1)
-            .contains("Latest request: What does util.py export? Answer briefly.")
-    );
-    assert_eq!(
-        section_body(&summary.text, 4),
-        "   - No tool call failed in this part of the conversation."
-    );
+    assert!(section_body(&summary.text, 1).contains("Latest request: What does util.py export? Answer briefly."));
+    assert_eq!(section_body(&summary.text, 4), "   - No tool call failed in this part of the conversation.");
     // Small caps hold too, on real data.
     for cap in [300, 150] {
         let s = summarize_offline(&recs, &with_cap(cap));

@@ -79,10 +79,7 @@ fn head_end(s: &str, max: usize) -> usize {
         return end;
     }
     let window_start = end.saturating_sub(WORD_SLACK);
-    match s.as_bytes()[window_start..end]
-        .iter()
-        .rposition(|b| b.is_ascii_whitespace())
-    {
+    match s.as_bytes()[window_start..end].iter().rposition(|b| b.is_ascii_whitespace()) {
         Some(p) if window_start + p > 0 => window_start + p,
         _ => end,
     }
@@ -93,10 +90,7 @@ fn head_end(s: &str, max: usize) -> usize {
 fn tail_start(s: &str, max: usize) -> usize {
     let start = ceil_boundary(s, s.len().saturating_sub(max));
     let window_end = (start + WORD_SLACK).min(s.len());
-    match s.as_bytes()[start..window_end]
-        .iter()
-        .position(|b| b.is_ascii_whitespace())
-    {
+    match s.as_bytes()[start..window_end].iter().position(|b| b.is_ascii_whitespace()) {
         Some(p) if start + p + 1 < s.len() => start + p + 1,
         _ => start,
     }
@@ -216,15 +210,9 @@ mod tests {
                 // The count in the marker is exactly what is missing.
                 let kept = out.chars().filter(|c| *c == 'w').count() * 5;
                 let start = out.find("[… ").map(|i| i + "[… ".len()).unwrap_or(0);
-                let digits: String = out[start..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_digit() || *c == ',')
-                    .collect();
+                let digits: String = out[start..].chars().take_while(|c| c.is_ascii_digit() || *c == ',').collect();
                 let n: usize = digits.replace(',', "").parse().unwrap();
-                assert!(
-                    n + kept >= 2000 - 2 && n + kept <= 2000 + 2,
-                    "{limit}: {n} + {kept}"
-                );
+                assert!(n + kept >= 2000 - 2 && n + kept <= 2000 + 2, "{limit}: {n} + {kept}");
             }
         }
         assert_eq!(cut("short", 10, CutStyle::Head), "short");
@@ -247,10 +235,7 @@ mod tests {
             let out = cut(&text, limit, CutStyle::HeadTail);
             assert!(out.len() <= limit.max(cut_marker(1000).len()));
         }
-        assert_eq!(
-            cut_chars("äöü", 2, CutStyle::Head),
-            cut("äöü", 4, CutStyle::Head)
-        );
+        assert_eq!(cut_chars("äöü", 2, CutStyle::Head), cut("äöü", 4, CutStyle::Head));
         assert_eq!(cut_chars("äöü", 3, CutStyle::Head), "äöü");
     }
 

@@ -413,8 +413,7 @@ mod tests {
             path.insert(n);
             at = parent[n];
         }
-        let is_message =
-            |r: &Record| matches!(r.head().kind, Kind::User | Kind::Assistant | Kind::Attachment);
+        let is_message = |r: &Record| matches!(r.head().kind, Kind::User | Kind::Assistant | Kind::Attachment);
         let message_ancestor = |mut at: Option<usize>| {
             while let Some(a) = at {
                 if is_message(&records[a]) {
@@ -586,11 +585,21 @@ mod tests {
     #[test]
     fn a_rewind_leaves_the_old_branch_and_a_branch_switch_brings_it_back() {
         let records = vec![
-            line(json!({"type": "user", "uuid": "u1", "parentUuid": null, "message": {"role": "user", "content": "a"}})),
-            line(json!({"type": "assistant", "uuid": "a1", "parentUuid": "u1", "message": {"id": "m1", "role": "assistant", "content": [{"type": "text", "text": "b"}]}})),
-            line(json!({"type": "user", "uuid": "u2", "parentUuid": "a1", "message": {"role": "user", "content": "c"}})),
-            line(json!({"type": "user", "uuid": "u2b", "parentUuid": "a1", "message": {"role": "user", "content": "c again"}})),
-            line(json!({"type": "assistant", "uuid": "a3", "parentUuid": "u2", "message": {"id": "m3", "role": "assistant", "content": [{"type": "text", "text": "d"}]}})),
+            line(
+                json!({"type": "user", "uuid": "u1", "parentUuid": null, "message": {"role": "user", "content": "a"}}),
+            ),
+            line(
+                json!({"type": "assistant", "uuid": "a1", "parentUuid": "u1", "message": {"id": "m1", "role": "assistant", "content": [{"type": "text", "text": "b"}]}}),
+            ),
+            line(
+                json!({"type": "user", "uuid": "u2", "parentUuid": "a1", "message": {"role": "user", "content": "c"}}),
+            ),
+            line(
+                json!({"type": "user", "uuid": "u2b", "parentUuid": "a1", "message": {"role": "user", "content": "c again"}}),
+            ),
+            line(
+                json!({"type": "assistant", "uuid": "a3", "parentUuid": "u2", "message": {"id": "m3", "role": "assistant", "content": [{"type": "text", "text": "d"}]}}),
+            ),
         ];
         let mut chain = Chain::new(&records, None);
         let pushed: Vec<Pushed> = (0..records.len()).map(|i| chain.push(&records, i)).collect();

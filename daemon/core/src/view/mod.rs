@@ -94,9 +94,9 @@ pub use place::{BaseContext, Fork};
 pub use render::{render_request, render_view};
 pub use request::{ApiMessage, Request, shared_messages};
 pub use scrollback::{Scrollback, ScrollbackEntry, scrollback};
-pub use state::{COLLAPSE_RECORD, SNIP_RECORD, 
-    Collapse, MicrocompactRecord, Offload, PinnedEdits, PipelineState, Reminder, Replacement, Snip, StateChanges,
-    StateRecord, Trigger,
+pub use state::{
+    COLLAPSE_RECORD, Collapse, MicrocompactRecord, Offload, PinnedEdits, PipelineState, Reminder, Replacement,
+    SNIP_RECORD, Snip, StateChanges, StateRecord, Trigger,
 };
 pub use time::parse_rfc3339_ms;
 pub use validate::validate_request;

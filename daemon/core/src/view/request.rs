@@ -142,7 +142,8 @@ mod tests {
         let first = message(Role::User, "hello");
         let previous = vec![first.clone(), message(Role::Assistant, "hi"), message(Role::User, "old")];
         // The same Arc, an equal copy, then a different message.
-        let current = vec![first, message(Role::Assistant, "hi"), message(Role::User, "new"), message(Role::Assistant, "ok")];
+        let current =
+            vec![first, message(Role::Assistant, "hi"), message(Role::User, "new"), message(Role::Assistant, "ok")];
         assert_eq!(shared_messages(&previous, &current), 2);
         assert_eq!(shared_messages(&previous[..1], &current), 1);
         assert_eq!(shared_messages(&[], &current), 0);
@@ -170,10 +171,21 @@ mod tests {
 
     #[test]
     fn messages_json_len_is_the_length_serde_writes() {
-        let two_blocks = Arc::new(ApiMessage { role: Role::Assistant, content: [Block::text("x"), Block::text("\"quoted\" ünï")].into_iter().flatten().collect() });
+        let two_blocks = Arc::new(ApiMessage {
+            role: Role::Assistant,
+            content: [Block::text("x"), Block::text("\"quoted\" ünï")].into_iter().flatten().collect(),
+        });
         let empty = Arc::new(ApiMessage { role: Role::User, content: Vec::new() });
-        for messages in [vec![], vec![message(Role::User, "a")], vec![message(Role::User, "hello"), two_blocks, empty]] {
-            let request = Request { model: "m".into(), max_tokens: 1, system: Arc::default(), messages, tools: Arc::default(), thinking: None };
+        for messages in [vec![], vec![message(Role::User, "a")], vec![message(Role::User, "hello"), two_blocks, empty]]
+        {
+            let request = Request {
+                model: "m".into(),
+                max_tokens: 1,
+                system: Arc::default(),
+                messages,
+                tools: Arc::default(),
+                thinking: None,
+            };
             let written = serde_json::to_string(&request.messages.iter().map(|m| &**m).collect::<Vec<_>>()).unwrap();
             assert_eq!(request.messages_json_len(), written.len(), "{written}");
         }

@@ -122,7 +122,8 @@ impl BaseContext {
 
     /// Whether a changed path is one of this session's memory sources.
     pub fn is_memory_source(&self, path: &Path) -> bool {
-        self.memory.watched().contains_key(path) || self.memory.watched().keys().any(|w| path.starts_with(w) && w != path)
+        self.memory.watched().contains_key(path)
+            || self.memory.watched().keys().any(|w| path.starts_with(w) && w != path)
     }
 
     /// A memory source changed: the next request rebuilds.
@@ -301,10 +302,21 @@ mod tests {
             ]
         );
         let text = base.user_context().unwrap();
-        let at: Vec<usize> = ["MANAGED", "USER", "REPO", "PROJECT-AGENTS", "IMPORTED", "PROJECT-DOT", "LOCAL", "RULE", "AUTO", "Current date: 2026-11-29"]
-            .iter()
-            .map(|marker| text.find(marker).unwrap_or_else(|| panic!("{marker} missing: {text}")))
-            .collect();
+        let at: Vec<usize> = [
+            "MANAGED",
+            "USER",
+            "REPO",
+            "PROJECT-AGENTS",
+            "IMPORTED",
+            "PROJECT-DOT",
+            "LOCAL",
+            "RULE",
+            "AUTO",
+            "Current date: 2026-11-29",
+        ]
+        .iter()
+        .map(|marker| text.find(marker).unwrap_or_else(|| panic!("{marker} missing: {text}")))
+        .collect();
         assert!(at.windows(2).all(|w| w[0] < w[1]), "{at:?}\n{text}");
         assert!(base.diagnostics().is_empty(), "{:?}", base.diagnostics());
     }

@@ -88,9 +88,7 @@ impl MemoryFs for RealFs {
             let is_dir = match entry.file_type() {
                 // A symlink counts as what it points to, as it would for the loader
                 // reading through it; a dangling one is not a directory.
-                Ok(kind) if kind.is_symlink() => std::fs::metadata(&path)
-                    .map(|meta| meta.is_dir())
-                    .unwrap_or(false),
+                Ok(kind) if kind.is_symlink() => std::fs::metadata(&path).map(|meta| meta.is_dir()).unwrap_or(false),
                 Ok(kind) => kind.is_dir(),
                 Err(err) => return Err(reason(&err)),
             };
@@ -103,10 +101,7 @@ impl MemoryFs for RealFs {
 /// Errors that mean "nothing at this path": it is missing, or a folder on the way to it
 /// is a file.
 fn is_absent(err: &io::Error) -> bool {
-    matches!(
-        err.kind(),
-        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
-    )
+    matches!(err.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory)
 }
 
 /// A short reason for the core's diagnostics, starting with the kind of error so a user
@@ -144,10 +139,7 @@ mod tests {
         assert_eq!((fs.reads(), fs.lists()), (2, 0));
 
         let listed = sorted(fs.list_dir(dir.path()).unwrap());
-        assert_eq!(
-            listed,
-            vec![(file.clone(), false), (dir.path().join("rules"), true)]
-        );
+        assert_eq!(listed, vec![(file.clone(), false), (dir.path().join("rules"), true)]);
         assert_eq!(fs.list_dir(&dir.path().join("nope")).unwrap(), Vec::new());
         assert_eq!((fs.reads(), fs.lists()), (2, 2));
     }
@@ -157,10 +149,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("latin1.md");
         std::fs::write(&file, [0x63, 0x61, 0x66, 0xe9]).unwrap();
-        assert_eq!(
-            RealFs::new().read(&file).unwrap(),
-            Some(vec![0x63, 0x61, 0x66, 0xe9])
-        );
+        assert_eq!(RealFs::new().read(&file).unwrap(), Some(vec![0x63, 0x61, 0x66, 0xe9]));
     }
 
     #[test]
@@ -198,10 +187,7 @@ mod tests {
             ]
         );
         // A dangling link reads as absent.
-        assert_eq!(
-            RealFs::new().read(&dir.path().join("dangling")).unwrap(),
-            None
-        );
+        assert_eq!(RealFs::new().read(&dir.path().join("dangling")).unwrap(), None);
     }
 
     #[test]

@@ -61,21 +61,14 @@ pub struct GitOptions {
 
 impl Default for GitOptions {
     fn default() -> Self {
-        Self {
-            program: OsString::from("git"),
-            timeout: DEFAULT_TIMEOUT,
-            status_max_chars: STATUS_MAX_CHARS,
-        }
+        Self { program: OsString::from("git"), timeout: DEFAULT_TIMEOUT, status_max_chars: STATUS_MAX_CHARS }
     }
 }
 
 impl GitOptions {
     /// The defaults with another git program, named or by path.
     pub fn with_program(program: impl AsRef<OsStr>) -> Self {
-        Self {
-            program: program.as_ref().to_owned(),
-            ..Self::default()
-        }
+        Self { program: program.as_ref().to_owned(), ..Self::default() }
     }
 }
 
@@ -134,10 +127,7 @@ pub fn render(facts: &GitFacts) -> String {
          not refreshed as the conversation goes on, so run git yourself for the current state.\n",
     );
     let unknown = "(unknown)";
-    out.push_str(&format!(
-        "\nCurrent branch: {}\n",
-        facts.branch.as_deref().unwrap_or(unknown)
-    ));
+    out.push_str(&format!("\nCurrent branch: {}\n", facts.branch.as_deref().unwrap_or(unknown)));
     out.push_str(&format!(
         "Main branch (the usual target for pull requests): {}\n",
         facts.main_branch.as_deref().unwrap_or(unknown)
@@ -178,27 +168,17 @@ impl Git<'_> {
         if let Some(name) = self.line(&["symbolic-ref", "--quiet", "--short", "HEAD"]) {
             return Some(name);
         }
-        self.line(&["rev-parse", "--short", "HEAD"])
-            .map(|hash| format!("detached at {hash}"))
+        self.line(&["rev-parse", "--short", "HEAD"]).map(|hash| format!("detached at {hash}"))
     }
 
     fn main_branch(&self) -> Option<String> {
-        if let Some(remote_head) =
-            self.line(&["symbolic-ref", "--quiet", "refs/remotes/origin/HEAD"])
-        {
-            let name = remote_head
-                .strip_prefix("refs/remotes/origin/")
-                .unwrap_or(&remote_head);
+        if let Some(remote_head) = self.line(&["symbolic-ref", "--quiet", "refs/remotes/origin/HEAD"]) {
+            let name = remote_head.strip_prefix("refs/remotes/origin/").unwrap_or(&remote_head);
             return Some(name.to_owned());
         }
         ["main", "master"].into_iter().find_map(|name| {
             let exists = self
-                .run(&[
-                    "show-ref",
-                    "--verify",
-                    "--quiet",
-                    &format!("refs/heads/{name}"),
-                ])
+                .run(&["show-ref", "--verify", "--quiet", &format!("refs/heads/{name}")])
                 .is_ok_and(|out| out.success);
             exists.then(|| name.to_owned())
         })
@@ -220,14 +200,7 @@ impl Git<'_> {
 
     fn recent_commits(&self) -> Vec<String> {
         let count = RECENT_COMMITS.to_string();
-        match self.run(&[
-            "log",
-            "--oneline",
-            "--no-decorate",
-            "--no-show-signature",
-            "-n",
-            &count,
-        ]) {
+        match self.run(&["log", "--oneline", "--no-decorate", "--no-show-signature", "-n", &count]) {
             // Fails on a branch with no commits yet; that is simply no history.
             Ok(out) if out.success => out.text().lines().map(str::to_owned).collect(),
             Ok(_) => Vec::new(),
@@ -351,9 +324,7 @@ fn run_with_timeout(mut command: Command, timeout: Duration) -> Result<Output, R
                     return Err(RunError::Timeout(timeout));
                 }
                 Ok(None) => {
-                    std::thread::sleep(
-                        pause.min(deadline.saturating_duration_since(Instant::now())),
-                    );
+                    std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
                     pause = (pause * 2).min(Duration::from_millis(20));
                 }
                 Err(err) => {
@@ -367,14 +338,9 @@ fn run_with_timeout(mut command: Command, timeout: Duration) -> Result<Output, R
     // A grandchild that inherited the pipe could keep it open after git exits; do not
     // wait past the deadline for it.
     let collect = |rx: mpsc::Receiver<Vec<u8>>| -> Result<Vec<u8>, RunError> {
-        rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            .map_err(|_| RunError::Timeout(timeout))
+        rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).map_err(|_| RunError::Timeout(timeout))
     };
-    Ok(Output {
-        success: status.success(),
-        stdout: collect(stdout)?,
-        stderr: collect(stderr)?,
-    })
+    Ok(Output { success: status.success(), stdout: collect(stdout)?, stderr: collect(stderr)? })
 }
 
 fn drain(pipe: Option<impl Read + Send + 'static>) -> mpsc::Receiver<Vec<u8>> {
@@ -411,11 +377,7 @@ mod tests {
             .env_remove("GIT_INDEX_FILE")
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
 
     fn commit_file(dir: &Path, name: &str, text: &str, message: &str) {
@@ -437,12 +399,7 @@ mod tests {
     fn facts_of_a_repository_with_history_and_changes() {
         let dir = repo();
         for n in 1..=6 {
-            commit_file(
-                dir.path(),
-                "a.txt",
-                &format!("v{n}\n"),
-                &format!("commit number {n}"),
-            );
+            commit_file(dir.path(), "a.txt", &format!("v{n}\n"), &format!("commit number {n}"));
         }
         git(dir.path(), &["checkout", "-q", "-b", "feature/x"]);
         std::fs::write(dir.path().join("a.txt"), "dirty\n").unwrap();
@@ -453,20 +410,10 @@ mod tests {
         assert_eq!(facts.main_branch.as_deref(), Some("main"));
         assert_eq!(facts.user_name.as_deref(), Some("Ada Tester"));
         assert_eq!(facts.status.as_deref(), Some(" M a.txt\n?? new.txt"));
-        let subjects: Vec<&str> = facts
-            .recent_commits
-            .iter()
-            .map(|line| line.split_once(' ').unwrap().1)
-            .collect();
+        let subjects: Vec<&str> = facts.recent_commits.iter().map(|line| line.split_once(' ').unwrap().1).collect();
         assert_eq!(
             subjects,
-            [
-                "commit number 6",
-                "commit number 5",
-                "commit number 4",
-                "commit number 3",
-                "commit number 2"
-            ]
+            ["commit number 6", "commit number 5", "commit number 4", "commit number 3", "commit number 2"]
         );
 
         let text = render(&facts);
@@ -476,10 +423,7 @@ mod tests {
         assert!(text.contains("\nMain branch (the usual target for pull requests): main\n"));
         assert!(text.contains("\nGit user: Ada Tester\n"));
         assert!(text.contains("\nStatus:\n M a.txt\n?? new.txt\n"));
-        assert!(text.contains(&format!(
-            "\nRecent commits:\n{}\n",
-            facts.recent_commits.join("\n")
-        )));
+        assert!(text.contains(&format!("\nRecent commits:\n{}\n", facts.recent_commits.join("\n"))));
 
         // Nothing was locked or left behind by the capture.
         assert!(!dir.path().join(".git/index.lock").exists());
@@ -511,33 +455,14 @@ mod tests {
         let dir = repo();
         commit_file(dir.path(), "a.txt", "a", "first");
         git(dir.path(), &["branch", "-m", "main", "master"]);
-        assert_eq!(
-            capture(dir.path()).unwrap().main_branch.as_deref(),
-            Some("master")
-        );
+        assert_eq!(capture(dir.path()).unwrap().main_branch.as_deref(), Some("master"));
 
         git(dir.path(), &["branch", "main"]);
-        assert_eq!(
-            capture(dir.path()).unwrap().main_branch.as_deref(),
-            Some("main")
-        );
+        assert_eq!(capture(dir.path()).unwrap().main_branch.as_deref(), Some("main"));
 
-        git(
-            dir.path(),
-            &["update-ref", "refs/remotes/origin/trunk", "HEAD"],
-        );
-        git(
-            dir.path(),
-            &[
-                "symbolic-ref",
-                "refs/remotes/origin/HEAD",
-                "refs/remotes/origin/trunk",
-            ],
-        );
-        assert_eq!(
-            capture(dir.path()).unwrap().main_branch.as_deref(),
-            Some("trunk")
-        );
+        git(dir.path(), &["update-ref", "refs/remotes/origin/trunk", "HEAD"]);
+        git(dir.path(), &["symbolic-ref", "refs/remotes/origin/HEAD", "refs/remotes/origin/trunk"]);
+        assert_eq!(capture(dir.path()).unwrap().main_branch.as_deref(), Some("trunk"));
     }
 
     #[test]
@@ -561,10 +486,7 @@ mod tests {
         let (kept, note) = status.rsplit_once('\n').unwrap();
         assert!(kept.chars().count() <= STATUS_MAX_CHARS, "{}", kept.len());
         // Every kept line is whole.
-        assert!(
-            kept.lines()
-                .all(|line| line.starts_with("?? untracked-file-") && line.ends_with(".txt"))
-        );
+        assert!(kept.lines().all(|line| line.starts_with("?? untracked-file-") && line.ends_with(".txt")));
         let kept_lines = kept.lines().count();
         // Each line is "?? untracked-file-NNNN.txt": 26 characters and a newline.
         assert_eq!(kept_lines, (STATUS_MAX_CHARS + 1) / 27);
@@ -618,18 +540,9 @@ mod tests {
     fn without_git_there_are_no_facts() {
         let dir = repo();
         let missing = PathBuf::from("/nonexistent/bin/git");
-        assert_eq!(
-            capture_with(dir.path(), &GitOptions::with_program(&missing)),
-            None
-        );
+        assert_eq!(capture_with(dir.path(), &GitOptions::with_program(&missing)), None);
         // A bare name that is on no PATH behaves the same.
-        assert_eq!(
-            capture_with(
-                dir.path(),
-                &GitOptions::with_program("git-that-is-not-installed")
-            ),
-            None
-        );
+        assert_eq!(capture_with(dir.path(), &GitOptions::with_program("git-that-is-not-installed")), None);
     }
 
     #[test]
@@ -641,16 +554,9 @@ mod tests {
         // Answers nothing for far longer than the timeout.
         std::fs::write(&fake, "#!/bin/sh\nexec sleep 30\n").unwrap();
         std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let options = GitOptions {
-            timeout: Duration::from_millis(200),
-            ..GitOptions::with_program(&fake)
-        };
+        let options = GitOptions { timeout: Duration::from_millis(200), ..GitOptions::with_program(&fake) };
         let started = Instant::now();
         assert_eq!(capture_with(dir.path(), &options), None);
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "{:?}",
-            started.elapsed()
-        );
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
     }
 }

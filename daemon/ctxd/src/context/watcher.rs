@@ -92,17 +92,11 @@ pub struct Target {
 
 impl Target {
     pub fn file(path: impl Into<PathBuf>) -> Self {
-        Self {
-            path: path.into(),
-            kind: WatchKind::File,
-        }
+        Self { path: path.into(), kind: WatchKind::File }
     }
 
     pub fn dir(path: impl Into<PathBuf>) -> Self {
-        Self {
-            path: path.into(),
-            kind: WatchKind::Dir,
-        }
+        Self { path: path.into(), kind: WatchKind::Dir }
     }
 }
 
@@ -127,10 +121,7 @@ impl From<(PathBuf, WatchKind)> for Target {
 /// So `MemorySet::watched().iter()` can be passed as it is.
 impl From<(&PathBuf, &WatchKind)> for Target {
     fn from((path, kind): (&PathBuf, &WatchKind)) -> Self {
-        Self {
-            path: path.clone(),
-            kind: *kind,
-        }
+        Self { path: path.clone(), kind: *kind }
     }
 }
 
@@ -179,14 +170,11 @@ impl Watcher {
         });
         if has_backend {
             let weak = Arc::downgrade(&shared);
-            let spawned = std::thread::Builder::new()
-                .name("ctxd-watch".to_owned())
-                .spawn(move || serve(weak, events_rx));
+            let spawned =
+                std::thread::Builder::new().name("ctxd-watch".to_owned()).spawn(move || serve(weak, events_rx));
             if let Err(err) = spawned {
                 shared.degraded.store(true, Ordering::Relaxed);
-                tracing::warn!(
-                    "cannot start the file watcher thread ({err}); changes will not be delivered"
-                );
+                tracing::warn!("cannot start the file watcher thread ({err}); changes will not be delivered");
             }
         }
         Watcher { shared }
@@ -218,20 +206,12 @@ impl Watcher {
         state.subs.insert(id, Sub::new(tx));
         state.set_targets(id, collect_targets(targets));
         drop(state);
-        Subscription {
-            id,
-            changes,
-            watcher: self.clone(),
-        }
+        Subscription { id, changes, watcher: self.clone() }
     }
 
     /// Replaces the subscriber's paths with `targets`. Pending changes to paths that are
     /// no longer wanted are dropped; to extend the set, pass the old paths too.
-    pub fn update<T: Into<Target>>(
-        &self,
-        id: SubscriptionId,
-        targets: impl IntoIterator<Item = T>,
-    ) {
+    pub fn update<T: Into<Target>>(&self, id: SubscriptionId, targets: impl IntoIterator<Item = T>) {
         let targets = collect_targets(targets);
         self.shared.lock().set_targets(id, targets);
     }
@@ -269,9 +249,7 @@ impl Watcher {
 
 impl fmt::Debug for Watcher {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Watcher")
-            .field("degraded", &self.degraded())
-            .finish_non_exhaustive()
+        f.debug_struct("Watcher").field("degraded", &self.degraded()).finish_non_exhaustive()
     }
 }
 
@@ -316,9 +294,7 @@ impl Drop for Subscription {
 
 impl fmt::Debug for Subscription {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Subscription")
-            .field("id", &self.id)
-            .finish_non_exhaustive()
+        f.debug_struct("Subscription").field("id", &self.id).finish_non_exhaustive()
     }
 }
 
@@ -346,12 +322,7 @@ impl FileStamp {
         };
         #[cfg(not(unix))]
         let (identity, status_changed) = ((0, 0), (0, 0));
-        Some(FileStamp {
-            modified: meta.modified().ok(),
-            len: meta.len(),
-            identity,
-            status_changed,
-        })
+        Some(FileStamp { modified: meta.modified().ok(), len: meta.len(), identity, status_changed })
     }
 
     pub fn modified(&self) -> Option<SystemTime> {
@@ -371,10 +342,7 @@ impl FileStamp {
 /// the order given. The fallback for a [`Watcher::degraded`] watcher: one `stat` per
 /// path, cheap enough to run before each request.
 pub fn changed_since(seen: &[(PathBuf, Option<FileStamp>)]) -> Vec<PathBuf> {
-    seen.iter()
-        .filter(|(path, stamp)| FileStamp::of(path) != *stamp)
-        .map(|(path, _)| path.clone())
-        .collect()
+    seen.iter().filter(|(path, stamp)| FileStamp::of(path) != *stamp).map(|(path, _)| path.clone()).collect()
 }
 
 /// One look at every watched path for a [`Watcher::degraded`] watcher: returns the paths
@@ -392,8 +360,7 @@ pub fn look_again(
     memory: Vec<PathBuf>,
     reads: &[ctxd_core::ledger::LedgerEntry],
 ) -> (Vec<PathBuf>, Vec<(PathBuf, Option<FileStamp>)>) {
-    let before: HashMap<&Path, Option<FileStamp>> =
-        seen.iter().map(|(path, stamp)| (path.as_path(), *stamp)).collect();
+    let before: HashMap<&Path, Option<FileStamp>> = seen.iter().map(|(path, stamp)| (path.as_path(), *stamp)).collect();
     let mut now: BTreeMap<PathBuf, Option<FileStamp>> = BTreeMap::new();
     let mut changed = BTreeSet::new();
     for path in memory {
@@ -412,9 +379,7 @@ pub fn look_again(
         let differs = match before.get(path.as_path()) {
             Some(old) => *old != stamp,
             None => match std::fs::read(&path) {
-                Ok(bytes) => {
-                    ctxd_core::ledger::has_changed(entry, &String::from_utf8_lossy(&bytes))
-                }
+                Ok(bytes) => ctxd_core::ledger::has_changed(entry, &String::from_utf8_lossy(&bytes)),
                 Err(_) => true,
             },
         };
@@ -527,13 +492,7 @@ struct Sub {
 
 impl Sub {
     fn new(tx: UnboundedSender<Vec<PathBuf>>) -> Self {
-        Self {
-            targets: BTreeMap::new(),
-            tx,
-            pending: BTreeSet::new(),
-            first_pending: None,
-            due: None,
-        }
+        Self { targets: BTreeMap::new(), tx, pending: BTreeSet::new(), first_pending: None, due: None }
     }
 }
 
@@ -548,9 +507,7 @@ enum Class {
 
 fn classify(kind: &EventKind) -> Option<Class> {
     match kind {
-        EventKind::Create(_) | EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_)) => {
-            Some(Class::Structural)
-        }
+        EventKind::Create(_) | EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_)) => Some(Class::Structural),
         EventKind::Modify(_) | EventKind::Any => Some(Class::Content),
         EventKind::Access(AccessKind::Close(AccessMode::Write)) => Some(Class::Content),
         EventKind::Access(_) | EventKind::Other => None,
@@ -566,9 +523,7 @@ fn needs_of(path: &Path, kind: WatchKind) -> Vec<PathBuf> {
     }
 }
 
-fn collect_targets<T: Into<Target>>(
-    targets: impl IntoIterator<Item = T>,
-) -> BTreeMap<PathBuf, WatchKind> {
+fn collect_targets<T: Into<Target>>(targets: impl IntoIterator<Item = T>) -> BTreeMap<PathBuf, WatchKind> {
     let mut out = BTreeMap::new();
     for target in targets {
         let Target { path, kind } = target.into();
@@ -586,9 +541,7 @@ fn collect_targets<T: Into<Target>>(
 }
 
 fn nearest_existing_dir(path: &Path) -> Option<PathBuf> {
-    path.ancestors()
-        .find(|dir| dir.is_dir())
-        .map(Path::to_path_buf)
+    path.ancestors().find(|dir| dir.is_dir()).map(Path::to_path_buf)
 }
 
 /// Whether a watch error means the OS ran out of watches (or of descriptors for them).
@@ -596,9 +549,7 @@ fn is_limit(err: &notify::Error) -> bool {
     const EMFILE: i32 = 24;
     match &err.kind {
         notify::ErrorKind::MaxFilesWatch => true,
-        notify::ErrorKind::Io(io) => {
-            io.kind() == std::io::ErrorKind::StorageFull || io.raw_os_error() == Some(EMFILE)
-        }
+        notify::ErrorKind::Io(io) => io.kind() == std::io::ErrorKind::StorageFull || io.raw_os_error() == Some(EMFILE),
         _ => false,
     }
 }
@@ -647,10 +598,7 @@ impl State {
             }
         }
         for (path, kind) in &new {
-            self.interests
-                .entry(path.clone())
-                .or_default()
-                .insert(id, *kind);
+            self.interests.entry(path.clone()).or_default().insert(id, *kind);
         }
         // New needs first, so a directory needed before and after keeps its watch.
         for (path, kind) in &new {
@@ -681,10 +629,7 @@ impl State {
             changed.push((path, old, kind));
         }
         for (path, old, kind) in changed {
-            self.interests
-                .entry(path.clone())
-                .or_default()
-                .insert(id, kind);
+            self.interests.entry(path.clone()).or_default().insert(id, kind);
             for need in needs_of(&path, kind) {
                 self.add_need(need);
             }
@@ -884,13 +829,7 @@ impl State {
     }
 
     /// Collects the interests an event on `path`, which happened `at`, bears on.
-    fn match_path(
-        &self,
-        path: &Path,
-        class: Class,
-        at: Instant,
-        hits: &mut Vec<(SubscriptionId, PathBuf, Instant)>,
-    ) {
+    fn match_path(&self, path: &Path, class: Class, at: Instant, hits: &mut Vec<(SubscriptionId, PathBuf, Instant)>) {
         // The path itself and, for a folder that appeared, vanished or moved, everything
         // below it.
         let at_or_below = self
@@ -905,13 +844,10 @@ impl State {
         }
         // A listed folder whose entries changed.
         if class == Class::Structural
-            && let Some((parent, subs)) =
-                path.parent().and_then(|p| self.interests.get_key_value(p))
+            && let Some((parent, subs)) = path.parent().and_then(|p| self.interests.get_key_value(p))
         {
             hits.extend(
-                subs.iter()
-                    .filter(|(_, kind)| **kind == WatchKind::Dir)
-                    .map(|(id, _)| (*id, parent.clone(), at)),
+                subs.iter().filter(|(_, kind)| **kind == WatchKind::Dir).map(|(id, _)| (*id, parent.clone(), at)),
             );
         }
     }
@@ -1371,10 +1307,7 @@ mod tests {
         // An editor's atomic save of the project file, and a local file that did not exist.
         atomic_save(&cwd.join("CLAUDE.md"), "Use spaces.");
         std::fs::write(cwd.join("CLAUDE.local.md"), "Mine.").unwrap();
-        assert_eq!(
-            next(&mut sub).await,
-            vec![cwd.join("CLAUDE.local.md"), cwd.join("CLAUDE.md")]
-        );
+        assert_eq!(next(&mut sub).await, vec![cwd.join("CLAUDE.local.md"), cwd.join("CLAUDE.md")]);
         let set = discover(cwd, &config, &fs);
         let texts: Vec<&str> = set.active().map(|entry| entry.content.as_str()).collect();
         assert_eq!(texts, ["Use spaces.", "Mine."]);
@@ -1401,19 +1334,11 @@ mod tests {
 
     #[test]
     fn limit_errors_are_recognised() {
-        assert!(is_limit(&notify::Error::new(
-            notify::ErrorKind::MaxFilesWatch
-        )));
-        assert!(is_limit(&notify::Error::io(
-            std::io::Error::from_raw_os_error(28)
-        )));
-        assert!(is_limit(&notify::Error::io(
-            std::io::Error::from_raw_os_error(24)
-        )));
+        assert!(is_limit(&notify::Error::new(notify::ErrorKind::MaxFilesWatch)));
+        assert!(is_limit(&notify::Error::io(std::io::Error::from_raw_os_error(28))));
+        assert!(is_limit(&notify::Error::io(std::io::Error::from_raw_os_error(24))));
         assert!(!is_limit(&notify::Error::path_not_found()));
-        assert!(!is_limit(&notify::Error::io(
-            std::io::Error::from_raw_os_error(13)
-        )));
+        assert!(!is_limit(&notify::Error::io(std::io::Error::from_raw_os_error(13))));
     }
 
     /// The debouncer holds events for a while to pair renames; the quiet period runs

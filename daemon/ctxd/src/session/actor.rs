@@ -27,13 +27,13 @@ use tracing::Instrument;
 
 use super::compaction::{self, CompactFailure, Job, Prepared};
 use super::usage::{Shape, UsageSnapshot};
-use ctxd_core::compact::{AutoDecision, CompactGuards, InstallInput, Trigger, build_post_compact, common_fields};
-use ctxd_core::compact::{build_undo_record, compaction_view, is_undo_record, undo_target};
+use super::{Notifier, SessionError, SessionSetup};
 use crate::context::base::{BaseContext, MemoryFileInfo};
 use crate::context::watcher::{Subscription, Target};
-use super::{Notifier, SessionError, SessionSetup};
 use crate::store::transcript::Transcript;
 use crate::store::{SessionEntry, Store};
+use ctxd_core::compact::{AutoDecision, CompactGuards, InstallInput, Trigger, build_post_compact, common_fields};
+use ctxd_core::compact::{build_undo_record, compaction_view, is_undo_record, undo_target};
 
 /// Most commands taken from the queue in one batch.
 const MAX_BATCH: usize = 1024;
@@ -49,9 +49,16 @@ type PendingAppend = (Vec<Record>, oneshot::Sender<Result<Appended, SessionError
 #[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Report the session as loaded (sent first by whoever opens it).
-    Open { reply: oneshot::Sender<Result<Opened, SessionError>> },
-    Append { records: Vec<Record>, reply: oneshot::Sender<Result<Appended, SessionError>> },
-    Usage { reply: oneshot::Sender<UsageSnapshot> },
+    Open {
+        reply: oneshot::Sender<Result<Opened, SessionError>>,
+    },
+    Append {
+        records: Vec<Record>,
+        reply: oneshot::Sender<Result<Appended, SessionError>>,
+    },
+    Usage {
+        reply: oneshot::Sender<UsageSnapshot>,
+    },
     /// Compact now (manual, or reactive after a refusal); answered once installed or failed.
     Compact {
         trigger: Trigger,
@@ -63,23 +70,45 @@ pub enum Command {
         reply: oneshot::Sender<Result<CompactAnswer, SessionError>>,
     },
     /// Take back the latest compaction (`ctx/undoCompact`).
-    UndoCompact { reply: oneshot::Sender<Result<UndoAnswer, SessionError>> },
+    UndoCompact {
+        reply: oneshot::Sender<Result<UndoAnswer, SessionError>>,
+    },
     /// The client gave up on a compaction it asked for (`$/cancelRequest`, or it went
     /// away): stop it, provider call included, with nothing installed.
     CancelCompaction,
     /// The background part of a compaction finished (sent by the actor's own task).
-    CompactionDone { generation: u64, result: Result<Prepared, CompactFailure> },
+    CompactionDone {
+        generation: u64,
+        result: Result<Prepared, CompactFailure>,
+    },
     /// Take records out of the model's view (`uuids`), or replace a span with a summary.
-    Reduce { reduction: Reduction, reply: oneshot::Sender<Result<Reduced, SessionError>> },
+    Reduce {
+        reduction: Reduction,
+        reply: oneshot::Sender<Result<Reduced, SessionError>>,
+    },
     /// Build the next model request.
-    Assemble { request: AssembleRequest, reply: oneshot::Sender<Result<AssembleAnswer, SessionError>> },
+    Assemble {
+        request: AssembleRequest,
+        reply: oneshot::Sender<Result<AssembleAnswer, SessionError>>,
+    },
     /// What the model sees: usage, memory files, read files that changed.
-    Context { reply: oneshot::Sender<ContextView> },
+    Context {
+        reply: oneshot::Sender<ContextView>,
+    },
     /// The agent read a file outside the transcript's Read results.
-    FileRead { path: String, start_line: Option<u64>, num_lines: Option<u64>, reply: oneshot::Sender<Result<FileReadAnswer, SessionError>> },
+    FileRead {
+        path: String,
+        start_line: Option<u64>,
+        num_lines: Option<u64>,
+        reply: oneshot::Sender<Result<FileReadAnswer, SessionError>>,
+    },
     /// Settings changed: new levels (and settings) for the session.
-    Reconfigure { setup: SessionSetup },
-    Close { reply: oneshot::Sender<()> },
+    Reconfigure {
+        setup: SessionSetup,
+    },
+    Close {
+        reply: oneshot::Sender<()>,
+    },
 }
 
 /// Answer to [`Command::Open`].
@@ -353,7 +382,12 @@ struct HostRequest {
 
 impl HostRequest {
     fn blocks(&self) -> HostBlocks<'_> {
-        HostBlocks { system: &self.system, tools: &self.tools, max_tokens: self.max_tokens, thinking: self.thinking.as_ref() }
+        HostBlocks {
+            system: &self.system,
+            tools: &self.tools,
+            max_tokens: self.max_tokens,
+            thinking: self.thinking.as_ref(),
+        }
     }
 }
 
@@ -560,7 +594,8 @@ impl Session {
             tracing::info!(records = imported.records, skipped = imported.skipped.len(), "imported a transcript");
             const SHOWN: usize = 50;
             let more = imported.skipped.len().saturating_sub(SHOWN);
-            self.diagnostics.extend(imported.skipped.into_iter().take(SHOWN).map(|l| format!("import: malformed {l} skipped")));
+            self.diagnostics
+                .extend(imported.skipped.into_iter().take(SHOWN).map(|l| format!("import: malformed {l} skipped")));
             if more > 0 {
                 self.diagnostics.push(format!("import: {more} more malformed lines skipped (see the log)"));
             }
@@ -577,7 +612,16 @@ impl Session {
         let loaded = tokio::task::spawn_blocking(move || load_from_disk(&store, &id, &path))
             .await
             .map_err(|e| SessionError::Internal(format!("loading task failed: {e}")))??;
-        let LoadResult { transcript, records, records_before, view_offset, damaged, torn_bytes, rebuilt_index, earlier } = loaded;
+        let LoadResult {
+            transcript,
+            records,
+            records_before,
+            view_offset,
+            damaged,
+            torn_bytes,
+            rebuilt_index,
+            earlier,
+        } = loaded;
         if torn_bytes > 0 {
             self.diagnostics.push(format!("cut {torn_bytes} bytes of a torn last line (never acknowledged)"));
         }
@@ -612,7 +656,12 @@ impl Session {
             self.store.index().flush();
         }
         self.load_base().await;
-        tracing::info!(records = self.total_records, in_view = self.view.len(), resumed = self.resumed, "session loaded");
+        tracing::info!(
+            records = self.total_records,
+            in_view = self.view.len(),
+            resumed = self.resumed,
+            "session loaded"
+        );
         Ok(())
     }
 
@@ -624,7 +673,8 @@ impl Session {
             self.ledger.newest_first().iter().rev().map(|e| std::path::PathBuf::from(&e.path)).collect();
         let today = now_rfc3339()[..10].to_owned();
         let loaded = tokio::task::spawn_blocking(move || {
-            let mut base = BaseContext::load(std::path::Path::new(&cwd), config, &services.memory_cache, &services.fs, today);
+            let mut base =
+                BaseContext::load(std::path::Path::new(&cwd), config, &services.memory_cache, &services.fs, today);
             for path in &reads {
                 base.on_file_read(path, &services.fs);
             }
@@ -783,7 +833,13 @@ impl Session {
     /// into the ledger (on load; an undo keeps the ledger it has). A boundary newer than
     /// the indexed one (a crash lost the index's note of it) moves `view_offset`, so the
     /// entry written next pairs its offset with its count.
-    fn fold_loaded(&mut self, records: Vec<(u64, Record)>, records_before: u64, view_offset: Option<u64>, note_reads: bool) {
+    fn fold_loaded(
+        &mut self,
+        records: Vec<(u64, Record)>,
+        records_before: u64,
+        view_offset: Option<u64>,
+        note_reads: bool,
+    ) {
         self.view.clear();
         self.uuids.clear();
         self.tally = Tally::default();
@@ -869,7 +925,8 @@ impl Session {
             self.ledger.clear_stale(&path);
             // Only what this read added: handing over every read path again would make
             // each read cost O(reads so far).
-            let added: Vec<Target> = base.new_watch_targets().into_iter().map(Target::from).chain([Target::file(path)]).collect();
+            let added: Vec<Target> =
+                base.new_watch_targets().into_iter().map(Target::from).chain([Target::file(path)]).collect();
             match &self.subscription {
                 Some(sub) => sub.add(added),
                 None => self.resubscribe(),
@@ -912,16 +969,20 @@ impl Session {
                 self.drop_precompute();
                 // The provider refused the request as too long: a summary prepared ahead
                 // answers at once, with no model call before the host can retry.
-                if trigger == Trigger::Reactive && self.compaction.is_none() && self.thresholds.compact_enabled
+                if trigger == Trigger::Reactive
+                    && self.compaction.is_none()
+                    && self.thresholds.compact_enabled
                     && let Some(outcome) = self.install_ahead().await
                 {
                     self.finish_compaction(Trigger::Precomputed, outcome, Some(reply), progress).await;
                     return;
                 }
                 if self.compaction.is_some() {
-                    let _ = reply.send(Err(SessionError::Busy("a compaction of this session is already running".into())));
+                    let _ =
+                        reply.send(Err(SessionError::Busy("a compaction of this session is already running".into())));
                 } else if !self.thresholds.compact_enabled {
-                    let _ = reply.send(Err(SessionError::CompactFailed("compaction is turned off (DISABLE_COMPACT)".into())));
+                    let _ = reply
+                        .send(Err(SessionError::CompactFailed("compaction is turned off (DISABLE_COMPACT)".into())));
                 } else {
                     if trigger == Trigger::Manual {
                         // A manual compaction resets the circuit breaker and lifts a stop.
@@ -929,7 +990,8 @@ impl Session {
                     }
                     let split = match partial {
                         None => Ok(None),
-                        Some((direction, uuid)) => match self.view.iter().position(|r| r.uuid() == Some(uuid.as_str())) {
+                        Some((direction, uuid)) => match self.view.iter().position(|r| r.uuid() == Some(uuid.as_str()))
+                        {
                             // The split moves so no tool use is parted from its result.
                             Some(at) => {
                                 let plan = ctxd_core::compact::partial_plan(&self.view, at, direction);
@@ -939,11 +1001,15 @@ impl Session {
                                 };
                                 Ok(Some((direction, split)))
                             }
-                            None => Err(SessionError::InvalidParams(format!("no record {uuid:?} in the session's current view"))),
+                            None => Err(SessionError::InvalidParams(format!(
+                                "no record {uuid:?} in the session's current view"
+                            ))),
                         },
                     };
                     match split {
-                        Ok(partial) => self.start_compaction_with(trigger, instructions, Some(reply), progress, partial),
+                        Ok(partial) => {
+                            self.start_compaction_with(trigger, instructions, Some(reply), progress, partial)
+                        }
                         Err(e) => drop(reply.send(Err(e))),
                     }
                 }
@@ -954,7 +1020,8 @@ impl Session {
             }
             Command::CancelCompaction => {
                 // Only a compaction whose requester is gone; an automatic one has none.
-                let abandoned = self.compaction.as_ref().is_some_and(|r| r.reply.as_ref().is_some_and(oneshot::Sender::is_closed));
+                let abandoned =
+                    self.compaction.as_ref().is_some_and(|r| r.reply.as_ref().is_some_and(oneshot::Sender::is_closed));
                 if abandoned && let Some(running) = self.compaction.take() {
                     if let Some(task) = running.task {
                         task.abort();
@@ -1102,7 +1169,9 @@ impl Session {
         for (appended, duplicates, records, reply) in acks {
             let ack = match &restored {
                 Ok(()) => Ok(Appended { appended, duplicates, records, usage: usage.clone(), steps }),
-                Err(e) => Err(SessionError::Store(format!("the records are stored, but the view could not be rebuilt after the undo: {e}"))),
+                Err(e) => Err(SessionError::Store(format!(
+                    "the records are stored, but the view could not be rebuilt after the undo: {e}"
+                ))),
             };
             let _ = reply.send(ack);
         }
@@ -1140,26 +1209,42 @@ impl Session {
     async fn undo_compact(&mut self) -> Result<UndoAnswer, SessionError> {
         self.drop_precompute();
         if self.compaction.is_some() {
-            return Err(SessionError::Busy("a compaction of this session is running; undo after it is installed".into()));
+            return Err(SessionError::Busy(
+                "a compaction of this session is running; undo after it is installed".into(),
+            ));
         }
         let boundary = undo_target(&self.view).map_err(SessionError::CannotUndo)?;
         let Some(undone) = boundary.uuid().map(str::to_owned) else {
-            return Err(SessionError::InvalidParams("the latest compact boundary has no uuid, so no record can name it".into()));
+            return Err(SessionError::InvalidParams(
+                "the latest compact boundary has no uuid, so no record can name it".into(),
+            ));
         };
         let common = self.view.iter().rev().find(|r| r.uuid().is_some()).map(common_fields).unwrap_or_default();
         let uuid = uuid::Uuid::new_v4().to_string();
-        let record = build_undo_record(boundary, &common, &uuid, &now_rfc3339()).map_err(|e| SessionError::Internal(e.to_string()))?;
+        let record = build_undo_record(boundary, &common, &uuid, &now_rfc3339())
+            .map_err(|e| SessionError::Internal(e.to_string()))?;
         let pre_tokens = self.next_tokens();
         let (tx, rx) = oneshot::channel();
         self.commit(vec![(vec![record], tx)]).await;
         rx.await.map_err(|_| SessionError::Closed(self.id.clone()))??;
         tracing::info!(boundary = %undone, pre_tokens, post_tokens = self.next_tokens(), "compaction undone");
-        Ok(UndoAnswer { boundary: undone, undo_record: uuid, pre_tokens, post_tokens: self.next_tokens(), usage: self.usage() })
+        Ok(UndoAnswer {
+            boundary: undone,
+            undo_record: uuid,
+            pre_tokens,
+            post_tokens: self.next_tokens(),
+            usage: self.usage(),
+        })
     }
 
     /// An explicit read: measure the file now, store a marker record (so the ledger can be
     /// rebuilt from the transcript), record it in the ledger.
-    async fn file_read(&mut self, path: String, start_line: Option<u64>, num_lines: Option<u64>) -> Result<FileReadAnswer, SessionError> {
+    async fn file_read(
+        &mut self,
+        path: String,
+        start_line: Option<u64>,
+        num_lines: Option<u64>,
+    ) -> Result<FileReadAnswer, SessionError> {
         let reading = path.clone();
         let text = tokio::task::spawn_blocking(move || std::fs::read(&reading))
             .await
@@ -1173,11 +1258,14 @@ impl Session {
         let (tx, rx) = oneshot::channel();
         self.commit(vec![(vec![record], tx)]).await;
         rx.await.map_err(|_| SessionError::Closed(self.id.clone()))??;
-        let entry = self.ledger.get(&path).cloned().ok_or_else(|| SessionError::Internal("ledger entry missing".into()))?;
+        let entry =
+            self.ledger.get(&path).cloned().ok_or_else(|| SessionError::Internal("ledger entry missing".into()))?;
         let outcome = match before {
             None => ReadOutcome::New,
             Some(old) => ReadOutcome::Reread {
-                unchanged: old.hash == entry.hash && old.start_line == entry.start_line && old.num_lines == entry.num_lines,
+                unchanged: old.hash == entry.hash
+                    && old.start_line == entry.start_line
+                    && old.num_lines == entry.num_lines,
             },
         };
         Ok(FileReadAnswer { outcome, entry })
@@ -1192,14 +1280,22 @@ impl Session {
     /// and newly activated memory files appended as attachment records (so resume
     /// rebuilds the same request), the pipeline run on the view, its state changes
     /// persisted before the request is handed out.
-    async fn assemble(&mut self, mut request: AssembleRequest, may_compact: bool) -> Result<AssembleAnswer, SessionError> {
+    async fn assemble(
+        &mut self,
+        mut request: AssembleRequest,
+        may_compact: bool,
+    ) -> Result<AssembleAnswer, SessionError> {
         let started = Instant::now();
         // Without a working watcher (the OS limit was hit), compare stamps instead.
         if self.setup.services.watcher.degraded() {
             let seen = std::mem::take(&mut self.stamps);
-            let memory: Vec<std::path::PathBuf> = self.base.as_ref().map(|b| b.watch_targets().into_iter().map(|(p, _)| p).collect()).unwrap_or_default();
+            let memory: Vec<std::path::PathBuf> =
+                self.base.as_ref().map(|b| b.watch_targets().into_iter().map(|(p, _)| p).collect()).unwrap_or_default();
             let reads: Vec<LedgerEntry> = self.ledger.newest_first().into_iter().cloned().collect();
-            let (changed, stamps) = tokio::task::spawn_blocking(move || crate::context::watcher::look_again(&seen, memory, &reads)).await.unwrap_or_default();
+            let (changed, stamps) =
+                tokio::task::spawn_blocking(move || crate::context::watcher::look_again(&seen, memory, &reads))
+                    .await
+                    .unwrap_or_default();
             self.stamps = stamps;
             if !changed.is_empty() {
                 self.files_changed(changed).await;
@@ -1222,20 +1318,24 @@ impl Session {
         }
         let notes = self.take_context_notes().await;
         if !notes.is_empty() {
-            let records = notes
-                .into_iter()
-                .map(|(kind, text)| attachment_record(kind, &text))
-                .collect::<Result<Vec<_>, _>>()?;
+            let records =
+                notes.into_iter().map(|(kind, text)| attachment_record(kind, &text)).collect::<Result<Vec<_>, _>>()?;
             let (tx, rx) = oneshot::channel();
             self.commit(vec![(records, tx)]).await;
             rx.await.map_err(|_| SessionError::Closed(self.id.clone()))??;
         }
-        let host = HostBlocks { system: &request.system, tools: &request.tools, max_tokens: request.max_tokens, thinking: request.thinking.as_ref() };
+        let host = HostBlocks {
+            system: &request.system,
+            tools: &request.tools,
+            max_tokens: request.max_tokens,
+            thinking: request.thinking.as_ref(),
+        };
         let assembled = self.run_pipeline(host, request.fork.as_ref());
         let tool_results_dir = self.tool_results_dir();
         let (system_bytes, tools_bytes) = (json_len(&request.system), json_len(&request.tools));
         let rate = self.tally.calibration;
-        self.host_prefix = HostPrefix { system: rate.tokens(system_bytes as u64), tools: rate.tokens(tools_bytes as u64) };
+        self.host_prefix =
+            HostPrefix { system: rate.tokens(system_bytes as u64), tools: rate.tokens(tools_bytes as u64) };
         if request.fork.is_none() {
             // Before a compaction can start below: its parent is this request.
             let system = std::mem::take(&mut request.system);
@@ -1246,15 +1346,12 @@ impl Session {
         // Persist what the pipeline decided (offloaded results, cleared results,
         // reminders) before anyone sees a request that depends on it.
         if !assembled.new_state.is_empty() {
-            let offloads: Vec<(String, String)> = assembled
-                .new_state
-                .offloads
-                .iter()
-                .map(|o| (o.replacement.path.clone(), o.content.clone()))
-                .collect();
+            let offloads: Vec<(String, String)> =
+                assembled.new_state.offloads.iter().map(|o| (o.replacement.path.clone(), o.content.clone())).collect();
             let dir = tool_results_dir.clone();
             tokio::task::spawn_blocking(move || -> std::io::Result<()> {
-                crate::store::create_private_dir(std::path::Path::new(&dir)).map_err(|e| std::io::Error::other(e.to_string()))?;
+                crate::store::create_private_dir(std::path::Path::new(&dir))
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
                 for (path, content) in offloads {
                     std::fs::write(path, content)?;
                 }
@@ -1284,13 +1381,16 @@ impl Session {
         // The UI's view: after the state records above, so it marks what this request
         // already left out.
         let scrollback = request.include_snipped.then(|| {
-            let (state, config) = (ctxd_core::view::PipelineState::default(), ctxd_core::view::PipelineConfig::default());
+            let (state, config) =
+                (ctxd_core::view::PipelineState::default(), ctxd_core::view::PipelineConfig::default());
             ctxd_core::view::scrollback(&self.view, &state, &config)
         });
         // A host that kept the request it was sent last is sent only what changed since:
         // the per-turn answer stays the size of the turn, not of the session.
         let messages_from = match (&request.since, &self.last_sent) {
-            (Some(since), Some(last)) if *since == last.revision => ctxd_core::view::shared_messages(&last.messages, &assembled.request.messages),
+            (Some(since), Some(last)) if *since == last.revision => {
+                ctxd_core::view::shared_messages(&last.messages, &assembled.request.messages)
+            }
             _ => 0,
         };
         let revision = next_revision();
@@ -1328,29 +1428,44 @@ impl Session {
         let position = |uuid: &str| self.view.iter().position(|r| r.uuid() == Some(uuid));
         let (object, freed, unknown) = match reduction {
             Reduction::Snip { uuids } => {
-                let (known, unknown): (Vec<String>, Vec<String>) = uuids.into_iter().partition(|u| position(u).is_some());
+                let (known, unknown): (Vec<String>, Vec<String>) =
+                    uuids.into_iter().partition(|u| position(u).is_some());
                 if known.is_empty() {
-                    return Err(SessionError::InvalidParams(format!("no record of the current view has these uuids: {unknown:?}")));
+                    return Err(SessionError::InvalidParams(format!(
+                        "no record of the current view has these uuids: {unknown:?}"
+                    )));
                 }
-                let freed = self.view.iter().filter(|r| r.uuid().is_some_and(|u| known.iter().any(|k| k == u))).map(tokens_of).sum();
+                let freed = self
+                    .view
+                    .iter()
+                    .filter(|r| r.uuid().is_some_and(|u| known.iter().any(|k| k == u)))
+                    .map(tokens_of)
+                    .sum();
                 (serde_json::json!({"type": ctxd_core::view::SNIP_RECORD, "removedUuids": known}), freed, unknown)
             }
             Reduction::Collapse { from, to, summary } => {
                 let (Some(a), Some(b)) = (position(&from), position(&to)) else {
-                    return Err(SessionError::InvalidParams(format!("the span {from}..{to} is not in the current view")));
+                    return Err(SessionError::InvalidParams(format!(
+                        "the span {from}..{to} is not in the current view"
+                    )));
                 };
                 let (a, b) = (a.min(b), a.max(b));
                 let span = self.view[a..=b].to_vec();
                 let summary = match summary {
                     Some(s) => s,
                     None => {
-                        let options = ctxd_core::summary::OfflineOptions { max_output_tokens: 2_000, ..Default::default() };
+                        let options =
+                            ctxd_core::summary::OfflineOptions { max_output_tokens: 2_000, ..Default::default() };
                         let written = ctxd_core::summary::summarize_offline(&span, &options);
                         ctxd_core::summary::parse_summary_reply(&written.text).unwrap_or(written.text)
                     }
                 };
                 let freed = span.iter().map(tokens_of).sum::<u64>().saturating_sub(summary.len() as u64 / 4);
-                (serde_json::json!({"type": ctxd_core::view::COLLAPSE_RECORD, "from": from, "to": to, "summary": summary}), freed, Vec::new())
+                (
+                    serde_json::json!({"type": ctxd_core::view::COLLAPSE_RECORD, "from": from, "to": to, "summary": summary}),
+                    freed,
+                    Vec::new(),
+                )
             }
         };
         let uuid = uuid::Uuid::new_v4().to_string();
@@ -1372,7 +1487,11 @@ impl Session {
     /// is the bytes the host is sent (and the provider cached). Decisions it makes come
     /// back in `new_state`; `assemble` persists them, and the view cache makes them
     /// again until they are.
-    fn run_pipeline(&mut self, host: HostBlocks<'_>, fork: Option<&ctxd_core::view::Fork>) -> ctxd_core::view::Assembled {
+    fn run_pipeline(
+        &mut self,
+        host: HostBlocks<'_>,
+        fork: Option<&ctxd_core::view::Fork>,
+    ) -> ctxd_core::view::Assembled {
         let base = ctxd_core::view::BaseContext {
             system_context: self.base.as_ref().and_then(|b| b.system_context().map(|s| s.to_string())),
             user_context: self.base.as_ref().and_then(|b| b.user_context().map(|s| s.to_string())),
@@ -1381,8 +1500,10 @@ impl Session {
         let tool_results_dir = self.tool_results_dir();
         let state = ctxd_core::view::PipelineState::default();
         let config = ctxd_core::view::PipelineConfig::default();
-        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
-        let threshold = (self.thresholds.auto_compact_enabled && self.thresholds.enforce_window).then_some(self.thresholds.threshold);
+        let now_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let threshold = (self.thresholds.auto_compact_enabled && self.thresholds.enforce_window)
+            .then_some(self.thresholds.threshold);
         let anchored_tokens = Some(self.next_tokens());
         let input = ctxd_core::view::AssembleInput {
             records: &self.view,
@@ -1460,7 +1581,8 @@ impl Session {
     /// Changed read files (once each), memory files activated by reads since the last
     /// request, and a budget notice on crossing, as (attachment type, text).
     async fn take_context_notes(&mut self) -> Vec<(&'static str, String)> {
-        let mut notes: Vec<(&'static str, String)> = std::mem::take(&mut self.pending_notes).into_iter().map(|n| ("nested_memory", n)).collect();
+        let mut notes: Vec<(&'static str, String)> =
+            std::mem::take(&mut self.pending_notes).into_iter().map(|n| ("nested_memory", n)).collect();
         if let Some(notice) = self.budget_notice() {
             notes.push(("total_tokens_reminder", notice));
         }
@@ -1479,14 +1601,19 @@ impl Session {
             .collect();
         let reads = stale.clone();
         let texts = tokio::task::spawn_blocking(move || {
-            reads.iter().map(|e| std::fs::read(&e.path).ok().map(|b| String::from_utf8_lossy(&b).into_owned())).collect::<Vec<_>>()
+            reads
+                .iter()
+                .map(|e| std::fs::read(&e.path).ok().map(|b| String::from_utf8_lossy(&b).into_owned()))
+                .collect::<Vec<_>>()
         })
         .await
         .unwrap_or_default();
         for ((entry, old), new) in stale.iter().zip(old_texts).zip(texts) {
             self.ledger.clear_stale(&entry.path);
             let text = match new {
-                Some(new) => ctxd_core::ledger::changed_file_note(&entry.path, old.as_deref(), &new, CHANGED_FILE_BUDGET_TOKENS),
+                Some(new) => {
+                    ctxd_core::ledger::changed_file_note(&entry.path, old.as_deref(), &new, CHANGED_FILE_BUDGET_TOKENS)
+                }
                 None => format!("The file {} was deleted or can no longer be read since you read it.", entry.path),
             };
             notes.push(("edited_text_file", text));
@@ -1552,8 +1679,12 @@ impl Session {
         let (parent, host_parent) = match (partial, self.host_request.clone()) {
             (None, Some(host)) => (self.run_pipeline(host.blocks(), None).request.to_value(), true),
             (None, None) => (self.parent_request(&self.view), false),
-            (Some((ctxd_core::compact::SplitDirection::UpTo, split)), _) => (self.parent_request(&self.view[..split]), false),
-            (Some((ctxd_core::compact::SplitDirection::From, split)), _) => (self.parent_request(&self.view[split..]), false),
+            (Some((ctxd_core::compact::SplitDirection::UpTo, split)), _) => {
+                (self.parent_request(&self.view[..split]), false)
+            }
+            (Some((ctxd_core::compact::SplitDirection::From, split)), _) => {
+                (self.parent_request(&self.view[split..]), false)
+            }
         };
         let job = Job {
             session_id: self.id.clone(),
@@ -1604,7 +1735,18 @@ impl Session {
         let Some(running) = self.compaction.take_if(|r| r.generation == generation) else {
             return;
         };
-        let Running { trigger, started, pre_tokens, view_generation, reply, progress, snapshot_len, ledger_saved, ahead, .. } = running;
+        let Running {
+            trigger,
+            started,
+            pre_tokens,
+            view_generation,
+            reply,
+            progress,
+            snapshot_len,
+            ledger_saved,
+            ahead,
+            ..
+        } = running;
         // The index must hold every read before the new boundary before the boundary is
         // written; the bulk went off the actor when the compaction started.
         if let Some(saved) = ledger_saved {
@@ -1613,7 +1755,10 @@ impl Session {
         if ahead {
             match result {
                 Ok(prepared) if view_generation == self.view_generation => {
-                    tracing::info!(estimated_post = prepared.estimated_post_tokens, "summary prepared ahead of the threshold");
+                    tracing::info!(
+                        estimated_post = prepared.estimated_post_tokens,
+                        "summary prepared ahead of the threshold"
+                    );
                     self.ahead = Some(Ahead { prepared, view_generation, snapshot_len });
                 }
                 Ok(_) => tracing::info!("summary prepared ahead dropped: the view changed meanwhile"),
@@ -1629,14 +1774,18 @@ impl Session {
         }
         let cancelled = reply.as_ref().is_some_and(oneshot::Sender::is_closed);
         let outcome = match result {
-            _ if cancelled => Err(SessionError::Cancelled("the compaction was cancelled; nothing was installed".into())),
-            _ if view_generation != self.view_generation => {
-                Err(SessionError::Busy("the session was compacted by another path meanwhile; this compaction was dropped".into()))
+            _ if cancelled => {
+                Err(SessionError::Cancelled("the compaction was cancelled; nothing was installed".into()))
             }
-            // Kept before the summary, the records appended meanwhile would have no place.
-            Ok(prepared) if prepared.kept_before.is_some() && self.view.len() != snapshot_len => Err(SessionError::Busy(
-                "records were appended during the partial compaction; nothing was installed, try again".into(),
+            _ if view_generation != self.view_generation => Err(SessionError::Busy(
+                "the session was compacted by another path meanwhile; this compaction was dropped".into(),
             )),
+            // Kept before the summary, the records appended meanwhile would have no place.
+            Ok(prepared) if prepared.kept_before.is_some() && self.view.len() != snapshot_len => {
+                Err(SessionError::Busy(
+                    "records were appended during the partial compaction; nothing was installed, try again".into(),
+                ))
+            }
             Ok(prepared) => self.install(trigger, started, pre_tokens, prepared).await,
             Err(failure) => Err(SessionError::CompactFailed(failure.to_string())),
         };
@@ -1682,9 +1831,16 @@ impl Session {
 
     /// Appends the post-compact records in one batch (one sync), keeping every record
     /// appended since the snapshot after the summary, then reloads the base context.
-    async fn install(&mut self, trigger: Trigger, started: Instant, pre_tokens: u64, prepared: Prepared) -> Result<CompactAnswer, SessionError> {
+    async fn install(
+        &mut self,
+        trigger: Trigger,
+        started: Instant,
+        pre_tokens: u64,
+        prepared: Prepared,
+    ) -> Result<CompactAnswer, SessionError> {
         let kept: Vec<Record> = self.view.get(prepared.kept_from..).map(<[Record]>::to_vec).unwrap_or_default();
-        let kept_before: Vec<Record> = prepared.kept_before.and_then(|n| self.view.get(..n)).map(<[Record]>::to_vec).unwrap_or_default();
+        let kept_before: Vec<Record> =
+            prepared.kept_before.and_then(|n| self.view.get(..n)).map(<[Record]>::to_vec).unwrap_or_default();
         let last = self.view.iter().rev().find(|r| r.uuid().is_some());
         let common = last.map(common_fields).unwrap_or_default();
         let input = InstallInput {
@@ -1734,7 +1890,13 @@ impl Session {
         self.guards.record_success(trigger);
         let post_tokens = self.next_tokens();
         let transcript_path = self.transcript.as_ref().map(|t| t.path().display().to_string()).unwrap_or_default();
-        tokio::spawn(compaction::after_install(self.setup.settings.clone(), self.id.clone(), transcript_path, trigger, prepared.summary.clone()));
+        tokio::spawn(compaction::after_install(
+            self.setup.settings.clone(),
+            self.id.clone(),
+            transcript_path,
+            trigger,
+            prepared.summary.clone(),
+        ));
         Ok(CompactAnswer {
             boundary: post.boundary_uuid,
             trigger,
@@ -1776,7 +1938,8 @@ impl Session {
         let tokens = self.next_tokens();
         match self.guards.check_auto(tokens, &self.thresholds, self.fixed_prefix()) {
             AutoDecision::Compact => self.auto_compact_now().await,
-            AutoDecision::Stopped { message, notify: true, .. } | AutoDecision::CannotHelp { message, notify: true, .. } => {
+            AutoDecision::Stopped { message, notify: true, .. }
+            | AutoDecision::CannotHelp { message, notify: true, .. } => {
                 self.notifier.compact_failed(&self.id, &message).await;
             }
             AutoDecision::NotDue if running_ahead.is_none() => self.maybe_prepare_ahead(tokens),
@@ -1808,9 +1971,20 @@ impl Session {
     async fn install_ahead(&mut self) -> Option<Result<CompactAnswer, SessionError>> {
         let ahead = self.ahead.take()?;
         let rate = self.tally.calibration;
-        let appended_since: u64 = self.view.get(ahead.snapshot_len..).unwrap_or_default().iter().map(|r| rate.tokens(u64::from(r.head().content_bytes))).sum();
+        let appended_since: u64 = self
+            .view
+            .get(ahead.snapshot_len..)
+            .unwrap_or_default()
+            .iter()
+            .map(|r| rate.tokens(u64::from(r.head().content_bytes)))
+            .sum();
         let same_view = ahead.view_generation == self.view_generation;
-        match ctxd_core::compact::ahead::check_prepared(ahead.prepared.estimated_post_tokens, appended_since, same_view, &self.thresholds) {
+        match ctxd_core::compact::ahead::check_prepared(
+            ahead.prepared.estimated_post_tokens,
+            appended_since,
+            same_view,
+            &self.thresholds,
+        ) {
             Ok(estimate) => {
                 tracing::info!(estimate, appended_since, "installing the summary prepared ahead");
                 let started = Instant::now();
@@ -2047,7 +2221,8 @@ fn starts_undone(records: &[(u64, Record)]) -> bool {
     if !records.iter().any(|(_, r)| is_undo_record(r)) {
         return false;
     }
-    let marks: Vec<Record> = records.iter().map(|(_, r)| r).filter(|r| r.is_compact_boundary() || is_undo_record(r)).cloned().collect();
+    let marks: Vec<Record> =
+        records.iter().map(|(_, r)| r).filter(|r| r.is_compact_boundary() || is_undo_record(r)).cloned().collect();
     compaction_view(&marks).boundary.is_none()
 }
 
@@ -2114,7 +2289,10 @@ mod tests {
 
     #[test]
     fn json_len_counts_the_bytes_serde_writes() {
-        let values = vec![serde_json::json!({"type": "text", "text": "a \"quoted\" ünï\n"}), serde_json::json!([1, 2.5, {"k": null}])];
+        let values = vec![
+            serde_json::json!({"type": "text", "text": "a \"quoted\" ünï\n"}),
+            serde_json::json!([1, 2.5, {"k": null}]),
+        ];
         assert_eq!(super::json_len(&values), serde_json::to_string(&values).unwrap().len());
         assert_eq!(super::json_len(&[]), 2);
     }

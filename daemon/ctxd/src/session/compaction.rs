@@ -12,9 +12,9 @@
 use std::path::Path;
 
 use ctxd_core::compact::{
-    FidelityFacts, FidelityReport, FileReadEntry, KeptMessages, PostCompactSizes, RestoreBudget, RestoreInput,
-    RestoredAttachment, SummaryMessage, Trigger, DEFAULT_RECENT_TURNS, check_fidelity, kept_tail_start,
-    merge_instructions, plan_restoration, summary_message_text, tools_used,
+    DEFAULT_RECENT_TURNS, FidelityFacts, FidelityReport, FileReadEntry, KeptMessages, PostCompactSizes, RestoreBudget,
+    RestoreInput, RestoredAttachment, SummaryMessage, Trigger, check_fidelity, kept_tail_start, merge_instructions,
+    plan_restoration, summary_message_text, tools_used,
 };
 use ctxd_core::ledger::{LedgerEntry, has_changed};
 use ctxd_core::record::Record;
@@ -125,7 +125,11 @@ pub enum CompactFailure {
 
 /// Runs everything of a compaction that does not touch the session's state.
 pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
-    let conversation = job.records.iter().filter(|r| r.head().message_id.is_some() || matches!(r.head().kind, ctxd_core::record::Kind::User)).count();
+    let conversation = job
+        .records
+        .iter()
+        .filter(|r| r.head().message_id.is_some() || matches!(r.head().kind, ctxd_core::record::Kind::User))
+        .count();
     if conversation == 0 {
         return Err(CompactFailure::NothingToCompact);
     }
@@ -144,7 +148,8 @@ pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
     });
     let pre = crate::hooks::run(hooks, "PreCompact", job.trigger.hook_trigger(), &hook_input).await;
     let hook_instructions: Vec<String> = pre.iter().filter_map(|r| r.output.clone()).collect();
-    problems.extend(pre.iter().filter_map(|r| r.problem.as_ref().map(|p| format!("PreCompact hook `{}`: {p}", r.command))));
+    problems
+        .extend(pre.iter().filter_map(|r| r.problem.as_ref().map(|p| format!("PreCompact hook `{}`: {p}", r.command))));
     let instructions = merge_instructions(job.focus.as_deref(), &hook_instructions);
     if let Some(progress) = &job.progress {
         progress.report("writing the summary", 10).await;
@@ -162,7 +167,10 @@ pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
         Some(split) => (job.records[split..].to_vec(), job.records[..split].to_vec()),
         None => (job.records[..kept_from].to_vec(), job.records[kept_from..].to_vec()),
     };
-    if !summarized.iter().any(|r| r.head().message_id.is_some() || matches!(r.head().kind, ctxd_core::record::Kind::User)) {
+    if !summarized
+        .iter()
+        .any(|r| r.head().message_id.is_some() || matches!(r.head().kind, ctxd_core::record::Kind::User))
+    {
         return Err(CompactFailure::NothingToCompact);
     }
     // The CPU-heavy steps run on the low-priority pool, never on the runtime's workers,
@@ -195,7 +203,8 @@ pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
         }
     };
     // The snapshot is not needed after this step: moved, not copied.
-    let (transcript_path, records, kept_any) = (job.transcript_path.clone(), std::mem::take(&mut job.records), !kept.is_empty());
+    let (transcript_path, records, kept_any) =
+        (job.transcript_path.clone(), std::mem::take(&mut job.records), !kept.is_empty());
     let (checked, summary_text) = crate::background::run(move || {
         let checked = check_fidelity(&body, &facts);
         let summary_text = summary_message_text(&SummaryMessage {
@@ -219,7 +228,9 @@ pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
     });
     let start = crate::hooks::run(hooks, "SessionStart", "compact", &start_input).await;
     let hook_outputs: Vec<String> = start.iter().filter_map(|r| r.output.clone()).collect();
-    problems.extend(start.iter().filter_map(|r| r.problem.as_ref().map(|p| format!("SessionStart hook `{}`: {p}", r.command))));
+    problems.extend(
+        start.iter().filter_map(|r| r.problem.as_ref().map(|p| format!("SessionStart hook `{}`: {p}", r.command))),
+    );
 
     if let Some(progress) = &job.progress {
         progress.report("restoring recent files and skills", 80).await;
@@ -235,7 +246,8 @@ pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
     let plan = crate::background::run(move || {
         let kept_uuids: Vec<String> = kept.iter().filter_map(|r| r.uuid().map(str::to_owned)).collect();
         let kept_tokens: u64 = kept.iter().map(|r| estimate_tokens(r.line())).sum();
-        let sizes = PostCompactSizes { fixed_prefix, summary: summary_tokens, kept: kept_tokens, hook_output: hook_tokens };
+        let sizes =
+            PostCompactSizes { fixed_prefix, summary: summary_tokens, kept: kept_tokens, hook_output: hook_tokens };
         let budget = RestoreBudget::fitted(threshold, &sizes);
         let files = restoration_candidates(&ledger, &kept_uuids, budget.max_tokens_per_file);
         // The plan as it is on disk now; a plan file that is gone is simply not restored.
@@ -270,7 +282,8 @@ pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
 fn remote_provider(job: &Job) -> Result<Option<crate::provider::RemoteProvider>, crate::provider::ProviderError> {
     use crate::provider::{ApiKey, ProviderChoice, ProviderConfig, ProviderSettings};
     let s = &job.settings;
-    let api_key = s.api_key_env.as_deref().and_then(|var| std::env::var(var).ok()).filter(|k| !k.is_empty()).map(ApiKey::new);
+    let api_key =
+        s.api_key_env.as_deref().and_then(|var| std::env::var(var).ok()).filter(|k| !k.is_empty()).map(ApiKey::new);
     let provider = s.provider.map(|p| match p {
         ctxd_proto::settings::ProviderKind::Anthropic => "anthropic".to_owned(),
         ctxd_proto::settings::ProviderKind::Openai => "openai".to_owned(),
@@ -299,9 +312,11 @@ fn remote_provider(job: &Job) -> Result<Option<crate::provider::RemoteProvider>,
 /// `problems`.
 /// The offline summary of `summarized`, on the low-priority pool.
 async fn write_offline(summarized: Vec<Record>, focus: Option<String>) -> Result<String, CompactFailure> {
-    let offline = crate::background::run(move || summarize_offline(&summarized, &OfflineOptions { focus, ..OfflineOptions::default() }))
-        .await
-        .map_err(|e| CompactFailure::Summary(format!("summarizer task failed: {e}")))?;
+    let offline = crate::background::run(move || {
+        summarize_offline(&summarized, &OfflineOptions { focus, ..OfflineOptions::default() })
+    })
+    .await
+    .map_err(|e| CompactFailure::Summary(format!("summarizer task failed: {e}")))?;
     parse_summary_reply(&offline.text).map_err(|e| CompactFailure::Summary(e.to_string()))
 }
 
@@ -323,7 +338,8 @@ async fn summarize_remote(
         additional: instructions.map(str::to_owned),
         newer_messages_kept: kept,
     });
-    let model = job.settings.compact_model.clone().or_else(|| job.settings.model.clone()).unwrap_or_else(|| job.model.clone());
+    let model =
+        job.settings.compact_model.clone().or_else(|| job.settings.model.clone()).unwrap_or_else(|| job.model.clone());
     let choice = ForkChoice {
         trigger: job.trigger,
         enabled: fork_enabled(&job.settings),
@@ -341,7 +357,9 @@ async fn summarize_remote(
         },
         Err(skip) => tracing::debug!(%skip, "summary without the cache-sharing fork"),
     }
-    summarize_with_fallback(provider, job, parent.clone(), &instruction, model).await.map(|s| (s, SummaryPath::Fallback))
+    summarize_with_fallback(provider, job, parent.clone(), &instruction, model)
+        .await
+        .map(|s| (s, SummaryPath::Fallback))
 }
 
 /// Whether settings and environment allow the fork (`compactFork`, [`DISABLE_FORK_ENV`]).
@@ -361,8 +379,8 @@ async fn summarize_with_fork(
     instruction: &str,
     style: ctxd_core::compact::ForkStyle,
 ) -> Result<String, String> {
-    use ctxd_core::compact::{ForkOptions, ReplyAttempt, ReplyVerdict, ToolRefusal, fork_request, read_summary_reply};
     use crate::provider::Provider;
+    use ctxd_core::compact::{ForkOptions, ReplyAttempt, ReplyVerdict, ToolRefusal, fork_request, read_summary_reply};
     let options = ForkOptions { style, tool_refusal: ToolRefusal::ToolChoiceNone };
     let cancel = tokio_util::sync::CancellationToken::new();
     let mut attempt = ReplyAttempt::First;
@@ -399,7 +417,8 @@ fn summary_request(body: serde_json::Value) -> crate::provider::SummaryRequest {
     };
     let (system, messages, tools) = (list("system"), list("messages"), list("tools"));
     let model = body.remove("model").and_then(|m| m.as_str().map(str::to_owned)).unwrap_or_default();
-    let max_tokens = body.remove("max_tokens").and_then(|m| m.as_u64()).unwrap_or(ctxd_core::compact::FALLBACK_MAX_TOKENS);
+    let max_tokens =
+        body.remove("max_tokens").and_then(|m| m.as_u64()).unwrap_or(ctxd_core::compact::FALLBACK_MAX_TOKENS);
     let thinking = body.remove("thinking");
     crate::provider::SummaryRequest {
         model,
@@ -422,11 +441,11 @@ async fn summarize_with_fallback(
     instruction: &str,
     mut model: String,
 ) -> Result<String, String> {
+    use crate::provider::{Provider, ProviderError};
     use ctxd_core::compact::{
         FallbackOptions, MAX_PTL_RETRIES, Overflow, ReplyAttempt, ReplyVerdict, fallback_request, read_summary_reply,
         truncate_for_retry,
     };
-    use crate::provider::{Provider, ProviderError};
     // A summary request too long for the model goes once to the larger model, if one is
     // configured, before anything is dropped from it.
     let mut larger = job.settings.larger_model_retry.clone().filter(|m| *m != model);
@@ -453,7 +472,8 @@ async fn summarize_with_fallback(
                 model = larger.take().unwrap_or_default();
             }
             Err(ProviderError::PromptTooLong { tokens, max }) if ptl_retries < MAX_PTL_RETRIES => {
-                let cut = truncate_for_retry(&body_source, Some(Overflow { tokens, max }), ptl_retries).ok_or("the summary request is too long and nothing more can be dropped")?;
+                let cut = truncate_for_retry(&body_source, Some(Overflow { tokens, max }), ptl_retries)
+                    .ok_or("the summary request is too long and nothing more can be dropped")?;
                 body_source = cut.body;
                 ptl_retries += 1;
             }
@@ -465,7 +485,11 @@ async fn summarize_with_fallback(
 /// The ledger as restoration sees it: the newest reads, with their current content when
 /// small enough to restore (a larger file comes back as its path). Reads at most a few
 /// files from disk.
-fn restoration_candidates(ledger: &[LedgerEntry], kept_uuids: &[String], max_tokens_per_file: u64) -> Vec<FileReadEntry> {
+fn restoration_candidates(
+    ledger: &[LedgerEntry],
+    kept_uuids: &[String],
+    max_tokens_per_file: u64,
+) -> Vec<FileReadEntry> {
     let mut newest: Vec<&LedgerEntry> = ledger.iter().collect();
     newest.sort_by_key(|e| std::cmp::Reverse(e.sequence));
     newest
@@ -496,7 +520,13 @@ fn restoration_candidates(ledger: &[LedgerEntry], kept_uuids: &[String], max_tok
 }
 
 /// PostCompact hooks get the summary once it is installed; their output is logged only.
-pub async fn after_install(settings: ctxd_proto::Settings, session_id: String, transcript_path: String, trigger: Trigger, summary: String) {
+pub async fn after_install(
+    settings: ctxd_proto::Settings,
+    session_id: String,
+    transcript_path: String,
+    trigger: Trigger,
+    summary: String,
+) {
     let input = json!({
         "session_id": session_id,
         "transcript_path": transcript_path,

@@ -13,11 +13,13 @@ pub mod usage;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use ctxd_core::budget::{EnvConfig, ResolvedWindow, Thresholds, WindowInputs, WindowSource, resolve_window, thresholds};
+use crate::transport::Outbound;
+use ctxd_core::budget::{
+    EnvConfig, ResolvedWindow, Thresholds, WindowInputs, WindowSource, resolve_window, thresholds,
+};
 use ctxd_core::record::Record;
 use ctxd_proto as proto;
 use tokio::sync::{mpsc, oneshot};
-use crate::transport::Outbound;
 
 use self::actor::{Appended, Command, Opened};
 use self::usage::UsageSnapshot;
@@ -104,14 +106,20 @@ impl Notifier {
 
     pub async fn compacted(&self, session_id: &str, trigger: &str, pre_tokens: u64, post_tokens: u64) {
         if let Some(client) = &self.client {
-            let params = proto::CompactedNotification { session_id: session_id.to_owned(), trigger: trigger.to_owned(), pre_tokens, post_tokens };
+            let params = proto::CompactedNotification {
+                session_id: session_id.to_owned(),
+                trigger: trigger.to_owned(),
+                pre_tokens,
+                post_tokens,
+            };
             client.notify::<Compacted>(params).await;
         }
     }
 
     pub async fn compact_failed(&self, session_id: &str, reason: &str) {
         if let Some(client) = &self.client {
-            let params = proto::CompactFailedNotification { session_id: session_id.to_owned(), reason: reason.to_owned() };
+            let params =
+                proto::CompactFailedNotification { session_id: session_id.to_owned(), reason: reason.to_owned() };
             client.notify::<CompactFailed>(params).await;
         }
     }
@@ -136,7 +144,9 @@ impl Progress {
     /// `None` when the client sent no token, or one that is neither a number nor a string.
     pub fn new(notifier: &Notifier, token: Option<&serde_json::Value>) -> Option<Progress> {
         let token = match token? {
-            serde_json::Value::Number(n) => tower_lsp_server::ls_types::NumberOrString::Number(i32::try_from(n.as_i64()?).ok()?),
+            serde_json::Value::Number(n) => {
+                tower_lsp_server::ls_types::NumberOrString::Number(i32::try_from(n.as_i64()?).ok()?)
+            }
             serde_json::Value::String(s) => tower_lsp_server::ls_types::NumberOrString::String(s.clone()),
             _ => return None,
         };
@@ -146,13 +156,22 @@ impl Progress {
 
     pub async fn begin(&self, title: &str, message: String) {
         use tower_lsp_server::ls_types::{WorkDoneProgress, WorkDoneProgressBegin};
-        let begin = WorkDoneProgressBegin { title: title.to_owned(), cancellable: Some(true), message: Some(message), percentage: Some(0) };
+        let begin = WorkDoneProgressBegin {
+            title: title.to_owned(),
+            cancellable: Some(true),
+            message: Some(message),
+            percentage: Some(0),
+        };
         self.send(WorkDoneProgress::Begin(begin)).await;
     }
 
     pub async fn report(&self, message: &str, percentage: u32) {
         use tower_lsp_server::ls_types::{WorkDoneProgress, WorkDoneProgressReport};
-        let report = WorkDoneProgressReport { cancellable: Some(true), message: Some(message.to_owned()), percentage: Some(percentage) };
+        let report = WorkDoneProgressReport {
+            cancellable: Some(true),
+            message: Some(message.to_owned()),
+            percentage: Some(percentage),
+        };
         self.send(WorkDoneProgress::Report(report)).await;
     }
 
@@ -162,7 +181,9 @@ impl Progress {
     }
 
     async fn send(&self, value: tower_lsp_server::ls_types::WorkDoneProgress) {
-        use tower_lsp_server::ls_types::{ProgressParams, ProgressParamsValue, notification::Progress as ProgressNotification};
+        use tower_lsp_server::ls_types::{
+            ProgressParams, ProgressParamsValue, notification::Progress as ProgressNotification,
+        };
         if let Some(client) = &self.notifier.client {
             let params = ProgressParams { token: self.token.clone(), value: ProgressParamsValue::WorkDone(value) };
             client.notify::<ProgressNotification>(params).await;
@@ -278,7 +299,10 @@ impl Sessions {
 
     /// Opens a session (resuming it when its transcript exists) and queues the `Open`
     /// command. An already open session answers from its live state.
-    pub fn open(&self, params: &proto::OpenSessionParams) -> Result<(String, oneshot::Receiver<Result<Opened, SessionError>>), SessionError> {
+    pub fn open(
+        &self,
+        params: &proto::OpenSessionParams,
+    ) -> Result<(String, oneshot::Receiver<Result<Opened, SessionError>>), SessionError> {
         let id = match &params.session_id {
             Some(id) => id.clone(),
             None => uuid::Uuid::new_v4().to_string(),
@@ -288,7 +312,9 @@ impl Sessions {
         let mut open = self.open_map();
         let live = open.get(&id).filter(|h| !h.tx.is_closed()).map(|h| h.tx.clone());
         if params.import.is_some() && (live.is_some() || self.store.transcript_path(&id).is_ok_and(|p| p.exists())) {
-            return Err(SessionError::InvalidParams(format!("session {id:?} exists; an import needs a new session id")));
+            return Err(SessionError::InvalidParams(format!(
+                "session {id:?} exists; an import needs a new session id"
+            )));
         }
         let tx = match live {
             Some(tx) => tx,
@@ -297,7 +323,8 @@ impl Sessions {
                 let mut setup = self.setup(&params.cwd, &params.model, agent_window);
                 setup.import = params.import.as_ref().map(std::path::PathBuf::from);
                 let tx = actor::spawn(id.clone(), setup, self.store.clone(), self.notifier.clone(), true);
-                let handle = Handle { tx: tx.clone(), cwd: params.cwd.clone(), model: params.model.clone(), agent_window };
+                let handle =
+                    Handle { tx: tx.clone(), cwd: params.cwd.clone(), model: params.model.clone(), agent_window };
                 open.insert(id.clone(), handle);
                 tx
             }
@@ -317,7 +344,12 @@ impl Sessions {
     /// Stacks the settings for `cwd` and resolves the window and levels for `model`.
     fn setup(&self, cwd: &str, model: &str, agent_window: Option<u64>) -> SessionSetup {
         let changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        let layered = settings::resolve(&self.environment.sources, std::path::Path::new(cwd), &self.environment.client_settings, &changed);
+        let layered = settings::resolve(
+            &self.environment.sources,
+            std::path::Path::new(cwd),
+            &self.environment.client_settings,
+            &changed,
+        );
         let (resolved, levels) = self.levels(&layered.settings, model, agent_window);
         let mut problems = layered.problems;
         problems.extend(resolved.warnings.iter().cloned());
@@ -339,17 +371,20 @@ impl Sessions {
             problems,
             import: None,
             memory,
-            idle_after: layered
-                .settings
-                .idle_compaction
-                .unwrap_or(true)
-                .then(|| std::time::Duration::from_secs(layered.settings.idle_compact_after_seconds.unwrap_or(240).max(1))),
+            idle_after: layered.settings.idle_compaction.unwrap_or(true).then(|| {
+                std::time::Duration::from_secs(layered.settings.idle_compact_after_seconds.unwrap_or(240).max(1))
+            }),
             idle_floor: self.environment.env.idle_compact_floor(),
             services: self.environment.services.clone(),
         }
     }
 
-    fn levels(&self, settings: &ctxd_proto::Settings, model: &str, agent_window: Option<u64>) -> (ResolvedWindow, Thresholds) {
+    fn levels(
+        &self,
+        settings: &ctxd_proto::Settings,
+        model: &str,
+        agent_window: Option<u64>,
+    ) -> (ResolvedWindow, Thresholds) {
         let env = &self.environment.env;
         let inputs = WindowInputs {
             setting: settings.window_for(model),
@@ -380,7 +415,11 @@ impl Sessions {
     /// `ctx/setAutoCompactWindow`: saves (or clears) the window of a model and applies it
     /// to the open sessions of that model. Returns the window now in force for the model
     /// outside any project.
-    pub fn set_auto_compact_window(&self, model: &str, window: Option<u64>) -> Result<(ResolvedWindow, WindowSource), SessionError> {
+    pub fn set_auto_compact_window(
+        &self,
+        model: &str,
+        window: Option<u64>,
+    ) -> Result<(ResolvedWindow, WindowSource), SessionError> {
         settings::save_window(&self.environment.sources, model, window)
             .map_err(|e| SessionError::Store(format!("{}: {e}", self.environment.sources.saved_file.display())))?;
         self.reconfigure(|m| m == model);
@@ -399,7 +438,11 @@ impl Sessions {
         let home = environment.sources.home.clone().unwrap_or_else(|| std::path::PathBuf::from("/"));
         let settings = settings::resolve(&environment.sources, &home, &environment.client_settings, &changed).settings;
         let thresholds_for = move |model: &str| {
-            let inputs = WindowInputs { setting: settings.window_for(model), client: environment.client_window, ..WindowInputs::default() };
+            let inputs = WindowInputs {
+                setting: settings.window_for(model),
+                client: environment.client_window,
+                ..WindowInputs::default()
+            };
             let resolved = resolve_window(model, &inputs, &environment.env);
             thresholds(&resolved, &environment.env, settings.auto_compact_enabled.unwrap_or(true))
         };
@@ -410,9 +453,13 @@ impl Sessions {
 
     /// `ctx/observe` with a project directory: its newest transcript now, and every
     /// transcript that appears in it later (followed in the background).
-    pub async fn observe_project(self: &Arc<Self>, dir: std::path::PathBuf) -> Result<(String, UsageSnapshot), SessionError> {
+    pub async fn observe_project(
+        self: &Arc<Self>,
+        dir: std::path::PathBuf,
+    ) -> Result<(String, UsageSnapshot), SessionError> {
         let listed = dir.clone();
-        let transcripts = tokio::task::spawn_blocking(move || observe::transcripts_in(&listed)).await.unwrap_or_default();
+        let transcripts =
+            tokio::task::spawn_blocking(move || observe::transcripts_in(&listed)).await.unwrap_or_default();
         let Some(newest) = transcripts.first().cloned() else {
             return Err(SessionError::InvalidParams(format!("no transcript (*.jsonl) in {} yet", dir.display())));
         };
@@ -424,11 +471,13 @@ impl Sessions {
     /// Observes each transcript that appears in `dir` and is not in `seen`.
     fn follow_new_transcripts(self: &Arc<Self>, dir: std::path::PathBuf, mut seen: HashSet<std::path::PathBuf>) {
         let sessions = self.clone();
-        let mut subscription = self.environment.services.watcher.subscribe([crate::context::watcher::Target::dir(dir.clone())]);
+        let mut subscription =
+            self.environment.services.watcher.subscribe([crate::context::watcher::Target::dir(dir.clone())]);
         tokio::spawn(async move {
             while subscription.recv().await.is_some() {
                 let listed = dir.clone();
-                let now = tokio::task::spawn_blocking(move || observe::transcripts_in(&listed)).await.unwrap_or_default();
+                let now =
+                    tokio::task::spawn_blocking(move || observe::transcripts_in(&listed)).await.unwrap_or_default();
                 for path in now {
                     if seen.insert(path.clone()) {
                         match sessions.observe(path.clone()).await {
@@ -448,18 +497,21 @@ impl Sessions {
     /// and as they appear; in each, the newest transcript and every new one.
     pub fn follow_claude_projects(self: &Arc<Self>, root: std::path::PathBuf) {
         let sessions = self.clone();
-        let mut subscription = self.environment.services.watcher.subscribe([crate::context::watcher::Target::dir(root.clone())]);
+        let mut subscription =
+            self.environment.services.watcher.subscribe([crate::context::watcher::Target::dir(root.clone())]);
         tokio::spawn(async move {
             let mut followed = HashSet::new();
             loop {
                 let listed = root.clone();
-                let projects = tokio::task::spawn_blocking(move || observe::folders_in(&listed)).await.unwrap_or_default();
+                let projects =
+                    tokio::task::spawn_blocking(move || observe::folders_in(&listed)).await.unwrap_or_default();
                 for project in projects {
                     if !followed.insert(project.clone()) {
                         continue;
                     }
                     let listed = project.clone();
-                    let transcripts = tokio::task::spawn_blocking(move || observe::transcripts_in(&listed)).await.unwrap_or_default();
+                    let transcripts =
+                        tokio::task::spawn_blocking(move || observe::transcripts_in(&listed)).await.unwrap_or_default();
                     if let Some(newest) = transcripts.first() {
                         // Clients learn of a followed session from its first usage.
                         match sessions.observe(newest.clone()).await {
@@ -515,11 +567,18 @@ impl Sessions {
         tracing::info!(session = id, "resuming a session that was not open");
         let setup = self.setup(&entry.cwd, &entry.model, entry.agent_window);
         let tx = actor::spawn(id.to_owned(), setup, self.store.clone(), self.notifier.clone(), false);
-        open.insert(id.to_owned(), Handle { tx: tx.clone(), cwd: entry.cwd, model: entry.model, agent_window: entry.agent_window });
+        open.insert(
+            id.to_owned(),
+            Handle { tx: tx.clone(), cwd: entry.cwd, model: entry.model, agent_window: entry.agent_window },
+        );
         Ok(tx)
     }
 
-    pub fn append(&self, id: &str, records: Vec<Record>) -> Result<oneshot::Receiver<Result<Appended, SessionError>>, SessionError> {
+    pub fn append(
+        &self,
+        id: &str,
+        records: Vec<Record>,
+    ) -> Result<oneshot::Receiver<Result<Appended, SessionError>>, SessionError> {
         let tx = self.sender(id)?;
         let (reply, rx) = oneshot::channel();
         tx.send(Command::Append { records, reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
@@ -538,7 +597,8 @@ impl Sessions {
         }
         let tx = self.sender(id)?;
         let (reply, rx) = oneshot::channel();
-        tx.send(Command::FileRead { path, start_line, num_lines, reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
+        tx.send(Command::FileRead { path, start_line, num_lines, reply })
+            .map_err(|_| SessionError::Closed(id.to_owned()))?;
         Ok(rx)
     }
 
@@ -553,12 +613,16 @@ impl Sessions {
         let progress = Progress::new(&self.notifier, progress_token);
         let tx = self.sender(id)?;
         let (reply, rx) = oneshot::channel();
-        tx.send(Command::Compact { trigger, instructions, partial, progress, reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
+        tx.send(Command::Compact { trigger, instructions, partial, progress, reply })
+            .map_err(|_| SessionError::Closed(id.to_owned()))?;
         Ok(rx)
     }
 
     /// `ctx/undoCompact`: takes back the latest compaction if no new turn followed it.
-    pub fn undo_compact(&self, id: &str) -> Result<oneshot::Receiver<Result<actor::UndoAnswer, SessionError>>, SessionError> {
+    pub fn undo_compact(
+        &self,
+        id: &str,
+    ) -> Result<oneshot::Receiver<Result<actor::UndoAnswer, SessionError>>, SessionError> {
         let tx = self.sender(id)?;
         let (reply, rx) = oneshot::channel();
         tx.send(Command::UndoCompact { reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;

@@ -14,8 +14,8 @@ use ctxd_core::record::Record;
 
 use super::Notifier;
 use super::usage::{Shape, UsageSnapshot};
-use ctxd_core::breakdown::Composition;
 use crate::context::watcher::{Target, Watcher};
+use ctxd_core::breakdown::Composition;
 
 /// The id an observed transcript is published under.
 pub fn observe_id(path: &Path) -> String {

@@ -81,7 +81,11 @@ impl UsageSnapshot {
                 tools: p.tools,
                 memory_files: p.memory_files,
                 skills: p.skills,
-                messages: proto::MessageBreakdown { tool_results: p.tool_results, summaries: p.summaries, other: p.other_messages },
+                messages: proto::MessageBreakdown {
+                    tool_results: p.tool_results,
+                    summaries: p.summaries,
+                    other: p.other_messages,
+                },
                 free_space: free,
                 autocompact_buffer: buffer,
             },

@@ -130,7 +130,8 @@ impl Index {
             }
         }
         let path = self.reads.join(format!("{session_id}.jsonl"));
-        let written = std::fs::OpenOptions::new().create(true).append(true).open(&path).and_then(|mut f| f.write_all(&text));
+        let written =
+            std::fs::OpenOptions::new().create(true).append(true).open(&path).and_then(|mut f| f.write_all(&text));
         if let Err(e) = written {
             tracing::warn!(file = %path.display(), error = %e, "ledger write failed; it will be rebuilt from the transcript");
         }

@@ -74,7 +74,8 @@ mod tests {
 
     /// Holds the lock through a second open of the file, with `pid` written as holder.
     fn hold(root: &Path, pid: u32) -> File {
-        let mut file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(root.join("ctxd.lock")).unwrap();
+        let mut file =
+            OpenOptions::new().read(true).write(true).create(true).truncate(true).open(root.join("ctxd.lock")).unwrap();
         flock(&file, FlockOperation::NonBlockingLockExclusive).unwrap();
         file.write_all(format!("{pid}\n").as_bytes()).unwrap();
         file

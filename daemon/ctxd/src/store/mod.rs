@@ -94,9 +94,8 @@ impl Store {
 
 /// Session ids are file names: 1 to 128 of `[A-Za-z0-9_-]`.
 pub fn validate_session_id(id: &str) -> Result<(), StoreError> {
-    let ok = !id.is_empty()
-        && id.len() <= 128
-        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    let ok =
+        !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     if ok { Ok(()) } else { Err(StoreError::InvalidSessionId(id.chars().take(160).collect())) }
 }
 

@@ -43,13 +43,7 @@ impl Transcript {
     /// past the end loads nothing.
     pub fn open(path: &Path, create: bool, from: u64) -> Result<(Transcript, Loaded), StoreError> {
         let io = |e: std::io::Error| StoreError::io(path, e);
-        let file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(create)
-            .mode(0o600)
-            .open(path)
-            .map_err(io)?;
+        let file = OpenOptions::new().read(true).append(true).create(create).mode(0o600).open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         let mut transcript = Transcript { file, path: path.to_owned(), len };
         let torn_bytes = transcript.cut_torn_tail()?;
@@ -324,7 +318,8 @@ mod tests {
         let b = r#"{"type":"system","subtype":"compact_boundary","uuid":"b"}"#;
         let u = r#"{"type":"system","subtype":"ctxd_undo_compact","undoes":"b","uuid":"u"}"#;
         // A message that only mentions the words is not one of them.
-        let m = r#"{"type":"user","uuid":"m","message":{"role":"user","content":"compact_boundary ctxd_undo_compact"}}"#;
+        let m =
+            r#"{"type":"user","uuid":"m","message":{"role":"user","content":"compact_boundary ctxd_undo_compact"}}"#;
         let text = format!("{{\"uuid\":\"a\"}}\n{b}\n{m}\n{u}\n{{\"uuid\":\"d\"}}\n");
         std::fs::write(&path, &text).unwrap();
         let found = scan_compactions(&path).unwrap();

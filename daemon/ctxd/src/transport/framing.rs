@@ -161,9 +161,8 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             };
             if name.trim().eq_ignore_ascii_case("content-length") {
                 let value = value.trim();
-                content_length = value
-                    .parse::<usize>()
-                    .map_err(|_| FrameError::BadContentLength(value.chars().take(40).collect()));
+                content_length =
+                    value.parse::<usize>().map_err(|_| FrameError::BadContentLength(value.chars().take(40).collect()));
             }
         }
         HeaderParse::Complete { header_len: start + header_end, content_length }
@@ -242,7 +241,9 @@ mod tests {
     #[tokio::test]
     async fn reads_consecutive_frames_and_ignores_header_case_and_content_type() {
         let mut input = frame("{\"a\":1}");
-        input.extend_from_slice(b"content-length: 7\r\nContent-Type: application/vscode-jsonrpc; charset=utf-8\r\n\r\n{\"b\":2}");
+        input.extend_from_slice(
+            b"content-length: 7\r\nContent-Type: application/vscode-jsonrpc; charset=utf-8\r\n\r\n{\"b\":2}",
+        );
         let frames = read_all(&input, 1024).await;
         assert_eq!(frames, vec![Ok("{\"a\":1}".to_string()), Ok("{\"b\":2}".to_string())]);
     }

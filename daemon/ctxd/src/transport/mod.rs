@@ -203,7 +203,9 @@ impl Cancellable {
             }
             match outcome {
                 Ok(answer) => answer,
-                Err(futures::future::Aborted) => Some(Answer::Response(Response::from_error(id, Error::request_cancelled()))),
+                Err(futures::future::Aborted) => {
+                    Some(Answer::Response(Response::from_error(id, Error::request_cancelled())))
+                }
             }
         }
         .boxed()
@@ -211,7 +213,11 @@ impl Cancellable {
 
     /// Stops the reply to the request `$/cancelRequest` names, if it is one of these.
     fn cancel(&self, request: &Request) {
-        let Some(id) = request.params().and_then(|p| p.get("id")).and_then(|id| serde_json::from_value::<Id>(id.clone()).ok()) else { return };
+        let Some(id) =
+            request.params().and_then(|p| p.get("id")).and_then(|id| serde_json::from_value::<Id>(id.clone()).ok())
+        else {
+            return;
+        };
         if let Some(handle) = self.0.lock().ok().and_then(|mut map| map.remove(&id)) {
             handle.abort();
         }
@@ -708,7 +714,8 @@ pub fn decode(frame: Result<String, FrameError>) -> Incoming {
 }
 
 fn classify(value: Value) -> Incoming {
-    let invalid = |id: Id, why: String| Incoming::Invalid(Response::from_error(id, rpc_error(ErrorCode::InvalidRequest, why)));
+    let invalid =
+        |id: Id, why: String| Incoming::Invalid(Response::from_error(id, rpc_error(ErrorCode::InvalidRequest, why)));
     let Value::Object(object) = &value else {
         let why = if value.is_array() {
             "batch requests are not supported; send one JSON-RPC message per frame".to_owned()
@@ -883,7 +890,11 @@ impl Batch {
     /// The batch's bytes in the order they go out.
     fn parts(&self) -> Vec<&[u8]> {
         let large = self.large.iter().flat_map(|(header, body)| [header.as_slice(), body.as_slice()]);
-        [self.front.as_slice(), self.small.as_slice()].into_iter().chain(large).filter(|part| !part.is_empty()).collect()
+        [self.front.as_slice(), self.small.as_slice()]
+            .into_iter()
+            .chain(large)
+            .filter(|part| !part.is_empty())
+            .collect()
     }
 }
 
@@ -1034,7 +1045,11 @@ impl std::io::Write for RawStdout {
     }
 }
 
-async fn write_loop<O: AsyncWrite + Unpin>(mut output: O, mut rx: mpsc::Receiver<Outgoing>, through: std::sync::Arc<WriteThrough>) {
+async fn write_loop<O: AsyncWrite + Unpin>(
+    mut output: O,
+    mut rx: mpsc::Receiver<Outgoing>,
+    through: std::sync::Arc<WriteThrough>,
+) {
     // Everything queued goes out in one write: tokio's stdout hands each write to a
     // blocking thread, so one write per message would cost one hand-off per message.
     let mut batch = Batch::default();
@@ -1090,7 +1105,9 @@ mod tests {
         let small = |n: u8| Outgoing::Encoded(vec![b'0' + n; 10]);
         let notification = Outgoing::Request(Request::build("ctx/usageChanged").params(json!({"n": 1})).finish());
         // Large, but encoded by the writer itself rather than by a fast path.
-        let large_notification = Outgoing::Request(Request::build("ctx/contextChanged").params(json!({"text": "6".repeat(LARGE_FRAME)})).finish());
+        let large_notification = Outgoing::Request(
+            Request::build("ctx/contextChanged").params(json!({"text": "6".repeat(LARGE_FRAME)})).finish(),
+        );
         for message in [small(2), large(3), notification, small(4), large_notification, large(5)] {
             tx.try_send(message).ok().unwrap();
         }
@@ -1098,7 +1115,8 @@ mod tests {
         batch.fill(large(1), &mut rx);
         let text = String::from_utf8(batch.parts().concat()).unwrap();
         let frames: Vec<&str> = text.split("Content-Length: ").skip(1).collect();
-        let order: Vec<char> = frames.iter().filter_map(|frame| frame.split("\r\n\r\n").nth(1)?.chars().next()).collect();
+        let order: Vec<char> =
+            frames.iter().filter_map(|frame| frame.split("\r\n\r\n").nth(1)?.chars().next()).collect();
         assert_eq!(order, ['2', '{', '4', '1', '3', '{', '5'], "{}", &text[..200]);
         assert!(frames[1].contains("ctx/usageChanged") && frames[5].contains("ctx/contextChanged"));
         // Every frame's length header is its body's.
@@ -1147,7 +1165,11 @@ mod tests {
         let (mut out, through) = (Vec::new(), WriteThrough::default());
         (0..4).for_each(|_| through.note_queued());
         write_blocking(&mut rx, &mut out, &through);
-        assert!(out.starts_with(b"the rest}Content-Length: 2\r\n\r\n{}Content-Length: 16384"), "{}", String::from_utf8_lossy(&out[..60]));
+        assert!(
+            out.starts_with(b"the rest}Content-Length: 2\r\n\r\n{}Content-Length: 16384"),
+            "{}",
+            String::from_utf8_lossy(&out[..60])
+        );
         assert_eq!(through.queued(), 0);
     }
 
@@ -1181,7 +1203,12 @@ mod tests {
         (0..5).for_each(|_| through.note_queued());
         write_blocking(&mut rx, &mut calls, &through);
         assert_eq!(through.queued(), 0, "each message written is counted off");
-        assert_eq!(calls.0.len(), 1, "{:?}", calls.0.iter().map(|c| String::from_utf8_lossy(&c[..c.len().min(80)]).into_owned()).collect::<Vec<_>>());
+        assert_eq!(
+            calls.0.len(),
+            1,
+            "{:?}",
+            calls.0.iter().map(|c| String::from_utf8_lossy(&c[..c.len().min(80)]).into_owned()).collect::<Vec<_>>()
+        );
         let text = String::from_utf8(calls.0.concat()).unwrap();
         assert_eq!(text.matches("Content-Length: 7\r\n\r\n").count(), 3, "{}", &text[..100]);
         let large = format!("{{\"n\":2}}Content-Length: {LARGE_FRAME}\r\n\r\n{}", "x".repeat(LARGE_FRAME));
@@ -1235,7 +1262,15 @@ mod tests {
         let (client_io, server_io) = tokio::io::duplex(1 << 16);
         let (server_read, server_write) = tokio::io::split(server_io);
         let fast: std::sync::Arc<dyn FastPath> = std::sync::Arc::new(PanickyFast);
-        let server = tokio::spawn(serve(server_read, server_write, service, socket, Limits::default(), Some(fast), Outbound::channel().1));
+        let server = tokio::spawn(serve(
+            server_read,
+            server_write,
+            service,
+            socket,
+            Limits::default(),
+            Some(fast),
+            Outbound::channel().1,
+        ));
         let (client_read, client_write) = tokio::io::split(client_io);
         let client = RpcClient::new(client_read, client_write);
         client.request("initialize", json!({"capabilities": {}})).await.unwrap();
@@ -1255,7 +1290,15 @@ mod tests {
         let (service, socket) = LspService::build(|_| Panicky).custom_method("test/boom", Panicky::boom).finish();
         let (client_io, server_io) = tokio::io::duplex(1 << 16);
         let (server_read, server_write) = tokio::io::split(server_io);
-        let server = tokio::spawn(serve(server_read, server_write, service, socket, Limits::default(), None, Outbound::channel().1));
+        let server = tokio::spawn(serve(
+            server_read,
+            server_write,
+            service,
+            socket,
+            Limits::default(),
+            None,
+            Outbound::channel().1,
+        ));
         let (client_read, client_write) = tokio::io::split(client_io);
         let client = RpcClient::new(client_read, client_write);
         client.request("initialize", json!({"capabilities": {}})).await.unwrap();
@@ -1318,11 +1361,20 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn fast_and_service_requests_pipelined_start_in_the_order_sent() {
         let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (service, socket) = LspService::build(|_| Logger { log: log.clone() }).custom_method("test/log", Logger::log).finish();
+        let (service, socket) =
+            LspService::build(|_| Logger { log: log.clone() }).custom_method("test/log", Logger::log).finish();
         let (client_io, server_io) = tokio::io::duplex(1 << 20);
         let (server_read, server_write) = tokio::io::split(server_io);
         let fast: std::sync::Arc<dyn FastPath> = std::sync::Arc::new(LoggingFast(log.clone()));
-        let server = tokio::spawn(serve(server_read, server_write, service, socket, Limits::default(), Some(fast), Outbound::channel().1));
+        let server = tokio::spawn(serve(
+            server_read,
+            server_write,
+            service,
+            socket,
+            Limits::default(),
+            Some(fast),
+            Outbound::channel().1,
+        ));
         let (client_read, mut client_write) = tokio::io::split(client_io);
         let mut answers = FrameReader::new(client_read, 1 << 20);
         let frame = |message: Value| {
@@ -1330,7 +1382,8 @@ mod tests {
             framing::encode_into(&serde_json::to_vec(&message).unwrap(), &mut out);
             out
         };
-        let mut bytes = frame(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"capabilities": {}}}));
+        let mut bytes =
+            frame(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"capabilities": {}}}));
         // Runs of fast requests between service ones, of varying length.
         let total = 400i64;
         for n in 0..total {

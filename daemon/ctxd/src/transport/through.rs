@@ -56,7 +56,10 @@ impl WriteThrough {
         let path = format!("/proc/self/fd/{}", output.as_fd().as_raw_fd());
         match rustix::fs::open(path.as_str(), OFlags::WRONLY | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty()) {
             // The same pipe, checked: the path names whatever the descriptor is now.
-            Ok(fd) if rustix::fs::fstat(&fd).is_ok_and(|s| s.st_ino == output_stat.st_ino && s.st_dev == output_stat.st_dev) => {
+            Ok(fd)
+                if rustix::fs::fstat(&fd)
+                    .is_ok_and(|s| s.st_ino == output_stat.st_ino && s.st_dev == output_stat.st_dev) =>
+            {
                 if let Ok(mut direct) = self.direct.lock() {
                     *direct = Some(std::fs::File::from(fd));
                 }

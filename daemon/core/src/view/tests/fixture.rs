@@ -228,8 +228,12 @@ pub fn fixture(spec: &str) -> Fixture {
             "collapse" => {
                 json!({"type": "ctxd-collapse", "timestamp": ts, "from": arg(1), "to": arg(2), "summary": arg(3)})
             }
-            "cleared" => json!({"type": "ctxd-microcompact", "timestamp": ts, "trigger": "time_gap", "gapAfterUuid": "earlier", "clearedToolUseIds": t[1..]}),
-            "edits" => json!({"type": "ctxd-microcompact", "timestamp": ts, "trigger": "cache_edits", "pinnedToUuid": arg(1), "clearedToolUseIds": t[2..]}),
+            "cleared" => {
+                json!({"type": "ctxd-microcompact", "timestamp": ts, "trigger": "time_gap", "gapAfterUuid": "earlier", "clearedToolUseIds": t[1..]})
+            }
+            "edits" => {
+                json!({"type": "ctxd-microcompact", "timestamp": ts, "trigger": "cache_edits", "pinnedToUuid": arg(1), "clearedToolUseIds": t[2..]})
+            }
             "replace" => {
                 json!({"type": "ctxd-tool-result-replacement", "toolUseId": arg(1), "path": format!("/store/{}.txt", arg(1)), "preview": arg(2), "originalBytes": 1})
             }

@@ -119,7 +119,8 @@ fn reduced(mut lines: Vec<Value>) -> Vec<Value> {
 /// abandoned branch.
 fn rewound(mut lines: Vec<Value>) -> (Vec<Value>, HashSet<String>) {
     let prompts: Vec<usize> = (0..lines.len()).filter(|&i| is_prompt(&lines[i])).collect();
-    let (Some(&from), Some(&at)) = (prompts.get(prompts.len() / 3).filter(|&&i| i > 0), prompts.get(2 * prompts.len() / 3))
+    let (Some(&from), Some(&at)) =
+        (prompts.get(prompts.len() / 3).filter(|&&i| i > 0), prompts.get(2 * prompts.len() / 3))
     else {
         return (lines, HashSet::new());
     };
@@ -171,7 +172,8 @@ fn variants() -> Vec<Variant> {
                 s.config.microcompact.cache_ttl_ms = 20_000;
                 s.config.microcompact.min_saved_tokens = 1_000;
                 s.config.microcompact.keep_recent = 2;
-                s.fork = Some(Fork { instruction: "Summarize the conversation so far.".into(), skip_cache_write: true });
+                s.fork =
+                    Some(Fork { instruction: "Summarize the conversation so far.".into(), skip_cache_write: true });
             },
         },
         Variant {
@@ -232,7 +234,8 @@ fn generated_sessions_give_valid_requests_for_the_sdk_check() {
                 if !next_is_model_call {
                     continue;
                 }
-                if let Some(at) = records.last().and_then(|r| r.head().timestamp.as_deref()).and_then(parse_rfc3339_ms) {
+                if let Some(at) = records.last().and_then(|r| r.head().timestamp.as_deref()).and_then(parse_rfc3339_ms)
+                {
                     setup.now_ms = at + 1_000;
                 }
                 let out = cache.assemble(&setup.input(&records));
@@ -247,7 +250,11 @@ fn generated_sessions_give_valid_requests_for_the_sdk_check() {
                 }
                 if rewound_yet {
                     for id in &abandoned {
-                        assert!(!body.contains(id.as_str()), "{session}/{}: {id} of the abandoned branch was sent", variant.name);
+                        assert!(
+                            !body.contains(id.as_str()),
+                            "{session}/{}: {id} of the abandoned branch was sent",
+                            variant.name
+                        );
                     }
                 }
                 if body.contains(microcompact::CLEARED) {

@@ -78,14 +78,17 @@ fn simulate(setup: &mut Setup, source: &[Record]) -> (Vec<Record>, CacheCounters
         host.extend(delta.messages.iter().cloned());
         // Everything but the messages is sent whole.
         assert_eq!(delta.messages_from(delta.messages.len()), kept.request.messages_from(kept.request.messages.len()));
-        assert!(host.iter().map(|m| &**m).eq(kept.request.messages.iter().map(|m| &**m)), "record {}: the spliced request differs", records.len());
+        assert!(
+            host.iter().map(|m| &**m).eq(kept.request.messages.iter().map(|m| &**m)),
+            "record {}: the spliced request differs",
+            records.len()
+        );
         sent.whole += kept.request.messages.len();
         sent.delta += delta.messages.len();
         persist(&mut records, &kept);
     }
     (records, cache.counters(), sent)
 }
-
 
 #[test]
 fn the_real_transcript_becomes_a_valid_request() {

@@ -120,7 +120,8 @@ async fn a_tool_call_in_the_reply_is_counted_not_taken_for_text() {
         json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 20}}),
         json!({"type": "message_stop"}),
     ];
-    let body: String = events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap())).collect();
+    let body: String =
+        events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap())).collect();
     mock_messages(&server, sse(body), None).await;
     let (reply, _) = send(&server.uri(), fast_http()).await;
     let reply = reply.unwrap();
