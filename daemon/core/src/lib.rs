@@ -5,6 +5,7 @@
 //! did, so they are tested without a runtime, a disk or a network, and the daemon
 //! (`ctxd`) owns every side effect.
 //!
+//! - [`admit`]: what ctxd accepts from outside (strict JSON, none of its own records).
 //! - [`budget`]: windows, thresholds and levels (what "full" means for a model).
 //! - [`compact`]: the compaction planner: summary prompts and requests (fork and
 //!   fallback), reply reading, prompt-too-long cuts, fidelity check, restoration,
@@ -20,6 +21,7 @@
 //!   cache breakpoints), incrementally.
 //! - [`tally`]: the running token count of a session (reported usage plus estimate).
 
+pub mod admit;
 pub mod breakdown;
 pub mod budget;
 pub mod compact;

@@ -4,12 +4,16 @@
 //! ctxd's transcript lines are Claude Code's, so import copies every readable line
 //! verbatim (malformed lines are reported by line number and skipped) and export copies
 //! them back, leaving out only ctxd's own bookkeeping records (`ctxd-*` types). Import
-//! then export thus gives back the original records, line for line.
+//! then export thus gives back the original records, line for line. What a source file
+//! cannot carry into a store is decided by `ctxd_core::admit`: ctxd's own records and
+//! fields stay out (only ctxd decides what is its own), and an unpaired surrogate escape
+//! becomes U+FFFD.
 
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
+use ctxd_core::admit;
 use ctxd_core::record::Record;
 
 use crate::store::{Store, StoreError};
@@ -18,12 +22,15 @@ use crate::store::{Store, StoreError};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Imported {
     pub records: u64,
-    /// Malformed lines: "line N: why".
+    /// Lines left out: "line N: why" (malformed, or one of ctxd's own records).
     pub skipped: Vec<String>,
+    /// Lines kept with a repair: ctxd's own fields removed, or an unpaired surrogate
+    /// escape replaced by U+FFFD.
+    pub repaired: u64,
 }
 
 /// Prefix of the record types ctxd writes for itself.
-pub const OWN_TYPE_PREFIX: &str = "ctxd-";
+pub const OWN_TYPE_PREFIX: &str = admit::OWN_TYPE_PREFIX;
 
 /// Copies the readable lines of `source` into a new session `id` in `store`. Fails if the
 /// session exists (import never overwrites).
@@ -65,7 +72,7 @@ pub fn import(store: &Store, id: &str, source: &Path) -> Result<Imported, StoreE
         }
     };
     for line in &imported.skipped {
-        tracing::warn!(source = %source.display(), %line, "malformed line skipped on import");
+        tracing::warn!(source = %source.display(), %line, "line left out on import");
     }
     Ok(imported)
 }
@@ -95,13 +102,18 @@ fn copy_readable(
         if buf.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let checked = std::str::from_utf8(&buf)
-            .map_err(|e| format!("not UTF-8: {e}"))
-            .and_then(|text| Record::parse(text).map(drop).map_err(|e| e.to_string()));
+        let checked = std::str::from_utf8(&buf).map_err(|e| format!("not UTF-8: {e}")).and_then(|text| {
+            Record::parse(text).map_err(|e| e.to_string())?;
+            admit::from_import(text)
+        });
         match checked {
-            Ok(()) => {
-                out.write_all(&buf).and_then(|()| out.write_all(b"\n")).map_err(written)?;
+            Ok(admit::Imported::Keep { line, repaired }) => {
+                out.write_all(line.as_bytes()).and_then(|()| out.write_all(b"\n")).map_err(written)?;
                 imported.records += 1;
+                imported.repaired += u64::from(repaired);
+            }
+            Ok(admit::Imported::Own(kind)) => {
+                imported.skipped.push(format!("line {number}: {kind} is ctxd's own bookkeeping, not imported"))
             }
             Err(why) => imported.skipped.push(format!("line {number}: {why}")),
         }
@@ -222,10 +234,42 @@ mod tests {
         let source = dir.path().join("in.jsonl");
         let user = r#"{"type":"user","uuid":"a","message":{"role":"user","content":"hi"}}"#;
         let own = [r#"{"type":"ctxd-file-read","path":"/w/\udc00.rs"}"#, r#"{"type":"ctxd-x","n":-1e999}"#];
-        std::fs::write(&source, format!("{user}\n{}\n{}\n", own[0], own[1])).unwrap();
-        assert_eq!(import(&store, "own", &source).unwrap().records, 3);
+        std::fs::write(&source, format!("{user}\n")).unwrap();
+        assert_eq!(import(&store, "own", &source).unwrap().records, 1);
+        // Written by the store itself (an import leaves such records out).
+        let path = store.transcript_path("own").unwrap();
+        let mut f = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        writeln!(f, "{}\n{}", own[0], own[1]).unwrap();
         let mut out = Vec::new();
         assert_eq!(export(store.root(), "own", &mut out).unwrap(), 1);
         assert_eq!(String::from_utf8(out).unwrap(), format!("{user}\n"));
+    }
+
+    #[test]
+    fn an_import_leaves_ctxds_own_records_and_fields_out_and_repairs_surrogates() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state")).unwrap();
+        let source = dir.path().join("in.jsonl");
+        let lines = [
+            r#"{"type":"user","uuid":"u1","message":{"role":"user","content":"one"}}"#,
+            r#"{"type":"system","subtype":"compact_boundary","uuid":"b1","compactMetadata":{"ctxdBatch":50,"trigger":"manual"}}"#,
+            r#"{"type":"ctxd-snip","uuid":"s","removedUuids":["u2"]}"#,
+            r#"{"type":"system","subtype":"ctxd_undo_compact","uuid":"x","boundaryUuid":"b1"}"#,
+            r#"{"type":"user","uuid":"u2","message":{"role":"user","content":"two \ud800"}}"#,
+        ];
+        std::fs::write(&source, lines.join("\n")).unwrap();
+        let imported = import(&store, "imp", &source).unwrap();
+        assert_eq!(imported.records, 3);
+        assert_eq!(imported.repaired, 2);
+        assert_eq!(imported.skipped.len(), 2, "{:?}", imported.skipped);
+        assert!(imported.skipped[0].starts_with("line 3: ctxd-snip is ctxd's own"), "{:?}", imported.skipped);
+        let stored = std::fs::read_to_string(store.transcript_path("imp").unwrap()).unwrap();
+        let stored: Vec<&str> = stored.lines().collect();
+        assert_eq!(stored[0], lines[0]);
+        assert_eq!(
+            stored[1],
+            r#"{"type":"system","subtype":"compact_boundary","uuid":"b1","compactMetadata":{"trigger":"manual"}}"#
+        );
+        assert_eq!(stored[2], r#"{"type":"user","uuid":"u2","message":{"role":"user","content":"two \ufffd"}}"#);
     }
 }

@@ -143,14 +143,15 @@ fn import(state_dir: &std::path::Path, file: &std::path::Path, session_id: Optio
     let imported = ctxd::interop::import(&store, &id, file)?;
     let mut err = std::io::stderr().lock();
     for line in &imported.skipped {
-        writeln!(err, "skipped malformed {line}")?;
+        writeln!(err, "skipped {line}")?;
     }
     writeln!(
         std::io::stdout(),
-        "imported {} records from {} as session {id} ({} malformed lines skipped)",
+        "imported {} records from {} as session {id} ({} lines skipped, {} repaired)",
         imported.records,
         file.display(),
-        imported.skipped.len()
+        imported.skipped.len(),
+        imported.repaired
     )?;
     Ok(ExitCode::SUCCESS)
 }

@@ -166,7 +166,8 @@ impl FastPaths {
             if text.contains('\n') {
                 return None;
             }
-            records.push(Record::parse(text).ok()?);
+            // A record ctxd refuses takes the service's path, which names the reason.
+            records.push(ctxd_core::admit::from_client(Record::parse(text).ok()?).ok()?);
         }
         let session_id = params.session_id;
         // Not open and not in the store: the service's path gives the error.
@@ -626,11 +627,13 @@ impl Backend {
         let sessions = self.sessions()?;
         let mut records = Vec::with_capacity(params.records.len());
         for (i, object) in params.records.iter().enumerate() {
-            let record = Record::from_object(object).map_err(|e| {
+            let refused = |why: String| {
                 let mut err = Error::new(ErrorCode::ServerError(error_codes::INVALID_RECORD));
-                err.message = format!("records[{i}]: {e}; nothing was appended").into();
+                err.message = format!("records[{i}]: {why}; nothing was appended").into();
                 err
-            })?;
+            };
+            let record = Record::from_object(object).map_err(|e| refused(e.to_string()))?;
+            let record = ctxd_core::admit::from_client(record).map_err(|e| refused(e.to_string()))?;
             records.push(record);
         }
         let rx = sessions.append(&params.session_id, records).map_err(rpc_error)?;

@@ -594,10 +594,15 @@ impl Session {
             tracing::info!(records = imported.records, skipped = imported.skipped.len(), "imported a transcript");
             const SHOWN: usize = 50;
             let more = imported.skipped.len().saturating_sub(SHOWN);
-            self.diagnostics
-                .extend(imported.skipped.into_iter().take(SHOWN).map(|l| format!("import: malformed {l} skipped")));
+            self.diagnostics.extend(imported.skipped.into_iter().take(SHOWN).map(|l| format!("import: skipped {l}")));
             if more > 0 {
-                self.diagnostics.push(format!("import: {more} more malformed lines skipped (see the log)"));
+                self.diagnostics.push(format!("import: {more} more lines skipped (see the log)"));
+            }
+            if imported.repaired > 0 {
+                self.diagnostics.push(format!(
+                    "import: {} lines repaired (ctxd's own fields removed, unpaired surrogates replaced)",
+                    imported.repaired
+                ));
             }
         }
         let path = self.store.transcript_path(&self.id)?;
