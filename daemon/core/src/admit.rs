@@ -92,7 +92,7 @@ pub fn from_import(line: &str) -> Result<Imported<'_>, String> {
 }
 
 /// The record's type or subtype when it names one of ctxd's own kinds.
-fn own_kind(record: &Record) -> Option<String> {
+pub fn own_kind(record: &Record) -> Option<String> {
     if !record.line().contains(OWN_FIELD_PREFIX) {
         return None;
     }

@@ -91,7 +91,7 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
 
     let mut turn = 0usize;
     let mut last_usage: Option<Value> = None;
-    let (mut compactions, mut requests) = (0usize, 0usize);
+    let (mut compactions, mut requests, mut own_records) = (0usize, 0usize, 0usize);
     // A compaction is under way: the latest append's answer said so and no announcement
     // of its end has been read since (the end can be announced before or after that
     // answer). Every append sets it anew.
@@ -133,17 +133,29 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
         {
             message.remove("usage");
         }
-        let result = client.request("ctx/append", json!({"sessionId": session_id, "records": [object]})).await?;
-        last_usage = Some(result["usage"].clone());
-        // A transcript ctxd wrote may carry `ctx/undoCompact` records: the daemon goes
-        // back to the view before that compaction, as it did live.
-        if parsed.as_ref().is_some_and(ctxd_core::compact::is_undo_record) {
+        // ctxd's own bookkeeping records are written by the daemon, never appended: an
+        // undo record is replayed as the `ctx/undoCompact` that wrote it (the daemon goes
+        // back to the view before that compaction, as it did live); the others (and the
+        // copies a compaction kept in view) are written again by the daemon as the replay reaches the same point.
+        let own = parsed
+            .as_ref()
+            .and_then(ctxd_core::admit::own_kind)
+            .or_else(|| object.contains_key(ctxd_core::compact::KEPT_FROM).then(String::new));
+        let result = if parsed.as_ref().is_some_and(ctxd_core::compact::is_undo_record) {
+            let undone = client.request("ctx/undoCompact", json!({"sessionId": session_id})).await?;
             writeln!(
                 out,
                 "      compaction undone: back to {} tokens",
-                thousands(result["usage"]["tokens"].as_u64().unwrap_or(0))
+                thousands(undone["usage"]["tokens"].as_u64().unwrap_or(0))
             )?;
-        }
+            undone
+        } else if own.is_some() {
+            own_records += 1;
+            continue;
+        } else {
+            client.request("ctx/append", json!({"sessionId": session_id, "records": [object]})).await?
+        };
+        last_usage = Some(result["usage"].clone());
         // Compactions run in the background; report each as it is announced.
         let seen = announce_pending(&client, out).await?;
         compactions += seen.installed;
@@ -157,6 +169,9 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
             let now = client.request("ctx/usage", json!({"sessionId": session_id})).await?;
             report(out, turn, &now["usage"])?;
         }
+    }
+    if own_records > 0 {
+        writeln!(out, "{own_records} of ctxd's own bookkeeping records left to the daemon, which writes its own")?;
     }
     write!(out, "{requests} model requests assembled")?;
     if compactions > 0 {

@@ -42,7 +42,8 @@ use super::text::estimate_tokens;
 pub const UNDO_SUBTYPE: &str = "ctxd_undo_compact";
 
 /// Field a copied record carries: the uuid of the original.
-const KEPT_FROM: &str = "ctxdKeptFrom";
+/// Field on the copy of a message a compaction kept in view, naming the original.
+pub const KEPT_FROM: &str = "ctxdKeptFrom";
 
 /// Host fields copied from the last record onto the records built here.
 const COMMON_FIELDS: &[&str] = &["userType", "entrypoint", "cwd", "sessionId", "version", "gitBranch"];

@@ -65,8 +65,8 @@ pub use guards::{
     THRASHING_MESSAGE,
 };
 pub use install::{
-    CompactionView, InstallError, InstallInput, PartialPlan, PostCompact, SplitDirection, UNDO_SUBTYPE, UndoError,
-    build_post_compact, build_undo_record, common_fields, compaction_view, is_undo_record, kept_tail_start,
+    CompactionView, InstallError, InstallInput, KEPT_FROM, PartialPlan, PostCompact, SplitDirection, UNDO_SUBTYPE,
+    UndoError, build_post_compact, build_undo_record, common_fields, compaction_view, is_undo_record, kept_tail_start,
     partial_plan, safe_split, tools_used, undo_target,
 };
 pub use ladder::{
