@@ -628,6 +628,7 @@ fn during_compaction(rounds: usize, samples: usize) -> anyhow::Result<()> {
     let settings = json!({"provider": "anthropic", "baseUrl": format!("http://127.0.0.1:{port}"), "apiKeyEnv": "CTXD_BENCH_API_KEY"});
     std::fs::write(project.join(".ctxd/settings.json"), settings.to_string())?;
     let state = dir.path().join("state");
+    ctxd_e2e::trust_folder(&state, &project)?;
     let mux = Mux::start(&state, &[("CTXD_BENCH_API_KEY", "sk-bench-not-a-secret")])?;
     let (mut idle, mut loaded) = (Vec::new(), Vec::new());
     let (mut outside, mut compactions) = (0usize, 0u64);

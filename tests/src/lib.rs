@@ -6,6 +6,7 @@
 //! bytes ([`Daemon::send_raw`]) for the malformed-input cases.
 
 pub mod load;
+pub mod stub;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -56,6 +57,15 @@ pub fn serve_command(state_dir: &Path, log_level: &str, env: &[(&str, &str)]) ->
         command.env(k, v);
     }
     Ok(command)
+}
+
+/// Writes the user's settings for a daemon on `state_dir`, trusting `folder`: its own
+/// settings files may then choose the provider, its URL and key variable, and hooks.
+pub fn trust_folder(state_dir: &Path, folder: &Path) -> anyhow::Result<()> {
+    let folder_of_file = state_dir.with_extension("home").join(".config/ctxd");
+    std::fs::create_dir_all(&folder_of_file)?;
+    std::fs::write(folder_of_file.join("settings.json"), serde_json::json!({"trustedFolders": [folder]}).to_string())?;
+    Ok(())
 }
 
 /// The repository root (for fixtures such as `examples/`).

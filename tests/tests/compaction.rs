@@ -122,6 +122,7 @@ fn hooks_run_around_compaction_and_a_hanging_hook_does_not_stop_it() {
     }});
     std::fs::write(project.join(".ctxd/settings.json"), settings.to_string()).unwrap();
     let state = dir.path().join("state");
+    ctxd_e2e::trust_folder(&state, &project).unwrap();
     let mut daemon = Daemon::started(&state).unwrap();
     daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "h"})).unwrap();
     let records: Vec<Value> = example(usize::MAX).into_iter().take(40).collect();

@@ -277,6 +277,7 @@ fn every_provider_fault_ends_in_a_whole_compaction_and_the_session_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let env = [("CTXD_TEST_API_KEY", KEY), ("CTXD_PROVIDER_READ_TIMEOUT_MS", READ_TIMEOUT_MS)];
+    ctxd_e2e::trust_folder(&state, dir.path()).unwrap();
     let mut daemon = Daemon::start_with(&state, &[], &env).unwrap();
     daemon.initialize().unwrap();
 

@@ -7,72 +7,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
-use std::io::{BufReader, Read, Write};
+use std::io::Read;
 use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
 
+use ctxd_e2e::stub::{Seen, serve, sse_events, sse_text};
 use ctxd_e2e::{Daemon, repo_root};
 use serde_json::{Value, json};
 
 const MODEL: &str = "claude-sonnet-4-5-20250929";
-
-/// Serves every request with `respond(request_body) -> (status, body)`; returns the port
-/// and the requests seen (headers and body).
-type Seen = Arc<Mutex<Vec<(String, String)>>>;
-
-fn serve(respond: fn(&str) -> (u16, String)) -> (u16, Seen) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen: Seen = Arc::default();
-    let log = seen.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().take(20) {
-            let Ok(mut stream) = stream else { continue };
-            let (headers, body) = ctxd_e2e::read_http_request(&mut BufReader::new(stream.try_clone().unwrap()));
-            let body = String::from_utf8_lossy(&body).into_owned();
-            let (status, reply) = respond(&body);
-            log.lock().unwrap().push((headers, body));
-            let kind = if status == 200 { "text/event-stream" } else { "application/json" };
-            let _ = write!(
-                stream,
-                "HTTP/1.1 {status} X\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{reply}",
-                reply.len()
-            );
-        }
-    });
-    (port, seen)
-}
 
 const SUMMARY: &str =
     "<analysis>draft</analysis><summary>1. Primary Request and Intent:\n   REMOTE-SUMMARY of the work.\n</summary>";
 
 fn sse_summary(_: &str) -> (u16, String) {
     sse_text(SUMMARY)
-}
-
-/// A complete Messages stream whose one text block is `text` (none when empty).
-fn sse_text(text: &str) -> (u16, String) {
-    let block = (!text.is_empty()).then(|| {
-        [
-            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
-            json!({"type": "content_block_stop", "index": 0}),
-        ]
-    });
-    sse_events(block.into_iter().flatten().collect(), "end_turn")
-}
-
-/// A complete Messages stream: `message_start`, `blocks`, the stop reason, `message_stop`.
-fn sse_events(blocks: Vec<Value>, stop_reason: &str) -> (u16, String) {
-    let mut events = vec![
-        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [], "usage": {"input_tokens": 100, "output_tokens": 1}}}),
-    ];
-    events.extend(blocks);
-    events
-        .push(json!({"type": "message_delta", "delta": {"stop_reason": stop_reason}, "usage": {"output_tokens": 40}}));
-    events.push(json!({"type": "message_stop"}));
-    let body = events.iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap())).collect();
-    (200, body)
 }
 
 fn always_400(_: &str) -> (u16, String) {
@@ -114,6 +62,7 @@ fn opened_records(
     std::fs::write(project.join(".ctxd/settings.json"), settings.to_string()).unwrap();
     let mut env = env.to_vec();
     env.push(("CTXD_TEST_API_KEY", "sk-test-secret-key-123"));
+    ctxd_e2e::trust_folder(&dir.join("state"), &project).unwrap();
     let mut daemon = Daemon::start_with(&dir.join("state"), &[], &env).unwrap();
     daemon.initialize().unwrap();
     daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "p"})).unwrap();

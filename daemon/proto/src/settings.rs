@@ -75,6 +75,11 @@ pub struct Settings {
     /// with `ctx/usageChanged` (default false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observe_claude_projects: Option<bool>,
+    /// Folders whose own settings files (`.ctxd/settings*.json`, `.claude/settings*.json`)
+    /// may choose the provider, its URL, its key variable and hooks. Read only from the
+    /// user's settings and the client; a repository cannot trust itself. `~` is the home.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trusted_folders: Option<Vec<String>>,
 }
 
 /// Settings of one model.
@@ -130,6 +135,7 @@ impl Settings {
         "idleCompactAfterSeconds",
         "modelSettings",
         "hooks",
+        "trustedFolders",
         "provider",
         "model",
         "compactModel",
@@ -144,6 +150,25 @@ impl Settings {
     /// The keys ctxd reads from Claude Code's settings files.
     pub const CLAUDE_KEYS: &'static [&'static str] =
         &["autoCompactWindow", "autoCompactEnabled", "idleCompaction", "modelSettings", "hooks"];
+
+    /// Removes the keys only a trusted source may set (where summaries are sent, with
+    /// which key, and what commands run), returning the names of those that were set.
+    pub fn remove_trust_keys(&mut self) -> Vec<&'static str> {
+        let mut removed = Vec::new();
+        if self.provider.take().is_some() {
+            removed.push("provider");
+        }
+        if self.base_url.take().is_some() {
+            removed.push("baseUrl");
+        }
+        if self.api_key_env.take().is_some() {
+            removed.push("apiKeyEnv");
+        }
+        if self.hooks.take().is_some() {
+            removed.push("hooks");
+        }
+        removed
+    }
 
     /// Overlays `upper` on `self`: a key set in `upper` wins; `modelSettings` merges per
     /// model; `hooks` add up.
@@ -164,7 +189,8 @@ impl Settings {
             base_url,
             api_key_env,
             memory_file_names,
-            observe_claude_projects
+            observe_claude_projects,
+            trusted_folders
         );
         if let Some(models) = upper.model_settings {
             let mine = self.model_settings.get_or_insert_with(BTreeMap::new);

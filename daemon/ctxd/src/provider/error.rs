@@ -164,6 +164,13 @@ pub(super) fn classify(status: u16, headers: &HeaderMap, body: &[u8], secret: Op
         return Verdict::Fail(ProviderError::SpendLimit { status, message });
     }
     match status {
+        300..=399 => {
+            let to = headers.get(reqwest::header::LOCATION).and_then(|l| l.to_str().ok()).unwrap_or("nowhere");
+            Verdict::Fail(ProviderError::Config(format!(
+                "HTTP {status}: the provider redirects to another origin ({}); ctxd never sends the key across origins: set baseUrl to the endpoint itself",
+                super::http::origin(to)
+            )))
+        }
         401 | 403 => Verdict::Fail(ProviderError::Auth { status, message }),
         404 => Verdict::Fail(ProviderError::Config(format!(
             "HTTP 404 ({error_type}): {message}; check baseUrl and the model name"

@@ -35,10 +35,27 @@ pub(super) fn build_client(http: &HttpConfig) -> Result<reqwest::Client, Provide
         .connect_timeout(http.connect_timeout)
         .read_timeout(http.read_timeout)
         .user_agent(concat!("ctxd/", env!("CARGO_PKG_VERSION")))
+        .redirect(same_origin_redirects())
         .build()
         .map_err(|e| ProviderError::Config(format!("cannot build the HTTP client: {}", e.without_url())))?;
     clients.push((key, client.clone()));
     Ok(client)
+}
+
+/// Redirects are followed only within the origin the request was sent to: the key
+/// (`x-api-key`, `Authorization`) never reaches another scheme, host or port. A redirect
+/// elsewhere is answered to the caller as the 3xx it is, and fails with its reason.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let first = attempt.previous().first().map(reqwest::Url::origin);
+        if attempt.previous().len() > 5 {
+            attempt.error("more than 5 redirects")
+        } else if first.is_some_and(|first| first != attempt.url().origin()) {
+            attempt.stop()
+        } else {
+            attempt.follow()
+        }
+    })
 }
 
 /// reqwest is built without a default crypto provider (see the module docs of
