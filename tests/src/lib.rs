@@ -96,10 +96,13 @@ impl Daemon {
     }
 
     pub fn start_with(state_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Daemon> {
-        let bin = ctxd_bin();
         let mut command = serve_command(state_dir, "debug", env)?;
         command.args(args);
-        let mut child = command.spawn().with_context(|| format!("spawning {}", bin.display()))?;
+        Daemon::spawned(state_dir, command)
+    }
+
+    fn spawned(state_dir: &Path, mut command: Command) -> anyhow::Result<Daemon> {
+        let mut child = command.spawn().with_context(|| format!("spawning {:?}", command.get_program()))?;
         let stdout = child.stdout.take().context("no stdout")?;
         let stdin = child.stdin.take();
         let (tx, rx) = channel();
@@ -113,6 +116,21 @@ impl Daemon {
             }
         });
         Ok(Daemon { child, stdin, messages: rx, backlog: Vec::new(), next_id: 1, state_dir: state_dir.to_owned() })
+    }
+
+    /// Starts `ctxd serve` under an address-space limit (`prlimit --as`), for tests of
+    /// inputs that would make an unbounded daemon take the machine's memory.
+    pub fn start_bounded(state_dir: &Path, address_space: u64, env: &[(&str, &str)]) -> anyhow::Result<Daemon> {
+        let inner = serve_command(state_dir, "debug", env)?;
+        let mut command = Command::new("prlimit");
+        command.arg(format!("--as={address_space}")).arg("--").arg(inner.get_program()).args(inner.get_args());
+        for (key, value) in inner.get_envs() {
+            if let Some(value) = value {
+                command.env(key, value);
+            }
+        }
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        Daemon::spawned(state_dir, command)
     }
 
     /// Starts and initializes a daemon.

@@ -452,7 +452,10 @@ fn unreadable_and_non_utf8_memory_files_are_diagnostics_not_a_failed_session() {
     );
     assert_eq!(
         about(&cwd.join("CLAUDE.local.md")),
-        [format!("{}: not loaded, cannot read: is a directory, not a file", cwd.join("CLAUDE.local.md").display())]
+        [format!(
+            "{}: not loaded, cannot read: is a directory, not a regular file; ctxd reads only regular files",
+            cwd.join("CLAUDE.local.md").display()
+        )]
     );
     let files = memory_files(&view, &cwd);
     if mode_000_blocks {

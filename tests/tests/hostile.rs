@@ -260,3 +260,132 @@ fn the_key_never_follows_a_redirect_to_another_origin() {
     assert!(!user_seen.lock().unwrap().is_empty());
     assert!(elsewhere_seen.lock().unwrap().is_empty(), "the other origin never got a request, let alone the key");
 }
+
+/// 4 GiB of address space: enough for the daemon's threads and store, far below what an
+/// unbounded read of `/dev/zero` would take before anyone noticed.
+const BOUNDED: u64 = 4 << 30;
+
+fn mkfifo(path: &std::path::Path) {
+    let status = std::process::Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(status.success());
+}
+
+fn error_message(error: &Value) -> String {
+    error["message"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Cases 6 and 7: a device, a FIFO or a sparse giant named as a file to read, a memory
+/// file, a plan or a transcript to import is refused at once with its reason; the
+/// session (and every other request) goes on.
+#[test]
+fn devices_fifos_and_giants_are_refused_at_once_and_the_session_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(project.join(".claude")).unwrap();
+    let fifo = dir.path().join("fifo");
+    mkfifo(&fifo);
+    mkfifo(&project.join("CLAUDE.md"));
+    std::fs::File::create(project.join(".claude/CLAUDE.md")).unwrap().set_len(1 << 30).unwrap();
+    let mut daemon = Daemon::start_bounded(&state, BOUNDED, &[]).unwrap();
+    daemon.initialize().unwrap();
+
+    let opened = daemon
+        .request("ctx/openSession", json!({"cwd": project, "model": "claude-sonnet-4-5", "sessionId": "f"}))
+        .unwrap();
+    assert_eq!(opened["sessionId"], "f");
+    let view = daemon.request("ctx/context", json!({"sessionId": "f"})).unwrap();
+    let diagnostics = view["diagnostics"].to_string();
+    assert!(diagnostics.contains("is a FIFO, not a regular file"), "{diagnostics}");
+    assert!(diagnostics.contains("is 1 GiB, more than the 1 MiB ctxd reads for a memory file"), "{diagnostics}");
+    append(&mut daemon, "f", Value::Array(ctxd_e2e::example(30)));
+
+    for (path, reason) in [("/dev/zero", "is a character device"), (fifo.to_str().unwrap(), "is a FIFO")] {
+        let reply = daemon.request_error("ctx/fileRead", json!({"sessionId": "f", "path": path})).unwrap();
+        assert!(error_message(&reply).contains(reason), "{reply}");
+        let usage = daemon.request("ctx/usage", json!({"sessionId": "f"})).unwrap();
+        assert!(usage["usage"]["tokens"].as_u64().unwrap() > 0, "the session still answers: {usage}");
+    }
+    // A plan that is a device: the compaction leaves it out and completes.
+    daemon.request("ctx/setPlan", json!({"sessionId": "f", "path": "/dev/zero"})).unwrap();
+    let compacted = daemon.request("ctx/compact", json!({"sessionId": "f"})).unwrap();
+    assert!(compacted["boundary"].is_string(), "{compacted}");
+
+    for source in ["/dev/zero", fifo.to_str().unwrap()] {
+        let reply = daemon
+            .request_error("ctx/openSession", json!({"cwd": project, "model": "claude-sonnet-4-5", "import": source}))
+            .unwrap();
+        assert!(error_message(&reply).contains("not a regular file"), "{reply}");
+    }
+    let other = open(&mut daemon, "still-answering");
+    assert_eq!(other["sessionId"], "still-answering");
+}
+
+/// Case 7 for the command line: `ctxd import` of a FIFO or a device ends at once with
+/// the reason and leaves nothing half-imported; `ctxd statusline` with a FIFO for a
+/// transcript, or a stdin that never closes, prints its line and exits.
+#[test]
+fn the_command_line_never_waits_on_a_fifo_or_an_open_stdin() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    mkfifo(&fifo);
+    let state = dir.path().join("state");
+    for source in [fifo.as_path(), std::path::Path::new("/dev/zero")] {
+        let out = std::process::Command::new(ctxd_e2e::ctxd_bin())
+            .arg("--state-dir")
+            .arg(&state)
+            .arg("import")
+            .arg(source)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("not a regular file"), "{stderr}");
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(state.join("sessions"))
+        .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+        .unwrap_or_default();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+
+    // stdin holds the host's JSON naming a FIFO as the transcript, and is never closed.
+    let mut child = std::process::Command::new(ctxd_e2e::ctxd_bin())
+        .arg("statusline")
+        .env("HOME", dir.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    write!(stdin, "{}", json!({"transcript_path": fifo, "model": {"id": "claude-sonnet-4-5"}})).unwrap();
+    stdin.flush().unwrap();
+    let out = wait_or_kill(child, std::time::Duration::from_secs(60));
+    drop(stdin);
+    let line = String::from_utf8_lossy(&out.expect("statusline exited with its stdin still open").stdout).into_owned();
+    assert!(line.starts_with("ctx"), "{line}");
+
+    // Nothing at all on a stdin that stays open.
+    let child = std::process::Command::new(ctxd_e2e::ctxd_bin())
+        .arg("statusline")
+        .env("HOME", dir.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_or_kill(child, std::time::Duration::from_secs(60));
+    assert!(out.is_some(), "statusline exited though its stdin never closed");
+}
+
+/// The child's output once it exits, or `None` (and the child killed) if it is still
+/// running after `limit`: a hang fails the test instead of stalling the suite.
+fn wait_or_kill(mut child: std::process::Child, limit: std::time::Duration) -> Option<std::process::Output> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if child.try_wait().unwrap().is_some() {
+            return Some(child.wait_with_output().unwrap());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    None
+}

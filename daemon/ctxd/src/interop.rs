@@ -46,7 +46,7 @@ pub fn import(store: &Store, id: &str, source: &Path) -> Result<Imported, StoreE
             std::io::Error::new(std::io::ErrorKind::AlreadyExists, "a session with this id exists"),
         ));
     }
-    let file = std::fs::File::open(source).map_err(|e| StoreError::io(source, e))?;
+    let (file, _) = crate::outside::open_regular(source).map_err(|e| StoreError::io(source, e.into()))?;
     // Write to a temporary name and rename, so a crash never leaves half an import
     // under the session's name.
     let partial = target.with_extension("jsonl.importing");

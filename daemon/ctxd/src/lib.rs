@@ -13,6 +13,7 @@
 //! - [`replay`], [`client`]: `ctxd replay`, driving a daemon the way an editor would.
 //! - [`statusline`]: `ctxd statusline`, Claude Code's status line from the transcript tail.
 //! - [`background`]: low-priority threads for compaction's CPU-heavy parts.
+//! - [`outside`]: the one bounded, non-blocking reader of files ctxd did not write.
 //! - [`paths`], [`logging`]: where state and logs go.
 
 pub mod background;
@@ -21,6 +22,7 @@ pub mod context;
 pub mod hooks;
 pub mod interop;
 pub mod logging;
+pub mod outside;
 pub mod paths;
 pub mod provider;
 pub mod replay;

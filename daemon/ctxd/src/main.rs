@@ -61,9 +61,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if matches!(cli.command, Some(Command::Statusline)) {
         // The fast path: no runtime, no store, no log file; stdin to one line.
-        let mut input = String::new();
-        let _ = std::io::Read::read_to_string(&mut std::io::stdin(), &mut input);
-        let _ = writeln!(std::io::stdout(), "{}", ctxd::statusline::run(&input));
+        // The host writes one JSON object; a stdin that never closes (or never ends)
+        // costs at most a second and a megabyte.
+        let whole = |b: &[u8]| serde_json::from_slice::<serde::de::IgnoredAny>(b).is_ok();
+        let input = ctxd::outside::read_stream(std::io::stdin(), 1 << 20, std::time::Duration::from_secs(1), whole);
+        let _ = writeln!(std::io::stdout(), "{}", ctxd::statusline::run(&String::from_utf8_lossy(&input)));
         return ExitCode::SUCCESS;
     }
     // A panic is logged (stderr is not the protocol, but the log is where people look);

@@ -138,9 +138,9 @@ fn is_within(cwd: &Path, folder: &str, home: Option<&Path>) -> bool {
 
 fn load_file(path: &Path, only: Option<&[&str]>) -> Layered {
     let mut out = Layered::default();
-    let text = match std::fs::read_to_string(path) {
+    let text = match crate::outside::read_text(path, crate::outside::SETTINGS_FILE) {
         Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return out,
+        Err(crate::outside::OutsideError::Missing) => return out,
         Err(e) => {
             out.problems.push(format!("{}: cannot read: {e}", path.display()));
             return out;

@@ -8,7 +8,6 @@
 //! cost depends on the size of the last turn, not of the transcript. The numbers come
 //! from the same core functions as the daemon's (`Tally`, `budget`).
 
-use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 
@@ -62,8 +61,7 @@ pub struct TailUsage {
 
 /// Reads the transcript backwards until the last main-chain usage or compact boundary.
 pub fn tail_usage(path: &Path) -> std::io::Result<TailUsage> {
-    let mut file = File::open(path)?;
-    let len = file.metadata()?.len();
+    let (mut file, len) = crate::outside::open_regular(path)?;
     let mut pos = len;
     // Lines collected newest first; `carry` is the partial line at the last block's start.
     let mut newest_first: Vec<Record> = Vec::new();

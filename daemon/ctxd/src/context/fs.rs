@@ -45,24 +45,11 @@ impl RealFs {
 impl MemoryFs for RealFs {
     fn read(&self, path: &Path) -> Result<Option<Vec<u8>>, String> {
         self.reads.fetch_add(1, Ordering::Relaxed);
-        // Stat first: opening a FIFO (or a device) for reading can block forever, and a
-        // directory opens fine and only fails on the first read.
-        let meta = match std::fs::metadata(path) {
-            Ok(meta) => meta,
-            Err(err) if is_absent(&err) => return Ok(None),
-            Err(err) => return Err(reason(&err)),
-        };
-        if meta.is_dir() {
-            return Err("is a directory, not a file".to_owned());
-        }
-        if !meta.is_file() {
-            return Err("not a regular file".to_owned());
-        }
-        match std::fs::read(path) {
+        // A FIFO, a device or a giant is refused by the bounded reader, never waited on.
+        match crate::outside::read(path, crate::outside::MEMORY_FILE) {
             Ok(bytes) => Ok(Some(bytes)),
-            // Deleted between the stat and the open: as good as never there.
-            Err(err) if is_absent(&err) => Ok(None),
-            Err(err) => Err(reason(&err)),
+            Err(crate::outside::OutsideError::Missing) => Ok(None),
+            Err(err) => Err(err.to_string()),
         }
     }
 
@@ -156,7 +143,7 @@ mod tests {
     fn a_directory_where_a_file_is_expected_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let err = RealFs::new().read(dir.path()).unwrap_err();
-        assert_eq!(err, "is a directory, not a file");
+        assert_eq!(err, "is a directory, not a regular file; ctxd reads only regular files");
     }
 
     #[test]

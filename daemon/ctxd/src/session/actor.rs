@@ -731,7 +731,7 @@ impl Session {
         let checked = tokio::task::spawn_blocking(move || {
             read_files
                 .into_iter()
-                .filter(|e| match std::fs::read(&e.path) {
+                .filter(|e| match crate::outside::read(std::path::Path::new(&e.path), crate::outside::READ_FILE) {
                     Ok(bytes) => ctxd_core::ledger::has_changed(e, &String::from_utf8_lossy(&bytes)),
                     Err(_) => true,
                 })
@@ -1251,10 +1251,12 @@ impl Session {
         num_lines: Option<u64>,
     ) -> Result<FileReadAnswer, SessionError> {
         let reading = path.clone();
-        let text = tokio::task::spawn_blocking(move || std::fs::read(&reading))
-            .await
-            .map_err(|e| SessionError::Internal(format!("read task failed: {e}")))?
-            .map_err(|e| SessionError::InvalidParams(format!("cannot read {path}: {e}")))?;
+        let text = tokio::task::spawn_blocking(move || {
+            crate::outside::read(std::path::Path::new(&reading), crate::outside::READ_FILE)
+        })
+        .await
+        .map_err(|e| SessionError::Internal(format!("read task failed: {e}")))?
+        .map_err(|e| SessionError::InvalidParams(format!("cannot read {path}: {e}")))?;
         let text = String::from_utf8_lossy(&text);
         let marker = ReadMarker::measure(&path, &text, start_line, num_lines, Some(now_rfc3339()));
         let before = self.ledger.get(&path).cloned();
@@ -1608,7 +1610,7 @@ impl Session {
         let texts = tokio::task::spawn_blocking(move || {
             reads
                 .iter()
-                .map(|e| std::fs::read(&e.path).ok().map(|b| String::from_utf8_lossy(&b).into_owned()))
+                .map(|e| crate::outside::read_text(std::path::Path::new(&e.path), crate::outside::READ_FILE).ok())
                 .collect::<Vec<_>>()
         })
         .await

@@ -252,7 +252,7 @@ pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
         let files = restoration_candidates(&ledger, &kept_uuids, budget.max_tokens_per_file);
         // The plan as it is on disk now; a plan file that is gone is simply not restored.
         let plan = plan_path.and_then(|path| {
-            let content = std::fs::read_to_string(&path).ok()?;
+            let content = crate::outside::read_text(Path::new(&path), crate::outside::PLAN_FILE).ok()?;
             Some(ctxd_core::compact::PlanFile { path, content })
         });
         let plan = plan_restoration(&RestoreInput { files, skills, plan, budget, cwd: Some(cwd) });
@@ -497,11 +497,13 @@ fn restoration_candidates(
         .take(20)
         .map(|entry| {
             let path = Path::new(&entry.path);
-            let size = std::fs::metadata(path).map(|m| m.len()).ok();
+            // Only a regular file is measured or read: a FIFO or a device named by a
+            // Read path is left alone.
+            let size = crate::outside::open_regular(path).map(|(_, len)| len).ok();
             let tokens = size.map_or(entry.tokens, |s| s.div_ceil(4));
             let content = match size {
                 Some(s) if s.div_ceil(4) <= max_tokens_per_file.max(1) => {
-                    std::fs::read(path).ok().map(|b| String::from_utf8_lossy(&b).into_owned())
+                    crate::outside::read_text(path, crate::outside::READ_FILE).ok()
                 }
                 _ => None,
             };

@@ -86,8 +86,7 @@ pub async fn start(
 }
 
 fn read_from(path: &Path, offset: u64) -> std::io::Result<Vec<u8>> {
-    let mut file = std::fs::File::open(path)?;
-    let len = file.metadata()?.len();
+    let (mut file, len) = crate::outside::open_regular(path)?;
     if len < offset {
         // Truncated or replaced: nothing sensible to add.
         return Ok(Vec::new());
