@@ -70,6 +70,11 @@ pub struct Settings {
     /// `["CLAUDE.md", "AGENTS.md"]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_file_names: Option<Vec<String>>,
+    /// Folders `@path` imports in memory files may read from, besides the project, the
+    /// user's `~/.claude` and the importing file's own folder (`~` is the home). Like the
+    /// provider keys, a repository's own files may set it only in a trusted folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub import_folders: Option<Vec<String>>,
     /// Follow running Claude Code sessions: every project under `~/.claude/projects`
     /// is observed (its newest transcript, and each new one), and their usage published
     /// with `ctx/usageChanged` (default false).
@@ -144,6 +149,7 @@ impl Settings {
         "baseUrl",
         "apiKeyEnv",
         "memoryFileNames",
+        "importFolders",
         "observeClaudeProjects",
     ];
 
@@ -167,6 +173,9 @@ impl Settings {
         if self.hooks.take().is_some() {
             removed.push("hooks");
         }
+        if self.import_folders.take().is_some() {
+            removed.push("importFolders");
+        }
         removed
     }
 
@@ -189,6 +198,7 @@ impl Settings {
             base_url,
             api_key_env,
             memory_file_names,
+            import_folders,
             observe_claude_projects,
             trusted_folders
         );

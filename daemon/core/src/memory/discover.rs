@@ -26,6 +26,10 @@ const SLOT_AUTO_MEMORY: u8 = 6;
 
 /// How deep sub-folders of `.claude/rules` are followed; a symlink loop must end.
 const MAX_RULE_DIR_DEPTH: usize = 8;
+/// How many folders and rule files the walk of all rules folders visits at most: a
+/// symlink to `/` or a fan of links costs a bounded walk, not the disk.
+const MAX_RULE_DIRS: usize = 64;
+const MAX_RULE_FILES: usize = 256;
 
 /// Finds and loads the memory files for a session started in `cwd` (an absolute path).
 /// Never fails: files that cannot be loaded become [`MemorySet::diagnostics`].
@@ -39,6 +43,7 @@ pub fn discover(cwd: &Path, config: &MemoryConfig, fs: &dyn MemoryFs) -> MemoryS
         watch_log: Vec::new(),
         loaded: Default::default(),
         checked_dirs: Default::default(),
+        rule_walk: Default::default(),
         next_source: 0,
     };
     let names = config.file_names.clone();
@@ -245,6 +250,19 @@ impl MemorySet {
     /// Loads the `.md` files of a rules folder and its sub-folders, sorted by path.
     fn load_rule_dir(&mut self, fs: &dyn MemoryFs, dir: &Path, depth: usize) {
         let dir = normalize(dir);
+        // Each real folder is walked once: a link back to a folder on the way (`l -> .`)
+        // is a loop, reported and skipped.
+        let real = fs.real_path(&dir);
+        if self.rule_walk.dirs.contains(&real) {
+            if depth > 0 {
+                self.diagnose(dir, Problem::RuleLoop { real });
+            }
+            return;
+        }
+        if !self.rule_walk_room(&dir, 1, 0) {
+            return;
+        }
+        self.rule_walk.dirs.insert(real);
         self.watch(&dir, WatchKind::Dir);
         let mut listing = match fs.list_dir(&dir) {
             Ok(listing) => listing,
@@ -260,9 +278,34 @@ impl MemorySet {
                     self.load_rule_dir(fs, &entry.path, depth + 1);
                 }
             } else if entry.path.extension().is_some_and(|ext| ext == "md") {
+                let real = fs.real_path(&entry.path);
+                if self.rule_walk.files.contains(&real) {
+                    continue;
+                }
+                if !self.rule_walk_room(&dir, 0, 1) {
+                    return;
+                }
+                self.rule_walk.files.insert(real);
                 self.load_rule(fs, &normalize(&entry.path));
             }
         }
+    }
+
+    /// Whether the rules walk may visit `dirs` more folders and `files` more files; the
+    /// first time it may not, that is reported at `dir`.
+    fn rule_walk_room(&mut self, dir: &Path, dirs: usize, files: usize) -> bool {
+        let walk = &self.rule_walk;
+        if walk.dirs.len() + dirs <= MAX_RULE_DIRS && walk.files.len() + files <= MAX_RULE_FILES {
+            return true;
+        }
+        if !self.rule_walk.capped {
+            self.rule_walk.capped = true;
+            self.diagnose(
+                dir.to_path_buf(),
+                Problem::RuleWalkCapped { max_dirs: MAX_RULE_DIRS, max_files: MAX_RULE_FILES },
+            );
+        }
+        false
     }
 
     /// A rule without `paths:` is loaded now; one with globs waits, pending, for a read.

@@ -213,6 +213,11 @@ impl MemorySet {
             if self.loaded.contains(&path) {
                 continue;
             }
+            if !self.may_import(&path, &chain[0], fs) {
+                let importer = importer.clone();
+                self.diagnose(path, Problem::ImportOutside { importer });
+                continue;
+            }
             // The chain holds the top-level file plus one file per hop taken so far.
             if chain.len() > self.config.max_import_depth {
                 let max_depth = self.config.max_import_depth;
@@ -264,6 +269,22 @@ impl MemorySet {
             deeper.push(path);
             self.import_from(&content, &deeper, fs, walk);
         }
+    }
+
+    /// Whether an import may read `path`: where it really leads (symlinks resolved) lies
+    /// in the project, `~/.claude`, the folder of the chain's top-level file `top` or an
+    /// allowed folder, and never in `/proc`, `/sys` or `/dev`.
+    fn may_import(&self, path: &Path, top: &Path, fs: &dyn MemoryFs) -> bool {
+        let real = fs.real_path(path);
+        if ["/proc", "/sys", "/dev"].iter().any(|system| real.starts_with(system)) {
+            return false;
+        }
+        let top_dir = top.parent().unwrap_or(Path::new("/"));
+        let claude = self.config.home.join(".claude");
+        let roots = [self.cwd.as_path(), claude.as_path(), top_dir].into_iter();
+        roots
+            .chain(self.config.import_roots.iter().map(PathBuf::as_path))
+            .any(|root| real.starts_with(fs.real_path(root)))
     }
 
     /// Records a problem once, however often the same one is met.

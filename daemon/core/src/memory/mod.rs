@@ -51,6 +51,12 @@ pub trait MemoryFs {
     /// with the entry's name): `Ok(vec![])` when the directory does not exist,
     /// `Err(reason)` when it exists but cannot be listed.
     fn list_dir(&self, path: &Path) -> Result<Vec<DirEntry>, String>;
+
+    /// The path with every symlink resolved (as far as it exists), to decide where an
+    /// import really leads and to visit each real folder of rules once.
+    fn real_path(&self, path: &Path) -> PathBuf {
+        path.to_path_buf()
+    }
 }
 
 /// One entry of a listed directory. The loader needs to know directories apart from
@@ -81,6 +87,9 @@ pub struct MemoryConfig {
     /// Characters all the imports under one memory file may add together; imports past
     /// it are not loaded. Keeps a fan-out of imports from flooding the context.
     pub max_import_chars: usize,
+    /// Folders imports may read from besides the project (the working directory), the
+    /// user's `~/.claude` and the folder of the memory file a chain starts from.
+    pub import_roots: Vec<PathBuf>,
     /// Whether auto memory (`MEMORY.md`) is loaded.
     pub auto_memory: bool,
     /// Auto memory keeps at most this many lines ...
@@ -102,6 +111,7 @@ impl MemoryConfig {
             max_import_depth: 5,
             max_file_chars: 40_000,
             max_import_chars: 100_000,
+            import_roots: Vec::new(),
             auto_memory: true,
             auto_memory_max_lines: 200,
             auto_memory_max_bytes: 25_600,
@@ -215,6 +225,13 @@ pub enum Problem {
     ImportTooDeep { chain: Vec<PathBuf>, max_depth: usize },
     /// The imports under one memory file used up their character budget; not read.
     ImportBudgetSpent { importer: PathBuf, budget_chars: usize },
+    /// An import leads outside the folders imports may read (or into `/proc`, `/sys` or
+    /// `/dev`); not read.
+    ImportOutside { importer: PathBuf },
+    /// A folder of rules was reached again through a symlink; not walked twice.
+    RuleLoop { real: PathBuf },
+    /// The walk of a rules folder stopped at its cap of folders or files.
+    RuleWalkCapped { max_dirs: usize, max_files: usize },
     /// A rule opens a front matter block and never closes it; the whole file is taken as
     /// text and the rule as unconditional.
     UnclosedFrontMatter,
@@ -245,6 +262,18 @@ impl fmt::Display for Diagnostic {
                 "{path}: not imported by {}, imports under one file are limited to {budget_chars} characters",
                 importer.display()
             ),
+            Problem::ImportOutside { importer } => write!(
+                f,
+                "{path}: not imported by {}: imports read only from the project, ~/.claude, the importing file's folder and allowed folders, never system folders",
+                importer.display()
+            ),
+            Problem::RuleLoop { real } => {
+                write!(f, "{path}: symlink loop skipped (already read as {})", real.display())
+            }
+            Problem::RuleWalkCapped { max_dirs, max_files } => write!(
+                f,
+                "{path}: rules walk stopped at {max_dirs} folders or {max_files} files; the rest is not loaded"
+            ),
             Problem::UnclosedFrontMatter => {
                 write!(f, "{path}: front matter is never closed; read as plain text")
             }
@@ -254,6 +283,14 @@ impl fmt::Display for Diagnostic {
 
 fn join_chain(chain: &[PathBuf]) -> String {
     chain.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" -> ")
+}
+
+/// What the walk of the rules folders has visited (by real path) and how much.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct RuleWalk {
+    dirs: BTreeSet<PathBuf>,
+    files: BTreeSet<PathBuf>,
+    capped: bool,
 }
 
 /// Whether a watched path is a file or a directory the loader listed.
@@ -278,6 +315,9 @@ pub struct MemorySet {
     watch_log: Vec<PathBuf>,
     /// Paths whose text is already in the context, so no file is placed twice.
     loaded: BTreeSet<PathBuf>,
+    /// Real folders of rules walked so far, real rule files read so far, and whether the
+    /// walk stopped at its caps.
+    rule_walk: RuleWalk,
     /// Folders below the working directory already checked for nested memory files.
     checked_dirs: BTreeSet<PathBuf>,
     /// Next top-level sequence number; nested files found later sort after earlier ones.

@@ -187,7 +187,8 @@ fn imports_resolve_relative_home_and_absolute_paths_in_order() {
         .file("/work/app/b.md", "b")
         .file("/home/u/shared.md", "shared")
         .file("/opt/team.md", "team");
-    let set = discover(Path::new(CWD), &config(), &fs);
+    let config = MemoryConfig { import_roots: vec!["/home/u".into(), "/opt".into()], ..config() };
+    let set = discover(Path::new(CWD), &config, &fs);
     assert_eq!(
         active_paths(&set),
         ["/work/app/CLAUDE.md", "/work/app/docs/a.md", "/work/app/b.md", "/home/u/shared.md", "/opt/team.md"]
@@ -495,7 +496,8 @@ fn a_file_reached_twice_is_placed_once() {
         .file("/home/u/.claude/CLAUDE.md", "user @../common.md")
         .file("/home/u/proj/CLAUDE.md", "proj @../common.md")
         .file("/home/u/common.md", "common");
-    let set = discover(Path::new("/home/u/proj"), &config(), &fs);
+    let config = MemoryConfig { import_roots: vec!["/home/u".into()], ..config() };
+    let set = discover(Path::new("/home/u/proj"), &config, &fs);
     assert_eq!(
         kinds_and_paths(&set),
         [
@@ -593,4 +595,41 @@ fn unclosed_front_matter_is_reported_and_rule_loads_as_text() {
     let set = discover(Path::new(CWD), &config(), &fs);
     assert_eq!(set.active().map(|e| e.content.as_str()).collect::<Vec<_>>(), ["---\npaths: src/**\nbody"]);
     assert_eq!(set.diagnostics().iter().map(|d| &d.problem).collect::<Vec<_>>(), [&Problem::UnclosedFrontMatter]);
+}
+
+/// Imports read only from the project, `~/.claude`, the importing file's own folder and
+/// allowed folders; never from system folders, even when allowed.
+#[test]
+fn imports_outside_the_allowed_folders_are_refused_with_a_reason() {
+    let fs = MemFs::new()
+        .file(
+            "/work/app/CLAUDE.md",
+            "@/proc/self/environ @/etc/shadow @~/.ssh/id_ed25519 @../other/secret.md @~/.claude/ok.md @docs/ok.md @/opt/team.md",
+        )
+        .file("/proc/self/environ", "ANTHROPIC_API_KEY=sk-secret")
+        .file("/etc/shadow", "root:hash")
+        .file("/home/u/.ssh/id_ed25519", "PRIVATE KEY")
+        .file("/work/other/secret.md", "other project")
+        .file("/home/u/.claude/ok.md", "user claude folder")
+        .file("/work/app/docs/ok.md", "project")
+        .file("/opt/team.md", "allowed");
+    let config = MemoryConfig { import_roots: vec!["/opt".into(), "/".into()], ..config() };
+    let without_root = MemoryConfig { import_roots: vec!["/opt".into()], ..config.clone() };
+    let set = discover(Path::new(CWD), &without_root, &fs);
+    assert_eq!(
+        active_paths(&set),
+        ["/work/app/CLAUDE.md", "/home/u/.claude/ok.md", "/work/app/docs/ok.md", "/opt/team.md"]
+    );
+    let refused: Vec<String> = set
+        .diagnostics()
+        .iter()
+        .filter(|d| matches!(d.problem, Problem::ImportOutside { .. }))
+        .map(|d| d.path.display().to_string())
+        .collect();
+    assert_eq!(refused, ["/proc/self/environ", "/etc/shadow", "/home/u/.ssh/id_ed25519", "/work/other/secret.md"]);
+    assert!(set.diagnostics()[0].to_string().contains("never system folders"), "{}", set.diagnostics()[0]);
+    // Allowing `/` opens the rest, never /proc.
+    let set = discover(Path::new(CWD), &config, &fs);
+    assert!(!active_paths(&set).contains(&"/proc/self/environ".to_owned()));
+    assert!(active_paths(&set).contains(&"/etc/shadow".to_owned()));
 }

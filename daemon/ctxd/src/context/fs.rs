@@ -53,6 +53,17 @@ impl MemoryFs for RealFs {
         }
     }
 
+    fn real_path(&self, path: &Path) -> std::path::PathBuf {
+        // A path that does not exist (yet) resolves as far as its existing folder does.
+        match std::fs::canonicalize(path) {
+            Ok(real) => real,
+            Err(_) => match (path.parent(), path.file_name()) {
+                (Some(parent), Some(name)) if parent != path => self.real_path(parent).join(name),
+                _ => path.to_path_buf(),
+            },
+        }
+    }
+
     fn list_dir(&self, path: &Path) -> Result<Vec<DirEntry>, String> {
         self.lists.fetch_add(1, Ordering::Relaxed);
         let entries = match std::fs::read_dir(path) {

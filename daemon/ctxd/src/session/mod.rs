@@ -360,7 +360,27 @@ impl Sessions {
         let mut memory = ctxd_core::memory::MemoryConfig::new(home);
         memory.managed_path = Some(std::path::PathBuf::from("/etc/claude-code/CLAUDE.md"));
         if let Some(names) = &layered.settings.memory_file_names {
-            memory.file_names = names.clone();
+            // Names, not paths: `../../etc/passwd` would load a file from anywhere.
+            let (plain, paths): (Vec<_>, Vec<_>) = names
+                .iter()
+                .cloned()
+                .partition(|name| !name.is_empty() && name != "." && name != ".." && !name.contains('/'));
+            for name in paths {
+                let problem = format!("memoryFileNames: {name:?} ignored: a memory file name is a plain file name");
+                tracing::warn!(%problem, cwd, "settings");
+                problems.push(problem);
+            }
+            memory.file_names = plain;
+        }
+        for folder in layered.settings.import_folders.iter().flatten() {
+            match folder.strip_prefix("~") {
+                Some(rest) if rest.is_empty() || rest.starts_with('/') => {
+                    memory.import_roots.push(memory.home.join(rest.trim_start_matches('/')))
+                }
+                _ if folder.starts_with('/') => memory.import_roots.push(std::path::PathBuf::from(folder)),
+                _ => problems
+                    .push(format!("importFolders: {folder:?} ignored: an absolute path or one starting with ~/")),
+            }
         }
         SessionSetup {
             cwd: cwd.to_owned(),
