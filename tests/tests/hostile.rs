@@ -457,3 +457,18 @@ fn symlink_loops_in_rules_are_walked_once_and_reported() {
     let other = open(&mut daemon, "unrelated");
     assert_eq!(other["sessionId"], "unrelated");
 }
+
+/// Case 9: a `Content-Length` far beyond the limit followed by a small body gets its
+/// error at once, and the requests after it are answered.
+#[test]
+fn an_oversized_content_length_is_answered_at_once_and_the_stream_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    for declared in ["73400320", "4611686018427387904"] {
+        daemon.send_raw(format!("Content-Length: {declared}\r\n\r\n{{}}").as_bytes()).unwrap();
+        let error = daemon.null_id_error().unwrap();
+        assert!(error["message"].as_str().unwrap().contains("exceeds the limit"), "{error}");
+        let opened = open(&mut daemon, &format!("after-{declared}"));
+        assert_eq!(opened["sessionId"], format!("after-{declared}"));
+    }
+}

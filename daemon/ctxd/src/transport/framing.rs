@@ -2,8 +2,10 @@
 //!
 //! The reader never gives up on a stream. Every malformed frame becomes a
 //! [`FrameError`] for that frame alone, and the reader finds the next frame: after a bad
-//! header it skips to the next `Content-Length`; an oversized body is skipped by its
-//! declared length without being buffered. Header names are matched without regard to
+//! header it skips to the next `Content-Length`; an oversized body is reported at once
+//! and skipped by its declared length without being buffered, unless a new header turns
+//! up inside it (a raw line break cannot be part of a JSON body, so the declared length
+//! was wrong) and reading goes on from there. Header names are matched without regard to
 //! case and `Content-Type` is accepted and ignored, as editors differ there.
 
 use bytes::{Buf, BytesMut};
@@ -48,7 +50,32 @@ pub struct FrameReader<R> {
 enum State {
     Header,
     Body(usize),
-    Skip { remaining: usize, len: usize },
+    Skip { remaining: usize },
+}
+
+/// Bytes kept back while skipping, enough to hold `Content-Length: <20 digits>\r\n`.
+const HEADER_TAIL: usize = 64;
+
+/// Where a frame header starts in `bytes`: `Content-Length:` (any case), a number and a
+/// raw line break, something a JSON body cannot hold.
+fn next_header_in(bytes: &[u8]) -> Option<usize> {
+    let mut from = 0;
+    while from < bytes.len() {
+        let at = from + memchr::memmem::find_iter(&bytes[from..], b":").next()?;
+        from = at + 1;
+        let name_start = at.checked_sub(CONTENT_LENGTH.len())?;
+        if !bytes[name_start..at].eq_ignore_ascii_case(CONTENT_LENGTH) {
+            continue;
+        }
+        let rest = &bytes[at + 1..];
+        let spaces = rest.iter().take_while(|b| **b == b' ' || **b == b'\t').count();
+        let digits = rest[spaces..].iter().take_while(|b| b.is_ascii_digit()).count();
+        let after = &rest[spaces + digits..];
+        if digits > 0 && (after.starts_with(b"\r\n") || after.starts_with(b"\n")) {
+            return Some(name_start);
+        }
+    }
+    None
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -65,11 +92,13 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     HeaderParse::Complete { header_len, content_length } => match content_length {
                         Ok(len) => {
                             self.buf.advance(header_len);
-                            self.state = if len > self.max_body {
-                                State::Skip { remaining: len, len }
-                            } else {
-                                State::Body(len)
-                            };
+                            if len > self.max_body {
+                                // Said at once: a client that declared a huge length
+                                // and sent a small body must not wait for the skip.
+                                self.state = State::Skip { remaining: len };
+                                return Some(Err(FrameError::TooLarge { len, max: self.max_body }));
+                            }
+                            self.state = State::Body(len);
                         }
                         Err(e) => {
                             tracing::debug!(buffered = %String::from_utf8_lossy(&self.buf[..self.buf.len().min(300)]), "bad header block");
@@ -115,15 +144,27 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     self.buf.reserve(len - self.buf.len());
                     self.fill().await;
                 }
-                State::Skip { remaining, len } => {
-                    let take = remaining.min(self.buf.len());
+                State::Skip { remaining } => {
+                    let scope = remaining.min(self.buf.len());
+                    if let Some(at) = next_header_in(&self.buf[..scope]) {
+                        tracing::warn!(
+                            skipped = at,
+                            "a new frame header inside an oversized body: its length was wrong; reading on from the header"
+                        );
+                        self.buf.advance(at);
+                        self.state = State::Header;
+                        continue;
+                    }
+                    // Keep a tail that could be the start of a header still arriving.
+                    let take =
+                        if remaining <= self.buf.len() || self.eof { scope } else { scope.saturating_sub(HEADER_TAIL) };
                     self.buf.advance(take);
                     let remaining = remaining - take;
                     if remaining == 0 || self.eof {
                         self.state = State::Header;
-                        return Some(Err(FrameError::TooLarge { len, max: self.max_body }));
+                        continue;
                     }
-                    self.state = State::Skip { remaining, len };
+                    self.state = State::Skip { remaining };
                     self.fill().await;
                 }
             }
@@ -270,6 +311,32 @@ mod tests {
         assert!(frames.contains(&Err(FrameError::BadContentLength("lots".into()))));
         assert!(frames.iter().any(|f| matches!(f, Err(FrameError::InvalidUtf8(_)))));
         assert!(frames.contains(&Err(FrameError::TooLarge { len: 50, max: 20 })));
+    }
+
+    /// A declared length far beyond the limit with a small body: the error comes at
+    /// once and the next frame is read, without waiting for the declared bytes.
+    #[tokio::test]
+    async fn an_oversized_length_is_reported_at_once_and_reading_resumes_at_the_next_header() {
+        use tokio::io::AsyncWriteExt;
+        for declared in ["73400320", "4611686018427387904"] {
+            let (client, mut server) = tokio::io::duplex(1 << 16);
+            let mut reader = FrameReader::new(client, 1024);
+            server.write_all(format!("Content-Length: {declared}\r\n\r\n{{}}").as_bytes()).await.unwrap();
+            assert!(matches!(reader.next_frame().await, Some(Err(FrameError::TooLarge { .. }))));
+            // The stream stays open: the next frame arrives later, in two pieces.
+            server.write_all(b"Content-Len").await.unwrap();
+            server.write_all(b"gth: 7\r\n\r\n{\"b\":2}").await.unwrap();
+            assert_eq!(reader.next_frame().await, Some(Ok("{\"b\":2}".to_owned())), "{declared}");
+        }
+    }
+
+    #[test]
+    fn a_header_is_found_only_with_a_number_and_a_raw_line_break() {
+        assert_eq!(next_header_in(b"xx}content-length: 12\r\n\r\n"), Some(3));
+        assert_eq!(next_header_in(b"Content-Length:7\n"), Some(0));
+        assert_eq!(next_header_in(b"\"Content-Length: 12\\r\\n\""), None, "escaped, inside a JSON string");
+        assert_eq!(next_header_in(b"Content-Length: lots\r\n"), None);
+        assert_eq!(next_header_in(b"Content-Length: 12"), None, "not complete yet");
     }
 
     #[tokio::test]
