@@ -59,6 +59,35 @@ pub fn serve_command(state_dir: &Path, log_level: &str, env: &[(&str, &str)]) ->
     Ok(command)
 }
 
+/// [`serve_command`] under an address-space limit (`prlimit --as`), for tests of inputs
+/// that would make an unbounded daemon take the machine's memory.
+pub fn bounded_serve_command(state_dir: &Path, address_space: u64, env: &[(&str, &str)]) -> anyhow::Result<Command> {
+    let inner = serve_command(state_dir, "debug", env)?;
+    let mut command = Command::new("prlimit");
+    command.arg(format!("--as={address_space}")).arg("--").arg(inner.get_program()).args(inner.get_args());
+    for (key, value) in inner.get_envs() {
+        if let Some(value) = value {
+            command.env(key, value);
+        }
+    }
+    command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+    Ok(command)
+}
+
+/// Resident and peak memory of process `pid` in kB (`VmRSS`, `VmHWM`).
+pub fn memory_kb(pid: u32) -> anyhow::Result<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .with_context(|| format!("no {name} in /proc/{pid}/status"))
+    };
+    Ok((field("VmRSS:")?, field("VmHWM:")?))
+}
+
 /// Writes the user's settings for a daemon on `state_dir`, trusting `folder`: its own
 /// settings files may then choose the provider, its URL and key variable, and hooks.
 pub fn trust_folder(state_dir: &Path, folder: &Path) -> anyhow::Result<()> {
@@ -121,16 +150,7 @@ impl Daemon {
     /// Starts `ctxd serve` under an address-space limit (`prlimit --as`), for tests of
     /// inputs that would make an unbounded daemon take the machine's memory.
     pub fn start_bounded(state_dir: &Path, address_space: u64, env: &[(&str, &str)]) -> anyhow::Result<Daemon> {
-        let inner = serve_command(state_dir, "debug", env)?;
-        let mut command = Command::new("prlimit");
-        command.arg(format!("--as={address_space}")).arg("--").arg(inner.get_program()).args(inner.get_args());
-        for (key, value) in inner.get_envs() {
-            if let Some(value) = value {
-                command.env(key, value);
-            }
-        }
-        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
-        Daemon::spawned(state_dir, command)
+        Daemon::spawned(state_dir, bounded_serve_command(state_dir, address_space, env)?)
     }
 
     /// Starts and initializes a daemon.

@@ -13,20 +13,6 @@ use serde_json::{Value, json};
 const CAP: usize = 64 * 1024 * 1024;
 const ROUNDS: usize = 6;
 
-/// Resident and peak memory of a process, in kB.
-fn memory_kb(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap()
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
 /// A bad input, and the error it must earn.
 enum Expect {
     /// An error with `id: null` and this code (the frame or its JSON was unreadable).
@@ -118,7 +104,7 @@ fn abuse_between_valid_requests_gets_errors_while_valid_work_is_answered_and_mem
     daemon.initialize().unwrap();
     daemon.request("ctx/openSession", json!({"cwd": "/p", "model": "claude-sonnet-4-5", "sessionId": "s"})).unwrap();
     let pid = daemon.pid();
-    let (rss_before, _) = memory_kb(pid);
+    let (rss_before, _) = ctxd_e2e::memory_kb(pid).unwrap();
     let mut client = Client { daemon, appended: Vec::new(), last_tokens: 0, abuse_bytes: 0 };
 
     // Built once: a body one byte over the cap (valid JSON, an append that must never be
@@ -213,7 +199,7 @@ fn abuse_between_valid_requests_gets_errors_while_valid_work_is_answered_and_mem
         let params_string = br#"{"jsonrpc":"2.0","id":990019,"method":"ctx/usage","params":"s"}"#;
         client.abuse("params a string", &frame(params_string), Expect::Reply(990_019, -32600));
 
-        let (rss, hwm) = memory_kb(pid);
+        let (rss, hwm) = ctxd_e2e::memory_kb(pid).unwrap();
         println!(
             "round {round}: VmRSS {:.1} MB, VmHWM {:.1} MB, abuse so far {:.0} MB",
             rss as f64 / 1024.0,
@@ -225,7 +211,7 @@ fn abuse_between_valid_requests_gets_errors_while_valid_work_is_answered_and_mem
         }
     }
 
-    let (rss, hwm) = memory_kb(pid);
+    let (rss, hwm) = ctxd_e2e::memory_kb(pid).unwrap();
     let growth_mb = (rss as f64 - rss_after_warmup as f64) / 1024.0;
     println!(
         "abuse: {:.0} MB sent in {ROUNDS} rounds; VmRSS before {:.1} MB, after the first round {:.1} MB, at the end {:.1} MB (growth {growth_mb:.1} MB), VmHWM {:.1} MB",

@@ -472,3 +472,84 @@ fn an_oversized_content_length_is_answered_at_once_and_the_stream_goes_on() {
         assert_eq!(opened["sessionId"], format!("after-{declared}"));
     }
 }
+
+/// Case 8: a client that pipelines large `ctx/assemble` requests and reads nothing
+/// holds the daemon to its bound of unread answers: the daemon stops reading (and says
+/// so in its log), its memory stays far below one answer per request, and once the
+/// client reads, every request is answered.
+#[test]
+fn a_client_that_does_not_read_gets_back_pressure_not_a_growing_heap() {
+    use std::io::{BufReader, Write as _};
+    const REQUESTS: usize = 1500;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut child = KillOnDrop(ctxd_e2e::bounded_serve_command(&state, BOUNDED, &[]).unwrap().spawn().unwrap());
+    let mut stdin = child.0.stdin.take().unwrap();
+    let stdout = child.0.stdout.take().unwrap();
+    let pid = child.0.id();
+    // About 400 KB of conversation: each assemble answer carries all of it.
+    let text = "pipelined answers stay bounded ".repeat(13_000);
+    let mut setup = Vec::new();
+    let mut send = |id: usize, method: &str, params: Value| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        setup.extend_from_slice(&ctxd_e2e::frame(body.as_bytes()));
+    };
+    send(1, "initialize", json!({"processId": null, "capabilities": {}}));
+    send(2, "ctx/openSession", json!({"cwd": "/p", "model": "claude-sonnet-4-5", "sessionId": "bp"}));
+    send(3, "ctx/append", json!({"sessionId": "bp", "records": [user_record("u1", None, &text)]}));
+    stdin.write_all(&setup).unwrap();
+    let writer = std::thread::spawn(move || {
+        for id in 0..REQUESTS {
+            let body = json!({"jsonrpc": "2.0", "id": 100 + id, "method": "ctx/assemble",
+                "params": {"sessionId": "bp", "maxTokens": 1000}})
+            .to_string();
+            if stdin.write_all(&ctxd_e2e::frame(body.as_bytes())).is_err() {
+                return false;
+            }
+        }
+        drop(stdin);
+        true
+    });
+    // The client reads nothing for a while: the daemon must stop reading it.
+    let log = state.with_extension("log");
+    let paused = || std::fs::read_to_string(&log).unwrap_or_default().contains("reading requests paused");
+    for _ in 0..200 {
+        if paused() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        paused(),
+        "the daemon never paused reading: {}",
+        std::fs::read_to_string(&log).unwrap_or_default().lines().rev().take(30).collect::<Vec<_>>().join("\n")
+    );
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let (rss_kb, _) = ctxd_e2e::memory_kb(pid).unwrap();
+    let unbounded_mb = (REQUESTS * text.len()) >> 20;
+    println!("paused: RSS {} MB with {REQUESTS} answers unread ({unbounded_mb} MB of answers)", rss_kb >> 10);
+    assert!(rss_kb < 400 << 10, "RSS {} MB with the answers unread ({unbounded_mb} MB if unbounded)", rss_kb >> 10);
+
+    // Now it reads: every request gets its answer.
+    let mut reader = BufReader::new(stdout);
+    let mut answered = 0;
+    while answered < REQUESTS {
+        let body = ctxd_e2e::read_frame(&mut reader).unwrap().expect("an answer");
+        let message: Value = serde_json::from_slice(&body).unwrap();
+        if message["id"].as_u64().is_some_and(|id| id >= 100) {
+            assert!(message["result"]["request"]["messages"].is_array(), "an answer of {} bytes", body.len());
+            answered += 1;
+        }
+    }
+    assert!(writer.join().unwrap());
+}
+
+/// A child process killed when the test ends, passed or not.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

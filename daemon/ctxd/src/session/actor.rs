@@ -421,8 +421,14 @@ pub fn spawn(
     store: Arc<Store>,
     notifier: Notifier,
     create: bool,
+    first: Option<Command>,
 ) -> mpsc::UnboundedSender<Command> {
     let (tx, rx) = mpsc::unbounded_channel();
+    // Queued before the actor runs: a load that fails at once still answers it with
+    // the reason, rather than closing its queue before the command arrives.
+    if let Some(first) = first {
+        let _ = tx.send(first);
+    }
     let span = tracing::info_span!("session", id = %id);
     tokio::spawn(run(id, setup, store, notifier, create, tx.clone(), rx).instrument(span));
     tx

@@ -316,20 +316,19 @@ impl Sessions {
                 "session {id:?} exists; an import needs a new session id"
             )));
         }
-        let tx = match live {
-            Some(tx) => tx,
+        let command = Command::Open { reply };
+        match live {
+            Some(tx) => tx.send(command).map_err(|_| SessionError::Closed(id.clone()))?,
             None => {
                 let agent_window = params.agent.as_ref().and_then(|a| a.auto_compact_window);
                 let mut setup = self.setup(&params.cwd, &params.model, agent_window);
                 setup.import = params.import.as_ref().map(std::path::PathBuf::from);
-                let tx = actor::spawn(id.clone(), setup, self.store.clone(), self.notifier.clone(), true);
-                let handle =
-                    Handle { tx: tx.clone(), cwd: params.cwd.clone(), model: params.model.clone(), agent_window };
+                let tx =
+                    actor::spawn(id.clone(), setup, self.store.clone(), self.notifier.clone(), true, Some(command));
+                let handle = Handle { tx, cwd: params.cwd.clone(), model: params.model.clone(), agent_window };
                 open.insert(id.clone(), handle);
-                tx
             }
-        };
-        tx.send(Command::Open { reply }).map_err(|_| SessionError::Closed(id.clone()))?;
+        }
         Ok((id, rx))
     }
 
@@ -586,7 +585,7 @@ impl Sessions {
         };
         tracing::info!(session = id, "resuming a session that was not open");
         let setup = self.setup(&entry.cwd, &entry.model, entry.agent_window);
-        let tx = actor::spawn(id.to_owned(), setup, self.store.clone(), self.notifier.clone(), false);
+        let tx = actor::spawn(id.to_owned(), setup, self.store.clone(), self.notifier.clone(), false, None);
         open.insert(
             id.to_owned(),
             Handle { tx: tx.clone(), cwd: entry.cwd, model: entry.model, agent_window: entry.agent_window },

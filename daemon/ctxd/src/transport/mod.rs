@@ -94,6 +94,98 @@ pub struct Outbound {
     tx: mpsc::Sender<Outgoing>,
     notifying: std::sync::Arc<std::sync::atomic::AtomicBool>,
     through: std::sync::Arc<WriteThrough>,
+    queued: std::sync::Arc<QueuedBytes>,
+}
+
+/// Bytes queued for the client and not written yet, and the size answers have had
+/// lately. The reader starts a request only while the queue plus the answers of the
+/// requests in flight (at that size each) stay under [`MAX_QUEUED_BYTES`]: a client
+/// that pipelines requests and does not read its answers holds the daemon's memory to
+/// about this bound, instead of one answer per request it sent.
+#[derive(Debug)]
+struct QueuedBytes {
+    bytes: std::sync::atomic::AtomicUsize,
+    /// A decaying maximum of the encoded answers' sizes.
+    typical_answer: std::sync::atomic::AtomicUsize,
+    /// Woken when the queue shrinks or a request in flight is answered.
+    drained: tokio::sync::Notify,
+}
+
+impl Default for QueuedBytes {
+    fn default() -> Self {
+        QueuedBytes {
+            bytes: Default::default(),
+            typical_answer: std::sync::atomic::AtomicUsize::new(4 * 1024),
+            drained: tokio::sync::Notify::new(),
+        }
+    }
+}
+
+/// See [`QueuedBytes`].
+const MAX_QUEUED_BYTES: usize = 64 * 1024 * 1024;
+
+impl QueuedBytes {
+    fn add(&self, bytes: usize) {
+        self.bytes.fetch_add(bytes, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Notes the size of an answer: a new maximum at once, a smaller one slowly.
+    fn note_answer(&self, size: usize) {
+        use std::sync::atomic::Ordering;
+        let _ = self.typical_answer.fetch_update(Ordering::AcqRel, Ordering::Acquire, |typical| {
+            Some(size.max(typical - typical / 8).max(1024))
+        });
+    }
+
+    fn release(&self, bytes: usize) {
+        let before = self.bytes.fetch_sub(bytes, std::sync::atomic::Ordering::AcqRel);
+        if before.saturating_sub(bytes) <= MAX_QUEUED_BYTES {
+            self.drained.notify_waiters();
+        }
+    }
+
+    /// Returns once the queue and the answers of the `in_flight()` requests fit in
+    /// [`MAX_QUEUED_BYTES`] (with nothing in flight, once the queue does).
+    async fn room(&self, in_flight: impl Fn() -> usize) {
+        use std::sync::atomic::Ordering;
+        let fits = |queued: usize, coming: usize| {
+            queued <= MAX_QUEUED_BYTES && (coming == 0 || queued.saturating_add(coming) <= MAX_QUEUED_BYTES)
+        };
+        let coming = || in_flight().saturating_mul(self.typical_answer.load(Ordering::Acquire));
+        // The usual case, per frame: two loads, no waiter registered.
+        if fits(self.bytes.load(Ordering::Acquire), coming()) {
+            return;
+        }
+        let mut paused = false;
+        loop {
+            let drained = self.drained.notified();
+            tokio::pin!(drained);
+            drained.as_mut().enable();
+            let (queued, coming) = (self.bytes.load(Ordering::Acquire), coming());
+            if fits(queued, coming) {
+                if paused {
+                    tracing::info!(queued, "the client reads its answers again; reading requests again");
+                }
+                return;
+            }
+            if !paused {
+                tracing::warn!(queued, coming, "the client is not reading its answers; reading requests paused");
+                paused = true;
+            }
+            drained.await;
+        }
+    }
+}
+
+/// What a message counts for in [`QueuedBytes`]: its bytes when known before encoding,
+/// a nominal size for the small messages encoded by the writer.
+fn queued_cost(message: &Outgoing) -> usize {
+    match message {
+        Outgoing::Encoded(body) => body.len() + 32,
+        Outgoing::Framed(bytes) => bytes.len(),
+        Outgoing::End => 0,
+        Outgoing::Response(_) | Outgoing::Request(_) => 256,
+    }
 }
 
 impl std::fmt::Debug for Outbound {
@@ -112,7 +204,12 @@ impl Outbound {
     /// A queue out (the handle to send on, and what the writer reads).
     pub fn channel() -> (Outbound, Outflow) {
         let (tx, rx) = mpsc::channel(1024);
-        let outbound = Outbound { tx, notifying: std::sync::Arc::default(), through: std::sync::Arc::default() };
+        let outbound = Outbound {
+            tx,
+            notifying: std::sync::Arc::default(),
+            through: std::sync::Arc::default(),
+            queued: std::sync::Arc::default(),
+        };
         (outbound.clone(), Outflow { rx, outbound })
     }
 
@@ -140,9 +237,11 @@ impl Outbound {
     /// straight to stdout instead (see [`through`]).
     async fn send(&self, message: Outgoing) {
         if let Outgoing::Encoded(body) = &message {
+            self.queued.note_answer(body.len());
             let header = framing::header(body.len());
-            let tx = &self.tx;
+            let (tx, queued) = (&self.tx, &self.queued);
             let queue_front = |rest: Vec<u8>| {
+                queued.add(rest.len());
                 // The queue is empty (nothing was queued), so this cannot find it full.
                 if tx.try_send(Outgoing::Framed(rest)).is_err() {
                     tracing::error!("the rest of an answer could not be queued; the writer is gone");
@@ -154,6 +253,7 @@ impl Outbound {
         } else {
             self.through.note_queued();
         }
+        self.queued.add(queued_cost(&message));
         let _ = self.tx.send(message).await;
     }
 }
@@ -350,6 +450,7 @@ impl ReaderGate {
                         outbound.send(answer.into()).await;
                     }
                     drop(permit);
+                    outbound.queued.drained.notify_waiters();
                 });
             }
         }
@@ -376,7 +477,12 @@ async fn read_frames<I: AsyncRead + Unpin>(
     use std::sync::atomic::Ordering;
     let mut reader = FrameReader::new(input, max_message_bytes);
     let mut handed = 0u64;
-    while let Some(frame) = reader.next_frame().await {
+    loop {
+        // Back-pressure in bytes: no new request while the client's unread answers are
+        // over the bound.
+        let in_flight = || gate.max_fast_in_flight as usize - gate.fast_in_flight.available_permits();
+        gate.outbound.queued.room(in_flight).await;
+        let Some(frame) = reader.next_frame().await else { break };
         let caught_up = gate.dispatched.load(Ordering::Acquire) == handed && !gate.shutdown.load(Ordering::Acquire);
         if let (Ok(body), Some(fast), true) = (&frame, &fast, caught_up)
             && let Some(taken) = fast.take(body)
@@ -830,11 +936,14 @@ struct Batch {
     bytes: usize,
     /// Messages in the batch (the end mark too).
     messages: usize,
+    /// What the batch's messages count for in [`QueuedBytes`].
+    accounted: usize,
 }
 
 impl Batch {
     fn push(&mut self, message: Outgoing) {
         self.messages += 1;
+        self.accounted += queued_cost(&message);
         let large = match message {
             Outgoing::Framed(bytes) => {
                 self.bytes += bytes.len();
@@ -869,6 +978,7 @@ impl Batch {
         self.large.clear();
         self.bytes = 0;
         self.messages = 0;
+        self.accounted = 0;
         if matches!(first, Outgoing::End) {
             self.messages = 1;
             return true;
@@ -925,7 +1035,7 @@ struct Writer {
 impl Writer {
     /// A task on the runtime writes to an async output (an in-process pipe, tests).
     fn task<O: AsyncWrite + Unpin + Send + 'static>(output: O, outflow: Outflow) -> Writer {
-        let task = tokio::spawn(write_loop(output, outflow.rx, outflow.outbound.through));
+        let task = tokio::spawn(write_loop(output, outflow.rx, outflow.outbound.through, outflow.outbound.queued));
         Writer { done: async move { drop(task.await) }.boxed() }
     }
 
@@ -935,12 +1045,12 @@ impl Writer {
         // Handed over through a slot, so that it is still here if no thread starts.
         let slot = std::sync::Arc::new(std::sync::Mutex::new(Some(rx)));
         let (theirs, (finished, done)) = (slot.clone(), tokio::sync::oneshot::channel::<()>());
-        let through = outbound.through.clone();
+        let (through, queued) = (outbound.through.clone(), outbound.queued.clone());
         let spawned = std::thread::Builder::new().name("ctxd-writer".into()).spawn(move || {
             let Some(mut rx) = theirs.lock().ok().and_then(|mut slot| slot.take()) else { return };
             let mut stdout = RawStdout::new();
             through.enable_for_stdout();
-            write_blocking(&mut rx, &mut stdout, &through);
+            write_blocking(&mut rx, &mut stdout, &through, &queued);
             let _ = finished.send(());
         });
         match spawned {
@@ -959,12 +1069,18 @@ impl Writer {
 
 /// The writer thread's loop: everything queued goes out as one vectored `write`, until
 /// the end mark or a failed write.
-fn write_blocking(rx: &mut mpsc::Receiver<Outgoing>, output: &mut impl std::io::Write, through: &WriteThrough) {
+fn write_blocking(
+    rx: &mut mpsc::Receiver<Outgoing>,
+    output: &mut impl std::io::Write,
+    through: &WriteThrough,
+    queued: &QueuedBytes,
+) {
     let mut batch = Batch::default();
     while let Some(first) = rx.blocking_recv() {
         let end = batch.fill(first, rx);
         let written = write_all_vectored(output, &batch.parts());
         through.note_written(batch.messages);
+        queued.release(batch.accounted);
         if end || written.is_err() || output.flush().is_err() {
             break;
         }
@@ -1049,6 +1165,7 @@ async fn write_loop<O: AsyncWrite + Unpin>(
     mut output: O,
     mut rx: mpsc::Receiver<Outgoing>,
     through: std::sync::Arc<WriteThrough>,
+    queued: std::sync::Arc<QueuedBytes>,
 ) {
     // Everything queued goes out in one write: tokio's stdout hands each write to a
     // blocking thread, so one write per message would cost one hand-off per message.
@@ -1061,6 +1178,7 @@ async fn write_loop<O: AsyncWrite + Unpin>(
             }
         }
         through.note_written(batch.messages);
+        queued.release(batch.accounted);
         if end || output.flush().await.is_err() {
             break;
         }
@@ -1164,7 +1282,7 @@ mod tests {
         tx.try_send(Outgoing::End).ok().unwrap();
         let (mut out, through) = (Vec::new(), WriteThrough::default());
         (0..4).for_each(|_| through.note_queued());
-        write_blocking(&mut rx, &mut out, &through);
+        write_blocking(&mut rx, &mut out, &through, &QueuedBytes::default());
         assert!(
             out.starts_with(b"the rest}Content-Length: 2\r\n\r\n{}Content-Length: 16384"),
             "{}",
@@ -1201,7 +1319,7 @@ mod tests {
         let mut calls = Calls::default();
         let through = WriteThrough::default();
         (0..5).for_each(|_| through.note_queued());
-        write_blocking(&mut rx, &mut calls, &through);
+        write_blocking(&mut rx, &mut calls, &through, &QueuedBytes::default());
         assert_eq!(through.queued(), 0, "each message written is counted off");
         assert_eq!(
             calls.0.len(),
