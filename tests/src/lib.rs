@@ -62,9 +62,14 @@ pub fn serve_command(state_dir: &Path, log_level: &str, env: &[(&str, &str)]) ->
 /// [`serve_command`] under an address-space limit (`prlimit --as`), for tests of inputs
 /// that would make an unbounded daemon take the machine's memory.
 pub fn bounded_serve_command(state_dir: &Path, address_space: u64, env: &[(&str, &str)]) -> anyhow::Result<Command> {
+    limited_serve_command(state_dir, &[&format!("--as={address_space}")], env)
+}
+
+/// [`serve_command`] under `prlimit` with `limits` (`--as=…`, `--nofile=soft:hard`).
+pub fn limited_serve_command(state_dir: &Path, limits: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Command> {
     let inner = serve_command(state_dir, "debug", env)?;
     let mut command = Command::new("prlimit");
-    command.arg(format!("--as={address_space}")).arg("--").arg(inner.get_program()).args(inner.get_args());
+    command.args(limits).arg("--").arg(inner.get_program()).args(inner.get_args());
     for (key, value) in inner.get_envs() {
         if let Some(value) = value {
             command.env(key, value);
@@ -151,6 +156,11 @@ impl Daemon {
     /// inputs that would make an unbounded daemon take the machine's memory.
     pub fn start_bounded(state_dir: &Path, address_space: u64, env: &[(&str, &str)]) -> anyhow::Result<Daemon> {
         Daemon::spawned(state_dir, bounded_serve_command(state_dir, address_space, env)?)
+    }
+
+    /// Starts `ctxd serve` under `prlimit` with `limits` (see [`limited_serve_command`]).
+    pub fn start_limited(state_dir: &Path, limits: &[&str]) -> anyhow::Result<Daemon> {
+        Daemon::spawned(state_dir, limited_serve_command(state_dir, limits, &[])?)
     }
 
     /// Starts and initializes a daemon.

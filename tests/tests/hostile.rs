@@ -553,3 +553,104 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// Case 11: a restart on a full disk (a tmpfs filled up, as root; an index folder
+/// without write permission otherwise) starts with a temporary index and says so; the
+/// session resumes whole, an append is refused with the reason, and once there is room
+/// appends are stored again.
+#[test]
+fn a_full_disk_at_restart_starts_degraded_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = dir.path().join("small");
+    std::fs::create_dir_all(&small).unwrap();
+    let root = std::process::Command::new("id").arg("-u").output().unwrap().stdout == b"0\n";
+    let mounted = root
+        && std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+            .arg(&small)
+            .status()
+            .unwrap()
+            .success();
+    struct Unmount(Option<std::path::PathBuf>);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            if let Some(path) = &self.0 {
+                let _ = std::process::Command::new("umount").arg("-l").arg(path).status();
+            }
+        }
+    }
+    let _unmount = Unmount(mounted.then(|| small.clone()));
+    let state = small.join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    open(&mut daemon, "full");
+    append(&mut daemon, "full", json!([user_record("u1", None, "before the disk filled")]));
+    drop(daemon);
+
+    let filler = small.join("filler");
+    let make_room = || {
+        if mounted {
+            let _ = std::fs::remove_file(&filler);
+        } else {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(state.join("index"), std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+    };
+    if mounted {
+        let mut file = std::fs::File::create(&filler).unwrap();
+        let block = vec![0u8; 64 * 1024];
+        while std::io::Write::write_all(&mut file, &block).is_ok() {}
+    } else {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(state.join("index"), std::fs::Permissions::from_mode(0o500)).unwrap();
+    }
+
+    let mut daemon = Daemon::start(&state).unwrap();
+    let initialized = daemon.initialize().unwrap();
+    let degraded = initialized["capabilities"]["experimental"]["ctxd"]["degraded"].as_str().unwrap_or_default();
+    assert!(degraded.contains("a temporary one is used"), "{initialized}");
+    let reopened = open(&mut daemon, "full");
+    assert_eq!(reopened["records"], 1, "{reopened}");
+    if mounted {
+        let refused = daemon
+            .request_error(
+                "ctx/append",
+                json!({"sessionId": "full", "records": [user_record("u2", Some("u1"), &"no room ".repeat(20_000))]}),
+            )
+            .unwrap();
+        assert!(refused["message"].as_str().unwrap().contains("No space left on device"), "{refused}");
+    }
+    make_room();
+    append(&mut daemon, "full", json!([user_record("u2", Some("u1"), "after the disk has room")]));
+    assert_eq!(stored_uuids(&state, "full").unwrap(), ["u1", "u2"]);
+}
+
+/// Case 11: the open file limit is raised to the hard limit at start (300 sessions
+/// under a soft limit of 128), and past the hard limit an open fails with the reason
+/// while the daemon goes on answering.
+#[test]
+fn the_open_file_limit_is_raised_and_its_end_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::start_limited(&dir.path().join("raised"), &["--nofile=128:2048"]).unwrap();
+    daemon.initialize().unwrap();
+    for i in 0..300 {
+        open(&mut daemon, &format!("s{i}"));
+    }
+    drop(daemon);
+
+    let mut daemon = Daemon::start_limited(&dir.path().join("capped"), &["--nofile=96:96"]).unwrap();
+    daemon.initialize().unwrap();
+    let mut refused = None;
+    for i in 0..200 {
+        let params = json!({"cwd": "/p", "model": "claude-sonnet-4-5", "sessionId": format!("s{i}")});
+        if let Ok(error) = daemon.request_error("ctx/openSession", params) {
+            refused = Some((i, error));
+            break;
+        }
+    }
+    let (at, error) = refused.expect("96 descriptors cannot hold 200 open sessions");
+    assert!(error["message"].as_str().unwrap().contains("Too many open files"), "{error}");
+    daemon.request("ctx/closeSession", json!({"sessionId": "s0"})).unwrap();
+    daemon.request("ctx/closeSession", json!({"sessionId": "s1"})).unwrap();
+    let reopened = open(&mut daemon, &format!("s{at}"));
+    assert_eq!(reopened["sessionId"], format!("s{at}"));
+}

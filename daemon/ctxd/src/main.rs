@@ -88,6 +88,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if serving {
+        raise_open_file_limit();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -156,4 +159,20 @@ fn import(state_dir: &std::path::Path, file: &std::path::Path, session_id: Optio
         imported.repaired
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Each open session keeps its transcript open, and watchers take descriptors too: the
+/// soft limit (often 1,024) would stop a daemon with many sessions long before the hard
+/// limit the system allows. Raised once at start; past the hard limit an open fails
+/// with "Too many open files", named in the error the client gets.
+fn raise_open_file_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let raised = rustix::process::Rlimit { current: limit.maximum, maximum: limit.maximum };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => tracing::debug!(from = ?limit.current, to = ?limit.maximum, "open file limit raised"),
+            Err(e) => tracing::warn!(error = %e, "could not raise the open file limit"),
+        }
+    }
 }

@@ -508,6 +508,9 @@ impl LanguageServer for Backend {
             .await
             .map_err(|e| internal(format!("opening the store: {e}")))?
             .map_err(store_error)?;
+        let degraded = store.index().degraded.as_ref().map(|reason| {
+            format!("the store's index cannot be written ({reason}); a temporary one is used, and appends fail until the disk has room")
+        });
         if store.index().fresh && !store.session_ids().unwrap_or_default().is_empty() {
             tracing::info!("index is new; session entries will be rebuilt from the transcripts as sessions open");
         }
@@ -542,6 +545,7 @@ impl LanguageServer for Backend {
             notifications: methods::NOTIFICATIONS.iter().map(|m| (*m).to_owned()).collect(),
             state_dir: state_dir.display().to_string(),
             process_id: std::process::id(),
+            degraded: degraded.clone(),
         };
         let experimental = serde_json::json!({ "ctxd": capabilities });
         Ok(InitializeResult {

@@ -146,6 +146,10 @@ pub struct CtxdCapabilities {
     pub state_dir: String,
     /// The daemon's process id (for health checks and logs).
     pub process_id: u32,
+    /// Set when the daemon runs with less than it should, and why (the store's index
+    /// could not be written at start: a full disk or a read-only mount).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<String>,
 }
 
 /// `ctx/openSession` params.

@@ -45,7 +45,29 @@ pub struct Index {
     /// True when this open created the index from nothing (first use, deleted, or moved
     /// aside after damage): its entries must be rebuilt from the transcripts.
     pub fresh: bool,
+    /// Why the index lives in a temporary folder for this run (the store's own could not
+    /// be written: a full disk, a read-only mount); `None` normally.
+    pub degraded: Option<String>,
     _db: sled::Db,
+    /// The temporary folder of a degraded index, removed when the index is dropped.
+    _temporary: Option<tempfile::TempDir>,
+}
+
+/// Whether opening failed because nothing can be written there (no space, over quota,
+/// a read-only mount, no permission) rather than because the index is damaged.
+fn cannot_write(error: &StoreError) -> bool {
+    const ENOSPC: i32 = 28;
+    const EROFS: i32 = 30;
+    const EDQUOT: i32 = 122;
+    const EACCES: i32 = 13;
+    let code = |c: i32| [ENOSPC, EROFS, EDQUOT, EACCES].contains(&c);
+    match error {
+        StoreError::Io { source, .. } => source.raw_os_error().is_some_and(code),
+        StoreError::Index { message, .. } => {
+            [ENOSPC, EROFS, EDQUOT, EACCES].iter().any(|c| message.contains(&format!("(os error {c})")))
+        }
+        _ => false,
+    }
 }
 
 impl Index {
@@ -56,6 +78,24 @@ impl Index {
         match Index::open(path) {
             Ok(mut index) => {
                 index.fresh = !existed;
+                Ok(index)
+            }
+            // Nothing is damaged: the disk is full or read-only. The index is a cache, so
+            // this run keeps one in a temporary folder, rebuilt from the transcripts,
+            // and leaves the store's own as it is.
+            Err(first) if cannot_write(&first) => {
+                let reason = first.to_string();
+                tracing::warn!(
+                    index = %path.display(),
+                    error = %reason,
+                    "the index cannot be written here; running with a temporary index rebuilt from the transcripts (appends fail until the disk has room)"
+                );
+                let temporary =
+                    tempfile::Builder::new().prefix("ctxd-index-").tempdir().map_err(|e| StoreError::io(path, e))?;
+                let mut index = Index::open(temporary.path())?;
+                index.fresh = true;
+                index.degraded = Some(reason);
+                index._temporary = Some(temporary);
                 Ok(index)
             }
             Err(first) => {
@@ -89,7 +129,7 @@ impl Index {
         let sessions = db.open_tree("sessions").map_err(err)?;
         let reads = path.join("reads");
         super::create_private_dir(&reads)?;
-        Ok(Index { path: path.to_owned(), sessions, reads, fresh: false, _db: db })
+        Ok(Index { path: path.to_owned(), sessions, reads, fresh: false, degraded: None, _db: db, _temporary: None })
     }
 
     /// The entry of a session, if the index has a readable one.
