@@ -810,13 +810,32 @@ pub fn decode(frame: Result<String, FrameError>) -> Incoming {
         Ok(v) => v,
         Err(e) => {
             tracing::warn!(error = %e, "invalid JSON");
-            return Incoming::Invalid(Response::from_error(
-                Id::Null,
-                rpc_error(ErrorCode::ParseError, format!("invalid JSON: {e}")),
-            ));
+            // A well-formed message whose only fault is strict JSON (a lone surrogate
+            // escape, a number out of range) is answered under its own id.
+            let (id, message) = match (id_of(&body), ctxd_core::admit::strict_json(&body)) {
+                (Some(id), Err(reason)) => (
+                    id,
+                    format!(
+                        "invalid JSON: {reason}; ctxd accepts strict JSON only (pair a surrogate escape or use \\ufffd); nothing was done"
+                    ),
+                ),
+                _ => (Id::Null, format!("invalid JSON: {e}")),
+            };
+            return Incoming::Invalid(Response::from_error(id, rpc_error(ErrorCode::ParseError, message)));
         }
     };
     classify(value)
+}
+
+/// The id of a message that is well-formed JSON but not strict JSON: the values it
+/// holds are skipped unchecked, only `id` is read.
+fn id_of(body: &str) -> Option<Id> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        #[serde(default)]
+        id: Option<Id>,
+    }
+    serde_json::from_str::<Head>(body).ok()?.id
 }
 
 fn classify(value: Value) -> Incoming {
