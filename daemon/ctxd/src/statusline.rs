@@ -48,6 +48,10 @@ const FIRST_BLOCK: u64 = 8 * 1024;
 const MAX_BLOCK: u64 = 1024 * 1024;
 /// Give up looking for a reported usage after this much of the tail (then estimate).
 const MAX_TAIL: u64 = 64 * 1024 * 1024;
+/// A line longer than this is not parsed: its bytes are counted as message content
+/// (an estimate) and the walk goes on before it, so one giant message cannot hide the
+/// usage reported before it.
+const MAX_LINE: usize = 16 * 1024 * 1024;
 
 /// What the tail of a transcript says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,7 +73,10 @@ pub fn tail_usage(path: &Path) -> std::io::Result<TailUsage> {
     let mut stop = None;
     let mut model = None;
     let mut step = FIRST_BLOCK;
-    'blocks: while pos > 0 && len - pos < MAX_TAIL {
+    // Bytes of lines too long to parse (skipped, counted by size), and whether the walk
+    // is inside one now.
+    let (mut skipped, mut skipping) = (0u64, false);
+    'blocks: while pos > 0 && len - pos - skipped < MAX_TAIL {
         let start = pos.saturating_sub(step);
         step = (step * 2).min(MAX_BLOCK);
         let want = pos - start;
@@ -82,9 +89,24 @@ pub fn tail_usage(path: &Path) -> std::io::Result<TailUsage> {
         }
         block.extend_from_slice(&carry);
         pos = start;
+        let mut end = block.len();
+        if skipping {
+            // Inside a giant line: only its start (the previous line break) matters.
+            match memchr::memrchr(b'\n', &block) {
+                Some(nl) => {
+                    skipped += (block.len() - nl - 1) as u64;
+                    skipping = false;
+                    end = nl;
+                }
+                None => {
+                    skipped += block.len() as u64;
+                    carry = Vec::new();
+                    continue;
+                }
+            }
+        }
         // Whole lines, newest first; what precedes the block's first line break is the
         // end of a line that starts in an earlier block (or the file's first line).
-        let mut end = block.len();
         while let Some(nl) = memchr::memrchr(b'\n', &block[..end]) {
             if let Some(found) = consider(&block[nl + 1..end], &mut newest_first, &mut model) {
                 stop = Some(found);
@@ -94,7 +116,12 @@ pub fn tail_usage(path: &Path) -> std::io::Result<TailUsage> {
         }
         block.truncate(end);
         carry = block;
-        if pos == 0 {
+        if carry.len() > MAX_LINE {
+            skipped += carry.len() as u64;
+            skipping = true;
+            carry = Vec::new();
+        }
+        if pos == 0 && !skipping {
             stop = consider(&carry, &mut newest_first, &mut model);
         }
     }
@@ -103,6 +130,8 @@ pub fn tail_usage(path: &Path) -> std::io::Result<TailUsage> {
     for record in newest_first.iter().rev() {
         tally.observe(record);
     }
+    // A skipped giant line came after the last report (the walk stops at a report).
+    tally.bytes_after += skipped;
     Ok(TailUsage { tally, after_compaction, model })
 }
 
@@ -255,6 +284,18 @@ mod tests {
         let f = transcript(&lines);
         let tail = tail_usage(f.path()).unwrap();
         assert_eq!(tail.tally.total(), 42_100);
+    }
+
+    #[test]
+    fn a_giant_last_line_is_counted_by_size_and_the_report_before_it_still_found() {
+        // 80 MB in one line, more than the whole tail the walk reads.
+        let giant = user(&"g".repeat(80 * 1024 * 1024));
+        let f = transcript(&[user("a"), assistant("m1", 185_000), giant]);
+        let tail = tail_usage(f.path()).unwrap();
+        assert_eq!(tail.tally.reported, 185_100);
+        assert!(tail.tally.estimated() > 20_000_000, "{}", tail.tally.estimated());
+        let line = render(&input_for(f.path()), Vec::new());
+        assert!(line.ends_with("blocked"), "{line}");
     }
 
     #[test]
