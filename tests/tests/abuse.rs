@@ -165,7 +165,8 @@ fn abuse_between_valid_requests_gets_errors_while_valid_work_is_answered_and_mem
         client.abuse("over the cap", &over_cap, Expect::NullId(ctxd_proto::error_codes::MESSAGE_TOO_LARGE));
         // Large under the cap, each unreadable in its own way.
         client.abuse("deep nesting 1 MB", &deep, Expect::NullId(-32700));
-        client.abuse("deep nesting in params", &deep_in_params, Expect::NullId(-32700));
+        // The message around the nesting is readable: the error goes to its id.
+        client.abuse("deep nesting in params", &deep_in_params, Expect::Reply(5, -32700));
         client.abuse("invalid utf-8 1 MB", &bad_utf8, Expect::NullId(-32700));
         client.abuse("truncated json 1 MB", &truncated_json, Expect::NullId(-32700));
         client.abuse("wrong type 1 MB", &frame(wrong_type_big.as_bytes()), Expect::Reply(990_001, -32602));

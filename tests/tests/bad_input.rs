@@ -216,7 +216,10 @@ fn nesting_past_the_parser_limit_is_refused_on_every_path() {
         )
     };
     daemon.send_raw(&frame(append("too-deep", 128).as_bytes())).unwrap();
-    expect_null_id_error(&mut daemon, -32700, "recursion limit");
+    // The message around the nesting is readable, so the error is sent to its id.
+    let refused = daemon.response(128).unwrap();
+    assert_eq!(refused["error"]["code"], -32700, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("recursion limit"), "{refused}");
     daemon.send_raw(&frame(append("deep-but-fine", 127).as_bytes())).unwrap();
     let response = daemon.response(127).unwrap();
     assert_eq!(response["result"]["appended"], 1, "{response}");

@@ -656,3 +656,34 @@ fn the_open_file_limit_is_raised_and_its_end_is_a_clear_error() {
     let reopened = open(&mut daemon, &format!("s{at}"));
     assert_eq!(reopened["sessionId"], format!("s{at}"));
 }
+
+/// Case 10: one message larger than a compaction can keep (2 MB, about 500k tokens on
+/// a 200k window) is summarized, cut with a marker, once: the compaction brings the
+/// session under its threshold, the transcript does not gain a copy of the message,
+/// and no further compaction follows.
+#[test]
+fn an_oversized_message_is_cut_once_not_copied_by_every_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    open(&mut daemon, "big");
+    append(&mut daemon, "big", Value::Array(ctxd_e2e::example(20)));
+    let last = ctxd_e2e::example(20).last().unwrap()["uuid"].as_str().unwrap().to_owned();
+    let giant = "a giant paste of logs line ".repeat(80_000);
+    append(&mut daemon, "big", json!([user_record("giant", Some(&last), &giant)]));
+    let compacted = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "big").unwrap();
+    let usage = daemon.request("ctx/usage", json!({"sessionId": "big"})).unwrap()["usage"].clone();
+    let (tokens, threshold) = (usage["tokens"].as_u64().unwrap(), usage["threshold"].as_u64().unwrap());
+    assert!(tokens < threshold / 2, "{tokens} after the compaction: {compacted}");
+    let transcript = std::fs::read_to_string(state.join("sessions/big.jsonl")).unwrap();
+    let giant_lines = transcript.lines().filter(|line| line.len() > giant.len()).count();
+    assert_eq!(giant_lines, 1, "the message is in the transcript once, as appended");
+    assert!(transcript.len() < 2 * giant.len(), "{} bytes", transcript.len());
+    // The summary says the message was cut.
+    let summary = ctxd_e2e::records_of(&state, "big").into_iter().find(|r| r["isCompactSummary"] == true).unwrap();
+    assert!(summary.to_string().contains("cut"), "{summary}");
+    // The next turn does not compact again.
+    append(&mut daemon, "big", json!([user_record("after", Some("giant"), "and now a short question")]));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(daemon.drain_notifications("ctx/compacted").is_empty());
+}

@@ -397,6 +397,17 @@ pub fn kept_tail_start(records: &[Record]) -> Option<usize> {
     Some(safe_split(records, start))
 }
 
+/// The verbatim tail may take at most this share (1/N) of the compact threshold. A
+/// larger tail (one giant message or tool result) is summarized with the rest, cut with
+/// a marker there once, instead of being kept whole by this compaction and every one
+/// after it, none of which could then bring the context under the threshold.
+pub const MAX_KEPT_SHARE: u64 = 4;
+
+/// Whether a tail of `kept_tokens` may stay verbatim under `threshold`.
+pub fn keep_tail(kept_tokens: u64, threshold: u64) -> bool {
+    kept_tokens <= threshold / MAX_KEPT_SHARE
+}
+
 /// The first line of the response `records[i]` belongs to (lines of one response share
 /// `message.id`).
 fn response_start(records: &[Record], i: usize) -> usize {

@@ -1387,9 +1387,19 @@ impl Session {
             self.commit(vec![(records, tx)]).await;
             rx.await.map_err(|_| SessionError::Closed(self.id.clone()))??;
         }
-        let compact = matches!(assembled.decision, ctxd_core::view::CompactDecision::Compact { .. });
-        if compact && may_compact && self.thresholds.auto_compact_enabled {
-            self.auto_compact_now().await;
+        let mut compact = false;
+        if let ctxd_core::view::CompactDecision::Compact { tokens, .. } = assembled.decision
+            && may_compact
+            && self.thresholds.auto_compact_enabled
+        {
+            // Through the same guards as after an append: a stopped session (thrashing,
+            // circuit breaker) does not compact from here either, and says "continue".
+            let view_before = self.view_generation;
+            self.auto_compact_guarded(tokens.max(self.next_tokens()), false).await;
+            // Running now, or a summary prepared ahead was installed just now: either
+            // way the host waits for the compacted view.
+            compact =
+                self.compaction.as_ref().is_some_and(|running| !running.ahead) || self.view_generation != view_before;
         }
         // The UI's view: after the state records above, so it marks what this request
         // already left out.
@@ -1934,6 +1944,10 @@ impl Session {
     async fn idle(&mut self) {
         self.idle_done = true;
         let tokens = self.next_tokens();
+        if let Some(stopped) = &self.guards.stopped {
+            tracing::info!(reason = %stopped.message(), "session idle; automatic compaction is stopped, so no idle compaction");
+            return;
+        }
         if tokens >= self.setup.idle_floor && self.compaction.is_none() {
             tracing::info!(tokens, "session idle; compacting in the background");
             self.start_compaction(Trigger::Idle, None, None, None);
@@ -1949,13 +1963,19 @@ impl Session {
             return;
         }
         let tokens = self.next_tokens();
+        self.auto_compact_guarded(tokens, running_ahead.is_none()).await;
+    }
+
+    /// Automatic compaction at `tokens`, if the guards allow it; below the threshold,
+    /// starts preparing a summary ahead when `may_prepare`.
+    async fn auto_compact_guarded(&mut self, tokens: u64, may_prepare: bool) {
         match self.guards.check_auto(tokens, &self.thresholds, self.fixed_prefix()) {
             AutoDecision::Compact => self.auto_compact_now().await,
             AutoDecision::Stopped { message, notify: true, .. }
             | AutoDecision::CannotHelp { message, notify: true, .. } => {
                 self.notifier.compact_failed(&self.id, &message).await;
             }
-            AutoDecision::NotDue if running_ahead.is_none() => self.maybe_prepare_ahead(tokens),
+            AutoDecision::NotDue if may_prepare => self.maybe_prepare_ahead(tokens),
             _ => {}
         }
     }

@@ -159,7 +159,20 @@ pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
     // a partial compaction chooses the split itself, and which side is kept.
     use ctxd_core::compact::SplitDirection;
     let (kept_from, kept_before) = match job.partial {
-        None => (kept_tail_start(&job.records).unwrap_or(job.records.len()), None),
+        None => {
+            let from = kept_tail_start(&job.records).unwrap_or(job.records.len());
+            let kept_tokens: u64 = job.records[from..].iter().map(|r| estimate_tokens(r.line())).sum();
+            if ctxd_core::compact::keep_tail(kept_tokens, job.threshold) {
+                (from, None)
+            } else {
+                tracing::info!(
+                    kept_tokens,
+                    threshold = job.threshold,
+                    "the newest exchange is too large to keep verbatim; it is summarized"
+                );
+                (job.records.len(), None)
+            }
+        }
         Some((SplitDirection::UpTo, split)) => (split.min(job.records.len()), None),
         Some((SplitDirection::From, split)) => (job.records.len(), Some(split.min(job.records.len()))),
     };
