@@ -813,12 +813,9 @@ pub fn decode(frame: Result<String, FrameError>) -> Incoming {
             // A well-formed message whose only fault is strict JSON (a lone surrogate
             // escape, a number out of range) is answered under its own id.
             let (id, message) = match (id_of(&body), ctxd_core::admit::strict_json(&body)) {
-                (Some(id), Err(reason)) => (
-                    id,
-                    format!(
-                        "invalid JSON: {reason}; ctxd accepts strict JSON only (pair a surrogate escape or use \\ufffd); nothing was done"
-                    ),
-                ),
+                (Some(id), Err(reason)) => {
+                    (id, format!("invalid JSON: {reason}; ctxd accepts strict JSON only; nothing was done"))
+                }
                 _ => (Id::Null, format!("invalid JSON: {e}")),
             };
             return Incoming::Invalid(Response::from_error(id, rpc_error(ErrorCode::ParseError, message)));
