@@ -22,9 +22,12 @@ const GENERATED: [(&str, &str); 3] = [
     ("seed 21, 3 turns", include_str!("testdata/gen_s21_t3.jsonl")),
     ("seed 3, 2 turns", include_str!("testdata/gen_s3_t2.jsonl")),
 ];
-/// A real Claude Code 2.1.332 transcript, outside the repository (CI has it).
-const REAL_TRANSCRIPT: &str =
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/transcripts/claude-code-2.1.332/manual-compact.jsonl");
+/// A real Claude Code 2.1.332 transcript (`tests/fixtures/transcripts`, see its
+/// `SOURCES.md`); embedded, so a checkout without it does not build its tests.
+const REAL_TRANSCRIPT: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/fixtures/transcripts/claude-code-2.1.332/manual-compact.jsonl"
+));
 
 fn records(jsonl: &str) -> Vec<Record> {
     jsonl.lines().filter(|l| !l.trim().is_empty()).map(|l| Record::parse(l).unwrap()).collect()
@@ -538,23 +541,9 @@ fn focus_keeps_matching_entries_when_others_are_dropped() {
 // ----------------------------------------------------------------------------------
 // The real transcript.
 
-#[allow(clippy::print_stderr)] // The skip must be visible in the test output.
-fn real_transcript() -> Option<String> {
-    match std::fs::read_to_string(REAL_TRANSCRIPT) {
-        Ok(text) => Some(text),
-        Err(e) => {
-            eprintln!("skipped: the shared transcript {REAL_TRANSCRIPT} is not readable ({e})");
-            None
-        }
-    }
-}
-
 #[test]
 fn real_transcript_after_its_compaction() {
-    let Some(text) = real_transcript() else {
-        return;
-    };
-    let recs = records(&text);
+    let recs = records(REAL_TRANSCRIPT);
     let summary = summarize_offline(&recs, &OfflineOptions::default());
     assert_well_formed(&summary);
     assert!(!summary.trimmed);
@@ -583,10 +572,7 @@ fn real_transcript_after_its_compaction() {
 
 #[test]
 fn real_transcript_before_its_compaction() {
-    let Some(text) = real_transcript() else {
-        return;
-    };
-    let recs = records(&text);
+    let recs = records(REAL_TRANSCRIPT);
     let boundary = recs.iter().position(Record::is_compact_boundary).unwrap();
     let summary = summarize_offline(&recs[..boundary], &OfflineOptions::default());
     assert_well_formed(&summary);

@@ -6,8 +6,6 @@
 //! `gen_session.py --turns T --seed S` (the file names say which; 30 turns would be
 //! 700 KB or more per file, so they are shorter).
 
-use std::path::Path;
-
 use super::pipeline::assert_same;
 use super::*;
 
@@ -17,30 +15,37 @@ pub(crate) const GENERATED: [(&str, &str); 3] = [
     ("seed 49, 4 turns", include_str!("../testdata/gen_s49_t4.jsonl")),
 ];
 
-/// A real Claude Code 2.1.332 transcript, outside the repository.
-const REAL_TRANSCRIPT: &str =
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/transcripts/claude-code-2.1.332/manual-compact.jsonl");
+/// A real Claude Code 2.1.332 transcript (`tests/fixtures/transcripts`, see its
+/// `SOURCES.md`); embedded, so a checkout without it does not build its tests.
+const REAL_TRANSCRIPT: (&str, &str) = (
+    "claude-code-2.1.332/manual-compact.jsonl",
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/transcripts/claude-code-2.1.332/manual-compact.jsonl"
+    )),
+);
 /// Real Claude Code 2.1.38/2.1.39 transcripts (thinking, `caller` on tool calls, two
 /// boundaries, a thousand progress lines).
-const OLDER_TRANSCRIPTS: [&str; 3] = [
-    concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/transcripts/spotter/4d5611e5-241a-462a-8d15-5122611a9569.jsonl"
+const OLDER_TRANSCRIPTS: [(&str, &str); 3] = [
+    (
+        "spotter/4d5611e5-241a-462a-8d15-5122611a9569.jsonl",
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/transcripts/spotter/4d5611e5-241a-462a-8d15-5122611a9569.jsonl"
+        )),
     ),
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/transcripts/spotter/tool_heavy.jsonl"),
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/transcripts/spotter/short.jsonl"),
+    (
+        "spotter/tool_heavy.jsonl",
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/transcripts/spotter/tool_heavy.jsonl")),
+    ),
+    (
+        "spotter/short.jsonl",
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/transcripts/spotter/short.jsonl")),
+    ),
 ];
 
 fn records(jsonl: &str) -> Vec<Record> {
     jsonl.lines().filter(|l| !l.trim().is_empty()).filter_map(|l| Record::parse(l).ok()).collect()
-}
-
-fn read(path: &str) -> Option<Vec<Record>> {
-    if !Path::new(path).exists() {
-        eprintln!("skipped: {path} is not here");
-        return None;
-    }
-    Some(records(&std::fs::read_to_string(path).unwrap()))
 }
 
 fn last_timestamp(records: &[Record]) -> i64 {
@@ -92,7 +97,7 @@ fn simulate(setup: &mut Setup, source: &[Record]) -> (Vec<Record>, CacheCounters
 
 #[test]
 fn the_real_transcript_becomes_a_valid_request() {
-    let Some(records) = read(REAL_TRANSCRIPT) else { return };
+    let records = records(REAL_TRANSCRIPT.1);
     let mut setup = Setup::new(last_timestamp(&records) + 1_000);
     setup.base.user_context = Some("Contents of CLAUDE.md".into());
     let out = setup.run(&records);
@@ -123,8 +128,8 @@ fn the_real_transcript_becomes_a_valid_request() {
 
 #[test]
 fn older_real_transcripts_become_valid_requests() {
-    for path in OLDER_TRANSCRIPTS {
-        let Some(records) = read(path) else { continue };
+    for (path, jsonl) in OLDER_TRANSCRIPTS {
+        let records = records(jsonl);
         let setup = Setup::new(last_timestamp(&records) + 1_000);
         let out = setup.run(&records);
         let value = out.request.to_value();
@@ -132,10 +137,8 @@ fn older_real_transcripts_become_valid_requests() {
         assert!(!value.to_string().contains("\"caller\""), "{path}");
         assert!(out.request.messages.len() > 2, "{path}");
     }
-    if let Some(records) = read(OLDER_TRANSCRIPTS[1]) {
-        let mut setup = Setup::new(0);
-        simulate(&mut setup, &records);
-    }
+    let mut setup = Setup::new(0);
+    simulate(&mut setup, &records(OLDER_TRANSCRIPTS[1].1));
 }
 
 #[test]
@@ -214,8 +217,8 @@ fn real_transcripts_are_one_chain() {
     // Parallel tool calls (results hanging off their own call's line, calls after progress
     // records), progress and system records in the chain, sidechains: none of it reads as a
     // rewind, and nothing is left out.
-    for path in OLDER_TRANSCRIPTS.iter().chain([&REAL_TRANSCRIPT]) {
-        let Some(records) = read(path) else { continue };
+    for (path, jsonl) in OLDER_TRANSCRIPTS.into_iter().chain([REAL_TRANSCRIPT]) {
+        let records = records(jsonl);
         let (slice, _) = slice::slice_after_boundary(&records);
         let mut chain = chain::Chain::new(&records, slice.boundary);
         for &i in &slice.order {
