@@ -130,13 +130,8 @@ fn a_session_imported_over_its_window_is_compacted_before_its_next_request() {
     let dir = tempfile::tempdir().unwrap();
     // A generated session of about 260,000 tokens for a 200,000-token model.
     let source = dir.path().join("big.jsonl");
-    let generated = Command::new("python3")
-        .arg(ctxd_e2e::repo_root().join("../shared/tools/gen_session.py"))
-        .args(["--target-tokens", "260000", "--seed", "11"])
-        .output()
+    std::fs::write(&source, ctxd_gen::jsonl(&ctxd_gen::Options { seed: 11, ..ctxd_gen::Options::tokens(260_000) }))
         .unwrap();
-    assert!(generated.status.success(), "{}", String::from_utf8_lossy(&generated.stderr));
-    std::fs::write(&source, &generated.stdout).unwrap();
     let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
     let model = "claude-sonnet-4-5-20250929";
     let opened = daemon
