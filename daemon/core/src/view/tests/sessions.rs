@@ -1,19 +1,21 @@
-//! Whole sessions: the real Claude Code transcript and sessions from the shared
-//! generator, from scratch and through the view cache, with the daemon's persistence of
-//! each request's decisions simulated.
-//!
-//! The generated sessions in `testdata/` were written once with
-//! `gen_session.py --turns T --seed S` (the file names say which; 30 turns would be
-//! 700 KB or more per file, so they are shorter).
+//! Whole sessions: real Claude Code transcripts and sessions from the project's
+//! generator (`ctxd_gen`), from scratch and through the view cache, with the daemon's
+//! persistence of each request's decisions simulated.
 
 use super::pipeline::assert_same;
 use super::*;
 
-pub(crate) const GENERATED: [(&str, &str); 3] = [
-    ("seed 15, 8 turns", include_str!("../testdata/gen_s15_t8.jsonl")),
-    ("seed 51, 6 turns", include_str!("../testdata/gen_s51_t6.jsonl")),
-    ("seed 49, 4 turns", include_str!("../testdata/gen_s49_t4.jsonl")),
-];
+/// Generated sessions, named by seed and turns (30 turns would be 700 KB or more each,
+/// so they are shorter): `(name, JSONL)`.
+pub(crate) fn generated() -> Vec<(String, String)> {
+    [(15, 8), (51, 6), (49, 4)]
+        .into_iter()
+        .map(|(seed, turns)| {
+            let opts = ctxd_gen::Options { seed, ..ctxd_gen::Options::turns(turns) };
+            (format!("seed {seed}, {turns} turns"), ctxd_gen::jsonl(&opts))
+        })
+        .collect()
+}
 
 /// A real Claude Code 2.1.332 transcript (`tests/fixtures/transcripts`, see its
 /// `SOURCES.md`); embedded, so a checkout without it does not build its tests.
@@ -143,8 +145,8 @@ fn older_real_transcripts_become_valid_requests() {
 
 #[test]
 fn generated_sessions_become_valid_requests() {
-    for (name, jsonl) in GENERATED {
-        let records = records(jsonl);
+    for (name, jsonl) in generated() {
+        let records = records(&jsonl);
         let mut setup = Setup::new(last_timestamp(&records) + 1_000);
         setup.base = BaseContext {
             system_context: Some("branch main, clean".into()),
@@ -196,8 +198,8 @@ fn generated_sessions_agree_through_the_cache_under_every_setting() {
             }),
         ),
     ];
-    for (name, jsonl) in GENERATED {
-        let source = records(jsonl);
+    for (name, jsonl) in generated() {
+        let source = records(&jsonl);
         for (variant, apply) in &variants {
             let mut setup = Setup::new(0);
             apply(&mut setup);
