@@ -54,7 +54,7 @@ const TYPES: &[&str] = &["usize", "u64", "bool", "String", "Option<Record>", "Ve
 const COMMANDS: &[&str] = &["cargo test -p", "cargo build -p", "cargo clippy -p", "cargo bench -p", "rg -n"];
 
 pub fn word(rng: &mut Rng) -> &'static str {
-    *rng.pick(WORDS)
+    WORDS[rng.count(0, WORDS.len() - 1)]
 }
 
 /// `n` words separated by spaces.
