@@ -9,15 +9,15 @@ before each timed run, writes the status-line input and summarizes the timings.
     bench_statusline.py bench OUT.json --spec TOOLS.json --transcript T   # the timed runs
     bench_statusline.py report RESULTS_DIR             # medians and ratios from the timings
 
-The transcript is a chain of sessions from /work/shared/tools/gen_session.py (or
-$GEN_SESSION), joined as one Claude Code session: each time the context passes
---compact-at tokens, a compact boundary and a summary record follow, as after an
-auto-compact, and the next part starts from the summary. So the file is as large as
-asked while every part's usage stays inside a 200k window, the way a long real session
-looks. Standard library only; the same arguments give the same bytes.
+The transcript comes from the project's generator, ctxd-gen-session (tests/gen; the
+release build under the target directory, or $CTXD_GEN_SESSION): one Claude Code
+session in which, each time the context passes --compact-at tokens, a compact boundary
+and a summary record follow, as after an auto-compact, and the next part starts from
+the summary. So the file is as large as asked while every part's usage stays inside a
+200k window, the way a long real session looks. Standard library only; the same
+arguments give the same bytes.
 """
 import argparse
-import importlib.util
 import json
 import os
 import random
@@ -28,64 +28,26 @@ import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
-GEN = os.environ.get("GEN_SESSION", "/work/shared/tools/gen_session.py")
-
-
-def load_generator():
-    spec = importlib.util.spec_from_file_location("gen_session", GEN)
-    if spec is None or spec.loader is None:
-        sys.exit(f"cannot load {GEN}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+GEN = os.environ.get("CTXD_GEN_SESSION") or os.path.join(
+    os.environ.get("CARGO_TARGET_DIR") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "target"),
+    "release", "ctxd-gen-session")
 
 
 def gen(args):
-    g = load_generator()
-    target = args.mb * 1_000_000
+    if not os.access(GEN, os.X_OK):
+        sys.exit(f"no generator at {GEN}: cargo build --release -p ctxd-gen (or set CTXD_GEN_SESSION)")
+    # About 8 minutes a turn and 3 turns a 100 kB: start early enough that the session
+    # ends before the appended records (stamped now), whatever the size.
+    start = datetime(2026, 11, 1, 9, 0, tzinfo=timezone.utc) - timedelta(days=args.mb / 4)
     tmp = args.out + ".partial"
-    with open(tmp, "w") as out:
-        ns = argparse.Namespace(seed=args.seed, cwd=args.cwd, model=args.model, with_files=None)
-        s = g.Session(ns)
-        s.out = out
-        # About 8 minutes a turn and 3 turns a 100 kB: start early enough that the
-        # session ends before the appended records (stamped now), whatever the size.
-        s.t -= timedelta(days=args.mb / 4)
-        boundaries = 0
-        turns = 0
-        while True:
-            if out.tell() >= target:
-                break
-            if s.tokens() >= args.compact_at:
-                pre = s.tokens()
-                boundary = s.uid()
-                out.write(json.dumps({
-                    "parentUuid": None, "logicalParentUuid": s.parent, "isSidechain": False,
-                    "userType": "external", "cwd": s.cwd, "sessionId": s.session_id,
-                    "version": "2.1.0", "gitBranch": "main", "type": "system",
-                    "subtype": "compact_boundary", "content": "Conversation compacted",
-                    "isMeta": False, "timestamp": s.tick(5, 30), "uuid": boundary, "level": "info",
-                    "compactMetadata": {"trigger": "auto", "preTokens": pre},
-                }, separators=(",", ":")) + "\n")
-                s.parent = boundary
-                s.context_chars = 0
-                summary = ("This session is being continued from a previous conversation that ran "
-                           "out of context. The summary below covers the earlier portion of the "
-                           "conversation.\n\nSummary:\n" + g.words(s.rng, 1500))
-                s.context_chars = len(summary)
-                s.emit({"type": "user", "isCompactSummary": True, "isVisibleInTranscriptOnly": True,
-                        "message": {"role": "user", "content": summary},
-                        "uuid": s.uid(), "timestamp": s.tick(1, 2)})
-                boundaries += 1
-            s.user_text(g.words(s.rng, s.rng.randint(8, 80)))
-            for _ in range(s.rng.randint(1, 6)):
-                s.tool_step(turns)
-            s.assistant([{"type": "text", "text": g.words(s.rng, s.rng.randint(20, 200))}], "end_turn")
-            turns += 1
-        size = out.tell()
+    done = subprocess.run([GEN, "--target-bytes", str(args.mb * 1_000_000), "--compact-at", str(args.compact_at),
+                           "--seed", str(args.seed), "--cwd", args.cwd, "--model", args.model,
+                           "--start", start.strftime("%Y-%m-%dT%H:%M:%SZ"), "--out", tmp, "--stats"],
+                          stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        sys.exit(f"ctxd-gen-session failed: {done.stderr}")
     os.replace(tmp, args.out)
-    print(f"generated {args.out}: {size / 1e6:.1f} MB, {turns} turns, {boundaries} compact boundaries, "
-          f"session {s.session_id}")
+    print(f"generated {args.out}: {done.stderr.strip()}")
 
 
 def tail_lines(path, nbytes=1 << 20):

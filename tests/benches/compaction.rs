@@ -1,5 +1,5 @@
 //! Compaction over real pipes with the release daemon and the offline summarizer, on
-//! sessions from `../shared/tools/gen_session.py`:
+//! sessions from the project's generator (`ctxd_gen`, `tests/gen`):
 //!
 //! - **offline compaction end to end**: `ctx/compact` of a 900,000-token session, from
 //!   the request to its answer (summary written, restoration planned, records installed
@@ -20,7 +20,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use ctxd_e2e::{Daemon, repo_root, user_record};
+use ctxd_e2e::{Daemon, user_record};
 use serde_json::{Value, json};
 
 /// A 1,000,000-token window: threshold 967,000, precompute start 800,000.
@@ -44,12 +44,8 @@ fn main() -> anyhow::Result<()> {
 
 /// A generated session of about `tokens` tokens (the last response's reported usage).
 fn generate(tokens: u64, seed: u64) -> anyhow::Result<Vec<Value>> {
-    let out = std::process::Command::new("python3")
-        .arg(repo_root().join("../shared/tools/gen_session.py"))
-        .args(["--target-tokens", &tokens.to_string(), "--seed", &seed.to_string(), "--model", MODEL])
-        .output()?;
-    anyhow::ensure!(out.status.success(), "gen_session.py failed: {}", String::from_utf8_lossy(&out.stderr));
-    Ok(String::from_utf8(out.stdout)?.lines().map(serde_json::from_str).collect::<Result<_, _>>()?)
+    let opts = ctxd_gen::Options { seed, model: MODEL.to_owned(), ..ctxd_gen::Options::tokens(tokens) };
+    Ok(ctxd_gen::jsonl(&opts).lines().map(serde_json::from_str).collect::<Result<_, _>>()?)
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {

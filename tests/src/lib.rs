@@ -107,9 +107,19 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// `../shared/transcripts` beside the checkout.
-pub fn shared_transcripts() -> PathBuf {
-    repo_root().join("../shared/transcripts")
+/// The vendored transcripts: `tests/fixtures/transcripts` (see `tests/fixtures/SOURCES.md`).
+pub fn transcripts_dir() -> PathBuf {
+    repo_root().join("tests/fixtures/transcripts")
+}
+
+/// The vendored transcript `name` (a path under `tests/fixtures/transcripts`). Panics when
+/// it is not there: a test never passes without its data.
+pub fn transcript(name: &str) -> PathBuf {
+    let path = transcripts_dir().join(name);
+    if !path.is_file() {
+        panic!("fixture {} is missing: the checkout is incomplete (see tests/fixtures/SOURCES.md)", path.display());
+    }
+    path
 }
 
 /// A running daemon.

@@ -6,7 +6,7 @@
 
 use std::process::Command;
 
-use ctxd_e2e::{Daemon, ctxd_bin, shared_transcripts};
+use ctxd_e2e::{Daemon, ctxd_bin, transcript};
 use serde_json::json;
 
 fn ctxd(state: &std::path::Path, args: &[&str]) -> std::process::Output {
@@ -28,7 +28,7 @@ fn real_transcripts_round_trip_line_for_line() {
     .iter()
     .enumerate()
     {
-        let source = shared_transcripts().join(name);
+        let source = transcript(name);
         let original = std::fs::read_to_string(&source).unwrap();
         let id = format!("s{n}");
         let out = ctxd(&state, &["import", source.to_str().unwrap(), "--session-id", &id]);
@@ -46,7 +46,7 @@ fn real_transcripts_round_trip_line_for_line() {
 fn malformed_lines_are_reported_with_their_numbers_and_the_rest_imports() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
-    let source = shared_transcripts().join("claude-code-log/edge_cases.jsonl");
+    let source = transcript("claude-code-log/edge_cases.jsonl");
     let out = ctxd(&state, &["import", source.to_str().unwrap(), "--session-id", "edge"]);
     assert!(out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -63,7 +63,7 @@ fn malformed_lines_are_reported_with_their_numbers_and_the_rest_imports() {
 fn open_session_with_import_resumes_from_the_last_boundary() {
     let dir = tempfile::tempdir().unwrap();
     let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
-    let source = shared_transcripts().join("claude-code-2.1.332/manual-compact.jsonl");
+    let source = transcript("claude-code-2.1.332/manual-compact.jsonl");
     let opened = daemon
         .request(
             "ctx/openSession",
@@ -130,13 +130,8 @@ fn a_session_imported_over_its_window_is_compacted_before_its_next_request() {
     let dir = tempfile::tempdir().unwrap();
     // A generated session of about 260,000 tokens for a 200,000-token model.
     let source = dir.path().join("big.jsonl");
-    let generated = Command::new("python3")
-        .arg(ctxd_e2e::repo_root().join("../shared/tools/gen_session.py"))
-        .args(["--target-tokens", "260000", "--seed", "11"])
-        .output()
+    std::fs::write(&source, ctxd_gen::jsonl(&ctxd_gen::Options { seed: 11, ..ctxd_gen::Options::tokens(260_000) }))
         .unwrap();
-    assert!(generated.status.success(), "{}", String::from_utf8_lossy(&generated.stderr));
-    std::fs::write(&source, &generated.stdout).unwrap();
     let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
     let model = "claude-sonnet-4-5-20250929";
     let opened = daemon

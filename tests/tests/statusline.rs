@@ -1,12 +1,12 @@
 //! `ctxd statusline` as Claude Code runs it: JSON on stdin, one line on stdout, on the
-//! real transcripts in `../shared/transcripts/`.
+//! real transcripts vendored in `tests/fixtures/transcripts/`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use ctxd_e2e::{ctxd_bin, shared_transcripts};
+use ctxd_e2e::{ctxd_bin, transcript};
 use serde_json::json;
 
 fn statusline(input: &serde_json::Value) -> String {
@@ -27,8 +27,7 @@ fn statusline(input: &serde_json::Value) -> String {
 #[test]
 fn real_claude_code_transcript_after_a_manual_compaction() {
     // The last response (after the compaction) reported 13,900 input + 50 output tokens.
-    let path = shared_transcripts().join("claude-code-2.1.332/manual-compact.jsonl");
-    assert!(path.exists(), "{} is missing", path.display());
+    let path = transcript("claude-code-2.1.332/manual-compact.jsonl");
     let line =
         statusline(&json!({"transcript_path": path, "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"}}));
     assert_eq!(line, "Opus 5.5 · ctx 13.9k / 200.0k (7.8%) · 153.1k to compact · ok");
@@ -36,12 +35,10 @@ fn real_claude_code_transcript_after_a_manual_compaction() {
 
 #[test]
 fn ccusage_fixture_with_its_status_line_payload() {
-    let payload: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(shared_transcripts().join("ccusage/statusline-test.json")).unwrap(),
-    )
-    .unwrap();
+    let payload: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(transcript("ccusage/statusline-test.json")).unwrap()).unwrap();
     let mut input = payload.clone();
-    input["transcript_path"] = json!(shared_transcripts().join("ccusage/test-transcript.jsonl"));
+    input["transcript_path"] = json!(transcript("ccusage/test-transcript.jsonl"));
     // Last usage: 2,000 input + 200 cache creation + 800 cache read + 100 output.
     let line = statusline(&input);
     assert_eq!(line, "Sonnet 4 · ctx 3.1k / 200.0k (1.7%) · 163.9k to compact · ok");

@@ -1,6 +1,7 @@
 //! Per-turn cost of the request pipeline against its floor: assembling the next request
 //! after one appended record, next to `serde_json` serializing that same request. The
-//! workloads come from `../shared/tools/gen_session.py`, generated at bench time.
+//! workloads come from the project's session generator (`ctxd_gen`, `tests/gen`),
+//! generated at bench time.
 //!
 //! ```text
 //! cargo bench -p ctxd-core --bench assemble            # 1,000 records and 1M tokens
@@ -9,25 +10,18 @@
 
 #![allow(clippy::expect_used, clippy::print_stdout)] // a bench binary: it reports on stdout and stops on a broken workload
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use ctxd_core::record::Record;
 use ctxd_core::view::{
     AssembleInput, BaseContext, CompactCheck, PipelineConfig, PipelineState, ViewCache, parse_rfc3339_ms,
 };
+use ctxd_gen::{Options, Until};
 use serde_json::{Value, json};
 
-fn generate(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
-    let path = dir.join(name);
-    if !path.exists() {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tools/gen_session.py");
-        let out = Command::new("python3").arg(&script).args(args).output().expect("python3 runs gen_session.py");
-        assert!(out.status.success(), "gen_session.py failed: {}", String::from_utf8_lossy(&out.stderr));
-        std::fs::write(&path, out.stdout).expect("write workload");
-    }
-    path
+/// A generated session with `seed`, ending as `until` says.
+fn generate(until: Until, seed: u64) -> String {
+    ctxd_gen::jsonl(&Options { seed, until, ..Options::default() })
 }
 
 fn median(mut xs: Vec<Duration>) -> Duration {
@@ -35,8 +29,7 @@ fn median(mut xs: Vec<Duration>) -> Duration {
     xs[xs.len() / 2]
 }
 
-fn bench(label: &str, path: &Path) {
-    let text = std::fs::read_to_string(path).expect("read workload");
+fn bench(label: &str, text: &str) {
     let records: Vec<Record> =
         text.lines().filter(|l| !l.is_empty()).map(|l| Record::parse(l).expect("record")).collect();
     let tools: Vec<Value> = ["Read", "Bash", "Grep", "Glob", "Edit", "Write"]
@@ -117,12 +110,10 @@ fn bench(label: &str, path: &Path) {
 
 fn main() {
     let large = std::env::args().any(|a| a == "--large");
-    let dir = std::env::temp_dir().join("ctxd-bench-workloads");
-    std::fs::create_dir_all(&dir).expect("workload dir");
     println!("assemble after one appended record vs serializing the same request (medians of 50 turns)");
-    bench("1,000 records", &generate(&dir, "turns-100-seed-5.jsonl", &["--turns", "100", "--seed", "5"]));
-    bench("1M tokens", &generate(&dir, "tokens-1m-seed-7.jsonl", &["--target-tokens", "1000000", "--seed", "7"]));
+    bench("1,000 records", &generate(Until::Turns(100), 5));
+    bench("1M tokens", &generate(Until::Tokens(1_000_000), 7));
     if large {
-        bench("100,000 records", &generate(&dir, "turns-10000-seed-9.jsonl", &["--turns", "10000", "--seed", "9"]));
+        bench("100,000 records", &generate(Until::Turns(10_000), 9));
     }
 }

@@ -1,11 +1,9 @@
 //! End-to-end tests of the offline summarizer: whole-summary goldens of hand-written
-//! sessions, invariants over sessions from the shared generator, the real Claude Code
-//! transcript, and the reply parser applied to offline output.
+//! sessions, invariants over sessions from the project's generator (`ctxd_gen`), the real
+//! Claude Code transcript, and the reply parser applied to offline output.
 //!
-//! The generated sessions in `testdata/` were written once with
-//! `gen_session.py --turns T --seed S` (the file names say which); they are checked by
-//! an independent reading of the same JSONL with `serde_json::Value`, not by the
-//! summarizer's own scanner.
+//! The generated sessions are checked by an independent reading of the same JSONL with
+//! `serde_json::Value`, not by the summarizer's own scanner.
 
 use std::collections::BTreeSet;
 
@@ -17,14 +15,22 @@ use crate::record::Record;
 
 const LEXER: &str = include_str!("testdata/lexer_session.jsonl");
 const CONTINUED: &str = include_str!("testdata/continued_session.jsonl");
-const GENERATED: [(&str, &str); 3] = [
-    ("seed 42, 4 turns", include_str!("testdata/gen_s42_t4.jsonl")),
-    ("seed 21, 3 turns", include_str!("testdata/gen_s21_t3.jsonl")),
-    ("seed 3, 2 turns", include_str!("testdata/gen_s3_t2.jsonl")),
-];
-/// A real Claude Code 2.1.332 transcript, outside the repository (CI has it).
-const REAL_TRANSCRIPT: &str =
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/transcripts/claude-code-2.1.332/manual-compact.jsonl");
+/// Generated sessions, named by seed and turns: `(name, JSONL)`.
+fn generated() -> Vec<(String, String)> {
+    [(42, 4), (21, 3), (3, 2)]
+        .into_iter()
+        .map(|(seed, turns)| {
+            let opts = ctxd_gen::Options { seed, ..ctxd_gen::Options::turns(turns) };
+            (format!("seed {seed}, {turns} turns"), ctxd_gen::jsonl(&opts))
+        })
+        .collect()
+}
+/// A real Claude Code 2.1.332 transcript (`tests/fixtures/transcripts`, see its
+/// `SOURCES.md`); embedded, so a checkout without it does not build its tests.
+const REAL_TRANSCRIPT: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/fixtures/transcripts/claude-code-2.1.332/manual-compact.jsonl"
+));
 
 fn records(jsonl: &str) -> Vec<Record> {
     jsonl.lines().filter(|l| !l.trim().is_empty()).map(|l| Record::parse(l).unwrap()).collect()
@@ -422,8 +428,8 @@ fn the_offline_text_goes_through_the_reply_parser() {
 
 #[test]
 fn output_is_deterministic() {
-    for (_, jsonl) in GENERATED {
-        let recs = records(jsonl);
+    for (_, jsonl) in generated() {
+        let recs = records(&jsonl);
         let a = summarize_offline(&recs, &with_cap(1_000));
         let b = summarize_offline(&recs, &with_cap(1_000));
         assert_eq!(a, b);
@@ -435,9 +441,9 @@ fn output_is_deterministic() {
 
 #[test]
 fn generated_sessions_keep_every_message_file_and_the_last_request() {
-    for (name, jsonl) in GENERATED {
-        let o = oracle(jsonl);
-        let summary = summarize_offline(&records(jsonl), &OfflineOptions::default());
+    for (name, jsonl) in generated() {
+        let o = oracle(&jsonl);
+        let summary = summarize_offline(&records(&jsonl), &OfflineOptions::default());
         assert_well_formed(&summary);
         assert_eq!(summary.user_messages, o.prompts.len(), "{name}");
         let messages = section_body(&summary.text, 6);
@@ -467,9 +473,9 @@ fn generated_sessions_keep_every_message_file_and_the_last_request() {
 
 #[test]
 fn generated_sessions_respect_every_cap() {
-    for (name, jsonl) in GENERATED {
-        let recs = records(jsonl);
-        let o = oracle(jsonl);
+    for (name, jsonl) in generated() {
+        let recs = records(&jsonl);
+        let o = oracle(&jsonl);
         let full = summarize_offline(&recs, &with_cap(u64::MAX));
         assert!(!full.trimmed);
         for cap in [20_000, 4_000, 1_500, 600, 250] {
@@ -506,7 +512,7 @@ fn in_short_form(messages: &str, prompt: &str) -> bool {
 
 #[test]
 fn a_cap_below_the_headings_still_writes_the_headings() {
-    let summary = summarize_offline(&records(GENERATED[0].1), &with_cap(10));
+    let summary = summarize_offline(&records(&generated()[0].1), &with_cap(10));
     assert_well_formed(&summary);
     assert!(summary.trimmed);
     assert!(summary.tokens > 10);
@@ -516,7 +522,7 @@ fn a_cap_below_the_headings_still_writes_the_headings() {
 
 #[test]
 fn focus_keeps_matching_entries_when_others_are_dropped() {
-    let recs = records(GENERATED[0].1);
+    let recs = records(&generated()[0].1);
     let full = summarize_offline(&recs, &with_cap(u64::MAX));
     let newest = full.files.first().unwrap().path.clone();
     let oldest = full.files.last().unwrap().path.clone();
@@ -538,23 +544,9 @@ fn focus_keeps_matching_entries_when_others_are_dropped() {
 // ----------------------------------------------------------------------------------
 // The real transcript.
 
-#[allow(clippy::print_stderr)] // The skip must be visible in the test output.
-fn real_transcript() -> Option<String> {
-    match std::fs::read_to_string(REAL_TRANSCRIPT) {
-        Ok(text) => Some(text),
-        Err(e) => {
-            eprintln!("skipped: the shared transcript {REAL_TRANSCRIPT} is not readable ({e})");
-            None
-        }
-    }
-}
-
 #[test]
 fn real_transcript_after_its_compaction() {
-    let Some(text) = real_transcript() else {
-        return;
-    };
-    let recs = records(&text);
+    let recs = records(REAL_TRANSCRIPT);
     let summary = summarize_offline(&recs, &OfflineOptions::default());
     assert_well_formed(&summary);
     assert!(!summary.trimmed);
@@ -583,10 +575,7 @@ fn real_transcript_after_its_compaction() {
 
 #[test]
 fn real_transcript_before_its_compaction() {
-    let Some(text) = real_transcript() else {
-        return;
-    };
-    let recs = records(&text);
+    let recs = records(REAL_TRANSCRIPT);
     let boundary = recs.iter().position(Record::is_compact_boundary).unwrap();
     let summary = summarize_offline(&recs[..boundary], &OfflineOptions::default());
     assert_well_formed(&summary);

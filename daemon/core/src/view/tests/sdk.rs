@@ -7,8 +7,8 @@
 //! With `CTXD_DUMP_REQUESTS=DIR` the requests are also written to `DIR` (one JSON body per
 //! file) for `tests/sdk/check_requests.py`, which checks them against the request types
 //! of the official `anthropic` Python SDK (`tests/sdk/run` does both). The sessions are
-//! the generated ones in `testdata/`, plus every `*.jsonl` in `CTXD_SESSIONS=DIR` when
-//! set (`gen_session.py` output). Requests with cache edits are checked here only: the
+//! the generated ones of [`super::sessions::generated`], plus every `*.jsonl` in `CTXD_SESSIONS=DIR` when
+//! set (`ctxd-gen-session` output, see `tests/sdk/run`). Requests with cache edits are checked here only: the
 //! public SDK has no type for `cache_edits` or `cache_reference`.
 
 use std::collections::HashSet;
@@ -22,10 +22,8 @@ use super::*;
 const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
 
 fn sessions() -> Vec<(String, Vec<Value>)> {
-    let mut out: Vec<(String, String)> = super::sessions::GENERATED
-        .iter()
-        .map(|(name, text)| (name.replace([' ', ','], "_"), (*text).to_owned()))
-        .collect();
+    let mut out: Vec<(String, String)> =
+        super::sessions::generated().into_iter().map(|(name, text)| (name.replace([' ', ','], "_"), text)).collect();
     if let Some(dir) = std::env::var_os("CTXD_SESSIONS") {
         let mut paths: Vec<PathBuf> = std::fs::read_dir(&dir)
             .unwrap()

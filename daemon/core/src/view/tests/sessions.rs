@@ -1,46 +1,53 @@
-//! Whole sessions: the real Claude Code transcript and sessions from the shared
-//! generator, from scratch and through the view cache, with the daemon's persistence of
-//! each request's decisions simulated.
-//!
-//! The generated sessions in `testdata/` were written once with
-//! `gen_session.py --turns T --seed S` (the file names say which; 30 turns would be
-//! 700 KB or more per file, so they are shorter).
-
-use std::path::Path;
+//! Whole sessions: real Claude Code transcripts and sessions from the project's
+//! generator (`ctxd_gen`), from scratch and through the view cache, with the daemon's
+//! persistence of each request's decisions simulated.
 
 use super::pipeline::assert_same;
 use super::*;
 
-pub(crate) const GENERATED: [(&str, &str); 3] = [
-    ("seed 15, 8 turns", include_str!("../testdata/gen_s15_t8.jsonl")),
-    ("seed 51, 6 turns", include_str!("../testdata/gen_s51_t6.jsonl")),
-    ("seed 49, 4 turns", include_str!("../testdata/gen_s49_t4.jsonl")),
-];
+/// Generated sessions, named by seed and turns (30 turns would be 700 KB or more each,
+/// so they are shorter): `(name, JSONL)`.
+pub(crate) fn generated() -> Vec<(String, String)> {
+    [(15, 8), (51, 6), (49, 4)]
+        .into_iter()
+        .map(|(seed, turns)| {
+            let opts = ctxd_gen::Options { seed, ..ctxd_gen::Options::turns(turns) };
+            (format!("seed {seed}, {turns} turns"), ctxd_gen::jsonl(&opts))
+        })
+        .collect()
+}
 
-/// A real Claude Code 2.1.332 transcript, outside the repository.
-const REAL_TRANSCRIPT: &str =
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/transcripts/claude-code-2.1.332/manual-compact.jsonl");
+/// A real Claude Code 2.1.332 transcript (`tests/fixtures/transcripts`, see its
+/// `SOURCES.md`); embedded, so a checkout without it does not build its tests.
+const REAL_TRANSCRIPT: (&str, &str) = (
+    "claude-code-2.1.332/manual-compact.jsonl",
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/transcripts/claude-code-2.1.332/manual-compact.jsonl"
+    )),
+);
 /// Real Claude Code 2.1.38/2.1.39 transcripts (thinking, `caller` on tool calls, two
 /// boundaries, a thousand progress lines).
-const OLDER_TRANSCRIPTS: [&str; 3] = [
-    concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/transcripts/spotter/4d5611e5-241a-462a-8d15-5122611a9569.jsonl"
+const OLDER_TRANSCRIPTS: [(&str, &str); 3] = [
+    (
+        "spotter/4d5611e5-241a-462a-8d15-5122611a9569.jsonl",
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/transcripts/spotter/4d5611e5-241a-462a-8d15-5122611a9569.jsonl"
+        )),
     ),
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/transcripts/spotter/tool_heavy.jsonl"),
-    concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/transcripts/spotter/short.jsonl"),
+    (
+        "spotter/tool_heavy.jsonl",
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/transcripts/spotter/tool_heavy.jsonl")),
+    ),
+    (
+        "spotter/short.jsonl",
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/transcripts/spotter/short.jsonl")),
+    ),
 ];
 
 fn records(jsonl: &str) -> Vec<Record> {
     jsonl.lines().filter(|l| !l.trim().is_empty()).filter_map(|l| Record::parse(l).ok()).collect()
-}
-
-fn read(path: &str) -> Option<Vec<Record>> {
-    if !Path::new(path).exists() {
-        eprintln!("skipped: {path} is not here");
-        return None;
-    }
-    Some(records(&std::fs::read_to_string(path).unwrap()))
 }
 
 fn last_timestamp(records: &[Record]) -> i64 {
@@ -92,7 +99,7 @@ fn simulate(setup: &mut Setup, source: &[Record]) -> (Vec<Record>, CacheCounters
 
 #[test]
 fn the_real_transcript_becomes_a_valid_request() {
-    let Some(records) = read(REAL_TRANSCRIPT) else { return };
+    let records = records(REAL_TRANSCRIPT.1);
     let mut setup = Setup::new(last_timestamp(&records) + 1_000);
     setup.base.user_context = Some("Contents of CLAUDE.md".into());
     let out = setup.run(&records);
@@ -123,8 +130,8 @@ fn the_real_transcript_becomes_a_valid_request() {
 
 #[test]
 fn older_real_transcripts_become_valid_requests() {
-    for path in OLDER_TRANSCRIPTS {
-        let Some(records) = read(path) else { continue };
+    for (path, jsonl) in OLDER_TRANSCRIPTS {
+        let records = records(jsonl);
         let setup = Setup::new(last_timestamp(&records) + 1_000);
         let out = setup.run(&records);
         let value = out.request.to_value();
@@ -132,16 +139,14 @@ fn older_real_transcripts_become_valid_requests() {
         assert!(!value.to_string().contains("\"caller\""), "{path}");
         assert!(out.request.messages.len() > 2, "{path}");
     }
-    if let Some(records) = read(OLDER_TRANSCRIPTS[1]) {
-        let mut setup = Setup::new(0);
-        simulate(&mut setup, &records);
-    }
+    let mut setup = Setup::new(0);
+    simulate(&mut setup, &records(OLDER_TRANSCRIPTS[1].1));
 }
 
 #[test]
 fn generated_sessions_become_valid_requests() {
-    for (name, jsonl) in GENERATED {
-        let records = records(jsonl);
+    for (name, jsonl) in generated() {
+        let records = records(&jsonl);
         let mut setup = Setup::new(last_timestamp(&records) + 1_000);
         setup.base = BaseContext {
             system_context: Some("branch main, clean".into()),
@@ -193,8 +198,8 @@ fn generated_sessions_agree_through_the_cache_under_every_setting() {
             }),
         ),
     ];
-    for (name, jsonl) in GENERATED {
-        let source = records(jsonl);
+    for (name, jsonl) in generated() {
+        let source = records(&jsonl);
         for (variant, apply) in &variants {
             let mut setup = Setup::new(0);
             apply(&mut setup);
@@ -214,8 +219,8 @@ fn real_transcripts_are_one_chain() {
     // Parallel tool calls (results hanging off their own call's line, calls after progress
     // records), progress and system records in the chain, sidechains: none of it reads as a
     // rewind, and nothing is left out.
-    for path in OLDER_TRANSCRIPTS.iter().chain([&REAL_TRANSCRIPT]) {
-        let Some(records) = read(path) else { continue };
+    for (path, jsonl) in OLDER_TRANSCRIPTS.into_iter().chain([REAL_TRANSCRIPT]) {
+        let records = records(jsonl);
         let (slice, _) = slice::slice_after_boundary(&records);
         let mut chain = chain::Chain::new(&records, slice.boundary);
         for &i in &slice.order {
