@@ -1256,6 +1256,7 @@ fn levels() -> Thresholds {
         blocked: 177_000,
         auto_compact_enabled: true,
         compact_enabled: true,
+        shows_compact_figure: true,
         enforce_window: true,
     }
 }

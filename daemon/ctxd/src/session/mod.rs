@@ -393,6 +393,7 @@ impl Sessions {
             ..WindowInputs::default()
         };
         let resolved = resolve_window(model, &inputs, env);
+        log_unknown_model_once(&resolved);
         let levels = thresholds(&resolved, env, settings.auto_compact_enabled.unwrap_or(true));
         (resolved, levels)
     }
@@ -444,6 +445,7 @@ impl Sessions {
                 ..WindowInputs::default()
             };
             let resolved = resolve_window(model, &inputs, &environment.env);
+            log_unknown_model_once(&resolved);
             thresholds(&resolved, &environment.env, settings.auto_compact_enabled.unwrap_or(true))
         };
         observe::start(path.clone(), thresholds_for, self.environment.services.watcher.clone(), self.notifier.clone())
@@ -715,5 +717,18 @@ impl Sessions {
             let _ = wait.await;
         }
         self.store.index().flush();
+    }
+}
+
+/// Says where an unknown model's window came from, once per model for the process
+/// (every session of the model, and every reconfiguration, would repeat it).
+fn log_unknown_model_once(resolved: &ResolvedWindow) {
+    static SEEN: std::sync::OnceLock<Mutex<std::collections::HashSet<String>>> = std::sync::OnceLock::new();
+    let Some(note) = &resolved.unknown_model else {
+        return;
+    };
+    let mut seen = SEEN.get_or_init(Default::default).lock().unwrap_or_else(PoisonError::into_inner);
+    if seen.insert(note.clone()) {
+        tracing::info!("{note}");
     }
 }
