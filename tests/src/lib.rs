@@ -64,6 +64,12 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// `../shared/transcripts` beside the checkout.
+/// A vendored Claude Code fixture (`tests/fixtures/claude-code/`, sources in its
+/// `SOURCES.md`).
+pub fn claude_code_fixture(name: &str) -> PathBuf {
+    repo_root().join("tests/fixtures/claude-code").join(name)
+}
+
 pub fn shared_transcripts() -> PathBuf {
     repo_root().join("../shared/transcripts")
 }
