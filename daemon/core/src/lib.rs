@@ -28,6 +28,7 @@ pub mod compact;
 pub mod invoked;
 pub mod ledger;
 pub mod memory;
+pub mod preserved;
 pub mod record;
 pub mod summary;
 pub mod tally;

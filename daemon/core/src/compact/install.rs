@@ -15,12 +15,12 @@
 //!
 //! Kept messages are re-emitted as copies with fresh uuids, chained after the summary
 //! (or the boundary), so everything the model sees lies after the boundary and slicing
-//! stays one rule. The boundary's `preservedSegment` still names the originals (head,
-//! anchor, tail) as evidence and for readers that relink them; `preservedMessages` is
-//! deliberately not written, because readers that honour it would show the originals
-//! and the copies both. Copies carry `ctxdKeptFrom` (the original uuid) and lose
-//! `message.usage`: that number measured the context before compaction, and a tally
-//! that read it would think the context still full.
+//! stays one rule. A kept message is therefore copied, never also referenced: the
+//! boundary names no `preservedSegment` and no `preservedMessages`, because a reader
+//! that relinks them (Claude Code on resume, ctxd's own [`crate::preserved`]) would show
+//! the originals and the copies both. Copies carry `ctxdKeptFrom` (the original uuid)
+//! and lose `message.usage`: that number measured the context before compaction, and a
+//! tally that read it would think the context still full.
 //!
 //! Undo (`ctx/undoCompact`) is another appended record, `system/ctxd_undo_compact`
 //! naming the boundary it undoes; [`compaction_view`] tells which records the view
@@ -195,18 +195,8 @@ pub fn build_post_compact(
         prev = uuid;
     }
 
-    let segment = if copies.is_empty() {
-        None
-    } else {
-        let anchor = if input.kept_before.is_empty() { &summary_uuid } else { &boundary_uuid };
-        Some(json!({
-            "headUuid": copies.first().map(|c| c.0.clone()),
-            "anchorUuid": anchor,
-            "tailUuid": copies.last().map(|c| c.0.clone()),
-        }))
-    };
     let post_tokens = input.fixed_prefix_tokens.map(|f| f + installed_tokens);
-    records.push(boundary_record(input, &boundary_uuid, segment, post_tokens));
+    records.push(boundary_record(input, &boundary_uuid, post_tokens));
     records.extend(kept_before);
     records.push(summary);
     records.extend(kept_after);
@@ -224,12 +214,7 @@ fn stamp(object: &mut Map<String, Value>, common: &Map<String, Value>) {
     }
 }
 
-fn boundary_record(
-    input: &InstallInput<'_>,
-    uuid: &str,
-    segment: Option<Value>,
-    post_tokens: Option<u64>,
-) -> Map<String, Value> {
+fn boundary_record(input: &InstallInput<'_>, uuid: &str, post_tokens: Option<u64>) -> Map<String, Value> {
     let mut metadata = Map::new();
     metadata.insert("trigger".to_owned(), json!(input.trigger.as_str()));
     metadata.insert("preTokens".to_owned(), json!(input.pre_tokens));
@@ -237,9 +222,6 @@ fn boundary_record(
         metadata.insert("postTokens".to_owned(), json!(post));
     }
     metadata.insert("durationMs".to_owned(), json!(input.duration_ms));
-    if let Some(segment) = segment {
-        metadata.insert("preservedSegment".to_owned(), segment);
-    }
     let mut object = Map::new();
     object.insert("parentUuid".to_owned(), Value::Null);
     object.insert("logicalParentUuid".to_owned(), json!(input.last_uuid));

@@ -197,7 +197,7 @@ fn post_compact_records_for_automatic_compaction() {
     let mut next = counter();
     let built = build_post_compact(&input, &mut next).unwrap();
     expect![[r#"
-        {"parentUuid":null,"logicalParentUuid":"r3","isSidechain":false,"type":"system","subtype":"compact_boundary","content":"Conversation compacted","isMeta":false,"timestamp":"2026-11-29T10:05:00.000Z","uuid":"uuid-1","level":"info","compactMetadata":{"trigger":"auto","preTokens":150050,"postTokens":12436,"durationMs":840,"preservedSegment":{"headUuid":"a5","anchorUuid":"uuid-2","tailUuid":"r3"}},"userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
+        {"parentUuid":null,"logicalParentUuid":"r3","isSidechain":false,"type":"system","subtype":"compact_boundary","content":"Conversation compacted","isMeta":false,"timestamp":"2026-11-29T10:05:00.000Z","uuid":"uuid-1","level":"info","compactMetadata":{"trigger":"auto","preTokens":150050,"postTokens":12436,"durationMs":840},"userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
         {"parentUuid":"uuid-1","isSidechain":false,"type":"user","message":{"role":"user","content":"This session picks up where an earlier conversation left off when it ran out of context; the summary below takes the place of that conversation.\n\nTools used before this summary: Read, Edit.\n\nSummary:\n1. Primary Request and Intent:\n   Fix add; write a test.\n\nKeep working on the task that was in progress. Ask the user nothing further, and do not recap, acknowledge or announce anything about this summary: your next message simply takes the next step of that task.\n\nBelow this summary come the last messages from before compaction, unchanged. The summary was not written from them, so where the two disagree (a step it lists as pending may already be done there), the messages are right."},"isVisibleInTranscriptOnly":true,"isCompactSummary":true,"uuid":"uuid-2","timestamp":"2026-11-29T10:05:00.000Z","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
         {"parentUuid":"uuid-2","isSidechain":false,"message":{"id":"msg_4","type":"message","role":"assistant","model":"claude-x","content":[{"type":"tool_use","id":"toolu_3","name":"Write","input":{"file_path":"/p/tests/test_app.py","content":"from app import add\n"}}],"stop_reason":"tool_use"},"type":"assistant","uuid":"uuid-3","timestamp":"2026-11-29T10:00:01.000Z","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main","ctxdKeptFrom":"a5"}
         {"parentUuid":"uuid-3","isSidechain":false,"type":"user","message":{"role":"user","content":[{"tool_use_id":"toolu_3","type":"tool_result","content":"File created successfully at: /p/tests/test_app.py"}]},"uuid":"uuid-4","timestamp":"2026-11-29T10:00:02.000Z","sourceToolAssistantUUID":"uuid-3","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main","ctxdKeptFrom":"r3"}
@@ -445,11 +445,9 @@ fn partial_compaction_in_both_directions() {
         assistant uuid-9 <- a4
         user uuid-2"#]]
     .assert_eq(&kinds.join("\n"));
-    // The earliest messages hang after the boundary; the segment's anchor is the boundary.
-    assert_eq!(
-        value(&built.records[0])["compactMetadata"]["preservedSegment"],
-        json!({"headUuid": "u1", "anchorUuid": "uuid-1", "tailUuid": "a4"})
-    );
+    // The earliest messages hang after the boundary, as copies only: the boundary does
+    // not also point at the originals.
+    assert_eq!(value(&built.records[0])["compactMetadata"].get("preservedSegment"), None);
     assert_eq!(built.records[1].head().parent_uuid.as_deref(), Some("uuid-1"));
     assert_eq!(built.records[8].head().parent_uuid.as_deref(), Some("uuid-9"));
     assert!(built.records[8].head().is_compact_summary);
