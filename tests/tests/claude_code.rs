@@ -139,3 +139,65 @@ fn a_compaction_between_a_tool_call_and_its_result_keeps_the_round() {
     let all: String = messages.iter().flat_map(texts).collect();
     assert!(!all.contains("step 1"), "{messages:#?}");
 }
+
+/// ctxd's own compaction, exported for Claude Code and imported back: the kept messages
+/// are referenced from the boundary where they stand (as the program's own boundaries
+/// do), never also copied, so each message is in the file once and in the request once.
+#[test]
+fn ctxds_own_compaction_keeps_each_message_once_through_export_and_import() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": CWD, "model": MODEL, "sessionId": "own"})).unwrap();
+    let lines = fixture_lines();
+    // The captured session up to the turn before its own /compact: it ends with a reply.
+    daemon.request("ctx/append", json!({"sessionId": "own", "records": &lines[..57]})).unwrap();
+    daemon.request("ctx/compact", json!({"sessionId": "own"})).unwrap();
+    let live = messages(&mut daemon, "own");
+    let all: String = live.iter().flat_map(texts).collect();
+    assert_eq!(all.matches(KEPT).count(), 1, "{live:#?}");
+    daemon.stop().unwrap();
+
+    let exported = std::process::Command::new(ctxd_e2e::ctxd_bin())
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["export", "own"])
+        .output()
+        .unwrap();
+    assert!(exported.status.success());
+    let text = String::from_utf8(exported.stdout).unwrap();
+    let records: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let boundary = records.iter().rposition(|r| r["subtype"] == "compact_boundary").unwrap();
+    let metadata = &records[boundary]["compactMetadata"];
+    // Claude Code's shape: the segment and the list, anchored to the summary after it.
+    let summary = &records[boundary + 1];
+    assert_eq!(summary["isCompactSummary"], true);
+    assert_eq!(metadata["preservedSegment"]["anchorUuid"], summary["uuid"]);
+    let kept: Vec<&str> =
+        metadata["preservedMessages"]["uuids"].as_array().unwrap().iter().map(|u| u.as_str().unwrap()).collect();
+    assert!(!kept.is_empty());
+    for uuid in &kept {
+        let at: Vec<usize> = records.iter().enumerate().filter(|(_, r)| r["uuid"] == *uuid).map(|(i, _)| i).collect();
+        assert_eq!(at.len(), 1, "{uuid} once in the export");
+        assert!(at[0] < boundary, "{uuid} stands before the boundary");
+    }
+    assert!(!text.contains("ctxdKeptFrom"), "nothing copied");
+    // Every uuid once.
+    let mut uuids: Vec<&str> = records.iter().filter_map(|r| r["uuid"].as_str()).collect();
+    let n = uuids.len();
+    uuids.sort_unstable();
+    uuids.dedup();
+    assert_eq!(uuids.len(), n, "a uuid written twice");
+
+    // Imported back (as a Claude Code transcript now): the same request.
+    let path = dir.path().join("exported.jsonl");
+    std::fs::write(&path, &text).unwrap();
+    let mut daemon = Daemon::started(&state).unwrap();
+    daemon
+        .request("ctx/openSession", json!({"cwd": CWD, "model": MODEL, "sessionId": "back", "import": path}))
+        .unwrap();
+    let back = messages(&mut daemon, "back");
+    assert_eq!(back.len(), live.len());
+    let all: String = back.iter().flat_map(texts).collect();
+    assert_eq!(all.matches(KEPT).count(), 1, "{back:#?}");
+}

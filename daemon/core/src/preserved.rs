@@ -8,15 +8,21 @@
 //! relinked (`anchorUuid`, the summary); `preservedMessages` lists their uuids
 //! (`allUuids`, or `uuids`). On resume the program puts them back after the anchor.
 //!
-//! A boundary ctxd installed itself (`compactMetadata.ctxdBatch`) copies what it keeps
-//! after the summary instead; a segment an older ctxd also wrote there is evidence only,
-//! so the kept messages are never seen twice.
+//! ctxd's own boundaries reference the newest kept messages the same way. Before they
+//! did, ctxd copied those messages after the summary and still named the originals in a
+//! segment: a boundary ctxd installed (`compactMetadata.ctxdBatch`) without the
+//! `ctxdReferences` mark is one of those, and its segment is evidence only, so the kept
+//! messages are never seen twice.
 
 use std::collections::HashSet;
 
 use serde::Deserialize;
 
 use crate::record::{Kind, Record};
+
+/// Field a boundary ctxd installs carries when its segment references kept messages
+/// (rather than naming the originals of copies, as ctxd did before).
+pub const REFERENCES_FIELD: &str = "ctxdReferences";
 
 /// What a boundary keeps from before it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -74,7 +80,7 @@ fn named(boundary: &Record) -> Named {
     else {
         return Named::default();
     };
-    if metadata.contains_key("ctxdBatch") {
+    if metadata.contains_key("ctxdBatch") && !metadata.contains_key(REFERENCES_FIELD) {
         return Named::default();
     }
     let segment = metadata.get("preservedSegment").and_then(|v| Segment::deserialize(v).ok());
@@ -124,6 +130,21 @@ pub fn preserved(boundary: &Record, before: &[Record]) -> Preserved {
         None => return Preserved::default(),
     };
     Preserved { kept, anchor, note: None }
+}
+
+/// `record` without `message.usage`: a kept message counted again after a boundary is
+/// part of the new context, and the usage it reported measured the old one.
+pub fn without_usage(record: &Record) -> Record {
+    if !record.line().contains("\"usage\"") {
+        return record.clone();
+    }
+    let Ok(mut object) = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(record.line()) else {
+        return record.clone();
+    };
+    if let Some(serde_json::Value::Object(message)) = object.get_mut("message") {
+        message.remove("usage");
+    }
+    Record::from_object(&object).unwrap_or_else(|_| record.clone())
 }
 
 /// The uuid of the record a boundary's kept messages start at, when it keeps any: how
@@ -194,11 +215,16 @@ mod tests {
     }
 
     #[test]
-    fn ctxds_own_boundaries_copy_what_they_keep() {
+    fn ctxds_older_boundaries_copied_what_they_kept() {
         let before = [user("u1"), assistant("a1")];
         let b = boundary(r#"{"ctxdBatch":4,"preservedSegment":{"headUuid":"a1","anchorUuid":"s","tailUuid":"a1"}}"#);
         assert_eq!(preserved(&b, &before), Preserved::default());
         assert_eq!(segment_head(&b), None);
+        // Marked: the segment references the messages, which were not copied.
+        let b = boundary(
+            r#"{"ctxdBatch":4,"ctxdReferences":true,"preservedSegment":{"headUuid":"a1","anchorUuid":"s","tailUuid":"a1"}}"#,
+        );
+        assert_eq!(preserved(&b, &before).kept, vec![1]);
         let b = boundary(r#"{"preservedSegment":{"headUuid":"a1","anchorUuid":"s","tailUuid":"a1"}}"#);
         assert_eq!(segment_head(&b).as_deref(), Some("a1"));
     }

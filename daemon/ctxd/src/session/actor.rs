@@ -895,15 +895,19 @@ impl Session {
             self.records_before_view = self.total_records;
             self.view.clear();
             self.uuids.clear();
+            self.tally.restart();
+            self.composition = Composition::default();
+            self.invoked = Invoked::default();
             for kept in kept {
                 if let Some(uuid) = kept.uuid() {
                     self.uuids.insert(Arc::from(uuid));
                 }
+                // Counted as part of the new context; their usage measured the old one.
+                let counted = ctxd_core::preserved::without_usage(&kept);
+                self.tally.observe(&counted);
+                self.composition.observe(&counted);
                 self.view.push(kept);
             }
-            self.tally.restart();
-            self.composition = Composition::default();
-            self.invoked = Invoked::default();
             // The request handed out last shows the old view: no later one shares with it
             // more than a message, and it would keep the old view's messages alive.
             self.last_sent = None;
@@ -1886,6 +1890,9 @@ impl Session {
         if let Some(first) = records.first_mut() {
             let mut value = first.to_value();
             value["compactMetadata"][BATCH_FIELD] = serde_json::json!(count);
+            if !post.referenced.is_empty() {
+                value["compactMetadata"][ctxd_core::preserved::REFERENCES_FIELD] = serde_json::json!(true);
+            }
             value["compactMetadata"][RATE_FIELD] = serde_json::json!(self.tally.calibration.tokens_per_kib);
             if let Some(object) = value.as_object() {
                 *first = Record::from_object(object).map_err(|e| SessionError::Internal(e.to_string()))?;
