@@ -37,6 +37,11 @@ fn texts(message: &Value) -> Vec<String> {
 
 /// Where the summary and the kept reply stand in the request; each must be there once.
 fn positions(messages: &[Value]) -> (usize, usize) {
+    positions_of(messages, SUMMARY_START)
+}
+
+/// The same, for a summary that starts with `summary_start`.
+fn positions_of(messages: &[Value], summary_start: &str) -> (usize, usize) {
     let with = |needle: &str| -> Vec<usize> {
         messages
             .iter()
@@ -45,7 +50,7 @@ fn positions(messages: &[Value]) -> (usize, usize) {
             .map(|(i, _)| i)
             .collect()
     };
-    let summary = with(SUMMARY_START);
+    let summary = with(summary_start);
     let kept = with(KEPT);
     assert_eq!(summary.len(), 1, "the summary once: {messages:#?}");
     assert_eq!(kept.len(), 1, "the kept reply once: {messages:#?}");
@@ -200,4 +205,143 @@ fn ctxds_own_compaction_keeps_each_message_once_through_export_and_import() {
     assert_eq!(back.len(), live.len());
     let all: String = back.iter().flat_map(texts).collect();
     assert_eq!(all.matches(KEPT).count(), 1, "{back:#?}");
+}
+
+/// The captured session up to the reply before its own `/compact`, as a Claude Code
+/// project under `home/.claude/projects`, with its working directory made real.
+fn claude_home(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, String) {
+    let home = dir.join("home");
+    let project = dir.join("proj");
+    std::fs::create_dir_all(&project).unwrap();
+    let folder = home.join(".claude/projects/-proj");
+    std::fs::create_dir_all(&folder).unwrap();
+    let id = "b7d55388-c9ad-4169-a8d1-459fc6bdb46f";
+    let text: String = fixture_lines()[..57]
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            if r.get("cwd").is_some() {
+                r["cwd"] = json!(project);
+            }
+            format!("{r}\n")
+        })
+        .collect();
+    let path = folder.join(format!("{id}.jsonl"));
+    std::fs::write(&path, text).unwrap();
+    (home, path, id.to_owned())
+}
+
+fn ctxd_claude(dir: &std::path::Path, home: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(ctxd_e2e::ctxd_bin())
+        .arg("--state-dir")
+        .arg(dir.join("cli-state"))
+        .arg("--log-stderr")
+        .arg("claude")
+        .args(args)
+        .env("HOME", home)
+        .env_remove("CLAUDE_CONFIG_DIR")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn claude_compact_appends_in_the_programs_shapes_and_undo_restores_the_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, path, id) = claude_home(dir.path());
+    let original = std::fs::read(&path).unwrap();
+
+    let out = ctxd_claude(dir.path(), &home, &["compact", &id, "--instructions", "the files read"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let after = std::fs::read(&path).unwrap();
+    // Appended only: every byte that was there is still there.
+    assert_eq!(&after[..original.len()], &original[..]);
+    let added: Vec<Value> = std::str::from_utf8(&after[original.len()..])
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(added.len(), 2);
+    assert_eq!(added[0]["subtype"], "compact_boundary");
+    assert_eq!(added[0]["sessionId"], id.as_str());
+    assert_eq!(added[1]["isCompactSummary"], true);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains(&format!("at byte {}", original.len())), "{said}");
+
+    // ctxd reads it back as Claude Code would resume it: summary, then the kept reply.
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": CWD, "model": MODEL, "sessionId": "cc", "import": path})).unwrap();
+    let request = messages(&mut daemon, "cc");
+    let (summary, kept) = positions_of(&request, "This session picks up where an earlier conversation left off");
+    assert_eq!(kept, summary + 1);
+    daemon.stop().unwrap();
+
+    // A second compaction has nothing new to summarize: refused, nothing written.
+    let out = ctxd_claude(dir.path(), &home, &["compact", &id]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to summarize"), "{out:?}");
+    assert_eq!(std::fs::read(&path).unwrap(), after);
+
+    // Undo: the file is byte for byte what it was.
+    let out = ctxd_claude(dir.path(), &home, &["undo", &id]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(&path).unwrap(), original);
+    // Nothing of ctxd's left to undo.
+    let out = ctxd_claude(dir.path(), &home, &["undo", &id]);
+    assert!(!out.status.success());
+    assert_eq!(std::fs::read(&path).unwrap(), original);
+}
+
+#[test]
+fn claude_compact_leaves_a_transcript_it_cannot_be_sure_of_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, path, id) = claude_home(dir.path());
+    let original = std::fs::read(&path).unwrap();
+    let refused = |why: &str| {
+        let out = ctxd_claude(dir.path(), &home, &["compact", &id]);
+        assert!(!out.status.success(), "{why}");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(stderr.contains(why), "{stderr}");
+        stderr
+    };
+    // The program has it open (here: this test process).
+    {
+        let _open = std::fs::File::open(&path).unwrap();
+        refused("has it open");
+        assert_eq!(std::fs::read(&path).unwrap(), original);
+    }
+    // A last line still being written.
+    let mut torn = original.clone();
+    torn.extend_from_slice(br#"{"type":"user","uuid":"x","mess"#);
+    std::fs::write(&path, &torn).unwrap();
+    refused("incomplete");
+    assert_eq!(std::fs::read(&path).unwrap(), torn);
+    // The project directory is gone.
+    std::fs::write(&path, &original).unwrap();
+    std::fs::remove_dir_all(dir.path().join("proj")).unwrap();
+    refused("no longer exists");
+    assert_eq!(std::fs::read(&path).unwrap(), original);
+    // Not Claude Code's.
+    std::fs::write(&path, "{\"type\":\"note\",\"text\":\"hello\"}\n").unwrap();
+    refused("not a Claude Code transcript");
+}
+
+#[test]
+fn the_daemon_methods_compact_and_undo_a_claude_code_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_home, path, _id) = claude_home(dir.path());
+    let original = std::fs::read(&path).unwrap();
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    let done = daemon.request("ctx/claudeCompact", json!({"transcript": path, "instructions": "files"})).unwrap();
+    assert_eq!(done["offset"], original.len() as u64);
+    assert_eq!(done["lines"], 2);
+    assert_eq!(done["kept"], 1);
+    assert_eq!(done["sessionId"], "b7d55388-c9ad-4169-a8d1-459fc6bdb46f");
+    assert!(done["postTokens"].as_u64().unwrap() > 0);
+    let undone = daemon.request("ctx/claudeUndo", json!({"transcript": path})).unwrap();
+    assert_eq!(undone["offset"], original.len() as u64);
+    assert_eq!(std::fs::read(&path).unwrap(), original);
+    let error = daemon.request_error("ctx/claudeUndo", json!({"transcript": path})).unwrap();
+    assert_eq!(error["code"], -33010, "{error}");
+    let error = daemon.request_error("ctx/claudeCompact", json!({})).unwrap();
+    assert_eq!(error["code"], -32602, "{error}");
 }

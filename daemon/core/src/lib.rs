@@ -24,6 +24,7 @@
 pub mod admit;
 pub mod breakdown;
 pub mod budget;
+pub mod claude;
 pub mod compact;
 pub mod invoked;
 pub mod ledger;
