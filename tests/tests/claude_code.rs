@@ -345,3 +345,55 @@ fn the_daemon_methods_compact_and_undo_a_claude_code_session() {
     let error = daemon.request_error("ctx/claudeCompact", json!({})).unwrap();
     assert_eq!(error["code"], -32602, "{error}");
 }
+
+/// Polls `check` every 50 ms until it holds; fails after `secs` (a guard against a hang,
+/// not a measurement).
+fn eventually(secs: u64, what: &str, mut check: impl FnMut() -> bool) {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !check() {
+        assert!(std::time::Instant::now() < end, "{what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn an_idle_observed_session_is_compacted_in_place_unless_it_is_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_home, path, _id) = claude_home(dir.path());
+    let original = std::fs::read(&path).unwrap();
+    let held = dir.path().join("held.jsonl");
+    std::fs::write(&held, &original).unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::start_with(&state, &[], &[]).unwrap();
+    // Idle after one second, worth it from 1 % of the threshold (the session holds ~13k
+    // of claude-opus-5-5's 967k).
+    let settings =
+        json!({"claudeIdleCompaction": true, "claudeIdleCompactAfterSeconds": 1, "claudeIdleCompactPercent": 1});
+    daemon.request("initialize", json!({"capabilities": {}, "initializationOptions": {"settings": settings}})).unwrap();
+    daemon.notify("initialized", json!({})).unwrap();
+    let _open = std::fs::File::open(&held).unwrap();
+    daemon.request("ctx/observe", json!({"transcript": held})).unwrap();
+    let observed = daemon.request("ctx/observe", json!({"transcript": path})).unwrap();
+    let id = observed["sessionId"].as_str().unwrap().to_owned();
+    let before = observed["usage"]["tokens"].as_u64().unwrap();
+
+    eventually(30, "the idle session was not compacted", || {
+        std::fs::read_to_string(&path).unwrap().lines().any(|l| l.contains("\"compact_boundary\""))
+    });
+    let after = std::fs::read(&path).unwrap();
+    assert_eq!(&after[..original.len()], &original[..], "appended only");
+    // The daemon follows its own records like the program's: the boundary restarts the count.
+    let pushed = daemon
+        .wait_notification("ctx/usageChanged", |p| {
+            p["sessionId"] == id.as_str() && p["usage"]["tokens"].as_u64().unwrap() < before
+        })
+        .unwrap();
+    assert!(pushed["usage"]["tokens"].as_u64().unwrap() < before);
+
+    // The one a process holds open is left as it was, and the log says why.
+    let log = state.with_extension("log");
+    eventually(30, "no refusal logged", || {
+        std::fs::read_to_string(&log).unwrap_or_default().contains("claude compact refused")
+    });
+    assert_eq!(std::fs::read(&held).unwrap(), original);
+}

@@ -438,6 +438,7 @@ impl Sessions {
         let changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let home = environment.sources.home.clone().unwrap_or_else(|| std::path::PathBuf::from("/"));
         let settings = settings::resolve(&environment.sources, &home, &environment.client_settings, &changed).settings;
+        let idle = observe::IdlePolicy::from_settings(&settings);
         let thresholds_for = move |model: &str| {
             let inputs = WindowInputs {
                 setting: settings.window_for(model),
@@ -448,9 +449,15 @@ impl Sessions {
             log_unknown_model_once(&resolved);
             thresholds(&resolved, &environment.env, settings.auto_compact_enabled.unwrap_or(true))
         };
-        observe::start(path.clone(), thresholds_for, self.environment.services.watcher.clone(), self.notifier.clone())
-            .await
-            .map_err(|e| SessionError::InvalidParams(format!("cannot observe {}: {e}", path.display())))
+        observe::start(
+            path.clone(),
+            thresholds_for,
+            idle,
+            self.environment.services.watcher.clone(),
+            self.notifier.clone(),
+        )
+        .await
+        .map_err(|e| SessionError::InvalidParams(format!("cannot observe {}: {e}", path.display())))
     }
 
     /// `ctx/observe` with a project directory: its newest transcript now, and every

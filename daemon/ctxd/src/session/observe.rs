@@ -5,6 +5,12 @@
 //! after that only the bytes appended since are read, on each watcher delivery, and fed
 //! to the same `Tally`. A compact boundary in the new bytes restarts the count, as it does
 //! for a session of ctxd's own.
+//!
+//! With [`IdlePolicy`] (the `claudeIdleCompaction` setting), a transcript that has not
+//! changed for the set time while standing above the set share of its compact
+//! threshold is compacted in place by [`crate::claude::compact`], which refuses (and
+//! logs why) while a process has the file open or when it changed meanwhile. One try
+//! per idle spell: the next is after the program writes again.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -23,11 +29,36 @@ pub fn observe_id(path: &Path) -> String {
     format!("observe-{hash:016x}")
 }
 
+/// When an observed Claude Code session is compacted while its user is away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdlePolicy {
+    pub after: std::time::Duration,
+    /// Percent of the compact threshold the session must have reached.
+    pub percent: u8,
+}
+
+impl IdlePolicy {
+    /// From the settings: `None` unless `claudeIdleCompaction` is on. Defaults: 10
+    /// minutes, 60 %.
+    pub fn from_settings(settings: &ctxd_proto::Settings) -> Option<IdlePolicy> {
+        settings.claude_idle_compaction.unwrap_or(false).then(|| IdlePolicy {
+            after: std::time::Duration::from_secs(settings.claude_idle_compact_after_seconds.unwrap_or(600).max(1)),
+            percent: settings.claude_idle_compact_percent.unwrap_or(60).clamp(1, 100),
+        })
+    }
+
+    /// The session is worth compacting at `tokens`.
+    pub fn worth(&self, tokens: u64, thresholds: &Thresholds) -> bool {
+        u128::from(tokens) * 100 >= u128::from(thresholds.threshold) * u128::from(self.percent)
+    }
+}
+
 /// Starts following `path`; returns the id and the first usage. The follower stops when
 /// the file can no longer be read.
 pub async fn start(
     path: PathBuf,
     thresholds_for: impl Fn(&str) -> Thresholds + Send + 'static,
+    idle: Option<IdlePolicy>,
     watcher: Watcher,
     notifier: Notifier,
 ) -> std::io::Result<(String, UsageSnapshot)> {
@@ -50,7 +81,36 @@ pub async fn start(
         let mut offset = len;
         let mut carry = Vec::new();
         let mut last = None;
-        while subscription.recv().await.is_some() {
+        // The idle clock: the last change the program made, and whether this idle spell
+        // was tried already. Bytes ctxd appended itself (up to `ours`) are no activity.
+        let mut changed = tokio::time::Instant::now();
+        let mut tried = false;
+        let mut ours = 0u64;
+        loop {
+            let deadline = idle.filter(|_| !tried).map(|p| changed + p.after);
+            let delivered = match deadline {
+                Some(at) => tokio::select! {
+                    got = subscription.recv() => got.is_some(),
+                    () = tokio::time::sleep_until(at) => {
+                        tried = true;
+                        let policy = idle.unwrap_or(IdlePolicy { after: std::time::Duration::ZERO, percent: 100 });
+                        let tokens = tally.total();
+                        if policy.worth(tokens, &thresholds_for(&model)) {
+                            tracing::info!(path = %path.display(), tokens, "observed Claude Code session idle; compacting it");
+                            let target = path.clone();
+                            let done = tokio::task::spawn_blocking(move || crate::claude::compact(&target, None)).await;
+                            if let Ok(Ok(done)) = done {
+                                ours = done.offset + done.plan.lines.iter().map(|l| l.len() as u64 + 1).sum::<u64>();
+                            }
+                        }
+                        continue;
+                    }
+                },
+                None => subscription.recv().await.is_some(),
+            };
+            if !delivered {
+                break;
+            }
             let read_path = path.clone();
             let from = offset;
             let read = tokio::task::spawn_blocking(move || read_from(&read_path, from)).await;
@@ -59,6 +119,10 @@ pub async fn start(
                 break;
             };
             offset += bytes.len() as u64;
+            if offset > ours {
+                changed = tokio::time::Instant::now();
+                tried = false;
+            }
             carry.extend_from_slice(&bytes);
             // Whole lines only; a line still being written waits for the next delivery.
             let Some(end) = memchr::memrchr(b'\n', &carry) else { continue };
