@@ -153,9 +153,27 @@ def scripted_session(w):
     sid = first.get("session_id")
     window = next(iter(first.get("modelUsage", {}).values()), {}).get("contextWindow")
     results = [first]
+    if sid:
+        turn_statusline(w, sid, window, 1)
     for k in range(2, 5):
         results.append(w.claude_p(f"Turn {k}: go on. MARK-PROMPT-{k}", resume=sid))
+        if sid:
+            turn_statusline(w, sid, window, k)
     return sid, window, results
+
+
+def turn_statusline(w, sid, window, turn):
+    """After a turn: the window the program reported and the usage it wrote last."""
+    path = w.transcript(sid)
+    want = last_usage(path)
+    payload = {"transcript_path": path, "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"},
+               "context_window": {"context_window_size": window}}
+    out = subprocess.run([w.ctxd, "statusline"], input=json.dumps(payload), capture_output=True, text=True,
+                         env=w.env, timeout=60)
+    line = out.stdout.strip()
+    check(f"turn {turn}: status line has the program's window and last usage",
+          f"/ {short(window or 0)}" in line and want is not None and f"ctx {short(want)} /" in line,
+          f"{window} {want} {line}")
 
 
 def statusline_checks(w, sid, window, results):
@@ -236,6 +254,76 @@ def export_and_resume(w, sid):
     resumed = w.claude_p("After the export: MARK-PROMPT-6", resume=sid)
     check("the program resumes the exported transcript", resumed.get("_rc") == 0 and not resumed.get("is_error"),
           str(resumed)[:800])
+
+
+class Daemon:
+    """`ctxd serve` over pipes, as an editor drives it (LSP framing, JSON-RPC)."""
+
+    def __init__(self, w):
+        self.proc = subprocess.Popen(
+            [w.ctxd, "--state-dir", os.path.join(w.work, "ctxd-state"), "--log-stderr", "serve"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=w.env)
+        self.next = 0
+
+    def request(self, method, params):
+        self.next += 1
+        body = json.dumps({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params}).encode()
+        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.proc.stdin.flush()
+        while True:
+            length = None
+            while True:
+                line = self.proc.stdout.readline()
+                if not line:
+                    raise EOFError(method)
+                if line in (b"\r\n", b"\n"):
+                    break
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            message = json.loads(self.proc.stdout.read(length))
+            if message.get("id") == self.next and "method" not in message:
+                return message
+
+    def stop(self):
+        self.request("shutdown", None)
+        body = json.dumps({"jsonrpc": "2.0", "method": "exit"}).encode()
+        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def daemon_compaction_exported(w, sid):
+    """ctxd's own compaction (the daemon's, after importing the session), exported over
+    the program's transcript: the program resumes it and sends each message once."""
+    path = w.transcript(sid)
+    d = Daemon(w)
+    d.request("initialize", {"capabilities": {}})
+    opened = d.request("ctx/openSession", {"cwd": w.proj, "model": "claude-opus-5-5", "sessionId": "proof-own",
+                                           "import": path})
+    check("the daemon imports the program's transcript", "result" in opened, str(opened)[:500])
+    compacted = d.request("ctx/compact", {"sessionId": "proof-own"})
+    check("the daemon compacts it", "result" in compacted, str(compacted)[:500])
+    d.stop()
+    out = w.ctxd_cmd("export", "proof-own")
+    check("ctxd exports its own compaction", out.returncode == 0, out.stderr[-800:])
+    with open(path, "w") as f:
+        f.write(out.stdout)
+    seen = len(w.requests())
+    resumed = w.claude_p("After ctxd's own compaction: MARK-PROMPT-7", resume=sid)
+    check("the program resumes ctxd's own compaction", resumed.get("_rc") == 0 and not resumed.get("is_error"),
+          str(resumed)[:800])
+    new = w.requests()[seen:]
+    if not new:
+        check("a request after that resume", False)
+        return
+    messages = new[0]["body"]["messages"]
+    flat = [" ".join(texts(m)) for m in messages]
+    check("ctxd's newest summary once", sum(1 for t in flat if SUMMARY_MARK in t) == 1, json.dumps(flat)[:1500])
+    bodies = [json.dumps(m, sort_keys=True) for m in messages if m["role"] != "system"]
+    dupes = {b for b in bodies if bodies.count(b) > 1 and len(b) > 200}
+    check("each message once after ctxd's own compaction", not dupes, str(list(dupes))[:800])
+    replies = [t for t in flat if "STUB-REPLY-" in t and SUMMARY_MARK not in t]
+    check("the kept reply once", len(replies) == len(set(replies)) and len(replies) >= 1, json.dumps(replies)[:800])
 
 
 def grow(path, megabytes):
@@ -330,6 +418,7 @@ def main():
                 statusline_checks(w, sid, window, results)
                 compact_and_resume(w, sid)
                 export_and_resume(w, sid)
+                daemon_compaction_exported(w, sid)
     finally:
         w.close()
     passed = sum(RESULTS)
