@@ -5,7 +5,9 @@
 //! gives a Claude Code user must be records in the program's own shapes, appended to
 //! that file: a compact boundary (`compactMetadata` with `trigger`, `preTokens`,
 //! `postTokens` and, when the newest messages stay in view, `preservedSegment` and
-//! `preservedMessages` pointing at them where they stand), then the summary message.
+//! `preservedMessages` pointing at them where they stand), then the summary message and
+//! the files the session read, re-attached (`file`, or `compact_file_reference` for one
+//! too large) as the program does after its own compactions.
 //! Nothing earlier is touched. The boundary also carries `ctxdBatch` (how many lines
 //! ctxd appended), which is how [`plan_undo`] knows the tail of the file is ctxd's own
 //! install and nothing came after it.
@@ -13,9 +15,10 @@
 use serde_json::json;
 
 use crate::compact::{
-    InstallInput, KeptMessages, SummaryMessage, Trigger, build_post_compact, common_fields, kept_tail_start,
-    summary_message_text, tools_used,
+    FileReadEntry, InstallInput, KeptMessages, RestoreBudget, RestoreInput, SummaryMessage, Trigger,
+    build_post_compact, common_fields, kept_tail_start, plan_restoration, summary_message_text, tools_used,
 };
+use crate::ledger::file_read_in;
 use crate::record::{Kind, Record};
 use crate::summary::{OfflineOptions, parse_summary_reply, summarize_offline};
 use crate::tally::Tally;
@@ -58,6 +61,28 @@ fn is_message(record: &Record) -> bool {
     !head.is_sidechain && matches!(head.kind, Kind::User | Kind::Assistant)
 }
 
+/// A file the session read, as the caller found it on disk now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileNow {
+    pub path: String,
+    pub exists: bool,
+    /// Its text, when it was read (not too large, not binary).
+    pub content: Option<String>,
+}
+
+/// Paths of the files the session read (its Read results), oldest read first, each once
+/// (at its latest read): what the caller looks up on disk for [`plan_compaction`].
+pub fn files_read(records: &[Record]) -> Vec<String> {
+    let mut order: Vec<String> = Vec::new();
+    for record in records {
+        if let Some(read) = file_read_in(record) {
+            order.retain(|p| *p != read.path);
+            order.push(read.path);
+        }
+    }
+    order
+}
+
 /// Plans a compaction of the transcript whose lines are `records` (in file order).
 ///
 /// The newest messages stay in view (an assistant's last reply, or the tool round in
@@ -68,6 +93,7 @@ fn is_message(record: &Record) -> bool {
 /// estimate of what the boundary leaves in view.
 pub fn plan_compaction(
     records: &[Record],
+    files: &[FileNow],
     instructions: Option<&str>,
     timestamp: &str,
     new_uuid: &mut dyn FnMut() -> String,
@@ -106,6 +132,38 @@ pub fn plan_compaction(
         let usage = head.usage.as_ref()?;
         Some(usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens)
     });
+    // The files read, newest first by the order of their reads; those whose read is in
+    // the kept messages are there already. Only the program's own attachment shapes.
+    let read = files_read(records);
+    let in_kept: Vec<String> = kept.iter().filter_map(file_read_in).map(|r| r.path).collect();
+    let entries: Vec<FileReadEntry> = files
+        .iter()
+        .filter_map(|f| {
+            let order = read.iter().position(|p| *p == f.path)?;
+            Some(FileReadEntry {
+                path: f.path.clone(),
+                read_order: order as u64 + 1,
+                tokens: f.content.as_deref().map_or(0, crate::summary::estimate_tokens),
+                exists: f.exists,
+                content: f.content.clone(),
+                changed_since_read: false,
+                in_kept_tail: in_kept.contains(&f.path),
+            })
+        })
+        .collect();
+    let cwd = common_fields(last_message).get("cwd").and_then(|v| v.as_str()).map(str::to_owned);
+    let restored = plan_restoration(&RestoreInput {
+        files: entries,
+        skills: Vec::new(),
+        plan: None,
+        budget: RestoreBudget::default(),
+        cwd,
+    });
+    let attachments: Vec<_> = restored
+        .attachments
+        .into_iter()
+        .filter(|a| matches!(a.attachment["type"].as_str(), Some("file" | "compact_file_reference")))
+        .collect();
     let input = InstallInput {
         trigger: Trigger::Manual,
         last_uuid: records.iter().rev().find_map(|r| r.uuid().map(str::to_owned)),
@@ -115,7 +173,7 @@ pub fn plan_compaction(
         summary_text,
         kept_before: &[],
         kept_after: kept,
-        attachments: &[],
+        attachments: &attachments,
         hook_outputs: &[],
         common: common_fields(last_message),
         timestamp: timestamp.to_owned(),
@@ -178,14 +236,38 @@ mod tests {
     fn compacts_the_captured_session_before_its_own_compact() {
         // Up to the reply before the program's own /compact.
         let records: Vec<Record> = fixture().into_iter().take(57).collect();
+        assert_eq!(
+            files_read(&records),
+            [
+                "/home/dev/proj/src/app.py",
+                "/home/dev/proj/src/util.py",
+                "/home/dev/proj/README.md",
+                "/home/dev/proj/src/big.py"
+            ]
+        );
+        let files = [
+            FileNow { path: "/home/dev/proj/src/app.py".into(), exists: true, content: Some("print(1)\n".into()) },
+            FileNow { path: "/home/dev/proj/src/big.py".into(), exists: true, content: Some("x = 1\n".repeat(20_000)) },
+            FileNow { path: "/home/dev/proj/README.md".into(), exists: false, content: None },
+        ];
         let plan =
-            plan_compaction(&records, Some("the files read"), "2026-12-02T10:00:00.000Z", &mut counter()).unwrap();
-        assert_eq!(plan.lines.len(), 2, "boundary and summary");
+            plan_compaction(&records, &files, Some("the files read"), "2026-12-02T10:00:00.000Z", &mut counter())
+                .unwrap();
+        assert_eq!(plan.lines.len(), 4, "boundary, summary, two attachments");
+        let attachments: Vec<serde_json::Value> =
+            plan.lines[2..].iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+        // The big file is named, the small one re-attached in the program's `file` shape;
+        // the deleted README is left out; util.py was not looked up.
+        assert_eq!(attachments[0]["attachment"]["type"], "compact_file_reference");
+        assert_eq!(attachments[0]["attachment"]["filename"], "/home/dev/proj/src/big.py");
+        assert_eq!(attachments[1]["attachment"]["type"], "file");
+        assert_eq!(attachments[1]["attachment"]["content"]["file"]["content"], "print(1)\n");
+        assert_eq!(attachments[1]["attachment"]["displayPath"], "src/app.py");
         let boundary: serde_json::Value = serde_json::from_str(&plan.lines[0]).unwrap();
         let summary: serde_json::Value = serde_json::from_str(&plan.lines[1]).unwrap();
         let metadata = &boundary["compactMetadata"];
         assert_eq!(metadata["trigger"], "manual");
-        assert_eq!(metadata[BATCH_FIELD], 2);
+        assert_eq!(metadata[BATCH_FIELD], 4);
         // The last reply stays in view by reference, anchored to the summary.
         assert_eq!(metadata["preservedSegment"]["headUuid"], "5c6554ca-da77-489c-9d0c-42beef9a12a7");
         assert_eq!(metadata["preservedSegment"]["anchorUuid"], summary["uuid"]);
@@ -211,16 +293,16 @@ mod tests {
     #[test]
     fn refusals() {
         let not_claude = vec![Record::parse(r#"{"type":"user","message":{"role":"user","content":"hi"}}"#).unwrap()];
-        assert_eq!(plan_compaction(&not_claude, None, "t", &mut counter()), Err(Refusal::NotClaudeCode));
+        assert_eq!(plan_compaction(&not_claude, &[], None, "t", &mut counter()), Err(Refusal::NotClaudeCode));
         // Right after the program's own compaction and one reply: nothing new to summarize.
         let records: Vec<Record> = fixture().into_iter().take(76).collect();
-        assert_eq!(plan_compaction(&records, None, "t", &mut counter()), Err(Refusal::NothingToSummarize));
+        assert_eq!(plan_compaction(&records, &[], None, "t", &mut counter()), Err(Refusal::NothingToSummarize));
     }
 
     #[test]
     fn undo_takes_back_exactly_ctxds_install() {
         let records: Vec<Record> = fixture().into_iter().take(57).collect();
-        let plan = plan_compaction(&records, None, "t", &mut counter()).unwrap();
+        let plan = plan_compaction(&records, &[], None, "t", &mut counter()).unwrap();
         let mut offset = 0u64;
         let mut lines: Vec<(u64, Record)> = Vec::new();
         for record in records.iter().cloned().chain(plan.lines.iter().map(|l| Record::parse(l).unwrap())) {

@@ -22,7 +22,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use ctxd_core::claude::{ClaudeCompaction, plan_compaction, plan_undo};
+use ctxd_core::claude::{ClaudeCompaction, FileNow, files_read, plan_compaction, plan_undo};
 use ctxd_core::record::Record;
 
 /// A compaction installed in a Claude Code transcript.
@@ -143,6 +143,21 @@ fn project_dir(records: &[(u64, Record)]) -> Option<PathBuf> {
     })
 }
 
+/// Largest file re-attached after a compaction; a larger one is named instead.
+const MAX_RESTORED_FILE_BYTES: u64 = 256 * 1024;
+
+/// A file the session read, as it is on disk now.
+fn file_now(path: &str) -> FileNow {
+    let meta = std::fs::metadata(path);
+    let exists = meta.as_ref().is_ok_and(|m| m.is_file());
+    let content = meta
+        .ok()
+        .filter(|m| m.is_file() && m.len() <= MAX_RESTORED_FILE_BYTES)
+        .and_then(|_| std::fs::read(path).ok())
+        .and_then(|bytes| String::from_utf8(bytes).ok());
+    FileNow { path: path.to_owned(), exists, content }
+}
+
 fn refused(path: &Path, what: &str, why: String) -> String {
     tracing::warn!(transcript = %path.display(), "claude {what} refused: {why}; the transcript is left as it was");
     format!("{}: {why}; nothing was written", path.display())
@@ -159,8 +174,9 @@ pub fn compact(path: &Path, instructions: Option<&str>) -> Result<Compacted, Str
         return Err(refuse(format!("its project directory {} no longer exists", dir.display())));
     }
     let lines: Vec<Record> = records.into_iter().map(|(_, r)| r).collect();
+    let files: Vec<FileNow> = files_read(&lines).into_iter().map(|p| file_now(&p)).collect();
     let timestamp = crate::session::actor::now_rfc3339();
-    let plan = plan_compaction(&lines, instructions, &timestamp, &mut || uuid::Uuid::new_v4().to_string())
+    let plan = plan_compaction(&lines, &files, instructions, &timestamp, &mut || uuid::Uuid::new_v4().to_string())
         .map_err(|e| refuse(e.to_string()))?;
     // Nothing may have moved since the file was read.
     if stamp(path).map_err(refuse)? != before {
