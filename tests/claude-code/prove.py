@@ -155,8 +155,12 @@ def scripted_session(w):
     results = [first]
     if sid:
         turn_statusline(w, sid, window, 1)
+    with open(os.path.join(w.proj, "notes.txt"), "w") as f:
+        f.write("MARK-FILE-CONTENT: the notes of the proof project.\n")
     for k in range(2, 5):
-        results.append(w.claude_p(f"Turn {k}: go on. MARK-PROMPT-{k}", resume=sid))
+        # Turn 2 reads a file with the Read tool, as a real session does.
+        read = f" [[READ:{os.path.join(w.proj, 'notes.txt')}]]" if k == 2 else ""
+        results.append(w.claude_p(f"Turn {k}: go on. MARK-PROMPT-{k}{read}", resume=sid))
         if sid:
             turn_statusline(w, sid, window, k)
     return sid, window, results
@@ -193,7 +197,7 @@ def statusline_checks(w, sid, window, results):
     check("status line before the first turn", "ctx 0 /" in out.stdout, out.stdout)
 
 
-def compact_and_resume(w, sid):
+def compact_and_resume(w, sid, last_reply):
     path = w.transcript(sid)
     original = open(path, "rb").read()
     out = w.ctxd_cmd("claude", "compact", sid, "--instructions", "the turns so far")
@@ -217,17 +221,20 @@ def compact_and_resume(w, sid):
     flat = [" ".join(texts(m)) for m in messages]
     summary_at = [i for i, t in enumerate(flat) if SUMMARY_MARK in t]
     check("the request carries ctxd's summary once", len(summary_at) == 1, json.dumps(flat)[:1500])
-    kept = [i for i, t in enumerate(flat) if "STUB-REPLY-4." in t and SUMMARY_MARK not in t]
+    kept = [i for i, t in enumerate(flat) if last_reply in t and SUMMARY_MARK not in t]
     check("the kept last reply once, right after the summary",
           len(kept) == 1 and summary_at and kept[0] > summary_at[0]
           and all(messages[j]["role"] != "assistant" for j in range(summary_at[0] + 1, kept[0])),
           json.dumps([m["role"] for m in messages]) + json.dumps(flat)[:1500])
     before = [i for i, t in enumerate(flat) if SUMMARY_MARK not in t and any(
-        f"MARK-PROMPT-{k}" in t or f"STUB-REPLY-{k}." in t for k in (1, 2, 3))]
+        f"MARK-PROMPT-{k}" in t or f"STUB-REPLY-{k}." in t for k in (1, 2, 3, 4))]
     check("nothing summarized is sent again", not before, json.dumps([flat[i][:200] for i in before]))
     bodies = [json.dumps(m, sort_keys=True) for m in messages if m["role"] != "system"]
     dupes = {b for b in bodies if bodies.count(b) > 1 and len(b) > 200}
     check("each message once", not dupes, str(list(dupes))[:800])
+    everything = json.dumps(messages)
+    check("the file read before is re-attached once", everything.count("MARK-FILE-CONTENT") == 1,
+          str(everything.count("MARK-FILE-CONTENT")))
     check("the compacted request is smaller", new[0]["bytes"] > 0)
 
 
@@ -416,7 +423,7 @@ def main():
                 bench(w, sid, args.mb)
             else:
                 statusline_checks(w, sid, window, results)
-                compact_and_resume(w, sid)
+                compact_and_resume(w, sid, results[-1].get("result") or "?")
                 export_and_resume(w, sid)
                 daemon_compaction_exported(w, sid)
     finally:
