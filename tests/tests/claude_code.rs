@@ -397,3 +397,25 @@ fn an_idle_observed_session_is_compacted_in_place_unless_it_is_open() {
     });
     assert_eq!(std::fs::read(&held).unwrap(), original);
 }
+
+#[test]
+fn an_observed_session_right_after_the_programs_compact_shows_its_post_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("observed.jsonl");
+    let lines: Vec<String> = fixture_lines().iter().map(|r| r.to_string()).collect();
+    // Cut right after the program's /compact (boundary postTokens 3,011).
+    std::fs::write(&path, format!("{}\n", lines[..79].join("\n"))).unwrap();
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    let observed = daemon.request("ctx/observe", json!({"transcript": path})).unwrap();
+    assert_eq!(observed["usage"]["tokens"], 3_011, "{observed}");
+    let id = observed["sessionId"].as_str().unwrap().to_owned();
+    // The turn after it reports its own usage: that is the figure from then on.
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    file.write_all(format!("{}\n", lines[79..].join("\n")).as_bytes()).unwrap();
+    daemon
+        .wait_notification("ctx/usageChanged", |p| {
+            p["sessionId"] == id.as_str() && p["usage"]["reportedTokens"] == 13_950
+        })
+        .unwrap();
+}

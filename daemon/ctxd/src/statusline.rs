@@ -150,7 +150,7 @@ enum Stop {
 }
 
 /// `compactMetadata.postTokens` of a boundary line.
-fn post_tokens(line: &str) -> Option<u64> {
+pub fn post_tokens(line: &str) -> Option<u64> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Boundary {

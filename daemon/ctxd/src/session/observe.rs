@@ -4,7 +4,9 @@
 //! The first figure comes from the transcript's tail (as `ctxd statusline` reads it);
 //! after that only the bytes appended since are read, on each watcher delivery, and fed
 //! to the same `Tally`. A compact boundary in the new bytes restarts the count, as it does
-//! for a session of ctxd's own.
+//! for a session of ctxd's own; until the next response reports usage, the boundary's
+//! `postTokens` (the program's own count of what it kept) is the floor of the figure,
+//! as in `ctxd statusline`.
 //!
 //! With [`IdlePolicy`] (the `claudeIdleCompaction` setting), a transcript that has not
 //! changed for the set time while standing above the set share of its compact
@@ -17,6 +19,7 @@ use std::path::{Path, PathBuf};
 
 use ctxd_core::budget::Thresholds;
 use ctxd_core::record::Record;
+use ctxd_core::tally::Tally;
 
 use super::Notifier;
 use super::usage::{Shape, UsageSnapshot};
@@ -71,10 +74,11 @@ pub async fn start(
     .await
     .map_err(std::io::Error::other)??;
     let mut tally = tail.tally;
+    let mut floor = if tail.after_compaction { tail.post_tokens } else { None };
     let mut model = tail.model.unwrap_or_else(|| "unknown".to_owned());
     // The observed program's own prefix is unknown: its report holds it.
     let mut shape = Shape::default();
-    let first = UsageSnapshot::compute(&tally, &shape, &thresholds_for(&model), false);
+    let first = UsageSnapshot::compute(&floored(&tally, floor), &shape, &thresholds_for(&model), false);
     let mut subscription = watcher.subscribe([Target::file(path.clone())]);
     let task_id = id.clone();
     tokio::spawn(async move {
@@ -132,6 +136,7 @@ pub async fn start(
                 if record.is_compact_boundary() {
                     tally.restart();
                     shape.composition = Composition::default();
+                    floor = crate::statusline::post_tokens(record.line());
                 }
                 if let Some(m) = record.head().model.as_deref().filter(|m| !m.starts_with('<')) {
                     model = m.to_owned();
@@ -139,7 +144,10 @@ pub async fn start(
                 tally.observe(&record);
                 shape.composition.observe(&record);
             }
-            let usage = UsageSnapshot::compute(&tally, &shape, &thresholds_for(&model), false);
+            if tally.reported > 0 {
+                floor = None;
+            }
+            let usage = UsageSnapshot::compute(&floored(&tally, floor), &shape, &thresholds_for(&model), false);
             if last.as_ref() != Some(&usage) {
                 notifier.usage_changed(&task_id, usage.clone()).await;
                 last = Some(usage);
@@ -147,6 +155,16 @@ pub async fn start(
         }
     });
     Ok((id, first))
+}
+
+/// The tally as shown: right after a boundary, no less than its `postTokens`.
+fn floored(tally: &Tally, floor: Option<u64>) -> Tally {
+    match floor {
+        Some(post) if tally.reported == 0 && post > tally.total() => {
+            Tally { reported: post, bytes_after: 0, ..tally.clone() }
+        }
+        _ => tally.clone(),
+    }
 }
 
 fn read_from(path: &Path, offset: u64) -> std::io::Result<Vec<u8>> {
