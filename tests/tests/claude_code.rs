@@ -408,6 +408,8 @@ fn an_observed_session_right_after_the_programs_compact_shows_its_post_tokens() 
     let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
     let observed = daemon.request("ctx/observe", json!({"transcript": path})).unwrap();
     assert_eq!(observed["usage"]["tokens"], 3_011, "{observed}");
+    // Claude Code auto-compacts claude-opus-5-5: the figure stands.
+    assert_eq!(observed["usage"]["autoCompactEnabled"], true, "{observed}");
     let id = observed["sessionId"].as_str().unwrap().to_owned();
     // The turn after it reports its own usage: that is the figure from then on.
     use std::io::Write;

@@ -447,7 +447,10 @@ impl Sessions {
             };
             let resolved = resolve_window(model, &inputs, &environment.env);
             log_unknown_model_once(&resolved);
-            thresholds(&resolved, &environment.env, settings.auto_compact_enabled.unwrap_or(true))
+            let levels = thresholds(&resolved, &environment.env, settings.auto_compact_enabled.unwrap_or(true));
+            // An observed session is compacted by the program that writes it: where that
+            // program makes no auto-compact decision for the model, there is none to show.
+            Thresholds { auto_compact_enabled: levels.shows_compact_figure, ..levels }
         };
         observe::start(
             path.clone(),
