@@ -122,6 +122,12 @@ pub fn transcript(name: &str) -> PathBuf {
     path
 }
 
+/// A transcript the real Claude Code 2.1.332 wrote (`tests/fixtures/transcripts/
+/// claude-code-2.1.332/`). Panics when it is not there.
+pub fn claude_code_fixture(name: &str) -> PathBuf {
+    transcript(&format!("claude-code-2.1.332/{name}"))
+}
+
 /// A running daemon.
 pub struct Daemon {
     child: Child,

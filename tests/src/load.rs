@@ -583,6 +583,11 @@ pub fn check_stored(state_dir: &Path, logs: &[SessionLog]) -> anyhow::Result<()>
             stored.len(),
             log.appended.len()
         );
+        // Whole compactions keep the newest messages (and whatever arrives while they
+        // run) by reference: a record is never written a second time as a copy.
+        let text = std::fs::read_to_string(state_dir.join("sessions").join(format!("{}.jsonl", log.id)))?;
+        let copies = text.lines().filter(|l| l.contains("\"ctxdKeptFrom\"")).count();
+        ensure!(copies == 0, "{}: {copies} records copied after a boundary", log.id);
     }
     Ok(())
 }

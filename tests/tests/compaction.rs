@@ -327,7 +327,14 @@ fn partial_compaction_keeps_one_side_verbatim() {
         let boundary = stored.iter().rposition(|r| r["subtype"] == "compact_boundary").unwrap();
         let after = &stored[boundary + 1..];
         let summary = after.iter().position(|r| r["isCompactSummary"] == true).unwrap();
-        (summary, after.iter().filter_map(|r| r["ctxdKeptFrom"].as_str().map(str::to_owned)).collect())
+        let copied: Vec<String> = after.iter().filter_map(|r| r["ctxdKeptFrom"].as_str().map(str::to_owned)).collect();
+        // Kept after the summary: referenced where they stand, never also copied.
+        let referenced: Vec<String> = stored[boundary]["compactMetadata"]["preservedMessages"]["uuids"]
+            .as_array()
+            .map(|u| u.iter().filter_map(|u| u.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default();
+        assert!(copied.is_empty() || referenced.is_empty(), "both copied and referenced");
+        (summary, if referenced.is_empty() { copied } else { referenced })
     };
     for (id, key) in [("up", "upTo"), ("from", "from")] {
         daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": MODEL, "sessionId": id})).unwrap();

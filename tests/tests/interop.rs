@@ -94,6 +94,9 @@ fn observe_follows_a_transcript_another_program_appends_to() {
     let id = observed["sessionId"].as_str().unwrap().to_owned();
     let before = observed["usage"]["tokens"].as_u64().unwrap();
     assert!(before > 10_000, "{observed}");
+    // Claude Code 2.1.332 makes no auto-compact decision for claude-sonnet-4-5: an
+    // observed session of it shows none.
+    assert_eq!(observed["usage"]["autoCompactEnabled"], false, "{observed}");
     // Another program appends a turn, in two writes, the second cut mid-line first.
     let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
     let more = format!("{}\n", lines[100..150].join("\n"));

@@ -116,12 +116,12 @@ fn a_summary_prepared_ahead_is_installed_at_the_threshold_with_what_came_since()
     let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let boundary = lines.iter().position(|r| r["subtype"] == "compact_boundary").unwrap();
     assert_eq!(lines[boundary]["compactMetadata"]["trigger"], "precomputed");
-    let after: Vec<&Value> = lines[boundary..].iter().collect();
     for uuid in &since_prepared {
-        // Kept records are copied after the summary (new uuids, the original's content).
+        // Kept where they stand: the boundary references them, and nothing copies them.
+        assert!(kept_by(&lines[boundary], uuid), "record {uuid} is kept: {}", lines[boundary]);
         let original = lines.iter().find(|r| r["uuid"] == uuid.as_str()).unwrap();
         let content = &original["message"]["content"];
-        assert!(after.iter().any(|r| r["message"]["content"] == *content), "record {uuid} is kept after the summary");
+        assert_eq!(lines.iter().filter(|r| r["message"]["content"] == *content).count(), 1, "{uuid} once");
     }
     assert!(stored.len() > s.sent.len(), "every sent record is stored, with the install after them");
     // The prepared summary is used once.
@@ -168,10 +168,13 @@ fn a_prompt_too_long_refusal_installs_the_prepared_summary_at_once() {
     let text = std::fs::read_to_string(state.join("sessions/p.jsonl")).unwrap();
     let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let boundary = lines.iter().rposition(|r| r["subtype"] == "compact_boundary").unwrap();
-    let original = lines.iter().find(|r| r["uuid"] == last.as_str()).unwrap();
-    assert!(
-        lines[boundary..].iter().any(|r| r["message"]["content"] == original["message"]["content"]),
-        "the record after the preparation is kept"
-    );
+    assert!(kept_by(&lines[boundary], &last), "the record after the preparation is kept: {}", lines[boundary]);
     s.daemon.stop().unwrap();
+}
+
+/// The boundary keeps `uuid` in view by reference (`preservedMessages`), as Claude
+/// Code's own boundaries do.
+fn kept_by(boundary: &Value, uuid: &str) -> bool {
+    let listed = boundary["compactMetadata"]["preservedMessages"]["uuids"].as_array().cloned().unwrap_or_default();
+    listed.iter().any(|u| u == uuid) && boundary["compactMetadata"]["preservedSegment"]["tailUuid"].is_string()
 }

@@ -24,10 +24,12 @@
 pub mod admit;
 pub mod breakdown;
 pub mod budget;
+pub mod claude;
 pub mod compact;
 pub mod invoked;
 pub mod ledger;
 pub mod memory;
+pub mod preserved;
 pub mod record;
 pub mod summary;
 pub mod tally;

@@ -17,6 +17,7 @@
 //! - [`paths`], [`logging`]: where state and logs go.
 
 pub mod background;
+pub mod claude;
 pub mod client;
 pub mod context;
 pub mod hooks;

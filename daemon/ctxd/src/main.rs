@@ -45,6 +45,11 @@ enum Command {
     },
     /// Write a session to stdout as a Claude Code transcript.
     Export { session_id: String },
+    /// Claude Code sessions in their own transcripts (~/.claude/projects).
+    Claude {
+        #[command(subcommand)]
+        command: ClaudeCommand,
+    },
     /// Drive a Claude Code style transcript through the daemon and print usage per turn.
     Replay {
         /// The transcript (JSONL).
@@ -53,6 +58,63 @@ enum Command {
         #[arg(long)]
         model: Option<String>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum ClaudeCommand {
+    /// Compact a session: append a compact boundary and a summary in Claude Code's own
+    /// shapes, so `claude --resume` starts from them. Refused (nothing written) while a
+    /// process has the transcript open.
+    Compact {
+        /// A session id (found under ~/.claude/projects) or a transcript's path.
+        session: String,
+        /// Focus of the summary.
+        #[arg(long)]
+        instructions: Option<String>,
+    },
+    /// Take ctxd's compaction of a session back: the transcript is cut to the length it
+    /// had before, if nothing came after the compaction.
+    Undo {
+        /// A session id or a transcript's path.
+        session: String,
+    },
+}
+
+/// A session named on the command line: a path when a file is there, else an id.
+fn claude_target(session: &str) -> anyhow::Result<PathBuf> {
+    let as_path = std::path::Path::new(session);
+    let found = if as_path.is_file() {
+        ctxd::claude::resolve(Some(session), None)
+    } else {
+        ctxd::claude::resolve(None, Some(session))
+    };
+    found.map_err(|e| anyhow::anyhow!(e))
+}
+
+fn claude(command: ClaudeCommand) -> anyhow::Result<ExitCode> {
+    let mut stdout = std::io::stdout().lock();
+    match command {
+        ClaudeCommand::Compact { session, instructions } => {
+            let path = claude_target(&session)?;
+            let done = ctxd::claude::compact(&path, instructions.as_deref()).map_err(|e| anyhow::anyhow!(e))?;
+            writeln!(
+                stdout,
+                "compacted {}: {} lines appended at byte {}, {} -> {} tokens, {} messages kept",
+                done.transcript.display(),
+                done.plan.lines.len(),
+                done.offset,
+                done.plan.pre_tokens,
+                done.plan.post_tokens,
+                done.plan.kept
+            )?;
+        }
+        ClaudeCommand::Undo { session } => {
+            let path = claude_target(&session)?;
+            let done = ctxd::claude::undo(&path).map_err(|e| anyhow::anyhow!(e))?;
+            writeln!(stdout, "undone {}: cut back to {} bytes", done.transcript.display(), done.offset)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {
@@ -111,6 +173,7 @@ fn main() -> ExitCode {
                 ctxd::interop::export(&state_dir, &session_id, &mut stdout)?;
                 Ok(ExitCode::SUCCESS)
             }
+            Some(Command::Claude { command }) => claude(command),
             Some(Command::Replay { file, model }) => {
                 let options = ReplayOptions { transcript: file, model, state_dir: cli.state_dir };
                 let mut stdout = std::io::stdout().lock();

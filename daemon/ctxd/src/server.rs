@@ -67,6 +67,8 @@ pub fn service(options: ServeOptions) -> Daemon {
         .custom_method(methods::CONTEXT, Backend::context)
         .custom_method(methods::COMPACT, Backend::compact)
         .custom_method(methods::UNDO_COMPACT, Backend::undo_compact)
+        .custom_method(methods::CLAUDE_COMPACT, Backend::claude_compact)
+        .custom_method(methods::CLAUDE_UNDO, Backend::claude_undo)
         .custom_method(methods::REPORT_PROVIDER_ERROR, Backend::report_provider_error)
         .custom_method(methods::CLEAR, Backend::clear)
         .custom_method(methods::ASSEMBLE, Backend::assemble)
@@ -797,6 +799,47 @@ impl Backend {
             collapse_id: done.record_uuid,
             tokens_freed: done.tokens_freed,
             usage: done.usage.to_proto(),
+        })
+    }
+
+    /// `ctx/claudeCompact`: compacts a Claude Code session in its own transcript (see
+    /// `claude.rs`); a refusal is a `COMPACT_FAILED` error that says why, with nothing
+    /// written.
+    pub async fn claude_compact(&self, params: Value) -> Result<proto::ClaudeCompactResult> {
+        let params: proto::ClaudeSessionParams = params_of(params)?;
+        let path = crate::claude::resolve(params.transcript.as_deref(), params.session_id.as_deref())
+            .map_err(Error::invalid_params)?;
+        let instructions = params.instructions.clone();
+        let done = tokio::task::spawn_blocking(move || crate::claude::compact(&path, instructions.as_deref()))
+            .await
+            .map_err(|e| internal(format!("claude compact task failed: {e}")))?
+            .map_err(|why| with_code(error_codes::COMPACT_FAILED, why))?;
+        Ok(proto::ClaudeCompactResult {
+            transcript: done.transcript.display().to_string(),
+            session_id: done.plan.session_id,
+            boundary: done.plan.boundary_uuid,
+            offset: done.offset,
+            lines: done.plan.lines.len() as u64,
+            pre_tokens: done.plan.pre_tokens,
+            post_tokens: done.plan.post_tokens,
+            kept: done.plan.kept as u64,
+        })
+    }
+
+    /// `ctx/claudeUndo`: takes ctxd's compaction of a Claude Code session back; a
+    /// refusal is a `CANNOT_UNDO` error that says why.
+    pub async fn claude_undo(&self, params: Value) -> Result<proto::ClaudeUndoResult> {
+        let params: proto::ClaudeSessionParams = params_of(params)?;
+        let path = crate::claude::resolve(params.transcript.as_deref(), params.session_id.as_deref())
+            .map_err(Error::invalid_params)?;
+        let done = tokio::task::spawn_blocking(move || crate::claude::undo(&path))
+            .await
+            .map_err(|e| internal(format!("claude undo task failed: {e}")))?
+            .map_err(|why| with_code(error_codes::CANNOT_UNDO, why))?;
+        Ok(proto::ClaudeUndoResult {
+            transcript: done.transcript.display().to_string(),
+            offset: done.offset,
+            removed_bytes: done.removed_bytes,
         })
     }
 

@@ -2,6 +2,13 @@
 //! passes on stdin (`transcript_path`, `model`, `context_window`, …) and prints one
 //! line: model, context used and percent, tokens until auto-compact, level.
 //!
+//! What the program says about itself wins: `context_window.context_window_size` is the
+//! window, `current_usage` the tokens and `used_percentage` the percent (of the whole
+//! window, as the program counts). The transcript fills in what the input lacks. Before
+//! the first turn there is no transcript yet: the line shows a zero state. Right after a
+//! compaction, the tokens are the boundary's `postTokens` (the program's own count of
+//! what it kept) unless the input carries a usage, and the line says "just compacted".
+//!
 //! It reads the transcript from its end, block by block, only until it meets the last
 //! main-chain response that reported usage (or a compact boundary: right after a
 //! compaction the old usage no longer counts, a mistake other status lines make). So its
@@ -39,6 +46,30 @@ pub struct ModelField {
 pub struct ContextWindowField {
     #[serde(default)]
     pub context_window_size: Option<u64>,
+    /// The last response's usage (null before the first response and right after a
+    /// compaction).
+    #[serde(default)]
+    pub current_usage: Option<CurrentUsage>,
+    #[serde(default)]
+    pub used_percentage: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct CurrentUsage {
+    #[serde(default)]
+    pub input_tokens: u64,
+    #[serde(default)]
+    pub cache_creation_input_tokens: u64,
+    #[serde(default)]
+    pub cache_read_input_tokens: u64,
+}
+
+impl CurrentUsage {
+    /// Tokens the context held: everything the request sent (output is not counted,
+    /// as the program does for `used_percentage`).
+    pub fn tokens(&self) -> u64 {
+        self.input_tokens.saturating_add(self.cache_creation_input_tokens).saturating_add(self.cache_read_input_tokens)
+    }
 }
 
 /// Bytes read by the first step backwards: a status line is usually asked for right
@@ -59,6 +90,8 @@ pub struct TailUsage {
     pub tally: Tally,
     /// A compact boundary came after the last reported usage.
     pub after_compaction: bool,
+    /// That boundary's `compactMetadata.postTokens`.
+    pub post_tokens: Option<u64>,
     /// Model named by the last response, if any.
     pub model: Option<String>,
 }
@@ -126,18 +159,36 @@ pub fn tail_usage(path: &Path) -> std::io::Result<TailUsage> {
         }
     }
     let mut tally = Tally::default();
-    let after_compaction = matches!(stop, Some(Stop::Boundary));
+    let (after_compaction, post_tokens) = match stop {
+        Some(Stop::Boundary(post)) => (true, post),
+        _ => (false, None),
+    };
     for record in newest_first.iter().rev() {
         tally.observe(record);
     }
     // A skipped giant line came after the last report (the walk stops at a report).
     tally.bytes_after += skipped;
-    Ok(TailUsage { tally, after_compaction, model })
+    Ok(TailUsage { tally, after_compaction, post_tokens, model })
 }
 
 enum Stop {
     Usage,
-    Boundary,
+    Boundary(Option<u64>),
+}
+
+/// `compactMetadata.postTokens` of a boundary line.
+pub fn post_tokens(line: &str) -> Option<u64> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Boundary {
+        compact_metadata: Option<Metadata>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Metadata {
+        post_tokens: Option<u64>,
+    }
+    serde_json::from_str::<Boundary>(line).ok()?.compact_metadata?.post_tokens
 }
 
 /// Looks at one line (newest first); says when the walk can stop.
@@ -148,7 +199,7 @@ fn consider(line: &[u8], newest_first: &mut Vec<Record>, model: &mut Option<Stri
     let record = std::str::from_utf8(line).ok().and_then(|t| Record::parse(t).ok())?;
     let head = record.head();
     if record.is_compact_boundary() {
-        return Some(Stop::Boundary);
+        return Some(Stop::Boundary(post_tokens(record.line())));
     }
     let reported = head.kind == Kind::Assistant
         && head.usage.is_some()
@@ -166,35 +217,55 @@ fn consider(line: &[u8], newest_first: &mut Vec<Record>, model: &mut Option<Stri
 pub fn render(input: &StatusInput, env_vars: impl IntoIterator<Item = (String, String)>) -> String {
     let (env, _warnings) = EnvConfig::from_vars(env_vars);
     let tail = input.transcript_path.as_deref().map(|p| tail_usage(Path::new(p)));
-    let (tally, after_compaction, transcript_model) = match tail {
-        Some(Ok(t)) => (t.tally, t.after_compaction, t.model),
+    let tail = match tail {
+        Some(Ok(t)) => Some(t),
+        // Before the first turn Claude Code names a transcript it has not written yet.
+        Some(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => None,
         Some(Err(e)) => return format!("ctx: cannot read transcript ({e})"),
-        None => (Tally::default(), false, None),
+        None => None,
+    };
+    let (tally, after_compaction, post, transcript_model) = match tail {
+        Some(t) => (t.tally, t.after_compaction, t.post_tokens, t.model),
+        None => (Tally::default(), false, None, None),
     };
     let model_id =
         input.model.as_ref().and_then(|m| m.id.clone()).or(transcript_model).unwrap_or_else(|| "unknown".to_owned());
     let name = input.model.as_ref().and_then(|m| m.display_name.clone()).unwrap_or_else(|| model_id.clone());
-    let client = input.context_window.as_ref().and_then(|c| c.context_window_size);
-    let resolved = resolve_window(&model_id, &WindowInputs { client, ..WindowInputs::default() }, &env);
+    let host = input.context_window.as_ref();
+    let host_window = host.and_then(|c| c.context_window_size).filter(|&w| w > 0);
+    let inputs = WindowInputs { host_model_window: host_window, ..WindowInputs::default() };
+    let resolved = resolve_window(&model_id, &inputs, &env);
+    if let Some(note) = &resolved.unknown_model {
+        tracing::info!("{note}");
+    }
     let levels = thresholds(&resolved, &env, true);
-    let tokens = tally.total();
+    let host_tokens = host.and_then(|c| c.current_usage.as_ref()).map(CurrentUsage::tokens);
+    let tokens = match (host_tokens, after_compaction) {
+        (Some(t), _) => t,
+        (None, true) => post.unwrap_or(0).max(tally.total()),
+        (None, false) => tally.total(),
+    };
+    let percent = match (host.and_then(|c| c.used_percentage), host_window) {
+        (Some(p), _) if host_tokens.is_some() && p.is_finite() => p,
+        // The program's convention: a share of the whole window.
+        (_, Some(w)) => (tokens as f64 / w as f64 * 1000.0).round() / 10.0,
+        (_, None) => levels.percent_used(tokens),
+    };
     let level = match levels.level(tokens) {
         Level::Ok => "ok",
         Level::Warning => "warning",
         Level::Blocked => "blocked",
     };
     let compacted = if after_compaction { " · just compacted" } else { "" };
-    let until = if levels.auto_compact_enabled {
-        format!("{} to compact", short(levels.tokens_until_compact(tokens)))
+    let until = if levels.shows_compact_figure {
+        format!(" · {} to compact", short(levels.tokens_until_compact(tokens)))
+    } else if !levels.auto_compact_enabled {
+        " · auto-compact off".to_owned()
     } else {
-        "auto-compact off".to_owned()
+        // The program makes no auto-compact decision for this model: no figure to show.
+        String::new()
     };
-    format!(
-        "{name} · ctx {} / {} ({:.1}%) · {until} · {level}{compacted}",
-        short(tokens),
-        short(levels.window),
-        levels.percent_used(tokens),
-    )
+    format!("{name} · ctx {} / {} ({percent:.1}%){until} · {level}{compacted}", short(tokens), short(levels.window))
 }
 
 /// 1234 → "1.2k", 1234567 → "1.23M", under 1000 as is.
@@ -238,7 +309,7 @@ mod tests {
     }
 
     fn input_for(path: &Path) -> StatusInput {
-        serde_json::from_value(serde_json::json!({"transcript_path": path, "model": {"id": "claude-sonnet-4-5-20250929", "display_name": "Sonnet 4.5"}})).unwrap()
+        serde_json::from_value(serde_json::json!({"transcript_path": path, "model": {"id": "claude-opus-4-6", "display_name": "Opus 4.6"}})).unwrap()
     }
 
     #[test]
@@ -255,7 +326,7 @@ mod tests {
         assert_eq!(tail.tally.estimated(), 1_000);
         assert!(!tail.after_compaction);
         let line = render(&input_for(f.path()), Vec::new());
-        assert_eq!(line, "Sonnet 4.5 · ctx 101.1k / 200.0k (56.2%) · 65.9k to compact · ok");
+        assert_eq!(line, "Opus 4.6 · ctx 101.1k / 200.0k (56.2%) · 65.9k to compact · ok");
     }
 
     #[test]
@@ -319,7 +390,98 @@ mod tests {
         assert_eq!(tail_usage(f.path()).unwrap().tally.total(), 30_100);
         // No input at all still prints a line.
         assert!(run("garbage").starts_with("unknown · ctx 0"), "{}", run("garbage"));
-        let missing = run(r#"{"transcript_path": "/nonexistent/x.jsonl"}"#);
-        assert!(missing.contains("cannot read transcript"), "{missing}");
+        // A path that is not a readable file is still said plainly.
+        let dir = tempfile::tempdir().unwrap();
+        let not_a_file = run(&serde_json::json!({"transcript_path": dir.path()}).to_string());
+        assert!(not_a_file.contains("cannot read transcript"), "{not_a_file}");
+    }
+
+    #[test]
+    fn before_the_first_turn_a_zero_state() {
+        let input = serde_json::json!({
+            "transcript_path": "/nonexistent/b7d55388.jsonl",
+            "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"},
+            "context_window": {"context_window_size": 1_000_000, "current_usage": null, "used_percentage": null},
+        });
+        let line = render(&serde_json::from_value(input).unwrap(), Vec::new());
+        assert_eq!(line, "Opus 5.5 · ctx 0 / 1.00M (0.0%) · 967.0k to compact · ok");
+    }
+
+    #[test]
+    fn the_programs_own_window_usage_and_percent() {
+        // 150k tokens on the 1M default model: 15 %, far from compacting.
+        let f = transcript(&[user("a"), assistant("m1", 149_000)]);
+        let input = serde_json::json!({
+            "transcript_path": f.path(),
+            "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"},
+            "context_window": {
+                "context_window_size": 1_000_000,
+                "current_usage": {"input_tokens": 1_000, "output_tokens": 100, "cache_creation_input_tokens": 9_000, "cache_read_input_tokens": 140_000},
+                "used_percentage": 15,
+            },
+        });
+        let line = render(&serde_json::from_value(input).unwrap(), Vec::new());
+        assert_eq!(line, "Opus 5.5 · ctx 150.0k / 1.00M (15.0%) · 817.0k to compact · ok");
+        // Without the program's figures the table knows the model: the same window.
+        let bare = serde_json::json!({"transcript_path": f.path(), "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"}});
+        let line = render(&serde_json::from_value(bare).unwrap(), Vec::new());
+        assert_eq!(line, "Opus 5.5 · ctx 149.1k / 1.00M (15.2%) · 817.9k to compact · ok");
+        // An unknown model takes the host's window.
+        let unknown = serde_json::json!({
+            "transcript_path": f.path(),
+            "model": {"id": "claude-opus-7", "display_name": "Opus 7"},
+            "context_window": {"context_window_size": 500_000},
+        });
+        let line = render(&serde_json::from_value(unknown).unwrap(), Vec::new());
+        assert_eq!(line, "Opus 7 · ctx 149.1k / 500.0k (29.8%) · 317.9k to compact · ok");
+    }
+
+    #[test]
+    fn no_compact_figure_where_the_program_makes_no_decision() {
+        let f = transcript(&[user("a"), assistant("m1", 50_000)]);
+        for (id, name) in [("claude-sonnet-4-5-20250929", "Sonnet 4.5"), ("claude-haiku-4-5", "Haiku 4.5")] {
+            let input = serde_json::json!({"transcript_path": f.path(), "model": {"id": id, "display_name": name}});
+            let line = render(&serde_json::from_value(input).unwrap(), Vec::new());
+            assert_eq!(line, format!("{name} · ctx 50.1k / 200.0k (27.8%) · ok"));
+        }
+    }
+
+    #[test]
+    fn after_a_compaction_the_programs_post_tokens() {
+        let boundary = r#"{"type":"system","subtype":"compact_boundary","uuid":"b","parentUuid":null,"compactMetadata":{"trigger":"manual","preTokens":25429,"postTokens":3258}}"#.to_owned();
+        let summary =
+            r#"{"type":"user","isCompactSummary":true,"message":{"role":"user","content":"short"}}"#.to_owned();
+        let f = transcript(&[user("a"), assistant("m1", 25_000), boundary, summary]);
+        let line = render(&input_for(f.path()), Vec::new());
+        assert_eq!(line, "Opus 4.6 · ctx 3.3k / 200.0k (1.8%) · 163.7k to compact · ok · just compacted");
+        // The program's current usage, when it gives one, wins.
+        let mut input = input_for(f.path());
+        input.context_window = Some(ContextWindowField {
+            context_window_size: Some(200_000),
+            current_usage: Some(CurrentUsage { input_tokens: 14_300, ..CurrentUsage::default() }),
+            used_percentage: Some(7.0),
+        });
+        let line = render(&input, Vec::new());
+        assert_eq!(line, "Opus 4.6 · ctx 14.3k / 200.0k (7.0%) · 152.7k to compact · ok · just compacted");
+    }
+
+    #[test]
+    fn the_captured_manual_compaction() {
+        // The real program's transcript cut right after its `/compact` (the boundary, the
+        // summary, the command lines and the re-attached files): its postTokens stand.
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/transcripts/claude-code-2.1.332/manual-compact.jsonl"
+        ))
+        .unwrap();
+        let lines: Vec<String> = text.lines().take(79).map(str::to_owned).collect();
+        let f = transcript(&lines);
+        let input = serde_json::json!({"transcript_path": f.path(), "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"}, "context_window": {"context_window_size": 1_000_000}});
+        let line = render(&serde_json::from_value(input).unwrap(), Vec::new());
+        assert_eq!(line, "Opus 5.5 · ctx 3.0k / 1.00M (0.3%) · 964.0k to compact · ok · just compacted");
+        // The whole file: the turn after the compaction reported its usage.
+        let f = transcript(&text.lines().map(str::to_owned).collect::<Vec<_>>());
+        let line = render(&serde_json::from_value(serde_json::json!({"transcript_path": f.path(), "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"}})).unwrap(), Vec::new());
+        assert_eq!(line, "Opus 5.5 · ctx 13.9k / 1.00M (1.4%) · 953.0k to compact · ok");
     }
 }

@@ -44,6 +44,8 @@ pub mod methods {
     pub const OBSERVE: &str = "ctx/observe";
     pub const SKILL_INVOKED: &str = "ctx/skillInvoked";
     pub const SET_PLAN: &str = "ctx/setPlan";
+    pub const CLAUDE_COMPACT: &str = "ctx/claudeCompact";
+    pub const CLAUDE_UNDO: &str = "ctx/claudeUndo";
     pub const COMPACTED: &str = "ctx/compacted";
     pub const COMPACT_FAILED: &str = "ctx/compactFailed";
     pub const CONTEXT_CHANGED: &str = "ctx/contextChanged";
@@ -68,6 +70,8 @@ pub mod methods {
         SKILL_INVOKED,
         SET_PLAN,
         UNDO_COMPACT,
+        CLAUDE_COMPACT,
+        CLAUDE_UNDO,
     ];
     /// Every `ctx/` notification this build of ctxd sends.
     pub const NOTIFICATIONS: &[&str] = &[USAGE_CHANGED, CONTEXT_CHANGED, COMPACTED, COMPACT_FAILED];
@@ -509,6 +513,54 @@ pub struct UndoCompactResult {
     /// Tokens it carries now (the restored view).
     pub post_tokens: u64,
     pub usage: Usage,
+}
+
+/// `ctx/claudeCompact` and `ctx/claudeUndo` params: a Claude Code session, by its
+/// transcript's path or by its id (looked up under `~/.claude/projects`, or
+/// `$CLAUDE_CONFIG_DIR/projects`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaudeSessionParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transcript: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Focus of the summary (`/compact <instructions>`); compaction only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+}
+
+/// `ctx/claudeCompact` result: records appended to the Claude Code transcript, in the
+/// program's own shapes, so `claude --resume` starts from the summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaudeCompactResult {
+    pub transcript: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Uuid of the compact boundary appended.
+    pub boundary: String,
+    /// Byte length of the transcript before the compaction: `ctx/claudeUndo` cuts it
+    /// back to this.
+    pub offset: u64,
+    /// Lines appended.
+    pub lines: u64,
+    pub pre_tokens: u64,
+    pub post_tokens: u64,
+    /// Messages kept in view by reference (`preservedSegment`).
+    pub kept: u64,
+}
+
+/// `ctx/claudeUndo` result: the transcript is byte for byte what it was before ctxd's
+/// compaction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaudeUndoResult {
+    pub transcript: String,
+    /// The length the transcript has again.
+    pub offset: u64,
+    /// Bytes of ctxd's install taken away.
+    pub removed_bytes: u64,
 }
 
 /// `ctx/compacted` notification params.

@@ -32,6 +32,20 @@ pub struct Settings {
     /// 5-minute prompt-cache lifetime so the summary request reads a warm cache).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_compact_after_seconds: Option<u64>,
+    /// Compact an observed Claude Code session while its user is away (default false):
+    /// once it has been idle `claudeIdleCompactAfterSeconds` and stands above
+    /// `claudeIdleCompactPercent` of its compact threshold, records in the program's own
+    /// shapes are appended to its transcript (as `ctxd claude compact` does), only when no
+    /// process has the transcript open and it has not changed since the preparation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claude_idle_compaction: Option<bool>,
+    /// Seconds an observed Claude Code session must be idle (default 600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claude_idle_compact_after_seconds: Option<u64>,
+    /// Share of the compact threshold, in percent, an idle Claude Code session must have
+    /// reached to be worth compacting (default 60).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claude_idle_compact_percent: Option<u8>,
     /// Per-model settings, keyed by model id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_settings: Option<BTreeMap<String, ModelSettings>>,
@@ -138,6 +152,9 @@ impl Settings {
         "autoCompactEnabled",
         "idleCompaction",
         "idleCompactAfterSeconds",
+        "claudeIdleCompaction",
+        "claudeIdleCompactAfterSeconds",
+        "claudeIdleCompactPercent",
         "modelSettings",
         "hooks",
         "trustedFolders",
@@ -190,6 +207,9 @@ impl Settings {
             auto_compact_enabled,
             idle_compaction,
             idle_compact_after_seconds,
+            claude_idle_compaction,
+            claude_idle_compact_after_seconds,
+            claude_idle_compact_percent,
             provider,
             model,
             compact_model,

@@ -8,6 +8,7 @@
 //! fit. All arithmetic saturates, so a tiny window yields zero levels, never a panic.
 
 use super::env::EnvConfig;
+use super::models::HostAutoCompact;
 use super::window::ResolvedWindow;
 
 /// Most of the window ever held back for the reply.
@@ -46,6 +47,11 @@ pub struct Thresholds {
     pub auto_compact_enabled: bool,
     /// Any compaction (manual included) may run: `DISABLE_COMPACT` is not set.
     pub compact_enabled: bool,
+    /// The host program is known to compact this model automatically (or was not
+    /// observed, and ctxd's threshold stands): a "to compact" figure means something.
+    /// `false` when automatic compaction is off or when Claude Code was seen to make no
+    /// auto-compact decision for the model.
+    pub shows_compact_figure: bool,
     /// The levels may be acted on. `false` only for a model missing from the table whose
     /// window is a guess, with `CLAUDE_CODE_DISABLE_UNKNOWN_MODEL_WINDOW_ENFORCEMENT`
     /// set: then only the provider's "prompt too long" answer triggers compaction.
@@ -74,14 +80,16 @@ pub fn thresholds(resolved: &ResolvedWindow, env: &EnvConfig, auto_compact_setti
         None => normal,
     };
     let guessed_window = !resolved.model.known && env.max_context_tokens.is_none();
+    let auto_compact_enabled = auto_compact_setting && !env.disable_auto_compact && !env.disable_compact;
     Thresholds {
         window,
         effective_window,
         threshold,
         warning: threshold.saturating_sub(WARNING_BUFFER_TOKENS),
         blocked: env.blocking_limit_override.unwrap_or_else(|| effective_window.saturating_sub(BLOCKING_BUFFER_TOKENS)),
-        auto_compact_enabled: auto_compact_setting && !env.disable_auto_compact && !env.disable_compact,
+        auto_compact_enabled,
         compact_enabled: !env.disable_compact,
+        shows_compact_figure: auto_compact_enabled && resolved.model.host_auto_compact != HostAutoCompact::NoDecision,
         enforce_window: !(guessed_window && env.disable_unknown_model_window_enforcement),
     }
 }
@@ -170,8 +178,9 @@ mod tests {
         ResolvedWindow {
             window,
             source: WindowSource::ModelDefault,
-            model: ModelSpec { context_window: window, max_output_tokens, known },
+            model: ModelSpec { context_window: window, max_output_tokens, known, ..ModelSpec::default() },
             warnings: Vec::new(),
+            unknown_model: None,
         }
     }
 

@@ -31,7 +31,10 @@ pub use levels::{
     AUTOCOMPACT_BUFFER_TOKENS, BLOCKING_BUFFER_TOKENS, Level, OUTPUT_RESERVE_CAP, Thresholds, WARNING_BUFFER_TOKENS,
     thresholds,
 };
-pub use models::{DEFAULT_CONTEXT_WINDOW, ModelSpec, ONE_MILLION_WINDOW, UNKNOWN_MODEL_MAX_OUTPUT, model_spec};
+pub use models::{
+    DEFAULT_CONTEXT_WINDOW, HostAutoCompact, ModelSpec, OBSERVED_CLAUDE_CODE, ONE_MILLION_WINDOW,
+    UNKNOWN_MODEL_MAX_OUTPUT, model_spec,
+};
 pub use window::{
     MAX_CONFIGURED_WINDOW, MIN_CONFIGURED_WINDOW, ResolvedWindow, WindowInputs, WindowSource, resolve_window,
 };

@@ -9,8 +9,8 @@
 
 use super::env::EnvConfig;
 
-/// Window assumed for a model the table does not list (and the standard window of every
-/// listed model).
+/// Window assumed for a model the table does not list (and the standard window of most
+/// listed models).
 pub const DEFAULT_CONTEXT_WINDOW: u64 = 200_000;
 /// Window selected by the `[1m]` suffix on a model that offers it.
 pub const ONE_MILLION_WINDOW: u64 = 1_000_000;
@@ -28,15 +28,36 @@ pub struct ModelSpec {
     pub context_window: u64,
     /// Most tokens the model writes in one response.
     pub max_output_tokens: u64,
-    /// The id matched the table; `false` means the numbers are a guess or come from
-    /// `CLAUDE_CODE_MAX_CONTEXT_TOKENS`.
+    /// The id matched the table; `false` means the numbers are a guess, come from
+    /// `CLAUDE_CODE_MAX_CONTEXT_TOKENS` or from the host.
     pub known: bool,
+    /// Whether Claude Code, run with this model, decides on automatic compaction at all
+    /// (as its `--debug` log showed on the version in `MODELS.md`).
+    pub host_auto_compact: HostAutoCompact,
+}
+
+/// What the real Claude Code program was seen to do about automatic compaction with a
+/// model. ctxd only shows a "to compact" figure the host would act on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum HostAutoCompact {
+    /// Not observed: ctxd assumes the host compacts at ctxd's threshold.
+    #[default]
+    Unobserved,
+    /// The program logged auto-compact decisions against a threshold.
+    Decides,
+    /// The program logged no auto-compact decision for the model.
+    NoDecision,
 }
 
 impl Default for ModelSpec {
     /// The unknown-model guess.
     fn default() -> Self {
-        ModelSpec { context_window: DEFAULT_CONTEXT_WINDOW, max_output_tokens: UNKNOWN_MODEL_MAX_OUTPUT, known: false }
+        ModelSpec {
+            context_window: DEFAULT_CONTEXT_WINDOW,
+            max_output_tokens: UNKNOWN_MODEL_MAX_OUTPUT,
+            known: false,
+            host_auto_compact: HostAutoCompact::Unobserved,
+        }
     }
 }
 
@@ -44,29 +65,70 @@ impl Default for ModelSpec {
 struct Family {
     /// Lowercase id prefix, without date.
     key: &'static str,
+    /// Standard window, without the `[1m]` suffix.
+    window: u64,
     max_output_tokens: u64,
     /// The family offers a 1M window when asked for with `[1m]`.
     offers_1m: bool,
+    host_auto_compact: HostAutoCompact,
+    /// Claude Code version the window and the auto-compact behaviour were observed on
+    /// (read by the test that keeps `MODELS.md` equal to the table).
+    #[cfg_attr(not(test), allow(dead_code))]
+    observed_on: Option<&'static str>,
 }
 
-/// Claude 3.x and 4.x families. All have a 200K standard window. Output limits are the
-/// provider's published maxima for the synchronous API; anything at or above 20,000 has
-/// the same effect here, so only the 3.x figures change a threshold.
+/// Version of Claude Code whose `--debug` `autocompact:` lines the observed rows come
+/// from.
+pub const OBSERVED_CLAUDE_CODE: &str = "2.1.332";
+
+const fn family(key: &'static str, max_output_tokens: u64, offers_1m: bool) -> Family {
+    Family {
+        key,
+        window: DEFAULT_CONTEXT_WINDOW,
+        max_output_tokens,
+        offers_1m,
+        host_auto_compact: HostAutoCompact::Unobserved,
+        observed_on: None,
+    }
+}
+
+const fn observed(
+    key: &'static str,
+    window: u64,
+    max_output_tokens: u64,
+    offers_1m: bool,
+    host: HostAutoCompact,
+) -> Family {
+    Family {
+        key,
+        window,
+        max_output_tokens,
+        offers_1m,
+        host_auto_compact: host,
+        observed_on: Some(OBSERVED_CLAUDE_CODE),
+    }
+}
+
+/// Claude 3.x, 4.x and 5.x families. Output limits are the provider's published maxima
+/// for the synchronous API (or the `max_tokens` Claude Code sends); anything at or above
+/// 20,000 has the same effect here, so only the 3.x figures change a threshold. The
+/// observed rows are mirrored in `MODELS.md` (a test keeps the two equal).
 const FAMILIES: &[Family] = &[
-    Family { key: "claude-3-haiku", max_output_tokens: 4_096, offers_1m: false },
-    Family { key: "claude-3-sonnet", max_output_tokens: 4_096, offers_1m: false },
-    Family { key: "claude-3-opus", max_output_tokens: 4_096, offers_1m: false },
-    Family { key: "claude-3-5-haiku", max_output_tokens: 8_192, offers_1m: false },
-    Family { key: "claude-3-5-sonnet", max_output_tokens: 8_192, offers_1m: false },
-    Family { key: "claude-3-7-sonnet", max_output_tokens: 64_000, offers_1m: false },
-    Family { key: "claude-sonnet-4", max_output_tokens: 64_000, offers_1m: true },
-    Family { key: "claude-sonnet-4-5", max_output_tokens: 64_000, offers_1m: true },
-    Family { key: "claude-sonnet-4-6", max_output_tokens: 64_000, offers_1m: true },
-    Family { key: "claude-opus-4", max_output_tokens: 32_000, offers_1m: false },
-    Family { key: "claude-opus-4-1", max_output_tokens: 32_000, offers_1m: false },
-    Family { key: "claude-opus-4-5", max_output_tokens: 64_000, offers_1m: false },
-    Family { key: "claude-opus-4-6", max_output_tokens: 128_000, offers_1m: true },
-    Family { key: "claude-haiku-4-5", max_output_tokens: 64_000, offers_1m: false },
+    family("claude-3-haiku", 4_096, false),
+    family("claude-3-sonnet", 4_096, false),
+    family("claude-3-opus", 4_096, false),
+    family("claude-3-5-haiku", 8_192, false),
+    family("claude-3-5-sonnet", 8_192, false),
+    family("claude-3-7-sonnet", 64_000, false),
+    family("claude-sonnet-4", 64_000, true),
+    observed("claude-sonnet-4-5", DEFAULT_CONTEXT_WINDOW, 64_000, true, HostAutoCompact::NoDecision),
+    family("claude-sonnet-4-6", 64_000, true),
+    family("claude-opus-4", 32_000, false),
+    family("claude-opus-4-1", 32_000, false),
+    family("claude-opus-4-5", 64_000, false),
+    observed("claude-opus-4-6", DEFAULT_CONTEXT_WINDOW, 128_000, true, HostAutoCompact::Decides),
+    observed("claude-opus-5-5", ONE_MILLION_WINDOW, 128_000, false, HostAutoCompact::Decides),
+    observed("claude-haiku-4-5", DEFAULT_CONTEXT_WINDOW, 64_000, false, HostAutoCompact::NoDecision),
 ];
 
 /// Limits of `model_id`.
@@ -85,10 +147,11 @@ pub fn model_spec(model_id: &str, env: &EnvConfig) -> ModelSpec {
             context_window: if parsed.wants_1m && family.offers_1m && !env.disable_1m_context {
                 ONE_MILLION_WINDOW
             } else {
-                DEFAULT_CONTEXT_WINDOW
+                family.window
             },
             max_output_tokens: family.max_output_tokens,
             known: true,
+            host_auto_compact: family.host_auto_compact,
         },
         None => ModelSpec {
             context_window: env.max_context_tokens.unwrap_or(DEFAULT_CONTEXT_WINDOW),
@@ -172,6 +235,9 @@ mod tests {
             ("  Claude-Sonnet-4-5-20250929  ", 200_000, 64_000),
             // A newer point release falls back to its family.
             ("claude-opus-4-9-20270101", 200_000, 32_000),
+            // Claude Code 2.1.332's default model: a 1M window without any suffix.
+            ("claude-opus-5-5", 1_000_000, 128_000),
+            ("claude-opus-5-5-20261001", 1_000_000, 128_000),
         ];
         for (id, window, output) in cases {
             let got = spec(id);
@@ -209,7 +275,7 @@ mod tests {
     fn unknown_model_window_from_max_context_tokens() {
         let env = EnvConfig { max_context_tokens: Some(128_000), ..EnvConfig::default() };
         let got = model_spec("local-llama", &env);
-        assert_eq!(got, ModelSpec { context_window: 128_000, max_output_tokens: 32_000, known: false });
+        assert_eq!(got, ModelSpec { context_window: 128_000, max_output_tokens: 32_000, ..ModelSpec::default() });
         // A listed model ignores it.
         let known = model_spec("claude-opus-4-5", &env);
         assert_eq!(known.context_window, 200_000);
@@ -245,5 +311,48 @@ mod tests {
         assert!(!unsupported_1m_request("claude-opus-4-1"));
         assert!(unsupported_1m_request("claude-opus-4-1[1m]"));
         assert!(unsupported_1m_request("mystery[1m]"));
+    }
+
+    #[test]
+    fn host_auto_compaction_as_observed() {
+        assert_eq!(spec("claude-opus-5-5").host_auto_compact, HostAutoCompact::Decides);
+        assert_eq!(spec("claude-opus-4-6").host_auto_compact, HostAutoCompact::Decides);
+        assert_eq!(spec("claude-sonnet-4-5-20250929").host_auto_compact, HostAutoCompact::NoDecision);
+        assert_eq!(spec("claude-haiku-4-5").host_auto_compact, HostAutoCompact::NoDecision);
+        assert_eq!(spec("claude-opus-4-1").host_auto_compact, HostAutoCompact::Unobserved);
+        assert_eq!(spec("mystery").host_auto_compact, HostAutoCompact::Unobserved);
+    }
+
+    /// `MODELS.md` lists every observed row of the table with the same numbers, so the
+    /// document a user reads is the table ctxd runs.
+    #[test]
+    fn models_md_matches_the_table() {
+        let doc = include_str!("MODELS.md");
+        let rows: Vec<Vec<String>> = doc
+            .lines()
+            .filter(|l| l.starts_with("| `"))
+            .map(|l| l.trim_matches('|').split('|').map(|c| c.trim().trim_matches('`').replace(',', "")).collect())
+            .collect();
+        let observed: Vec<&Family> = FAMILIES.iter().filter(|f| f.observed_on.is_some()).collect();
+        assert_eq!(rows.len(), observed.len(), "{rows:?}");
+        for family in observed {
+            let row =
+                rows.iter().find(|r| r[0] == family.key).unwrap_or_else(|| panic!("{} not in MODELS.md", family.key));
+            let effective = family.window - family.max_output_tokens.min(20_000);
+            let decides = match family.host_auto_compact {
+                HostAutoCompact::Decides => "yes",
+                HostAutoCompact::NoDecision => "no",
+                HostAutoCompact::Unobserved => "?",
+            };
+            let want = [
+                family.key.to_owned(),
+                family.window.to_string(),
+                family.max_output_tokens.to_string(),
+                effective.to_string(),
+                decides.to_owned(),
+                family.observed_on.unwrap_or_default().to_owned(),
+            ];
+            assert_eq!(row[..6], want, "{}", family.key);
+        }
     }
 }

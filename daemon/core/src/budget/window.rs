@@ -27,6 +27,10 @@ pub struct WindowInputs {
     pub experiment: Option<u64>,
     /// A subagent's `autoCompactWindow`: may lower the window, never raise it.
     pub subagent_ceiling: Option<u64>,
+    /// The model's window as the host program states it (Claude Code's status line
+    /// `context_window.context_window_size`). It replaces the table's window: the host
+    /// knows what it sends the model with, the table only what was observed.
+    pub host_model_window: Option<u64>,
 }
 
 /// Where the window came from.
@@ -58,6 +62,9 @@ pub struct ResolvedWindow {
     pub model: ModelSpec,
     /// Inputs that were adjusted or ignored, for the caller to show or log.
     pub warnings: Vec<String>,
+    /// For a model outside the table: where its window came from, in a sentence for the
+    /// caller to log (once per model; it would repeat on every session otherwise).
+    pub unknown_model: Option<String>,
 }
 
 /// Resolves the window for `model_id`.
@@ -76,8 +83,20 @@ pub struct ResolvedWindow {
 /// Finally `inputs.subagent_ceiling`, clamped into the same range, replaces the window
 /// if it is smaller, whichever source found the window (the environment included).
 pub fn resolve_window(model_id: &str, inputs: &WindowInputs, env: &EnvConfig) -> ResolvedWindow {
-    let model = model_spec(model_id, env);
+    let mut model = model_spec(model_id, env);
     let mut warnings = Vec::new();
+    let host = inputs.host_model_window.filter(|&w| w > 0);
+    let unknown_model = (!model.known).then(|| {
+        let from = match (host, env.max_context_tokens) {
+            (Some(w), _) => format!("the host's window {w}"),
+            (None, Some(w)) => format!("CLAUDE_CODE_MAX_CONTEXT_TOKENS {w}"),
+            (None, None) => format!("the default window {}", model.context_window),
+        };
+        format!("model {model_id:?} is not in ctxd's model table; using {from}")
+    });
+    if let Some(w) = host {
+        model.context_window = w;
+    }
     if unsupported_1m_request(model_id) {
         warnings.push(format!(
             "model {model_id:?} asks for a 1M window its model does not offer; using {}",
@@ -108,7 +127,7 @@ pub fn resolve_window(model_id: &str, inputs: &WindowInputs, env: &EnvConfig) ->
         source = WindowSource::SubagentCeiling;
     }
 
-    ResolvedWindow { window, source, model, warnings }
+    ResolvedWindow { window, source, model, warnings, unknown_model }
 }
 
 /// A configured window held to the accepted range; `None` for zero.
@@ -146,6 +165,7 @@ mod tests {
             client: Some(500_000),
             experiment: Some(400_000),
             subagent_ceiling: None,
+            host_model_window: None,
         };
         let env = env_window("700k");
         // (env, inputs, expected window, expected source)
@@ -310,5 +330,28 @@ mod tests {
         let got = resolve_window(SONNET_1M, &WindowInputs::default(), &env);
         assert_eq!(got.window, 200_000);
         assert!(got.warnings.is_empty());
+    }
+
+    #[test]
+    fn the_host_window_replaces_the_table() {
+        let host = WindowInputs { host_model_window: Some(1_000_000), ..WindowInputs::default() };
+        // An unknown model takes the host's figure, and says so.
+        let got = resolve_window("claude-opus-7", &host, &EnvConfig::default());
+        assert_eq!((got.window, got.source), (1_000_000, WindowSource::ModelDefault));
+        assert!(got.unknown_model.as_deref().is_some_and(|m| m.contains("host's window 1000000")), "{got:?}");
+        // Without it, the documented default.
+        let got = resolve_window("claude-opus-7", &WindowInputs::default(), &EnvConfig::default());
+        assert_eq!(got.window, 200_000);
+        assert!(got.unknown_model.as_deref().is_some_and(|m| m.contains("default window 200000")), "{got:?}");
+        // A known model: the host's statement wins over the table, silently.
+        let got = resolve_window(SONNET, &host, &EnvConfig::default());
+        assert_eq!(got.window, 1_000_000);
+        assert_eq!(got.unknown_model, None);
+        // A configured window still caps it.
+        let capped = WindowInputs { setting: Some(400_000), ..host };
+        assert_eq!(resolve_window(SONNET, &capped, &EnvConfig::default()).window, 400_000);
+        // Zero is no statement.
+        let zero = WindowInputs { host_model_window: Some(0), ..WindowInputs::default() };
+        assert_eq!(resolve_window(SONNET, &zero, &EnvConfig::default()).window, 200_000);
     }
 }

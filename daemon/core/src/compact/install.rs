@@ -8,19 +8,24 @@
 //! boundary      system/compact_boundary, parentUuid null, logicalParentUuid = last record
 //! [kept before] partial compaction "from": the earliest messages, copied
 //! summary       user, isCompactSummary, isVisibleInTranscriptOnly
-//! [kept after]  automatic compaction (latest tool round), partial "up to": copied
 //! attachments   restored plan, files, skills, read-files digest
 //! hook output   SessionStart(compact)
 //! ```
 //!
-//! Kept messages are re-emitted as copies with fresh uuids, chained after the summary
-//! (or the boundary), so everything the model sees lies after the boundary and slicing
-//! stays one rule. The boundary's `preservedSegment` still names the originals (head,
-//! anchor, tail) as evidence and for readers that relink them; `preservedMessages` is
-//! deliberately not written, because readers that honour it would show the originals
-//! and the copies both. Copies carry `ctxdKeptFrom` (the original uuid) and lose
-//! `message.usage`: that number measured the context before compaction, and a tally
-//! that read it would think the context still full.
+//! Each kept message is either referenced or copied, never both:
+//!
+//! - The newest messages (automatic compaction's latest tool round, partial "up to",
+//!   and everything appended while the compaction ran) are the end of the file before
+//!   the boundary. They stay where they are and the boundary points at them, as Claude
+//!   Code's own compactions do: `preservedSegment` (head, tail, anchored to the summary)
+//!   and `preservedMessages` (their uuids). Readers relink them after the summary
+//!   (Claude Code on resume, ctxd's [`crate::preserved`]), and the transcript does not
+//!   grow by a second copy of them.
+//! - The earliest messages (partial "from") come before the summary, so they cannot be
+//!   a segment anchored after it: they are copied with fresh uuids, chained after the
+//!   boundary, carrying `ctxdKeptFrom` (the original uuid) and without `message.usage`
+//!   (that number measured the context before compaction, and a tally that read it
+//!   would think the context still full). Such a boundary names no segment.
 //!
 //! Undo (`ctx/undoCompact`) is another appended record, `system/ctxd_undo_compact`
 //! naming the boundary it undoes; [`compaction_view`] tells which records the view
@@ -102,11 +107,15 @@ pub struct PostCompact {
     pub records: Vec<Record>,
     pub boundary_uuid: String,
     pub summary_uuid: String,
-    /// (original uuid, copy uuid) for every kept message.
+    /// (original uuid, copy uuid) for every copied message (kept before the summary).
     pub copies: Vec<(String, String)>,
-    /// Indices (into the kept slice given, before then after) of records not copied:
-    /// host bookkeeping lines and records without a uuid never reach the model.
+    /// Indices (into the kept slice given, before then after) of records neither copied
+    /// nor referenced: host bookkeeping lines and records without a uuid never reach
+    /// the model.
     pub not_copied: Vec<usize>,
+    /// Uuids of the messages kept after the summary, referenced by the boundary's
+    /// `preservedSegment` where they stand.
+    pub referenced: Vec<String>,
     /// Estimated tokens of what the model will see of these records.
     pub installed_tokens: u64,
 }
@@ -160,9 +169,17 @@ pub fn build_post_compact(
     let kept_before = copy_records(input.kept_before, 0, &mut prev, new_uuid, &mut copies, &mut not_copied);
     let summary = summary_record(input, &summary_uuid, &prev);
     prev = summary_uuid.clone();
-    let kept_after =
-        copy_records(input.kept_after, input.kept_before.len(), &mut prev, new_uuid, &mut copies, &mut not_copied);
-    for copy in kept_before.iter().chain(&kept_after) {
+    let mut referenced: Vec<String> = Vec::new();
+    for (i, record) in input.kept_after.iter().enumerate() {
+        match record.uuid().filter(|_| is_message(record)) {
+            Some(uuid) => {
+                referenced.push(uuid.to_owned());
+                installed_tokens += copy_tokens(&record_object(record));
+            }
+            None => not_copied.push(input.kept_before.len() + i),
+        }
+    }
+    for copy in &kept_before {
         installed_tokens += copy_tokens(copy);
     }
     let mut tail: Vec<Map<String, Value>> = Vec::new();
@@ -195,25 +212,14 @@ pub fn build_post_compact(
         prev = uuid;
     }
 
-    let segment = if copies.is_empty() {
-        None
-    } else {
-        let anchor = if input.kept_before.is_empty() { &summary_uuid } else { &boundary_uuid };
-        Some(json!({
-            "headUuid": copies.first().map(|c| c.0.clone()),
-            "anchorUuid": anchor,
-            "tailUuid": copies.last().map(|c| c.0.clone()),
-        }))
-    };
     let post_tokens = input.fixed_prefix_tokens.map(|f| f + installed_tokens);
-    records.push(boundary_record(input, &boundary_uuid, segment, post_tokens));
+    records.push(boundary_record(input, &boundary_uuid, &summary_uuid, &referenced, post_tokens));
     records.extend(kept_before);
     records.push(summary);
-    records.extend(kept_after);
     records.extend(tail);
 
     let records = records.iter().map(Record::from_object).collect::<Result<Vec<_>, _>>()?;
-    Ok(PostCompact { records, boundary_uuid, summary_uuid, copies, not_copied, installed_tokens })
+    Ok(PostCompact { records, boundary_uuid, summary_uuid, copies, not_copied, referenced, installed_tokens })
 }
 
 fn stamp(object: &mut Map<String, Value>, common: &Map<String, Value>) {
@@ -227,7 +233,8 @@ fn stamp(object: &mut Map<String, Value>, common: &Map<String, Value>) {
 fn boundary_record(
     input: &InstallInput<'_>,
     uuid: &str,
-    segment: Option<Value>,
+    summary_uuid: &str,
+    referenced: &[String],
     post_tokens: Option<u64>,
 ) -> Map<String, Value> {
     let mut metadata = Map::new();
@@ -237,8 +244,15 @@ fn boundary_record(
         metadata.insert("postTokens".to_owned(), json!(post));
     }
     metadata.insert("durationMs".to_owned(), json!(input.duration_ms));
-    if let Some(segment) = segment {
-        metadata.insert("preservedSegment".to_owned(), segment);
+    if let (Some(head), Some(tail)) = (referenced.first(), referenced.last()) {
+        metadata.insert(
+            "preservedSegment".to_owned(),
+            json!({"headUuid": head, "anchorUuid": summary_uuid, "tailUuid": tail}),
+        );
+        metadata.insert(
+            "preservedMessages".to_owned(),
+            json!({"anchorUuid": summary_uuid, "uuids": referenced, "allUuids": referenced}),
+        );
     }
     let mut object = Map::new();
     object.insert("parentUuid".to_owned(), Value::Null);
@@ -304,8 +318,7 @@ fn copy_records(
     let mut renamed: HashMap<String, String> = HashMap::new();
     let mut out = Vec::new();
     for (i, record) in kept.iter().enumerate() {
-        let is_message = matches!(record.head().kind, Kind::User | Kind::Assistant | Kind::Attachment);
-        let Some(original) = record.uuid().filter(|_| is_message) else {
+        let Some(original) = record.uuid().filter(|_| is_message(record)) else {
             not_copied.push(index_offset + i);
             continue;
         };
@@ -332,6 +345,10 @@ fn copy_records(
 }
 
 /// Estimated tokens of a copied record's message (or rendered attachment).
+fn is_message(record: &Record) -> bool {
+    matches!(record.head().kind, Kind::User | Kind::Assistant | Kind::Attachment)
+}
+
 fn copy_tokens(object: &Map<String, Value>) -> u64 {
     let part = object.get("message").and_then(|m| m.get("content")).or_else(|| object.get("rendered"));
     part.and_then(|p| serde_json::to_string(p).ok()).map_or(0, |s| estimate_tokens(&s))

@@ -197,19 +197,18 @@ fn post_compact_records_for_automatic_compaction() {
     let mut next = counter();
     let built = build_post_compact(&input, &mut next).unwrap();
     expect![[r#"
-        {"parentUuid":null,"logicalParentUuid":"r3","isSidechain":false,"type":"system","subtype":"compact_boundary","content":"Conversation compacted","isMeta":false,"timestamp":"2026-11-29T10:05:00.000Z","uuid":"uuid-1","level":"info","compactMetadata":{"trigger":"auto","preTokens":150050,"postTokens":12436,"durationMs":840,"preservedSegment":{"headUuid":"a5","anchorUuid":"uuid-2","tailUuid":"r3"}},"userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
+        {"parentUuid":null,"logicalParentUuid":"r3","isSidechain":false,"type":"system","subtype":"compact_boundary","content":"Conversation compacted","isMeta":false,"timestamp":"2026-11-29T10:05:00.000Z","uuid":"uuid-1","level":"info","compactMetadata":{"trigger":"auto","preTokens":150050,"postTokens":12436,"durationMs":840,"preservedSegment":{"headUuid":"a5","anchorUuid":"uuid-2","tailUuid":"r3"},"preservedMessages":{"anchorUuid":"uuid-2","uuids":["a5","r3"],"allUuids":["a5","r3"]}},"userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
         {"parentUuid":"uuid-1","isSidechain":false,"type":"user","message":{"role":"user","content":"This session picks up where an earlier conversation left off when it ran out of context; the summary below takes the place of that conversation.\n\nTools used before this summary: Read, Edit.\n\nSummary:\n1. Primary Request and Intent:\n   Fix add; write a test.\n\nKeep working on the task that was in progress. Ask the user nothing further, and do not recap, acknowledge or announce anything about this summary: your next message simply takes the next step of that task.\n\nBelow this summary come the last messages from before compaction, unchanged. The summary was not written from them, so where the two disagree (a step it lists as pending may already be done there), the messages are right."},"isVisibleInTranscriptOnly":true,"isCompactSummary":true,"uuid":"uuid-2","timestamp":"2026-11-29T10:05:00.000Z","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
-        {"parentUuid":"uuid-2","isSidechain":false,"message":{"id":"msg_4","type":"message","role":"assistant","model":"claude-x","content":[{"type":"tool_use","id":"toolu_3","name":"Write","input":{"file_path":"/p/tests/test_app.py","content":"from app import add\n"}}],"stop_reason":"tool_use"},"type":"assistant","uuid":"uuid-3","timestamp":"2026-11-29T10:00:01.000Z","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main","ctxdKeptFrom":"a5"}
-        {"parentUuid":"uuid-3","isSidechain":false,"type":"user","message":{"role":"user","content":[{"tool_use_id":"toolu_3","type":"tool_result","content":"File created successfully at: /p/tests/test_app.py"}]},"uuid":"uuid-4","timestamp":"2026-11-29T10:00:02.000Z","sourceToolAssistantUUID":"uuid-3","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main","ctxdKeptFrom":"r3"}
-        {"parentUuid":"uuid-4","isSidechain":false,"attachment":{"type":"file","filename":"/p/src/app.py","content":{"type":"text","file":{"filePath":"/p/src/app.py","content":"def add(a, b):\n    return a + b\n","numLines":3,"startLine":1,"totalLines":3}},"displayPath":"src/app.py"},"type":"attachment","uuid":"uuid-5","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\nRead call, restored after compaction: {\"file_path\":\"/p/src/app.py\"}\n</system-reminder>"},{"content":"<system-reminder>\nRead result:\n1\tdef add(a, b):\n2\t    return a + b\n3\t\n</system-reminder>"}],"renderedRole":"user","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
-        {"parentUuid":"uuid-5","isSidechain":false,"attachment":{"type":"compact_file_reference","filename":"/p/src/big.py","displayPath":"src/big.py"},"type":"attachment","uuid":"uuid-6","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\n/p/src/big.py (read earlier in this session) is not shown again here: it is too large. Use the Read tool on it if you need its content.\n</system-reminder>"}],"renderedRole":"system","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
-        {"parentUuid":"uuid-6","isSidechain":false,"attachment":{"type":"ctxd_read_files","files":[{"path":"/p/src/app.py","exists":true,"changedSinceRead":true},{"path":"/p/src/big.py","exists":true,"changedSinceRead":false}]},"type":"attachment","uuid":"uuid-7","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\nFiles read before this conversation was summarized, newest first. \"unchanged\" means the file still has the content that was read; read a file again only when you need text that is not shown here.\n- src/app.py (changed since it was read, shown above)\n- src/big.py (unchanged)\n</system-reminder>"}],"renderedRole":"system","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
-        {"parentUuid":"uuid-7","isSidechain":false,"attachment":{"type":"hook_additional_context","hookEvent":"SessionStart","hookName":"SessionStart:compact","content":["Remember: run pytest before committing."]},"type":"attachment","uuid":"uuid-8","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\nOutput of the SessionStart hook that runs after compaction:\nRemember: run pytest before committing.\n</system-reminder>"}],"renderedRole":"user","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}"#]]
+        {"parentUuid":"uuid-2","isSidechain":false,"attachment":{"type":"file","filename":"/p/src/app.py","content":{"type":"text","file":{"filePath":"/p/src/app.py","content":"def add(a, b):\n    return a + b\n","numLines":3,"startLine":1,"totalLines":3}},"displayPath":"src/app.py"},"type":"attachment","uuid":"uuid-3","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\nRead call, restored after compaction: {\"file_path\":\"/p/src/app.py\"}\n</system-reminder>"},{"content":"<system-reminder>\nRead result:\n1\tdef add(a, b):\n2\t    return a + b\n3\t\n</system-reminder>"}],"renderedRole":"user","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
+        {"parentUuid":"uuid-3","isSidechain":false,"attachment":{"type":"compact_file_reference","filename":"/p/src/big.py","displayPath":"src/big.py"},"type":"attachment","uuid":"uuid-4","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\n/p/src/big.py (read earlier in this session) is not shown again here: it is too large. Use the Read tool on it if you need its content.\n</system-reminder>"}],"renderedRole":"system","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
+        {"parentUuid":"uuid-4","isSidechain":false,"attachment":{"type":"ctxd_read_files","files":[{"path":"/p/src/app.py","exists":true,"changedSinceRead":true},{"path":"/p/src/big.py","exists":true,"changedSinceRead":false}]},"type":"attachment","uuid":"uuid-5","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\nFiles read before this conversation was summarized, newest first. \"unchanged\" means the file still has the content that was read; read a file again only when you need text that is not shown here.\n- src/app.py (changed since it was read, shown above)\n- src/big.py (unchanged)\n</system-reminder>"}],"renderedRole":"system","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
+        {"parentUuid":"uuid-5","isSidechain":false,"attachment":{"type":"hook_additional_context","hookEvent":"SessionStart","hookName":"SessionStart:compact","content":["Remember: run pytest before committing."]},"type":"attachment","uuid":"uuid-6","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\nOutput of the SessionStart hook that runs after compaction:\nRemember: run pytest before committing.\n</system-reminder>"}],"renderedRole":"user","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}"#]]
     .assert_eq(&lines(&built.records));
     assert_eq!(built.boundary_uuid, "uuid-1");
     assert_eq!(built.summary_uuid, "uuid-2");
-    assert_eq!(built.copies, vec![("a5".to_owned(), "uuid-3".to_owned()), ("r3".to_owned(), "uuid-4".to_owned())]);
-    // The progress line in the kept tail is not a message: not copied.
+    assert!(built.copies.is_empty());
+    assert_eq!(built.referenced, vec!["a5".to_owned(), "r3".to_owned()]);
+    // The progress line in the kept tail is not a message: not referenced.
     assert_eq!(built.not_copied, vec![1]);
 }
 
@@ -290,14 +289,14 @@ fn built_records_use_the_host_record_shapes() {
     let input = InstallInput { common: serde_json::Map::new(), ..auto_install(&records, &attachments, &[]) };
     let built = build_post_compact(&input, &mut counter()).unwrap();
     // Boundary, summary, file, file reference: every field is one the host writes.
-    for index in [0, 1, 4, 5] {
+    for index in [0, 1, 2, 3] {
         let mut paths = std::collections::BTreeSet::new();
         key_paths(&value(&built.records[index]), "", &mut paths);
         let foreign: Vec<_> = paths.iter().filter(|p| !REAL_PATHS.contains(&p.as_str())).collect();
         assert!(foreign.is_empty(), "record {index} has fields the host does not write: {foreign:?}");
     }
-    assert_eq!(value(&built.records[4])["attachment"]["type"], "file");
-    assert_eq!(value(&built.records[5])["attachment"]["type"], "compact_file_reference");
+    assert_eq!(value(&built.records[2])["attachment"]["type"], "file");
+    assert_eq!(value(&built.records[3])["attachment"]["type"], "compact_file_reference");
 }
 
 #[test]
@@ -315,11 +314,14 @@ fn post_compact_records_chain_and_read_back() {
     }
     assert!(built.records[1].head().is_compact_summary);
     assert_eq!(value(&built.records[1])["isVisibleInTranscriptOnly"], json!(true));
-    // Copies: no usage (it measured the old context), so the tally does not read the
-    // pre-compact size back from them.
-    let copy = &built.records[2];
-    assert_eq!(copy.head().usage, None);
-    assert_eq!(copy.head().message_id.as_deref(), Some("msg_4"));
+    // The kept tool round is referenced where it stands, not copied: the boundary names
+    // it, and the one reader of kept messages finds exactly it.
+    assert_eq!(built.referenced, vec!["a5".to_owned(), "r3".to_owned()]);
+    assert!(built.copies.is_empty());
+    let kept = crate::preserved::preserved(first, &records);
+    let kept: Vec<_> = kept.kept.iter().map(|&i| records[i].uuid().unwrap_or("")).collect();
+    assert_eq!(kept, ["a5", "r3"]);
+    assert_eq!(value(first)["compactMetadata"]["preservedSegment"]["anchorUuid"], json!(built.summary_uuid));
     let mut tally = crate::tally::Tally::default();
     for record in &built.records {
         tally.observe(record);
@@ -445,11 +447,9 @@ fn partial_compaction_in_both_directions() {
         assistant uuid-9 <- a4
         user uuid-2"#]]
     .assert_eq(&kinds.join("\n"));
-    // The earliest messages hang after the boundary; the segment's anchor is the boundary.
-    assert_eq!(
-        value(&built.records[0])["compactMetadata"]["preservedSegment"],
-        json!({"headUuid": "u1", "anchorUuid": "uuid-1", "tailUuid": "a4"})
-    );
+    // The earliest messages hang after the boundary, as copies only: the boundary does
+    // not also point at the originals.
+    assert_eq!(value(&built.records[0])["compactMetadata"].get("preservedSegment"), None);
     assert_eq!(built.records[1].head().parent_uuid.as_deref(), Some("uuid-1"));
     assert_eq!(built.records[8].head().parent_uuid.as_deref(), Some("uuid-9"));
     assert!(built.records[8].head().is_compact_summary);
@@ -1256,6 +1256,7 @@ fn levels() -> Thresholds {
         blocked: 177_000,
         auto_compact_enabled: true,
         compact_enabled: true,
+        shows_compact_figure: true,
         enforce_window: true,
     }
 }

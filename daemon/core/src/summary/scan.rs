@@ -9,7 +9,6 @@
 //! synthetic assistant turns are left out here, in one place.
 
 use std::borrow::Cow;
-use std::collections::HashSet;
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -169,53 +168,17 @@ fn active_records(records: &[Record]) -> Vec<&Record> {
     let Some(b) = records.iter().rposition(Record::is_compact_boundary) else {
         return records.iter().collect();
     };
-    let kept = preserved_uuids(&records[b]);
-    let before: Vec<&Record> = if kept.is_empty() {
-        Vec::new()
-    } else {
-        records[..b].iter().filter(|r| r.uuid().is_some_and(|u| kept.contains(u))).collect()
-    };
+    let found = crate::preserved::preserved(&records[b], &records[..b]);
+    let before: Vec<&Record> = found.kept.iter().map(|&i| &records[i]).collect();
     let after = &records[b + 1..];
-    let insert_at = after.iter().position(|r| r.head().is_compact_summary).map_or(0, |i| i + 1);
+    // Where the boundary anchors them (the summary); else after the summary.
+    let anchored = found.anchor.as_deref().and_then(|a| after.iter().position(|r| r.uuid() == Some(a)));
+    let insert_at = anchored.or_else(|| after.iter().position(|r| r.head().is_compact_summary)).map_or(0, |i| i + 1);
     let mut out = Vec::with_capacity(after.len() + before.len());
     out.extend(&after[..insert_at]);
     out.extend(before);
     out.extend(&after[insert_at..]);
     out
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct BoundaryLine {
-    #[serde(default)]
-    compact_metadata: Option<IfObject<CompactMetadata>>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CompactMetadata {
-    #[serde(default)]
-    preserved_messages: Option<IfObject<PreservedMessages>>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PreservedMessages {
-    #[serde(default)]
-    all_uuids: Option<Vec<String>>,
-    #[serde(default)]
-    uuids: Option<Vec<String>>,
-}
-
-fn preserved_uuids(boundary: &Record) -> HashSet<String> {
-    let Ok(line) = serde_json::from_str::<BoundaryLine>(boundary.line()) else {
-        return HashSet::new();
-    };
-    let preserved = line.compact_metadata.and_then(|m| m.0).and_then(|m| m.preserved_messages).and_then(|p| p.0);
-    match preserved {
-        Some(p) => p.all_uuids.or(p.uuids).unwrap_or_default().into_iter().collect(),
-        None => HashSet::new(),
-    }
 }
 
 // ---------------------------------------------------------------------------------

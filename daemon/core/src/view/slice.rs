@@ -8,11 +8,9 @@
 //! Of those records, the view keeps the active chain ([`chain`](super::chain)): a branch
 //! the host rewound away from is left out.
 
-use serde::Deserialize;
-
 use super::Applied;
 use super::chain::Chain;
-use crate::record::{Kind, Record};
+use crate::record::Record;
 
 /// Which records make up the view, in view order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,28 +32,6 @@ pub struct Slice {
     /// The record the preserved segment follows, when it is not appended yet (the
     /// segment then leads the view until it is).
     pub awaited_anchor: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct BoundaryLine {
-    #[serde(default)]
-    compact_metadata: Option<CompactMetadata>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CompactMetadata {
-    #[serde(default)]
-    preserved_segment: Option<PreservedSegment>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PreservedSegment {
-    head_uuid: String,
-    anchor_uuid: String,
-    tail_uuid: String,
 }
 
 /// Finds the latest boundary and the records of the view.
@@ -103,38 +79,19 @@ pub(crate) fn slice_applied(slice: &Slice) -> Applied {
 }
 
 fn splice_preserved(records: &[Record], boundary: usize, slice: &mut Slice) {
-    let Ok(line) = serde_json::from_str::<BoundaryLine>(records[boundary].line()) else {
-        return;
-    };
-    let Some(segment) = line.compact_metadata.and_then(|m| m.preserved_segment) else {
-        return;
-    };
-    let before = &records[..boundary];
-    let head = before.iter().position(|r| r.uuid() == Some(segment.head_uuid.as_str()));
-    let tail = before.iter().rposition(|r| r.uuid() == Some(segment.tail_uuid.as_str()));
-    let (Some(head), Some(tail)) = (head, tail) else {
-        slice.note = Some("its preserved segment is not among the records given");
-        return;
-    };
-    if head > tail {
-        slice.note = Some("its preserved segment ends before it starts");
+    let found = crate::preserved::preserved(&records[boundary], &records[..boundary]);
+    slice.note = found.note;
+    if found.kept.is_empty() {
         return;
     }
-    // File order between head and tail: a parent-pointer walk would miss parallel tool
-    // results, which hang off different tool_use lines.
-    let kept: Vec<usize> = (head..=tail)
-        .filter(|&i| {
-            let h = records[i].head();
-            !h.is_sidechain && matches!(h.kind, Kind::User | Kind::Assistant | Kind::Attachment)
-        })
-        .collect();
-    let anchor = match slice.order.iter().position(|&i| records[i].uuid() == Some(segment.anchor_uuid.as_str())) {
+    let anchor = found.anchor.as_deref();
+    let at = match anchor.and_then(|a| slice.order.iter().position(|&i| records[i].uuid() == Some(a))) {
         Some(p) => p + 1,
         None => {
-            slice.awaited_anchor = Some(segment.anchor_uuid.clone());
+            slice.awaited_anchor = found.anchor.clone();
             0
         }
     };
-    slice.preserved = kept.len();
-    slice.order.splice(anchor..anchor, kept);
+    slice.preserved = found.kept.len();
+    slice.order.splice(at..at, found.kept);
 }

@@ -860,13 +860,16 @@ impl Session {
         self.last_sent = None;
         // A compaction prepared on the view this replaces is not installed.
         self.view_generation += 1;
-        self.records_before_view = records_before;
-        self.total_records = records_before;
         self.view_offset = view_offset;
+        // Records before the boundary the view starts at are the messages it keeps
+        // (read back by `with_preserved`): already counted, their reads already noted.
+        let earlier = view_offset.map_or(0, |v| records.iter().take_while(|(o, _)| *o < v).count());
+        self.records_before_view = records_before.saturating_sub(earlier as u64);
+        self.total_records = self.records_before_view;
         let (offsets, records): (Vec<u64>, Vec<Record>) = records.into_iter().unzip();
         let spans = compaction_view(&records);
         for (i, (offset, record)) in offsets.into_iter().zip(records).enumerate() {
-            if note_reads {
+            if note_reads && i >= earlier {
                 self.note_read(&record, false);
             }
             if spans.skipped.iter().any(|undone| undone.contains(&i)) {
@@ -887,13 +890,30 @@ impl Session {
                 let entries = self.unsaved_ledger_entries();
                 self.store.index().put_ledger_batch(&self.id, &entries);
             }
-            // The model sees nothing before the latest boundary.
+            // The model sees nothing before the latest boundary but the messages the
+            // boundary keeps (Claude Code's `preservedSegment`): they stay in the view,
+            // before the boundary, where the slice relinks them after its anchor.
+            let found = ctxd_core::preserved::preserved(&record, &self.view);
+            let kept: Vec<Record> = found.kept.iter().map(|&i| self.view[i].clone()).collect();
+            if let Some(note) = found.note {
+                tracing::warn!(boundary = ?record.uuid(), "a compact boundary {note}; its kept messages are left out");
+            }
             self.records_before_view = self.total_records;
             self.view.clear();
             self.uuids.clear();
             self.tally.restart();
             self.composition = Composition::default();
             self.invoked = Invoked::default();
+            for kept in kept {
+                if let Some(uuid) = kept.uuid() {
+                    self.uuids.insert(Arc::from(uuid));
+                }
+                // Counted as part of the new context; their usage measured the old one.
+                let counted = ctxd_core::preserved::without_usage(&kept);
+                self.tally.observe(&counted);
+                self.composition.observe(&counted);
+                self.view.push(kept);
+            }
             // The request handed out last shows the old view: no later one shares with it
             // more than a message, and it would keep the old view's messages alive.
             self.last_sent = None;
@@ -1888,6 +1908,9 @@ impl Session {
         if let Some(first) = records.first_mut() {
             let mut value = first.to_value();
             value["compactMetadata"][BATCH_FIELD] = serde_json::json!(count);
+            if !post.referenced.is_empty() {
+                value["compactMetadata"][ctxd_core::preserved::REFERENCES_FIELD] = serde_json::json!(true);
+            }
             value["compactMetadata"][RATE_FIELD] = serde_json::json!(self.tally.calibration.tokens_per_kib);
             if let Some(object) = value.as_object() {
                 *first = Record::from_object(object).map_err(|e| SessionError::Internal(e.to_string()))?;
@@ -2167,7 +2190,35 @@ fn torn_install(records: &[(u64, Record)]) -> Option<u64> {
     ((records.len() - last) as u64 <= batch.saturating_sub(1)).then_some(*offset)
 }
 
+/// Puts the messages the first record (the boundary the view starts at) keeps from
+/// before it in front of `records`, read back from the file; nothing when it keeps none
+/// or they cannot be found (logged: the view then lacks them, as it did before).
+fn with_preserved(path: &std::path::Path, records: &mut Vec<(u64, Record)>) -> Result<(), SessionError> {
+    let Some((offset, boundary)) = records.first().filter(|(_, r)| r.is_compact_boundary()) else {
+        return Ok(());
+    };
+    let Some(head) = ctxd_core::preserved::segment_head(boundary) else {
+        return Ok(());
+    };
+    match crate::store::transcript::records_back_to(path, *offset, &head)? {
+        Some(mut earlier) => {
+            earlier.append(records);
+            *records = earlier;
+        }
+        None => {
+            tracing::warn!(head, offset, "the messages a compact boundary keeps are not within the look-back before it")
+        }
+    }
+    Ok(())
+}
+
 fn load_from_disk(store: &Store, id: &str, path: &std::path::Path) -> Result<LoadResult, SessionError> {
+    let mut loaded = load_with_torn_install(store, id, path)?;
+    with_preserved(path, &mut loaded.records)?;
+    Ok(loaded)
+}
+
+fn load_with_torn_install(store: &Store, id: &str, path: &std::path::Path) -> Result<LoadResult, SessionError> {
     let mut loaded = load_latest(store, id, path)?;
     if let Some(offset) = torn_install(&loaded.records) {
         tracing::warn!(offset, "a compaction was cut off while being installed; resuming the view from before it");
@@ -2270,7 +2321,8 @@ struct ViewOnDisk {
 
 fn read_view(path: &std::path::Path) -> Result<ViewOnDisk, SessionError> {
     let (view_offset, records_before) = boundary_in_force(path)?;
-    let loaded = crate::store::transcript::read_from(path, view_offset.unwrap_or(0))?;
+    let mut loaded = crate::store::transcript::read_from(path, view_offset.unwrap_or(0))?;
+    with_preserved(path, &mut loaded.records)?;
     Ok(ViewOnDisk { records: loaded.records, records_before, view_offset })
 }
 

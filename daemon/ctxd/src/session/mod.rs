@@ -412,6 +412,7 @@ impl Sessions {
             ..WindowInputs::default()
         };
         let resolved = resolve_window(model, &inputs, env);
+        log_unknown_model_once(&resolved);
         let levels = thresholds(&resolved, env, settings.auto_compact_enabled.unwrap_or(true));
         (resolved, levels)
     }
@@ -456,6 +457,7 @@ impl Sessions {
         let changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let home = environment.sources.home.clone().unwrap_or_else(|| std::path::PathBuf::from("/"));
         let settings = settings::resolve(&environment.sources, &home, &environment.client_settings, &changed).settings;
+        let idle = observe::IdlePolicy::from_settings(&settings);
         let thresholds_for = move |model: &str| {
             let inputs = WindowInputs {
                 setting: settings.window_for(model),
@@ -463,11 +465,21 @@ impl Sessions {
                 ..WindowInputs::default()
             };
             let resolved = resolve_window(model, &inputs, &environment.env);
-            thresholds(&resolved, &environment.env, settings.auto_compact_enabled.unwrap_or(true))
+            log_unknown_model_once(&resolved);
+            let levels = thresholds(&resolved, &environment.env, settings.auto_compact_enabled.unwrap_or(true));
+            // An observed session is compacted by the program that writes it: where that
+            // program makes no auto-compact decision for the model, there is none to show.
+            Thresholds { auto_compact_enabled: levels.shows_compact_figure, ..levels }
         };
-        observe::start(path.clone(), thresholds_for, self.environment.services.watcher.clone(), self.notifier.clone())
-            .await
-            .map_err(|e| SessionError::InvalidParams(format!("cannot observe {}: {e}", path.display())))
+        observe::start(
+            path.clone(),
+            thresholds_for,
+            idle,
+            self.environment.services.watcher.clone(),
+            self.notifier.clone(),
+        )
+        .await
+        .map_err(|e| SessionError::InvalidParams(format!("cannot observe {}: {e}", path.display())))
     }
 
     /// `ctx/observe` with a project directory: its newest transcript now, and every
@@ -734,5 +746,18 @@ impl Sessions {
             let _ = wait.await;
         }
         self.store.index().flush();
+    }
+}
+
+/// Says where an unknown model's window came from, once per model for the process
+/// (every session of the model, and every reconfiguration, would repeat it).
+fn log_unknown_model_once(resolved: &ResolvedWindow) {
+    static SEEN: std::sync::OnceLock<Mutex<std::collections::HashSet<String>>> = std::sync::OnceLock::new();
+    let Some(note) = &resolved.unknown_model else {
+        return;
+    };
+    let mut seen = SEEN.get_or_init(Default::default).lock().unwrap_or_else(PoisonError::into_inner);
+    if seen.insert(note.clone()) {
+        tracing::info!("{note}");
     }
 }

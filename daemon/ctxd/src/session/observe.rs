@@ -4,13 +4,22 @@
 //! The first figure comes from the transcript's tail (as `ctxd statusline` reads it);
 //! after that only the bytes appended since are read, on each watcher delivery, and fed
 //! to the same `Tally`. A compact boundary in the new bytes restarts the count, as it does
-//! for a session of ctxd's own.
+//! for a session of ctxd's own; until the next response reports usage, the boundary's
+//! `postTokens` (the program's own count of what it kept) is the floor of the figure,
+//! as in `ctxd statusline`.
+//!
+//! With [`IdlePolicy`] (the `claudeIdleCompaction` setting), a transcript that has not
+//! changed for the set time while standing above the set share of its compact
+//! threshold is compacted in place by [`crate::claude::compact`], which refuses (and
+//! logs why) while a process has the file open or when it changed meanwhile. One try
+//! per idle spell: the next is after the program writes again.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 use ctxd_core::budget::Thresholds;
 use ctxd_core::record::Record;
+use ctxd_core::tally::Tally;
 
 use super::Notifier;
 use super::usage::{Shape, UsageSnapshot};
@@ -23,11 +32,36 @@ pub fn observe_id(path: &Path) -> String {
     format!("observe-{hash:016x}")
 }
 
+/// When an observed Claude Code session is compacted while its user is away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdlePolicy {
+    pub after: std::time::Duration,
+    /// Percent of the compact threshold the session must have reached.
+    pub percent: u8,
+}
+
+impl IdlePolicy {
+    /// From the settings: `None` unless `claudeIdleCompaction` is on. Defaults: 10
+    /// minutes, 60 %.
+    pub fn from_settings(settings: &ctxd_proto::Settings) -> Option<IdlePolicy> {
+        settings.claude_idle_compaction.unwrap_or(false).then(|| IdlePolicy {
+            after: std::time::Duration::from_secs(settings.claude_idle_compact_after_seconds.unwrap_or(600).max(1)),
+            percent: settings.claude_idle_compact_percent.unwrap_or(60).clamp(1, 100),
+        })
+    }
+
+    /// The session is worth compacting at `tokens`.
+    pub fn worth(&self, tokens: u64, thresholds: &Thresholds) -> bool {
+        u128::from(tokens) * 100 >= u128::from(thresholds.threshold) * u128::from(self.percent)
+    }
+}
+
 /// Starts following `path`; returns the id and the first usage. The follower stops when
 /// the file can no longer be read.
 pub async fn start(
     path: PathBuf,
     thresholds_for: impl Fn(&str) -> Thresholds + Send + 'static,
+    idle: Option<IdlePolicy>,
     watcher: Watcher,
     notifier: Notifier,
 ) -> std::io::Result<(String, UsageSnapshot)> {
@@ -40,17 +74,47 @@ pub async fn start(
     .await
     .map_err(std::io::Error::other)??;
     let mut tally = tail.tally;
+    let mut floor = if tail.after_compaction { tail.post_tokens } else { None };
     let mut model = tail.model.unwrap_or_else(|| "unknown".to_owned());
     // The observed program's own prefix is unknown: its report holds it.
     let mut shape = Shape::default();
-    let first = UsageSnapshot::compute(&tally, &shape, &thresholds_for(&model), false);
+    let first = UsageSnapshot::compute(&floored(&tally, floor), &shape, &thresholds_for(&model), false);
     let mut subscription = watcher.subscribe([Target::file(path.clone())]);
     let task_id = id.clone();
     tokio::spawn(async move {
         let mut offset = len;
         let mut carry = Vec::new();
         let mut last = None;
-        while subscription.recv().await.is_some() {
+        // The idle clock: the last change the program made, and whether this idle spell
+        // was tried already. Bytes ctxd appended itself (up to `ours`) are no activity.
+        let mut changed = tokio::time::Instant::now();
+        let mut tried = false;
+        let mut ours = 0u64;
+        loop {
+            let deadline = idle.filter(|_| !tried).map(|p| changed + p.after);
+            let delivered = match deadline {
+                Some(at) => tokio::select! {
+                    got = subscription.recv() => got.is_some(),
+                    () = tokio::time::sleep_until(at) => {
+                        tried = true;
+                        let policy = idle.unwrap_or(IdlePolicy { after: std::time::Duration::ZERO, percent: 100 });
+                        let tokens = tally.total();
+                        if policy.worth(tokens, &thresholds_for(&model)) {
+                            tracing::info!(path = %path.display(), tokens, "observed Claude Code session idle; compacting it");
+                            let target = path.clone();
+                            let done = tokio::task::spawn_blocking(move || crate::claude::compact(&target, None)).await;
+                            if let Ok(Ok(done)) = done {
+                                ours = done.offset + done.plan.lines.iter().map(|l| l.len() as u64 + 1).sum::<u64>();
+                            }
+                        }
+                        continue;
+                    }
+                },
+                None => subscription.recv().await.is_some(),
+            };
+            if !delivered {
+                break;
+            }
             let read_path = path.clone();
             let from = offset;
             let read = tokio::task::spawn_blocking(move || read_from(&read_path, from)).await;
@@ -59,6 +123,10 @@ pub async fn start(
                 break;
             };
             offset += bytes.len() as u64;
+            if offset > ours {
+                changed = tokio::time::Instant::now();
+                tried = false;
+            }
             carry.extend_from_slice(&bytes);
             // Whole lines only; a line still being written waits for the next delivery.
             let Some(end) = memchr::memrchr(b'\n', &carry) else { continue };
@@ -68,6 +136,7 @@ pub async fn start(
                 if record.is_compact_boundary() {
                     tally.restart();
                     shape.composition = Composition::default();
+                    floor = crate::statusline::post_tokens(record.line());
                 }
                 if let Some(m) = record.head().model.as_deref().filter(|m| !m.starts_with('<')) {
                     model = m.to_owned();
@@ -75,7 +144,10 @@ pub async fn start(
                 tally.observe(&record);
                 shape.composition.observe(&record);
             }
-            let usage = UsageSnapshot::compute(&tally, &shape, &thresholds_for(&model), false);
+            if tally.reported > 0 {
+                floor = None;
+            }
+            let usage = UsageSnapshot::compute(&floored(&tally, floor), &shape, &thresholds_for(&model), false);
             if last.as_ref() != Some(&usage) {
                 notifier.usage_changed(&task_id, usage.clone()).await;
                 last = Some(usage);
@@ -83,6 +155,16 @@ pub async fn start(
         }
     });
     Ok((id, first))
+}
+
+/// The tally as shown: right after a boundary, no less than its `postTokens`.
+fn floored(tally: &Tally, floor: Option<u64>) -> Tally {
+    match floor {
+        Some(post) if tally.reported == 0 && post > tally.total() => {
+            Tally { reported: post, bytes_after: 0, ..tally.clone() }
+        }
+        _ => tally.clone(),
+    }
 }
 
 fn read_from(path: &Path, offset: u64) -> std::io::Result<Vec<u8>> {

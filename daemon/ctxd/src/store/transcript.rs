@@ -238,6 +238,41 @@ pub fn read_from(path: &Path, from: u64) -> Result<Loaded, StoreError> {
     Ok(loaded)
 }
 
+/// Most bytes before a boundary read to find the messages it keeps in view
+/// (`preservedSegment`): the segment is the end of the conversation it summarized, so
+/// it lies just before the boundary; a head further back than this is not looked for.
+pub const PRESERVED_LOOKBACK: u64 = 64 * 1024 * 1024;
+
+/// The records before byte `end` (a line start: a boundary's offset) from the last line
+/// whose record has uuid `head` on, read backwards in growing blocks up to
+/// [`PRESERVED_LOOKBACK`]. `None` when it is not found there.
+pub fn records_back_to(path: &Path, end: u64, head: &str) -> Result<Option<Vec<(u64, Record)>>, StoreError> {
+    let io = |e: std::io::Error| StoreError::io(path, e);
+    let mut file = File::open(path).map_err(io)?;
+    let needle = format!("\"uuid\":\"{head}\"");
+    let mut span = 64 * 1024u64;
+    loop {
+        let start = end.saturating_sub(span);
+        let mut bytes = Vec::with_capacity((end - start) as usize);
+        file.seek(SeekFrom::Start(start)).map_err(io)?;
+        (&mut file).take(end - start).read_to_end(&mut bytes).map_err(io)?;
+        // Whole lines only: what precedes the first line break may be a line's end.
+        let skip = if start == 0 { 0 } else { memchr::memchr(b'\n', &bytes).map_or(bytes.len(), |i| i + 1) };
+        if let Some(found) = memchr::memmem::rfind(&bytes[skip..], needle.as_bytes()) {
+            let line_start = memchr::memrchr(b'\n', &bytes[..skip + found]).map_or(0, |i| i + 1);
+            let mut loaded = Loaded::default();
+            parse_lines(&bytes[line_start..], start + line_start as u64, &mut loaded);
+            if loaded.records.first().is_some_and(|(_, r)| r.uuid() == Some(head)) {
+                return Ok(Some(loaded.records));
+            }
+        }
+        if start == 0 || span >= PRESERVED_LOOKBACK {
+            return Ok(None);
+        }
+        span = (span * 4).min(PRESERVED_LOOKBACK);
+    }
+}
+
 /// The records before byte `end` that carry a file read (a Read result or an explicit
 /// read marker), for rebuilding a lost ledger.
 pub fn records_with_reads(path: &Path, end: u64) -> Result<Vec<Record>, StoreError> {

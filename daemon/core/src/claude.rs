@@ -1,0 +1,323 @@
+//! Compacting a Claude Code transcript in place, and taking that back: what to append
+//! and what to check. Pure: the daemon reads the file, asks here, and writes.
+//!
+//! Claude Code resumes a session from its own transcript file, so a compaction ctxd
+//! gives a Claude Code user must be records in the program's own shapes, appended to
+//! that file: a compact boundary (`compactMetadata` with `trigger`, `preTokens`,
+//! `postTokens` and, when the newest messages stay in view, `preservedSegment` and
+//! `preservedMessages` pointing at them where they stand), then the summary message and
+//! the files the session read, re-attached (`file`, or `compact_file_reference` for one
+//! too large) as the program does after its own compactions.
+//! Nothing earlier is touched. The boundary also carries `ctxdBatch` (how many lines
+//! ctxd appended), which is how [`plan_undo`] knows the tail of the file is ctxd's own
+//! install and nothing came after it.
+
+use serde_json::json;
+
+use crate::compact::{
+    FileReadEntry, InstallInput, KeptMessages, RestoreBudget, RestoreInput, SummaryMessage, Trigger,
+    build_post_compact, common_fields, kept_tail_start, plan_restoration, summary_message_text, tools_used,
+};
+use crate::ledger::file_read_in;
+use crate::record::{Kind, Record};
+use crate::summary::{OfflineOptions, parse_summary_reply, summarize_offline};
+use crate::tally::Tally;
+
+/// Field of the boundary: lines of ctxd's install, the boundary included.
+pub const BATCH_FIELD: &str = "ctxdBatch";
+
+/// The lines to append to a Claude Code transcript, and what they do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaudeCompaction {
+    /// Whole JSON lines, without line breaks, in order.
+    pub lines: Vec<String>,
+    pub boundary_uuid: String,
+    pub session_id: Option<String>,
+    pub pre_tokens: u64,
+    pub post_tokens: u64,
+    /// Messages kept in view by reference.
+    pub kept: usize,
+}
+
+/// Why a transcript is left as it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("not a Claude Code transcript: no user or assistant record with a uuid and a sessionId")]
+    NotClaudeCode,
+    #[error("nothing to summarize since the last compaction")]
+    NothingToSummarize,
+    #[error("the offline summary could not be read: {0}")]
+    Summary(String),
+    #[error("could not build the records: {0}")]
+    Build(String),
+    #[error("the last compaction is not ctxd's: nothing to undo")]
+    NotOurs,
+    #[error("{0} lines came after ctxd's compaction: undoing it would take them away")]
+    ContinuedSince(usize),
+}
+
+fn is_message(record: &Record) -> bool {
+    let head = record.head();
+    !head.is_sidechain && matches!(head.kind, Kind::User | Kind::Assistant)
+}
+
+/// A file the session read, as the caller found it on disk now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileNow {
+    pub path: String,
+    pub exists: bool,
+    /// Its text, when it was read (not too large, not binary).
+    pub content: Option<String>,
+}
+
+/// Paths of the files the session read (its Read results), oldest read first, each once
+/// (at its latest read): what the caller looks up on disk for [`plan_compaction`].
+pub fn files_read(records: &[Record]) -> Vec<String> {
+    let mut order: Vec<String> = Vec::new();
+    for record in records {
+        if let Some(read) = file_read_in(record) {
+            order.retain(|p| *p != read.path);
+            order.push(read.path);
+        }
+    }
+    order
+}
+
+/// Plans a compaction of the transcript whose lines are `records` (in file order).
+///
+/// The newest messages stay in view (an assistant's last reply, or the tool round in
+/// progress, as [`kept_tail_start`] chooses) by reference; everything since the last
+/// boundary before them is summarized by the offline summarizer, focused by
+/// `instructions`. `postTokens` is the session's fixed part (the first request's
+/// reported size, which carried the system prompt, tools and memory) plus the
+/// estimate of what the boundary leaves in view.
+pub fn plan_compaction(
+    records: &[Record],
+    files: &[FileNow],
+    instructions: Option<&str>,
+    timestamp: &str,
+    new_uuid: &mut dyn FnMut() -> String,
+) -> Result<ClaudeCompaction, Refusal> {
+    let last_message =
+        records.iter().rev().find(|r| is_message(r) && r.uuid().is_some() && r.line().contains("\"sessionId\""));
+    let last_message = last_message.ok_or(Refusal::NotClaudeCode)?;
+    let start = records.iter().rposition(Record::is_compact_boundary).map_or(0, |b| b + 1);
+    let active = &records[start..];
+    let kept_from = kept_tail_start(active).unwrap_or(active.len());
+    // A reply since the last boundary, before what stays: else the summary would only
+    // restate the last one (the command lines of a `/compact` are no conversation).
+    if !active[..kept_from].iter().any(|r| is_message(r) && r.head().kind == Kind::Assistant) {
+        return Err(Refusal::NothingToSummarize);
+    }
+    let summarized = &records[..start + kept_from];
+    let kept = &active[kept_from..];
+    let offline = summarize_offline(
+        summarized,
+        &OfflineOptions { focus: instructions.map(str::to_owned), ..OfflineOptions::default() },
+    );
+    let body = parse_summary_reply(&offline.text).map_err(|e| Refusal::Summary(e.to_string()))?;
+    let summary_text = summary_message_text(&SummaryMessage {
+        body,
+        transcript_path: None,
+        tools_used: tools_used(summarized),
+        kept: if kept.iter().any(is_message) { KeptMessages::After } else { KeptMessages::None },
+    });
+    let mut tally = Tally::default();
+    for record in active {
+        tally.observe(record);
+    }
+    let fixed = records.iter().find_map(|r| {
+        let head = r.head();
+        (head.kind == Kind::Assistant && !head.is_sidechain).then_some(())?;
+        let usage = head.usage.as_ref()?;
+        Some(usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens)
+    });
+    // The files read, newest first by the order of their reads; those whose read is in
+    // the kept messages are there already. Only the program's own attachment shapes.
+    let read = files_read(records);
+    let in_kept: Vec<String> = kept.iter().filter_map(file_read_in).map(|r| r.path).collect();
+    let entries: Vec<FileReadEntry> = files
+        .iter()
+        .filter_map(|f| {
+            let order = read.iter().position(|p| *p == f.path)?;
+            Some(FileReadEntry {
+                path: f.path.clone(),
+                read_order: order as u64 + 1,
+                tokens: f.content.as_deref().map_or(0, crate::summary::estimate_tokens),
+                exists: f.exists,
+                content: f.content.clone(),
+                changed_since_read: false,
+                in_kept_tail: in_kept.contains(&f.path),
+            })
+        })
+        .collect();
+    let cwd = common_fields(last_message).get("cwd").and_then(|v| v.as_str()).map(str::to_owned);
+    let restored = plan_restoration(&RestoreInput {
+        files: entries,
+        skills: Vec::new(),
+        plan: None,
+        budget: RestoreBudget::default(),
+        cwd,
+    });
+    let attachments: Vec<_> = restored
+        .attachments
+        .into_iter()
+        .filter(|a| matches!(a.attachment["type"].as_str(), Some("file" | "compact_file_reference")))
+        .collect();
+    let input = InstallInput {
+        trigger: Trigger::Manual,
+        last_uuid: records.iter().rev().find_map(|r| r.uuid().map(str::to_owned)),
+        pre_tokens: tally.total(),
+        fixed_prefix_tokens: Some(fixed.unwrap_or(0)),
+        duration_ms: 0,
+        summary_text,
+        kept_before: &[],
+        kept_after: kept,
+        attachments: &attachments,
+        hook_outputs: &[],
+        common: common_fields(last_message),
+        timestamp: timestamp.to_owned(),
+    };
+    let built = build_post_compact(&input, new_uuid).map_err(|e| Refusal::Build(e.to_string()))?;
+    let post_tokens = fixed.unwrap_or(0) + built.installed_tokens;
+    let count = built.records.len();
+    let mut lines: Vec<String> = built.records.iter().map(|r| r.line().to_owned()).collect();
+    let mut boundary = built.records[0].to_value();
+    boundary["compactMetadata"][BATCH_FIELD] = json!(count);
+    if !built.referenced.is_empty() {
+        boundary["compactMetadata"][crate::preserved::REFERENCES_FIELD] = json!(true);
+    }
+    lines[0] = boundary.to_string();
+    Ok(ClaudeCompaction {
+        lines,
+        boundary_uuid: built.boundary_uuid,
+        session_id: common_fields(last_message).get("sessionId").and_then(|v| v.as_str()).map(str::to_owned),
+        pre_tokens: tally.total(),
+        post_tokens,
+        kept: built.referenced.len(),
+    })
+}
+
+/// Where the file is cut to take ctxd's compaction back: the offset of its boundary
+/// (the byte length the file had before), when the last lines are exactly ctxd's install
+/// and nothing came after them. `records` are the file's lines with their offsets.
+pub fn plan_undo(records: &[(u64, Record)]) -> Result<u64, Refusal> {
+    let (at, (offset, boundary)) =
+        records.iter().enumerate().rev().find(|(_, (_, r))| r.is_compact_boundary()).ok_or(Refusal::NotOurs)?;
+    let batch = boundary.to_value()["compactMetadata"][BATCH_FIELD].as_u64().ok_or(Refusal::NotOurs)?;
+    let after = records.len() - at;
+    match after.cmp(&usize::try_from(batch).unwrap_or(usize::MAX)) {
+        std::cmp::Ordering::Equal => Ok(*offset),
+        std::cmp::Ordering::Greater => Err(Refusal::ContinuedSince(after - batch as usize)),
+        std::cmp::Ordering::Less => Err(Refusal::NotOurs),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture() -> Vec<Record> {
+        include_str!("../../../tests/fixtures/transcripts/claude-code-2.1.332/manual-compact.jsonl")
+            .lines()
+            .map(|l| Record::parse(l).unwrap())
+            .collect()
+    }
+
+    fn counter() -> impl FnMut() -> String {
+        let mut n = 0;
+        move || {
+            n += 1;
+            format!("c-{n}")
+        }
+    }
+
+    #[test]
+    fn compacts_the_captured_session_before_its_own_compact() {
+        // Up to the reply before the program's own /compact.
+        let records: Vec<Record> = fixture().into_iter().take(57).collect();
+        assert_eq!(
+            files_read(&records),
+            [
+                "/home/dev/proj/src/app.py",
+                "/home/dev/proj/src/util.py",
+                "/home/dev/proj/README.md",
+                "/home/dev/proj/src/big.py"
+            ]
+        );
+        let files = [
+            FileNow { path: "/home/dev/proj/src/app.py".into(), exists: true, content: Some("print(1)\n".into()) },
+            FileNow { path: "/home/dev/proj/src/big.py".into(), exists: true, content: Some("x = 1\n".repeat(20_000)) },
+            FileNow { path: "/home/dev/proj/README.md".into(), exists: false, content: None },
+        ];
+        let plan =
+            plan_compaction(&records, &files, Some("the files read"), "2026-12-02T10:00:00.000Z", &mut counter())
+                .unwrap();
+        assert_eq!(plan.lines.len(), 4, "boundary, summary, two attachments");
+        let attachments: Vec<serde_json::Value> =
+            plan.lines[2..].iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+        // The big file is named, the small one re-attached in the program's `file` shape;
+        // the deleted README is left out; util.py was not looked up.
+        assert_eq!(attachments[0]["attachment"]["type"], "compact_file_reference");
+        assert_eq!(attachments[0]["attachment"]["filename"], "/home/dev/proj/src/big.py");
+        assert_eq!(attachments[1]["attachment"]["type"], "file");
+        assert_eq!(attachments[1]["attachment"]["content"]["file"]["content"], "print(1)\n");
+        assert_eq!(attachments[1]["attachment"]["displayPath"], "src/app.py");
+        let boundary: serde_json::Value = serde_json::from_str(&plan.lines[0]).unwrap();
+        let summary: serde_json::Value = serde_json::from_str(&plan.lines[1]).unwrap();
+        let metadata = &boundary["compactMetadata"];
+        assert_eq!(metadata["trigger"], "manual");
+        assert_eq!(metadata[BATCH_FIELD], 4);
+        // The last reply stays in view by reference, anchored to the summary.
+        assert_eq!(metadata["preservedSegment"]["headUuid"], "5c6554ca-da77-489c-9d0c-42beef9a12a7");
+        assert_eq!(metadata["preservedSegment"]["anchorUuid"], summary["uuid"]);
+        assert_eq!(plan.kept, 1);
+        assert_eq!(boundary["logicalParentUuid"], "5c6554ca-da77-489c-9d0c-42beef9a12a7");
+        assert_eq!(boundary["sessionId"], "b7d55388-c9ad-4169-a8d1-459fc6bdb46f");
+        assert_eq!(summary["isCompactSummary"], true);
+        assert_eq!(summary["parentUuid"], boundary["uuid"]);
+        let text = summary["message"]["content"].as_str().unwrap();
+        for prompt in ["Please read the app and util files", "What does util.py export?"] {
+            assert!(text.contains(prompt), "every user message is in the summary: {text}");
+        }
+        // The fixed part is the first request's 12,881 tokens.
+        assert!(plan.post_tokens > 12_881 && plan.post_tokens < plan.pre_tokens + 12_881, "{plan:?}");
+        assert_eq!(plan.session_id.as_deref(), Some("b7d55388-c9ad-4169-a8d1-459fc6bdb46f"));
+        // Read back, the view keeps the reply right after the summary.
+        let mut all = records.clone();
+        all.extend(plan.lines.iter().map(|l| Record::parse(l).unwrap()));
+        let kept = crate::preserved::preserved(&all[57], &all[..57]);
+        assert_eq!(kept.kept, vec![55]);
+    }
+
+    #[test]
+    fn refusals() {
+        let not_claude = vec![Record::parse(r#"{"type":"user","message":{"role":"user","content":"hi"}}"#).unwrap()];
+        assert_eq!(plan_compaction(&not_claude, &[], None, "t", &mut counter()), Err(Refusal::NotClaudeCode));
+        // Right after the program's own compaction and one reply: nothing new to summarize.
+        let records: Vec<Record> = fixture().into_iter().take(76).collect();
+        assert_eq!(plan_compaction(&records, &[], None, "t", &mut counter()), Err(Refusal::NothingToSummarize));
+    }
+
+    #[test]
+    fn undo_takes_back_exactly_ctxds_install() {
+        let records: Vec<Record> = fixture().into_iter().take(57).collect();
+        let plan = plan_compaction(&records, &[], None, "t", &mut counter()).unwrap();
+        let mut offset = 0u64;
+        let mut lines: Vec<(u64, Record)> = Vec::new();
+        for record in records.iter().cloned().chain(plan.lines.iter().map(|l| Record::parse(l).unwrap())) {
+            let len = record.line().len() as u64 + 1;
+            lines.push((offset, record));
+            offset += len;
+        }
+        let before: u64 = records.iter().map(|r| r.line().len() as u64 + 1).sum();
+        assert_eq!(plan_undo(&lines), Ok(before));
+        // A turn after it: refused.
+        let mut more = lines.clone();
+        more.push((offset, records[54].clone()));
+        assert_eq!(plan_undo(&more), Err(Refusal::ContinuedSince(1)));
+        // The program's own compaction is not ctxd's to undo.
+        let theirs: Vec<(u64, Record)> = fixture().into_iter().enumerate().map(|(i, r)| (i as u64, r)).collect();
+        assert_eq!(plan_undo(&theirs), Err(Refusal::NotOurs));
+    }
+}

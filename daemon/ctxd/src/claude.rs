@@ -1,0 +1,223 @@
+//! Compacting a Claude Code session in its own transcript (`ctxd claude compact`,
+//! `ctx/claudeCompact`) and taking that back (`ctxd claude undo`, `ctx/claudeUndo`).
+//!
+//! The planning is `ctxd_core::claude`; this file does the checks and the I/O. Every
+//! step that could go wrong for the user's session refuses and writes nothing, with the
+//! reason in the answer and in one log line:
+//!
+//! - the file is not a Claude Code transcript, has a damaged line, or ends in a line
+//!   still being written;
+//! - the session's project directory is gone;
+//! - a running process has the file open (`/proc/*/fd`): the program is writing to it;
+//! - the file changed between reading it and writing (its length or modification time
+//!   moved, or a process opened it meanwhile).
+//!
+//! Records are appended in one write and synced; no existing line is rewritten or
+//! removed. Undo cuts the file back to the length it had before ctxd's install, only
+//! when the last lines are exactly that install (the boundary's `ctxdBatch` counts
+//! them) and nothing came after it.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use ctxd_core::claude::{ClaudeCompaction, FileNow, files_read, plan_compaction, plan_undo};
+use ctxd_core::record::Record;
+
+/// A compaction installed in a Claude Code transcript.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Compacted {
+    pub transcript: PathBuf,
+    pub plan: ClaudeCompaction,
+    /// Length of the file before the install.
+    pub offset: u64,
+}
+
+/// A compaction taken back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Undone {
+    pub transcript: PathBuf,
+    pub offset: u64,
+    pub removed_bytes: u64,
+}
+
+/// `~/.claude/projects`, or `$CLAUDE_CONFIG_DIR/projects`.
+pub fn projects_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("CLAUDE_CONFIG_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".claude")))?;
+    Some(base.join("projects"))
+}
+
+/// The transcript a command names: a path to a file, or a session id found as
+/// `<projects>/<any project>/<id>.jsonl`.
+pub fn resolve(transcript: Option<&str>, session_id: Option<&str>) -> Result<PathBuf, String> {
+    if let Some(path) = transcript {
+        return Ok(PathBuf::from(path));
+    }
+    let id = session_id.ok_or("name a transcript or a session id")?;
+    if id.is_empty() || id.contains(['/', '\\']) || id.starts_with('.') {
+        return Err(format!("{id:?} is not a session id"));
+    }
+    let projects = projects_dir().ok_or("no home directory to find ~/.claude in")?;
+    let name = format!("{id}.jsonl");
+    let entries = std::fs::read_dir(&projects).map_err(|e| format!("{}: {e}", projects.display()))?;
+    for entry in entries.flatten() {
+        let candidate = entry.path().join(&name);
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    Err(format!("no transcript {name} under {}", projects.display()))
+}
+
+/// A process (other than this one) with `path` open, as `(pid, command)`.
+pub fn opened_by(path: &Path) -> Option<(u32, String)> {
+    let target = std::fs::canonicalize(path).ok()?;
+    let me = std::process::id();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        if fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l == target)) {
+            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            return Some((pid, comm.trim().to_owned()));
+        }
+    }
+    None
+}
+
+/// What identifies the file's content for "has it changed": length and modification
+/// time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+fn stamp(path: &Path) -> Result<Stamp, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(Stamp { len: meta.len(), modified: meta.modified().ok() })
+}
+
+/// The file's lines as records, with their offsets; refused when one is damaged or the
+/// last has no line break (the program may be writing it).
+fn read_records(path: &Path) -> Result<(Stamp, Vec<(u64, Record)>), String> {
+    let before = stamp(path)?;
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if bytes.last().is_some_and(|b| *b != b'\n') {
+        return Err("its last line is incomplete (the program may be writing it)".to_owned());
+    }
+    let mut loaded = crate::store::transcript::Loaded::default();
+    crate::store::transcript::parse_lines(&bytes, 0, &mut loaded);
+    if let Some(damaged) = loaded.damaged.first() {
+        return Err(format!("it has a line that is not a record ({damaged})"));
+    }
+    if bytes.len() as u64 != before.len {
+        return Err("it changed while being read".to_owned());
+    }
+    Ok((before, loaded.records))
+}
+
+fn not_open(path: &Path) -> Result<(), String> {
+    match opened_by(path) {
+        Some((pid, comm)) => Err(format!("process {pid} ({comm}) has it open")),
+        None => Ok(()),
+    }
+}
+
+/// The working directory the session ran in, when its records name one.
+fn project_dir(records: &[(u64, Record)]) -> Option<PathBuf> {
+    records.iter().rev().find_map(|(_, r)| {
+        if !r.line().contains("\"cwd\"") {
+            return None;
+        }
+        r.to_value()["cwd"].as_str().map(PathBuf::from)
+    })
+}
+
+/// Largest file re-attached after a compaction; a larger one is named instead.
+const MAX_RESTORED_FILE_BYTES: u64 = 256 * 1024;
+
+/// A file the session read, as it is on disk now.
+fn file_now(path: &str) -> FileNow {
+    let meta = std::fs::metadata(path);
+    let exists = meta.as_ref().is_ok_and(|m| m.is_file());
+    let content = meta
+        .ok()
+        .filter(|m| m.is_file() && m.len() <= MAX_RESTORED_FILE_BYTES)
+        .and_then(|_| std::fs::read(path).ok())
+        .and_then(|bytes| String::from_utf8(bytes).ok());
+    FileNow { path: path.to_owned(), exists, content }
+}
+
+fn refused(path: &Path, what: &str, why: String) -> String {
+    tracing::warn!(transcript = %path.display(), "claude {what} refused: {why}; the transcript is left as it was");
+    format!("{}: {why}; nothing was written", path.display())
+}
+
+/// Compacts the Claude Code session in `path`: appends a boundary and the summary.
+pub fn compact(path: &Path, instructions: Option<&str>) -> Result<Compacted, String> {
+    let refuse = |why: String| refused(path, "compact", why);
+    not_open(path).map_err(refuse)?;
+    let (before, records) = read_records(path).map_err(refuse)?;
+    if let Some(dir) = project_dir(&records)
+        && !dir.is_dir()
+    {
+        return Err(refuse(format!("its project directory {} no longer exists", dir.display())));
+    }
+    let lines: Vec<Record> = records.into_iter().map(|(_, r)| r).collect();
+    let files: Vec<FileNow> = files_read(&lines).into_iter().map(|p| file_now(&p)).collect();
+    let timestamp = crate::session::actor::now_rfc3339();
+    let plan = plan_compaction(&lines, &files, instructions, &timestamp, &mut || uuid::Uuid::new_v4().to_string())
+        .map_err(|e| refuse(e.to_string()))?;
+    // Nothing may have moved since the file was read.
+    if stamp(path).map_err(refuse)? != before {
+        return Err(refuse("it changed since the compaction was prepared".to_owned()));
+    }
+    not_open(path).map_err(refuse)?;
+    let mut text = plan.lines.join("\n");
+    text.push('\n');
+    let mut file =
+        OpenOptions::new().append(true).open(path).map_err(|e| refuse(format!("cannot open it for appending: {e}")))?;
+    let written = file.write_all(text.as_bytes()).and_then(|()| file.sync_data());
+    if let Err(e) = written {
+        // A short write is cut off: the file is as it was.
+        let _ = file.set_len(before.len);
+        let _ = file.sync_data();
+        return Err(refuse(format!("the write failed: {e}")));
+    }
+    tracing::info!(
+        transcript = %path.display(),
+        offset = before.len,
+        lines = plan.lines.len(),
+        pre_tokens = plan.pre_tokens,
+        post_tokens = plan.post_tokens,
+        kept = plan.kept,
+        "claude compact: installed"
+    );
+    Ok(Compacted { transcript: path.to_owned(), plan, offset: before.len })
+}
+
+/// Takes back ctxd's compaction of the session in `path`.
+pub fn undo(path: &Path) -> Result<Undone, String> {
+    let refuse = |why: String| refused(path, "undo", why);
+    not_open(path).map_err(refuse)?;
+    let (before, records) = read_records(path).map_err(refuse)?;
+    let offset = plan_undo(&records).map_err(|e| refuse(e.to_string()))?;
+    if stamp(path).map_err(refuse)? != before {
+        return Err(refuse("it changed since it was read".to_owned()));
+    }
+    not_open(path).map_err(refuse)?;
+    let file = OpenOptions::new().write(true).open(path).map_err(|e| refuse(format!("cannot open it: {e}")))?;
+    file.set_len(offset).and_then(|()| file.sync_data()).map_err(|e| refuse(format!("cannot cut it back: {e}")))?;
+    tracing::info!(transcript = %path.display(), offset, removed = before.len - offset, "claude undo: done");
+    Ok(Undone { transcript: path.to_owned(), offset, removed_bytes: before.len - offset })
+}

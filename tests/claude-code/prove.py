@@ -1,0 +1,437 @@
+#!/usr/bin/env python3
+"""Proof of ctxd's Claude Code support with the real Claude Code program.
+
+    prove.py --claude BIN --ctxd BIN --work DIR [--bench [--mb 100]]
+
+Meant to run inside a network namespace with only loopback up (`unshare -n`, see
+`tests/claude-code/run`): the program talks to `stub.py` on 127.0.0.1 and nothing else.
+
+Checks (each prints "ok" or "FAIL", then a closing "N passed, N failed" line):
+
+1. status line: for each turn of a scripted session, `ctxd statusline` given the
+   program's own window (its `modelUsage.contextWindow`) shows that window and the
+   program's last reported usage.
+2. `ctxd claude compact` appends only, `ctxd claude undo` restores the file byte for
+   byte, and the real program resumes the compacted session: its first request carries
+   ctxd's summary, the kept last reply right after it, and every message once.
+3. a transcript exported by ctxd (after `ctxd import`) is resumed by the program.
+
+With --bench: a session grown to about --mb megabytes is resumed untouched and after
+`ctxd claude compact`; the time from launch to the first request reaching the stub and
+that request's size are printed (a measurement, not an assertion).
+
+Standard library only.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = []
+
+
+def check(name, ok, detail=""):
+    RESULTS.append(ok)
+    print(f"{'ok  ' if ok else 'FAIL'} {name}" + (f": {detail}" if detail and not ok else ""), flush=True)
+
+
+class World:
+    def __init__(self, args):
+        self.claude = args.claude
+        self.ctxd = args.ctxd
+        self.work = os.path.abspath(args.work)
+        shutil.rmtree(self.work, ignore_errors=True)
+        self.home = os.path.join(self.work, "home")
+        self.proj = os.path.join(self.work, "proj")
+        os.makedirs(self.home)
+        os.makedirs(self.proj)
+        with open(os.path.join(self.proj, "CLAUDE.md"), "w") as f:
+            f.write("# Proof project\nctxd proof run.\n")
+        self.log = os.path.join(self.work, "requests.jsonl")
+        open(self.log, "w").close()
+        self.port = 48000 + os.getpid() % 1000
+        self.stub = subprocess.Popen([sys.executable, os.path.join(HERE, "stub.py"), str(self.port), self.log])
+        for _ in range(100):
+            try:
+                import socket
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        self.env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": self.home,
+            "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{self.port}",
+            "ANTHROPIC_API_KEY": "sk-ant-test-0000",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+        }
+
+    def close(self):
+        self.stub.kill()
+        self.stub.wait()
+
+    def requests(self):
+        with open(self.log) as f:
+            return [json.loads(l) for l in f if l.strip()]
+
+    def claude_p(self, prompt, resume=None):
+        cmd = [self.claude, "-p", prompt, "--output-format", "json"]
+        if resume:
+            cmd += ["--resume", resume]
+        started = time.time()
+        out = subprocess.run(cmd, cwd=self.proj, env=self.env, capture_output=True, text=True, timeout=300)
+        try:
+            result = json.loads(out.stdout)
+        except ValueError:
+            result = {"is_error": True, "raw": out.stdout[-2000:], "stderr": out.stderr[-2000:]}
+        result["_rc"] = out.returncode
+        result["_started"] = started
+        return result
+
+    def ctxd_cmd(self, *args):
+        cmd = [self.ctxd, "--state-dir", os.path.join(self.work, "ctxd-state"), "--log-stderr", *args]
+        return subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=300)
+
+    def transcript(self, session_id):
+        root = os.path.join(self.home, ".claude", "projects")
+        for folder in os.listdir(root):
+            path = os.path.join(root, folder, f"{session_id}.jsonl")
+            if os.path.exists(path):
+                return path
+        raise FileNotFoundError(session_id)
+
+
+def texts(message):
+    content = message.get("content")
+    if isinstance(content, str):
+        return [content]
+    out = []
+    for block in content or []:
+        if isinstance(block, dict):
+            if isinstance(block.get("text"), str):
+                out.append(block["text"])
+            elif block.get("type") == "tool_result":
+                out.append(json.dumps(block.get("content")))
+    return out
+
+
+def short(n):
+    if n < 1000:
+        return str(n)
+    if n < 1_000_000:
+        return f"{n / 1e3:.1f}k"
+    return f"{n / 1e6:.2f}M"
+
+
+def last_usage(path):
+    usage = None
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("type") == "assistant" and not r.get("isSidechain") and r["message"].get("usage"):
+                u = r["message"]["usage"]
+                usage = sum(u.get(k, 0) for k in ("input_tokens", "cache_creation_input_tokens",
+                                                   "cache_read_input_tokens", "output_tokens"))
+    return usage
+
+
+SUMMARY_MARK = "This session picks up where an earlier conversation left off"
+
+
+def scripted_session(w):
+    """Four turns; returns the session id and the program's window."""
+    first = w.claude_p("Turn one: say hello. MARK-PROMPT-1")
+    check("the program answers against the stub", first.get("_rc") == 0 and not first.get("is_error"), str(first)[:500])
+    sid = first.get("session_id")
+    window = next(iter(first.get("modelUsage", {}).values()), {}).get("contextWindow")
+    results = [first]
+    if sid:
+        turn_statusline(w, sid, window, 1)
+    with open(os.path.join(w.proj, "notes.txt"), "w") as f:
+        f.write("MARK-FILE-CONTENT: the notes of the proof project.\n")
+    for k in range(2, 5):
+        # Turn 2 reads a file with the Read tool, as a real session does.
+        read = f" [[READ:{os.path.join(w.proj, 'notes.txt')}]]" if k == 2 else ""
+        results.append(w.claude_p(f"Turn {k}: go on. MARK-PROMPT-{k}{read}", resume=sid))
+        if sid:
+            turn_statusline(w, sid, window, k)
+    return sid, window, results
+
+
+def turn_statusline(w, sid, window, turn):
+    """After a turn: the window the program reported and the usage it wrote last."""
+    path = w.transcript(sid)
+    want = last_usage(path)
+    payload = {"transcript_path": path, "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"},
+               "context_window": {"context_window_size": window}}
+    out = subprocess.run([w.ctxd, "statusline"], input=json.dumps(payload), capture_output=True, text=True,
+                         env=w.env, timeout=60)
+    line = out.stdout.strip()
+    check(f"turn {turn}: status line has the program's window and last usage",
+          f"/ {short(window or 0)}" in line and want is not None and f"ctx {short(want)} /" in line,
+          f"{window} {want} {line}")
+
+
+def statusline_checks(w, sid, window, results):
+    path = w.transcript(sid)
+    want = last_usage(path)
+    payload = {"transcript_path": path, "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"},
+               "context_window": {"context_window_size": window}}
+    out = subprocess.run([w.ctxd, "statusline"], input=json.dumps(payload), capture_output=True, text=True,
+                         env=w.env, timeout=60)
+    line = out.stdout.strip()
+    check("status line shows the program's window", window == 1_000_000 and f"/ {short(window)}" in line, f"{window} {line}")
+    check("status line shows the program's last usage", want is not None and f"ctx {short(want)} /" in line, f"{want} {line}")
+    # Before the first turn: a zero state, never an error.
+    payload["transcript_path"] = os.path.join(os.path.dirname(path), "not-yet.jsonl")
+    out = subprocess.run([w.ctxd, "statusline"], input=json.dumps(payload), capture_output=True, text=True,
+                         env=w.env, timeout=60)
+    check("status line before the first turn", "ctx 0 /" in out.stdout, out.stdout)
+
+
+def compact_and_resume(w, sid, last_reply):
+    path = w.transcript(sid)
+    original = open(path, "rb").read()
+    out = w.ctxd_cmd("claude", "compact", sid, "--instructions", "the turns so far")
+    check("ctxd claude compact succeeds", out.returncode == 0, out.stderr[-1500:])
+    after = open(path, "rb").read()
+    check("compact only appends", after[: len(original)] == original and len(after) > len(original))
+    out = w.ctxd_cmd("claude", "undo", sid)
+    check("ctxd claude undo restores the bytes", out.returncode == 0 and open(path, "rb").read() == original,
+          out.stderr[-1500:])
+    out = w.ctxd_cmd("claude", "compact", sid)
+    check("compact again", out.returncode == 0, out.stderr[-1500:])
+    seen = len(w.requests())
+    resumed = w.claude_p("After the compaction: MARK-PROMPT-5", resume=sid)
+    check("the program resumes the compacted session", resumed.get("_rc") == 0 and not resumed.get("is_error"),
+          str(resumed)[:800])
+    new = w.requests()[seen:]
+    if not new:
+        check("a request after the resume", False)
+        return
+    messages = new[0]["body"]["messages"]
+    flat = [" ".join(texts(m)) for m in messages]
+    summary_at = [i for i, t in enumerate(flat) if SUMMARY_MARK in t]
+    check("the request carries ctxd's summary once", len(summary_at) == 1, json.dumps(flat)[:1500])
+    kept = [i for i, t in enumerate(flat) if last_reply in t and SUMMARY_MARK not in t]
+    check("the kept last reply once, right after the summary",
+          len(kept) == 1 and summary_at and kept[0] > summary_at[0]
+          and all(messages[j]["role"] != "assistant" for j in range(summary_at[0] + 1, kept[0])),
+          json.dumps([m["role"] for m in messages]) + json.dumps(flat)[:1500])
+    before = [i for i, t in enumerate(flat) if SUMMARY_MARK not in t and any(
+        f"MARK-PROMPT-{k}" in t or f"STUB-REPLY-{k}." in t for k in (1, 2, 3, 4))]
+    check("nothing summarized is sent again", not before, json.dumps([flat[i][:200] for i in before]))
+    bodies = [json.dumps(m, sort_keys=True) for m in messages if m["role"] != "system"]
+    dupes = {b for b in bodies if bodies.count(b) > 1 and len(b) > 200}
+    check("each message once", not dupes, str(list(dupes))[:800])
+    everything = json.dumps(messages)
+    check("the file read before is re-attached once", everything.count("MARK-FILE-CONTENT") == 1,
+          str(everything.count("MARK-FILE-CONTENT")))
+    check("the compacted request is smaller", new[0]["bytes"] > 0)
+
+
+def export_and_resume(w, sid):
+    path = w.transcript(sid)
+    out = w.ctxd_cmd("import", path, "--session-id", "proof-export")
+    check("ctxd import of the program's transcript", out.returncode == 0, out.stderr[-800:])
+    out = w.ctxd_cmd("export", "proof-export")
+    check("ctxd export", out.returncode == 0, out.stderr[-800:])
+    # Line for line, less ctxd's own bookkeeping fields (`ctxd*`), which stay home.
+    def plain(text):
+        out = []
+        for line in text.splitlines():
+            r = json.loads(line)
+            for obj in (r, r.get("compactMetadata") or {}):
+                for k in [k for k in obj if k.startswith("ctxd")]:
+                    del obj[k]
+            out.append(r)
+        return out
+    original = open(path).read()
+    check("the export is the transcript line for line", plain(out.stdout) == plain(original))
+    with open(path, "w") as f:
+        f.write(out.stdout)
+    resumed = w.claude_p("After the export: MARK-PROMPT-6", resume=sid)
+    check("the program resumes the exported transcript", resumed.get("_rc") == 0 and not resumed.get("is_error"),
+          str(resumed)[:800])
+
+
+class Daemon:
+    """`ctxd serve` over pipes, as an editor drives it (LSP framing, JSON-RPC)."""
+
+    def __init__(self, w):
+        self.proc = subprocess.Popen(
+            [w.ctxd, "--state-dir", os.path.join(w.work, "ctxd-state"), "--log-stderr", "serve"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=w.env)
+        self.next = 0
+
+    def request(self, method, params):
+        self.next += 1
+        body = json.dumps({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params}).encode()
+        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.proc.stdin.flush()
+        while True:
+            length = None
+            while True:
+                line = self.proc.stdout.readline()
+                if not line:
+                    raise EOFError(method)
+                if line in (b"\r\n", b"\n"):
+                    break
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            message = json.loads(self.proc.stdout.read(length))
+            if message.get("id") == self.next and "method" not in message:
+                return message
+
+    def stop(self):
+        self.request("shutdown", None)
+        body = json.dumps({"jsonrpc": "2.0", "method": "exit"}).encode()
+        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def daemon_compaction_exported(w, sid):
+    """ctxd's own compaction (the daemon's, after importing the session), exported over
+    the program's transcript: the program resumes it and sends each message once."""
+    path = w.transcript(sid)
+    d = Daemon(w)
+    d.request("initialize", {"capabilities": {}})
+    opened = d.request("ctx/openSession", {"cwd": w.proj, "model": "claude-opus-5-5", "sessionId": "proof-own",
+                                           "import": path})
+    check("the daemon imports the program's transcript", "result" in opened, str(opened)[:500])
+    compacted = d.request("ctx/compact", {"sessionId": "proof-own"})
+    check("the daemon compacts it", "result" in compacted, str(compacted)[:500])
+    d.stop()
+    out = w.ctxd_cmd("export", "proof-own")
+    check("ctxd exports its own compaction", out.returncode == 0, out.stderr[-800:])
+    with open(path, "w") as f:
+        f.write(out.stdout)
+    seen = len(w.requests())
+    resumed = w.claude_p("After ctxd's own compaction: MARK-PROMPT-7", resume=sid)
+    check("the program resumes ctxd's own compaction", resumed.get("_rc") == 0 and not resumed.get("is_error"),
+          str(resumed)[:800])
+    new = w.requests()[seen:]
+    if not new:
+        check("a request after that resume", False)
+        return
+    messages = new[0]["body"]["messages"]
+    flat = [" ".join(texts(m)) for m in messages]
+    check("ctxd's newest summary once", sum(1 for t in flat if SUMMARY_MARK in t) == 1, json.dumps(flat)[:1500])
+    bodies = [json.dumps(m, sort_keys=True) for m in messages if m["role"] != "system"]
+    dupes = {b for b in bodies if bodies.count(b) > 1 and len(b) > 200}
+    check("each message once after ctxd's own compaction", not dupes, str(list(dupes))[:800])
+    replies = [t for t in flat if "STUB-REPLY-" in t and SUMMARY_MARK not in t]
+    check("the kept reply once", len(replies) == len(set(replies)) and len(replies) >= 1, json.dumps(replies)[:800])
+
+
+def grow(path, megabytes):
+    """Appends synthetic turns, chained like the program's, until the file has about
+    `megabytes` MB."""
+    with open(path) as f:
+        records = [json.loads(l) for l in f if l.strip()]
+    last = [r for r in records if r.get("type") in ("user", "assistant") and r.get("uuid")][-1]
+    common = {k: last[k] for k in ("sessionId", "cwd", "version", "gitBranch", "userType", "entrypoint") if k in last}
+    parent = [r for r in records if r.get("uuid")][-1]["uuid"]
+    size = os.path.getsize(path)
+    target = megabytes * 1_000_000
+    n = 0
+    tokens = 20_000
+    with open(path, "a") as f:
+        while size < target:
+            n += 1
+            u = str(uuid.uuid4())
+            user = {"parentUuid": parent, "isSidechain": False, "type": "user",
+                    "message": {"role": "user", "content": f"Grown turn {n}: look at part {n}. GROW-USER-{n}"},
+                    "uuid": u, "timestamp": "2026-12-01T00:00:00.000Z", **common}
+            a = str(uuid.uuid4())
+            body = (f"Part {n} reviewed. " + "lorem ipsum dolor sit amet " * 120)[:3400]
+            tokens += 900
+            assistant = {"parentUuid": u, "isSidechain": False, "type": "assistant",
+                         "message": {"id": f"msg_grow_{n}", "type": "message", "role": "assistant",
+                                     "model": "claude-opus-5-5", "content": [{"type": "text", "text": body}],
+                                     "stop_reason": "end_turn", "stop_sequence": None,
+                                     "usage": {"input_tokens": tokens, "output_tokens": 900,
+                                               "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}},
+                         "uuid": a, "timestamp": "2026-12-01T00:00:01.000Z", **common}
+            for r in (user, assistant):
+                line = json.dumps(r) + "\n"
+                f.write(line)
+                size += len(line)
+            parent = a
+    return n
+
+
+def bench(w, sid, megabytes):
+    path = w.transcript(sid)
+    turns = grow(path, megabytes)
+    size = os.path.getsize(path)
+    # A copy under another id, compacted by ctxd.
+    twin = str(uuid.uuid4())
+    twin_path = os.path.join(os.path.dirname(path), f"{twin}.jsonl")
+    with open(path) as src, open(twin_path, "w") as dst:
+        for line in src:
+            dst.write(line.replace(sid, twin))
+    started = time.time()
+    out = w.ctxd_cmd("claude", "compact", twin)
+    compact_s = time.time() - started
+    check("bench: ctxd compacts the grown session", out.returncode == 0, out.stderr[-800:])
+    rows = []
+    for label, target in (("untouched", sid), ("compacted", twin)):
+        seen = len(w.requests())
+        result = w.claude_p(f"Bench {label}", resume=target)
+        new = w.requests()[seen:]
+        first = new[0] if new else None
+        rows.append((label, result, first))
+        check(f"bench: the program resumes the {label} session", result.get("_rc") == 0 and first is not None,
+              str(result)[:500])
+    print(f"bench: session {size / 1e6:.1f} MB ({turns} grown turns); ctxd claude compact took {compact_s:.2f} s")
+    for label, result, first in rows:
+        if first is None:
+            continue
+        ttfr = first["at"] - result["_started"]
+        print(f"bench: {label}: first request after {ttfr:.2f} s, {first['bytes'] / 1e3:.1f} KB, "
+              f"{len(first['body']['messages'])} messages")
+    compacted = rows[1][2]
+    if compacted:
+        flat = " ".join(" ".join(texts(m)) for m in compacted["body"]["messages"])
+        held = sum(1 for k in range(1, turns + 1) if f"GROW-USER-{k}" in flat)
+        print(f"bench: the compacted request's summary names {held} of {turns} grown user messages")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--claude", required=True)
+    p.add_argument("--ctxd", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--bench", action="store_true")
+    p.add_argument("--mb", type=int, default=100)
+    args = p.parse_args()
+    w = World(args)
+    try:
+        sid, window, results = scripted_session(w)
+        if sid:
+            if args.bench:
+                bench(w, sid, args.mb)
+            else:
+                statusline_checks(w, sid, window, results)
+                compact_and_resume(w, sid, results[-1].get("result") or "?")
+                export_and_resume(w, sid)
+                daemon_compaction_exported(w, sid)
+    finally:
+        w.close()
+    passed = sum(RESULTS)
+    print(f"claude-code: {passed} passed, {len(RESULTS) - passed} failed")
+    sys.exit(0 if passed == len(RESULTS) else 1)
+
+
+if __name__ == "__main__":
+    main()

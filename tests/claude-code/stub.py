@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""A local stand-in for the Anthropic Messages API, for running the real Claude Code
+program against ctxd's transcripts without any network.
+
+    stub.py PORT LOG
+
+Listens on 127.0.0.1:PORT only. Every POST to /v1/messages is appended to LOG as one
+JSON line ({"path", "body", "bytes", "at"}) and answered with a short canned reply,
+streamed as server-sent events when the request asks for a stream. The reply reports
+usage as the request's size in bytes / 4, so the program's own context figures move.
+A user prompt that contains `[[READ:PATH]]` is answered with a call of the Read tool
+on PATH (then, once its result comes back, with text), so the session reads files as
+a real one does. Other paths get an empty JSON object. Standard library only.
+"""
+import re
+import json
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+PORT = int(sys.argv[1])
+LOG = sys.argv[2]
+COUNT = [0]
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _json(self, status, obj):
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self._json(200, {})
+
+    def do_HEAD(self):
+        self.send_response(200)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def do_POST(self):
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length)
+        at = time.time()
+        path = self.path.split("?")[0]
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        if not path.endswith("/v1/messages") or not isinstance(body, dict):
+            if path.endswith("/count_tokens"):
+                self._json(200, {"input_tokens": max(1, length // 4)})
+            else:
+                self._json(200, {})
+            return
+        with open(LOG, "a") as f:
+            f.write(json.dumps({"path": path, "body": body, "bytes": length, "at": at}) + "\n")
+        COUNT[0] += 1
+        n = COUNT[0]
+        text = f"STUB-REPLY-{n}. Done."
+        read = wants_read(body.get("messages") or [])
+        usage = {"input_tokens": max(1, length // 4), "output_tokens": 8,
+                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        message = {"id": f"msg_stub_{n:04d}", "type": "message", "role": "assistant",
+                   "model": body.get("model", "claude-opus-5-5"), "content": [],
+                   "stop_reason": None, "stop_sequence": None, "usage": usage}
+        if read:
+            call = {"type": "tool_use", "id": f"toolu_stub_{n:04d}", "name": "Read", "input": {"file_path": read}}
+            if not body.get("stream"):
+                message["content"] = [call]
+                message["stop_reason"] = "tool_use"
+                self._json(200, message)
+                return
+            events = [
+                ("message_start", {"type": "message_start", "message": message}),
+                ("content_block_start", {"type": "content_block_start", "index": 0,
+                                         "content_block": {**call, "input": {}}}),
+                ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                         "delta": {"type": "input_json_delta",
+                                                   "partial_json": json.dumps(call["input"])}}),
+                ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                ("message_delta", {"type": "message_delta",
+                                   "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                                   "usage": {"output_tokens": 8}}),
+                ("message_stop", {"type": "message_stop"}),
+            ]
+            self._events(events)
+            return
+        if not body.get("stream"):
+            message["content"] = [{"type": "text", "text": text}]
+            message["stop_reason"] = "end_turn"
+            self._json(200, message)
+            return
+        events = [
+            ("message_start", {"type": "message_start", "message": message}),
+            ("content_block_start", {"type": "content_block_start", "index": 0,
+                                     "content_block": {"type": "text", "text": ""}}),
+            ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                     "delta": {"type": "text_delta", "text": text}}),
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            ("message_delta", {"type": "message_delta",
+                               "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                               "usage": {"output_tokens": 8}}),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+        self._events(events)
+
+    def _events(self, events):
+        data = "".join(f"event: {e}\ndata: {json.dumps(d)}\n\n" for e, d in events).encode()
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def wants_read(messages):
+    """The path a `[[READ:PATH]]` in the last user prompt asks for, unless the last
+    message already brings a tool result (the read is done)."""
+    if not messages:
+        return None
+    last = messages[-1]
+    content = last.get("content")
+    blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+    if any(isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks):
+        return None
+    for b in reversed(blocks):
+        if isinstance(b, dict) and isinstance(b.get("text"), str):
+            found = re.search(r"\[\[READ:([^\]]+)\]\]", b["text"])
+            if found:
+                return found.group(1)
+    return None
+
+
+ThreadingHTTPServer(("127.0.0.1", PORT), Handler).serve_forever()

@@ -1,0 +1,423 @@
+//! Claude Code's own compaction records read faithfully, on the transcript the real
+//! program 2.1.332 wrote (`tests/fixtures/transcripts/claude-code-2.1.332/manual-compact.jsonl`): the
+//! message its `/compact` kept before the boundary (`preservedSegment`) comes back right
+//! after the summary, once, whether the session was imported, resumed after a restart,
+//! or appended record by record as a live host would.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
+
+use ctxd_e2e::{Daemon, claude_code_fixture};
+use serde_json::{Value, json};
+
+const MODEL: &str = "claude-opus-5-5";
+const CWD: &str = "/home/dev/proj";
+/// The reply `/compact` kept (the boundary's preservedSegment head and tail).
+const KEPT: &str = "STUB reply #7 (messages=12). Done.";
+const SUMMARY_START: &str = "This session is being continued from a previous conversation";
+
+fn fixture_lines() -> Vec<Value> {
+    let text = std::fs::read_to_string(claude_code_fixture("manual-compact.jsonl")).unwrap();
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn messages(daemon: &mut Daemon, id: &str) -> Vec<Value> {
+    let tools = json!([{"name": "Read", "description": "Read a file", "input_schema": {"type": "object"}}]);
+    let answer = daemon.request("ctx/assemble", json!({"sessionId": id, "maxTokens": 8000, "tools": tools})).unwrap();
+    answer["request"]["messages"].as_array().unwrap().clone()
+}
+
+/// Every text of a message, in order.
+fn texts(message: &Value) -> Vec<String> {
+    match &message["content"] {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(blocks) => blocks.iter().filter_map(|b| b["text"].as_str().map(str::to_owned)).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Where the summary and the kept reply stand in the request; each must be there once.
+fn positions(messages: &[Value]) -> (usize, usize) {
+    positions_of(messages, SUMMARY_START)
+}
+
+/// The same, for a summary that starts with `summary_start`.
+fn positions_of(messages: &[Value], summary_start: &str) -> (usize, usize) {
+    let with = |needle: &str| -> Vec<usize> {
+        messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| texts(m).iter().any(|t| t.contains(needle)))
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let summary = with(summary_start);
+    let kept = with(KEPT);
+    assert_eq!(summary.len(), 1, "the summary once: {messages:#?}");
+    assert_eq!(kept.len(), 1, "the kept reply once: {messages:#?}");
+    (summary[0], kept[0])
+}
+
+fn check(messages: &[Value]) {
+    let (summary, kept) = positions(messages);
+    // As the program sent it: the kept reply is the next message after the summary.
+    assert_eq!(kept, summary + 1, "{messages:#?}");
+    assert_eq!(messages[kept]["role"], "assistant");
+    // Nothing else from before the boundary.
+    let all: String = messages.iter().flat_map(texts).collect();
+    assert!(!all.contains("STUB reply #3"), "a summarized reply came back");
+    assert!(all.contains("STUB reply #11"), "the turn after the compaction is there");
+}
+
+#[test]
+fn imported_resumed_and_live_sessions_keep_the_preserved_reply() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let source = claude_code_fixture("manual-compact.jsonl");
+    let imported = {
+        let mut daemon = Daemon::started(&state).unwrap();
+        let opened = daemon
+            .request("ctx/openSession", json!({"cwd": CWD, "model": MODEL, "sessionId": "imp", "import": source}))
+            .unwrap();
+        assert_eq!(opened["records"], 105);
+        let imported = messages(&mut daemon, "imp");
+        check(&imported);
+        imported
+    };
+    // A new daemon resumes from the boundary the index names: the reply lies before it.
+    let mut daemon = Daemon::started(&state).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": CWD, "model": MODEL, "sessionId": "imp"})).unwrap();
+    let resumed = messages(&mut daemon, "imp");
+    assert_eq!(resumed, imported);
+
+    // The same records appended one request at a time, the boundary among them.
+    daemon.request("ctx/openSession", json!({"cwd": CWD, "model": MODEL, "sessionId": "live"})).unwrap();
+    for chunk in fixture_lines().chunks(7) {
+        daemon.request("ctx/append", json!({"sessionId": "live", "records": chunk})).unwrap();
+    }
+    let live = messages(&mut daemon, "live");
+    assert_eq!(live, imported);
+}
+
+#[test]
+fn a_compaction_between_a_tool_call_and_its_result_keeps_the_round() {
+    // Built from the captured records: the boundary now keeps the whole last tool round
+    // of the first turn (the tool_use reply and its result), as an automatic compaction
+    // that runs mid-turn does, and the session goes on from that result.
+    let lines = fixture_lines();
+    let uuid = |i: usize| lines[i]["uuid"].as_str().unwrap().to_owned();
+    // Lines 27..=29 (1-based): "step 2" text, its Read tool_use, the tool_result.
+    let (head, tail) = (uuid(26), uuid(28));
+    let mut records: Vec<Value> = lines[..29].to_vec();
+    let boundary = json!({
+        "parentUuid": null, "logicalParentUuid": tail, "isSidechain": false, "type": "system",
+        "subtype": "compact_boundary", "content": "Conversation compacted", "isMeta": false,
+        "timestamp": "2026-11-29T21:19:52.000Z", "uuid": "mid-boundary", "level": "info",
+        "compactMetadata": {"trigger": "auto", "preTokens": 170_000, "postTokens": 9_000,
+            "preservedSegment": {"headUuid": head, "anchorUuid": "mid-summary", "tailUuid": tail},
+            "preservedMessages": {"anchorUuid": "mid-summary", "uuids": [head, uuid(27), tail], "allUuids": [head, uuid(27), tail]}},
+        "sessionId": "b7d55388-c9ad-4169-a8d1-459fc6bdb46f", "cwd": CWD, "version": "2.1.332",
+    });
+    let summary = json!({
+        "parentUuid": "mid-boundary", "isSidechain": false, "type": "user", "isCompactSummary": true,
+        "isVisibleInTranscriptOnly": true, "uuid": "mid-summary", "timestamp": "2026-11-29T21:19:52.001Z",
+        "message": {"role": "user", "content": format!("{SUMMARY_START}. The user asked to read two files.")},
+    });
+    records.push(boundary);
+    records.push(summary);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mid.jsonl");
+    let text: String = records.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(&path, text).unwrap();
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": CWD, "model": MODEL, "sessionId": "mid", "import": path})).unwrap();
+    let messages = messages(&mut daemon, "mid");
+    // Summary, then the kept round: the reply that called Read, and the Read's result.
+    let at = messages.iter().position(|m| texts(m).iter().any(|t| t.contains(SUMMARY_START))).unwrap();
+    let round = &messages[at + 1..];
+    assert_eq!(round.len(), 2, "{messages:#?}");
+    assert_eq!(round[0]["role"], "assistant");
+    let call = round[0]["content"].as_array().unwrap().iter().find(|b| b["type"] == "tool_use").unwrap();
+    assert!(texts(&round[0]).iter().any(|t| t.contains("step 2")), "{round:#?}");
+    let result = round[1]["content"].as_array().unwrap().iter().find(|b| b["type"] == "tool_result").unwrap();
+    assert_eq!(result["tool_use_id"], call["id"]);
+    // The first Read round was summarized.
+    let all: String = messages.iter().flat_map(texts).collect();
+    assert!(!all.contains("step 1"), "{messages:#?}");
+}
+
+/// ctxd's own compaction, exported for Claude Code and imported back: the kept messages
+/// are referenced from the boundary where they stand (as the program's own boundaries
+/// do), never also copied, so each message is in the file once and in the request once.
+#[test]
+fn ctxds_own_compaction_keeps_each_message_once_through_export_and_import() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": CWD, "model": MODEL, "sessionId": "own"})).unwrap();
+    let lines = fixture_lines();
+    // The captured session up to the turn before its own /compact: it ends with a reply.
+    daemon.request("ctx/append", json!({"sessionId": "own", "records": &lines[..57]})).unwrap();
+    daemon.request("ctx/compact", json!({"sessionId": "own"})).unwrap();
+    let live = messages(&mut daemon, "own");
+    let all: String = live.iter().flat_map(texts).collect();
+    assert_eq!(all.matches(KEPT).count(), 1, "{live:#?}");
+    daemon.stop().unwrap();
+
+    let exported = std::process::Command::new(ctxd_e2e::ctxd_bin())
+        .arg("--state-dir")
+        .arg(&state)
+        .args(["export", "own"])
+        .output()
+        .unwrap();
+    assert!(exported.status.success());
+    let text = String::from_utf8(exported.stdout).unwrap();
+    let records: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let boundary = records.iter().rposition(|r| r["subtype"] == "compact_boundary").unwrap();
+    let metadata = &records[boundary]["compactMetadata"];
+    // Claude Code's shape: the segment and the list, anchored to the summary after it.
+    let summary = &records[boundary + 1];
+    assert_eq!(summary["isCompactSummary"], true);
+    assert_eq!(metadata["preservedSegment"]["anchorUuid"], summary["uuid"]);
+    let kept: Vec<&str> =
+        metadata["preservedMessages"]["uuids"].as_array().unwrap().iter().map(|u| u.as_str().unwrap()).collect();
+    assert!(!kept.is_empty());
+    for uuid in &kept {
+        let at: Vec<usize> = records.iter().enumerate().filter(|(_, r)| r["uuid"] == *uuid).map(|(i, _)| i).collect();
+        assert_eq!(at.len(), 1, "{uuid} once in the export");
+        assert!(at[0] < boundary, "{uuid} stands before the boundary");
+    }
+    assert!(!text.contains("ctxdKeptFrom"), "nothing copied");
+    // Every uuid once.
+    let mut uuids: Vec<&str> = records.iter().filter_map(|r| r["uuid"].as_str()).collect();
+    let n = uuids.len();
+    uuids.sort_unstable();
+    uuids.dedup();
+    assert_eq!(uuids.len(), n, "a uuid written twice");
+
+    // Imported back (as a Claude Code transcript now): the same request.
+    let path = dir.path().join("exported.jsonl");
+    std::fs::write(&path, &text).unwrap();
+    let mut daemon = Daemon::started(&state).unwrap();
+    daemon
+        .request("ctx/openSession", json!({"cwd": CWD, "model": MODEL, "sessionId": "back", "import": path}))
+        .unwrap();
+    let back = messages(&mut daemon, "back");
+    assert_eq!(back.len(), live.len());
+    let all: String = back.iter().flat_map(texts).collect();
+    assert_eq!(all.matches(KEPT).count(), 1, "{back:#?}");
+}
+
+/// The captured session up to the reply before its own `/compact`, as a Claude Code
+/// project under `home/.claude/projects`, with its working directory made real.
+fn claude_home(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, String) {
+    let home = dir.join("home");
+    let project = dir.join("proj");
+    std::fs::create_dir_all(&project).unwrap();
+    let folder = home.join(".claude/projects/-proj");
+    std::fs::create_dir_all(&folder).unwrap();
+    let id = "b7d55388-c9ad-4169-a8d1-459fc6bdb46f";
+    let text: String = fixture_lines()[..57]
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            if r.get("cwd").is_some() {
+                r["cwd"] = json!(project);
+            }
+            format!("{r}\n")
+        })
+        .collect();
+    let path = folder.join(format!("{id}.jsonl"));
+    std::fs::write(&path, text).unwrap();
+    (home, path, id.to_owned())
+}
+
+fn ctxd_claude(dir: &std::path::Path, home: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(ctxd_e2e::ctxd_bin())
+        .arg("--state-dir")
+        .arg(dir.join("cli-state"))
+        .arg("--log-stderr")
+        .arg("claude")
+        .args(args)
+        .env("HOME", home)
+        .env_remove("CLAUDE_CONFIG_DIR")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn claude_compact_appends_in_the_programs_shapes_and_undo_restores_the_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, path, id) = claude_home(dir.path());
+    let original = std::fs::read(&path).unwrap();
+
+    let out = ctxd_claude(dir.path(), &home, &["compact", &id, "--instructions", "the files read"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let after = std::fs::read(&path).unwrap();
+    // Appended only: every byte that was there is still there.
+    assert_eq!(&after[..original.len()], &original[..]);
+    let added: Vec<Value> = std::str::from_utf8(&after[original.len()..])
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(added.len(), 2);
+    assert_eq!(added[0]["subtype"], "compact_boundary");
+    assert_eq!(added[0]["sessionId"], id.as_str());
+    assert_eq!(added[1]["isCompactSummary"], true);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains(&format!("at byte {}", original.len())), "{said}");
+
+    // ctxd reads it back as Claude Code would resume it: summary, then the kept reply.
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": CWD, "model": MODEL, "sessionId": "cc", "import": path})).unwrap();
+    let request = messages(&mut daemon, "cc");
+    let (summary, kept) = positions_of(&request, "This session picks up where an earlier conversation left off");
+    assert_eq!(kept, summary + 1);
+    daemon.stop().unwrap();
+
+    // A second compaction has nothing new to summarize: refused, nothing written.
+    let out = ctxd_claude(dir.path(), &home, &["compact", &id]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to summarize"), "{out:?}");
+    assert_eq!(std::fs::read(&path).unwrap(), after);
+
+    // Undo: the file is byte for byte what it was.
+    let out = ctxd_claude(dir.path(), &home, &["undo", &id]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(&path).unwrap(), original);
+    // Nothing of ctxd's left to undo.
+    let out = ctxd_claude(dir.path(), &home, &["undo", &id]);
+    assert!(!out.status.success());
+    assert_eq!(std::fs::read(&path).unwrap(), original);
+}
+
+#[test]
+fn claude_compact_leaves_a_transcript_it_cannot_be_sure_of_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, path, id) = claude_home(dir.path());
+    let original = std::fs::read(&path).unwrap();
+    let refused = |why: &str| {
+        let out = ctxd_claude(dir.path(), &home, &["compact", &id]);
+        assert!(!out.status.success(), "{why}");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(stderr.contains(why), "{stderr}");
+        stderr
+    };
+    // The program has it open (here: this test process).
+    {
+        let _open = std::fs::File::open(&path).unwrap();
+        refused("has it open");
+        assert_eq!(std::fs::read(&path).unwrap(), original);
+    }
+    // A last line still being written.
+    let mut torn = original.clone();
+    torn.extend_from_slice(br#"{"type":"user","uuid":"x","mess"#);
+    std::fs::write(&path, &torn).unwrap();
+    refused("incomplete");
+    assert_eq!(std::fs::read(&path).unwrap(), torn);
+    // The project directory is gone.
+    std::fs::write(&path, &original).unwrap();
+    std::fs::remove_dir_all(dir.path().join("proj")).unwrap();
+    refused("no longer exists");
+    assert_eq!(std::fs::read(&path).unwrap(), original);
+    // Not Claude Code's.
+    std::fs::write(&path, "{\"type\":\"note\",\"text\":\"hello\"}\n").unwrap();
+    refused("not a Claude Code transcript");
+}
+
+#[test]
+fn the_daemon_methods_compact_and_undo_a_claude_code_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_home, path, _id) = claude_home(dir.path());
+    let original = std::fs::read(&path).unwrap();
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    let done = daemon.request("ctx/claudeCompact", json!({"transcript": path, "instructions": "files"})).unwrap();
+    assert_eq!(done["offset"], original.len() as u64);
+    assert_eq!(done["lines"], 2);
+    assert_eq!(done["kept"], 1);
+    assert_eq!(done["sessionId"], "b7d55388-c9ad-4169-a8d1-459fc6bdb46f");
+    assert!(done["postTokens"].as_u64().unwrap() > 0);
+    let undone = daemon.request("ctx/claudeUndo", json!({"transcript": path})).unwrap();
+    assert_eq!(undone["offset"], original.len() as u64);
+    assert_eq!(std::fs::read(&path).unwrap(), original);
+    let error = daemon.request_error("ctx/claudeUndo", json!({"transcript": path})).unwrap();
+    assert_eq!(error["code"], -33010, "{error}");
+    let error = daemon.request_error("ctx/claudeCompact", json!({})).unwrap();
+    assert_eq!(error["code"], -32602, "{error}");
+}
+
+/// Polls `check` every 50 ms until it holds; fails after `secs` (a guard against a hang,
+/// not a measurement).
+fn eventually(secs: u64, what: &str, mut check: impl FnMut() -> bool) {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !check() {
+        assert!(std::time::Instant::now() < end, "{what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn an_idle_observed_session_is_compacted_in_place_unless_it_is_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_home, path, _id) = claude_home(dir.path());
+    let original = std::fs::read(&path).unwrap();
+    let held = dir.path().join("held.jsonl");
+    std::fs::write(&held, &original).unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::start_with(&state, &[], &[]).unwrap();
+    // Idle after one second, worth it from 1 % of the threshold (the session holds ~13k
+    // of claude-opus-5-5's 967k).
+    let settings =
+        json!({"claudeIdleCompaction": true, "claudeIdleCompactAfterSeconds": 1, "claudeIdleCompactPercent": 1});
+    daemon.request("initialize", json!({"capabilities": {}, "initializationOptions": {"settings": settings}})).unwrap();
+    daemon.notify("initialized", json!({})).unwrap();
+    let _open = std::fs::File::open(&held).unwrap();
+    daemon.request("ctx/observe", json!({"transcript": held})).unwrap();
+    let observed = daemon.request("ctx/observe", json!({"transcript": path})).unwrap();
+    let id = observed["sessionId"].as_str().unwrap().to_owned();
+    let before = observed["usage"]["tokens"].as_u64().unwrap();
+
+    eventually(30, "the idle session was not compacted", || {
+        std::fs::read_to_string(&path).unwrap().lines().any(|l| l.contains("\"compact_boundary\""))
+    });
+    let after = std::fs::read(&path).unwrap();
+    assert_eq!(&after[..original.len()], &original[..], "appended only");
+    // The daemon follows its own records like the program's: the boundary restarts the count.
+    let pushed = daemon
+        .wait_notification("ctx/usageChanged", |p| {
+            p["sessionId"] == id.as_str() && p["usage"]["tokens"].as_u64().unwrap() < before
+        })
+        .unwrap();
+    assert!(pushed["usage"]["tokens"].as_u64().unwrap() < before);
+
+    // The one a process holds open is left as it was, and the log says why.
+    let log = state.with_extension("log");
+    eventually(30, "no refusal logged", || {
+        std::fs::read_to_string(&log).unwrap_or_default().contains("claude compact refused")
+    });
+    assert_eq!(std::fs::read(&held).unwrap(), original);
+}
+
+#[test]
+fn an_observed_session_right_after_the_programs_compact_shows_its_post_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("observed.jsonl");
+    let lines: Vec<String> = fixture_lines().iter().map(|r| r.to_string()).collect();
+    // Cut right after the program's /compact (boundary postTokens 3,011).
+    std::fs::write(&path, format!("{}\n", lines[..79].join("\n"))).unwrap();
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    let observed = daemon.request("ctx/observe", json!({"transcript": path})).unwrap();
+    assert_eq!(observed["usage"]["tokens"], 3_011, "{observed}");
+    // Claude Code auto-compacts claude-opus-5-5: the figure stands.
+    assert_eq!(observed["usage"]["autoCompactEnabled"], true, "{observed}");
+    let id = observed["sessionId"].as_str().unwrap().to_owned();
+    // The turn after it reports its own usage: that is the figure from then on.
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    file.write_all(format!("{}\n", lines[79..].join("\n")).as_bytes()).unwrap();
+    daemon
+        .wait_notification("ctx/usageChanged", |p| {
+            p["sessionId"] == id.as_str() && p["usage"]["reportedTokens"] == 13_950
+        })
+        .unwrap();
+}
