@@ -33,7 +33,7 @@ const appendResultKeys = { appended: true, duplicates: true, records: true, usag
 const sessionParamKeys = { sessionId: true } satisfies Keys<ext.SessionParams>;
 const usageResultKeys = { sessionId: true, usage: true } satisfies Keys<ext.UsageResult>;
 const windowParamKeys = { model: true, window: true } satisfies Keys<ext.SetAutoCompactWindowParams>;
-const windowResultKeys = { model: true, window: true, source: true, warnings: true } satisfies Keys<ext.SetAutoCompactWindowResult>;
+const windowResultKeys = { model: true, window: true, source: true, warnings: true, requested: true, modelWindow: true, adjustment: true, reason: true } satisfies Keys<ext.SetAutoCompactWindowResult>;
 const fileReadParamKeys = { sessionId: true, path: true, startLine: true, numLines: true } satisfies Keys<ext.FileReadParams>;
 const fileReadResultKeys = {
     path: true, alreadyRead: true, unchanged: true, reads: true, startLine: true, numLines: true, totalLines: true, tokens: true,
@@ -184,7 +184,7 @@ describe("lsp_ext.ts against schemas/", () => {
             ["ctx.openSession.result", optionalOf<ext.OpenSessionResult>({ diagnostics: true })],
             ["ctx.append.result", optionalOf<ext.AppendResult>({})],
             ["ctx.usage.result", optionalOf<ext.UsageResult>({})],
-            ["ctx.setAutoCompactWindow.result", optionalOf<ext.SetAutoCompactWindowResult>({ warnings: true })],
+            ["ctx.setAutoCompactWindow.result", optionalOf<ext.SetAutoCompactWindowResult>({ warnings: true, requested: true, adjustment: true, reason: true })],
             ["ctx.fileRead.params", optionalOf<ext.FileReadParams>({ startLine: true, numLines: true })],
             ["ctx.fileRead.result", optionalOf<ext.FileReadResult>({ totalLines: true })],
             ["ctx.context.result", optionalOf<ext.ContextResult>({ diagnostics: true, staleFiles: true, preparedAhead: true })],
