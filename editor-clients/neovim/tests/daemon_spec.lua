@@ -142,6 +142,8 @@ describe("ctxd on a real daemon", function()
       cmd = { test_env.ctxd_bin, "serve", "--state-dir", state_dir, "--log-file", log_file },
       -- The offline summarizer: compactions never reach a provider, whatever the environment.
       settings = { autoCompactWindow = 100000, provider = "offline" },
+      -- Hermetic: no Claude Code session of the directory the tests run in.
+      observe_claude_code = false,
     })
     t.wait_for("the daemon to be ready", client.is_ready)
     t.eq("ctxd", vim.lsp.get_client_by_id(client.state.client_id).name)
