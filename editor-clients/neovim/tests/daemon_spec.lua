@@ -347,7 +347,11 @@ describe("ctxd on a real daemon", function()
       return #seen > 1
     end)
     t.eq({
-      { msg = "ctxd: autoCompactWindow setting 2000000 is outside 100000..=1000000; using 1000000", level = vim.log.levels.WARN },
+      -- Capped to the model's window: the daemon's reason says so, in place of the clamp warning.
+      {
+        msg = "ctxd: window 200,000, not 2,000,000: the model accepts at most 200000 tokens; 2000000 is more than it can take.",
+        level = vim.log.levels.WARN,
+      },
       { msg = "ctxd: auto-compact window for " .. MODEL .. " is 200,000 tokens (from settings).", level = vim.log.levels.INFO },
     }, seen)
 

@@ -11,7 +11,7 @@ import type { ContextView } from "./contextView";
 import type { DaemonState } from "./daemon";
 import { observedText } from "./daemonStatus";
 import { describeError, isMethodNotFound } from "./errors";
-import { formatCount, statusText, windowResultText } from "./render";
+import { formatCount, statusText, windowReasonText, windowResultText } from "./render";
 import type { CtxdSessions, SessionInfo } from "./sessions";
 
 /** Command ids, as contributed in package.json. */
@@ -213,7 +213,7 @@ export async function setAutoCompactWindow(deps: CommandDeps, arg?: unknown): Pr
     try {
         const result = await deps.sessions.setAutoCompactWindow(modelInput.trim(), window);
         if (result.reason !== undefined) {
-            void vscode.window.showWarningMessage(`ctxd: window ${formatCount(result.window)}, not ${formatCount(result.requested ?? result.window)}: ${result.reason}.`);
+            void vscode.window.showWarningMessage(windowReasonText(result));
         } else {
             for (const warning of result.warnings ?? []) {
                 void vscode.window.showWarningMessage(`ctxd: ${warning}`);
