@@ -47,6 +47,8 @@ describe("Claude Code sessions of the current directory", function()
   it("names the project folder as Claude Code does, and the id as the daemon does", function()
     t.eq(config_dir .. "/projects/" .. folder:gsub("[^%w]", "-"), claude.project_dir(folder, config_dir))
     t.truthy(vim.endswith(claude.project_dir(folder, config_dir), "-my-app-1"))
+    -- One `-` per character, as the VS Code client (and Claude Code) write it.
+    t.eq("/c/projects/-srv-a-b--n-", claude.project_dir("/srv/a b/Ünï", "/c"))
     -- FNV-1a 64 of the path, as `ctxd` publishes it (the empty input is the offset basis).
     t.eq("observe-cbf29ce484222325", claude.observe_id(""))
     t.eq("observe-af63dc4c8601ec8c", claude.observe_id("a"))
