@@ -75,6 +75,8 @@ export class DaemonController implements vscode.Disposable {
     private disposed = false;
     /** Whether the current client reached Running once (a crash after that restarts it). */
     private ran = false;
+    /** Why the executable could not be started at the latest attempt, if that was why. */
+    private startError: string | undefined;
 
     constructor(
         private readonly config: () => CtxdConfig,
@@ -119,9 +121,22 @@ export class DaemonController implements vscode.Disposable {
             onNotification: (method, handler) => client.onNotification(method, handler),
         });
         client.onDidChangeState(({ newState }) => {
-            if (generation === this.generation && newState === State.Running) {
+            if (generation !== this.generation) {
+                return;
+            }
+            if (newState === State.Running) {
                 this.ran = true;
                 this.setState({ kind: "ready" });
+            } else if (newState === State.StartFailed && this.ran) {
+                // A restart after a crash failed (the first start's failure is `start`'s to
+                // report): the client is done, the user restarts it.
+                void this.exited(1000).then(() => {
+                    if (generation === this.generation) {
+                        const reason = this.startError ?? this.failureReason(new Error("the daemon could not be restarted"));
+                        this.output.appendLine(`[ctxd client] restart failed: ${reason}`);
+                        this.setState({ kind: "failed", reason, fix: this.startError !== undefined ? "path" : "restart" });
+                    }
+                });
             }
         });
         try {
@@ -174,8 +189,10 @@ export class DaemonController implements vscode.Disposable {
             this.backoff.started(Date.now());
             const executable = findExecutable(c.serverPath, process.env.PATH ?? "");
             if (executable === undefined) {
-                throw new Error(executableProblem(c.serverPath, process.env.PATH ?? "") ?? `not found: ${c.serverPath}`);
+                this.startError = executableProblem(c.serverPath, process.env.PATH ?? "") ?? `not found: ${c.serverPath}`;
+                throw new Error(this.startError);
             }
+            this.startError = undefined;
             this.stderrTail.length = 0;
             this.exit = undefined;
             const child = spawn(executable, serveArgs(c), { env: { ...process.env, ...daemonEnv(c) }, stdio: "pipe" });
@@ -271,9 +288,16 @@ export class DaemonController implements vscode.Disposable {
     }
 }
 
-/** Sends the current settings to a running daemon. */
+/**
+ * Sends the current settings to a running daemon. A daemon that stops meanwhile gets them
+ * at its next start (`initializationOptions`), so a failure here is not reported.
+ */
 export async function sendSettings(client: LanguageClient | undefined, config: CtxdConfig): Promise<void> {
     if (client?.isRunning()) {
-        await client.sendNotification(DidChangeConfigurationNotification.type, { settings: daemonSettings(config) });
+        try {
+            await client.sendNotification(DidChangeConfigurationNotification.type, { settings: daemonSettings(config) });
+        } catch {
+            // Stopped or restarting: initializationOptions carry the settings next time.
+        }
     }
 }

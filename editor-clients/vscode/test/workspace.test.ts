@@ -18,6 +18,7 @@ import { claudeProjectDir, observeId } from "../src/claude";
 import type { CtxdApi } from "../src/extension";
 import * as extension from "../src/extension";
 import { ctxdBin, tempStateDir, EMPTY_CWD } from "./support/daemon";
+import { childPids } from "./support/processes";
 import { fake, type FakeStatusBarItem } from "./support/vscode";
 import { waitFor } from "./support/wait";
 
@@ -121,6 +122,23 @@ describe("a new user's workspace on a real ctxd", () => {
         await fake.commands.get("ctxd.restart")?.();
         await waitFor("ready again", () => (status().text === "$(pulse) ctxd ready" ? true : undefined));
         assert.ok(status().texts.slice(shown).includes("$(loading~spin) ctxd starting"));
+    });
+
+    it("names the cause when a restart after a crash fails (the binary went away), and recovers", async () => {
+        const moved = path.join(scratch, "ctxd-moved-away");
+        fs.copyFileSync(ctxdBin(), moved);
+        fs.chmodSync(moved, 0o755);
+        changeSetting("path", moved);
+        await fake.commands.get("ctxd.restart")?.();
+        await waitFor("ready on the copy", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 30_000);
+        const [pid] = childPids(path.basename(moved).slice(0, 15));
+        fs.rmSync(moved);
+        process.kill(pid, "SIGKILL");
+        await waitFor("the restart to fail", () => (status().text === "$(error) ctxd failed: not found" ? true : undefined));
+        assert.ok(status().texts.some((t) => /^\$\(debug-disconnect\) ctxd restarting in \d+ s$/.test(t)), "the countdown came first");
+        assert.match(String(status().tooltip), new RegExp(`not found: ${moved} does not exist`));
+        changeSetting("path", ctxdBin());
+        await waitFor("ready again", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 30_000);
     });
 
     it("shows the workspace's Claude Code session once its transcript appears, and follows it", async () => {
