@@ -85,8 +85,37 @@ fn set_auto_compact_window_saves_per_model_and_auto_clears() {
     let low = daemon.request("ctx/setAutoCompactWindow", json!({"model": MODEL, "window": 5000})).unwrap();
     assert_eq!(low["window"], 100_000);
     assert!(!low["warnings"].as_array().unwrap().is_empty(), "{low}");
+    assert_eq!(low["requested"], 5000);
+    assert_eq!(low["adjustment"], "raisedToFloor");
+    assert!(low["reason"].as_str().unwrap().contains("100000"), "{low}");
+    // Above the model's window: capped, and the answer says why.
+    let high = daemon.request("ctx/setAutoCompactWindow", json!({"model": MODEL, "window": 500000})).unwrap();
+    assert_eq!((high["window"].as_u64(), high["modelWindow"].as_u64()), (Some(200_000), Some(200_000)));
+    assert_eq!(high["adjustment"], "cappedToModel");
+    assert!(high["reason"].as_str().unwrap().contains("at most 200000"), "{high}");
+    // In range: nothing to explain.
+    let fine = daemon.request("ctx/setAutoCompactWindow", json!({"model": MODEL, "window": 150000})).unwrap();
+    assert!(fine.get("adjustment").is_none() && fine.get("reason").is_none(), "{fine}");
     let error = daemon.request_error("ctx/setAutoCompactWindow", json!({"model": MODEL, "window": "huge"})).unwrap();
     assert_eq!(error["code"], -32602);
+}
+
+#[test]
+fn lowering_the_window_below_the_usage_compacts_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": MODEL, "sessionId": "low"})).unwrap();
+    let records = json!([
+        ctxd_e2e::user_record("u1", None, "read the whole repository"),
+        assistant_record("a1", Some("u1"), "msg_1", 120_000, 100),
+    ]);
+    let appended = daemon.request("ctx/append", json!({"sessionId": "low", "records": records})).unwrap();
+    assert_eq!(appended["usage"]["level"], "ok", "120k of 200k is below the warning level: {appended}");
+    daemon.request("ctx/setAutoCompactWindow", json!({"model": MODEL, "window": 100000})).unwrap();
+    // No append follows: the lowered window alone starts the compaction.
+    let compacted = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "low").unwrap();
+    assert_eq!(compacted["trigger"], "auto");
+    assert!(compacted["postTokens"].as_u64().unwrap() < 67_000, "{compacted}");
 }
 
 #[test]

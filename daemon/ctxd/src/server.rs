@@ -962,11 +962,16 @@ impl Backend {
             WindowSource::ModelDefault => "modelDefault",
             WindowSource::SubagentCeiling => "subagentCeiling",
         };
+        let (adjustment, reason) = window_adjustment(window, resolved.window, resolved.model.context_window, source);
         Ok(proto::SetAutoCompactWindowResult {
-            model: params.model,
             window: resolved.window,
             source: source.to_owned(),
             warnings: resolved.warnings,
+            requested: window,
+            model_window: resolved.model.context_window,
+            adjustment: adjustment.map(str::to_owned),
+            reason,
+            model: params.model,
         })
     }
 
@@ -976,6 +981,38 @@ impl Backend {
         rx.await.map_err(|_| rpc_error(SessionError::Closed(params.session_id)))?;
         Ok(Value::Null)
     }
+}
+
+/// How a window in force differs from the one a client asked for, and why, for the
+/// `ctx/setAutoCompactWindow` answer: `(None, None)` when it is the same, or for `"auto"`.
+fn window_adjustment(
+    requested: Option<u64>,
+    window: u64,
+    model_window: u64,
+    source: &str,
+) -> (Option<&'static str>, Option<String>) {
+    use ctxd_core::budget::{MAX_CONFIGURED_WINDOW, MIN_CONFIGURED_WINDOW};
+    let Some(requested) = requested else { return (None, None) };
+    if requested == window {
+        return (None, None);
+    }
+    if source != "setting" {
+        let why = format!("the {source} window ({window} tokens) takes precedence over the saved one");
+        return (Some("overridden"), Some(why));
+    }
+    if requested < MIN_CONFIGURED_WINDOW {
+        let why = format!("{requested} is below the smallest window ctxd plans with ({MIN_CONFIGURED_WINDOW} tokens)");
+        return (Some("raisedToFloor"), Some(why));
+    }
+    if requested > model_window && window == model_window {
+        let why = format!("the model accepts at most {model_window} tokens; {requested} is more than it can take");
+        return (Some("cappedToModel"), Some(why));
+    }
+    if requested > MAX_CONFIGURED_WINDOW {
+        let why = format!("{requested} is above the largest window ctxd plans with ({MAX_CONFIGURED_WINDOW} tokens)");
+        return (Some("loweredToCeiling"), Some(why));
+    }
+    (Some("overridden"), Some(format!("another setting decides the window ({window} tokens)")))
 }
 
 /// Awaits an actor's answer to a command that can fail.

@@ -353,6 +353,18 @@ pub struct SetAutoCompactWindowResult {
     /// Problems with the value (clamped into range, above the model's window, …).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The window asked for (absent for `"auto"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested: Option<u64>,
+    /// The model's own context window: no window can be larger.
+    pub model_window: u64,
+    /// How the window in force differs from the one asked for: `cappedToModel`,
+    /// `raisedToFloor`, `loweredToCeiling` or `overridden`; absent when it is the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adjustment: Option<String>,
+    /// Why, in words a client shows as they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// `ctx/fileRead` params: the agent read a file (or a line range of it) by some means

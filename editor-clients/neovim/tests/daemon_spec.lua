@@ -142,6 +142,8 @@ describe("ctxd on a real daemon", function()
       cmd = { test_env.ctxd_bin, "serve", "--state-dir", state_dir, "--log-file", log_file },
       -- The offline summarizer: compactions never reach a provider, whatever the environment.
       settings = { autoCompactWindow = 100000, provider = "offline" },
+      -- Hermetic: no Claude Code session of the directory the tests run in.
+      observe_claude_code = false,
     })
     t.wait_for("the daemon to be ready", client.is_ready)
     t.eq("ctxd", vim.lsp.get_client_by_id(client.state.client_id).name)
@@ -345,7 +347,11 @@ describe("ctxd on a real daemon", function()
       return #seen > 1
     end)
     t.eq({
-      { msg = "ctxd: autoCompactWindow setting 2000000 is outside 100000..=1000000; using 1000000", level = vim.log.levels.WARN },
+      -- Capped to the model's window: the daemon's reason says so, in place of the clamp warning.
+      {
+        msg = "ctxd: window 200,000, not 2,000,000: the model accepts at most 200000 tokens; 2000000 is more than it can take.",
+        level = vim.log.levels.WARN,
+      },
       { msg = "ctxd: auto-compact window for " .. MODEL .. " is 200,000 tokens (from settings).", level = vim.log.levels.INFO },
     }, seen)
 
@@ -386,15 +392,20 @@ describe("ctxd on a real daemon", function()
     t.eq(before, ctxd.status(), "nothing changed")
   end)
 
-  it(":CtxdLog opens the daemon's log", function()
+  it(":CtxdLog shows the client's start log and the daemon's log", function()
     vim.cmd("CtxdLog")
-    t.eq(log_file, vim.api.nvim_buf_get_name(0))
+    t.eq("ctxd://log", vim.api.nvim_buf_get_name(0))
     local text = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), "\n")
+    t.contains(text, "starting " .. test_env.ctxd_bin .. " serve")
+    t.contains(text, "initialized (ctxd 0.1.0)")
+    t.contains(text, "The daemon's own log (" .. log_file .. "), last lines:")
     t.contains(text, "ctxd starting")
     vim.cmd("close")
   end)
 
   it(":checkhealth ctxd reports the running daemon", function()
+    -- In a tab of its own (checkhealth takes over the window of an only, empty buffer).
+    vim.cmd("tabnew")
     vim.cmd("checkhealth ctxd")
     local text = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), "\n")
     t.contains(text, "running (pid " .. client.state.capabilities.processId .. "), ctxd 0.1.0, protocol 1")
@@ -402,6 +413,9 @@ describe("ctxd on a real daemon", function()
     t.contains(text, "daemon command: " .. test_env.ctxd_bin)
     t.contains(text, session_id)
     vim.cmd("tabclose")
+    if #vim.api.nvim_list_tabpages() > 1 then
+      vim.cmd("tabclose")
+    end
   end)
 
   it("restarts a crashed daemon; the statusline updates again", function()
@@ -413,9 +427,19 @@ describe("ctxd on a real daemon", function()
     ctxd.request("ctx/usage", { sessionId = session_id }, function()
       answered = true
     end)
-    t.wait_for("the statusline to say the daemon is down", function()
-      return ctxd.status() == "ctxd restarting"
+    local seen = notifications(function() end, function(seen)
+      return #seen > 0
     end)
+    t.eq({ { msg = "ctxd was killed by signal 9; retrying in 1 s (:CtxdLog for details)", level = vim.log.levels.ERROR } }, seen)
+    t.eq("ctxd down: was killed by signal 9", ctxd.status())
+    -- While it is down, a request fails at once (its callback runs before request() returns).
+    local down_err
+    ctxd.request("ctx/usage", { sessionId = session_id }, function(e)
+      down_err = e
+    end)
+    if down_err then
+      t.contains(down_err.message, "ctxd is down (ctxd was killed by signal 9)")
+    end
     t.wait_for("a new daemon", function()
       return client.is_ready() and ctxd.pid() ~= nil and ctxd.pid() ~= old_pid
     end)
@@ -546,7 +570,45 @@ describe("ctxd that cannot start", function()
     end)
     ctxd.setup({ cmd = { "/bin/false" }, restart = { initial_ms = 60000, max_ms = 60000, stable_ms = 60000 } })
     local err = request("ctx/usage", { sessionId = "nope" })
-    t.contains(err.message, "ctxd could not start")
+    t.contains(err.message, "ctxd is down (ctxd exited with code 1 while starting); next start in")
+    ctxd.stop()
+  end)
+
+  it("names a missing binary once, fails requests at once, logs the attempt, and recovers on setup()", function()
+    local seen = notifications(function()
+      ctxd.setup({ bin = "/nonexistent/ctxd", restart = { initial_ms = 60000, max_ms = 60000, stable_ms = 60000 } })
+    end, function(seen)
+      return #seen > 0
+    end)
+    t.eq({
+      { msg = "ctxd not found: /nonexistent/ctxd does not exist; retrying in 60 s (:CtxdLog for details)", level = vim.log.levels.ERROR },
+    }, seen)
+    -- The request is answered before request() returns: no wait through the back-off.
+    local err
+    ctxd.request("ctx/usage", { sessionId = "nope" }, function(e)
+      err = e
+    end)
+    t.truthy(err, "answered at once")
+    t.contains(err.message, "ctxd is down (ctxd not found: /nonexistent/ctxd does not exist); next start in")
+    t.eq("ctxd down: not found: /nonexistent/ctxd does not exist", ctxd.status())
+    vim.cmd("tabnew")
+    vim.cmd("checkhealth ctxd")
+    local health = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), "\n")
+    t.contains(health, "ctxd is down (ctxd not found: /nonexistent/ctxd does not exist)")
+    vim.cmd("tabclose")
+    if #vim.api.nvim_list_tabpages() > 1 then
+      vim.cmd("tabclose")
+    end
+    vim.cmd("Ctxd log")
+    local text = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), "\n")
+    t.contains(text, "starting /nonexistent/ctxd serve --log-file")
+    t.contains(text, "ctxd not found: /nonexistent/ctxd does not exist; next start in 60.0 s")
+    t.truthy(not text:find("lsp.log", 1, true), "no reference to Neovim's lsp.log")
+    vim.cmd("close")
+    -- The fix: the right binary, and setup() again.
+    ctxd.setup({ bin = test_env.ctxd_bin, cmd = { test_env.ctxd_bin, "serve", "--state-dir", state_dir, "--log-file", log_file } })
+    t.wait_for("the daemon to be ready", client.is_ready)
+    t.eq("", ctxd.status())
     ctxd.stop()
   end)
 end)

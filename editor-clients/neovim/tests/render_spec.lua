@@ -37,6 +37,13 @@ describe("shared render cases", function()
     end
   end)
 
+  it("says why a window differs from the one asked for", function()
+    t.truthy(#cases.windowReasonCases > 0)
+    for _, c in ipairs(cases.windowReasonCases) do
+      t.eq(c.text, render.window_reason_text(c.result), vim.inspect(c.result))
+    end
+  end)
+
   it("reads window inputs as the VS Code client does", function()
     local commands = require("ctxd.commands")
     for _, c in ipairs(cases.windowInputs) do

@@ -59,7 +59,7 @@ local function start(answers)
       return { sessionId = p.sessionId or "s-1", resumed = false, records = 0, usage = usage_at("warning") }
     end
   local fake = fake_server.new(answers)
-  ctxd.setup({ cmd = fake.cmd, restart = { initial_ms = 60000, max_ms = 60000, stable_ms = 60000 } })
+  ctxd.setup({ cmd = fake.cmd, observe_claude_code = false, restart = { initial_ms = 60000, max_ms = 60000, stable_ms = 60000 } })
   t.wait_for("the scripted server to be ready", client.is_ready)
   t.eq(nil, (request("ctx/openSession", { cwd = "/w", model = MODEL })))
   return fake

@@ -6,9 +6,12 @@
  */
 import * as vscode from "vscode";
 
+import { type ObservedSession, type ObservedSessions, isObservedId } from "./claude";
 import type { ContextView } from "./contextView";
+import type { DaemonState } from "./daemon";
+import { observedText } from "./daemonStatus";
 import { describeError, isMethodNotFound } from "./errors";
-import { formatCount, statusText, windowResultText } from "./render";
+import { formatCount, statusText, windowReasonText, windowResultText } from "./render";
 import type { CtxdSessions, SessionInfo } from "./sessions";
 
 /** Command ids, as contributed in package.json. */
@@ -20,11 +23,17 @@ export const Commands = {
     clear: "ctxd.clear",
     showLog: "ctxd.showLog",
     restart: "ctxd.restart",
+    fixStart: "ctxd.fixStart",
+    pickClaudeSession: "ctxd.pickClaudeSession",
 } as const;
 
 export interface CommandDeps {
     sessions: CtxdSessions;
     contextView: ContextView;
+    /** The workspace's Claude Code sessions the daemon observes (none in some tests). */
+    observed?: ObservedSessions;
+    /** The daemon's state, for the fix of a failed start. */
+    daemonState?: () => DaemonState;
     output: vscode.LogOutputChannel;
     /** Restarts the daemon. */
     restart(): Promise<void>;
@@ -42,6 +51,8 @@ export function registerCommands(deps: CommandDeps): vscode.Disposable[] {
         [Commands.clear]: (arg) => clearSession(deps, arg),
         [Commands.showLog]: async () => deps.output.show(true),
         [Commands.restart]: () => deps.restart(),
+        [Commands.fixStart]: () => fixStart(deps),
+        [Commands.pickClaudeSession]: () => pickClaudeSession(deps),
     };
     return Object.entries(handlers).map(([id, handler]) => vscode.commands.registerCommand(id, handler));
 }
@@ -56,7 +67,9 @@ export async function pickSession(sessions: CtxdSessions, arg: unknown): Promise
         }
     }
     if (open.length === 0) {
-        void vscode.window.showWarningMessage("ctxd: no session is open. An agent extension opens sessions through the ctxd API.");
+        void vscode.window.showWarningMessage(
+            "ctxd: no session is open, and no Claude Code session was found for this workspace. An agent extension opens sessions through the ctxd API; Claude Code sessions of the workspace folders show up on their own.",
+        );
         return undefined;
     }
     if (open.length === 1) {
@@ -75,6 +88,10 @@ export async function pickSession(sessions: CtxdSessions, arg: unknown): Promise
 }
 
 export async function compactNow(deps: CommandDeps, arg?: unknown): Promise<void> {
+    const claude = await claudeTarget(deps, arg);
+    if (claude !== undefined) {
+        return claude === null ? undefined : compactClaude(deps, claude);
+    }
     const session = await pickSession(deps.sessions, arg);
     if (session === undefined) {
         return;
@@ -105,6 +122,10 @@ export async function compactNow(deps: CommandDeps, arg?: unknown): Promise<void
 
 /** Takes back the session's latest compaction; the daemon's refusal says why it cannot. */
 export async function undoCompaction(deps: CommandDeps, arg?: unknown): Promise<void> {
+    const claude = await claudeTarget(deps, arg);
+    if (claude !== undefined) {
+        return claude === null ? undefined : undoClaude(deps, claude);
+    }
     const session = await pickSession(deps.sessions, arg);
     if (session === undefined) {
         return;
@@ -120,6 +141,10 @@ export async function undoCompaction(deps: CommandDeps, arg?: unknown): Promise<
 }
 
 export async function showContext(deps: CommandDeps, arg?: unknown): Promise<void> {
+    const claude = await claudeTarget(deps, arg);
+    if (claude !== undefined) {
+        return claude === null ? undefined : showClaudeContext(deps, claude);
+    }
     const session = await pickSession(deps.sessions, arg);
     if (session === undefined) {
         return;
@@ -165,7 +190,8 @@ export function parseWindow(input: string): number | "auto" | undefined {
 export async function setAutoCompactWindow(deps: CommandDeps, arg?: unknown): Promise<void> {
     const open = deps.sessions.sessions();
     const named = typeof arg === "string" ? open.find((s) => s.sessionId === arg) : undefined;
-    const model = named?.model ?? (open.length === 1 ? open[0].model : undefined) ?? deps.defaultModel();
+    const shownClaude = open.length === 0 ? deps.observed?.newest()?.model : undefined;
+    const model = named?.model ?? (open.length === 1 ? open[0].model : undefined) ?? shownClaude ?? deps.defaultModel();
     const modelInput =
         model ??
         (await vscode.window.showInputBox({ title: "ctxd: Set auto-compact window", prompt: "Model id the window applies to" }));
@@ -186,8 +212,12 @@ export async function setAutoCompactWindow(deps: CommandDeps, arg?: unknown): Pr
     }
     try {
         const result = await deps.sessions.setAutoCompactWindow(modelInput.trim(), window);
-        for (const warning of result.warnings ?? []) {
-            void vscode.window.showWarningMessage(`ctxd: ${warning}`);
+        if (result.reason !== undefined) {
+            void vscode.window.showWarningMessage(windowReasonText(result));
+        } else {
+            for (const warning of result.warnings ?? []) {
+                void vscode.window.showWarningMessage(`ctxd: ${warning}`);
+            }
         }
         void vscode.window.showInformationMessage(windowResultText(result));
     } catch (error) {
@@ -235,4 +265,152 @@ export function reportCompactions(sessions: CtxdSessions): { dispose(): unknown 
             void vscode.window.showWarningMessage(`ctxd: compaction failed: ${reason}`);
         }),
     ];
+}
+
+/**
+ * The observed Claude Code session a command acts on: `undefined` when the command is for
+ * an agent extension's session (one is named, or one is open, or none is observed),
+ * `null` when the pick was dismissed.
+ */
+async function claudeTarget(deps: CommandDeps, arg: unknown): Promise<ObservedSession | null | undefined> {
+    const observed = deps.observed;
+    if (observed === undefined) {
+        return undefined;
+    }
+    if (typeof arg === "string") {
+        return isObservedId(arg) ? (observed.get(arg) ?? null) : undefined;
+    }
+    if (deps.sessions.sessions().length > 0) {
+        return undefined;
+    }
+    const all = observed.sessions();
+    if (all.length === 0) {
+        return undefined;
+    }
+    if (all.length === 1) {
+        return all[0];
+    }
+    return (await pickObserved(all)) ?? null;
+}
+
+async function pickObserved(all: ObservedSession[]): Promise<ObservedSession | undefined> {
+    const picked = await vscode.window.showQuickPick(
+        all.map((s, i) => ({
+            label: observedText(s).replace(/^\$\([^)]*\) /, ""),
+            description: i === 0 ? "newest active" : undefined,
+            detail: `${s.claudeSessionId ?? s.sessionId}  ${s.folder}`,
+            session: s,
+        })),
+        { placeHolder: "Which Claude Code session?" },
+    );
+    return picked?.session;
+}
+
+/** The session picker: shows the context of the chosen Claude Code session. */
+export async function pickClaudeSession(deps: CommandDeps): Promise<void> {
+    const all = deps.observed?.sessions() ?? [];
+    if (all.length === 0) {
+        void vscode.window.showInformationMessage("ctxd: no Claude Code session found for this workspace's folders yet.");
+        return;
+    }
+    const picked = await pickObserved(all);
+    if (picked !== undefined) {
+        await showClaudeContext(deps, picked);
+    }
+}
+
+export async function showClaudeContext(deps: CommandDeps, session: ObservedSession): Promise<void> {
+    const usage = session.usage;
+    if (usage === undefined) {
+        void vscode.window.showInformationMessage("ctxd: no usage for this Claude Code session yet.");
+        return;
+    }
+    const model = session.model !== undefined ? `, model ${session.model}` : "";
+    const note = `Claude Code session ${session.claudeSessionId ?? session.sessionId} (${session.transcript ?? session.projectDir}${model}), observed by ctxd: the view follows its transcript as Claude Code writes it.`;
+    await deps.contextView.show(session.sessionId, { usage, note });
+}
+
+function claudeParams(session: ObservedSession, instructions?: string): Record<string, string> {
+    const params: Record<string, string> = {};
+    if (session.transcript !== undefined) {
+        params.transcript = session.transcript;
+    }
+    if (session.claudeSessionId !== undefined) {
+        params.sessionId = session.claudeSessionId;
+    }
+    if (instructions !== undefined && instructions !== "") {
+        params.instructions = instructions;
+    }
+    return params;
+}
+
+/** What the user reads when the daemon has no Claude Code compaction yet. */
+export function claudeMethodMissing(method: string): string {
+    return `ctxd: this ctxd cannot ${method === "ctx/claudeUndo" ? "undo a compaction of" : "compact"} a Claude Code session yet (it does not have ${method}). Update ctxd, or run /compact in Claude Code.`;
+}
+
+export async function compactClaude(deps: CommandDeps, session: ObservedSession): Promise<void> {
+    const transcript = session.transcript ?? session.projectDir;
+    const confirm = await vscode.window.showWarningMessage(
+        `Compact the Claude Code session ${session.claudeSessionId ?? session.sessionId}? ctxd appends a compact boundary and a summary to ${transcript}; Claude Code continues from the summary when the session is resumed. Nothing is removed: "ctxd: Undo last compaction" takes it back until the next turn.`,
+        { modal: true },
+        "Compact",
+    );
+    if (confirm !== "Compact") {
+        return;
+    }
+    const instructions = await vscode.window.showInputBox({
+        title: "ctxd: Compact the Claude Code session",
+        prompt: "Optional focus for the summary (Enter for none)",
+    });
+    if (instructions === undefined) {
+        return;
+    }
+    try {
+        const result = await vscode.window.withProgress(
+            { location: vscode.ProgressLocation.Notification, title: "ctxd: compacting the Claude Code session…" },
+            () => deps.sessions.request<{ preTokens?: number; postTokens?: number }>("ctx/claudeCompact", claudeParams(session, instructions.trim())),
+        );
+        const numbers =
+            result?.preTokens !== undefined && result.postTokens !== undefined
+                ? ` ${formatCount(result.preTokens)} → ${formatCount(result.postTokens)} tokens`
+                : "";
+        void vscode.window.showInformationMessage(`ctxd: Claude Code session compacted${numbers}.`);
+    } catch (error) {
+        void vscode.window.showErrorMessage(isMethodNotFound(error) ? claudeMethodMissing("ctx/claudeCompact") : describeError("ctx/claudeCompact", error));
+    }
+}
+
+export async function undoClaude(deps: CommandDeps, session: ObservedSession): Promise<void> {
+    try {
+        await deps.sessions.request("ctx/claudeUndo", claudeParams(session));
+        void vscode.window.showInformationMessage("ctxd: the Claude Code session's last compaction is undone.");
+    } catch (error) {
+        void vscode.window.showErrorMessage(isMethodNotFound(error) ? claudeMethodMissing("ctx/claudeUndo") : describeError("ctx/claudeUndo", error));
+    }
+}
+
+/** The fix for a failed start: set the path, restart, or read the log. */
+export async function fixStart(deps: CommandDeps): Promise<void> {
+    const state = deps.daemonState?.();
+    const reason = state?.kind === "failed" ? state.reason : "ctxd is not failing now";
+    const choice = await vscode.window.showQuickPick(
+        [
+            { label: "Set ctxd.path", detail: "Open the setting (user settings work in remote windows too)", id: "path" },
+            { label: "Restart ctxd", detail: "Start the daemon again with the current settings", id: "restart" },
+            { label: "Show log", detail: "The client's start attempts and the daemon's own log", id: "log" },
+        ],
+        { placeHolder: reason },
+    );
+    switch (choice?.id) {
+        case "path":
+            await vscode.commands.executeCommand("workbench.action.openSettings", "ctxd.path");
+            break;
+        case "restart":
+            await deps.restart();
+            break;
+        case "log":
+            deps.output.show(true);
+            break;
+    }
 }

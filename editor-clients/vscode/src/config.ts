@@ -21,6 +21,7 @@ export const SETTING_KEYS = [
     "idleCompaction",
     "provider",
     "model",
+    "observeClaudeCode",
 ] as const;
 export type SettingKey = (typeof SETTING_KEYS)[number];
 
@@ -39,6 +40,8 @@ export interface CtxdConfig {
     idleCompaction: boolean;
     provider?: ProviderKind;
     model?: string;
+    /** Observe the Claude Code sessions of the workspace folders (default on). */
+    observeClaudeCode: boolean;
 }
 
 /** Reads one setting (the extension passes `workspace.getConfiguration("ctxd").get`). */
@@ -77,6 +80,7 @@ export function readConfig(get: SettingReader): CtxdConfig {
         idleCompaction: get("idleCompaction") === true,
         provider: PROVIDERS.includes(provider as ProviderKind) ? (provider as ProviderKind) : undefined,
         model: nonEmptyString(get("model")),
+        observeClaudeCode: get("observeClaudeCode") !== false,
     };
 }
 

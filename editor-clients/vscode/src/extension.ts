@@ -1,14 +1,16 @@
 /**
- * Entry point: wires the daemon client, the sessions API, the status bar, the context
- * view and the commands together, and returns the API other extensions use.
+ * Entry point: wires the daemon client, the sessions API, the observed Claude Code
+ * sessions, the status items, the context view and the commands together, and returns
+ * the API other extensions use.
  */
 import * as vscode from "vscode";
-import { State } from "vscode-languageclient/node";
 
+import { ObservedSessions } from "./claude";
 import { registerCommands, reportCompactions } from "./commands";
 import { RESTART_KEYS, readConfig, type SettingKey } from "./config";
 import { CONTEXT_SCHEME, ContextView } from "./contextView";
-import { clientConnection, createDaemonClient, sendSettings } from "./daemon";
+import { DaemonController, sendSettings } from "./daemon";
+import { DaemonStatusItem } from "./daemonStatus";
 import { CtxdSessions, type CtxdApi } from "./sessions";
 import { SessionStatusBar } from "./statusBar";
 
@@ -19,59 +21,91 @@ function currentConfig() {
     return readConfig((key: SettingKey) => section.get(key));
 }
 
+function workspaceFolders(): string[] {
+    return (vscode.workspace.workspaceFolders ?? []).filter((f) => f.uri.scheme === "file").map((f) => f.uri.fsPath);
+}
+
 export async function activate(context: vscode.ExtensionContext): Promise<CtxdApi> {
     const output = vscode.window.createOutputChannel("ctxd", { log: true });
     const sessions = new CtxdSessions();
+    const observed = new ObservedSessions(
+        { request: (method, params) => sessions.request(method, params), onUsageChanged: (l) => sessions.onUsageChanged(l) },
+        undefined,
+        (line) => output.appendLine(line),
+    );
     const statusBar = new SessionStatusBar(sessions);
-    const client = createDaemonClient(currentConfig, output, () => statusBar.setDaemonRunning(false));
+    const status = new DaemonStatusItem(sessions, observed);
+    const daemon = new DaemonController(currentConfig, output, (connection) => sessions.attach(connection));
     const contextView = new ContextView(sessions);
-    sessions.attach(clientConnection(client));
 
-    let startedOnce = false;
+    let readyOnce = false;
     context.subscriptions.push(
         output,
         { dispose: () => sessions.dispose() },
+        { dispose: () => observed.dispose() },
         statusBar,
+        status,
         contextView,
         vscode.workspace.registerTextDocumentContentProvider(CONTEXT_SCHEME, contextView),
-        client.onDidChangeState(({ newState }) => {
-            statusBar.setDaemonRunning(newState === State.Running);
-            if (newState === State.Running) {
-                if (startedOnce) {
-                    void sessions.reopenAll();
-                }
-                startedOnce = true;
+        daemon.onDidChangeState((state) => {
+            status.setState(state);
+            statusBar.setDaemonRunning(state.kind === "ready");
+            if (state.kind !== "ready") {
+                return;
+            }
+            if (readyOnce) {
+                void sessions.reopenAll();
+                void observed.reobserve();
+            } else if (currentConfig().observeClaudeCode) {
+                void observed.observe(workspaceFolders());
+            }
+            readyOnce = true;
+        }),
+        vscode.workspace.onDidChangeWorkspaceFolders((event) => {
+            if (daemon.state.kind === "ready" && currentConfig().observeClaudeCode) {
+                void observed.observe(event.added.filter((f) => f.uri.scheme === "file").map((f) => f.uri.fsPath));
             }
         }),
         vscode.workspace.onDidChangeConfiguration((event) => {
             if (!event.affectsConfiguration("ctxd")) {
                 return;
             }
-            void sendSettings(client, currentConfig());
+            void sendSettings(daemon.running(), currentConfig());
+            if (event.affectsConfiguration("ctxd.path") && daemon.state.kind === "failed") {
+                // The fix for a failed start: try the new path at once.
+                void daemon.restart();
+                return;
+            }
             if (RESTART_KEYS.some((key) => event.affectsConfiguration(`ctxd.${key}`))) {
                 void vscode.window
                     .showInformationMessage("ctxd: restart the daemon to apply the new path, state dir or log level.", "Restart")
-                    .then((choice) => (choice === "Restart" ? client.restart() : undefined));
+                    .then((choice) => (choice === "Restart" ? daemon.restart() : undefined));
             }
         }),
         ...registerCommands({
             sessions,
+            observed,
             contextView,
             output,
-            restart: () => client.restart(),
+            daemonState: () => daemon.state,
+            restart: () => daemon.restart(),
             defaultModel: () => currentConfig().model,
         }),
         ...reportCompactions(sessions),
-        { dispose: () => void client.dispose() },
+        { dispose: () => void daemon.dispose() },
     );
 
-    try {
-        await client.start();
-    } catch (error) {
-        const message = error instanceof Error ? error.message : String(error);
-        void vscode.window.showErrorMessage(`ctxd did not start: ${message}`, "Show log").then((choice) => {
+    await daemon.start();
+    const state = daemon.state;
+    if (state.kind === "failed") {
+        const fix = state.fix === "path" ? "Set ctxd.path" : "Restart";
+        void vscode.window.showErrorMessage(`ctxd did not start: ${state.reason}`, fix, "Show log").then((choice) => {
             if (choice === "Show log") {
                 output.show(true);
+            } else if (choice === "Restart") {
+                void daemon.restart();
+            } else if (choice === "Set ctxd.path") {
+                void vscode.commands.executeCommand("workbench.action.openSettings", "ctxd.path");
             }
         });
     }
@@ -79,5 +113,5 @@ export async function activate(context: vscode.ExtensionContext): Promise<CtxdAp
 }
 
 export function deactivate(): void {
-    // Everything is in `context.subscriptions`; disposing the client stops the daemon.
+    // Everything is in `context.subscriptions`; disposing the controller stops the daemon.
 }

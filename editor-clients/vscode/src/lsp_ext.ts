@@ -185,6 +185,14 @@ export interface SetAutoCompactWindowResult {
     source: WindowSource;
     /** Problems with the value (clamped into range, above the model's window, …). */
     warnings?: string[];
+    /** The window asked for (absent for `"auto"`). */
+    requested?: number;
+    /** The model's own window. */
+    modelWindow: number;
+    /** How the window in force differs from the one asked for. */
+    adjustment?: "cappedToModel" | "raisedToFloor" | "loweredToCeiling" | "overridden";
+    /** Why, to show as it is. */
+    reason?: string;
 }
 /**
  * Saves the window for a model (`"auto"` clears it); the model's open sessions take it

@@ -165,6 +165,11 @@ export function windowResultText(result: SetAutoCompactWindowResult): string {
     return `ctxd: auto-compact window for ${result.model} is ${formatCount(result.window)} tokens (${source}).`;
 }
 
+/** Why the window in force is not the one asked for (the answer's `reason`). */
+export function windowReasonText(result: SetAutoCompactWindowResult): string {
+    return `ctxd: window ${formatCount(result.window)}, not ${formatCount(result.requested ?? result.window)}: ${result.reason ?? ""}.`;
+}
+
 function escapeMarkdown(text: string): string {
     return text.replace(/[\\`*_[\]|<>]/g, "\\$&");
 }

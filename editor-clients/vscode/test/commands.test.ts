@@ -240,8 +240,9 @@ describe("commands on a real ctxd", () => {
     it("Set auto-compact window shows the daemon's warnings; auto clears the saved window", async () => {
         fake.inputAnswers.push("2M");
         await run(Commands.setAutoCompactWindow);
+        // Capped to the model's window: the reason says so, in place of the clamp warning.
         assert.deepEqual(fake.messages, [
-            { kind: "warning", text: "ctxd: autoCompactWindow setting 2000000 is outside 100000..=1000000; using 1000000" },
+            { kind: "warning", text: "ctxd: window 200,000, not 2,000,000: the model accepts at most 200000 tokens; 2000000 is more than it can take." },
             { kind: "info", text: `ctxd: auto-compact window for ${MODEL} is 200,000 tokens (from settings).` },
         ]);
         await waitFor("the session at a 200,000 window", () => (sessions.latestUsage(sessionId)?.window === 200_000 ? true : undefined));

@@ -1,6 +1,7 @@
 /** Settings → daemon command line, environment and initializationOptions; package.json contributions. */
 import * as assert from "node:assert/strict";
 import * as fs from "node:fs";
+import { builtinModules } from "node:module";
 import * as os from "node:os";
 import * as path from "node:path";
 import { describe, it } from "node:test";
@@ -34,6 +35,7 @@ describe("readConfig", () => {
             idleCompaction: false,
             provider: undefined,
             model: undefined,
+            observeClaudeCode: true,
         });
         assert.deepEqual(initializationOptions(config), {
             settings: { autoCompactEnabled: true, idleCompaction: false },
@@ -115,14 +117,32 @@ describe("package.json", () => {
     it("contributes every setting, each with a description", () => {
         const properties: Record<string, { markdownDescription?: string; description?: string }> =
             manifest.contributes.configuration.properties;
-        assert.deepEqual(Object.keys(properties).sort(), SETTING_KEYS.map((k) => `ctxd.${k}`).sort());
+        // `ctxd.trace.server` is read by vscode-languageclient itself (the client's id is `ctxd`).
+        assert.deepEqual(Object.keys(properties).sort(), [...SETTING_KEYS.map((k) => `ctxd.${k}`), "ctxd.trace.server"].sort());
         for (const [key, property] of Object.entries(properties)) {
             assert.ok((property.markdownDescription ?? property.description ?? "").length > 20, `${key} has a description`);
         }
     });
 
-    it("activates without a workspace and runs from the compiled entry point", () => {
-        assert.equal(manifest.main, "./out/src/extension.js");
-        assert.ok(fs.existsSync(path.join(packageRoot, manifest.main)), "compiled before testing");
+    it("lets user settings choose the executable, in local and remote windows", () => {
+        // `machine` and `machine-overridable` settings are read from the remote machine's
+        // settings only, and hidden from the User tab there: a user-level ctxd.path was ignored.
+        const properties: Record<string, { scope?: string; restricted?: boolean }> = manifest.contributes.configuration.properties;
+        for (const key of ["ctxd.path", "ctxd.stateDir"]) {
+            assert.equal(properties[key].scope, "window", key);
+            assert.equal(properties[key].restricted, true, `${key}: not taken from an untrusted workspace`);
+        }
+        assert.deepEqual((manifest.contributes.configuration.properties["ctxd.trace.server"] as { enum: string[] }).enum, ["off", "messages", "verbose"]);
+    });
+
+    it("activates at start-up and runs from a self-contained bundle", () => {
+        assert.deepEqual(manifest.activationEvents, ["onStartupFinished"]);
+        assert.equal(manifest.main, "./dist/extension.js");
+        const bundle = fs.readFileSync(path.join(packageRoot, manifest.main), "utf8");
+        // Only `vscode` (given by the editor) and Node's own modules are left to require().
+        const required = [...bundle.matchAll(/require\("([^"]+)"\)/g)].map((m) => m[1]);
+        const outside = required.filter((m) => m !== "vscode" && !m.startsWith("node:") && !builtinModules.includes(m));
+        assert.deepEqual([...new Set(outside)], [], "every dependency is bundled");
+        assert.ok(required.includes("vscode"));
     });
 });

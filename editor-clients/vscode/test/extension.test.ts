@@ -103,6 +103,12 @@ describe("activate() on a real ctxd", () => {
             const down = item.texts.lastIndexOf(DAEMON_DOWN_TEXT);
             return down >= 0 && item.texts.slice(down).some((t) => t.includes("62.6%")) ? true : undefined;
         });
+        // The daemon's own item counted down to the restart, then said ready again.
+        const status = fake.statusBarItems.find((i) => i.id === "ctxd.status");
+        assert.ok(status);
+        const restarting = status.texts.findIndex((t) => /^\$\(debug-disconnect\) ctxd restarting in \d+ s$/.test(t));
+        assert.ok(restarting >= 0, JSON.stringify(status.texts));
+        assert.ok(status.texts.slice(restarting).includes("$(pulse) ctxd ready"), JSON.stringify(status.texts));
         const before = changes.length;
         const user = userRecord("after the crash");
         await api.append(sessionId, [user, assistantRecord(60_000, user.uuid as string)]);

@@ -33,7 +33,7 @@ const appendResultKeys = { appended: true, duplicates: true, records: true, usag
 const sessionParamKeys = { sessionId: true } satisfies Keys<ext.SessionParams>;
 const usageResultKeys = { sessionId: true, usage: true } satisfies Keys<ext.UsageResult>;
 const windowParamKeys = { model: true, window: true } satisfies Keys<ext.SetAutoCompactWindowParams>;
-const windowResultKeys = { model: true, window: true, source: true, warnings: true } satisfies Keys<ext.SetAutoCompactWindowResult>;
+const windowResultKeys = { model: true, window: true, source: true, warnings: true, requested: true, modelWindow: true, adjustment: true, reason: true } satisfies Keys<ext.SetAutoCompactWindowResult>;
 const fileReadParamKeys = { sessionId: true, path: true, startLine: true, numLines: true } satisfies Keys<ext.FileReadParams>;
 const fileReadResultKeys = {
     path: true, alreadyRead: true, unchanged: true, reads: true, startLine: true, numLines: true, totalLines: true, tokens: true,
@@ -184,7 +184,7 @@ describe("lsp_ext.ts against schemas/", () => {
             ["ctx.openSession.result", optionalOf<ext.OpenSessionResult>({ diagnostics: true })],
             ["ctx.append.result", optionalOf<ext.AppendResult>({})],
             ["ctx.usage.result", optionalOf<ext.UsageResult>({})],
-            ["ctx.setAutoCompactWindow.result", optionalOf<ext.SetAutoCompactWindowResult>({ warnings: true })],
+            ["ctx.setAutoCompactWindow.result", optionalOf<ext.SetAutoCompactWindowResult>({ warnings: true, requested: true, adjustment: true, reason: true })],
             ["ctx.fileRead.params", optionalOf<ext.FileReadParams>({ startLine: true, numLines: true })],
             ["ctx.fileRead.result", optionalOf<ext.FileReadResult>({ totalLines: true })],
             ["ctx.context.result", optionalOf<ext.ContextResult>({ diagnostics: true, staleFiles: true, preparedAhead: true })],
@@ -254,12 +254,32 @@ describe("lsp_ext.ts against schemas/", () => {
             assert.ok(memoryFileStatuses.includes(file.status), file.status);
         }
         const windowRequired = schema("ctx.setAutoCompactWindow.result").required ?? [];
-        for (const { result } of renderCases.windowCases) {
+        for (const { result } of [...renderCases.windowCases, ...renderCases.windowReasonCases]) {
             for (const field of windowRequired) {
                 assert.ok(field in result, `windowCases result.${field}`);
             }
             assert.ok(Object.keys(result).every((k) => k in windowResultKeys), JSON.stringify(result));
             assert.ok(windowSources.includes(result.source), result.source);
+        }
+    });
+});
+
+describe("protocol.ts", () => {
+    it("is generated from schemas/ and current (node scripts/gen-protocol.js)", () => {
+        // eslint-disable-next-line @typescript-eslint/no-require-imports
+        const generator = require(path.join(packageRoot, "scripts", "gen-protocol.js")) as { generate(): string; outFile: string };
+        assert.equal(fs.readFileSync(generator.outFile, "utf8"), generator.generate());
+    });
+
+    it("has a type for every schema file and every method", () => {
+        const text = fs.readFileSync(path.join(packageRoot, "src", "protocol.ts"), "utf8");
+        for (const file of fs.readdirSync(path.join(packageRoot, "../../schemas"))) {
+            const title = JSON.parse(fs.readFileSync(path.join(packageRoot, "../../schemas", file), "utf8")).title as string;
+            assert.match(text, new RegExp(`export (interface|type) ${title}\\b`), file);
+            const method = /^ctx\.(\w+)\.params\.json$/.exec(file);
+            if (method) {
+                assert.ok(text.includes(`"ctx/${method[1]}": `), method[1]);
+            }
         }
     });
 });

@@ -16,6 +16,7 @@ import {
     statusText,
     statusTooltip,
     summaryRows,
+    windowReasonText,
     windowResultText,
 } from "../src/render";
 import { renderCases, usageCase } from "./support/fixtures";
@@ -54,6 +55,13 @@ describe("shared render cases", () => {
     it("says which window is in force and where it comes from", () => {
         for (const { result, text } of renderCases.windowCases) {
             assert.equal(windowResultText(result), text, JSON.stringify(result));
+        }
+    });
+
+    it("says why a window differs from the one asked for", () => {
+        assert.ok(renderCases.windowReasonCases.length > 0);
+        for (const { result, text } of renderCases.windowReasonCases) {
+            assert.equal(windowReasonText(result), text, JSON.stringify(result));
         }
     });
 });

@@ -120,7 +120,7 @@ describe("CtxdSessions on a real ctxd", () => {
         const { sessionId } = await sessions.openSession({ cwd: EMPTY_CWD, model: MODEL });
         const other = await sessions.openSession({ cwd: EMPTY_CWD, model: "claude-opus-4-1-20250805" });
         const result = await sessions.setAutoCompactWindow(MODEL, 200_000);
-        assert.deepEqual(result, { model: MODEL, window: 200_000, source: "setting" });
+        assert.deepEqual(result, { model: MODEL, window: 200_000, source: "setting", requested: 200_000, modelWindow: 200_000 });
         const change = await waitFor("ctx/usageChanged with the new window", () =>
             changes.find((c) => c.sessionId === sessionId && c.usage.window === 200_000),
         );

@@ -1106,6 +1106,9 @@ impl Session {
                 self.setup = setup;
                 let usage = self.usage();
                 self.usage_changed(usage).await;
+                // A window lowered below what the session already holds compacts now, not
+                // at the next append (which may never come while the user waits).
+                self.maybe_auto_compact().await;
             }
             Command::Close { reply } => {
                 self.flush_index();

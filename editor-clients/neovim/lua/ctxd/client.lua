@@ -21,8 +21,43 @@ local state = {
   started_at = 0,
   starts = 0,
   restart_timer = nil,
+  --- Set while the daemon is down after a failed start or an exit: why, and when the
+  --- next start is due. Requests fail at once meanwhile.
+  down = nil, ---@type { reason: string, retry_at: integer }|nil
+  notified = false, -- the user was told of this down period
+  last_exit = nil, ---@type { code: integer, signal: integer }|nil
+  log = {}, ---@type string[] the client's own log of start attempts (`:CtxdLog`)
+  observing = false, -- Claude Code projects were asked for once
 }
 M.state = state
+
+--- Adds a line to the client's own log (`:CtxdLog` shows it).
+---@param fmt string
+function M.log(fmt, ...)
+  table.insert(state.log, os.date("%H:%M:%S ") .. string.format(fmt, ...))
+  if #state.log > 500 then
+    table.remove(state.log, 1)
+  end
+end
+
+--- Why `bin` cannot be started, or nil when it can.
+---@param bin string
+---@return string|nil
+function M.executable_problem(bin)
+  if vim.fn.executable(bin) == 1 then
+    return nil
+  end
+  if bin:find("/", 1, true) then
+    local stat = vim.uv.fs_stat(bin)
+    if not stat then
+      return "not found: " .. bin .. " does not exist"
+    elseif stat.type == "directory" then
+      return "not found: " .. bin .. " is a directory"
+    end
+    return "not executable: " .. bin .. " (chmod +x it, or set bin in setup())"
+  end
+  return string.format('not found: "%s" is not on PATH; set bin in setup()', bin)
+end
 
 --- Keeps `sessions` in step with what a request did.
 local function track(method, params, err, result)
@@ -73,21 +108,35 @@ local function flush_queue()
   end
 end
 
+--- The daemon is initialized and the sessions resumed: requests go out from now on, and
+--- the Claude Code projects are observed (again).
+local function became_ready()
+  state.ready = true
+  if state.down then
+    M.log("ctxd is running again")
+  end
+  state.down, state.notified = nil, false
+  flush_queue()
+  if state.config.observe_claude_code then
+    require("ctxd.claude").observe(M.request, not state.observing and vim.fn.getcwd() or nil)
+    state.observing = true
+  end
+  vim.cmd.redrawstatus({ bang = true })
+end
+
 --- Resumes every tracked session on a (re)started daemon, then sends what was queued.
 local function resume_sessions()
   local list = sessions.list()
   local pending = #list
   if pending == 0 then
-    state.ready = true
-    flush_queue()
+    became_ready()
     return
   end
   for _, s in ipairs(list) do
     send("ctx/openSession", { cwd = s.cwd, model = s.model, sessionId = s.session_id }, function()
       pending = pending - 1
       if pending == 0 then
-        state.ready = true
-        flush_queue()
+        became_ready()
       end
     end)
   end
@@ -101,7 +150,11 @@ end
 
 local handlers = {
   ["ctx/usageChanged"] = function(_, params)
-    sessions.set_usage(params.sessionId, params.usage)
+    if require("ctxd.claude").is_observed_id(params.sessionId) then
+      require("ctxd.claude").set_usage(params.sessionId, params.usage)
+    else
+      sessions.set_usage(params.sessionId, params.usage)
+    end
   end,
   ["ctx/compacted"] = function(_, params)
     -- A manual compaction was asked for with ctx/compact, whose caller reports it
@@ -141,26 +194,35 @@ local function next_delay()
   return delay
 end
 
-local function on_exit(client_id)
-  if client_id ~= state.client_id then
-    return
-  end
-  local was_ready = state.ready
+--- The daemon is down for `reason`: requests fail at once, the user is told once, and
+--- the next start is scheduled with back-off.
+local function went_down(reason)
   state.client_id, state.ready, state.capabilities = nil, false, nil
   fail_inflight()
-  if not was_ready then
-    -- This start failed: do not keep callers waiting through the back-off.
-    local queued = state.queue
-    state.queue = {}
-    for _, q in ipairs(queued) do
-      q.callback({ message = "ctxd could not start; see :CtxdLog and :checkhealth ctxd" }, nil)
-    end
-  end
-  vim.cmd.redrawstatus({ bang = true })
+  local queued = state.queue
+  state.queue = {}
   if state.stopping then
+    state.down = nil
+    for _, q in ipairs(queued) do
+      q.callback({ message = "ctxd was stopped" }, nil)
+    end
+    vim.cmd.redrawstatus({ bang = true })
     return
   end
   local delay = next_delay()
+  state.down = { reason = reason, retry_at = vim.uv.now() + delay }
+  M.log("%s; next start in %.1f s", reason, delay / 1000)
+  for _, q in ipairs(queued) do
+    q.callback({ message = M.down_text() }, nil)
+  end
+  if not state.notified then
+    state.notified = true
+    vim.notify(
+      string.format("%s; retrying in %d s (:CtxdLog for details)", reason, math.ceil(delay / 1000)),
+      vim.log.levels.ERROR
+    )
+  end
+  vim.cmd.redrawstatus({ bang = true })
   state.restart_timer = vim.defer_fn(function()
     state.restart_timer = nil
     if not state.stopping and not state.client_id then
@@ -169,19 +231,64 @@ local function on_exit(client_id)
   end, delay)
 end
 
+--- Why the daemon is down and when it starts again, in one line (nil while it is not down).
+---@return string|nil
+function M.down_text()
+  if not state.down then
+    return nil
+  end
+  local seconds = math.max(0, math.ceil((state.down.retry_at - vim.uv.now()) / 1000))
+  return string.format("ctxd is down (%s); next start in %d s", state.down.reason, seconds)
+end
+
+local function on_exit(client_id)
+  if client_id ~= state.client_id then
+    return
+  end
+  local exit = state.last_exit or { code = 0, signal = 0 }
+  state.last_exit = nil
+  local how = exit.signal ~= 0 and ("was killed by signal " .. exit.signal) or ("exited with code " .. exit.code)
+  went_down(state.ready and ("ctxd " .. how) or ("ctxd " .. how .. " while starting"))
+end
+
+--- `cmd` for `vim.lsp.start`: the command, run so that its exit status is kept here and
+--- Neovim's own exit warning (which points at an lsp.log the user may not have) is not
+--- shown; the reason goes to one message of ours instead.
+local function lsp_cmd(config)
+  if type(config.cmd) ~= "table" then
+    return config.cmd
+  end
+  return function(dispatchers)
+    local mine = setmetatable({
+      on_exit = function(code, signal)
+        state.last_exit = { code = code, signal = signal }
+        dispatchers.on_exit(0, 0)
+      end,
+    }, { __index = dispatchers })
+    return vim.lsp.rpc.start(config.cmd, mine, { env = config.cmd_env })
+  end
+end
+
 start = function()
   local config = assert(state.config, "ctxd: setup() was not called")
   state.ready, state.capabilities = false, nil
   state.started_at = vim.uv.now()
   state.starts = state.starts + 1
+  if type(config.cmd) == "table" then
+    M.log("starting %s", table.concat(config.cmd, " "))
+    local problem = M.executable_problem(config.cmd[1])
+    if problem then
+      return went_down("ctxd " .. problem)
+    end
+  end
   local client_id = vim.lsp.start({
     name = "ctxd",
-    cmd = config.cmd,
-    cmd_env = config.cmd_env,
+    cmd = lsp_cmd(config),
     init_options = config_mod.init_options(config),
     handlers = handlers,
     on_init = function(_, result)
       state.capabilities = vim.tbl_get(result or {}, "capabilities", "experimental", "ctxd")
+      M.log("initialized (ctxd %s)", vim.tbl_get(result or {}, "serverInfo", "version") or "?")
       resume_sessions()
     end,
     on_exit = function(_, _, id)
@@ -192,9 +299,7 @@ start = function()
   }, { attach = false, silent = true })
   state.client_id = client_id
   if not client_id then
-    local what = type(config.cmd) == "table" and table.concat(config.cmd, " ") or tostring(config.cmd)
-    vim.notify("ctxd: could not start " .. what, vim.log.levels.ERROR)
-    on_exit(nil)
+    went_down("ctxd could not be started (vim.lsp.start failed)")
   end
 end
 
@@ -204,6 +309,11 @@ function M.start(config)
   state.config = config
   state.stopping = false
   state.failures = 0
+  state.notified = false
+  if state.restart_timer then
+    state.restart_timer:stop()
+    state.restart_timer = nil
+  end
   if state.client_id then
     M.stop(function()
       state.stopping = false
@@ -226,6 +336,11 @@ function M.request(method, params, callback)
     return
   end
   if not state.ready then
+    if state.down then
+      -- Down after a failure: say so now rather than after the back-off.
+      callback({ message = M.down_text() }, nil)
+      return
+    end
     table.insert(state.queue, { method = method, params = params, callback = callback })
     return
   end

@@ -1,20 +1,39 @@
---- The user commands: `:CtxdCompact [focus]`, `:CtxdUndoCompact`, `:CtxdContext`,
---- `:CtxdAutoCompactWindow {window} [model]`, `:CtxdLog`, `:CtxdRestart`. Each acts on
---- the current session (the one whose usage changed last), sends one `ctx/` request and
---- reports the outcome; a failed request, including a method the daemon does not have
---- yet, becomes an error notification.
+--- The user commands: `:Ctxd {subcommand}` (compact, undo, context, window, sessions,
+--- log, restart), with the older `:CtxdCompact [focus]`, `:CtxdUndoCompact`,
+--- `:CtxdContext`, `:CtxdAutoCompactWindow {window} [model]`, `:CtxdLog`,
+--- `:CtxdRestart` kept as aliases. Each acts on the current session (an agent plugin's
+--- session whose usage changed last; with none open, the newest active Claude Code
+--- session of the current directory), sends one `ctx/` request and reports the outcome;
+--- a failed request, including a method the daemon does not have yet, becomes an error
+--- notification.
 local client = require("ctxd.client")
 local config_mod = require("ctxd.config")
 local errors = require("ctxd.errors")
 local render = require("ctxd.render")
 local sessions = require("ctxd.sessions")
+local claude = require("ctxd.claude")
 
 local M = {}
+
+--- The observed Claude Code session commands act on: only when no agent plugin has a
+--- session open.
+---@return ctxd.ObservedSession|nil
+local function claude_session()
+  if sessions.get() then
+    return nil
+  end
+  return claude.get()
+end
 
 local function current_session()
   local session = sessions.get()
   if not session then
-    vim.notify("ctxd: no session is open. An agent plugin opens sessions with require('ctxd').request('ctx/openSession', …).", vim.log.levels.WARN)
+    local down = client.down_text()
+    vim.notify(
+      down and ("ctxd: " .. down)
+        or "ctxd: no session is open, and no Claude Code session was found for this directory. An agent plugin opens sessions with require('ctxd').request('ctx/openSession', …).",
+      vim.log.levels.WARN
+    )
   end
   return session
 end
@@ -47,6 +66,10 @@ end
 ---@param focus? string
 ---@param done? fun(err: table|nil, result: table|nil)
 function M.compact(focus, done)
+  local observed = claude_session()
+  if observed then
+    return M.compact_claude(observed, focus, done)
+  end
   local params = {}
   if focus and vim.trim(focus) ~= "" then
     params.instructions = vim.trim(focus)
@@ -65,6 +88,12 @@ end
 --- Takes back the current session's latest compaction.
 ---@param done? fun(err: table|nil, result: table|nil)
 function M.undo_compact(done)
+  local observed = claude_session()
+  if observed then
+    return M.claude_request("ctx/claudeUndo", observed, nil, function()
+      vim.notify("ctxd: the Claude Code session's last compaction is undone", vim.log.levels.INFO)
+    end, done)
+  end
   session_request("ctx/undoCompact", {}, function(result)
     vim.notify(
       string.format("ctxd: compaction undone; %s → %s tokens", render.format_count(result.preTokens), render.format_count(result.postTokens)),
@@ -191,6 +220,16 @@ end
 ---@param done? fun(buf: integer|nil)
 function M.context(done)
   done = done or function() end
+  local observed = claude_session()
+  if observed and observed.usage then
+    local note = string.format(
+      "Claude Code session %s (%s%s), observed by ctxd.",
+      observed.claude_session_id or observed.session_id,
+      observed.transcript or observed.project_dir,
+      observed.model and (", model " .. observed.model) or ""
+    )
+    return done(show(observed.session_id, { usage = observed.usage }, note))
+  end
   local session = current_session()
   if not session then
     return done(nil)
@@ -251,18 +290,27 @@ function M.auto_compact_window(input, model, done)
     return done({ message = "invalid window" }, nil)
   end
   if not model or model == "" then
-    local session = current_session()
-    if not session then
-      return done({ message = "no session" }, nil)
+    local observed = claude_session()
+    if observed and observed.model then
+      model = observed.model
+    else
+      local session = current_session()
+      if not session then
+        return done({ message = "no session" }, nil)
+      end
+      model = session.model
     end
-    model = session.model
   end
   client.request("ctx/setAutoCompactWindow", { model = model, window = window }, function(err, result)
     if err then
       vim.notify(errors.describe("ctx/setAutoCompactWindow", err), vim.log.levels.ERROR)
     else
-      for _, warning in ipairs(type(result.warnings) == "table" and result.warnings or {}) do
-        vim.notify("ctxd: " .. warning, vim.log.levels.WARN)
+      if type(result.reason) == "string" then
+        vim.notify(render.window_reason_text(result), vim.log.levels.WARN)
+      else
+        for _, warning in ipairs(type(result.warnings) == "table" and result.warnings or {}) do
+          vim.notify("ctxd: " .. warning, vim.log.levels.WARN)
+        end
       end
       vim.notify(render.window_result_text(result), vim.log.levels.INFO)
     end
@@ -270,27 +318,162 @@ function M.auto_compact_window(input, model, done)
   end)
 end
 
---- Opens the daemon's log file in a split.
-function M.log()
+--- The lines `:CtxdLog` shows: the client's own log of start attempts, then the end of
+--- the daemon's log file when there is one.
+---@return string[]
+function M.log_lines()
   local state = client.state
-  if not state.config then
-    return vim.notify("ctxd is not set up", vim.log.levels.WARN)
+  local lines = { "ctxd client (start attempts, exits, observed projects):" }
+  for _, line in ipairs(state.log) do
+    table.insert(lines, "  " .. line)
   end
-  local path = config_mod.log_path(state.config, state.capabilities and state.capabilities.stateDir)
+  local down = client.down_text()
+  if down then
+    table.insert(lines, "  now: " .. down)
+  end
+  local path = state.config and config_mod.log_path(state.config, state.capabilities and state.capabilities.stateDir)
+  table.insert(lines, "")
   if not path then
-    return vim.notify("ctxd: the log file is not known until the daemon has started", vim.log.levels.WARN)
+    table.insert(lines, "The daemon's own log: not known (give --log-file in cmd).")
+  elseif vim.fn.filereadable(path) == 0 then
+    table.insert(lines, "The daemon's own log: none at " .. path .. " (the daemon has not written one).")
+  else
+    local content = vim.fn.readfile(path)
+    table.insert(lines, string.format("The daemon's own log (%s), last lines:", path))
+    vim.list_extend(lines, vim.list_slice(content, math.max(1, #content - 199)))
   end
-  if vim.fn.filereadable(path) == 0 then
-    return vim.notify("ctxd: no log at " .. path, vim.log.levels.WARN)
-  end
-  vim.cmd.split(vim.fn.fnameescape(path))
-  vim.bo.readonly = true
-  vim.bo.autoread = true
+  return lines
+end
+
+--- Shows `log_lines()` in a scratch buffer in a split.
+---@return integer buf
+function M.log()
+  local buf = vim.api.nvim_create_buf(false, true)
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, M.log_lines())
+  vim.bo[buf].modifiable = false
+  vim.bo[buf].bufhidden = "wipe"
+  vim.bo[buf].filetype = "ctxd-log"
+  pcall(vim.api.nvim_buf_set_name, buf, "ctxd://log")
+  vim.cmd.split()
+  vim.api.nvim_win_set_buf(0, buf)
   vim.cmd.normal({ "G", bang = true })
+  return buf
+end
+
+--- Sends a Claude Code compaction method for an observed session; a daemon without it
+--- gets a clear message.
+function M.claude_request(method, observed, instructions, report, done)
+  done = done or function() end
+  local params = { transcript = observed.transcript, sessionId = observed.claude_session_id }
+  if instructions and vim.trim(instructions) ~= "" then
+    params.instructions = vim.trim(instructions)
+  end
+  client.request(method, params, function(err, result)
+    if err then
+      vim.notify(errors.is_method_not_found(err) and M.claude_method_missing(method) or errors.describe(method, err), vim.log.levels.ERROR)
+    else
+      report(result)
+    end
+    done(err, result)
+  end)
+end
+
+---@param method string
+---@return string
+function M.claude_method_missing(method)
+  return string.format(
+    "ctxd: this ctxd cannot %s a Claude Code session yet (it does not have %s). Update ctxd, or run /compact in Claude Code.",
+    method == "ctx/claudeUndo" and "undo a compaction of" or "compact",
+    method
+  )
+end
+
+--- Compacts an observed Claude Code session after a confirmation that says what is written.
+function M.compact_claude(observed, focus, done)
+  done = done or function() end
+  local prompt = string.format(
+    "Compact the Claude Code session %s? ctxd appends a compact boundary and a summary to %s; Claude Code continues from the summary when resumed. Nothing is removed: :Ctxd undo takes it back until the next turn.",
+    observed.claude_session_id or observed.session_id,
+    observed.transcript or observed.project_dir
+  )
+  vim.ui.select({ "Compact", "Cancel" }, { prompt = prompt }, function(choice)
+    if choice ~= "Compact" then
+      return done(nil, nil)
+    end
+    M.claude_request("ctx/claudeCompact", observed, focus, function(result)
+      local numbers = ""
+      if type(result) == "table" and result.preTokens and result.postTokens then
+        numbers = string.format(" %s → %s tokens", render.format_count(result.preTokens), render.format_count(result.postTokens))
+      end
+      vim.notify("ctxd: Claude Code session compacted" .. numbers, vim.log.levels.INFO)
+    end, done)
+  end)
+end
+
+--- Picks one of the observed Claude Code sessions (newest active first) and shows its context.
+function M.pick_session(done)
+  done = done or function() end
+  local list = claude.list()
+  if #list == 0 then
+    vim.notify("ctxd: no Claude Code session found for this directory yet", vim.log.levels.INFO)
+    return done(nil)
+  end
+  vim.ui.select(list, {
+    prompt = "Claude Code session",
+    format_item = function(s)
+      return require("ctxd").observed_status(s) .. "  " .. (s.claude_session_id or s.session_id)
+    end,
+  }, function(choice)
+    if not choice then
+      return done(nil)
+    end
+    local note = string.format("Claude Code session %s (%s), observed by ctxd.", choice.claude_session_id or choice.session_id, choice.transcript or choice.project_dir)
+    done(show(choice.session_id, { usage = choice.usage }, note))
+  end)
+end
+
+local SUBCOMMANDS = {
+  compact = { run = function(rest) M.compact(rest) end, desc = "compact the current session [focus]" },
+  undo = { run = function() M.undo_compact() end, desc = "undo the latest compaction" },
+  context = { run = function() M.context() end, desc = "show the context" },
+  window = {
+    run = function(_, fargs) M.auto_compact_window(fargs[2], fargs[3]) end,
+    desc = "save the auto-compact window {tokens|auto} [model]",
+    complete = { "auto", "200k", "500k", "1M" },
+  },
+  sessions = { run = function() M.pick_session() end, desc = "pick a Claude Code session of this directory" },
+  log = { run = function() M.log() end, desc = "the client's start log and the daemon's log" },
+  restart = { run = function() require("ctxd").restart() end, desc = "restart the daemon" },
+}
+
+--- `:Ctxd` completion: the subcommands, then the windows after `window`.
+function M.complete(lead, line)
+  local words = vim.split(line, "%s+", { trimempty = true })
+  local at = #words + (line:match("%s$") and 1 or 0)
+  local candidates = {}
+  if at <= 2 then
+    candidates = vim.tbl_keys(SUBCOMMANDS)
+    table.sort(candidates)
+  elseif at == 3 and SUBCOMMANDS[words[2]] and SUBCOMMANDS[words[2]].complete then
+    candidates = SUBCOMMANDS[words[2]].complete
+  end
+  return vim.tbl_filter(function(c)
+    return vim.startswith(c, lead)
+  end, candidates)
 end
 
 function M.register()
   local command = vim.api.nvim_create_user_command
+  command("Ctxd", function(args)
+    local name = args.fargs[1]
+    local sub = name and SUBCOMMANDS[name]
+    if not sub then
+      local names = vim.tbl_keys(SUBCOMMANDS)
+      table.sort(names)
+      return vim.notify("ctxd: :Ctxd {subcommand}, one of: " .. table.concat(names, ", "), vim.log.levels.ERROR)
+    end
+    sub.run(vim.trim(args.args:sub(#name + 1)), args.fargs)
+  end, { nargs = "+", complete = M.complete, desc = "ctxd: compact, undo, context, window, sessions, log, restart" })
   command("CtxdCompact", function(args)
     M.compact(args.args)
   end, { nargs = "?", desc = "ctxd: compact the current session, with optional focus instructions" })
@@ -314,7 +497,9 @@ function M.register()
     end,
     desc = "ctxd: save the auto-compact window (tokens, or auto) for the current session's model",
   })
-  command("CtxdLog", M.log, { desc = "ctxd: open the daemon's log" })
+  command("CtxdLog", function()
+    M.log()
+  end, { desc = "ctxd: the client's start log and the daemon's log" })
   command("CtxdRestart", function()
     require("ctxd").restart()
   end, { desc = "ctxd: restart the daemon" })

@@ -11,6 +11,7 @@ local M = {}
 ---@field cmd_env? table Extra environment for the daemon, e.g. `{ CTXD_LOG = "debug" }`.
 ---@field restart { initial_ms: integer, max_ms: integer, stable_ms: integer } Back-off when the daemon dies: doubling from `initial_ms` to `max_ms`, reset after `stable_ms` of uptime.
 ---@field notify_compaction boolean Show `ctx/compacted` and `ctx/compactFailed` with `vim.notify`.
+---@field observe_claude_code boolean Show the Claude Code sessions of the current directory (the daemon observes `~/.claude/projects/<cwd>`, or under `$CLAUDE_CONFIG_DIR`).
 M.defaults = {
   cmd = nil,
   bin = "ctxd",
@@ -20,6 +21,7 @@ M.defaults = {
   cmd_env = nil,
   restart = { initial_ms = 500, max_ms = 30000, stable_ms = 60000 },
   notify_compaction = true,
+  observe_claude_code = true,
 }
 
 --- Merges `opts` over the defaults and fills in `cmd`.

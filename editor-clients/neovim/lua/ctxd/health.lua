@@ -45,7 +45,12 @@ function M.check()
       health.warn("this ctxd does not answer " .. table.concat(missing, ", ") .. " yet; the commands using them report an error")
     end
   else
-    health.warn(string.format("not running (started %d times); it restarts with back-off", state.starts))
+    local down = client.down_text()
+    if down then
+      health.error(down, { ":CtxdLog shows each start attempt", "fix the cause, then call setup() again or :Ctxd restart" })
+    else
+      health.warn(string.format("not running (started %d times); it restarts with back-off", state.starts))
+    end
   end
   local log = config_mod.log_path(state.config, caps and caps.stateDir)
   if log and vim.fn.filereadable(log) == 1 then
@@ -62,6 +67,13 @@ function M.check()
   for _, s in ipairs(list) do
     local text = s.usage and require("ctxd.render").status_text(s.usage) or "no usage yet"
     health.info(string.format("%s  %s  (%s)", s.session_id, text, s.model))
+  end
+  local claude = require("ctxd.claude")
+  for _, s in ipairs(claude.list()) do
+    health.info(string.format("Claude Code %s  %s", s.claude_session_id or s.session_id, require("ctxd").observed_status(s)))
+  end
+  for _, w in ipairs(claude.waiting()) do
+    health.info(string.format("Claude Code project of %s: %s", w.folder, w.reason))
   end
 end
 

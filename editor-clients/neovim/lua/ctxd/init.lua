@@ -53,14 +53,35 @@ function M.update_settings(settings)
   client.notify("workspace/didChangeConfiguration", { settings = settings })
 end
 
---- The status of a session (default: the one whose usage changed last), e.g.
---- `ctx 62.6% · 16.9k to compact`; `""` when no session is open.
+--- An observed Claude Code session's status: `ctx 50.0% · 27.0k to compact · 40.0k · claude-sonnet-4-5`.
+---@param observed ctxd.ObservedSession
+---@return string
+function M.observed_status(observed)
+  if not observed.usage then
+    return "ctx"
+  end
+  local model = observed.model and (" · " .. observed.model:gsub("%-%d%d%d%d%d%d%d%d$", "")) or ""
+  return render.status_text(observed.usage) .. " · " .. render.format_tokens(observed.usage.tokens) .. model
+end
+
+--- The status of a session (default: the one whose usage changed last; with no agent
+--- plugin's session open, the newest active Claude Code session of the current
+--- directory), e.g. `ctx 62.6% · 16.9k to compact`; while the daemon is down after a
+--- failure, why; `""` when there is nothing to show.
 ---@param session_id? string
 ---@return string
 function M.status(session_id)
   local session = sessions.get(session_id)
+  local down = client.state.down and ("ctxd down: " .. client.state.down.reason:gsub("^ctxd ", "")) or nil
   if not session then
-    return ""
+    local observed = not session_id and require("ctxd.claude").get() or nil
+    if down then
+      return down
+    end
+    return observed and client.is_ready() and M.observed_status(observed) or ""
+  end
+  if down then
+    return down
   end
   if not client.is_ready() then
     return render.DAEMON_DOWN_TEXT
@@ -72,7 +93,10 @@ end
 ---@param session_id? string
 ---@return string
 function M.status_highlight(session_id)
-  local session = sessions.get(session_id)
+  if client.state.down then
+    return "CtxdBlocked"
+  end
+  local session = sessions.get(session_id) or (not session_id and require("ctxd.claude").get() or nil)
   if not session or not session.usage or not client.is_ready() then
     return "CtxdOk"
   end

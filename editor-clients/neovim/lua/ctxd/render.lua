@@ -161,6 +161,19 @@ local WINDOW_SOURCES = {
   subagentCeiling = "held to the subagent ceiling",
 }
 
+--- Why the window in force is not the one asked for (the answer's `reason`), as the VS
+--- Code client words it.
+---@param result { window: integer, requested?: integer, reason: string }
+---@return string
+function M.window_reason_text(result)
+  return string.format(
+    "ctxd: window %s, not %s: %s.",
+    M.format_count(result.window),
+    M.format_count(result.requested or result.window),
+    result.reason
+  )
+end
+
 --- What `ctx/setAutoCompactWindow` answered, in one sentence: the window now in force
 --- and where it comes from (its `warnings` are shown on their own).
 ---@param result { model: string, window: integer, source: string, warnings?: string[] }

@@ -24,6 +24,7 @@ export interface RenderCases {
     };
     /** A `ctx/setAutoCompactWindow` answer and the message shown for it. */
     windowCases: { result: SetAutoCompactWindowResult; text: string }[];
+    windowReasonCases: { result: SetAutoCompactWindowResult; text: string }[];
     /** Window prompt inputs and what they parse to (`null`: rejected). */
     windowInputs: [string, number | "auto" | null][];
 }

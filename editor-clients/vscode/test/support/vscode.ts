@@ -66,6 +66,12 @@ export class Uri {
     static from(parts: { scheme: string; path?: string }): Uri {
         return new Uri(parts.scheme, parts.path ?? "");
     }
+    static file(p: string): Uri {
+        return new Uri("file", p);
+    }
+    get fsPath(): string {
+        return this.path;
+    }
     toString(): string {
         return `${this.scheme}:${this.path}`;
     }
@@ -131,7 +137,10 @@ export const fake = {
     config: {} as Record<string, unknown>,
     outputChannels: [] as { name: string; lines: string[] }[],
     configurationChanged: new EventEmitter<{ affectsConfiguration(section: string): boolean }>(),
+    /** The workspace folders' paths. */
+    workspaceFolders: undefined as string[] | undefined,
     reset(): void {
+        this.workspaceFolders = undefined;
         this.statusBarItems = [];
         this.messages = [];
         this.inputAnswers = [];
@@ -240,7 +249,9 @@ export const workspace = {
     onDidChangeConfiguration(listener: (e: { affectsConfiguration(section: string): boolean }) => unknown): Disposable {
         return fake.configurationChanged.event(listener);
     },
-    workspaceFolders: undefined,
+    get workspaceFolders() {
+        return fake.workspaceFolders?.map((p, index) => ({ uri: Uri.file(p), name: p, index }));
+    },
 };
 
 export const version = "1.91.0";

@@ -1,0 +1,193 @@
+-- With no agent plugin: the Claude Code sessions of the current directory, observed by
+-- the real ctxd, in the statusline, the context float and the session picker; `:Ctxd`
+-- and its completion; the Claude Code compaction offered with a confirmation.
+local t = require("minitest")
+local ctxd = require("ctxd")
+local claude = require("ctxd.claude")
+local client = require("ctxd.client")
+local commands = require("ctxd.commands")
+
+local MODEL = "claude-sonnet-4-5-20250929"
+local n = 0
+
+--- A Claude Code transcript line: a user prompt, or an assistant turn at `context_tokens`.
+local function line(kind, context_tokens)
+  n = n + 1
+  local base = { uuid = string.format("10000000-0000-4000-8000-%012d", n), sessionId = "s", timestamp = "2026-12-01T10:00:00.000Z" }
+  if kind == "user" then
+    return vim.json.encode(vim.tbl_extend("force", base, { type = "user", message = { role = "user", content = "go on" } }))
+  end
+  return vim.json.encode(vim.tbl_extend("force", base, {
+    type = "assistant",
+    message = {
+      id = "msg_" .. n,
+      role = "assistant",
+      model = MODEL,
+      content = { { type = "text", text = "ok" } },
+      usage = { input_tokens = 10, cache_creation_input_tokens = 0, cache_read_input_tokens = context_tokens - 60, output_tokens = 50 },
+    },
+  }))
+end
+
+local function append(path, lines)
+  local file = assert(io.open(path, "a"))
+  file:write(table.concat(lines, "\n") .. "\n")
+  file:close()
+end
+
+local scratch = vim.uv.fs_realpath(vim.fn.tempname()) or vim.fn.tempname()
+vim.fn.mkdir(scratch, "p")
+scratch = vim.uv.fs_realpath(scratch)
+local folder = scratch .. "/my.app_1"
+local config_dir = scratch .. "/claude"
+local project_dir, transcript
+local old_cwd = vim.fn.getcwd()
+
+describe("Claude Code sessions of the current directory", function()
+  it("names the project folder as Claude Code does, and the id as the daemon does", function()
+    t.eq(config_dir .. "/projects/" .. folder:gsub("[^%w]", "-"), claude.project_dir(folder, config_dir))
+    t.truthy(vim.endswith(claude.project_dir(folder, config_dir), "-my-app-1"))
+    -- One `-` per character, as the VS Code client (and Claude Code) write it.
+    t.eq("/c/projects/-srv-a-b--n-", claude.project_dir("/srv/a b/Ünï", "/c"))
+    -- FNV-1a 64 of the path, as `ctxd` publishes it (the empty input is the offset basis).
+    t.eq("observe-cbf29ce484222325", claude.observe_id(""))
+    t.eq("observe-af63dc4c8601ec8c", claude.observe_id("a"))
+  end)
+
+  it("shows nothing until a transcript appears, then the newest session, following it", function()
+    vim.fn.mkdir(folder, "p")
+    vim.fn.chdir(folder)
+    vim.env.CLAUDE_CONFIG_DIR = config_dir
+    project_dir = claude.project_dir(folder)
+    ctxd.setup({
+      cmd = { test_env.ctxd_bin, "serve", "--state-dir", scratch .. "/state", "--log-file", scratch .. "/ctxd.log" },
+      settings = { autoCompactWindow = 100000, provider = "offline" },
+    })
+    t.wait_for("the daemon to be ready", client.is_ready)
+    t.wait_for("the project to wait for a transcript", function()
+      return #claude.waiting() == 1
+    end)
+    t.eq("", ctxd.status())
+    vim.fn.mkdir(project_dir, "p")
+    transcript = project_dir .. "/20000000-0000-4000-8000-000000000001.jsonl"
+    append(transcript, { line("user"), line("assistant", 40000) })
+    t.wait_for("the observed session in the statusline", function()
+      return ctxd.status() == "ctx 50.0% · 27.0k to compact · 40.0k · claude-sonnet-4-5"
+    end)
+    t.eq(claude.observe_id(transcript), claude.get().session_id)
+    append(transcript, { line("user"), line("assistant", 60000) })
+    t.wait_for("the next turn", function()
+      return ctxd.status() == "ctx 75.0% · 7.0k to compact · 60.0k · claude-sonnet-4-5"
+    end)
+    t.eq("CtxdWarning", ctxd.status_highlight())
+  end)
+
+  it(":Ctxd context shows the observed session", function()
+    vim.cmd("Ctxd context")
+    local lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)
+    local text = table.concat(lines, "\n")
+    t.contains(text, "Claude Code session 20000000-0000-4000-8000-000000000001 (" .. transcript .. ", model " .. MODEL .. "), observed by ctxd.")
+    t.contains(text, "ctx 75.0% · 7.0k to compact")
+    vim.cmd("close")
+  end)
+
+  it(":Ctxd compact asks first, then says clearly when the daemon cannot compact a Claude Code session", function()
+    local prompts, messages = {}, {}
+    local select, notify = vim.ui.select, vim.notify
+    vim.ui.select = function(items, opts, on_choice)
+      table.insert(prompts, opts.prompt)
+      on_choice(items[1])
+    end
+    vim.notify = function(msg, level)
+      table.insert(messages, { msg = msg, level = level })
+    end
+    local done = false
+    local ok, err = pcall(function()
+      commands.compact("", function()
+        done = true
+      end)
+      t.wait_for("the answer", function()
+        return done
+      end)
+    end)
+    vim.ui.select, vim.notify = select, notify
+    t.truthy(ok, err)
+    t.eq(1, #prompts)
+    t.contains(prompts[1], "appends a compact boundary and a summary to " .. transcript)
+    t.contains(prompts[1], ":Ctxd undo takes it back")
+    t.eq(1, #messages)
+    if messages[1].level == vim.log.levels.ERROR then
+      t.eq(commands.claude_method_missing("ctx/claudeCompact"), messages[1].msg)
+    else
+      t.truthy(vim.startswith(messages[1].msg, "ctxd: Claude Code session compacted"), messages[1].msg)
+    end
+  end)
+
+  it("shows the newest active session when there are several, with a picker", function()
+    local second = project_dir .. "/20000000-0000-4000-8000-000000000002.jsonl"
+    append(second, { line("user"), line("assistant", 20000) })
+    t.wait_for("the new session shown", function()
+      return ctxd.status() == "ctx 25.0% · 47.0k to compact · 20.0k · claude-sonnet-4-5"
+    end)
+    local offered
+    local select = vim.ui.select
+    vim.ui.select = function(items, opts, on_choice)
+      offered = vim.tbl_map(opts.format_item, items)
+      on_choice(items[2])
+    end
+    local buf
+    commands.pick_session(function(b)
+      buf = b
+    end)
+    vim.ui.select = select
+    t.eq({
+      "ctx 25.0% · 47.0k to compact · 20.0k · claude-sonnet-4-5  20000000-0000-4000-8000-000000000002",
+      "ctx 75.0% · 7.0k to compact · 60.0k · claude-sonnet-4-5  20000000-0000-4000-8000-000000000001",
+    }, offered)
+    t.contains(table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n"), "Claude Code session 20000000-0000-4000-8000-000000000001")
+    vim.cmd("close")
+  end)
+
+  it("completes :Ctxd subcommands and windows", function()
+    t.eq({ "compact", "context" }, vim.fn.getcompletion("Ctxd co", "cmdline"))
+    t.eq({ "compact", "context", "log", "restart", "sessions", "undo", "window" }, vim.fn.getcompletion("Ctxd ", "cmdline"))
+    t.eq({ "200k" }, vim.fn.getcompletion("Ctxd window 2", "cmdline"))
+  end)
+
+  it(":Ctxd window explains a window the model cannot take", function()
+    local messages = {}
+    local notify = vim.notify
+    vim.notify = function(msg, level)
+      table.insert(messages, { msg = msg, level = level })
+    end
+    local done, result = false, nil
+    commands.auto_compact_window("500k", nil, function(_, r)
+      done, result = true, r
+    end)
+    local ok, err = pcall(t.wait_for, "the answer", function()
+      return done
+    end)
+    vim.notify = notify
+    t.truthy(ok, err)
+    t.eq(MODEL, result.model, "the observed session's model")
+    if result.reason then
+      t.eq({ msg = "ctxd: window 200,000, not 500,000: " .. result.reason .. ".", level = vim.log.levels.WARN }, messages[1])
+      t.contains(result.reason, "at most 200000")
+    end
+    t.contains(messages[#messages].msg, "ctxd: auto-compact window for " .. MODEL .. " is 200,000 tokens")
+  end)
+
+  it("stops", function()
+    local stopped = false
+    ctxd.stop(function()
+      stopped = true
+    end)
+    t.wait_for("the daemon to stop", function()
+      return stopped
+    end)
+    claude.reset()
+    client.state.observing = false
+    vim.env.CLAUDE_CONFIG_DIR = nil
+    vim.fn.chdir(old_cwd)
+  end)
+end)

@@ -1,0 +1,271 @@
+/**
+ * Claude Code sessions of the workspace, with no agent extension: the daemon is asked to
+ * observe the Claude Code project folder of each workspace folder (`ctx/observe` with a
+ * `projectDir`), and publishes `ctx/usageChanged` for its newest transcript and for each
+ * transcript that appears later, under ids `observe-…`.
+ *
+ * This module knows where Claude Code keeps a folder's transcripts, which observed id
+ * belongs to which transcript, and which observed session is the newest active one. It
+ * does not know about `vscode`; the status bar and the commands read it.
+ */
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+
+import { Emitter } from "vscode-jsonrpc";
+
+import type * as ext from "./lsp_ext";
+
+/** Claude Code's configuration folder: `$CLAUDE_CONFIG_DIR`, else `~/.claude`. */
+export function claudeConfigDir(env: NodeJS.ProcessEnv = process.env, home: string = os.homedir()): string {
+    const configured = env.CLAUDE_CONFIG_DIR;
+    return configured !== undefined && configured !== "" ? configured : path.join(home, ".claude");
+}
+
+/**
+ * The folder where Claude Code writes the transcripts of sessions started in `cwd`: its
+ * path with every character that is not an ASCII letter or digit replaced by `-`.
+ */
+export function claudeProjectDir(cwd: string, configDir: string = claudeConfigDir()): string {
+    return path.join(configDir, "projects", cwd.replace(/[^A-Za-z0-9]/g, "-"));
+}
+
+/** The id the daemon publishes an observed transcript under (FNV-1a of its path). */
+export function observeId(transcript: string): string {
+    let hash = 0xcbf29ce484222325n;
+    for (const byte of Buffer.from(transcript, "utf8")) {
+        hash ^= BigInt(byte);
+        hash = (hash * 0x100000001b3n) & 0xffffffffffffffffn;
+    }
+    return `observe-${hash.toString(16).padStart(16, "0")}`;
+}
+
+function hasTranscript(dir: string): boolean {
+    try {
+        return fs.readdirSync(dir).some((f) => f.endsWith(".jsonl"));
+    } catch {
+        return false;
+    }
+}
+
+export function isObservedId(sessionId: string): boolean {
+    return sessionId.startsWith("observe-");
+}
+
+/** The model of the latest assistant record in the transcript's last 256 KB, if any. */
+export function transcriptModel(transcript: string): string | undefined {
+    let fd: number | undefined;
+    try {
+        fd = fs.openSync(transcript, "r");
+        const size = fs.fstatSync(fd).size;
+        const length = Math.min(size, 256 * 1024);
+        const buffer = Buffer.alloc(length);
+        fs.readSync(fd, buffer, 0, length, size - length);
+        const lines = buffer.toString("utf8").split("\n").reverse();
+        for (const line of lines) {
+            if (!line.includes('"assistant"')) {
+                continue;
+            }
+            try {
+                const model = (JSON.parse(line) as { message?: { model?: unknown } }).message?.model;
+                if (typeof model === "string" && !model.startsWith("<")) {
+                    return model;
+                }
+            } catch {
+                // A line cut by the 256 KB window, or one still being written.
+            }
+        }
+    } catch {
+        return undefined;
+    } finally {
+        if (fd !== undefined) {
+            fs.closeSync(fd);
+        }
+    }
+    return undefined;
+}
+
+/** One Claude Code session the daemon observes for this workspace. */
+export interface ObservedSession {
+    sessionId: string;
+    /** The workspace folder whose Claude Code project it belongs to. */
+    folder: string;
+    projectDir: string;
+    /** The transcript, when it was found among the project's files. */
+    transcript?: string;
+    /** Claude Code's own session id (the transcript's file name). */
+    claudeSessionId?: string;
+    model?: string;
+    usage?: ext.Usage;
+    /** Order of the latest usage: the highest is the newest active session. */
+    seen: number;
+}
+
+/** What `ObservedSessions` needs: the daemon's requests and its usage notifications. */
+export interface ObserveConnection {
+    request<R>(method: string, params: unknown): Promise<R>;
+    onUsageChanged(listener: (params: ext.UsageChangedParams) => void): { dispose(): unknown };
+}
+
+/** A folder whose Claude Code project could not be observed (yet), and why. */
+export interface Unobserved {
+    folder: string;
+    projectDir: string;
+    reason: string;
+}
+
+export class ObservedSessions {
+    private readonly byId = new Map<string, ObservedSession>();
+    private readonly folders = new Map<string, string>(); // projectDir → folder
+    private readonly waiting = new Map<string, Unobserved>();
+    private readonly watchers = new Map<string, fs.FSWatcher>();
+    private counter = 0;
+    private readonly subscription: { dispose(): unknown };
+    private readonly changed = new Emitter<void>();
+    /** The set or the newest session changed, or one's usage did. */
+    readonly onDidChange = this.changed.event;
+
+    constructor(
+        private readonly connection: ObserveConnection,
+        private readonly configDir: () => string = () => claudeConfigDir(),
+        private readonly log: (line: string) => void = () => undefined,
+    ) {
+        this.subscription = connection.onUsageChanged(({ sessionId, usage }) => {
+            if (isObservedId(sessionId)) {
+                this.update(sessionId, usage);
+            }
+        });
+    }
+
+    /**
+     * Asks the daemon to observe the Claude Code project of each folder. A project with no
+     * transcript yet is watched and observed when its first transcript appears.
+     */
+    async observe(folders: readonly string[]): Promise<void> {
+        await Promise.all(folders.map((folder) => this.observeFolder(folder)));
+    }
+
+    /** Observes again every folder known (after the daemon restarted). */
+    async reobserve(): Promise<void> {
+        const folders = [...new Set([...this.folders.values(), ...[...this.waiting.values()].map((w) => w.folder)])];
+        await this.observe(folders);
+    }
+
+    /** Every observed session, newest active first. */
+    sessions(): ObservedSession[] {
+        return [...this.byId.values()].sort((a, b) => b.seen - a.seen).map((s) => ({ ...s }));
+    }
+
+    newest(): ObservedSession | undefined {
+        return this.sessions()[0];
+    }
+
+    get(sessionId: string): ObservedSession | undefined {
+        const s = this.byId.get(sessionId);
+        return s === undefined ? undefined : { ...s };
+    }
+
+    /** Folders with no observed session, and why. */
+    unobserved(): Unobserved[] {
+        return [...this.waiting.values()];
+    }
+
+    dispose(): void {
+        this.subscription.dispose();
+        for (const w of this.watchers.values()) {
+            w.close();
+        }
+        this.watchers.clear();
+        this.changed.dispose();
+    }
+
+    private async observeFolder(folder: string): Promise<void> {
+        const projectDir = claudeProjectDir(folder, this.configDir());
+        this.folders.set(projectDir, folder);
+        try {
+            const result = await this.connection.request<ext.ObserveResult>("ctx/observe", { projectDir });
+            this.waiting.delete(projectDir);
+            this.stopWatching(projectDir);
+            this.log(`[ctxd client] observing Claude Code sessions of ${folder} (${projectDir})`);
+            this.update(result.sessionId, result.usage);
+        } catch (error) {
+            const reason = error instanceof Error ? error.message : String(error);
+            this.waiting.set(projectDir, { folder, projectDir, reason });
+            this.log(`[ctxd client] no Claude Code session for ${folder} yet: ${reason}`);
+            this.watchForTranscript(projectDir, folder);
+            this.changed.fire();
+        }
+    }
+
+    /** Watches the project folder, or the nearest folder above it that exists. */
+    private watchForTranscript(projectDir: string, folder: string): void {
+        if (this.watchers.has(projectDir)) {
+            return;
+        }
+        let target = projectDir;
+        while (!fs.existsSync(target) && path.dirname(target) !== target) {
+            target = path.dirname(target);
+        }
+        const look = () => {
+            if (hasTranscript(projectDir)) {
+                this.stopWatching(projectDir);
+                void this.observeFolder(folder);
+            } else if (target !== projectDir && fs.existsSync(projectDir)) {
+                // The project folder appeared: watch it instead of the folder above it.
+                this.stopWatching(projectDir);
+                this.watchForTranscript(projectDir, folder);
+            }
+        };
+        try {
+            const watcher = fs.watch(target, { persistent: false }, look);
+            watcher.on("error", () => this.stopWatching(projectDir));
+            this.watchers.set(projectDir, watcher);
+        } catch {
+            // Nothing to watch (no such folder and no permission): the next restart tries again.
+            return;
+        }
+        // What appeared before the watch began.
+        look();
+    }
+
+    private stopWatching(projectDir: string): void {
+        this.watchers.get(projectDir)?.close();
+        this.watchers.delete(projectDir);
+    }
+
+    private update(sessionId: string, usage: ext.Usage): void {
+        let session = this.byId.get(sessionId);
+        if (session === undefined) {
+            session = this.locate(sessionId);
+            if (session === undefined) {
+                return; // Another workspace's project (the daemon may observe every project).
+            }
+            this.byId.set(sessionId, session);
+        }
+        session.usage = usage;
+        session.seen = ++this.counter;
+        if (session.transcript !== undefined) {
+            session.model = transcriptModel(session.transcript) ?? session.model;
+        }
+        this.changed.fire();
+    }
+
+    /** Finds which of this workspace's projects holds the transcript published as `sessionId`. */
+    private locate(sessionId: string): ObservedSession | undefined {
+        for (const [projectDir, folder] of this.folders) {
+            let names: string[] = [];
+            try {
+                names = fs.readdirSync(projectDir).filter((n) => n.endsWith(".jsonl"));
+            } catch {
+                continue;
+            }
+            for (const name of names) {
+                const transcript = path.join(projectDir, name);
+                if (observeId(transcript) === sessionId) {
+                    return { sessionId, folder, projectDir, transcript, claudeSessionId: name.slice(0, -".jsonl".length), seen: 0 };
+                }
+            }
+        }
+        return undefined;
+    }
+}

@@ -1,0 +1,213 @@
+/**
+ * The extension as a new user meets it, on the real ctxd: a start that fails (not found,
+ * not executable, exits with an error) is named in the status item and recovered from
+ * without a reload, and with no agent extension the Claude Code sessions of the
+ * workspace folders show up on their own.
+ */
+import "./support/installVscode";
+
+import * as assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as path from "node:path";
+import { after, before, describe, it } from "node:test";
+
+import { claudeMethodMissing } from "../src/commands";
+import { claudeProjectDir, observeId } from "../src/claude";
+import type { CtxdApi } from "../src/extension";
+import * as extension from "../src/extension";
+import { ctxdBin, tempStateDir, EMPTY_CWD } from "./support/daemon";
+import { childPids } from "./support/processes";
+import { fake, type FakeStatusBarItem } from "./support/vscode";
+import { waitFor } from "./support/wait";
+
+const MODEL = "claude-sonnet-4-5-20250929";
+
+/** A Claude Code transcript line: a user prompt, or an assistant turn at `contextTokens`. */
+function claudeLine(kind: "user" | "assistant", contextTokens = 0): string {
+    const base = { uuid: randomUUID(), sessionId: "s", timestamp: new Date().toISOString(), cwd: "/w", version: "2.1.0" };
+    if (kind === "user") {
+        return JSON.stringify({ ...base, type: "user", message: { role: "user", content: "go on" } });
+    }
+    return JSON.stringify({
+        ...base,
+        type: "assistant",
+        message: {
+            id: `msg_${randomUUID()}`,
+            role: "assistant",
+            model: MODEL,
+            content: [{ type: "text", text: "done" }],
+            usage: { input_tokens: 10, cache_creation_input_tokens: 0, cache_read_input_tokens: contextTokens - 60, output_tokens: 50 },
+        },
+    });
+}
+
+function status(): FakeStatusBarItem {
+    const item = fake.statusBarItems.find((i) => i.id === "ctxd.status");
+    assert.ok(item, "the status item exists from activation");
+    return item;
+}
+
+function changeSetting(key: string, value: unknown): void {
+    fake.config[key] = value;
+    fake.configurationChanged.fire({ affectsConfiguration: (section) => section === "ctxd" || section === `ctxd.${key}` });
+}
+
+describe("a new user's workspace on a real ctxd", () => {
+    const subscriptions: { dispose(): unknown }[] = [];
+    const scratch = fs.mkdtempSync(path.join(os.tmpdir(), "ctxd-vscode-workspace-"));
+    const claudeDir = path.join(scratch, "claude");
+    // Characters Claude Code replaces in a project folder's name: `/`, `.` and `_`.
+    const folder = path.join(EMPTY_CWD, "my.project_1");
+    const projectDir = claudeProjectDir(folder, claudeDir);
+    const transcript = path.join(projectDir, `${randomUUID()}.jsonl`);
+    let api: CtxdApi;
+
+    before(() => {
+        fs.mkdirSync(folder, { recursive: true });
+        process.env.CLAUDE_CONFIG_DIR = claudeDir;
+        fake.reset();
+        fake.workspaceFolders = [folder];
+        fake.config = { path: path.join(scratch, "no-such-ctxd"), stateDir: tempStateDir(), autoCompactWindow: 100_000, provider: "offline" };
+    });
+    after(async () => {
+        for (const s of subscriptions) {
+            await s.dispose();
+        }
+        delete process.env.CLAUDE_CONFIG_DIR;
+    });
+
+    it("names the project folder as Claude Code does", () => {
+        assert.equal(path.basename(projectDir), folder.replace(/[^A-Za-z0-9]/g, "-"));
+        assert.ok(path.basename(projectDir).endsWith("-my-project-1"));
+    });
+
+    it("says the binary was not found, in the status item and in one message", async () => {
+        api = await extension.activate({ subscriptions } as never);
+        assert.equal(status().text, "$(error) ctxd failed: not found");
+        assert.equal(status().tooltip, `ctxd could not start: not found: ${path.join(scratch, "no-such-ctxd")} does not exist\n\nClick to fix.`);
+        assert.equal((status().command as { command: string }).command, "ctxd.fixStart");
+        assert.equal(fake.messages.length, 1);
+        assert.match(fake.messages[0].text, /^ctxd did not start: not found: .*no-such-ctxd does not exist$/);
+        assert.ok(status().texts.includes("$(loading~spin) ctxd starting"), "starting was shown first");
+    });
+
+    it("says a file is not executable", async () => {
+        const notExecutable = path.join(scratch, "ctxd-no-x");
+        fs.writeFileSync(notExecutable, "#!/bin/sh\n", { mode: 0o644 });
+        fake.config.path = notExecutable;
+        await fake.commands.get("ctxd.restart")?.();
+        assert.equal(status().text, "$(error) ctxd failed: not executable");
+        assert.match(String(status().tooltip), new RegExp(`not executable: ${notExecutable} \\(chmod \\+x it`));
+    });
+
+    it("names the exit code and the last stderr lines of a daemon that exits at start", async () => {
+        const failing = path.join(scratch, "ctxd-exits");
+        fs.writeFileSync(failing, "#!/bin/sh\necho 'first line' >&2\necho 'error: cannot open the state directory' >&2\nexit 3\n", { mode: 0o755 });
+        fake.config.path = failing;
+        await fake.commands.get("ctxd.restart")?.();
+        const item = status();
+        assert.equal(item.text, "$(error) ctxd failed: exited with code 3");
+        assert.match(String(item.tooltip), /exited with code 3: first line \| error: cannot open the state directory/);
+    });
+
+    it("starts a fresh client when the path is fixed, from the failed state, without a reload", async () => {
+        changeSetting("path", ctxdBin());
+        await waitFor("the daemon ready", () => (status().text === "$(pulse) ctxd ready" ? true : undefined));
+        // The folder's Claude Code project has no transcript yet: the tooltip says so.
+        await waitFor("the reason in the tooltip", () => (/No Claude Code session yet:\n- .*my\.project_1: /.test(String(status().tooltip)) ? true : undefined));
+        // And the restart command, from a running client: a new start, then ready again.
+        const shown = status().texts.length;
+        await fake.commands.get("ctxd.restart")?.();
+        await waitFor("ready again", () => (status().text === "$(pulse) ctxd ready" ? true : undefined));
+        assert.ok(status().texts.slice(shown).includes("$(loading~spin) ctxd starting"));
+    });
+
+    it("names the cause when a restart after a crash fails (the binary went away), and recovers", async () => {
+        const moved = path.join(scratch, "ctxd-moved-away");
+        fs.copyFileSync(ctxdBin(), moved);
+        fs.chmodSync(moved, 0o755);
+        changeSetting("path", moved);
+        await fake.commands.get("ctxd.restart")?.();
+        await waitFor("ready on the copy", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 30_000);
+        const [pid] = childPids(path.basename(moved).slice(0, 15));
+        fs.rmSync(moved);
+        process.kill(pid, "SIGKILL");
+        await waitFor("the restart to fail", () => (status().text === "$(error) ctxd failed: not found" ? true : undefined));
+        assert.ok(status().texts.some((t) => /^\$\(debug-disconnect\) ctxd restarting in \d+ s$/.test(t)), "the countdown came first");
+        assert.match(String(status().tooltip), new RegExp(`not found: ${moved} does not exist`));
+        changeSetting("path", ctxdBin());
+        await waitFor("ready again", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 30_000);
+    });
+
+    it("shows the workspace's Claude Code session once its transcript appears, and follows it", async () => {
+        fs.mkdirSync(projectDir, { recursive: true });
+        fs.writeFileSync(transcript, `${claudeLine("user")}\n${claudeLine("assistant", 40_000)}\n`);
+        const first = await waitFor("the observed session", () => (status().text.includes("ctx 50.0%") ? status().text : undefined));
+        assert.equal(first, "$(dashboard) ctx 50.0% · 27.0k to compact · 40.0k · claude-sonnet-4-5");
+        assert.equal((status().command as { arguments: unknown[] }).arguments[0], observeId(transcript));
+        // Claude Code appends a turn: the item follows.
+        fs.appendFileSync(transcript, `${claudeLine("user")}\n${claudeLine("assistant", 60_000)}\n`);
+        const next = await waitFor("the next turn", () => (status().text.includes("ctx 75.0%") ? status().text : undefined));
+        assert.equal(next, "$(warning) ctx 75.0% · 7.0k to compact · 60.0k · claude-sonnet-4-5");
+    });
+
+    it("opens the context view of the observed session from the item", async () => {
+        const command = status().command as { command: string; arguments: unknown[] };
+        await fake.commands.get(command.command)?.(...command.arguments);
+        const document = fake.shownDocuments.at(-1);
+        assert.ok(document);
+        const text = document.getText();
+        assert.match(text, /^# ctxd context: observe-[0-9a-f]{16}/);
+        assert.ok(text.includes(`Claude Code session ${path.basename(transcript, ".jsonl")}`), text);
+        assert.ok(text.includes("**ctx 75.0% · 7.0k to compact**"), text);
+    });
+
+    it("offers the Claude Code compaction with a confirmation, and says clearly when the daemon lacks it", async () => {
+        fake.messages = [];
+        fake.messageAnswer = undefined; // the confirmation dismissed: nothing is sent
+        await fake.commands.get("ctxd.compact")?.();
+        assert.equal(fake.messages.length, 1);
+        assert.match(fake.messages[0].text, /appends a compact boundary and a summary to .*\.jsonl.*Undo last compaction/);
+        fake.messages = [];
+        fake.messageAnswer = "Compact";
+        fake.inputAnswers = [""];
+        await fake.commands.get("ctxd.compact")?.();
+        const last = fake.messages.at(-1);
+        assert.ok(last);
+        if (last.kind === "error") {
+            assert.equal(last.text, claudeMethodMissing("ctx/claudeCompact"));
+        } else {
+            assert.match(last.text, /^ctxd: Claude Code session compacted/);
+        }
+        fake.messageAnswer = undefined;
+    });
+
+    it("shows the newest active session when there are several, with a picker", async () => {
+        const second = path.join(projectDir, `${randomUUID()}.jsonl`);
+        fs.writeFileSync(second, `${claudeLine("user")}\n${claudeLine("assistant", 20_000)}\n`);
+        await waitFor("the new session shown", () => (status().text.includes("ctx 25.0%") ? true : undefined));
+        let offered: { label: string; description?: string }[] = [];
+        fake.quickPick = (items) => {
+            offered = items as typeof offered;
+            return items[1];
+        };
+        await fake.commands.get("ctxd.pickClaudeSession")?.();
+        assert.deepEqual(
+            offered.map((i) => [i.label, i.description]),
+            [
+                ["ctx 25.0% · 47.0k to compact · 20.0k · claude-sonnet-4-5", "newest active"],
+                ["ctx 75.0% · 7.0k to compact · 60.0k · claude-sonnet-4-5", undefined],
+            ],
+        );
+        assert.match(fake.shownDocuments.at(-1)?.getText() ?? "", new RegExp(`# ctxd context: ${observeId(transcript)}`));
+    });
+
+    it("gives way to an agent extension's own session", async () => {
+        const { sessionId } = await api.openSession({ cwd: EMPTY_CWD, model: MODEL });
+        await waitFor("the item back to the daemon state", () => (status().text === "$(pulse) ctxd ready" ? true : undefined));
+        await api.closeSession(sessionId);
+        await waitFor("the Claude Code session again", () => (status().text.includes("ctx 25.0%") ? true : undefined));
+    });
+});
