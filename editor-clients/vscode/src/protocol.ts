@@ -119,6 +119,52 @@ export interface Breakdown {
     autocompactBuffer: number;
 }
 
+/**
+ * `ctx/claudeCompact` result: records appended to the Claude Code transcript, in the
+ * program's own shapes, so `claude --resume` starts from the summary.
+ */
+export interface ClaudeCompactResult {
+    transcript: string;
+    sessionId?: string | null;
+    /** Uuid of the compact boundary appended. */
+    boundary: string;
+    /**
+     * Byte length of the transcript before the compaction: `ctx/claudeUndo` cuts it
+     * back to this.
+     */
+    offset: number;
+    /** Lines appended. */
+    lines: number;
+    preTokens: number;
+    postTokens: number;
+    /** Messages kept in view by reference (`preservedSegment`). */
+    kept: number;
+}
+
+/**
+ * `ctx/claudeCompact` and `ctx/claudeUndo` params: a Claude Code session, by its
+ * transcript's path or by its id (looked up under `~/.claude/projects`, or
+ * `$CLAUDE_CONFIG_DIR/projects`).
+ */
+export interface ClaudeSessionParams {
+    transcript?: string | null;
+    sessionId?: string | null;
+    /** Focus of the summary (`/compact <instructions>`); compaction only. */
+    instructions?: string | null;
+}
+
+/**
+ * `ctx/claudeUndo` result: the transcript is byte for byte what it was before ctxd's
+ * compaction.
+ */
+export interface ClaudeUndoResult {
+    transcript: string;
+    /** The length the transcript has again. */
+    offset: number;
+    /** Bytes of ctxd's install taken away. */
+    removedBytes: number;
+}
+
 /** `ctx/clear` result: a new, empty session with the same working directory and model. */
 export interface ClearResult {
     sessionId: string;
@@ -243,6 +289,11 @@ export interface CtxdCapabilities {
     stateDir: string;
     /** The daemon's process id (for health checks and logs). */
     processId: number;
+    /**
+     * Set when the daemon runs with less than it should, and why (the store's index
+     * could not be written at start: a full disk or a read-only mount).
+     */
+    degraded?: string | null;
 }
 
 /** Where a message came from. */
@@ -569,6 +620,21 @@ export interface Settings {
      * 5-minute prompt-cache lifetime so the summary request reads a warm cache).
      */
     idleCompactAfterSeconds?: number | null;
+    /**
+     * Compact an observed Claude Code session while its user is away (default false):
+     * once it has been idle `claudeIdleCompactAfterSeconds` and stands above
+     * `claudeIdleCompactPercent` of its compact threshold, records in the program's own
+     * shapes are appended to its transcript (as `ctxd claude compact` does), only when no
+     * process has the transcript open and it has not changed since the preparation.
+     */
+    claudeIdleCompaction?: boolean | null;
+    /** Seconds an observed Claude Code session must be idle (default 600). */
+    claudeIdleCompactAfterSeconds?: number | null;
+    /**
+     * Share of the compact threshold, in percent, an idle Claude Code session must have
+     * reached to be worth compacting (default 60).
+     */
+    claudeIdleCompactPercent?: number | null;
     /** Per-model settings, keyed by model id. */
     modelSettings?: Record<string, ModelSettings> | null;
     /**
@@ -608,11 +674,23 @@ export interface Settings {
      */
     memoryFileNames?: string[] | null;
     /**
+     * Folders `@path` imports in memory files may read from, besides the project, the
+     * user's `~/.claude` and the importing file's own folder (`~` is the home). Like the
+     * provider keys, a repository's own files may set it only in a trusted folder.
+     */
+    importFolders?: string[] | null;
+    /**
      * Follow running Claude Code sessions: every project under `~/.claude/projects`
      * is observed (its newest transcript, and each new one), and their usage published
      * with `ctx/usageChanged` (default false).
      */
     observeClaudeProjects?: boolean | null;
+    /**
+     * Folders whose own settings files (`.ctxd/settings*.json`, `.claude/settings*.json`)
+     * may choose the provider, its URL, its key variable and hooks. Read only from the
+     * user's settings and the client; a repository cannot trust itself. `~` is the home.
+     */
+    trustedFolders?: string[] | null;
 }
 
 /**
@@ -723,6 +801,8 @@ export type WindowChoice = number | AutoWord;
 export interface CtxRequests {
     "ctx/append": { params: AppendParams; result: AppendResult };
     "ctx/assemble": { params: AssembleParams; result: AssembleResult };
+    "ctx/claudeCompact": { params: ClaudeSessionParams; result: ClaudeCompactResult };
+    "ctx/claudeUndo": { params: ClaudeSessionParams; result: ClaudeUndoResult };
     "ctx/clear": { params: SessionParams; result: ClearResult };
     "ctx/closeSession": { params: SessionParams; result: null };
     "ctx/collapse": { params: CollapseParams; result: CollapseResult };
