@@ -687,3 +687,31 @@ fn an_oversized_message_is_cut_once_not_copied_by_every_compaction() {
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert!(daemon.drain_notifications("ctx/compacted").is_empty());
 }
+
+/// Case 10 and the thrashing stop: giant messages that refill the context right after
+/// each compaction stop automatic compaction after three quick refills, with one
+/// notice; from then on neither an append nor `ctx/assemble` starts one (the assemble
+/// says `continue`).
+#[test]
+fn once_compaction_thrashes_no_path_starts_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    open(&mut daemon, "t");
+    let giant = |n: usize| format!("refill {n} ") + &"a large paste that fills the window ".repeat(20_000);
+    let mut parent: Option<String> = None;
+    for n in 0..3 {
+        let uuid = format!("g{n}");
+        append(&mut daemon, "t", json!([user_record(&uuid, parent.as_deref(), &giant(n))]));
+        daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "t").unwrap();
+        parent = Some(uuid);
+    }
+    append(&mut daemon, "t", json!([user_record("g3", parent.as_deref(), &giant(3))]));
+    let stopped = daemon.wait_notification("ctx/compactFailed", |p| p["sessionId"] == "t").unwrap();
+    assert!(stopped.to_string().contains("thrashing"), "{stopped}");
+    let assembled = daemon.request("ctx/assemble", json!({"sessionId": "t", "maxTokens": 1000})).unwrap();
+    assert_eq!(assembled["decision"], "continue", "{}", assembled["usage"]);
+    append(&mut daemon, "t", json!([user_record("g4", Some("g3"), "one more")]));
+    daemon.request("ctx/assemble", json!({"sessionId": "t", "maxTokens": 1000})).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(daemon.drain_notifications("ctx/compacted").is_empty(), "no compaction after the stop");
+}
