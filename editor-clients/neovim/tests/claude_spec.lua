@@ -7,13 +7,19 @@ local claude = require("ctxd.claude")
 local client = require("ctxd.client")
 local commands = require("ctxd.commands")
 
-local MODEL = "claude-sonnet-4-5-20250929"
+-- A model Claude Code auto-compacts (claude-sonnet-4-5 gets no "to compact" figure).
+local MODEL = "claude-opus-4-6"
 local n = 0
 
 --- A Claude Code transcript line: a user prompt, or an assistant turn at `context_tokens`.
 local function line(kind, context_tokens)
   n = n + 1
-  local base = { uuid = string.format("10000000-0000-4000-8000-%012d", n), sessionId = "s", timestamp = "2026-12-01T10:00:00.000Z" }
+  local base = {
+    uuid = string.format("10000000-0000-4000-8000-%012d", n),
+    sessionId = "s",
+    timestamp = "2026-12-01T10:00:00.000Z",
+    cwd = vim.fn.getcwd(),
+  }
   if kind == "user" then
     return vim.json.encode(vim.tbl_extend("force", base, { type = "user", message = { role = "user", content = "go on" } }))
   end
@@ -72,12 +78,12 @@ describe("Claude Code sessions of the current directory", function()
     transcript = project_dir .. "/20000000-0000-4000-8000-000000000001.jsonl"
     append(transcript, { line("user"), line("assistant", 40000) })
     t.wait_for("the observed session in the statusline", function()
-      return ctxd.status() == "ctx 50.0% · 27.0k to compact · 40.0k · claude-sonnet-4-5"
+      return ctxd.status() == "ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6"
     end)
     t.eq(claude.observe_id(transcript), claude.get().session_id)
     append(transcript, { line("user"), line("assistant", 60000) })
     t.wait_for("the next turn", function()
-      return ctxd.status() == "ctx 75.0% · 7.0k to compact · 60.0k · claude-sonnet-4-5"
+      return ctxd.status() == "ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6"
     end)
     t.eq("CtxdWarning", ctxd.status_highlight())
   end)
@@ -116,18 +122,14 @@ describe("Claude Code sessions of the current directory", function()
     t.contains(prompts[1], "appends a compact boundary and a summary to " .. transcript)
     t.contains(prompts[1], ":Ctxd undo takes it back")
     t.eq(1, #messages)
-    if messages[1].level == vim.log.levels.ERROR then
-      t.eq(commands.claude_method_missing("ctx/claudeCompact"), messages[1].msg)
-    else
-      t.truthy(vim.startswith(messages[1].msg, "ctxd: Claude Code session compacted"), messages[1].msg)
-    end
+    t.truthy(vim.startswith(messages[1].msg, "ctxd: Claude Code session compacted"), messages[1].msg)
   end)
 
   it("shows the newest active session when there are several, with a picker", function()
     local second = project_dir .. "/20000000-0000-4000-8000-000000000002.jsonl"
     append(second, { line("user"), line("assistant", 20000) })
     t.wait_for("the new session shown", function()
-      return ctxd.status() == "ctx 25.0% · 47.0k to compact · 20.0k · claude-sonnet-4-5"
+      return ctxd.status() == "ctx 25.0% · 47.0k to compact · 20.0k · claude-opus-4-6"
     end)
     local offered
     local select = vim.ui.select
@@ -140,12 +142,13 @@ describe("Claude Code sessions of the current directory", function()
       buf = b
     end)
     vim.ui.select = select
-    t.eq({
-      "ctx 25.0% · 47.0k to compact · 20.0k · claude-sonnet-4-5  20000000-0000-4000-8000-000000000002",
-      "ctx 75.0% · 7.0k to compact · 60.0k · claude-sonnet-4-5  20000000-0000-4000-8000-000000000001",
-    }, offered)
-    t.contains(table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n"), "Claude Code session 20000000-0000-4000-8000-000000000001")
+    local shown = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n")
     vim.cmd("close")
+    t.eq(2, #offered)
+    t.eq("ctx 25.0% · 47.0k to compact · 20.0k · claude-opus-4-6  20000000-0000-4000-8000-000000000002", offered[1])
+    -- The first session was compacted by the test before: its figures are the summary's.
+    t.truthy(offered[2]:match("^ctx [%d.]+%% · [%d.]+k to compact · [%d.]+k · claude%-opus%-4%-6  20000000%-0000%-4000%-8000%-000000000001$"), offered[2])
+    t.contains(shown, "Claude Code session 20000000-0000-4000-8000-000000000001")
   end)
 
   it("completes :Ctxd subcommands and windows", function()

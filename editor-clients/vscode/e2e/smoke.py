@@ -26,7 +26,8 @@ from pathlib import Path
 
 from playwright.sync_api import Page, expect, sync_playwright
 
-MODEL = "claude-sonnet-4-5-20250929"
+# A model Claude Code auto-compacts (claude-sonnet-4-5 gets no "to compact" figure).
+MODEL = "claude-opus-4-6"
 WAIT_MS = 60_000
 
 
@@ -146,7 +147,7 @@ class Smoke:
 
         def claude_session_in_status_bar() -> None:
             expect(status).to_have_count(1, timeout=WAIT_MS)
-            expect(status).to_contain_text("ctx 50.0% · 27.0k to compact · 40.0k · claude-sonnet-4-5")
+            expect(status).to_contain_text("ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6")
 
         def follows_the_transcript() -> None:
             with transcript.open("a") as f:

@@ -12,6 +12,7 @@
  * It imports only `vscode-jsonrpc`, never `vscode`, so the tests can load it in Node.
  */
 import { NotificationType, RequestType } from "vscode-jsonrpc";
+import type { ClaudeCompactResult, ClaudeSessionParams, ClaudeUndoResult } from "./protocol";
 
 // ---------------------------------------------------------------------------------
 // Shared shapes
@@ -65,6 +66,9 @@ export interface CtxdCapabilities {
     stateDir: string;
     /** The daemon's process id. */
     processId: number;
+    /** Set when the daemon runs with less than it should, and why (an index it cannot
+     * write: a full disk or a read-only mount). */
+    degraded?: string;
 }
 
 /** Who writes compaction summaries. */
@@ -103,6 +107,17 @@ export interface Settings {
     memoryFileNames?: string[];
     /** Follow running Claude Code sessions under `~/.claude/projects`. */
     observeClaudeProjects?: boolean;
+    /** Compact an idle, observed Claude Code session in place (default false). */
+    claudeIdleCompaction?: boolean;
+    /** Seconds a Claude Code session must be idle first (default 600). */
+    claudeIdleCompactAfterSeconds?: number;
+    /** Share of the compact threshold, in percent, it must stand above (default 60). */
+    claudeIdleCompactPercent?: number;
+    /** Folders whose own settings files may choose the provider, URL, key variable,
+     * hooks and import folders (user or client settings only). */
+    trustedFolders?: string[];
+    /** Folders memory-file `@imports` may read besides the project and `~/.claude`. */
+    importFolders?: string[];
 }
 
 /** `initializationOptions` of `initialize`. */
@@ -407,6 +422,12 @@ export interface ObserveResult {
 }
 /** Follows a running Claude Code session's transcript and publishes its usage. */
 export const observe = new RequestType<ObserveParams, ObserveResult, void>("ctx/observe");
+
+export type { ClaudeCompactResult, ClaudeSessionParams, ClaudeUndoResult } from "./protocol";
+/** Compacts a Claude Code transcript in place, in the program's own record shapes. */
+export const claudeCompact = new RequestType<ClaudeSessionParams, ClaudeCompactResult, void>("ctx/claudeCompact");
+/** Takes ctxd's last compaction of a Claude Code transcript back, byte for byte. */
+export const claudeUndo = new RequestType<ClaudeSessionParams, ClaudeUndoResult, void>("ctx/claudeUndo");
 
 /** A skill ran and the model was given `content` (restored after a compaction). */
 export interface SkillInvokedParams {

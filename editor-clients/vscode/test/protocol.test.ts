@@ -74,12 +74,13 @@ const collapseParamKeys = { sessionId: true, from: true, to: true, summary: true
 const collapseResultKeys = { collapseId: true, tokensFreed: true, usage: true } satisfies Keys<ext.CollapseResult>;
 const usageChangedKeys = { sessionId: true, usage: true } satisfies Keys<ext.UsageChangedParams>;
 const contextChangedKeys = { sessionId: true, paths: true } satisfies Keys<ext.ContextChangedParams>;
-const capabilityKeys = { version: true, protocol: true, methods: true, notifications: true, stateDir: true, processId: true } satisfies Keys<ext.CtxdCapabilities>;
+const capabilityKeys = { version: true, protocol: true, methods: true, notifications: true, stateDir: true, processId: true, degraded: true } satisfies Keys<ext.CtxdCapabilities>;
 const initKeys = { stateDir: true, autoCompactWindow: true, settings: true } satisfies Keys<ext.InitializationOptions>;
 const settingsKeys = {
     autoCompactWindow: true, autoCompactEnabled: true, idleCompaction: true, idleCompactAfterSeconds: true, modelSettings: true,
     hooks: true, provider: true, model: true, compactModel: true, largerModelRetry: true, compactFork: true, baseUrl: true, apiKeyEnv: true,
-    memoryFileNames: true, observeClaudeProjects: true,
+    memoryFileNames: true, observeClaudeProjects: true, claudeIdleCompaction: true, claudeIdleCompactAfterSeconds: true,
+    claudeIdleCompactPercent: true, trustedFolders: true, importFolders: true,
 } satisfies Keys<ext.Settings>;
 const modelSettingsKeys = { autoCompactWindow: true } satisfies Keys<ext.ModelSettings>;
 
@@ -207,7 +208,7 @@ describe("lsp_ext.ts against schemas/", () => {
             ["ctx.contextChanged.params", optionalOf<ext.ContextChangedParams>({})],
             ["ctx.compacted.params", optionalOf<ext.CompactedParams>({})],
             ["ctx.compactFailed.params", optionalOf<ext.CompactFailedParams>({})],
-            ["capabilities", optionalOf<ext.CtxdCapabilities>({})],
+            ["capabilities", optionalOf<ext.CtxdCapabilities>({ degraded: true })],
         ];
         for (const [name, fields, def] of optional) {
             const s = schema(name);
@@ -311,7 +312,7 @@ describe("lsp_ext.ts against the running daemon", () => {
         const requests = [
             ext.openSession, ext.append, ext.usage, ext.closeSession, ext.setAutoCompactWindow, ext.fileRead, ext.context, ext.compact,
             ext.clear, ext.reportProviderError, ext.assemble, ext.snip, ext.collapse, ext.observe,
-            ext.skillInvoked, ext.setPlan, ext.undoCompact,
+            ext.skillInvoked, ext.setPlan, ext.undoCompact, ext.claudeCompact, ext.claudeUndo,
         ].map((t) => t.method);
         const notifications = [ext.usageChanged, ext.contextChanged, ext.compacted, ext.compactFailed].map((t) => t.method);
         for (const m of daemon.capabilities.methods) {
@@ -330,7 +331,7 @@ describe("lsp_ext.ts against the running daemon", () => {
     });
 
     it("announces what CtxdCapabilities says, processId included", () => {
-        assert.deepEqual(keys(daemon.capabilities), keys(capabilityKeys));
+        assert.deepEqual(keys(daemon.capabilities), keys(capabilityKeys, ["degraded"]));
         assert.equal(daemon.capabilities.processId, daemon.process.pid, "the pid of the process the test started");
         assert.equal(daemon.capabilities.stateDir, daemon.stateDir);
     });
