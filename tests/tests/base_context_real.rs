@@ -5,7 +5,7 @@
 //!
 //! The harness gives each daemon `HOME=<state>.home`, so user memory is
 //! `<state>.home/.claude/CLAUDE.md` and auto memory is
-//! `<state>.home/.claude/projects/<cwd with / as ->/memory/MEMORY.md`.
+//! `<state>.home/.claude/projects/<cwd, every non-alphanumeric as ->/memory/MEMORY.md`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
@@ -28,8 +28,14 @@ fn home_of(state: &Path) -> PathBuf {
 }
 
 fn auto_memory(home: &Path, cwd: &Path) -> PathBuf {
-    let folder = cwd.display().to_string().replace('/', "-");
+    let folder = claude_folder(cwd);
     home.join(".claude/projects").join(folder).join("memory/MEMORY.md")
+}
+
+/// Claude Code's name for a project folder: every character that is not an ASCII letter
+/// or digit becomes `-` (stated here on its own, not taken from the code under test).
+fn claude_folder(cwd: &Path) -> String {
+    cwd.display().to_string().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect()
 }
 
 fn open(daemon: &mut Daemon, session: &str, cwd: &Path) {
@@ -122,8 +128,7 @@ fn sources_are_placed_lowest_precedence_first() {
     let view = context(&mut daemon, "s");
     let files = memory_files(&view, root);
     let listed: Vec<(&str, &str)> = files.iter().map(|(p, k, _)| (p.as_str(), k.as_str())).collect();
-    let memory =
-        format!("state.home/.claude/projects/{}/memory/MEMORY.md", cwd.display().to_string().replace('/', "-"));
+    let memory = format!("state.home/.claude/projects/{}/memory/MEMORY.md", claude_folder(&cwd));
     assert_eq!(
         listed,
         [

@@ -82,11 +82,16 @@ pub fn discover(cwd: &Path, config: &MemoryConfig, fs: &dyn MemoryFs) -> MemoryS
     set
 }
 
-/// Where auto memory lives for `cwd`: under the user's `.claude/projects`, in a folder
-/// named after the working directory with every `/` turned into `-`.
+/// Where auto memory lives for `cwd`: under the user's `.claude/projects`, in the
+/// project's folder ([`claude_project_folder`]).
 pub fn auto_memory_path(home: &Path, cwd: &Path) -> PathBuf {
-    let folder = cwd.to_string_lossy().replace('/', "-");
-    home.join(".claude").join("projects").join(folder).join("memory").join("MEMORY.md")
+    home.join(".claude").join("projects").join(claude_project_folder(cwd)).join("memory").join("MEMORY.md")
+}
+
+/// The name Claude Code gives a working directory's folder under `.claude/projects`:
+/// the path with every character that is not an ASCII letter or digit turned into `-`.
+pub fn claude_project_folder(cwd: &Path) -> String {
+    cwd.to_string_lossy().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect()
 }
 
 /// Outcome of reading one file.
@@ -364,6 +369,8 @@ mod tests {
             auto_memory_path(Path::new("/home/u"), Path::new("/work/my-app")),
             PathBuf::from("/home/u/.claude/projects/-work-my-app/memory/MEMORY.md")
         );
+        // Every character that is not a letter or digit, as Claude Code names it.
+        assert_eq!(claude_project_folder(Path::new("/home/u/my.app_1 (copy)")), "-home-u-my-app-1--copy-");
     }
 
     #[test]

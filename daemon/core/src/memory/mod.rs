@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
-pub use discover::{auto_memory_path, discover};
+pub use discover::{auto_memory_path, claude_project_folder, discover};
 pub use render::{BYTES_PER_TOKEN, entry_tokens, estimate_tokens, render_entries, render_entry, render_user_context};
 
 /// The filesystem as the loader needs it. The daemon implements it over the real disk.
