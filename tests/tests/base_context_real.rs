@@ -175,8 +175,8 @@ fn imports_follow_relative_and_home_paths_stop_at_five_hops_and_report_a_cycle()
     let home = home_of(&state);
     let cwd = dir.path().join("project");
     write(&cwd.join("CLAUDE.md"), "PROJECT\n@docs/style.md\n@~/.claude/personal.md\n@chain/h1.md\n@cycle/a.md\n");
-    write(&cwd.join("docs/style.md"), "STYLE-IMPORT\n@../shared/common.md\n");
-    write(&cwd.join("shared/common.md"), "COMMON-IMPORT\n");
+    write(&cwd.join("docs/style.md"), "STYLE-IMPORT\n@../common/common.md\n");
+    write(&cwd.join("common/common.md"), "COMMON-IMPORT\n");
     write(&home.join(".claude/personal.md"), "HOME-IMPORT\n");
     for hop in 1..=6 {
         write(&cwd.join(format!("chain/h{hop}.md")), format!("HOP-{hop}\n@h{}.md\n", hop + 1));
@@ -194,7 +194,7 @@ fn imports_follow_relative_and_home_paths_stop_at_five_hops_and_report_a_cycle()
         [
             ("project/CLAUDE.md", "project"),
             ("project/docs/style.md", "import"),
-            ("project/shared/common.md", "import"),
+            ("project/common/common.md", "import"),
             ("state.home/.claude/personal.md", "import"),
             ("project/chain/h1.md", "import"),
             ("project/chain/h2.md", "import"),
