@@ -357,14 +357,17 @@ fn the_command_line_never_waits_on_a_fifo_or_an_open_stdin() {
         .unwrap_or_default();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 
+    let statusline = || {
+        std::process::Command::new(ctxd_e2e::ctxd_bin())
+            .arg("statusline")
+            .env("HOME", dir.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
     // stdin holds the host's JSON naming a FIFO as the transcript, and is never closed.
-    let mut child = std::process::Command::new(ctxd_e2e::ctxd_bin())
-        .arg("statusline")
-        .env("HOME", dir.path())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = statusline();
     let mut stdin = child.stdin.take().unwrap();
     write!(stdin, "{}", json!({"transcript_path": fifo, "model": {"id": "claude-sonnet-4-5"}})).unwrap();
     stdin.flush().unwrap();
@@ -374,15 +377,8 @@ fn the_command_line_never_waits_on_a_fifo_or_an_open_stdin() {
     assert!(line.starts_with("ctx"), "{line}");
 
     // Nothing at all on a stdin that stays open.
-    let child = std::process::Command::new(ctxd_e2e::ctxd_bin())
-        .arg("statusline")
-        .env("HOME", dir.path())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = wait_or_kill(child, std::time::Duration::from_secs(60));
-    assert!(out.is_some(), "statusline exited though its stdin never closed");
+    let out = wait_or_kill(statusline(), std::time::Duration::from_secs(60));
+    assert!(out.is_some(), "statusline did not exit while its stdin stayed open");
 }
 
 /// The child's output once it exits, or `None` (and the child killed) if it is still
