@@ -22,6 +22,7 @@ export const SETTING_KEYS = [
     "provider",
     "model",
     "observeClaudeCode",
+    "claudeIdleCompaction",
 ] as const;
 export type SettingKey = (typeof SETTING_KEYS)[number];
 
@@ -42,6 +43,8 @@ export interface CtxdConfig {
     model?: string;
     /** Observe the Claude Code sessions of the workspace folders (default on). */
     observeClaudeCode: boolean;
+    /** Let the daemon compact an idle, observed Claude Code session in place (default off). */
+    claudeIdleCompaction: boolean;
 }
 
 /** Reads one setting (the extension passes `workspace.getConfiguration("ctxd").get`). */
@@ -81,6 +84,7 @@ export function readConfig(get: SettingReader): CtxdConfig {
         provider: PROVIDERS.includes(provider as ProviderKind) ? (provider as ProviderKind) : undefined,
         model: nonEmptyString(get("model")),
         observeClaudeCode: get("observeClaudeCode") !== false,
+        claudeIdleCompaction: get("claudeIdleCompaction") === true,
     };
 }
 
@@ -103,6 +107,11 @@ export function daemonSettings(config: CtxdConfig): Settings {
     }
     if (config.model !== undefined) {
         settings.model = config.model;
+    }
+    // Only when switched on: off is the daemon's default, and a user's settings file
+    // may switch it on for everyone.
+    if (config.claudeIdleCompaction) {
+        settings.claudeIdleCompaction = true;
     }
     return settings;
 }

@@ -36,6 +36,7 @@ describe("readConfig", () => {
             provider: undefined,
             model: undefined,
             observeClaudeCode: true,
+            claudeIdleCompaction: false,
         });
         assert.deepEqual(initializationOptions(config), {
             settings: { autoCompactEnabled: true, idleCompaction: false },
@@ -55,6 +56,7 @@ describe("readConfig", () => {
                 idleCompaction: true,
                 provider: "anthropic",
                 model: "claude-haiku-4-5",
+                claudeIdleCompaction: true,
             }),
         );
         assert.equal(config.serverPath, path.join(os.homedir(), "bin/ctxd"));
@@ -66,6 +68,7 @@ describe("readConfig", () => {
                 autoCompactWindow: 200_000,
                 provider: "anthropic",
                 model: "claude-haiku-4-5",
+                claudeIdleCompaction: true,
             },
         });
         assert.deepEqual(serveArgs(config), ["serve", "--log-stderr", "--state-dir", "/var/ctxd"]);
@@ -84,7 +87,7 @@ describe("readConfig", () => {
         const settingsSchema = schema("settings");
         const known = Object.keys(settingsSchema.properties);
         const config = readConfig(
-            reader({ autoCompactWindow: 300_000, autoCompactEnabled: false, idleCompaction: true, provider: "offline", model: "m", logLevel: "trace" }),
+            reader({ autoCompactWindow: 300_000, autoCompactEnabled: false, idleCompaction: true, provider: "offline", model: "m", logLevel: "trace", claudeIdleCompaction: true }),
         );
         const sent = daemonSettings(config);
         for (const key of Object.keys(sent)) {
