@@ -91,7 +91,13 @@ impl TokenUsage {
     /// Tokens of the context this response leaves behind: everything the request read
     /// plus what the model wrote.
     pub fn context_tokens(&self) -> u64 {
-        self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens + self.output_tokens
+        self.request_tokens() + self.output_tokens
+    }
+
+    /// Tokens the request read (fresh, cache written and cache read); what Claude Code
+    /// counts for `used_percentage`.
+    pub fn request_tokens(&self) -> u64 {
+        self.input_tokens.saturating_add(self.cache_creation_input_tokens).saturating_add(self.cache_read_input_tokens)
     }
 }
 

@@ -49,27 +49,9 @@ pub struct ContextWindowField {
     /// The last response's usage (null before the first response and right after a
     /// compaction).
     #[serde(default)]
-    pub current_usage: Option<CurrentUsage>,
+    pub current_usage: Option<ctxd_core::record::TokenUsage>,
     #[serde(default)]
     pub used_percentage: Option<f64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-pub struct CurrentUsage {
-    #[serde(default)]
-    pub input_tokens: u64,
-    #[serde(default)]
-    pub cache_creation_input_tokens: u64,
-    #[serde(default)]
-    pub cache_read_input_tokens: u64,
-}
-
-impl CurrentUsage {
-    /// Tokens the context held: everything the request sent (output is not counted,
-    /// as the program does for `used_percentage`).
-    pub fn tokens(&self) -> u64 {
-        self.input_tokens.saturating_add(self.cache_creation_input_tokens).saturating_add(self.cache_read_input_tokens)
-    }
 }
 
 /// Bytes read by the first step backwards: a status line is usually asked for right
@@ -239,7 +221,7 @@ pub fn render(input: &StatusInput, env_vars: impl IntoIterator<Item = (String, S
         tracing::info!("{note}");
     }
     let levels = thresholds(&resolved, &env, true);
-    let host_tokens = host.and_then(|c| c.current_usage.as_ref()).map(CurrentUsage::tokens);
+    let host_tokens = host.and_then(|c| c.current_usage.as_ref()).map(ctxd_core::record::TokenUsage::request_tokens);
     let tokens = match (host_tokens, after_compaction) {
         (Some(t), _) => t,
         (None, true) => post.unwrap_or(0).max(tally.total()),
@@ -458,7 +440,7 @@ mod tests {
         let mut input = input_for(f.path());
         input.context_window = Some(ContextWindowField {
             context_window_size: Some(200_000),
-            current_usage: Some(CurrentUsage { input_tokens: 14_300, ..CurrentUsage::default() }),
+            current_usage: Some(ctxd_core::record::TokenUsage { input_tokens: 14_300, ..Default::default() }),
             used_percentage: Some(7.0),
         });
         let line = render(&input, Vec::new());
