@@ -8,9 +8,10 @@
 //! - Everything user-side between two responses is one user message: prompts, tool
 //!   results, meta records, attachments (as text), summaries.
 //! - Each `tool_use` has exactly one `tool_result`, first in the next user message, in
-//!   call order. A call without one gets a synthetic error result; a result whose call
-//!   is not in the previous message (late, duplicated, cut off by a snip or collapse edge)
-//!   becomes text; a repeated result is dropped.
+//!   the order the transcript recorded them (parallel calls finish in any order). A
+//!   call without one gets a synthetic error result; a result whose call is not in the
+//!   previous message (late, duplicated, cut off by a snip or collapse edge) becomes
+//!   text; a repeated result is dropped.
 //! - A call to a tool the request does not offer becomes text, and so does its result:
 //!   the API refuses `tool_use` blocks naming tools it was not given.
 //! - Blank text, unsigned thinking and other blocks the API refuses were already dropped
@@ -300,23 +301,28 @@ fn render(
     let uses: &[Arc<str>] = response.map_or(&[], |r| &r.tool_uses);
     let materialized: Vec<Vec<Block>> = pending.iter().chain(extras).map(|item| rules.materialize(item)).collect();
     let mut content = Vec::new();
-    // Results first, in call order, as the API requires.
-    for id in uses {
-        let found = materialized.iter().flatten().find(|b| b.result().is_some_and(|r| &r.tool_use_id == id));
-        match found {
-            Some(block) => content.push(block.clone()),
-            None => {
-                stats.synthetic_results += 1;
-                // Under the same rules as real results (a cache reference, say).
-                content.extend(missing_result(id).map(|b| rules.apply_block(&b, false)));
+    // Results first, as the API requires, in the order the transcript recorded them:
+    // parallel calls finish in any order, and hosts (and the real program) keep that
+    // order, so reordering would make ctxd's bytes differ from theirs. Calls without a
+    // result get a synthetic one after the recorded results, in call order.
+    let mut placed: HashSet<&str> = HashSet::new();
+    for block in materialized.iter().flatten() {
+        if let Some(r) = block.result().filter(|r| uses.contains(&r.tool_use_id)) {
+            if placed.insert(r.tool_use_id.as_ref()) {
+                content.push(block.clone());
             }
         }
     }
-    let mut placed: HashSet<&str> = HashSet::new();
+    for id in uses.iter().filter(|id| !placed.contains(id.as_ref())) {
+        stats.synthetic_results += 1;
+        // Under the same rules as real results (a cache reference, say).
+        content.extend(missing_result(id).map(|b| rules.apply_block(&b, false)));
+    }
+    let mut seen: HashSet<&str> = HashSet::new();
     for block in materialized.iter().flatten() {
         match block.result() {
             Some(r) if uses.contains(&r.tool_use_id) => {
-                if !placed.insert(r.tool_use_id.as_ref()) {
+                if !seen.insert(r.tool_use_id.as_ref()) {
                     stats.duplicates += 1;
                 }
             }

@@ -590,7 +590,7 @@ fn normalization_makes_a_messy_transcript_valid() {
         assistant: text("I start")
         user: text("start") text("<system-reminder>Today is Sunday…")
         assistant: text("thinking out loud") thinking tool_use(t1 Read) tool_use(t2 Bash)
-        user: tool_result(t1, 8b) tool_result(t2, 8b)
+        user: tool_result(t2, 8b) tool_result(t1, 8b)
         assistant: text("calling a tool that is gone") text("[Called the tool Gone (no longer…")
         user: text("[Result of the Gone call t3]⏎gon…") text("[Result of an earlier tool call …")
         assistant: text("one reply") text("and another")
