@@ -39,7 +39,9 @@ use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
 pub use discover::{auto_memory_path, claude_project_folder, discover};
-pub use render::{BYTES_PER_TOKEN, entry_tokens, estimate_tokens, render_entries, render_entry, render_user_context};
+pub use render::{
+    BYTES_PER_TOKEN, entry_tokens, estimate_tokens, render_entries, render_entry, render_user_context, split_date_line,
+};
 
 /// The filesystem as the loader needs it. The daemon implements it over the real disk.
 pub trait MemoryFs {

@@ -37,9 +37,21 @@ pub fn render_user_context(set: &MemorySet, date: &str) -> String {
         out.push_str(&render_entry(entry));
         out.push_str("\n\n");
     }
-    out.push_str("Current date: ");
+    out.push_str(DATE_LABEL);
     out.push_str(date);
     out
+}
+
+/// How [`render_user_context`] introduces the date, on the context's last line.
+const DATE_LABEL: &str = "Current date: ";
+
+/// The user context split into its memory part and its date line (label included),
+/// for a request whose host carries one of them itself.
+pub fn split_date_line(context: &str) -> (&str, Option<&str>) {
+    match context.rfind(DATE_LABEL) {
+        Some(at) if !context[at..].contains('\n') => (context[..at].trim_end_matches('\n'), Some(&context[at..])),
+        _ => (context, None),
+    }
 }
 
 /// Some entries on their own, in the order given, for a mid-session message after a

@@ -39,7 +39,7 @@ use super::ingest::{Ingest, Ingested};
 use super::item::{Block, Item, Origin, Role};
 use super::microcompact::{self, DecideInput, cache_edits_block, microcompact_applied, result_ids};
 use super::normalize::Normalizer;
-use super::place::{context_item, extra_items, place_applied, system_blocks};
+use super::place::{HostCarries, context_item, extra_items, host_states_date, place_applied, system_blocks};
 use super::request::{ApiMessage, Request};
 use super::slice::{Slice, slice_after_boundary};
 use super::snip::{SnipPlan, apply_snips, efficiency_reminder, snip_applied};
@@ -73,6 +73,8 @@ struct Built {
     config: PipelineConfig,
     offered: Vec<String>,
     user_context: Option<String>,
+    /// The base-context sources the host's own records carry (ctxd leaves them out).
+    host: HostCarries,
     extra_state: PipelineState,
     // Records consumed so far.
     consumed: usize,
@@ -147,6 +149,7 @@ impl Built {
             config: input.config.clone(),
             offered,
             user_context: input.base.user_context.clone(),
+            host: HostCarries::default(),
             extra_state: input.state.clone(),
             consumed: input.records.len(),
             last_line: input.records.last().map(|r| r.line_arc().clone()),
@@ -256,6 +259,14 @@ impl Built {
             return false;
         }
         if let Some(item) = self.snip.project(item.clone(), false) {
+            // Host context that ctxd's own first message must now leave out.
+            let mut host = self.host;
+            host.note(&item);
+            // Only while the view's opening grows can it start stating the date.
+            host.date |= self.ingest.last_response_index.is_none() && host_states_date(std::slice::from_ref(&item));
+            if host != self.host {
+                return false;
+            }
             let rules = self.fold_rules();
             let rules = rules.as_rules(&self.folded);
             self.normalizer.push(item, &rules);
@@ -322,7 +333,8 @@ impl Built {
         );
         let items = collapse.apply(items, &state.collapses);
         let mut normalizer = Normalizer::new(self.offered.iter().cloned());
-        if let Some(context) = context_item(self.user_context.as_deref()) {
+        self.host = HostCarries::of(&items);
+        if let Some(context) = context_item(self.user_context.as_deref(), self.host) {
             normalizer.push(context, &rules);
         }
         for item in items {
@@ -464,7 +476,7 @@ impl Built {
 
     /// The head of this request: the last one's when the host's blocks are the same.
     fn head(&mut self, input: &AssembleInput<'_>) -> Head {
-        let system_context = input.base.system_context.as_deref();
+        let system_context = super::place::system_context(input.base, self.host);
         match self.head.take() {
             Some(head)
                 if head.host_system.as_slice() == input.system

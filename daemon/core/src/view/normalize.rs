@@ -307,10 +307,10 @@ fn render(
     // result get a synthetic one after the recorded results, in call order.
     let mut placed: HashSet<&str> = HashSet::new();
     for block in materialized.iter().flatten() {
-        if let Some(r) = block.result().filter(|r| uses.contains(&r.tool_use_id)) {
-            if placed.insert(r.tool_use_id.as_ref()) {
-                content.push(block.clone());
-            }
+        if let Some(r) = block.result().filter(|r| uses.contains(&r.tool_use_id))
+            && placed.insert(r.tool_use_id.as_ref())
+        {
+            content.push(block.clone());
         }
     }
     for id in uses.iter().filter(|id| !placed.contains(id.as_ref())) {

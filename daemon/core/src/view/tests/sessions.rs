@@ -101,12 +101,19 @@ fn simulate(setup: &mut Setup, source: &[Record]) -> (Vec<Record>, CacheCounters
 fn the_real_transcript_becomes_a_valid_request() {
     let records = records(REAL_TRANSCRIPT.1);
     let mut setup = Setup::new(last_timestamp(&records) + 1_000);
-    setup.base.user_context = Some("Contents of CLAUDE.md".into());
+    // ctxd's own copy of the same sources: the program's transcript carries its memory
+    // files, date and git snapshot as rendered attachments, so none of this is sent.
+    setup.base.user_context = Some("=== CLAUDE.md ===\nMARKER-CLAUDE-MD-1\n\nCurrent date: 2026-12-02".into());
+    setup.base.system_context = Some("ctxd's git snapshot".into());
     let out = setup.run(&records);
+    let sent = out.request.to_json();
+    assert_eq!(sent.matches("MARKER-CLAUDE-MD-1").count(), 1, "one copy of CLAUDE.md");
+    assert_eq!(sent.matches("Today's date is 2026-11-29").count(), 1, "the program's date");
+    assert!(!sent.contains("2026-12-02") && !sent.contains("ctxd's git snapshot"), "no second date or snapshot");
     expect_test::expect![[r#"
         system: text("You are a coding agent.")+cache
         tools: Read Bash Grep Glob Edit Write Task+cache
-        user: text("<system-reminder>⏎Contents of CL…") text("This session is being continued …")
+        user: text("This session is being continued …")
         assistant: text("STUB reply #7 (messages=12). Don…")
         user: text("<local-command-caveat>The comman…") text("<command-name>/compact</command-…") text("<local-command-stdout>Compacted …") text("<system-reminder>⏎Note: /home/de…") text("<system-reminder>⏎Called the Rea…") text("<system-reminder>⏎Result of call…") text("<system-reminder>⏎Called the Rea…") text("<system-reminder>⏎Result of call…") text("<system-reminder>⏎Called the Rea…") text("<system-reminder>⏎Result of call…") text("<system-reminder>⏎The following …") text("<system-reminder>⏎Available agen…") text("<system-reminder>⏎The following …") text("<system-reminder>⏎# Environment⏎…") text("<system-reminder>⏎You are powere…") text("After compaction: what files did…") text("<system-reminder>⏎Codebase and u…") text("<system-reminder>⏎As you answer …") text("<system-reminder>⏎Today's date i…") text("<system-reminder>⏎Attribution fo…")
         assistant: text("Let me look at that (step 1).") tool_use(toolu_stub_0f3bdc46e55b435baf02 Read)

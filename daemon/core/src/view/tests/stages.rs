@@ -554,6 +554,42 @@ fn base_context_goes_first_and_extras_last() {
 }
 
 #[test]
+fn the_request_carries_one_date() {
+    let context = "# CLAUDE.md\nUse tabs.\n\nCurrent date: 2026-12-02";
+    let run = |fixture_text: &str| {
+        let f = fixture(fixture_text);
+        let mut setup = Setup::new(f.end_ms);
+        setup.base.user_context = Some(context.into());
+        // The cached build agrees with a fresh one at every length, including the
+        // first user message arriving after an assemble of nothing.
+        super::pipeline::check_incremental(&setup, &f.records);
+        setup.run(&f.records).request.to_json()
+    };
+    // The host dates its opening in a reminder: ctxd's date goes, its memory stays.
+    let dated = run(r#"
+        user u1 "<system-reminder>\nToday's date is 2026-12-01.\n</system-reminder>\nhello"
+        say a1 m1 "hi"
+    "#);
+    assert!(dated.contains("2026-12-01") && !dated.contains("2026-12-02"), "{dated}");
+    assert!(dated.contains("Use tabs."), "{dated}");
+    // Typed words are not a date reminder, nor is a reminder after the first response.
+    for undated in [
+        r#"user u1 "today is Friday, I think""#,
+        "user u1 \"hello\"\nsay a1 m1 \"hi\"\nuser u2 \"<system-reminder>Today is Friday</system-reminder>\"",
+    ] {
+        let text = run(undated);
+        assert_eq!(text.matches("Current date: 2026-12-02").count(), 1, "{text}");
+    }
+    // A context that is only the date, under a dated host: no context message at all.
+    let f = fixture(r#"user u1 "<system-reminder>currentDate: 2026-12-01</system-reminder> hi""#);
+    let mut setup = Setup::new(f.end_ms);
+    setup.base.user_context = Some("Current date: 2026-12-02".into());
+    let out = setup.run(&f.records);
+    assert_eq!(out.request.messages.len(), 1);
+    assert!(!out.request.to_json().contains("2026-12-02"));
+}
+
+#[test]
 fn normalization_makes_a_messy_transcript_valid() {
     let f = fixture(
         r#"
