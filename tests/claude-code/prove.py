@@ -15,6 +15,10 @@ Checks (each prints "ok" or "FAIL", then a closing "N passed, N failed" line):
    byte, and the real program resumes the compacted session: its first request carries
    ctxd's summary, the kept last reply right after it, and every message once.
 3. a transcript exported by ctxd (after `ctxd import`) is resumed by the program.
+4. the program run interactively (in a pseudo-terminal) with `ctxd statusline` as its
+   `statusLine` command: every time the program calls it, across turns and a
+   `/compact`, ctxd's line shows the window, usage and percentage in the JSON the
+   program piped to it, and the "just compacted" mark after the compaction.
 
 With --bench: a session grown to about --mb megabytes is resumed untouched and after
 `ctxd claude compact`; the time from launch to the first request reaching the stub and
@@ -25,6 +29,9 @@ Standard library only.
 import argparse
 import json
 import os
+import pty
+import select
+import signal
 import shutil
 import subprocess
 import sys
@@ -407,6 +414,116 @@ def bench(w, sid, megabytes):
         print(f"bench: the compacted request's summary names {held} of {turns} grown user messages")
 
 
+STATUSLINE_WRAPPER = """#!{python}
+# Runs ctxd statusline on what the program pipes in; logs both as one JSON line.
+import json, os, subprocess, sys
+given = sys.stdin.read()
+out = subprocess.run([{ctxd!r}, "statusline"], input=given, capture_output=True, text=True).stdout
+sys.stdout.write(out)
+fd = os.open({log!r}, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+os.write(fd, (json.dumps({{"in": given, "out": out}}) + "\\n").encode())
+os.close(fd)
+"""
+
+
+class Terminal:
+    """The program in a pseudo-terminal, as a user runs it."""
+
+    def __init__(self, w, cwd, home):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            os.chdir(cwd)
+            os.execve(w.claude, [w.claude], {**w.env, "HOME": home, "TERM": "xterm-256color"})
+        self.screen = b""
+
+    def pump(self, seconds, until=lambda: False):
+        end = time.time() + seconds
+        while time.time() < end and not until():
+            ready, _, _ = select.select([self.fd], [], [], 0.1)
+            if ready:
+                try:
+                    self.screen += os.read(self.fd, 65536)
+                except OSError:
+                    return
+
+    def type(self, text):
+        os.write(self.fd, text.encode())
+        self.pump(0.8)
+        os.write(self.fd, b"\r")
+
+    def close(self):
+        os.kill(self.pid, signal.SIGTERM)
+        os.waitpid(self.pid, 0)
+
+
+def interactive_statusline(w):
+    """Check 4: the program's own statusLine calls, answered by ctxd."""
+    home = os.path.join(w.work, "home-tty")
+    proj = os.path.join(w.work, "proj-tty")
+    os.makedirs(os.path.join(home, ".claude"))
+    os.makedirs(proj)
+    log = os.path.join(w.work, "statusline-calls.jsonl")
+    wrapper = os.path.join(w.work, "statusline-wrapper")
+    with open(wrapper, "w") as f:
+        f.write(STATUSLINE_WRAPPER.format(python=sys.executable, ctxd=w.ctxd, log=log))
+    os.chmod(wrapper, 0o755)
+    with open(os.path.join(home, ".claude", "settings.json"), "w") as f:
+        json.dump({"statusLine": {"type": "command", "command": wrapper}}, f)
+    # A user who has been through the first-run screens, trusts this folder and
+    # approved the key.
+    with open(os.path.join(home, ".claude.json"), "w") as f:
+        json.dump({"hasCompletedOnboarding": True, "numStartups": 5, "theme": "dark",
+                   "customApiKeyResponses": {"approved": [w.env["ANTHROPIC_API_KEY"][-20:]], "rejected": []},
+                   "projects": {proj: {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}}}, f)
+
+    def calls():
+        if not os.path.exists(log):
+            return []
+        with open(log) as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    def with_usage():
+        return [c for c in calls() if (json.loads(c["in"]).get("context_window") or {}).get("current_usage")]
+
+    term = Terminal(w, proj, home)
+    try:
+        term.pump(20, until=lambda: len(calls()) >= 1)
+        for turn in (1, 2):
+            want = len(with_usage()) + 1
+            term.type(f"Interactive turn {turn}: say hello.")
+            term.pump(60, until=lambda: len(with_usage()) >= want)
+        before = len(calls())
+        term.type("/compact")
+        term.pump(60, until=lambda: any("just compacted" in c["out"] for c in calls()[before:]))
+        after = len(calls())
+        term.type("Interactive turn 3: after the compaction.")
+        term.pump(60, until=lambda: any((json.loads(c["in"]).get("context_window") or {}).get("total_input_tokens")
+                                        for c in calls()[after:]))
+    finally:
+        term.close()
+    seen = calls()
+    check("interactive: the program calls ctxd statusline on every turn", len(with_usage()) >= 3,
+          f"{len(seen)} calls; screen tail: {term.screen[-600:]!r}")
+    wrong = []
+    for call in seen:
+        given = json.loads(call["in"])
+        cw = given.get("context_window") or {}
+        usage = cw.get("current_usage") or {}
+        total = sum(usage.get(k, 0) for k in ("input_tokens", "cache_creation_input_tokens",
+                                              "cache_read_input_tokens", "output_tokens"))
+        line = call["out"].strip()
+        ok = f"ctx {short(total)} / {short(cw.get('context_window_size') or 0)}" in line
+        if cw.get("used_percentage") is not None:
+            shown = float(line.split("(")[1].split("%")[0]) if "(" in line else -1
+            ok = ok and abs(shown - cw["used_percentage"]) <= 1
+        if not ok:
+            wrong.append((cw, line))
+    check("interactive: each status line shows the program's own window, usage and percentage",
+          seen and not wrong, str(wrong[:3]))
+    check("interactive: the status line marks the compaction", any("just compacted" in c["out"] for c in seen),
+          str([c["out"] for c in seen]))
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--claude", required=True)
@@ -426,6 +543,7 @@ def main():
                 compact_and_resume(w, sid, results[-1].get("result") or "?")
                 export_and_resume(w, sid)
                 daemon_compaction_exported(w, sid)
+                interactive_statusline(w)
     finally:
         w.close()
     passed = sum(RESULTS)
