@@ -292,6 +292,48 @@ fn claude_compact_appends_in_the_programs_shapes_and_undo_restores_the_bytes() {
 }
 
 #[test]
+fn claude_compact_re_attaches_the_sessions_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, path, id) = claude_home(dir.path());
+    // The program names a session's plan by the slug on its records.
+    let text: String = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut r: Value = serde_json::from_str(l).unwrap();
+            if r.get("sessionId").is_some() {
+                r["slug"] = json!("quiet-proof-plan");
+            }
+            format!("{r}\n")
+        })
+        .collect();
+    std::fs::write(&path, text).unwrap();
+    let plans = home.join(".claude/plans");
+    std::fs::create_dir_all(&plans).unwrap();
+    std::fs::write(plans.join("quiet-proof-plan.md"), "# Plan\n1. MARKER-PLAN-STEP: split util.py\n").unwrap();
+
+    let out = ctxd_claude(dir.path(), &home, &["compact", &id]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let added: Vec<Value> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .rev()
+        .take_while(|l| !l.contains("compact_boundary"))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let plan = added.iter().find(|r| r["attachment"]["type"] == "plan_file_reference").expect("a plan attachment");
+    assert_eq!(plan["attachment"]["planFilePath"], json!(plans.join("quiet-proof-plan.md")));
+    assert!(plan["attachment"]["planContent"].as_str().unwrap().contains("MARKER-PLAN-STEP"));
+
+    // Resumed, the plan is in view once, after the summary.
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": CWD, "model": MODEL, "sessionId": "cc", "import": path})).unwrap();
+    let all: String = messages(&mut daemon, "cc").iter().flat_map(texts).collect();
+    assert_eq!(all.matches("MARKER-PLAN-STEP").count(), 1, "{all}");
+    daemon.stop().unwrap();
+}
+
+#[test]
 fn claude_compact_leaves_a_transcript_it_cannot_be_sure_of_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
     let (home, path, id) = claude_home(dir.path());

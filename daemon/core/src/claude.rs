@@ -7,7 +7,8 @@
 //! `postTokens` and, when the newest messages stay in view, `preservedSegment` and
 //! `preservedMessages` pointing at them where they stand), then the summary message and
 //! the files the session read, re-attached (`file`, or `compact_file_reference` for one
-//! too large) as the program does after its own compactions.
+//! too large), and the session's plan (`plan_file_reference`), as the program does after
+//! its own compactions.
 //! Nothing earlier is touched. The boundary also carries `ctxdBatch` (how many lines
 //! ctxd appended), which is how [`plan_undo`] knows the tail of the file is ctxd's own
 //! install and nothing came after it.
@@ -15,7 +16,7 @@
 use serde_json::json;
 
 use crate::compact::{
-    FileReadEntry, InstallInput, KeptMessages, RestoreBudget, RestoreInput, SummaryMessage, Trigger,
+    FileReadEntry, InstallInput, KeptMessages, PlanFile, RestoreBudget, RestoreInput, SummaryMessage, Trigger,
     build_post_compact, common_fields, kept_tail_start, plan_restoration, summary_message_text, tools_used,
 };
 use crate::ledger::file_read_in;
@@ -83,6 +84,22 @@ pub fn files_read(records: &[Record]) -> Vec<String> {
     order
 }
 
+/// The session's plan name: the program keeps a session's plan in
+/// `<config>/plans/<slug>.md` and writes the `slug` on its records. `None` when no
+/// record has one or it is not a plain name (it becomes part of a path).
+pub fn plan_slug(records: &[Record]) -> Option<String> {
+    let slug = records.iter().rev().find_map(|r| {
+        if !r.line().contains("\"slug\"") {
+            return None;
+        }
+        r.to_value()["slug"].as_str().map(str::to_owned)
+    })?;
+    let plain = !slug.is_empty()
+        && slug.len() <= 128
+        && slug.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    plain.then_some(slug)
+}
+
 /// Plans a compaction of the transcript whose lines are `records` (in file order).
 ///
 /// The newest messages stay in view (an assistant's last reply, or the tool round in
@@ -90,10 +107,12 @@ pub fn files_read(records: &[Record]) -> Vec<String> {
 /// boundary before them is summarized by the offline summarizer, focused by
 /// `instructions`. `postTokens` is the session's fixed part (the first request's
 /// reported size, which carried the system prompt, tools and memory) plus the
-/// estimate of what the boundary leaves in view.
+/// estimate of what the boundary leaves in view. `plan` is the session's plan file as
+/// the caller found it now (see [`plan_slug`]), re-attached after the summary.
 pub fn plan_compaction(
     records: &[Record],
     files: &[FileNow],
+    plan: Option<PlanFile>,
     instructions: Option<&str>,
     timestamp: &str,
     new_uuid: &mut dyn FnMut() -> String,
@@ -155,14 +174,16 @@ pub fn plan_compaction(
     let restored = plan_restoration(&RestoreInput {
         files: entries,
         skills: Vec::new(),
-        plan: None,
+        plan,
         budget: RestoreBudget::default(),
         cwd,
     });
     let attachments: Vec<_> = restored
         .attachments
         .into_iter()
-        .filter(|a| matches!(a.attachment["type"].as_str(), Some("file" | "compact_file_reference")))
+        .filter(|a| {
+            matches!(a.attachment["type"].as_str(), Some("file" | "compact_file_reference" | "plan_file_reference"))
+        })
         .collect();
     let input = InstallInput {
         trigger: Trigger::Manual,
@@ -251,7 +272,7 @@ mod tests {
             FileNow { path: "/home/dev/proj/README.md".into(), exists: false, content: None },
         ];
         let plan =
-            plan_compaction(&records, &files, Some("the files read"), "2026-12-02T10:00:00.000Z", &mut counter())
+            plan_compaction(&records, &files, None, Some("the files read"), "2026-12-02T10:00:00.000Z", &mut counter())
                 .unwrap();
         assert_eq!(plan.lines.len(), 4, "boundary, summary, two attachments");
         let attachments: Vec<serde_json::Value> =
@@ -291,18 +312,40 @@ mod tests {
     }
 
     #[test]
+    fn the_sessions_plan_comes_back_after_the_summary() {
+        let records: Vec<Record> = fixture().into_iter().take(57).collect();
+        // The program writes a slug on its records from its first compaction on.
+        assert_eq!(plan_slug(&records), None);
+        assert_eq!(plan_slug(&fixture()).as_deref(), Some("robust-snuggling-aho"));
+        let plan = PlanFile {
+            path: "/home/dev/.claude/plans/robust-snuggling-aho.md".into(),
+            content: "1. Read util.py\n2. MARKER-PLAN-STEP".into(),
+        };
+        let compaction = plan_compaction(&records, &[], Some(plan), None, "t", &mut counter()).unwrap();
+        let last: serde_json::Value = serde_json::from_str(compaction.lines.last().unwrap()).unwrap();
+        assert_eq!(last["attachment"]["type"], "plan_file_reference");
+        assert_eq!(last["attachment"]["planFilePath"], "/home/dev/.claude/plans/robust-snuggling-aho.md");
+        assert!(last["attachment"]["planContent"].as_str().unwrap().contains("MARKER-PLAN-STEP"));
+        let boundary: serde_json::Value = serde_json::from_str(&compaction.lines[0]).unwrap();
+        assert_eq!(boundary["compactMetadata"][BATCH_FIELD], compaction.lines.len());
+        // A slug that is not a plain name is no plan name.
+        let odd = Record::parse(r#"{"type":"user","uuid":"u","sessionId":"s","slug":"../../etc/passwd"}"#).unwrap();
+        assert_eq!(plan_slug(&[odd]), None);
+    }
+
+    #[test]
     fn refusals() {
         let not_claude = vec![Record::parse(r#"{"type":"user","message":{"role":"user","content":"hi"}}"#).unwrap()];
-        assert_eq!(plan_compaction(&not_claude, &[], None, "t", &mut counter()), Err(Refusal::NotClaudeCode));
+        assert_eq!(plan_compaction(&not_claude, &[], None, None, "t", &mut counter()), Err(Refusal::NotClaudeCode));
         // Right after the program's own compaction and one reply: nothing new to summarize.
         let records: Vec<Record> = fixture().into_iter().take(76).collect();
-        assert_eq!(plan_compaction(&records, &[], None, "t", &mut counter()), Err(Refusal::NothingToSummarize));
+        assert_eq!(plan_compaction(&records, &[], None, None, "t", &mut counter()), Err(Refusal::NothingToSummarize));
     }
 
     #[test]
     fn undo_takes_back_exactly_ctxds_install() {
         let records: Vec<Record> = fixture().into_iter().take(57).collect();
-        let plan = plan_compaction(&records, &[], None, "t", &mut counter()).unwrap();
+        let plan = plan_compaction(&records, &[], None, None, "t", &mut counter()).unwrap();
         let mut offset = 0u64;
         let mut lines: Vec<(u64, Record)> = Vec::new();
         for record in records.iter().cloned().chain(plan.lines.iter().map(|l| Record::parse(l).unwrap())) {

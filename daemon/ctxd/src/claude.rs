@@ -22,7 +22,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use ctxd_core::claude::{ClaudeCompaction, FileNow, files_read, plan_compaction, plan_undo};
+use ctxd_core::claude::{ClaudeCompaction, FileNow, files_read, plan_compaction, plan_slug, plan_undo};
+use ctxd_core::compact::PlanFile;
 use ctxd_core::record::Record;
 
 /// A compaction installed in a Claude Code transcript.
@@ -42,12 +43,30 @@ pub struct Undone {
     pub removed_bytes: u64,
 }
 
+/// `~/.claude`, or `$CLAUDE_CONFIG_DIR`.
+fn config_dir() -> Option<PathBuf> {
+    std::env::var_os("CLAUDE_CONFIG_DIR")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".claude")))
+}
+
 /// `~/.claude/projects`, or `$CLAUDE_CONFIG_DIR/projects`.
 pub fn projects_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("CLAUDE_CONFIG_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".claude")))?;
-    Some(base.join("projects"))
+    Some(config_dir()?.join("projects"))
+}
+
+/// The session's plan as it is on disk now (`<config>/plans/<slug>.md`), when it has
+/// one. A plan that cannot be read is left out, with the reason in the log.
+fn plan_now(records: &[Record]) -> Option<PlanFile> {
+    let path = config_dir()?.join("plans").join(format!("{}.md", plan_slug(records)?));
+    match crate::outside::read_text(&path, crate::outside::PLAN_FILE) {
+        Ok(content) => Some(PlanFile { path: path.display().to_string(), content }),
+        Err(crate::outside::OutsideError::Missing) => None,
+        Err(e) => {
+            tracing::warn!(plan = %path.display(), "claude compact: the plan is not re-attached: {e}");
+            None
+        }
+    }
 }
 
 /// The transcript a command names: a path to a file, or a session id found as
@@ -153,8 +172,7 @@ fn file_now(path: &str) -> FileNow {
     let content = meta
         .ok()
         .filter(|m| m.is_file() && m.len() <= MAX_RESTORED_FILE_BYTES)
-        .and_then(|_| std::fs::read(path).ok())
-        .and_then(|bytes| String::from_utf8(bytes).ok());
+        .and_then(|_| crate::outside::read_text(Path::new(path), crate::outside::READ_FILE).ok());
     FileNow { path: path.to_owned(), exists, content }
 }
 
@@ -176,8 +194,10 @@ pub fn compact(path: &Path, instructions: Option<&str>) -> Result<Compacted, Str
     let lines: Vec<Record> = records.into_iter().map(|(_, r)| r).collect();
     let files: Vec<FileNow> = files_read(&lines).into_iter().map(|p| file_now(&p)).collect();
     let timestamp = crate::session::actor::now_rfc3339();
-    let plan = plan_compaction(&lines, &files, instructions, &timestamp, &mut || uuid::Uuid::new_v4().to_string())
-        .map_err(|e| refuse(e.to_string()))?;
+    let plan = plan_compaction(&lines, &files, plan_now(&lines), instructions, &timestamp, &mut || {
+        uuid::Uuid::new_v4().to_string()
+    })
+    .map_err(|e| refuse(e.to_string()))?;
     // Nothing may have moved since the file was read.
     if stamp(path).map_err(refuse)? != before {
         return Err(refuse("it changed since the compaction was prepared".to_owned()));
