@@ -351,6 +351,16 @@ fn claude_compact_leaves_a_transcript_it_cannot_be_sure_of_as_it_was() {
         refused("has it open");
         assert_eq!(std::fs::read(&path).unwrap(), original);
     }
+    // Made read-only by its owner, the file or its folder (checked by mode, so this
+    // holds when the test runs as root too).
+    use std::os::unix::fs::PermissionsExt;
+    let folder = path.parent().unwrap().to_owned();
+    for (target, mode, restore) in [(&path, 0o444, 0o644), (&folder, 0o555, 0o755)] {
+        std::fs::set_permissions(target, std::fs::Permissions::from_mode(mode)).unwrap();
+        refused("read-only");
+        std::fs::set_permissions(target, std::fs::Permissions::from_mode(restore)).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), original);
+    }
     // A last line still being written.
     let mut torn = original.clone();
     torn.extend_from_slice(br#"{"type":"user","uuid":"x","mess"#);

@@ -8,6 +8,8 @@
 //! - the file is not a Claude Code transcript, has a damaged line, or ends in a line
 //!   still being written;
 //! - the session's project directory is gone;
+//! - the file or its folder is read-only (by its mode bits, so also when ctxd runs as
+//!   root, which the system would let write anyway);
 //! - a running process has the file open (`/proc/*/fd`): the program is writing to it;
 //! - the file changed between reading it and writing (its length or modification time
 //!   moved, or a process opened it meanwhile).
@@ -145,6 +147,18 @@ fn read_records(path: &Path) -> Result<(Stamp, Vec<(u64, Record)>), String> {
     Ok((before, loaded.records))
 }
 
+/// Refuses a transcript its owner made read-only, or whose folder is.
+fn writable(path: &Path) -> Result<(), String> {
+    let read_only = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.permissions().readonly());
+    if read_only(path) {
+        return Err("it is read-only".to_owned());
+    }
+    match path.parent() {
+        Some(folder) if read_only(folder) => Err(format!("its folder {} is read-only", folder.display())),
+        _ => Ok(()),
+    }
+}
+
 fn not_open(path: &Path) -> Result<(), String> {
     match opened_by(path) {
         Some((pid, comm)) => Err(format!("process {pid} ({comm}) has it open")),
@@ -184,6 +198,7 @@ fn refused(path: &Path, what: &str, why: String) -> String {
 /// Compacts the Claude Code session in `path`: appends a boundary and the summary.
 pub fn compact(path: &Path, instructions: Option<&str>) -> Result<Compacted, String> {
     let refuse = |why: String| refused(path, "compact", why);
+    writable(path).map_err(refuse)?;
     not_open(path).map_err(refuse)?;
     let (before, records) = read_records(path).map_err(refuse)?;
     if let Some(dir) = project_dir(&records)
@@ -229,6 +244,7 @@ pub fn compact(path: &Path, instructions: Option<&str>) -> Result<Compacted, Str
 /// Takes back ctxd's compaction of the session in `path`.
 pub fn undo(path: &Path) -> Result<Undone, String> {
     let refuse = |why: String| refused(path, "undo", why);
+    writable(path).map_err(refuse)?;
     not_open(path).map_err(refuse)?;
     let (before, records) = read_records(path).map_err(refuse)?;
     let offset = plan_undo(&records).map_err(|e| refuse(e.to_string()))?;
