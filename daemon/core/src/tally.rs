@@ -47,6 +47,12 @@ impl Calibration {
         (bytes.saturating_mul(self.tokens_per_kib)).div_ceil(KIB)
     }
 
+    /// Tokens a collapse frees: the span's content (`span_bytes`) less the summary that
+    /// replaces it, both at this rate.
+    pub fn collapse_freed(&self, span_bytes: u64, summary: &str) -> u64 {
+        self.tokens(span_bytes).saturating_sub(self.tokens(summary.len() as u64))
+    }
+
     fn sample(&mut self, tokens: u64, bytes: u64) {
         let rate = tokens.saturating_mul(KIB) / bytes.max(1);
         if !SAMPLE_RANGE.contains(&rate) {
@@ -138,6 +144,15 @@ impl Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_collapse_frees_its_span_less_its_summary_at_the_learned_rate() {
+        let default = Calibration::default();
+        assert_eq!(default.collapse_freed(40_960, &"s".repeat(4_096)), 10_240 - 1_024);
+        let dense = Calibration { tokens_per_kib: 512, samples: 3 };
+        assert_eq!(dense.collapse_freed(40_960, &"s".repeat(4_096)), 20_480 - 2_048);
+        assert_eq!(default.collapse_freed(100, &"s".repeat(4_096)), 0, "a summary longer than its span frees nothing");
+    }
 
     fn rec(line: &str) -> Record {
         Record::parse(line).unwrap()

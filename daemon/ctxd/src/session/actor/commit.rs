@@ -230,7 +230,8 @@ impl Session {
                         ctxd_core::summary::parse_summary_reply(&written.text).unwrap_or(written.text)
                     }
                 };
-                let freed = span.iter().map(tokens_of).sum::<u64>().saturating_sub(summary.len() as u64 / 4);
+                let span_bytes = span.iter().map(|r| u64::from(r.head().content_bytes)).sum();
+                let freed = rate.collapse_freed(span_bytes, &summary);
                 (
                     serde_json::json!({"type": ctxd_core::view::COLLAPSE_RECORD, "from": from, "to": to, "summary": summary}),
                     freed,

@@ -79,41 +79,12 @@ impl Session {
         }
     }
 
-    /// A budget notice when the context crossed 70, 85 or 95 % of the compaction
-    /// threshold since the last one (once per crossing).
-    pub(super) fn budget_notice(&mut self) -> Option<String> {
-        let threshold = self.thresholds.threshold;
-        if threshold == 0 || !self.thresholds.compact_enabled {
-            return None;
-        }
-        let tokens = self.next_tokens();
-        let percent = tokens.saturating_mul(100) / threshold;
-        let crossed = [95u8, 85, 70].into_iter().find(|p| percent >= u64::from(*p));
-        match crossed {
-            None => {
-                self.notified_percent = 0;
-                None
-            }
-            Some(p) if p > self.notified_percent => {
-                self.notified_percent = p;
-                let left = threshold.saturating_sub(tokens);
-                Some(format!(
-                    "Context budget: {p}% of the room before automatic compaction is used; about {left} tokens are left. \
-                     When it compacts, the conversation becomes a summary: project instructions are reloaded from disk and \
-                     up to five recently read files come back, but details of earlier tool output do not. Keep track of open \
-                     tasks and decisions in files or in your replies."
-                ))
-            }
-            Some(_) => None,
-        }
-    }
-
     /// Changed read files (once each), memory files activated by reads since the last
     /// request, and a budget notice on crossing, as (attachment type, text).
     pub(super) async fn take_context_notes(&mut self) -> Vec<(&'static str, String)> {
         let mut notes: Vec<(&'static str, String)> =
             std::mem::take(&mut self.pending_notes).into_iter().map(|n| ("nested_memory", n)).collect();
-        if let Some(notice) = self.budget_notice() {
+        if let Some(notice) = self.notice.check(self.next_tokens(), &self.thresholds) {
             notes.push(("total_tokens_reminder", notice));
         }
         let stale: Vec<LedgerEntry> = self.ledger.newest_first().into_iter().filter(|e| e.stale).cloned().collect();

@@ -8,7 +8,6 @@ use ctxd_core::compact::{AutoDecision, InstallInput, Trigger, build_post_compact
 use ctxd_core::record::Record;
 use tokio::sync::oneshot;
 
-use super::load::{BATCH_FIELD, RATE_FIELD};
 use super::{Ahead, Command, CompactAnswer, Running, Session, now_rfc3339};
 use crate::session::SessionError;
 use crate::session::compaction::{self, CompactFailure, Job, Prepared};
@@ -218,25 +217,12 @@ impl Session {
             hook_outputs: &prepared.hook_outputs,
             common,
             timestamp: now_rfc3339(),
+            tokens_per_kib: Some(self.tally.calibration.tokens_per_kib),
         };
         let post = build_post_compact(&input, &mut || uuid::Uuid::new_v4().to_string())
             .map_err(|e| SessionError::CompactFailed(e.to_string()))?;
-        let count = post.records.len();
-        let mut records = post.records;
-        // The boundary says how many records its install has, to recognise a torn one.
-        if let Some(first) = records.first_mut() {
-            let mut value = first.to_value();
-            value["compactMetadata"][BATCH_FIELD] = serde_json::json!(count);
-            if !post.referenced.is_empty() {
-                value["compactMetadata"][ctxd_core::preserved::REFERENCES_FIELD] = serde_json::json!(true);
-            }
-            value["compactMetadata"][RATE_FIELD] = serde_json::json!(self.tally.calibration.tokens_per_kib);
-            if let Some(object) = value.as_object() {
-                *first = Record::from_object(object).map_err(|e| SessionError::Internal(e.to_string()))?;
-            }
-        }
         let (tx, rx) = oneshot::channel();
-        self.commit(vec![(records, tx)]).await;
+        self.commit(vec![(post.records, tx)]).await;
         rx.await.map_err(|_| SessionError::Closed(self.id.clone()))??;
         // Instructions come back from disk, not from what the summary kept.
         self.base_reads_from = self.ledger.last_sequence();

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use ctxd_core::breakdown::Composition;
-use ctxd_core::compact::{compaction_view, is_undo_record};
+use ctxd_core::compact::{boundary_rate, compaction_view, is_undo_record, torn_install};
 use ctxd_core::invoked::Invoked;
 use ctxd_core::ledger::{Ledger, LedgerEntry, ReadMarker, file_read_in};
 use ctxd_core::record::Record;
@@ -356,33 +356,6 @@ struct LoadResult {
     /// Records before the boundary that carry file reads (only when the index had to be
     /// rebuilt, so its ledger entries are missing).
     earlier: Vec<Record>,
-}
-
-/// Number of records a compaction installs, written on its boundary so that a crash in
-/// the middle of the install is recognised on resume.
-pub const BATCH_FIELD: &str = "ctxdBatch";
-
-/// The session's learned tokens-per-KiB rate when it compacted, written on the boundary
-/// so a resumed session estimates what follows exactly as the live one did.
-pub(super) const RATE_FIELD: &str = "ctxdTokensPerKib";
-
-fn boundary_rate(boundary: &Record) -> Option<u64> {
-    if !boundary.line().contains(RATE_FIELD) {
-        return None;
-    }
-    boundary.to_value()["compactMetadata"][RATE_FIELD].as_u64()
-}
-
-/// When the view starts at a boundary whose install batch is not all there (the daemon
-/// died while writing it), the install never happened: the view is the one before it.
-fn torn_install(records: &[(u64, Record)]) -> Option<u64> {
-    let last = records.iter().rposition(|(_, r)| r.is_compact_boundary())?;
-    let (offset, boundary) = &records[last];
-    if !boundary.line().contains(BATCH_FIELD) {
-        return None;
-    }
-    let batch = boundary.to_value()["compactMetadata"][BATCH_FIELD].as_u64().unwrap_or(0);
-    ((records.len() - last) as u64 <= batch.saturating_sub(1)).then_some(*offset)
 }
 
 /// Puts the messages the first record (the boundary the view starts at) keeps from

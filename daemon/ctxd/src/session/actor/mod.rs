@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ctxd_core::breakdown::Composition;
-use ctxd_core::budget::Thresholds;
+use ctxd_core::budget::{BudgetNotice, Thresholds};
 use ctxd_core::invoked::Invoked;
 use ctxd_core::ledger::{Ledger, LedgerEntry, ReadOutcome};
 use ctxd_core::record::Record;
@@ -357,9 +357,8 @@ struct Session {
     /// The request pipeline's memo: extended with what was appended, rebuilt when a
     /// stage's inputs changed.
     view_cache: ctxd_core::view::ViewCache,
-    /// The highest budget notice (70, 85, 95 % of the threshold) the model was given
-    /// since the context last fell below 70 %.
-    notified_percent: u8,
+    /// The budget notices the model was given (70, 85, 95 % of the threshold).
+    notice: BudgetNotice,
     /// Last append or request, for idle compaction.
     last_activity: tokio::time::Instant,
     /// An idle compaction already ran since the last activity.
@@ -489,7 +488,7 @@ async fn run(
         stamps: Vec::new(),
         last_activity: tokio::time::Instant::now(),
         idle_done: false,
-        notified_percent: 0,
+        notice: BudgetNotice::default(),
         waiting_assembles: Vec::new(),
         last_sent: None,
         close_replies: Vec::new(),
@@ -749,28 +748,8 @@ impl Session {
     }
 }
 
-pub use load::BATCH_FIELD;
-
 /// Now as RFC 3339 UTC with milliseconds, like transcript timestamps.
 pub fn now_rfc3339() -> String {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let secs = now.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3_600,
-        rem % 3_600 / 60,
-        rem % 60,
-        now.subsec_millis()
-    )
+    ctxd_core::view::format_rfc3339_ms(i64::try_from(now.as_millis()).unwrap_or(i64::MAX))
 }
