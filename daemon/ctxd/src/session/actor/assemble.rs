@@ -7,12 +7,9 @@ use std::time::Instant;
 use ctxd_core::breakdown::Prefix;
 use ctxd_core::ledger::LedgerEntry;
 use ctxd_core::record::Record;
-use tokio::sync::oneshot;
 
-use super::commit::attachment_record;
-use super::{
-    AssembleAnswer, AssembleRequest, AssembleSteps, HostBlocks, HostPrefix, HostRequest, Session, now_rfc3339,
-};
+use super::commit::{attachment_record, own_record};
+use super::{AssembleAnswer, AssembleRequest, AssembleSteps, HostBlocks, HostPrefix, HostRequest, Session};
 use crate::context::base::BaseContext;
 use crate::session::SessionError;
 use crate::session::usage::Shape;
@@ -62,9 +59,7 @@ impl Session {
         if !notes.is_empty() {
             let records =
                 notes.into_iter().map(|(kind, text)| attachment_record(kind, &text)).collect::<Result<Vec<_>, _>>()?;
-            let (tx, rx) = oneshot::channel();
-            self.commit(vec![(records, tx)]).await;
-            rx.await.map_err(|_| SessionError::Closed(self.id.clone()))??;
+            self.commit_own(records).await?;
         }
         let host = HostBlocks {
             system: &request.system,
@@ -106,15 +101,9 @@ impl Session {
                 .new_state
                 .records()
                 .into_iter()
-                .map(|mut object| {
-                    object.insert("uuid".into(), uuid::Uuid::new_v4().to_string().into());
-                    object.insert("timestamp".into(), now_rfc3339().into());
-                    Record::from_object(&object).map_err(|e| SessionError::Internal(e.to_string()))
-                })
+                .map(|object| own_record(object).map(|(record, _)| record))
                 .collect::<Result<Vec<_>, _>>()?;
-            let (tx, rx) = oneshot::channel();
-            self.commit(vec![(records, tx)]).await;
-            rx.await.map_err(|_| SessionError::Closed(self.id.clone()))??;
+            self.commit_own(records).await?;
         }
         let mut compact = false;
         if let ctxd_core::view::CompactDecision::Compact { tokens, .. } = assembled.decision

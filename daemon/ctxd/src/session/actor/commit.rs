@@ -9,7 +9,6 @@ use std::time::Instant;
 use ctxd_core::compact::{build_undo_record, common_fields, is_undo_record, undo_target};
 use ctxd_core::ledger::{ReadMarker, ReadOutcome};
 use ctxd_core::record::Record;
-use tokio::sync::oneshot;
 
 use super::{
     AppendSteps, Appended, FileReadAnswer, PendingAppend, Reduced, Reduction, Session, UndoAnswer, now_rfc3339,
@@ -17,17 +16,37 @@ use super::{
 use crate::session::SessionError;
 
 impl Session {
-    /// Writes a group of appends with one sync, then acknowledges each.
+    /// Writes a group of host appends with one sync, then acknowledges each (before any
+    /// compaction the appends start).
     pub(super) async fn commit(&mut self, group: Vec<PendingAppend>) {
         if group.is_empty() {
             return;
         }
+        let (batches, replies): (Vec<Vec<Record>>, Vec<_>) = group.into_iter().unzip();
+        let written = self.write_group(batches).await;
+        for (ack, reply) in written.acks.into_iter().zip(replies) {
+            let _ = reply.send(ack);
+        }
+        self.after_commit(written.turns, written.undo_seen).await;
+    }
+
+    /// Appends records ctxd made itself (an attachment, the pipeline's state, an undo, a
+    /// compaction's install) as one group, with what a host's append sets off.
+    pub(super) async fn commit_own(&mut self, records: Vec<Record>) -> Result<(), SessionError> {
+        let written = self.write_group(vec![records]).await;
+        let ack = written.acks.into_iter().next().unwrap_or_else(|| Err(SessionError::Closed(self.id.clone())));
+        self.after_commit(written.turns, written.undo_seen).await;
+        ack.map(drop)
+    }
+
+    /// Writes batches of records with one sync and folds them in: one acknowledgement per
+    /// batch, in order. Records already stored (same uuid) or repeated are dropped.
+    async fn write_group(&mut self, batches: Vec<Vec<Record>>) -> Written {
         let commit_started = Instant::now();
-        // Drop records already stored (same uuid) or repeated within the group.
         let mut seen: HashSet<Arc<str>> = HashSet::new();
-        let mut plan = Vec::with_capacity(group.len());
+        let mut plan = Vec::with_capacity(batches.len());
         let mut lines: Vec<Record> = Vec::new();
-        for (records, reply) in group {
+        for records in batches {
             let mut fresh = Vec::with_capacity(records.len());
             let mut duplicates = 0u64;
             for record in records {
@@ -38,14 +57,16 @@ impl Session {
                     fresh.push(record);
                 }
             }
-            plan.push((fresh.len(), duplicates, reply));
+            plan.push((fresh.len(), duplicates));
             lines.extend(fresh);
         }
+        let failed = |plan: &[(usize, u64)], error: SessionError| Written {
+            acks: plan.iter().map(|_| Err(error.clone())).collect(),
+            turns: 0,
+            undo_seen: false,
+        };
         let Some(mut transcript) = self.transcript.take() else {
-            for (_, _, reply) in plan {
-                let _ = reply.send(Err(SessionError::Internal("transcript is not open".into())));
-            }
-            return;
+            return failed(&plan, SessionError::Internal("transcript is not open".into()));
         };
         let text: Vec<Arc<str>> = lines.iter().map(|r| r.line_arc().clone()).collect();
         let written = tokio::task::spawn_blocking(move || {
@@ -58,38 +79,28 @@ impl Session {
         let resumed = Instant::now();
         let (transcript, result, (write_started, synced)) = match written {
             Ok(pair) => pair,
-            Err(e) => {
-                // The blocking task panicked: the file handle is gone with it.
-                let error = SessionError::Internal(format!("write task failed: {e}"));
-                for (_, _, reply) in plan {
-                    let _ = reply.send(Err(error.clone()));
-                }
-                return;
-            }
+            // The blocking task panicked: the file handle is gone with it.
+            Err(e) => return failed(&plan, SessionError::Internal(format!("write task failed: {e}"))),
         };
         self.transcript = Some(transcript);
         let offsets = match result {
             Ok(offsets) => offsets,
             Err(e) => {
                 tracing::error!(error = %e, "append failed; nothing acknowledged");
-                let error = SessionError::Store(e.to_string());
-                for (_, _, reply) in plan {
-                    let _ = reply.send(Err(error.clone()));
-                }
-                return;
+                return failed(&plan, SessionError::Store(e.to_string()));
             }
         };
         let mut boundary_seen = false;
         let mut undo_seen = false;
         let mut records = lines.into_iter().zip(offsets);
-        let mut acks = Vec::with_capacity(plan.len());
-        for (count, duplicates, reply) in plan {
+        let mut counts = Vec::with_capacity(plan.len());
+        for (count, duplicates) in plan {
             for (record, offset) in records.by_ref().take(count) {
                 boundary_seen |= record.is_compact_boundary();
                 undo_seen |= is_undo_record(&record);
                 self.apply(record, Some(offset));
             }
-            acks.push((count as u64, duplicates, self.total_records, reply));
+            counts.push((count as u64, duplicates, self.total_records));
         }
         if boundary_seen {
             self.flush_index();
@@ -97,17 +108,23 @@ impl Session {
         // An undo takes the view back to an earlier boundary: its records come from disk.
         let restored = if undo_seen { self.restore_view().await } else { Ok(()) };
         let usage = self.usage();
-        let turns = acks.iter().filter(|a| a.0 > 0).count();
+        let turns = counts.iter().filter(|c| c.0 > 0).count();
         let steps = AppendSteps { commit_started, write_started, synced, resumed, answered: Instant::now() };
-        for (appended, duplicates, records, reply) in acks {
-            let ack = match &restored {
+        let acks = counts
+            .into_iter()
+            .map(|(appended, duplicates, records)| match &restored {
                 Ok(()) => Ok(Appended { appended, duplicates, records, usage: usage.clone(), steps }),
                 Err(e) => Err(SessionError::Store(format!(
                     "the records are stored, but the view could not be rebuilt after the undo: {e}"
                 ))),
-            };
-            let _ = reply.send(ack);
-        }
+            })
+            .collect();
+        Written { acks, turns, undo_seen }
+    }
+
+    /// What follows stored records: the guards count the turns, the threshold is checked,
+    /// the status bars hear of the new usage.
+    async fn after_commit(&mut self, turns: usize, undo_seen: bool) {
         for _ in 0..turns {
             self.guards.record_turn();
         }
@@ -141,9 +158,7 @@ impl Session {
         let record = build_undo_record(boundary, &common, &uuid, &now_rfc3339())
             .map_err(|e| SessionError::Internal(e.to_string()))?;
         let pre_tokens = self.next_tokens();
-        let (tx, rx) = oneshot::channel();
-        self.commit(vec![(vec![record], tx)]).await;
-        rx.await.map_err(|_| SessionError::Closed(self.id.clone()))??;
+        self.commit_own(vec![record]).await?;
         tracing::info!(boundary = %undone, pre_tokens, post_tokens = self.next_tokens(), "compaction undone");
         Ok(UndoAnswer {
             boundary: undone,
@@ -174,9 +189,7 @@ impl Session {
         let before = self.ledger.get(&path).cloned();
         let record = Record::from_object(&marker.to_record(&uuid::Uuid::new_v4().to_string()))
             .map_err(|e| SessionError::Internal(format!("marker record: {e}")))?;
-        let (tx, rx) = oneshot::channel();
-        self.commit(vec![(vec![record], tx)]).await;
-        rx.await.map_err(|_| SessionError::Closed(self.id.clone()))??;
+        self.commit_own(vec![record]).await?;
         let entry =
             self.ledger.get(&path).cloned().ok_or_else(|| SessionError::Internal("ledger entry missing".into()))?;
         let outcome = match before {
@@ -239,14 +252,8 @@ impl Session {
                 )
             }
         };
-        let uuid = uuid::Uuid::new_v4().to_string();
-        let mut object = object.as_object().cloned().unwrap_or_default();
-        object.insert("uuid".into(), uuid.clone().into());
-        object.insert("timestamp".into(), now_rfc3339().into());
-        let record = Record::from_object(&object).map_err(|e| SessionError::Internal(e.to_string()))?;
-        let (tx, rx) = oneshot::channel();
-        self.commit(vec![(vec![record], tx)]).await;
-        rx.await.map_err(|_| SessionError::Closed(self.id.clone()))??;
+        let (record, uuid) = own_record(object.as_object().cloned().unwrap_or_default())?;
+        self.commit_own(vec![record]).await?;
         self.tally.freed(freed);
         let usage = self.usage();
         self.usage_changed(usage.clone()).await;
@@ -259,13 +266,31 @@ impl Session {
 pub(super) fn attachment_record(kind: &str, text: &str) -> Result<Record, SessionError> {
     let value = serde_json::json!({
         "type": "attachment",
-        "uuid": uuid::Uuid::new_v4().to_string(),
-        "timestamp": now_rfc3339(),
         "isSidechain": false,
         "attachment": {"type": kind, "source": "ctxd"},
         "rendered": [{"content": format!("<system-reminder>\n{text}\n</system-reminder>")}],
         "renderedRole": "user",
     });
-    let object = value.as_object().ok_or_else(|| SessionError::Internal("attachment is not an object".into()))?;
-    Record::from_object(object).map_err(|e| SessionError::Internal(e.to_string()))
+    own_record(value.as_object().cloned().unwrap_or_default()).map(|(record, _)| record)
+}
+
+/// A record of ctxd's own from its fields: a new uuid and the current time stamped on it.
+/// Returns the record and its uuid.
+pub(super) fn own_record(
+    mut object: serde_json::Map<String, serde_json::Value>,
+) -> Result<(Record, String), SessionError> {
+    let uuid = uuid::Uuid::new_v4().to_string();
+    object.insert("uuid".into(), uuid.clone().into());
+    object.insert("timestamp".into(), now_rfc3339().into());
+    let record = Record::from_object(&object).map_err(|e| SessionError::Internal(e.to_string()))?;
+    Ok((record, uuid))
+}
+
+/// The outcome of [`Session::write_group`].
+struct Written {
+    /// One per batch, in order.
+    acks: Vec<Result<Appended, SessionError>>,
+    /// Batches that stored at least one record.
+    turns: usize,
+    undo_seen: bool,
 }

@@ -221,9 +221,7 @@ impl Session {
         };
         let post = build_post_compact(&input, &mut || uuid::Uuid::new_v4().to_string())
             .map_err(|e| SessionError::CompactFailed(e.to_string()))?;
-        let (tx, rx) = oneshot::channel();
-        self.commit(vec![(post.records, tx)]).await;
-        rx.await.map_err(|_| SessionError::Closed(self.id.clone()))??;
+        self.commit_own(post.records).await?;
         // Instructions come back from disk, not from what the summary kept.
         self.base_reads_from = self.ledger.last_sequence();
         if let Some(mut base) = self.base.take() {
