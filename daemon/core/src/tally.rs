@@ -81,8 +81,14 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// Folds one record into the tally.
+    /// Folds one record into the tally, its content counted as stored.
     pub fn observe(&mut self, record: &Record) {
+        self.observe_sized(record, u64::from(record.head().content_bytes));
+    }
+
+    /// Folds one record into the tally, its content counted as `bytes` (what the next
+    /// request carries of it: [`crate::view::budget::carried_bytes`]).
+    pub fn observe_sized(&mut self, record: &Record, bytes: u64) {
         let head = record.head();
         // Sidechains (subagents) have their own context; API error stand-ins carry no
         // real usage.
@@ -111,9 +117,9 @@ impl Tally {
                     self.bytes_after = 0;
                     self.freed_since_report = 0;
                 }
-                _ => self.bytes_after += u64::from(head.content_bytes),
+                _ => self.bytes_after += bytes,
             },
-            Kind::User | Kind::Attachment => self.bytes_after += u64::from(head.content_bytes),
+            Kind::User | Kind::Attachment => self.bytes_after += bytes,
             // System records, summaries and host bookkeeping never reach the model.
             Kind::System | Kind::Summary | Kind::Other => {}
         }

@@ -206,7 +206,7 @@ pub fn build_post_compact(
         match record.uuid().filter(|_| is_message(record)) {
             Some(uuid) => {
                 referenced.push(uuid.to_owned());
-                installed_tokens += copy_tokens(&record_object(record));
+                installed_tokens += carried_tokens(record);
             }
             None => not_copied.push(input.kept_before.len() + i),
         }
@@ -396,6 +396,14 @@ fn copy_records(
 /// Estimated tokens of a copied record's message (or rendered attachment).
 fn is_message(record: &Record) -> bool {
     matches!(record.head().kind, Kind::User | Kind::Assistant | Kind::Attachment)
+}
+
+/// Estimated tokens of `record` as the next request carries it: an oversized new tool
+/// result by its preview, an attachment by its rendered text
+/// ([`crate::view::budget::carried_bytes`]).
+pub fn carried_tokens(record: &Record) -> u64 {
+    let config = crate::view::BudgetConfig::default();
+    crate::view::budget::carried_bytes(record, &config).div_ceil(crate::tally::BYTES_PER_TOKEN)
 }
 
 fn copy_tokens(object: &Map<String, Value>) -> u64 {

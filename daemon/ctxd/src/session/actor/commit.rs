@@ -10,6 +10,7 @@ use ctxd_core::compact::{build_undo_record, common_fields, is_undo_record, undo_
 use ctxd_core::ledger::{ReadMarker, ReadOutcome};
 use ctxd_core::record::Record;
 
+use super::load::carried_bytes;
 use super::{
     AppendSteps, Appended, FileReadAnswer, PendingAppend, Reduced, Reduction, Session, UndoAnswer, now_rfc3339,
 };
@@ -207,7 +208,7 @@ impl Session {
     /// tally stops counting what it removed.
     pub(super) async fn reduce(&mut self, reduction: Reduction) -> Result<Reduced, SessionError> {
         let rate = self.tally.calibration;
-        let tokens_of = |r: &Record| rate.tokens(u64::from(r.head().content_bytes));
+        let tokens_of = |r: &Record| rate.tokens(carried_bytes(r));
         let position = |uuid: &str| self.view.iter().position(|r| r.uuid() == Some(uuid));
         let (object, freed, unknown) = match reduction {
             Reduction::Snip { uuids } => {
@@ -243,7 +244,7 @@ impl Session {
                         ctxd_core::summary::parse_summary_reply(&written.text).unwrap_or(written.text)
                     }
                 };
-                let span_bytes = span.iter().map(|r| u64::from(r.head().content_bytes)).sum();
+                let span_bytes = span.iter().map(carried_bytes).sum();
                 let freed = rate.collapse_freed(span_bytes, &summary);
                 (
                     serde_json::json!({"type": ctxd_core::view::COLLAPSE_RECORD, "from": from, "to": to, "summary": summary}),

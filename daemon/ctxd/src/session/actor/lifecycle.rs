@@ -335,7 +335,7 @@ impl Session {
             .get(ahead.snapshot_len..)
             .unwrap_or_default()
             .iter()
-            .map(|r| rate.tokens(u64::from(r.head().content_bytes)))
+            .map(|r| rate.tokens(super::load::carried_bytes(r)))
             .sum();
         let same_view = ahead.view_generation == self.view_generation;
         match ctxd_core::compact::ahead::check_prepared(

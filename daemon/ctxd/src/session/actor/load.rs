@@ -272,8 +272,9 @@ impl Session {
                 }
                 // Counted as part of the new context; their usage measured the old one.
                 let counted = ctxd_core::preserved::without_usage(&kept);
-                self.tally.observe(&counted);
-                self.composition.observe(&counted);
+                let bytes = carried_bytes(&counted);
+                self.tally.observe_sized(&counted, bytes);
+                self.composition.observe_sized(&counted, bytes);
                 self.view.push(kept);
             }
             // The request handed out last shows the old view: no later one shares with it
@@ -288,8 +289,9 @@ impl Session {
             }
         }
         self.total_records += 1;
-        self.tally.observe(&record);
-        self.composition.observe(&record);
+        let bytes = carried_bytes(&record);
+        self.tally.observe_sized(&record, bytes);
+        self.composition.observe_sized(&record, bytes);
         self.invoked.observe(&record);
         if let Some(uuid) = record.uuid() {
             self.uuids.insert(Arc::from(uuid));
@@ -494,4 +496,10 @@ fn read_view(path: &std::path::Path) -> Result<ViewOnDisk, SessionError> {
     let mut loaded = crate::store::transcript::read_from(path, view_offset.unwrap_or(0))?;
     with_preserved(path, &mut loaded.records)?;
     Ok(ViewOnDisk { records: loaded.records, records_before, view_offset })
+}
+
+/// Bytes of `record` the next request carries (a new oversized tool result by its
+/// preview, an attachment by its rendered text): what the tally and every trigger count.
+pub(super) fn carried_bytes(record: &Record) -> u64 {
+    ctxd_core::view::budget::carried_bytes(record, &ctxd_core::view::PipelineConfig::default().budget)
 }
