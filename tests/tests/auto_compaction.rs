@@ -177,3 +177,87 @@ fn the_usage_after_a_compaction_is_the_next_request_within_one_percent() {
         assert!(replay.failures.is_empty(), "seed {seed}: {:?}", replay.failures);
     }
 }
+
+/// A turn: a prompt and a reply that reports `reported` tokens.
+fn turn(i: usize, reported: u64) -> Value {
+    let user = user_record(&format!("u{i}"), None, &format!("step {i}: read the whole build log again"));
+    let answer = assistant_record(&format!("a{i}"), Some(&format!("u{i}")), &format!("msg_{i}"), reported, 500);
+    json!([user, answer])
+}
+
+#[test]
+fn a_thrashing_stop_holds_for_appends_requests_and_idle_until_a_manual_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(project.join(".ctxd")).unwrap();
+    std::fs::write(project.join(".ctxd/settings.json"), r#"{"idleCompactAfterSeconds": 1}"#).unwrap();
+    let state = dir.path().join("state");
+    let env = [("CLAUDE_CODE_AUTO_COMPACT_WINDOW", WINDOW), ("CLAUDE_CODE_IDLE_COMPACT_MIN_TOKENS", "100000")];
+    let mut daemon = Daemon::start_with(&state, &[], &env).unwrap();
+    daemon.initialize().unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "t"})).unwrap();
+    // Every turn reports 101,000 tokens (over the idle floor): each compaction is
+    // refilled by the next turn; the third refill in a row stops automatic compaction.
+    for i in 0..3 {
+        daemon.request("ctx/append", json!({"sessionId": "t", "records": turn(i, 101_000)})).unwrap();
+        let compacted = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "t").unwrap();
+        assert_eq!(compacted["trigger"], "auto", "compaction {i}");
+    }
+    daemon.request("ctx/append", json!({"sessionId": "t", "records": turn(3, 101_000)})).unwrap();
+    let failed = daemon.wait_notification("ctx/compactFailed", |p| p["sessionId"] == "t").unwrap();
+    assert!(failed["reason"].as_str().unwrap().starts_with("Autocompact is thrashing"), "{failed}");
+    // An append over the threshold starts nothing.
+    daemon.request("ctx/append", json!({"sessionId": "t", "records": turn(4, 101_000)})).unwrap();
+    assert_ne!(usage(&mut daemon, "t")["level"], "compacting");
+    // Nor does a request whose check says "compact".
+    let (system, tools) = host_blocks();
+    let assembled = daemon
+        .request("ctx/assemble", json!({"sessionId": "t", "system": system, "tools": tools, "maxTokens": 8000}))
+        .unwrap();
+    assert_ne!(assembled["compact"], true, "{}", assembled["applied"]);
+    assert_ne!(usage(&mut daemon, "t")["level"], "compacting");
+    // Nor does the idle timer, a second after the last activity.
+    std::thread::sleep(std::time::Duration::from_millis(2_500));
+    assert_ne!(usage(&mut daemon, "t")["level"], "compacting");
+    assert!(daemon.drain_notifications("ctx/compacted").is_empty(), "a stopped session compacted on its own");
+    // A manual compaction lifts the stop: the next refill compacts automatically again.
+    daemon.request("ctx/compact", json!({"sessionId": "t"})).unwrap();
+    daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "t" && p["trigger"] == "manual").unwrap();
+    daemon.request("ctx/append", json!({"sessionId": "t", "records": turn(5, 101_000)})).unwrap();
+    let compacted = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "t").unwrap();
+    assert_eq!(compacted["trigger"], "auto");
+}
+
+#[test]
+fn a_compaction_left_above_the_threshold_is_followed_at_once_then_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(project.join(".ctxd")).unwrap();
+    // SessionStart(compact) output of five hooks, 60 KB each: about 75,000 tokens come
+    // back with every install, over the 67,000-token threshold by themselves.
+    let hook = json!({"type": "command", "command": "head -c 60000 /dev/zero | tr '\\0' x"});
+    let settings =
+        json!({"hooks": {"SessionStart": [{"matcher": "compact", "hooks": [hook, hook, hook, hook, hook]}]}});
+    std::fs::write(project.join(".ctxd/settings.json"), settings.to_string()).unwrap();
+    let state = dir.path().join("state");
+    ctxd_e2e::trust_folder(&state, &project).unwrap();
+    let mut daemon = Daemon::start_with(&state, &[], &[("CLAUDE_CODE_AUTO_COMPACT_WINDOW", WINDOW)]).unwrap();
+    daemon.initialize().unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "f"})).unwrap();
+    daemon.request("ctx/append", json!({"sessionId": "f", "records": turn(0, 70_000)})).unwrap();
+    // The compaction, then two more at once, then a report; no further turn came.
+    let failed = daemon.wait_notification("ctx/compactFailed", |p| p["sessionId"] == "f").unwrap();
+    let reason = failed["reason"].as_str().unwrap();
+    assert!(reason.contains("at or above its compact threshold (67000 tokens)"), "{reason}");
+    assert!(reason.contains("after 2 further compactions"), "{reason}");
+    let compacted = daemon.drain_notifications("ctx/compacted");
+    assert_eq!(compacted.len(), 3, "{compacted:?}");
+    for c in &compacted {
+        assert_eq!(c["trigger"], "auto", "{c}");
+        assert!(c["postTokens"].as_u64().unwrap() >= 67_000, "{c}");
+    }
+    // Follow-ups are no refills: automatic compaction was not stopped as thrashing.
+    daemon.request("ctx/append", json!({"sessionId": "f", "records": turn(1, 90_000)})).unwrap();
+    let next = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "f").unwrap();
+    assert_eq!(next["trigger"], "auto");
+}

@@ -1373,7 +1373,7 @@ fn guards_round_trip_through_json() {
     g.record_failure(Trigger::Auto, "x");
     g.stopped = Some(StopReason::Thrashing);
     let text = serde_json::to_string(&g).unwrap();
-    expect![[r#"{"consecutiveFailures":1,"lastFailure":{"trigger":"auto","reason":"x"},"turnsSinceCompact":1,"quickRefills":0,"stopped":{"kind":"thrashing"},"fixedPrefixReported":false}"#]]
+    expect![[r#"{"consecutiveFailures":1,"lastFailure":{"trigger":"auto","reason":"x"},"turnsSinceCompact":1,"quickRefills":0,"stopped":{"kind":"thrashing"},"fixedPrefixReported":false,"followUps":0}"#]]
         .assert_eq(&text);
     let back: CompactGuards = serde_json::from_str(&text).unwrap();
     assert_eq!(back, g);
@@ -1475,4 +1475,40 @@ fn the_boundary_marks_its_batch_and_rate_and_a_torn_install_is_found() {
     assert_eq!(torn_install(&on_disk[..on_disk.len() - 1]), Some(at));
     assert_eq!(torn_install(&on_disk[..records.len() + 1]), Some(at), "the boundary alone");
     assert_eq!(torn_install(&on_disk[..records.len()]), None, "no boundary");
+}
+
+#[test]
+fn a_compaction_left_above_the_threshold_is_followed_at_once_a_bounded_number_of_times() {
+    let t = levels();
+    let mut g = CompactGuards::default();
+    g.record_success(Trigger::Auto);
+    assert_eq!(g.after_install(100_000, &t, 10_000), AfterInstall::Done, "under the threshold");
+    for step in 1..=MAX_FOLLOW_UPS {
+        assert_eq!(g.after_install(170_000, &t, 10_000), AfterInstall::CompactAgain { step });
+        g.record_success(Trigger::Auto);
+    }
+    let AfterInstall::StillAbove { message } = g.after_install(170_000, &t, 10_000) else {
+        panic!("expected StillAbove");
+    };
+    assert!(message.contains("at 170000 tokens") && message.contains("(167000 tokens)"), "{message}");
+    // Follow-ups are no refills: they brought no thrashing stop.
+    assert_eq!(g.quick_refills, 0);
+    assert!(g.allows_automatic());
+    // The count starts again after a report, and at once under the threshold.
+    assert_eq!(g.after_install(170_000, &t, 10_000), AfterInstall::CompactAgain { step: 1 });
+    assert_eq!(g.after_install(100_000, &t, 10_000), AfterInstall::Done);
+    assert_eq!(g.follow_ups, 0);
+}
+
+#[test]
+fn no_follow_up_after_a_stop_or_when_the_fixed_prefix_is_over_the_threshold() {
+    let t = levels();
+    let mut g = CompactGuards::default();
+    assert_eq!(g.after_install(170_000, &t, 168_000), AfterInstall::Done, "no summary can help");
+    g.stopped = Some(StopReason::Thrashing);
+    assert!(!g.allows_automatic());
+    assert_eq!(g.after_install(170_000, &t, 10_000), AfterInstall::Done, "the stop holds");
+    g.note_manual_compact();
+    assert!(g.allows_automatic());
+    assert_eq!(g.after_install(170_000, &t, 10_000), AfterInstall::CompactAgain { step: 1 });
 }

@@ -93,10 +93,12 @@ impl Session {
         };
         let mut boundary_seen = false;
         let mut undo_seen = false;
+        let mut turns = 0;
         let mut records = lines.into_iter().zip(offsets);
         let mut counts = Vec::with_capacity(plan.len());
         for (count, duplicates) in plan {
             for (record, offset) in records.by_ref().take(count) {
+                turns += usize::from(self.is_new_response(&record));
                 boundary_seen |= record.is_compact_boundary();
                 undo_seen |= is_undo_record(&record);
                 self.apply(record, Some(offset));
@@ -109,7 +111,6 @@ impl Session {
         // An undo takes the view back to an earlier boundary: its records come from disk.
         let restored = if undo_seen { self.restore_view().await } else { Ok(()) };
         let usage = self.usage();
-        let turns = counts.iter().filter(|c| c.0 > 0).count();
         let steps = AppendSteps { commit_started, write_started, synced, resumed, answered: Instant::now() };
         let acks = counts
             .into_iter()
@@ -123,6 +124,20 @@ impl Session {
         Written { acks, turns, undo_seen }
     }
 
+    /// Whether `record` is a model response the guards have not counted yet: one turn.
+    fn is_new_response(&mut self, record: &Record) -> bool {
+        let head = record.head();
+        let response = head.kind == ctxd_core::record::Kind::Assistant
+            && !head.is_sidechain
+            && !head.is_api_error
+            && head.model.as_deref() != Some("<synthetic>");
+        if !response || (head.message_id.is_some() && head.message_id == self.last_response_id) {
+            return false;
+        }
+        self.last_response_id = head.message_id.clone();
+        true
+    }
+
     /// What follows stored records: the guards count the turns, the threshold is checked,
     /// the status bars hear of the new usage.
     async fn after_commit(&mut self, turns: usize, undo_seen: bool) {
@@ -130,8 +145,8 @@ impl Session {
             self.guards.record_turn();
         }
         // Compacting the view an undo brought back would take the undo back at once; the
-        // next append or request decides.
-        if !undo_seen {
+        // next append or request decides. An install is checked once it is all in.
+        if !undo_seen && !self.installing {
             self.maybe_auto_compact().await;
         }
         let usage = self.usage();
@@ -291,7 +306,7 @@ pub(super) fn own_record(
 struct Written {
     /// One per batch, in order.
     acks: Vec<Result<Appended, SessionError>>,
-    /// Batches that stored at least one record.
+    /// Model responses among the records stored (the guards' turns).
     turns: usize,
     undo_seen: bool,
 }

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use ctxd_core::compact::{AutoDecision, InstallInput, Trigger, build_post_compact, common_fields};
+use ctxd_core::compact::{AfterInstall, AutoDecision, InstallInput, Trigger, build_post_compact, common_fields};
 use ctxd_core::record::Record;
 use tokio::sync::oneshot;
 
@@ -183,11 +183,40 @@ impl Session {
                 }
             }
         }
+        let installed = outcome.is_ok();
         if let Some(reply) = reply {
             let _ = reply.send(outcome);
         }
         let usage = self.usage();
         self.usage_changed(usage).await;
+        if installed {
+            self.follow_up().await;
+        }
+    }
+
+    /// An install that left the session at or above its threshold (records appended
+    /// while it ran, restored files) is followed at once by another compaction, as far
+    /// as the guards allow, instead of waiting for the next request; below it, the
+    /// threshold check an append makes runs now (it may prepare a summary ahead).
+    async fn follow_up(&mut self) {
+        if self.compaction.is_some() {
+            return;
+        }
+        let tokens = self.next_tokens();
+        match self.guards.after_install(tokens, &self.thresholds, self.fixed_prefix()) {
+            AfterInstall::CompactAgain { step } => {
+                tracing::info!(tokens, step, "the compaction left the session above its threshold; compacting again");
+                self.start_compaction(Trigger::Auto, None, None, None);
+                let usage = self.usage();
+                self.usage_changed(usage).await;
+            }
+            AfterInstall::StillAbove { message } => {
+                tracing::warn!(tokens, "{message}");
+                self.notifier.compact_failed(&self.id, &message).await;
+            }
+            // Boxed: the check may install a summary prepared ahead, which follows up.
+            AfterInstall::Done => Box::pin(self.maybe_auto_compact()).await,
+        }
     }
 
     /// Appends the post-compact records in one batch (one sync), keeping every record
@@ -221,7 +250,10 @@ impl Session {
         };
         let post = build_post_compact(&input, &mut || uuid::Uuid::new_v4().to_string())
             .map_err(|e| SessionError::CompactFailed(e.to_string()))?;
-        self.commit_own(post.records).await?;
+        self.installing = true;
+        let committed = self.commit_own(post.records).await;
+        self.installing = false;
+        committed?;
         // Instructions come back from disk, not from what the summary kept.
         self.base_reads_from = self.ledger.last_sequence();
         if let Some(mut base) = self.base.take() {
@@ -363,7 +395,7 @@ impl Session {
     pub(super) fn maybe_prepare_ahead(&mut self, tokens: u64) {
         let ready = self.ahead.as_ref().is_some_and(|a| a.view_generation == self.view_generation);
         let failed = self.ahead_failed == Some(self.view_generation);
-        if ready || failed || !self.thresholds.compact_enabled || self.guards.stopped.is_some() {
+        if ready || failed || !self.thresholds.compact_enabled || !self.guards.allows_automatic() {
             return;
         }
         if !ctxd_core::compact::ahead::should_prepare(tokens, &self.thresholds) {

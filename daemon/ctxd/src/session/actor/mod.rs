@@ -354,6 +354,13 @@ struct Session {
     /// Bumped at every boundary, so a compaction prepared on an older view is not installed.
     view_generation: u64,
     guards: CompactGuards,
+    /// A compaction's records are being appended: the threshold is checked once they
+    /// are all in (a follow-up), not in the middle of the install.
+    installing: bool,
+    /// `message.id` of the latest model response stored: a new one is a new turn for
+    /// the guards (a response split over several lines, or appended a line at a time,
+    /// is one).
+    last_response_id: Option<Box<str>>,
     /// The request pipeline's memo: extended with what was appended, rebuilt when a
     /// stage's inputs changed.
     view_cache: ctxd_core::view::ViewCache,
@@ -484,6 +491,8 @@ async fn run(
         ahead_failed: None,
         view_generation: 0,
         guards: CompactGuards::default(),
+        installing: false,
+        last_response_id: None,
         view_cache: ctxd_core::view::ViewCache::new(),
         stamps: Vec::new(),
         last_activity: tokio::time::Instant::now(),
@@ -695,8 +704,11 @@ impl Session {
             }
             Command::CompactionDone { generation, result } => {
                 self.compaction_done(generation, result).await;
-                // Requests held at the blocked level go now, from the new view.
-                for (request, reply) in std::mem::take(&mut self.waiting_assembles) {
+                // Requests held at the blocked level go now, from the new view (unless a
+                // follow-up compaction must bring it under that level first).
+                let still_blocked = self.compaction.is_some() && self.next_tokens() >= self.thresholds.blocked;
+                let waiting = if still_blocked { Vec::new() } else { std::mem::take(&mut self.waiting_assembles) };
+                for (request, reply) in waiting {
                     let answer = self.assemble(request, false).await;
                     let _ = reply.send(answer);
                 }
