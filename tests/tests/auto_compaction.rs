@@ -92,7 +92,7 @@ fn replay(daemon: &mut Daemon, id: &str, records: &[Value]) -> Replay {
     let (system, tools) = host_blocks();
     let mut since: Option<String> = None;
     let mut out = Replay { compactions: Vec::new(), failures: Vec::new(), requests: 0 };
-    let mut assemble = |daemon: &mut Daemon, since: &mut Option<String>| -> Value {
+    let assemble = |daemon: &mut Daemon, since: &mut Option<String>| -> Value {
         let mut params = json!({"sessionId": id, "system": system, "tools": tools, "maxTokens": 8000});
         if let Some(revision) = since.as_ref() {
             params["since"] = json!(revision);
@@ -260,4 +260,48 @@ fn a_compaction_left_above_the_threshold_is_followed_at_once_then_reported() {
     daemon.request("ctx/append", json!({"sessionId": "f", "records": turn(1, 90_000)})).unwrap();
     let next = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "f").unwrap();
     assert_eq!(next["trigger"], "auto");
+}
+
+#[test]
+fn a_manual_compaction_sent_while_one_runs_waits_for_it_or_runs_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(project.join(".ctxd")).unwrap();
+    // Automatic compactions take two seconds (their PreCompact hook sleeps).
+    let settings = json!({"hooks": {"PreCompact": [{"matcher": "auto", "hooks": [
+        {"type": "command", "command": "sleep 2"}
+    ]}]}});
+    std::fs::write(project.join(".ctxd/settings.json"), settings.to_string()).unwrap();
+    let state = dir.path().join("state");
+    ctxd_e2e::trust_folder(&state, &project).unwrap();
+    let mut daemon = Daemon::start_with(&state, &[], &[("CLAUDE_CODE_AUTO_COMPACT_WINDOW", WINDOW)]).unwrap();
+    daemon.initialize().unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "w"})).unwrap();
+
+    // Without instructions: the answer is the running compaction's.
+    daemon.request("ctx/append", json!({"sessionId": "w", "records": turn(0, 70_000)})).unwrap();
+    assert_eq!(usage(&mut daemon, "w")["level"], "compacting");
+    let joined = daemon.request("ctx/compact", json!({"sessionId": "w"})).unwrap();
+    assert_eq!(joined["origin"], "joined", "{joined}");
+    assert_eq!(joined["trigger"], "auto");
+    let compacted = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "w").unwrap();
+    assert_eq!(compacted["trigger"], "auto");
+    assert_eq!(compacted["postTokens"], joined["postTokens"]);
+    assert!(daemon.drain_notifications("ctx/compacted").is_empty(), "one compaction answered both");
+
+    // With focus instructions of its own: it runs next, with them.
+    daemon.request("ctx/append", json!({"sessionId": "w", "records": turn(1, 70_000)})).unwrap();
+    assert_eq!(usage(&mut daemon, "w")["level"], "compacting");
+    let queued =
+        daemon.request("ctx/compact", json!({"sessionId": "w", "instructions": "keep the release checklist"})).unwrap();
+    assert_eq!(queued["origin"], "queued", "{queued}");
+    assert_eq!(queued["trigger"], "manual");
+    assert!(queued["summary"].as_str().unwrap().contains("keep the release checklist"));
+    let first = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "w").unwrap();
+    let second = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "w").unwrap();
+    assert_eq!((first["trigger"].as_str(), second["trigger"].as_str()), (Some("auto"), Some("manual")));
+
+    // With nothing running, the answer is the request's own.
+    let own = daemon.request("ctx/compact", json!({"sessionId": "w"})).unwrap();
+    assert_eq!(own["origin"], "requested", "{own}");
 }

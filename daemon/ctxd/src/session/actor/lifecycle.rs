@@ -8,7 +8,7 @@ use ctxd_core::compact::{AfterInstall, AutoDecision, InstallInput, Trigger, buil
 use ctxd_core::record::Record;
 use tokio::sync::oneshot;
 
-use super::{Ahead, Command, CompactAnswer, Running, Session, now_rfc3339};
+use super::{Ahead, Command, CompactAnswer, CompactRequest, Running, Session, now_rfc3339};
 use crate::session::SessionError;
 use crate::session::compaction::{self, CompactFailure, Job, Prepared};
 
@@ -50,7 +50,7 @@ impl Session {
         let job = Job {
             session_id: self.id.clone(),
             trigger,
-            focus,
+            focus: focus.clone(),
             records: self.view.clone(),
             ledger: self.ledger.newest_first().into_iter().cloned().collect(),
             pre_tokens,
@@ -75,6 +75,9 @@ impl Session {
             pre_tokens,
             view_generation: self.view_generation,
             reply,
+            focus,
+            origin: ctxd_proto::CompactOrigin::Requested,
+            joiners: Vec::new(),
             task: None,
             progress,
             snapshot_len: self.view.len(),
@@ -106,6 +109,8 @@ impl Session {
             snapshot_len,
             ledger_saved,
             ahead,
+            origin,
+            joiners,
             ..
         } = running;
         // The index must hold every read before the new boundary before the boundary is
@@ -133,8 +138,10 @@ impl Session {
             self.maybe_auto_compact().await;
             return;
         }
-        let cancelled = reply.as_ref().is_some_and(oneshot::Sender::is_closed);
-        let outcome = match result {
+        // Cancelled when everyone who asked for it is gone (an automatic one: never).
+        let cancelled = reply.as_ref().is_some_and(oneshot::Sender::is_closed)
+            && joiners.iter().all(|(reply, _)| reply.is_closed());
+        let mut outcome = match result {
             _ if cancelled => {
                 Err(SessionError::Cancelled("the compaction was cancelled; nothing was installed".into()))
             }
@@ -150,7 +157,85 @@ impl Session {
             Ok(prepared) => self.install(trigger, started, pre_tokens, prepared).await,
             Err(failure) => Err(SessionError::CompactFailed(failure.to_string())),
         };
+        if let Ok(answer) = &mut outcome {
+            answer.origin = origin;
+        }
+        for (joiner, progress) in joiners {
+            let joined =
+                outcome.clone().map(|answer| CompactAnswer { origin: ctxd_proto::CompactOrigin::Joined, ..answer });
+            if let Some(progress) = progress {
+                progress.end(compaction_end_message(&joined)).await;
+            }
+            let _ = joiner.send(joined);
+        }
         self.finish_compaction(trigger, outcome, reply, progress).await;
+        // A request with its own focus instructions waited for this one: it runs now.
+        if self.compaction.as_ref().is_none_or(|running| running.ahead)
+            && let Some(next) = self.queued_compacts.pop_front()
+        {
+            Box::pin(self.compact_requested(next, ctxd_proto::CompactOrigin::Queued)).await;
+        }
+    }
+
+    /// `ctx/compact`: compact now, join the compaction running, or queue behind it.
+    /// `origin` is what the answer reports when this request's own compaction runs.
+    pub(super) async fn compact_requested(&mut self, request: CompactRequest, origin: ctxd_proto::CompactOrigin) {
+        let CompactRequest { trigger, instructions, partial, progress, reply } = request;
+        self.drop_precompute();
+        // The provider refused the request as too long: a summary prepared ahead
+        // answers at once, with no model call before the host can retry.
+        if trigger == Trigger::Reactive
+            && self.compaction.is_none()
+            && self.thresholds.compact_enabled
+            && let Some(outcome) = self.install_ahead().await
+        {
+            self.finish_compaction(Trigger::Precomputed, outcome, Some(reply), progress).await;
+            return;
+        }
+        if let Some(running) = &mut self.compaction {
+            // One already runs (automatic, or another request's): with the same focus
+            // the request waits for its result; with its own, it runs next.
+            if partial.is_none() && (instructions.is_none() || instructions == running.focus) {
+                tracing::info!(?trigger, "a compaction is running; the request waits for its result");
+                running.joiners.push((reply, progress));
+            } else {
+                tracing::info!(?trigger, "a compaction is running; the request's own runs after it");
+                self.queued_compacts.push_back(CompactRequest { trigger, instructions, partial, progress, reply });
+            }
+        } else if !self.thresholds.compact_enabled {
+            let _ = reply.send(Err(SessionError::CompactFailed("compaction is turned off (DISABLE_COMPACT)".into())));
+        } else {
+            if trigger == Trigger::Manual {
+                // A manual compaction resets the circuit breaker and lifts a stop.
+                self.guards.note_manual_compact();
+            }
+            let split = match partial {
+                None => Ok(None),
+                Some((direction, uuid)) => match self.view.iter().position(|r| r.uuid() == Some(uuid.as_str())) {
+                    // The split moves so no tool use is parted from its result.
+                    Some(at) => {
+                        let plan = ctxd_core::compact::partial_plan(&self.view, at, direction);
+                        let split = match direction {
+                            ctxd_core::compact::SplitDirection::From => plan.summarize.start,
+                            ctxd_core::compact::SplitDirection::UpTo => plan.keep.start,
+                        };
+                        Ok(Some((direction, split)))
+                    }
+                    None => {
+                        Err(SessionError::InvalidParams(format!("no record {uuid:?} in the session's current view")))
+                    }
+                },
+            };
+            match split {
+                Ok(partial) => {
+                    self.start_compaction_with(trigger, instructions, Some(reply), progress, partial);
+                    if let Some(running) = &mut self.compaction {
+                        running.origin = origin;
+                    }
+                }
+                Err(e) => drop(reply.send(Err(e))),
+            }
+        }
     }
 
     /// Tells everyone how a compaction ended: its `$/progress`, `ctx/compacted` or
@@ -163,11 +248,7 @@ impl Session {
         progress: Option<crate::session::Progress>,
     ) {
         if let Some(progress) = &progress {
-            let message = match &outcome {
-                Ok(answer) => format!("compacted {} → {} tokens", answer.pre_tokens, answer.post_tokens),
-                Err(e) => format!("not compacted: {e}"),
-            };
-            progress.end(message).await;
+            progress.end(compaction_end_message(&outcome)).await;
         }
         match &outcome {
             Ok(answer) => {
@@ -287,6 +368,7 @@ impl Session {
             summarizer: prepared.summarizer,
             fidelity_appended: prepared.fidelity.missing_before.len(),
             problems: prepared.problems,
+            origin: ctxd_proto::CompactOrigin::Requested,
         })
     }
 
@@ -415,5 +497,13 @@ impl Session {
             }
             tracing::info!("preparing a summary ahead stopped");
         }
+    }
+}
+
+/// The end of a compaction's `$/progress`.
+fn compaction_end_message(outcome: &Result<CompactAnswer, SessionError>) -> String {
+    match outcome {
+        Ok(answer) => format!("compacted {} → {} tokens", answer.pre_tokens, answer.post_tokens),
+        Err(e) => format!("not compacted: {e}"),
     }
 }

@@ -235,6 +235,17 @@ pub struct CompactAnswer {
     /// Items the summary missed that were appended deterministically.
     pub fidelity_appended: usize,
     pub problems: Vec<String>,
+    /// Which compaction this answers (the request's own, or one it waited for).
+    pub origin: ctxd_proto::CompactOrigin,
+}
+
+/// A `ctx/compact` request: manual, reactive or partial.
+struct CompactRequest {
+    trigger: Trigger,
+    instructions: Option<String>,
+    partial: Option<(ctxd_core::compact::SplitDirection, String)>,
+    progress: Option<crate::session::Progress>,
+    reply: oneshot::Sender<Result<CompactAnswer, SessionError>>,
 }
 
 /// Answer to [`Command::UndoCompact`].
@@ -257,6 +268,12 @@ struct Running {
     /// The view's boundary generation when it started: a new boundary makes it stale.
     view_generation: u64,
     reply: Option<oneshot::Sender<Result<CompactAnswer, SessionError>>>,
+    /// The focus instructions it summarizes with.
+    focus: Option<String>,
+    /// What its answer reports ([`CompactAnswer::origin`]).
+    origin: ctxd_proto::CompactOrigin,
+    /// `ctx/compact` requests that came while it ran and wait for its result.
+    joiners: Vec<(oneshot::Sender<Result<CompactAnswer, SessionError>>, Option<crate::session::Progress>)>,
     /// The background task; aborting it drops the provider's HTTP request.
     task: Option<tokio::task::AbortHandle>,
     progress: Option<crate::session::Progress>,
@@ -346,6 +363,9 @@ struct Session {
     /// The actor's own queue, for its background tasks to report back.
     self_tx: mpsc::UnboundedSender<Command>,
     compaction: Option<Running>,
+    /// `ctx/compact` requests with other focus instructions than the running compaction's
+    /// (or partial ones): each runs once the one before it is done.
+    queued_compacts: std::collections::VecDeque<CompactRequest>,
     compaction_generation: u64,
     /// A summary prepared ahead of the threshold.
     ahead: Option<Ahead>,
@@ -486,6 +506,7 @@ async fn run(
         pending_notes: Vec::new(),
         self_tx,
         compaction: None,
+        queued_compacts: std::collections::VecDeque::new(),
         compaction_generation: 0,
         ahead: None,
         ahead_failed: None,
@@ -635,62 +656,19 @@ impl Session {
                 let _ = reply.send(self.usage());
             }
             Command::Compact { trigger, instructions, partial, progress, reply } => {
-                self.drop_precompute();
-                // The provider refused the request as too long: a summary prepared ahead
-                // answers at once, with no model call before the host can retry.
-                if trigger == Trigger::Reactive
-                    && self.compaction.is_none()
-                    && self.thresholds.compact_enabled
-                    && let Some(outcome) = self.install_ahead().await
-                {
-                    self.finish_compaction(Trigger::Precomputed, outcome, Some(reply), progress).await;
-                    return;
-                }
-                if self.compaction.is_some() {
-                    let _ =
-                        reply.send(Err(SessionError::Busy("a compaction of this session is already running".into())));
-                } else if !self.thresholds.compact_enabled {
-                    let _ = reply
-                        .send(Err(SessionError::CompactFailed("compaction is turned off (DISABLE_COMPACT)".into())));
-                } else {
-                    if trigger == Trigger::Manual {
-                        // A manual compaction resets the circuit breaker and lifts a stop.
-                        self.guards.note_manual_compact();
-                    }
-                    let split = match partial {
-                        None => Ok(None),
-                        Some((direction, uuid)) => match self.view.iter().position(|r| r.uuid() == Some(uuid.as_str()))
-                        {
-                            // The split moves so no tool use is parted from its result.
-                            Some(at) => {
-                                let plan = ctxd_core::compact::partial_plan(&self.view, at, direction);
-                                let split = match direction {
-                                    ctxd_core::compact::SplitDirection::From => plan.summarize.start,
-                                    ctxd_core::compact::SplitDirection::UpTo => plan.keep.start,
-                                };
-                                Ok(Some((direction, split)))
-                            }
-                            None => Err(SessionError::InvalidParams(format!(
-                                "no record {uuid:?} in the session's current view"
-                            ))),
-                        },
-                    };
-                    match split {
-                        Ok(partial) => {
-                            self.start_compaction_with(trigger, instructions, Some(reply), progress, partial)
-                        }
-                        Err(e) => drop(reply.send(Err(e))),
-                    }
-                }
+                let request = CompactRequest { trigger, instructions, partial, progress, reply };
+                self.compact_requested(request, ctxd_proto::CompactOrigin::Requested).await;
             }
             Command::UndoCompact { reply } => {
                 let answer = self.undo_compact().await;
                 let _ = reply.send(answer);
             }
             Command::CancelCompaction => {
-                // Only a compaction whose requester is gone; an automatic one has none.
-                let abandoned =
-                    self.compaction.as_ref().is_some_and(|r| r.reply.as_ref().is_some_and(oneshot::Sender::is_closed));
+                // Only a compaction whose requesters are all gone; an automatic one has none.
+                let abandoned = self.compaction.as_ref().is_some_and(|r| {
+                    r.reply.as_ref().is_some_and(oneshot::Sender::is_closed)
+                        && r.joiners.iter().all(|(reply, _)| reply.is_closed())
+                });
                 if abandoned && let Some(running) = self.compaction.take() {
                     if let Some(task) = running.task {
                         task.abort();
