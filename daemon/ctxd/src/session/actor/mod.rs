@@ -239,6 +239,9 @@ pub struct CompactAnswer {
     pub origin: ctxd_proto::CompactOrigin,
 }
 
+/// Where a `ctx/compact` answer goes.
+type CompactReply = oneshot::Sender<Result<CompactAnswer, SessionError>>;
+
 /// A `ctx/compact` request: manual, reactive or partial.
 struct CompactRequest {
     trigger: Trigger,
@@ -273,7 +276,7 @@ struct Running {
     /// What its answer reports ([`CompactAnswer::origin`]).
     origin: ctxd_proto::CompactOrigin,
     /// `ctx/compact` requests that came while it ran and wait for its result.
-    joiners: Vec<(oneshot::Sender<Result<CompactAnswer, SessionError>>, Option<crate::session::Progress>)>,
+    joiners: Vec<(CompactReply, Option<crate::session::Progress>)>,
     /// The background task; aborting it drops the provider's HTTP request.
     task: Option<tokio::task::AbortHandle>,
     progress: Option<crate::session::Progress>,
