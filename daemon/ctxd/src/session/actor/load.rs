@@ -501,5 +501,5 @@ fn read_view(path: &std::path::Path) -> Result<ViewOnDisk, SessionError> {
 /// Bytes of `record` the next request carries (a new oversized tool result by its
 /// preview, an attachment by its rendered text): what the tally and every trigger count.
 pub(super) fn carried_bytes(record: &Record) -> u64 {
-    ctxd_core::view::budget::carried_bytes(record, &ctxd_core::view::PipelineConfig::default().budget)
+    ctxd_core::view::budget::carried_bytes(record, &ctxd_core::view::BudgetConfig::default())
 }

@@ -9,6 +9,18 @@
 //! **Isolation.** A panic while handling a batch is caught: the commands of that batch
 //! get an error, the state is reloaded from disk, and the actor serves on. A slow disk
 //! stalls only this session.
+//!
+//! One `impl Session` spread over a file per concern:
+//! - this file: the commands and answers, the session's state, the loop that batches;
+//! - `load`: the transcript from the boundary in force, the ledger, the base context,
+//!   and folding records into the view (each counted as the next request carries it);
+//! - `commit`: group commit for the host's appends and ctxd's own records alike
+//!   (`commit_own`, `own_record`), undo, explicit reads, snips and collapses;
+//! - `assemble`: the request pipeline and the answer cut to what changed;
+//! - `context`: changed files, activated memory files, the budget notice, the context view;
+//! - `lifecycle`: when a compaction starts, joins or queues behind another, and how it is
+//!   installed and followed up (the driver in `session::compaction` does the slow part);
+//! - `push`: the usage and its rate-limited `ctx/usageChanged`.
 
 mod assemble;
 mod commit;
