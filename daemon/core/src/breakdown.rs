@@ -43,11 +43,15 @@ pub struct Composition {
 impl Composition {
     /// Folds one record in; records that never reach the model are not counted.
     pub fn observe(&mut self, record: &Record) {
+        self.observe_sized(record, u64::from(record.head().content_bytes));
+    }
+
+    /// As [`Composition::observe`], the record's content counted as `bytes`.
+    pub fn observe_sized(&mut self, record: &Record, bytes: u64) {
         let head = record.head();
         if head.is_sidechain || head.is_api_error {
             return;
         }
-        let bytes = u64::from(head.content_bytes);
         match head.kind {
             Kind::User if head.is_compact_summary => self.summaries += bytes,
             Kind::User if record.line().contains(r#""tool_result""#) => self.tool_results += bytes,

@@ -13,8 +13,6 @@
 //! ctxd appended), which is how [`plan_undo`] knows the tail of the file is ctxd's own
 //! install and nothing came after it.
 
-use serde_json::json;
-
 use crate::compact::{
     FileReadEntry, InstallInput, KeptMessages, PlanFile, RestoreBudget, RestoreInput, SummaryMessage, Trigger,
     build_post_compact, common_fields, kept_tail_start, plan_restoration, summary_message_text, tools_used,
@@ -25,7 +23,7 @@ use crate::summary::{OfflineOptions, parse_summary_reply, summarize_offline};
 use crate::tally::Tally;
 
 /// Field of the boundary: lines of ctxd's install, the boundary included.
-pub const BATCH_FIELD: &str = "ctxdBatch";
+pub use crate::compact::BATCH_FIELD;
 
 /// The lines to append to a Claude Code transcript, and what they do.
 #[derive(Debug, Clone, PartialEq)]
@@ -198,17 +196,11 @@ pub fn plan_compaction(
         hook_outputs: &[],
         common: common_fields(last_message),
         timestamp: timestamp.to_owned(),
+        tokens_per_kib: None,
     };
     let built = build_post_compact(&input, new_uuid).map_err(|e| Refusal::Build(e.to_string()))?;
     let post_tokens = fixed.unwrap_or(0) + built.installed_tokens;
-    let count = built.records.len();
-    let mut lines: Vec<String> = built.records.iter().map(|r| r.line().to_owned()).collect();
-    let mut boundary = built.records[0].to_value();
-    boundary["compactMetadata"][BATCH_FIELD] = json!(count);
-    if !built.referenced.is_empty() {
-        boundary["compactMetadata"][crate::preserved::REFERENCES_FIELD] = json!(true);
-    }
-    lines[0] = boundary.to_string();
+    let lines: Vec<String> = built.records.iter().map(|r| r.line().to_owned()).collect();
     Ok(ClaudeCompaction {
         lines,
         boundary_uuid: built.boundary_uuid,

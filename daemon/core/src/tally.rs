@@ -47,6 +47,12 @@ impl Calibration {
         (bytes.saturating_mul(self.tokens_per_kib)).div_ceil(KIB)
     }
 
+    /// Tokens a collapse frees: the span's content (`span_bytes`) less the summary that
+    /// replaces it, both at this rate.
+    pub fn collapse_freed(&self, span_bytes: u64, summary: &str) -> u64 {
+        self.tokens(span_bytes).saturating_sub(self.tokens(summary.len() as u64))
+    }
+
     fn sample(&mut self, tokens: u64, bytes: u64) {
         let rate = tokens.saturating_mul(KIB) / bytes.max(1);
         if !SAMPLE_RANGE.contains(&rate) {
@@ -75,8 +81,14 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// Folds one record into the tally.
+    /// Folds one record into the tally, its content counted as stored.
     pub fn observe(&mut self, record: &Record) {
+        self.observe_sized(record, u64::from(record.head().content_bytes));
+    }
+
+    /// Folds one record into the tally, its content counted as `bytes` (what the next
+    /// request carries of it: [`crate::view::budget::carried_bytes`]).
+    pub fn observe_sized(&mut self, record: &Record, bytes: u64) {
         let head = record.head();
         // Sidechains (subagents) have their own context; API error stand-ins carry no
         // real usage.
@@ -105,9 +117,9 @@ impl Tally {
                     self.bytes_after = 0;
                     self.freed_since_report = 0;
                 }
-                _ => self.bytes_after += u64::from(head.content_bytes),
+                _ => self.bytes_after += bytes,
             },
-            Kind::User | Kind::Attachment => self.bytes_after += u64::from(head.content_bytes),
+            Kind::User | Kind::Attachment => self.bytes_after += bytes,
             // System records, summaries and host bookkeeping never reach the model.
             Kind::System | Kind::Summary | Kind::Other => {}
         }
@@ -138,6 +150,15 @@ impl Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_collapse_frees_its_span_less_its_summary_at_the_learned_rate() {
+        let default = Calibration::default();
+        assert_eq!(default.collapse_freed(40_960, &"s".repeat(4_096)), 10_240 - 1_024);
+        let dense = Calibration { tokens_per_kib: 512, samples: 3 };
+        assert_eq!(dense.collapse_freed(40_960, &"s".repeat(4_096)), 20_480 - 2_048);
+        assert_eq!(default.collapse_freed(100, &"s".repeat(4_096)), 0, "a summary longer than its span frees nothing");
+    }
 
     fn rec(line: &str) -> Record {
         Record::parse(line).unwrap()

@@ -722,6 +722,7 @@ impl Backend {
             summary_path: done.summarizer.path.map(|p| p.as_str().to_owned()),
             fidelity_appended: done.fidelity_appended as u64,
             problems: done.problems,
+            origin: done.origin,
             usage: usage.to_proto(),
         })
     }

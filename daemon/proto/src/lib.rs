@@ -501,7 +501,26 @@ pub struct CompactResult {
     /// Hook failures and other problems that did not stop the compaction.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
+    /// Which compaction this answers: the one the request started, one already running
+    /// that it waited for, or its own, run after the one that was running.
+    #[serde(default)]
+    pub origin: CompactOrigin,
     pub usage: Usage,
+}
+
+/// Which compaction a `ctx/compact` answer reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum CompactOrigin {
+    /// The compaction this request started.
+    #[default]
+    Requested,
+    /// A compaction already running (automatic, or another request's with the same focus
+    /// instructions): the request waited for it and answers with its result.
+    Joined,
+    /// A compaction was running with other focus instructions (or the request is a
+    /// partial one): the request's own ran after it.
+    Queued,
 }
 
 /// `ctx/undoCompact` params: take back the session's latest compaction.

@@ -195,6 +195,9 @@ export interface CompactFailedNotification {
     reason: string;
 }
 
+/** Which compaction a `ctx/compact` answer reports. */
+export type CompactOrigin = "requested" | "joined" | "queued";
+
 /** `ctx/compact` params: compact now, optionally with focus instructions. */
 export interface CompactParams {
     sessionId: string;
@@ -235,6 +238,11 @@ export interface CompactResult {
     fidelityAppended: number;
     /** Hook failures and other problems that did not stop the compaction. */
     problems?: string[];
+    /**
+     * Which compaction this answers: the one the request started, one already running
+     * that it waited for, or its own, run after the one that was running.
+     */
+    origin?: CompactOrigin;
     usage: Usage;
 }
 

@@ -17,10 +17,12 @@
 //! - [`window`](resolve_window): which window wins, and how far it may go.
 //! - [`levels`](thresholds): effective window, compact threshold, warning and blocked
 //!   levels, and the questions asked of them.
+//! - [`notice`](BudgetNotice): the note the model gets as the context nears the threshold.
 
 mod env;
 mod levels;
 mod models;
+mod notice;
 mod window;
 
 #[cfg(test)]
@@ -35,6 +37,7 @@ pub use models::{
     DEFAULT_CONTEXT_WINDOW, HostAutoCompact, ModelSpec, OBSERVED_CLAUDE_CODE, ONE_MILLION_WINDOW,
     UNKNOWN_MODEL_MAX_OUTPUT, model_spec,
 };
+pub use notice::{BudgetNotice, NOTICE_PERCENTS, notice_text};
 pub use window::{
     MAX_CONFIGURED_WINDOW, MIN_CONFIGURED_WINDOW, ResolvedWindow, WindowInputs, WindowSource, resolve_window,
 };

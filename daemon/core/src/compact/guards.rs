@@ -11,8 +11,15 @@
 //!   beginning [`THRASHING_MESSAGE`];
 //! - **fixed prefix**: when the part compaction cannot remove (system prompt, tools,
 //!   memory files) is already above the threshold, no summary can bring the context
-//!   under it; that is reported once instead of compacting every turn.
+//!   under it; that is reported once instead of compacting every turn;
+//! - **follow-ups**: a compaction that leaves the session at or above the threshold
+//!   (records appended while it ran, restored files) is followed at once by another, at
+//!   most [`MAX_FOLLOW_UPS`] times, then reported ([`CompactGuards::after_install`]).
+//!   Follow-ups are not refills: they do not count toward thrashing.
 //!
+//! A stop holds for every path that starts a compaction on its own (after an append,
+//! before a request, idle, preparing a summary ahead, a follow-up):
+//! [`CompactGuards::allows_automatic`] is the one gate.
 //! A manual compaction is the user taking over: it lifts a stop and clears the counts.
 //! The state is a small serializable struct the daemon keeps per session.
 
@@ -28,6 +35,8 @@ pub const CIRCUIT_BREAKER_FAILURES: u32 = 3;
 pub const THRASH_TURNS: u32 = 3;
 /// Quick refills in a row that stop automatic compaction.
 pub const THRASH_REFILLS: u32 = 3;
+/// Compactions that may follow at once one that left the session above its threshold.
+pub const MAX_FOLLOW_UPS: u32 = 2;
 /// The start of the message automatic compaction stops with when it thrashes.
 pub const THRASHING_MESSAGE: &str = "Autocompact is thrashing: the context refilled to the limit within 3 turns of the previous compact, 3 times in a row";
 
@@ -97,9 +106,55 @@ pub struct CompactGuards {
     pub stopped: Option<StopReason>,
     /// The fixed prefix above the threshold was reported and has not dropped since.
     pub fixed_prefix_reported: bool,
+    /// Follow-up compactions started since one left the session above its threshold.
+    #[serde(default)]
+    pub follow_ups: u32,
+}
+
+/// What follows an installed compaction ([`CompactGuards::after_install`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AfterInstall {
+    /// Under the threshold (or nothing more may run): done.
+    Done,
+    /// Still at or above the threshold: compact again now; this is follow-up `step`.
+    CompactAgain { step: u32 },
+    /// Still above after every follow-up: say so once (`ctx/compactFailed`) and wait
+    /// for the next turn.
+    StillAbove { message: String },
 }
 
 impl CompactGuards {
+    /// Whether ctxd may start a compaction on its own now: not after a stop (thrashing,
+    /// circuit breaker), until a manual compaction lifts it. Every automatic path asks.
+    pub fn allows_automatic(&self) -> bool {
+        self.stopped.is_none()
+    }
+
+    /// An automatic compaction was installed and the session holds `tokens` now: compact
+    /// again at once while it is still at or above the threshold, at most
+    /// [`MAX_FOLLOW_UPS`] times, unless a stop holds or the fixed prefix alone is over
+    /// the threshold (no summary can help; [`CompactGuards::check_auto`] says so).
+    pub fn after_install(&mut self, tokens: u64, thresholds: &Thresholds, fixed_prefix: u64) -> AfterInstall {
+        if !thresholds.should_auto_compact(tokens) || !self.allows_automatic() || fixed_prefix >= thresholds.threshold {
+            self.follow_ups = 0;
+            return AfterInstall::Done;
+        }
+        if self.follow_ups >= MAX_FOLLOW_UPS {
+            let steps = self.follow_ups;
+            self.follow_ups = 0;
+            return AfterInstall::StillAbove {
+                message: format!(
+                    "Compaction left the session at {tokens} tokens, at or above its compact threshold ({} tokens), \
+                     after {steps} further compactions at once; the next turn tries again. What stays is the part \
+                     compaction keeps: the latest messages, restored files, memory files, tools and system prompt.",
+                    thresholds.threshold
+                ),
+            };
+        }
+        self.follow_ups += 1;
+        AfterInstall::CompactAgain { step: self.follow_ups }
+    }
+
     /// Decides whether automatic compaction should run at `tokens`, given the part of
     /// the context compaction cannot remove (`fixed_prefix`).
     pub fn check_auto(&mut self, tokens: u64, thresholds: &Thresholds, fixed_prefix: u64) -> AutoDecision {
@@ -143,6 +198,7 @@ impl CompactGuards {
     /// A manual compaction is starting: the user takes over, so a stop is lifted and
     /// the counts start again.
     pub fn note_manual_compact(&mut self) {
+        self.follow_ups = 0;
         self.consecutive_failures = 0;
         self.last_failure = None;
         self.quick_refills = 0;
@@ -154,7 +210,10 @@ impl CompactGuards {
         self.consecutive_failures = 0;
         self.last_failure = None;
         let quick = self.turns_since_compact.is_some_and(|t| t <= THRASH_TURNS);
-        self.quick_refills = if trigger.is_automatic() && quick { self.quick_refills + 1 } else { 0 };
+        if self.follow_ups == 0 {
+            self.quick_refills = if trigger.is_automatic() && quick { self.quick_refills + 1 } else { 0 };
+        }
+        // A follow-up continues the compaction before it: nothing refilled in between.
         self.turns_since_compact = Some(0);
     }
 
@@ -163,6 +222,7 @@ impl CompactGuards {
     /// (manual, partial) do not count toward the breaker.
     pub fn record_failure(&mut self, trigger: Trigger, reason: &str) -> Option<StopReason> {
         self.last_failure = Some(FailureRecord { trigger, reason: reason.to_owned() });
+        self.follow_ups = 0;
         if !trigger.is_automatic() {
             return None;
         }

@@ -99,6 +99,38 @@ pub struct InstallInput<'a> {
     pub common: Map<String, Value>,
     /// Timestamp of the records built (copies keep their own).
     pub timestamp: String,
+    /// The session's learned tokens-per-KiB rate, written on the boundary
+    /// ([`RATE_FIELD`]) so a resumed session estimates what follows as the live one did.
+    pub tokens_per_kib: Option<u64>,
+}
+
+/// Field of the boundary's `compactMetadata`: how many records its install has, the
+/// boundary included, so an install cut by a crash is recognised on resume.
+pub const BATCH_FIELD: &str = "ctxdBatch";
+
+/// Field of the boundary's `compactMetadata`: the session's tokens-per-KiB rate when it
+/// compacted ([`InstallInput::tokens_per_kib`]).
+pub const RATE_FIELD: &str = "ctxdTokensPerKib";
+
+/// The rate a boundary carries ([`RATE_FIELD`]), if it carries one.
+pub fn boundary_rate(boundary: &Record) -> Option<u64> {
+    if !boundary.line().contains(RATE_FIELD) {
+        return None;
+    }
+    boundary.to_value()["compactMetadata"][RATE_FIELD].as_u64()
+}
+
+/// When the records read from disk end in a boundary whose install batch is not all
+/// there (the daemon died while writing it), the install never happened: the offset of
+/// that boundary, where the file is cut. `records` are the lines with their offsets.
+pub fn torn_install(records: &[(u64, Record)]) -> Option<u64> {
+    let last = records.iter().rposition(|(_, r)| r.is_compact_boundary())?;
+    let (offset, boundary) = &records[last];
+    if !boundary.line().contains(BATCH_FIELD) {
+        return None;
+    }
+    let batch = boundary.to_value()["compactMetadata"][BATCH_FIELD].as_u64().unwrap_or(0);
+    ((records.len() - last) as u64 <= batch.saturating_sub(1)).then_some(*offset)
 }
 
 /// The records to append, in order, and where things went.
@@ -174,7 +206,7 @@ pub fn build_post_compact(
         match record.uuid().filter(|_| is_message(record)) {
             Some(uuid) => {
                 referenced.push(uuid.to_owned());
-                installed_tokens += copy_tokens(&record_object(record));
+                installed_tokens += carried_tokens(record);
             }
             None => not_copied.push(input.kept_before.len() + i),
         }
@@ -213,7 +245,9 @@ pub fn build_post_compact(
     }
 
     let post_tokens = input.fixed_prefix_tokens.map(|f| f + installed_tokens);
-    records.push(boundary_record(input, &boundary_uuid, &summary_uuid, &referenced, post_tokens));
+    let batch = 2 + kept_before.len() + tail.len();
+    let stamps = BoundaryStamps { referenced: &referenced, post_tokens, batch };
+    records.push(boundary_record(input, &boundary_uuid, &summary_uuid, &stamps));
     records.extend(kept_before);
     records.push(summary);
     records.extend(tail);
@@ -230,13 +264,22 @@ fn stamp(object: &mut Map<String, Value>, common: &Map<String, Value>) {
     }
 }
 
+/// What the boundary's metadata says of the install it starts.
+struct BoundaryStamps<'a> {
+    /// Uuids of the messages kept after the summary.
+    referenced: &'a [String],
+    post_tokens: Option<u64>,
+    /// Records of the install, the boundary included.
+    batch: usize,
+}
+
 fn boundary_record(
     input: &InstallInput<'_>,
     uuid: &str,
     summary_uuid: &str,
-    referenced: &[String],
-    post_tokens: Option<u64>,
+    stamps: &BoundaryStamps<'_>,
 ) -> Map<String, Value> {
+    let (referenced, post_tokens) = (stamps.referenced, stamps.post_tokens);
     let mut metadata = Map::new();
     metadata.insert("trigger".to_owned(), json!(input.trigger.as_str()));
     metadata.insert("preTokens".to_owned(), json!(input.pre_tokens));
@@ -253,6 +296,12 @@ fn boundary_record(
             "preservedMessages".to_owned(),
             json!({"anchorUuid": summary_uuid, "uuids": referenced, "allUuids": referenced}),
         );
+        // Kept messages referenced where they stand (older ctxd boundaries named copies).
+        metadata.insert(crate::preserved::REFERENCES_FIELD.to_owned(), json!(true));
+    }
+    metadata.insert(BATCH_FIELD.to_owned(), json!(stamps.batch));
+    if let Some(rate) = input.tokens_per_kib {
+        metadata.insert(RATE_FIELD.to_owned(), json!(rate));
     }
     let mut object = Map::new();
     object.insert("parentUuid".to_owned(), Value::Null);
@@ -347,6 +396,14 @@ fn copy_records(
 /// Estimated tokens of a copied record's message (or rendered attachment).
 fn is_message(record: &Record) -> bool {
     matches!(record.head().kind, Kind::User | Kind::Assistant | Kind::Attachment)
+}
+
+/// Estimated tokens of `record` as the next request carries it: an oversized new tool
+/// result by its preview, an attachment by its rendered text
+/// ([`crate::view::budget::carried_bytes`]).
+pub fn carried_tokens(record: &Record) -> u64 {
+    let config = crate::view::BudgetConfig::default();
+    crate::view::budget::carried_bytes(record, &config).div_ceil(crate::tally::BYTES_PER_TOKEN)
 }
 
 fn copy_tokens(object: &Map<String, Value>) -> u64 {

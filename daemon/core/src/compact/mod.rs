@@ -61,13 +61,14 @@ pub use fidelity::{
     DEFAULT_RECENT_TURNS, FidelityFacts, FidelityItem, FidelityOutcome, FidelityReport, OpenTodo, check_fidelity,
 };
 pub use guards::{
-    AutoDecision, CIRCUIT_BREAKER_FAILURES, CompactGuards, FailureRecord, StopReason, THRASH_REFILLS, THRASH_TURNS,
-    THRASHING_MESSAGE,
+    AfterInstall, AutoDecision, CIRCUIT_BREAKER_FAILURES, CompactGuards, FailureRecord, MAX_FOLLOW_UPS, StopReason,
+    THRASH_REFILLS, THRASH_TURNS, THRASHING_MESSAGE,
 };
 pub use install::{
-    CompactionView, InstallError, InstallInput, KEPT_FROM, MAX_KEPT_SHARE, PartialPlan, PostCompact, SplitDirection,
-    UNDO_SUBTYPE, UndoError, build_post_compact, build_undo_record, common_fields, compaction_view, is_undo_record,
-    keep_tail, kept_tail_start, partial_plan, safe_split, tools_used, undo_target,
+    BATCH_FIELD, CompactionView, InstallError, InstallInput, KEPT_FROM, MAX_KEPT_SHARE, PartialPlan, PostCompact,
+    RATE_FIELD, SplitDirection, UNDO_SUBTYPE, UndoError, boundary_rate, build_post_compact, build_undo_record,
+    carried_tokens, common_fields, compaction_view, is_undo_record, keep_tail, kept_tail_start, partial_plan,
+    safe_split, tools_used, torn_install, undo_target,
 };
 pub use ladder::{
     DEFAULT_MIN_CUT_PERCENT, Ladder, LadderError, LadderPolicy, LadderStep, Rung, RungAttempt, RungOutcome, RungVerdict,

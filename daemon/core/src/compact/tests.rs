@@ -185,6 +185,7 @@ fn auto_install<'a>(
         hook_outputs: hooks,
         common: common_fields(&records[0]),
         timestamp: "2026-11-29T10:05:00.000Z".to_owned(),
+        tokens_per_kib: None,
     }
 }
 
@@ -197,7 +198,7 @@ fn post_compact_records_for_automatic_compaction() {
     let mut next = counter();
     let built = build_post_compact(&input, &mut next).unwrap();
     expect![[r#"
-        {"parentUuid":null,"logicalParentUuid":"r3","isSidechain":false,"type":"system","subtype":"compact_boundary","content":"Conversation compacted","isMeta":false,"timestamp":"2026-11-29T10:05:00.000Z","uuid":"uuid-1","level":"info","compactMetadata":{"trigger":"auto","preTokens":150050,"postTokens":12436,"durationMs":840,"preservedSegment":{"headUuid":"a5","anchorUuid":"uuid-2","tailUuid":"r3"},"preservedMessages":{"anchorUuid":"uuid-2","uuids":["a5","r3"],"allUuids":["a5","r3"]}},"userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
+        {"parentUuid":null,"logicalParentUuid":"r3","isSidechain":false,"type":"system","subtype":"compact_boundary","content":"Conversation compacted","isMeta":false,"timestamp":"2026-11-29T10:05:00.000Z","uuid":"uuid-1","level":"info","compactMetadata":{"trigger":"auto","preTokens":150050,"postTokens":12436,"durationMs":840,"preservedSegment":{"headUuid":"a5","anchorUuid":"uuid-2","tailUuid":"r3"},"preservedMessages":{"anchorUuid":"uuid-2","uuids":["a5","r3"],"allUuids":["a5","r3"]},"ctxdReferences":true,"ctxdBatch":6},"userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
         {"parentUuid":"uuid-1","isSidechain":false,"type":"user","message":{"role":"user","content":"This session picks up where an earlier conversation left off when it ran out of context; the summary below takes the place of that conversation.\n\nTools used before this summary: Read, Edit.\n\nSummary:\n1. Primary Request and Intent:\n   Fix add; write a test.\n\nKeep working on the task that was in progress. Ask the user nothing further, and do not recap, acknowledge or announce anything about this summary: your next message simply takes the next step of that task.\n\nBelow this summary come the last messages from before compaction, unchanged. The summary was not written from them, so where the two disagree (a step it lists as pending may already be done there), the messages are right."},"isVisibleInTranscriptOnly":true,"isCompactSummary":true,"uuid":"uuid-2","timestamp":"2026-11-29T10:05:00.000Z","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
         {"parentUuid":"uuid-2","isSidechain":false,"attachment":{"type":"file","filename":"/p/src/app.py","content":{"type":"text","file":{"filePath":"/p/src/app.py","content":"def add(a, b):\n    return a + b\n","numLines":3,"startLine":1,"totalLines":3}},"displayPath":"src/app.py"},"type":"attachment","uuid":"uuid-3","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\nRead call, restored after compaction: {\"file_path\":\"/p/src/app.py\"}\n</system-reminder>"},{"content":"<system-reminder>\nRead result:\n1\tdef add(a, b):\n2\t    return a + b\n3\t\n</system-reminder>"}],"renderedRole":"user","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
         {"parentUuid":"uuid-3","isSidechain":false,"attachment":{"type":"compact_file_reference","filename":"/p/src/big.py","displayPath":"src/big.py"},"type":"attachment","uuid":"uuid-4","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\n/p/src/big.py (read earlier in this session) is not shown again here: it is too large. Use the Read tool on it if you need its content.\n</system-reminder>"}],"renderedRole":"system","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
@@ -288,11 +289,15 @@ fn built_records_use_the_host_record_shapes() {
     let attachments = restored_attachments();
     let input = InstallInput { common: serde_json::Map::new(), ..auto_install(&records, &attachments, &[]) };
     let built = build_post_compact(&input, &mut counter()).unwrap();
-    // Boundary, summary, file, file reference: every field is one the host writes.
+    // Boundary, summary, file, file reference: every field is one the host writes, but
+    // for ctxd's own marks on the boundary's metadata (its install's size, its rate).
     for index in [0, 1, 2, 3] {
         let mut paths = std::collections::BTreeSet::new();
         key_paths(&value(&built.records[index]), "", &mut paths);
-        let foreign: Vec<_> = paths.iter().filter(|p| !REAL_PATHS.contains(&p.as_str())).collect();
+        let foreign: Vec<_> = paths
+            .iter()
+            .filter(|p| !REAL_PATHS.contains(&p.as_str()) && !p.starts_with(".compactMetadata.ctxd"))
+            .collect();
         assert!(foreign.is_empty(), "record {index} has fields the host does not write: {foreign:?}");
     }
     assert_eq!(value(&built.records[2])["attachment"]["type"], "file");
@@ -421,6 +426,7 @@ fn partial_compaction_in_both_directions() {
         hook_outputs: &[],
         common: common_fields(&records[0]),
         timestamp: "t".to_owned(),
+        tokens_per_kib: None,
     };
     let built = build_post_compact(&input, &mut counter()).unwrap();
     let kinds: Vec<String> = built
@@ -1367,7 +1373,7 @@ fn guards_round_trip_through_json() {
     g.record_failure(Trigger::Auto, "x");
     g.stopped = Some(StopReason::Thrashing);
     let text = serde_json::to_string(&g).unwrap();
-    expect![[r#"{"consecutiveFailures":1,"lastFailure":{"trigger":"auto","reason":"x"},"turnsSinceCompact":1,"quickRefills":0,"stopped":{"kind":"thrashing"},"fixedPrefixReported":false}"#]]
+    expect![[r#"{"consecutiveFailures":1,"lastFailure":{"trigger":"auto","reason":"x"},"turnsSinceCompact":1,"quickRefills":0,"stopped":{"kind":"thrashing"},"fixedPrefixReported":false,"followUps":0}"#]]
         .assert_eq(&text);
     let back: CompactGuards = serde_json::from_str(&text).unwrap();
     assert_eq!(back, g);
@@ -1448,4 +1454,61 @@ fn a_prepared_summary_is_installed_while_it_still_leaves_room() {
         check_prepared(30_000, 60_000, true, &t),
         Err(Stale::TooMuchSince { estimated_after: 90_000, limit: 83_500 })
     );
+}
+
+#[test]
+fn the_boundary_marks_its_batch_and_rate_and_a_torn_install_is_found() {
+    let records = session();
+    let attachments = restored_attachments();
+    let input = InstallInput { tokens_per_kib: Some(301), ..auto_install(&records, &attachments, &[]) };
+    let built = build_post_compact(&input, &mut counter()).unwrap();
+    let boundary = &built.records[0];
+    assert_eq!(value(boundary)["compactMetadata"][BATCH_FIELD].as_u64(), Some(built.records.len() as u64));
+    assert_eq!(boundary_rate(boundary), Some(301));
+    let without = build_post_compact(&auto_install(&records, &attachments, &[]), &mut counter()).unwrap();
+    assert_eq!(boundary_rate(&without.records[0]), None);
+    // Read back with offsets: whole, the install stands; one record short, it is torn.
+    let on_disk: Vec<(u64, Record)> =
+        records.iter().chain(&built.records).cloned().enumerate().map(|(i, r)| (i as u64 * 100, r)).collect();
+    assert_eq!(torn_install(&on_disk), None);
+    let at = records.len() as u64 * 100;
+    assert_eq!(torn_install(&on_disk[..on_disk.len() - 1]), Some(at));
+    assert_eq!(torn_install(&on_disk[..records.len() + 1]), Some(at), "the boundary alone");
+    assert_eq!(torn_install(&on_disk[..records.len()]), None, "no boundary");
+}
+
+#[test]
+fn a_compaction_left_above_the_threshold_is_followed_at_once_a_bounded_number_of_times() {
+    let t = levels();
+    let mut g = CompactGuards::default();
+    g.record_success(Trigger::Auto);
+    assert_eq!(g.after_install(100_000, &t, 10_000), AfterInstall::Done, "under the threshold");
+    for step in 1..=MAX_FOLLOW_UPS {
+        assert_eq!(g.after_install(170_000, &t, 10_000), AfterInstall::CompactAgain { step });
+        g.record_success(Trigger::Auto);
+    }
+    let AfterInstall::StillAbove { message } = g.after_install(170_000, &t, 10_000) else {
+        panic!("expected StillAbove");
+    };
+    assert!(message.contains("at 170000 tokens") && message.contains("(167000 tokens)"), "{message}");
+    // Follow-ups are no refills: they brought no thrashing stop.
+    assert_eq!(g.quick_refills, 0);
+    assert!(g.allows_automatic());
+    // The count starts again after a report, and at once under the threshold.
+    assert_eq!(g.after_install(170_000, &t, 10_000), AfterInstall::CompactAgain { step: 1 });
+    assert_eq!(g.after_install(100_000, &t, 10_000), AfterInstall::Done);
+    assert_eq!(g.follow_ups, 0);
+}
+
+#[test]
+fn no_follow_up_after_a_stop_or_when_the_fixed_prefix_is_over_the_threshold() {
+    let t = levels();
+    let mut g = CompactGuards::default();
+    assert_eq!(g.after_install(170_000, &t, 168_000), AfterInstall::Done, "no summary can help");
+    g.stopped = Some(StopReason::Thrashing);
+    assert!(!g.allows_automatic());
+    assert_eq!(g.after_install(170_000, &t, 10_000), AfterInstall::Done, "the stop holds");
+    g.note_manual_compact();
+    assert!(g.allows_automatic());
+    assert_eq!(g.after_install(170_000, &t, 10_000), AfterInstall::CompactAgain { step: 1 });
 }

@@ -10,6 +10,11 @@
 //!
 //! "New" means not answered by the model yet (after the last response): a result the
 //! model already saw in full keeps being sent in full.
+//!
+//! [`carried_bytes`] says what a record just appended will weigh in the next request,
+//! so the session's usage, its compaction triggers and a compaction's own estimates
+//! count an oversized result by its preview from the start, not at full size until the
+//! next response reports.
 
 use std::collections::BTreeMap;
 
@@ -19,6 +24,28 @@ use super::content::ContentRules;
 use super::item::{BYTES_PER_TOKEN, Block, Item, Role};
 use super::raw;
 use super::state::{Offload, Replacement};
+use crate::record::{Kind, Record};
+
+/// Bytes of `record`'s content as the next request carries it: a new tool result over
+/// the budget by its preview (the request offloads it before carrying it), an attachment
+/// by its rendered text (what the model is sent of it), anything else as stored
+/// (`content_bytes`). Only a record too large to stay whole is parsed.
+///
+/// The aggregate budget is applied to the record's own results; results of several
+/// records merged into one message can share it too, which this does not see.
+pub fn carried_bytes(record: &Record, config: &BudgetConfig) -> u64 {
+    let head = record.head();
+    let stored = u64::from(head.content_bytes);
+    match head.kind {
+        Kind::User if stored / BYTES_PER_TOKEN > config.per_result_tokens => {
+            let Some(item) = Item::from_record(record) else { return stored };
+            let (_, saved) = decide_offloads(std::slice::from_ref(&item), &BTreeMap::new(), config, "");
+            stored.saturating_sub(saved.saturating_mul(BYTES_PER_TOKEN))
+        }
+        Kind::Attachment => Item::from_record(record).map_or(0, |item| item.tokens().saturating_mul(BYTES_PER_TOKEN)),
+        _ => stored,
+    }
+}
 
 /// The file a result is stored in: `<dir>/<tool_use_id>.txt`, with any character that
 /// is not safe in a file name replaced.
@@ -135,5 +162,56 @@ pub(crate) fn budget_applied(offloads: &[Offload], saved: u64, recorded: usize) 
         acted: !offloads.is_empty(),
         tokens_freed: saved,
         detail: format!("{} new results stored, {recorded} recorded replacements", offloads.len()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn record(value: serde_json::Value) -> Record {
+        Record::from_object(value.as_object().unwrap()).unwrap()
+    }
+
+    fn tool_result(size: usize) -> Record {
+        record(json!({
+            "type": "user", "uuid": "r1", "parentUuid": "a1", "isSidechain": false,
+            "message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "x".repeat(size)}
+            ]},
+        }))
+    }
+
+    #[test]
+    fn an_oversized_result_counts_as_its_preview() {
+        let config = BudgetConfig::default();
+        let big = tool_result(200_000);
+        let carried = carried_bytes(&big, &config);
+        let preview = preview_text(&"x".repeat(200_000), &offload_path("", "toolu_1"), &config).len() as u64;
+        assert!(carried < 2 * preview, "{carried} bytes carried for a {preview}-byte preview");
+        assert!(carried >= preview, "{carried} < {preview}");
+        // Under the budget, the result is carried whole.
+        let small = tool_result(50_000);
+        assert_eq!(carried_bytes(&small, &config), u64::from(small.head().content_bytes));
+        // A smaller budget offloads it too.
+        let tight = BudgetConfig { per_result_tokens: 5_000, ..config };
+        assert!(carried_bytes(&small, &tight) < 10_000);
+    }
+
+    #[test]
+    fn an_attachment_counts_as_its_rendered_text() {
+        let text = "y".repeat(8_000);
+        let attachment = record(json!({
+            "type": "attachment", "uuid": "t1", "isSidechain": false,
+            "attachment": {"type": "file", "filename": "/p/a.rs"},
+            "rendered": [{"content": text}], "renderedRole": "user",
+        }));
+        assert_eq!(attachment.head().content_bytes, 0, "no message content is stored");
+        let carried = carried_bytes(&attachment, &BudgetConfig::default());
+        assert!((8_000..8_100).contains(&carried), "{carried}");
     }
 }

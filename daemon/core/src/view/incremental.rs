@@ -452,7 +452,9 @@ impl Built {
             (!head_stripped).then(|| Head { system: request.system.clone(), tools: request.tools.clone(), ..head });
 
         let mc_saved = decision.as_ref().map_or(0, |(_, saved)| *saved);
-        let freed = budget_saved + mc_saved + self.freed_since_response;
+        // The anchored figure counts a new oversized result by its preview already
+        // (`budget::carried_bytes`): what the budget saves is not taken off it again.
+        let freed = mc_saved + self.freed_since_response;
         let (decision_to_compact, check_applied) = check_compaction(&input.compact, estimate, freed);
 
         let applied = vec![

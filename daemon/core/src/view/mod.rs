@@ -98,7 +98,7 @@ pub use state::{
     COLLAPSE_RECORD, Collapse, MicrocompactRecord, Offload, PinnedEdits, PipelineState, Reminder, Replacement,
     SNIP_RECORD, Snip, StateChanges, StateRecord, Trigger,
 };
-pub use time::parse_rfc3339_ms;
+pub use time::{format_rfc3339_ms, parse_rfc3339_ms};
 pub use validate::validate_request;
 
 use crate::record::Record;

@@ -3,7 +3,8 @@
 //! Time-based microcompact compares "now" with the time of the last response, and records
 //! carry RFC 3339 text (`2026-11-29T21:19:51.104Z`). This small parser covers what
 //! transcripts contain (date, time, optional fraction, `Z` or a numeric offset) so the
-//! core needs no date crate.
+//! core needs no date crate. [`format_rfc3339_ms`] is its inverse, for the timestamps
+//! ctxd writes on its own records.
 
 /// Milliseconds since 1970-01-01T00:00:00Z for an RFC 3339 timestamp, or `None` when the
 /// text is not one.
@@ -95,6 +96,35 @@ fn days_in_month(year: i64, month: i64) -> i64 {
     }
 }
 
+/// RFC 3339 UTC text with milliseconds (`2026-11-29T21:19:51.104Z`), the form transcript
+/// timestamps take, for `ms` milliseconds since the Unix epoch.
+pub fn format_rfc3339_ms(ms: i64) -> String {
+    let (days, in_day) = (ms.div_euclid(86_400_000), ms.rem_euclid(86_400_000));
+    let (year, month, day) = civil_from_days(days);
+    let secs = in_day / 1_000;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        secs / 3_600,
+        secs % 3_600 / 60,
+        secs % 60,
+        in_day % 1_000
+    )
+}
+
+/// The proleptic Gregorian date of a day count since 1970-01-01 (the inverse of
+/// [`days_from_civil`], from the same algorithm).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(month <= 2), month, day)
+}
+
 /// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
 fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     let y = if month <= 2 { year - 1 } else { year };
@@ -108,7 +138,27 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_rfc3339_ms;
+    use super::{format_rfc3339_ms, parse_rfc3339_ms};
+
+    #[test]
+    fn formats_known_instants() {
+        assert_eq!(format_rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(format_rfc3339_ms(1_795_987_191_104), "2026-11-29T21:19:51.104Z");
+        assert_eq!(format_rfc3339_ms(1_709_164_800_000), "2024-02-29T00:00:00.000Z");
+        assert_eq!(format_rfc3339_ms(-1_000), "1969-12-31T23:59:59.000Z");
+    }
+
+    #[test]
+    fn formatting_is_the_inverse_of_parsing() {
+        // Every few days over four centuries, with odd hours and milliseconds.
+        let mut ms: i64 = -2_208_988_800_000; // 1900-01-01
+        while ms < 10_413_792_000_000 {
+            // 2300-01-01
+            let text = format_rfc3339_ms(ms);
+            assert_eq!(parse_rfc3339_ms(&text), Some(ms), "{text}");
+            ms += 3 * 86_400_000 + 7_777_777;
+        }
+    }
 
     #[test]
     fn known_instants() {

@@ -161,7 +161,7 @@ pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
     let (kept_from, kept_before) = match job.partial {
         None => {
             let from = kept_tail_start(&job.records).unwrap_or(job.records.len());
-            let kept_tokens: u64 = job.records[from..].iter().map(|r| estimate_tokens(r.line())).sum();
+            let kept_tokens: u64 = job.records[from..].iter().map(ctxd_core::compact::carried_tokens).sum();
             if ctxd_core::compact::keep_tail(kept_tokens, job.threshold) {
                 (from, None)
             } else {
@@ -258,7 +258,7 @@ pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
     let hook_tokens = hook_outputs.iter().map(|h| estimate_tokens(h)).sum();
     let plan = crate::background::run(move || {
         let kept_uuids: Vec<String> = kept.iter().filter_map(|r| r.uuid().map(str::to_owned)).collect();
-        let kept_tokens: u64 = kept.iter().map(|r| estimate_tokens(r.line())).sum();
+        let kept_tokens: u64 = kept.iter().map(ctxd_core::compact::carried_tokens).sum();
         let sizes =
             PostCompactSizes { fixed_prefix, summary: summary_tokens, kept: kept_tokens, hook_output: hook_tokens };
         let budget = RestoreBudget::fitted(threshold, &sizes);

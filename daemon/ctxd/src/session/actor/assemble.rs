@@ -1,0 +1,309 @@
+//! Building the next model request: the request pipeline over the view, what it decided
+//! persisted first, and the answer cut to what changed since the host's last request.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ctxd_core::breakdown::Prefix;
+use ctxd_core::ledger::LedgerEntry;
+use ctxd_core::record::Record;
+
+use super::commit::{attachment_record, own_record};
+use super::{AssembleAnswer, AssembleRequest, AssembleSteps, HostBlocks, HostPrefix, HostRequest, Session};
+use crate::context::base::BaseContext;
+use crate::session::SessionError;
+use crate::session::usage::Shape;
+
+impl Session {
+    /// Builds the next request: base context rebuilt if a source changed, changed files
+    /// and newly activated memory files appended as attachment records (so resume
+    /// rebuilds the same request), the pipeline run on the view, its state changes
+    /// persisted before the request is handed out.
+    pub(super) async fn assemble(
+        &mut self,
+        mut request: AssembleRequest,
+        may_compact: bool,
+    ) -> Result<AssembleAnswer, SessionError> {
+        let started = Instant::now();
+        // Without a working watcher (the OS limit was hit), compare stamps instead.
+        if self.setup.services.watcher.degraded() {
+            let seen = std::mem::take(&mut self.stamps);
+            let memory: Vec<std::path::PathBuf> =
+                self.base.as_ref().map(|b| b.watch_targets().into_iter().map(|(p, _)| p).collect()).unwrap_or_default();
+            let reads: Vec<LedgerEntry> = self.ledger.newest_first().into_iter().cloned().collect();
+            let (changed, stamps) =
+                tokio::task::spawn_blocking(move || crate::context::watcher::look_again(&seen, memory, &reads))
+                    .await
+                    .unwrap_or_default();
+            self.stamps = stamps;
+            if !changed.is_empty() {
+                self.files_changed(changed).await;
+            }
+            self.resubscribe();
+        }
+        if self.base.as_ref().is_some_and(BaseContext::is_dirty)
+            && let Some(mut base) = self.base.take()
+        {
+            let services = self.setup.services.clone();
+            let reads = self.reads_since_compaction();
+            let rebuilt = tokio::task::spawn_blocking(move || {
+                base.rebuild_if_dirty(&services.memory_cache, &services.fs, &reads);
+                base
+            })
+            .await
+            .map_err(|e| SessionError::Internal(format!("base context task failed: {e}")))?;
+            self.base = Some(rebuilt);
+            self.resubscribe();
+        }
+        let notes = self.take_context_notes().await;
+        if !notes.is_empty() {
+            let records =
+                notes.into_iter().map(|(kind, text)| attachment_record(kind, &text)).collect::<Result<Vec<_>, _>>()?;
+            self.commit_own(records).await?;
+        }
+        let host = HostBlocks {
+            system: &request.system,
+            tools: &request.tools,
+            max_tokens: request.max_tokens,
+            thinking: request.thinking.as_ref(),
+        };
+        let assembled = self.run_pipeline(host, request.fork.as_ref());
+        let tool_results_dir = self.tool_results_dir();
+        let (system_bytes, tools_bytes) = (json_len(&request.system), json_len(&request.tools));
+        let rate = self.tally.calibration;
+        self.host_prefix =
+            HostPrefix { system: rate.tokens(system_bytes as u64), tools: rate.tokens(tools_bytes as u64) };
+        if request.fork.is_none() {
+            // Before a compaction can start below: its parent is this request.
+            let system = std::mem::take(&mut request.system);
+            let tools = std::mem::take(&mut request.tools);
+            let thinking = request.thinking.take();
+            self.host_request = Some(Arc::new(HostRequest { system, tools, max_tokens: request.max_tokens, thinking }));
+        }
+        // Persist what the pipeline decided (offloaded results, cleared results,
+        // reminders) before anyone sees a request that depends on it.
+        if !assembled.new_state.is_empty() {
+            let offloads: Vec<(String, String)> =
+                assembled.new_state.offloads.iter().map(|o| (o.replacement.path.clone(), o.content.clone())).collect();
+            let dir = tool_results_dir.clone();
+            tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+                crate::store::create_private_dir(std::path::Path::new(&dir))
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
+                for (path, content) in offloads {
+                    std::fs::write(path, content)?;
+                }
+                Ok(())
+            })
+            .await
+            .map_err(|e| SessionError::Internal(format!("offload task failed: {e}")))?
+            .map_err(|e| SessionError::Store(format!("writing offloaded tool results: {e}")))?;
+            let records = assembled
+                .new_state
+                .records()
+                .into_iter()
+                .map(|object| own_record(object).map(|(record, _)| record))
+                .collect::<Result<Vec<_>, _>>()?;
+            self.commit_own(records).await?;
+        }
+        let mut compact = false;
+        if let ctxd_core::view::CompactDecision::Compact { tokens, .. } = assembled.decision
+            && may_compact
+            && self.thresholds.auto_compact_enabled
+        {
+            // Through the same guards as after an append: a stopped session (thrashing,
+            // circuit breaker) does not compact from here either, and says "continue".
+            let view_before = self.view_generation;
+            self.auto_compact_guarded(tokens.max(self.next_tokens()), false).await;
+            // Running now, or a summary prepared ahead was installed just now: either
+            // way the host waits for the compacted view.
+            compact =
+                self.compaction.as_ref().is_some_and(|running| !running.ahead) || self.view_generation != view_before;
+        }
+        // The UI's view: after the state records above, so it marks what this request
+        // already left out.
+        let scrollback = request.include_snipped.then(|| {
+            let (state, config) =
+                (ctxd_core::view::PipelineState::default(), ctxd_core::view::PipelineConfig::default());
+            ctxd_core::view::scrollback(&self.view, &state, &config)
+        });
+        // A host that kept the request it was sent last is sent only what changed since:
+        // the per-turn answer stays the size of the turn, not of the session.
+        let messages_from = match (&request.since, &self.last_sent) {
+            (Some(since), Some(last)) if *since == last.revision => {
+                ctxd_core::view::shared_messages(&last.messages, &assembled.request.messages)
+            }
+            _ => 0,
+        };
+        let revision = next_revision();
+        // The messages are kept for the next `since`: a whole request shares them with
+        // the answer, a tail is cut from them.
+        let (request, kept) = if messages_from == 0 {
+            let kept = assembled.request.messages.clone();
+            (assembled.request, kept)
+        } else {
+            (assembled.request.messages_from(messages_from), assembled.request.messages)
+        };
+        self.last_sent = Some(SentRequest { revision: revision.clone(), messages: kept });
+        // The host's blocks, the model and the envelope's few fields on top of the
+        // messages, whose length is exact.
+        let request_len_hint = request.messages_json_len() + system_bytes + tools_bytes + request.model.len() + 256;
+        Ok(AssembleAnswer {
+            request,
+            request_len_hint,
+            revision,
+            messages_from,
+            request_tokens: assembled.estimate_tokens,
+            usage: self.usage(),
+            applied: assembled.applied,
+            compact,
+            scrollback,
+            steps: AssembleSteps { started, built: Instant::now() },
+        })
+    }
+
+    /// The request pipeline over the view with the host's blocks and the base context.
+    /// `ctx/assemble` and a compaction's parent both come from here, so the fork's prefix
+    /// is the bytes the host is sent (and the provider cached). Decisions it makes come
+    /// back in `new_state`; `assemble` persists them, and the view cache makes them
+    /// again until they are.
+    pub(super) fn run_pipeline(
+        &mut self,
+        host: HostBlocks<'_>,
+        fork: Option<&ctxd_core::view::Fork>,
+    ) -> ctxd_core::view::Assembled {
+        let base = ctxd_core::view::BaseContext {
+            system_context: self.base.as_ref().and_then(|b| b.system_context().map(|s| s.to_string())),
+            user_context: self.base.as_ref().and_then(|b| b.user_context().map(|s| s.to_string())),
+            attachments: Vec::new(),
+        };
+        let tool_results_dir = self.tool_results_dir();
+        let state = ctxd_core::view::PipelineState::default();
+        let config = ctxd_core::view::PipelineConfig::default();
+        let now_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let threshold = (self.thresholds.auto_compact_enabled && self.thresholds.enforce_window)
+            .then_some(self.thresholds.threshold);
+        let anchored_tokens = Some(self.next_tokens());
+        let input = ctxd_core::view::AssembleInput {
+            records: &self.view,
+            system: host.system,
+            tools: host.tools,
+            model: &self.setup.model,
+            max_tokens: host.max_tokens,
+            thinking: host.thinking,
+            fork,
+            base: &base,
+            now_ms,
+            state: &state,
+            config: &config,
+            tool_results_dir: &tool_results_dir,
+            compact: ctxd_core::view::CompactCheck { threshold, anchored_tokens },
+        };
+        self.view_cache.assemble(&input)
+    }
+
+    /// Where the pipeline offloads this session's large tool results.
+    pub(super) fn tool_results_dir(&self) -> String {
+        self.store.root().join("tool-results").join(&self.id).display().to_string()
+    }
+
+    /// The view as a plain request body (no host blocks): what a provider summarizes.
+    pub(super) fn parent_request(&self, records: &[Record]) -> serde_json::Value {
+        let base = ctxd_core::view::BaseContext::default();
+        let input = ctxd_core::view::AssembleInput {
+            records,
+            system: &[],
+            tools: &[],
+            model: &self.setup.model,
+            max_tokens: 20_000,
+            thinking: None,
+            fork: None,
+            base: &base,
+            now_ms: 0,
+            state: &ctxd_core::view::PipelineState::default(),
+            config: &ctxd_core::view::PipelineConfig::default(),
+            tool_results_dir: "",
+            compact: ctxd_core::view::CompactCheck::default(),
+        };
+        ctxd_core::view::assemble(&input).request.to_value()
+    }
+
+    /// The parts of the next request that no compaction can remove (the host's system
+    /// prompt and tools count once `ctx/assemble` has seen them).
+    pub(super) fn fixed_prefix(&self) -> u64 {
+        let prefix = self.shape().prefix;
+        prefix.system_prompt + prefix.tools + prefix.memory_files
+    }
+
+    /// What the session knows of its next request beyond the tally.
+    pub(super) fn shape(&self) -> Shape {
+        let base = self.base.as_ref();
+        let rate = self.tally.calibration;
+        let system_context = base.and_then(BaseContext::system_context).map_or(0, |s| rate.tokens(s.len() as u64));
+        Shape {
+            prefix: Prefix {
+                system_prompt: self.host_prefix.system + system_context,
+                tools: self.host_prefix.tools,
+                memory_files: base.map_or(0, BaseContext::memory_tokens),
+                skills: rate.tokens(self.invoked.skill_bytes()),
+            },
+            pending: self.pending_notes.iter().map(|n| rate.tokens(n.len() as u64)).sum(),
+            composition: self.composition,
+        }
+    }
+
+    /// Tokens the next request carries: the one figure for usage, levels and triggers.
+    pub(super) fn next_tokens(&self) -> u64 {
+        let shape = self.shape();
+        ctxd_core::breakdown::next_request_tokens(&self.tally, &shape.prefix, shape.pending)
+    }
+}
+
+/// The length of `values` as JSON text, counted as it is written (nothing is kept).
+fn json_len(values: &[serde_json::Value]) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, values).map_or(0, |()| count.0)
+}
+
+/// The request a session answered last, as the host holds it.
+pub(super) struct SentRequest {
+    revision: String,
+    /// Shared with the view cache: keeping them costs pointers.
+    messages: Vec<Arc<ctxd_core::view::ApiMessage>>,
+}
+
+/// A new assemble revision: a counter behind a prefix drawn when the daemon starts, so a
+/// revision a host kept from an earlier daemon never names a request of this one.
+fn next_revision() -> String {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PREFIX: OnceLock<String> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let prefix = PREFIX.get_or_init(|| uuid::Uuid::new_v4().simple().to_string()[..12].to_owned());
+    format!("{prefix}-{}", COUNTER.fetch_add(1, Ordering::Relaxed) + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    #[test]
+    pub(super) fn json_len_counts_the_bytes_serde_writes() {
+        let values = vec![
+            serde_json::json!({"type": "text", "text": "a \"quoted\" ünï\n"}),
+            serde_json::json!([1, 2.5, {"k": null}]),
+        ];
+        assert_eq!(super::json_len(&values), serde_json::to_string(&values).unwrap().len());
+        assert_eq!(super::json_len(&[]), 2);
+    }
+}
