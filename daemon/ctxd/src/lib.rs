@@ -2,6 +2,7 @@
 //!
 //! - [`transport`]: LSP base-protocol framing on stdio and the request loop.
 //! - [`server`]: the protocol surface, one handler per method (a table of contents).
+//! - [`wire`]: domain values to protocol types, in one place.
 //! - [`session`]: one actor per open session; the registry that routes commands to them.
 //! - [`settings`]: settings files, stacked per working directory.
 //! - [`context`]: the real filesystem for memory files, git facts, the file watcher.
@@ -33,3 +34,4 @@ pub mod settings;
 pub mod statusline;
 pub mod store;
 pub mod transport;
+pub mod wire;

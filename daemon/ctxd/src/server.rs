@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use ctxd_core::budget::{EnvConfig, WindowSource};
+use ctxd_core::budget::EnvConfig;
 use ctxd_core::compact::{Trigger, UndoError};
 use ctxd_core::ledger::ReadOutcome;
 use ctxd_core::record::Record;
@@ -357,7 +357,7 @@ struct AssembleResultText {
     request_tokens: u64,
     usage: proto::Usage,
     applied: Vec<proto::AppliedStage>,
-    decision: String,
+    decision: proto::Decision,
     #[serde(skip_serializing_if = "Option::is_none")]
     scrollback: Option<proto::scrollback::Scrollback>,
 }
@@ -375,13 +375,13 @@ impl From<crate::session::actor::AssembleAnswer> for AssembleResultText {
                 .applied
                 .into_iter()
                 .map(|a| proto::AppliedStage {
-                    stage: a.stage.to_owned(),
+                    stage: crate::wire::stage(a.stage),
                     acted: a.acted,
                     tokens_freed: a.tokens_freed,
                     detail: a.detail,
                 })
                 .collect(),
-            decision: if done.compact { "compact" } else { "continue" }.to_owned(),
+            decision: if done.compact { proto::Decision::Compact } else { proto::Decision::Continue },
             scrollback: done.scrollback.map(wire_scrollback),
         }
     }
@@ -714,12 +714,12 @@ impl Backend {
         let usage = usage_rx.await.map_err(|_| rpc_error(SessionError::Closed(session_id.to_owned())))?;
         Ok(proto::CompactResult {
             boundary: done.boundary,
-            trigger: done.trigger.as_str().to_owned(),
+            trigger: crate::wire::trigger(done.trigger),
             pre_tokens: done.pre_tokens,
             post_tokens: done.post_tokens,
             summary: done.summary,
-            summarizer: done.summarizer.name.to_owned(),
-            summary_path: done.summarizer.path.map(|p| p.as_str().to_owned()),
+            summarizer: crate::wire::summarizer(&done.summarizer).map_err(internal)?,
+            summary_path: done.summarizer.path.map(crate::wire::summary_path),
             fidelity_appended: done.fidelity_appended as u64,
             problems: done.problems,
             usage: usage.to_proto(),
@@ -747,7 +747,7 @@ impl Backend {
             let rx = sessions.usage(&params.session_id).map_err(rpc_error)?;
             let _ = rx.await;
             return Ok(proto::ReportProviderErrorResult {
-                action: "none".to_owned(),
+                action: proto::ProviderErrorAction::None,
                 reason: "not a refusal compaction answers (prompt too long, long-context credits)".to_owned(),
                 compact: None,
             });
@@ -760,12 +760,14 @@ impl Backend {
         };
         let rx = sessions.compact(&params.session_id, Trigger::Reactive, None, None, None).map_err(rpc_error)?;
         match self.compact_result(&params.session_id, rx).await {
-            Ok(result) => {
-                Ok(proto::ReportProviderErrorResult { action: "compacted".to_owned(), reason, compact: Some(result) })
-            }
+            Ok(result) => Ok(proto::ReportProviderErrorResult {
+                action: proto::ProviderErrorAction::Compacted,
+                reason,
+                compact: Some(result),
+            }),
             Err(e) if e.code == ErrorCode::ServerError(error_codes::COMPACT_FAILED) => {
                 Ok(proto::ReportProviderErrorResult {
-                    action: "none".to_owned(),
+                    action: proto::ProviderErrorAction::None,
                     reason: format!("{reason}; {}", e.message),
                     compact: None,
                 })
@@ -915,7 +917,7 @@ impl Backend {
         let pending_rules = view
             .memory_files
             .iter()
-            .filter(|f| f.status == "waiting" && !f.rule_paths.is_empty())
+            .filter(|f| f.status == ctxd_core::memory::Status::Pending && !f.rule_paths.is_empty())
             .map(|f| proto::PendingRule { path: f.path.display().to_string(), paths: f.rule_paths.clone() })
             .collect();
         Ok(proto::ContextResult {
@@ -926,9 +928,9 @@ impl Backend {
                 .into_iter()
                 .map(|f| proto::MemoryFile {
                     path: f.path.display().to_string(),
-                    kind: f.kind.to_owned(),
+                    kind: crate::wire::memory_kind(f.kind),
                     tokens: f.tokens,
-                    status: f.status.to_owned(),
+                    status: crate::wire::memory_status(f.status),
                 })
                 .collect(),
             pending_rules,
@@ -954,22 +956,15 @@ impl Backend {
             proto::WindowChoice::Auto(_) => None,
         };
         let (resolved, source) = self.sessions()?.set_auto_compact_window(&params.model, window).map_err(rpc_error)?;
-        let source = match source {
-            WindowSource::Env => "env",
-            WindowSource::Setting => "setting",
-            WindowSource::Client => "client",
-            WindowSource::Experiment => "experiment",
-            WindowSource::ModelDefault => "modelDefault",
-            WindowSource::SubagentCeiling => "subagentCeiling",
-        };
+        let source = crate::wire::window_source(source);
         let (adjustment, reason) = window_adjustment(window, resolved.window, resolved.model.context_window, source);
         Ok(proto::SetAutoCompactWindowResult {
             window: resolved.window,
-            source: source.to_owned(),
+            source,
             warnings: resolved.warnings,
             requested: window,
             model_window: resolved.model.context_window,
-            adjustment: adjustment.map(str::to_owned),
+            adjustment,
             reason,
             model: params.model,
         })
@@ -989,30 +984,32 @@ fn window_adjustment(
     requested: Option<u64>,
     window: u64,
     model_window: u64,
-    source: &str,
-) -> (Option<&'static str>, Option<String>) {
+    source: proto::WindowSource,
+) -> (Option<proto::WindowAdjustment>, Option<String>) {
     use ctxd_core::budget::{MAX_CONFIGURED_WINDOW, MIN_CONFIGURED_WINDOW};
+    use proto::WindowAdjustment::{CappedToModel, LoweredToCeiling, Overridden, RaisedToFloor};
     let Some(requested) = requested else { return (None, None) };
     if requested == window {
         return (None, None);
     }
-    if source != "setting" {
+    if source != proto::WindowSource::Setting {
+        let source = source.as_str();
         let why = format!("the {source} window ({window} tokens) takes precedence over the saved one");
-        return (Some("overridden"), Some(why));
+        return (Some(Overridden), Some(why));
     }
     if requested < MIN_CONFIGURED_WINDOW {
         let why = format!("{requested} is below the smallest window ctxd plans with ({MIN_CONFIGURED_WINDOW} tokens)");
-        return (Some("raisedToFloor"), Some(why));
+        return (Some(RaisedToFloor), Some(why));
     }
     if requested > model_window && window == model_window {
         let why = format!("the model accepts at most {model_window} tokens; {requested} is more than it can take");
-        return (Some("cappedToModel"), Some(why));
+        return (Some(CappedToModel), Some(why));
     }
     if requested > MAX_CONFIGURED_WINDOW {
         let why = format!("{requested} is above the largest window ctxd plans with ({MAX_CONFIGURED_WINDOW} tokens)");
-        return (Some("loweredToCeiling"), Some(why));
+        return (Some(LoweredToCeiling), Some(why));
     }
-    (Some("overridden"), Some(format!("another setting decides the window ({window} tokens)")))
+    (Some(Overridden), Some(format!("another setting decides the window ({window} tokens)")))
 }
 
 /// Awaits an actor's answer to a command that can fail.
