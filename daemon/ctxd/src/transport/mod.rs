@@ -1137,12 +1137,19 @@ impl RawStdout {
 /// The pipe capacity asked for when stdout is a pipe (Linux's default is 64 KiB, and
 /// 1 MiB is the default `/proc/sys/fs/pipe-max-size`, the most an unprivileged process
 /// may set).
+#[cfg(target_os = "linux")]
 const PIPE_CAPACITY: usize = 1 << 20;
 
 /// Raises a pipe's capacity to [`PIPE_CAPACITY`]. A whole assembled request can be
 /// hundreds of KB: through a 64 KiB pipe the writer thread blocks until the client has
 /// read all but the last 64 KiB, and every answer queued behind it (a short append's
 /// among them) waits for those round trips. Not a pipe, or a limit set lower: left as is.
+/// Linux only (`F_SETPIPE_SZ`); elsewhere pipes keep their size.
+#[cfg(not(target_os = "linux"))]
+fn widen_pipe(_fd: &std::os::fd::OwnedFd) {}
+
+/// See the other `widen_pipe`.
+#[cfg(target_os = "linux")]
 fn widen_pipe(fd: &std::os::fd::OwnedFd) {
     let Ok(before) = rustix::pipe::fcntl_getpipe_size(fd) else { return };
     if before >= PIPE_CAPACITY {
@@ -1351,6 +1358,7 @@ mod tests {
         assert!(RawStdout::new().file.is_some());
     }
 
+    #[cfg(target_os = "linux")]
     #[test]
     fn a_pipe_on_stdout_is_widened_up_to_the_limit() {
         let (_read, write) = rustix::pipe::pipe().unwrap();
