@@ -132,7 +132,10 @@ impl Notifier {
 
     pub async fn usage_changed(&self, session_id: &str, usage: UsageSnapshot) {
         if let Some(client) = &self.client {
-            let params = proto::UsageChangedNotification { session_id: session_id.to_owned(), usage: usage.to_proto() };
+            let params = proto::UsageChangedNotification {
+                session_id: session_id.to_owned(),
+                usage: crate::wire::usage(&usage),
+            };
             client.notify::<UsageChanged>(params).await;
         }
     }
