@@ -152,10 +152,25 @@ fn appended_records_are_strict_json_with_a_uuid() {
                 break message;
             }
         };
-        // One rule on every route: refused under the request's own id, with the reason.
+        // One rule on every route: refused as invalid params under the request's own id,
+        // with the reason.
         assert_eq!(response["id"], 77, "{bad}: {response}");
+        assert_eq!(response["error"]["code"], -32602, "{bad}: {response}");
         let message = response["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with("records[1]: "), "{bad}: {response}");
         assert!(message.contains("not strict JSON") && message.contains("nothing was"), "{bad}: {response}");
+        assert!(stored_uuids(&state, "s").unwrap().is_empty(), "{bad}: the good record before it was stored");
+    }
+    // The same rule for the params of any other method.
+    for (method, params) in [
+        ("ctx/assemble", r#"{"sessionId":"s","maxTokens":10,"system":[{"type":"text","text":"\udc00"}]}"#),
+        ("ctx/fileRead", r#"{"sessionId":"s","path":"/a","startLine":1e400}"#),
+    ] {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":78,"method":"{method}","params":{params}}}"#);
+        daemon.send_raw(&ctxd_e2e::frame(body.as_bytes())).unwrap();
+        let response = daemon.response(78).unwrap();
+        assert_eq!(response["error"]["code"], -32602, "{method}: {response}");
+        assert!(response["error"]["message"].as_str().unwrap().contains("not strict JSON"), "{method}: {response}");
     }
     let no_uuid = json!({"type": "user", "message": {"role": "user", "content": "who am I"}});
     let error = daemon.request_error("ctx/append", json!({"sessionId": "s", "records": [no_uuid]})).unwrap();

@@ -1,7 +1,10 @@
 //! ctxd: the daemon. Everything that touches the outside world lives here.
 //!
-//! - [`transport`]: LSP base-protocol framing on stdio and the request loop.
-//! - [`server`]: the protocol surface, one handler per method (a table of contents).
+//! - [`transport`]: LSP base-protocol framing on stdio, the one read-and-dispatch loop,
+//!   the one queue out.
+//! - [`server`]: the protocol surface: one table from method to handler (lifecycle and
+//!   every `ctx/` method), params decoded once, answers encoded once.
+//! - [`wire`]: domain values to protocol types, in one place.
 //! - [`session`]: one actor per open session; the registry that routes commands to them.
 //! - [`settings`]: settings files, stacked per working directory.
 //! - [`context`]: the real filesystem for memory files, git facts, the file watcher.
@@ -33,3 +36,4 @@ pub mod settings;
 pub mod statusline;
 pub mod store;
 pub mod transport;
+pub mod wire;

@@ -195,8 +195,8 @@ fn main() -> ExitCode {
 
 async fn serve(state_dir: PathBuf, limits: Limits) -> anyhow::Result<ExitCode> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), pid = std::process::id(), "ctxd starting");
-    let daemon = server::service(ServeOptions { state_dir });
-    let ending = transport::serve_stdio(daemon.service, daemon.socket, limits, Some(daemon.fast), daemon.outflow).await;
+    let (server, outflow) = server::Server::new(ServeOptions { state_dir });
+    let ending = transport::serve_stdio(std::sync::Arc::new(server), limits, outflow).await;
     tracing::info!(?ending, "ctxd stopping");
     // LSP: exit without a prior shutdown ends with code 1.
     Ok(match ending {

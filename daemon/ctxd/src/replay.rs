@@ -14,7 +14,7 @@ use ctxd_core::record::{Kind, Record};
 use serde_json::{Value, json};
 
 use crate::client::RpcClient;
-use crate::server::{ServeOptions, service};
+use crate::server::{ServeOptions, Server};
 use crate::transport::{self, Limits};
 
 /// What `ctxd replay` was asked to do.
@@ -56,15 +56,13 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
     // The daemon, in-process, on an in-memory pipe.
     let (client_io, server_io) = tokio::io::duplex(1 << 20);
     let (server_read, server_write) = tokio::io::split(server_io);
-    let parts = service(ServeOptions { state_dir: state_dir.clone() });
+    let (server, outflow) = Server::new(ServeOptions { state_dir: state_dir.clone() });
     let daemon = tokio::spawn(transport::serve(
         server_read,
         server_write,
-        parts.service,
-        parts.socket,
+        std::sync::Arc::new(server),
         Limits::default(),
-        Some(parts.fast),
-        parts.outflow,
+        outflow,
     ));
     let (client_read, client_write) = tokio::io::split(client_io);
     let client = RpcClient::new(client_read, client_write);

@@ -347,9 +347,8 @@ pub enum AutoWord {
 pub struct SetAutoCompactWindowResult {
     pub model: String,
     pub window: u64,
-    /// Where the window came from: `env`, `setting`, `client`, `experiment`, `modelDefault`
-    /// or `subagentCeiling`.
-    pub source: String,
+    /// Where the window came from.
+    pub source: WindowSource,
     /// Problems with the value (clamped into range, above the model's window, …).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
@@ -358,10 +357,9 @@ pub struct SetAutoCompactWindowResult {
     pub requested: Option<u64>,
     /// The model's own context window: no window can be larger.
     pub model_window: u64,
-    /// How the window in force differs from the one asked for: `cappedToModel`,
-    /// `raisedToFloor`, `loweredToCeiling` or `overridden`; absent when it is the same.
+    /// How the window in force differs from the one asked for; absent when it is the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub adjustment: Option<String>,
+    pub adjustment: Option<WindowAdjustment>,
     /// Why, in words a client shows as they are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -442,11 +440,9 @@ pub struct ContextResult {
 #[serde(rename_all = "camelCase")]
 pub struct MemoryFile {
     pub path: String,
-    /// managed, user, project, local, rule, nested, auto memory or import.
-    pub kind: String,
+    pub kind: MemoryKind,
     pub tokens: u64,
-    /// `loaded`, `waiting` (a rule or nested file not activated yet) or `duplicate`.
-    pub status: String,
+    pub status: MemoryStatus,
 }
 
 /// A rule waiting for a read that matches its `paths:` globs.
@@ -484,18 +480,16 @@ pub struct CompactParams {
 pub struct CompactResult {
     /// Uuid of the compact boundary record.
     pub boundary: String,
-    pub trigger: String,
+    pub trigger: Trigger,
     pub pre_tokens: u64,
     pub post_tokens: u64,
     /// The summary the model continues from.
     pub summary: String,
-    /// Who wrote it: `offline`, `anthropic`, `openai`.
-    pub summarizer: String,
-    /// Which request a provider wrote it for: `fork` (the cache-sharing fork of the
-    /// session's request) or `fallback` (the summary-specific request). Absent when the
-    /// offline summarizer wrote it.
+    /// Who wrote it.
+    pub summarizer: Summarizer,
+    /// Which request a provider wrote it for. Absent when the offline summarizer wrote it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub summary_path: Option<String>,
+    pub summary_path: Option<SummaryPath>,
     /// Items the summary missed (user messages, files, todos) that ctxd appended.
     pub fidelity_appended: u64,
     /// Hook failures and other problems that did not stop the compaction.
@@ -599,7 +593,7 @@ pub struct ClaudeUndoResult {
 #[serde(rename_all = "camelCase")]
 pub struct CompactedNotification {
     pub session_id: String,
-    pub trigger: String,
+    pub trigger: Trigger,
     pub pre_tokens: u64,
     pub post_tokens: u64,
 }
@@ -639,9 +633,7 @@ pub struct ProviderErrorReport {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReportProviderErrorResult {
-    /// `compacted` (retry the request now) or `none` (the error is not one compaction
-    /// answers, or compaction is off).
-    pub action: String,
+    pub action: ProviderErrorAction,
     /// Why, in a sentence.
     pub reason: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -739,9 +731,7 @@ pub struct AssembleResult {
     pub usage: Usage,
     /// One entry per pipeline stage, in order.
     pub applied: Vec<AppliedStage>,
-    /// `continue`, or `compact` when the threshold is reached (an automatic compaction
-    /// was started in the background).
-    pub decision: String,
+    pub decision: Decision,
     /// With `includeSnipped`: the whole conversation since the latest boundary, each
     /// message marked with why the model does not see it (if it does not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -752,7 +742,7 @@ pub struct AssembleResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AppliedStage {
-    pub stage: String,
+    pub stage: Stage,
     pub acted: bool,
     pub tokens_freed: u64,
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -821,4 +811,152 @@ pub struct ObserveParams {
 pub struct ObserveResult {
     pub session_id: String,
     pub usage: Usage,
+}
+
+// Closed sets of values. Each travels as the string its serde name gives, so a client
+// compares strings as before; the schemas list the values.
+
+/// Where a context window came from (`ctx/setAutoCompactWindow`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum WindowSource {
+    /// `CLAUDE_CODE_AUTO_COMPACT_WINDOW`.
+    Env,
+    /// A settings file.
+    Setting,
+    /// The client's `initializationOptions.autoCompactWindow`.
+    Client,
+    /// An experiment's window.
+    Experiment,
+    /// The model's own window.
+    ModelDefault,
+    /// A subagent's ceiling.
+    SubagentCeiling,
+}
+
+impl WindowSource {
+    /// The wire name, for messages that name the source.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WindowSource::Env => "env",
+            WindowSource::Setting => "setting",
+            WindowSource::Client => "client",
+            WindowSource::Experiment => "experiment",
+            WindowSource::ModelDefault => "modelDefault",
+            WindowSource::SubagentCeiling => "subagentCeiling",
+        }
+    }
+}
+
+/// How the window in force differs from the one a client asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum WindowAdjustment {
+    /// Lowered to the model's own window.
+    CappedToModel,
+    /// Raised to the smallest window ctxd plans with.
+    RaisedToFloor,
+    /// Lowered to the largest window ctxd plans with.
+    LoweredToCeiling,
+    /// Another source of the window takes precedence.
+    Overridden,
+}
+
+/// Where a memory file comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemoryKind {
+    Managed,
+    User,
+    Project,
+    Local,
+    Rule,
+    Nested,
+    AutoMemory,
+    Import,
+}
+
+/// Whether a memory file is in the context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum MemoryStatus {
+    /// In the context.
+    Loaded,
+    /// A rule or nested file not activated yet.
+    Waiting,
+    /// Already in the context through another entry.
+    Duplicate,
+}
+
+/// What started a compaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Trigger {
+    /// The user asked.
+    Manual,
+    /// The context reached the threshold.
+    Auto,
+    /// The provider refused a request as too long.
+    Reactive,
+    /// The session sat idle.
+    Idle,
+    /// The user summarized from, or up to, a chosen message.
+    Partial,
+    /// A summary prepared ahead of time was installed.
+    Precomputed,
+}
+
+/// Who wrote a compaction summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Summarizer {
+    /// ctxd's own summarizer (no model, no network).
+    Offline,
+    Anthropic,
+    Openai,
+}
+
+/// Which request a provider wrote a summary for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum SummaryPath {
+    /// The cache-sharing fork of the session's request.
+    Fork,
+    /// The summary-specific request.
+    Fallback,
+}
+
+/// What ctxd did about a provider error (`ctx/reportProviderError`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ProviderErrorAction {
+    /// Compacted: retry the request now.
+    Compacted,
+    /// Nothing: the error is not one compaction answers, or compaction is off.
+    None,
+}
+
+/// What the host does after `ctx/assemble`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Decision {
+    /// Send the request.
+    Continue,
+    /// The threshold is reached: an automatic compaction was started in the background.
+    Compact,
+}
+
+/// A stage of the request pipeline, in `ctx/assemble`'s `applied`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    Normalize,
+    Slice,
+    Place,
+    Snip,
+    Collapse,
+    ToolResultBudget,
+    Microcompact,
+    CacheBreakpoints,
+    CompactCheck,
 }

@@ -12,7 +12,21 @@
  * It imports only `vscode-jsonrpc`, never `vscode`, so the tests can load it in Node.
  */
 import { NotificationType, RequestType } from "vscode-jsonrpc";
-import type { ClaudeCompactResult, ClaudeSessionParams, ClaudeUndoResult } from "./protocol";
+import type {
+    ClaudeCompactResult,
+    ClaudeSessionParams,
+    ClaudeUndoResult,
+    Decision,
+    MemoryKind,
+    MemoryStatus,
+    ProviderErrorAction,
+    Stage,
+    Summarizer,
+    SummaryPath,
+    Trigger,
+    WindowAdjustment,
+    WindowSource,
+} from "./protocol";
 
 // ---------------------------------------------------------------------------------
 // Shared shapes
@@ -192,7 +206,7 @@ export interface SetAutoCompactWindowParams {
     window: WindowChoice;
 }
 /** Where a window came from. */
-export type WindowSource = "env" | "setting" | "client" | "experiment" | "modelDefault" | "subagentCeiling";
+export type { WindowSource };
 export interface SetAutoCompactWindowResult {
     model: string;
     /** The window now in force for the model (outside any project's settings). */
@@ -205,7 +219,7 @@ export interface SetAutoCompactWindowResult {
     /** The model's own window. */
     modelWindow: number;
     /** How the window in force differs from the one asked for. */
-    adjustment?: "cappedToModel" | "raisedToFloor" | "loweredToCeiling" | "overridden";
+    adjustment?: WindowAdjustment;
     /** Why, to show as it is. */
     reason?: string;
 }
@@ -244,11 +258,11 @@ export interface FileReadResult {
 export const fileRead = new RequestType<FileReadParams, FileReadResult, void>("ctx/fileRead");
 
 /** `waiting`: a rule or nested file not activated yet; `duplicate`: the same text loaded elsewhere. */
-export type MemoryFileStatus = "loaded" | "waiting" | "duplicate";
+export type MemoryFileStatus = MemoryStatus;
 export interface MemoryFile {
     path: string;
     /** managed, user, project, local, rule, nested, auto memory or import. */
-    kind: string;
+    kind: MemoryKind;
     tokens: number;
     status: MemoryFileStatus;
 }
@@ -292,19 +306,19 @@ export interface CompactResult {
     /** Uuid of the compact boundary record. */
     boundary: string;
     /** `manual` for this request. */
-    trigger: string;
+    trigger: Trigger;
     preTokens: number;
     postTokens: number;
     /** The summary the model continues from. */
     summary: string;
     /** Who wrote it: `offline`, `anthropic`, `openai`. */
-    summarizer: string;
+    summarizer: Summarizer;
     /**
      * Which request a provider wrote it for: `fork` (the cache-sharing fork of the
      * session's request) or `fallback` (the summary-specific request). Absent when the
      * offline summarizer wrote it.
      */
-    summaryPath?: string;
+    summaryPath?: SummaryPath;
     /** Items the summary missed (user messages, files, todos) that ctxd appended. */
     fidelityAppended: number;
     /** Hook failures and other problems that did not stop the compaction. */
@@ -363,7 +377,7 @@ export interface ReportProviderErrorParams {
 }
 export interface ReportProviderErrorResult {
     /** `compacted` (retry the request now) or `none` (not a refusal compaction answers, or compaction is off). */
-    action: "compacted" | "none";
+    action: ProviderErrorAction;
     /** Why, in a sentence. */
     reason: string;
     compact?: CompactResult;
@@ -467,7 +481,7 @@ export interface AssembleParams {
 }
 /** What one stage of the request pipeline did. */
 export interface AppliedStage {
-    stage: string;
+    stage: Stage;
     acted: boolean;
     tokensFreed: number;
     detail?: string;
@@ -485,7 +499,7 @@ export interface AssembleResult {
     /** One entry per pipeline stage, in order. */
     applied: AppliedStage[];
     /** `continue`, or `compact` when the threshold is reached (an automatic compaction started in the background). */
-    decision: string;
+    decision: Decision;
     /** With `includeSnipped`: the whole conversation since the latest boundary, each message marked with why the model does not see it. */
     scrollback?: Scrollback;
 }
@@ -548,7 +562,7 @@ export const contextChanged = new NotificationType<ContextChangedParams>("ctx/co
 export interface CompactedParams {
     sessionId: string;
     /** `manual` (ctx/compact), `auto` (the threshold was reached), `reactive` (ctx/reportProviderError), … */
-    trigger: string;
+    trigger: Trigger;
     preTokens: number;
     postTokens: number;
 }

@@ -33,7 +33,7 @@ export interface AppendResult {
 
 /** What one stage of the request pipeline did. */
 export interface AppliedStage {
-    stage: string;
+    stage: Stage;
     acted: boolean;
     tokensFreed: number;
     detail?: string;
@@ -93,11 +93,7 @@ export interface AssembleResult {
     usage: Usage;
     /** One entry per pipeline stage, in order. */
     applied: AppliedStage[];
-    /**
-     * `continue`, or `compact` when the threshold is reached (an automatic compaction
-     * was started in the background).
-     */
-    decision: string;
+    decision: Decision;
     /**
      * With `includeSnipped`: the whole conversation since the latest boundary, each
      * message marked with why the model does not see it (if it does not).
@@ -221,19 +217,15 @@ export interface CompactParams {
 export interface CompactResult {
     /** Uuid of the compact boundary record. */
     boundary: string;
-    trigger: string;
+    trigger: Trigger;
     preTokens: number;
     postTokens: number;
     /** The summary the model continues from. */
     summary: string;
-    /** Who wrote it: `offline`, `anthropic`, `openai`. */
-    summarizer: string;
-    /**
-     * Which request a provider wrote it for: `fork` (the cache-sharing fork of the
-     * session's request) or `fallback` (the summary-specific request). Absent when the
-     * offline summarizer wrote it.
-     */
-    summaryPath?: string | null;
+    /** Who wrote it. */
+    summarizer: Summarizer;
+    /** Which request a provider wrote it for. Absent when the offline summarizer wrote it. */
+    summaryPath?: SummaryPath | null;
     /** Items the summary missed (user messages, files, todos) that ctxd appended. */
     fidelityAppended: number;
     /** Hook failures and other problems that did not stop the compaction. */
@@ -249,7 +241,7 @@ export interface CompactResult {
 /** `ctx/compacted` notification params. */
 export interface CompactedNotification {
     sessionId: string;
-    trigger: string;
+    trigger: Trigger;
     preTokens: number;
     postTokens: number;
 }
@@ -303,6 +295,9 @@ export interface CtxdCapabilities {
      */
     degraded?: string | null;
 }
+
+/** What the host does after `ctx/assemble`. */
+export type Decision = "continue" | "compact";
 
 /** Where a message came from. */
 export type EntryKind = "prompt" | "toolResults" | "meta" | "compactSummary" | "attachment" | "response" | "collapseSummary";
@@ -398,12 +393,16 @@ export type Level = "ok" | "warning" | "compacting" | "blocked";
 /** One memory file. */
 export interface MemoryFile {
     path: string;
-    /** managed, user, project, local, rule, nested, auto memory or import. */
-    kind: string;
+    kind: MemoryKind;
     tokens: number;
-    /** `loaded`, `waiting` (a rule or nested file not activated yet) or `duplicate`. */
-    status: string;
+    status: MemoryStatus;
 }
+
+/** Where a memory file comes from. */
+export type MemoryKind = "managed" | "user" | "project" | "local" | "rule" | "nested" | "auto-memory" | "import";
+
+/** Whether a memory file is in the context. */
+export type MemoryStatus = "loaded" | "waiting" | "duplicate";
 
 /** Message tokens by kind. */
 export interface MessageBreakdown {
@@ -475,6 +474,9 @@ export interface PendingRule {
     paths: string[];
 }
 
+/** What ctxd did about a provider error (`ctx/reportProviderError`). */
+export type ProviderErrorAction = "compacted" | "none";
+
 /** The provider's error as the host received it. */
 export interface ProviderErrorReport {
     /** HTTP status, when known. */
@@ -498,11 +500,7 @@ export interface ReportProviderErrorParams {
 
 /** `ctx/reportProviderError` result. */
 export interface ReportProviderErrorResult {
-    /**
-     * `compacted` (retry the request now) or `none` (the error is not one compaction
-     * answers, or compaction is off).
-     */
-    action: string;
+    action: ProviderErrorAction;
     /** Why, in a sentence. */
     reason: string;
     compact?: CompactResult | null;
@@ -582,22 +580,16 @@ export interface SetAutoCompactWindowParams {
 export interface SetAutoCompactWindowResult {
     model: string;
     window: number;
-    /**
-     * Where the window came from: `env`, `setting`, `client`, `experiment`, `modelDefault`
-     * or `subagentCeiling`.
-     */
-    source: string;
+    /** Where the window came from. */
+    source: WindowSource;
     /** Problems with the value (clamped into range, above the model's window, …). */
     warnings?: string[];
     /** The window asked for (absent for `"auto"`). */
     requested?: number | null;
     /** The model's own context window: no window can be larger. */
     modelWindow: number;
-    /**
-     * How the window in force differs from the one asked for: `cappedToModel`,
-     * `raisedToFloor`, `loweredToCeiling` or `overridden`; absent when it is the same.
-     */
-    adjustment?: string | null;
+    /** How the window in force differs from the one asked for; absent when it is the same. */
+    adjustment?: WindowAdjustment | null;
     /** Why, in words a client shows as they are. */
     reason?: string | null;
 }
@@ -736,6 +728,18 @@ export interface Span {
     to: string;
 }
 
+/** A stage of the request pipeline, in `ctx/assemble`'s `applied`. */
+export type Stage = "normalize" | "slice" | "place" | "snip" | "collapse" | "tool_result_budget" | "microcompact" | "cache_breakpoints" | "compact_check";
+
+/** Who wrote a compaction summary. */
+export type Summarizer = "anthropic" | "openai" | "offline";
+
+/** Which request a provider wrote a summary for. */
+export type SummaryPath = "fork" | "fallback";
+
+/** What started a compaction. */
+export type Trigger = "manual" | "auto" | "reactive" | "idle" | "partial" | "precomputed";
+
 /** `ctx/undoCompact` params: take back the session's latest compaction. */
 export interface UndoCompactParams {
     sessionId: string;
@@ -802,8 +806,14 @@ export interface UsageResult {
     usage: Usage;
 }
 
+/** How the window in force differs from the one a client asked for. */
+export type WindowAdjustment = "cappedToModel" | "raisedToFloor" | "loweredToCeiling" | "overridden";
+
 /** A window in tokens, or `"auto"` for the model's own. */
 export type WindowChoice = number | AutoWord;
+
+/** Where a context window came from (`ctx/setAutoCompactWindow`). */
+export type WindowSource = "env" | "setting" | "client" | "experiment" | "modelDefault" | "subagentCeiling";
 
 /** Each `ctx/` request with the types of its params and result (`null`: the result is null). */
 export interface CtxRequests {

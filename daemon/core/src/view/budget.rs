@@ -158,7 +158,7 @@ pub fn apply_tool_result_budget(items: Vec<Item>, replacements: &BTreeMap<String
 /// The stage's report.
 pub(crate) fn budget_applied(offloads: &[Offload], saved: u64, recorded: usize) -> Applied {
     Applied {
-        stage: "tool_result_budget",
+        stage: super::Stage::ToolResultBudget,
         acted: !offloads.is_empty(),
         tokens_freed: saved,
         detail: format!("{} new results stored, {recorded} recorded replacements", offloads.len()),

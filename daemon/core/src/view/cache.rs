@@ -132,7 +132,7 @@ pub(crate) fn place(
         _ => "no message".to_owned(),
     };
     let applied = Applied {
-        stage: "cache_breakpoints",
+        stage: super::Stage::CacheBreakpoints,
         acted: !ours.is_empty(),
         tokens_freed: 0,
         detail: format!(

@@ -39,7 +39,7 @@ pub fn check_compaction(check: &CompactCheck, estimate_tokens: u64, freed_tokens
         None => format!("{tokens} tokens, no threshold"),
     };
     let applied = Applied {
-        stage: "compact_check",
+        stage: super::Stage::CompactCheck,
         acted: matches!(decision, CompactDecision::Compact { .. }),
         tokens_freed: 0,
         detail,

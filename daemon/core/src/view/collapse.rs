@@ -161,7 +161,7 @@ pub fn apply_collapses(
 /// The stage's report.
 pub(crate) fn collapse_applied(plan: &CollapsePlan, committed: usize) -> Applied {
     Applied {
-        stage: "collapse",
+        stage: super::Stage::Collapse,
         acted: plan.applied > 0,
         tokens_freed: plan.tokens_freed,
         detail: format!("{} of {committed} collapses applied", plan.applied),

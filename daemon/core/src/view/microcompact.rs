@@ -238,13 +238,16 @@ pub(crate) fn microcompact_applied(decision: Option<&(MicrocompactRecord, u64)>,
         format!("{} cleared, {} deleted by cache edits", after.cleared.len(), after.deleted_by_cache_edits().len());
     match decision {
         Some((record, saved)) => Applied {
-            stage: "microcompact",
+            stage: super::Stage::Microcompact,
             acted: true,
             tokens_freed: *saved,
             detail: format!("{}: {} results; {totals}", record.trigger.as_str(), record.cleared_tool_use_ids.len()),
         },
-        None => {
-            Applied { stage: "microcompact", acted: false, tokens_freed: 0, detail: format!("unchanged; {totals}") }
-        }
+        None => Applied {
+            stage: super::Stage::Microcompact,
+            acted: false,
+            tokens_freed: 0,
+            detail: format!("unchanged; {totals}"),
+        },
     }
 }

@@ -103,10 +103,42 @@ pub use validate::validate_request;
 
 use crate::record::Record;
 
+/// The pipeline's stages, by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    Normalize,
+    Slice,
+    Place,
+    Snip,
+    Collapse,
+    ToolResultBudget,
+    Microcompact,
+    CacheBreakpoints,
+    CompactCheck,
+}
+
+impl Stage {
+    /// The stage's name in logs and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Normalize => "normalize",
+            Stage::Slice => "slice",
+            Stage::Place => "place",
+            Stage::Snip => "snip",
+            Stage::Collapse => "collapse",
+            Stage::ToolResultBudget => "tool_result_budget",
+            Stage::Microcompact => "microcompact",
+            Stage::CacheBreakpoints => "cache_breakpoints",
+            Stage::CompactCheck => "compact_check",
+        }
+    }
+}
+
 /// What one stage did, for logs, `/context`-style reports and tests.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Applied {
-    pub stage: &'static str,
+    pub stage: Stage,
     pub acted: bool,
     /// Estimated tokens the stage removed from the request.
     pub tokens_freed: u64,
@@ -182,7 +214,7 @@ pub fn runtime_view(records: &[Record], state: &PipelineState, config: &Pipeline
 /// The normalization stage's report.
 pub(crate) fn normalize_applied(stats: &NormalizeStats) -> Applied {
     Applied {
-        stage: "normalize",
+        stage: Stage::Normalize,
         acted: stats.total() > 0,
         tokens_freed: 0,
         detail: format!(

@@ -148,7 +148,7 @@ pub(crate) fn place_applied(base: &BaseContext, extras: usize) -> Applied {
     let system = base.system_context.as_deref().is_some_and(|t| !t.trim().is_empty());
     let user = base.user_context.as_deref().is_some_and(|t| !t.trim().is_empty());
     Applied {
-        stage: "place",
+        stage: super::Stage::Place,
         acted: system || user || extras > 0,
         tokens_freed: 0,
         detail: format!(

@@ -75,7 +75,7 @@ pub(crate) fn slice_applied(slice: &Slice) -> Applied {
         0 => detail,
         n => format!("{detail}; {n} off the active chain left out"),
     };
-    Applied { stage: "slice", acted: slice.boundary.is_some(), tokens_freed: 0, detail }
+    Applied { stage: super::Stage::Slice, acted: slice.boundary.is_some(), tokens_freed: 0, detail }
 }
 
 fn splice_preserved(records: &[Record], boundary: usize, slice: &mut Slice) {

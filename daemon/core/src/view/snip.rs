@@ -193,7 +193,7 @@ pub(crate) fn snip_applied(report: &SnipReport, tags: bool, reminder: Option<&Re
         detail.push_str(&format!("; reminder after {} tokens", r.growth_tokens));
     }
     Applied {
-        stage: "snip",
+        stage: super::Stage::Snip,
         acted: report.removed > 0 || reminder.is_some(),
         tokens_freed: report.tokens_freed,
         detail,

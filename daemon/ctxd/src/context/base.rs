@@ -49,9 +49,9 @@ impl MemoryCache {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryFileInfo {
     pub path: PathBuf,
-    pub kind: &'static str,
+    pub kind: memory::MemoryKind,
     pub tokens: u64,
-    pub status: &'static str,
+    pub status: Status,
     /// `paths:` globs of a rule still waiting for a matching read.
     pub rule_paths: Vec<String>,
 }
@@ -185,13 +185,9 @@ impl BaseContext {
             .filter_map(|id| self.memory.entry(id))
             .map(|e| MemoryFileInfo {
                 path: e.path.clone(),
-                kind: e.kind.label(),
+                kind: e.kind,
                 tokens: memory::entry_tokens(e),
-                status: match e.status {
-                    Status::Active => "loaded",
-                    Status::Pending => "waiting",
-                    Status::Duplicate => "duplicate",
-                },
+                status: e.status,
                 rule_paths: e.rule_paths.clone(),
             })
             .collect()
@@ -286,7 +282,7 @@ mod tests {
         let fs = RealFs::new();
         let base = BaseContext::load(&project, config, &MemoryCache::default(), &fs, "2026-11-29".into());
 
-        let kinds: Vec<(&str, PathBuf)> = base.files().into_iter().map(|f| (f.kind, f.path)).collect();
+        let kinds: Vec<(&str, PathBuf)> = base.files().into_iter().map(|f| (f.kind.label(), f.path)).collect();
         assert_eq!(
             kinds,
             [
@@ -353,10 +349,10 @@ mod tests {
         let cache = MemoryCache::default();
         let fs = RealFs::new();
         let mut base = BaseContext::load(&project, config(&home), &cache, &fs, "2026-11-29".into());
-        assert!(base.files().iter().any(|f| f.status == "waiting"));
+        assert!(base.files().iter().any(|f| f.status == Status::Pending));
         assert_eq!(base.on_file_read(&project.join("README.md"), &fs), None);
         let activated = base.on_file_read(&project.join("src/main.rs"), &fs).unwrap();
         assert!(activated.contains("RUST-RULE"));
-        assert!(base.files().iter().all(|f| f.status == "loaded"));
+        assert!(base.files().iter().all(|f| f.status == Status::Active));
     }
 }

@@ -104,11 +104,17 @@ impl Notifier {
         }
     }
 
-    pub async fn compacted(&self, session_id: &str, trigger: &str, pre_tokens: u64, post_tokens: u64) {
+    pub async fn compacted(
+        &self,
+        session_id: &str,
+        trigger: ctxd_core::compact::Trigger,
+        pre_tokens: u64,
+        post_tokens: u64,
+    ) {
         if let Some(client) = &self.client {
             let params = proto::CompactedNotification {
                 session_id: session_id.to_owned(),
-                trigger: trigger.to_owned(),
+                trigger: crate::wire::trigger(trigger),
                 pre_tokens,
                 post_tokens,
             };
@@ -126,7 +132,10 @@ impl Notifier {
 
     pub async fn usage_changed(&self, session_id: &str, usage: UsageSnapshot) {
         if let Some(client) = &self.client {
-            let params = proto::UsageChangedNotification { session_id: session_id.to_owned(), usage: usage.to_proto() };
+            let params = proto::UsageChangedNotification {
+                session_id: session_id.to_owned(),
+                usage: crate::wire::usage(&usage),
+            };
             client.notify::<UsageChanged>(params).await;
         }
     }

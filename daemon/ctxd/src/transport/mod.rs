@@ -1,34 +1,34 @@
-//! The stdio transport: frames in, JSON-RPC messages to the LSP service, responses and
+//! The stdio transport: frames in, messages to the daemon's router, answers and
 //! notifications out.
 //!
-//! tower-lsp-server supplies the service (lifecycle, routing, typed params,
-//! `$/cancelRequest`); this module replaces its `Server` loop, which stops reading at the first malformed frame and has no size
-//! limit. Here a bad frame, bad JSON or a panicking handler costs one error reply and
-//! the daemon goes on.
+//! A bad frame, bad JSON or a panicking handler costs one error reply and the daemon
+//! goes on; frames have a size limit.
 //!
-//! **Ordering.** Each request's future is polled once as soon as its frame is read,
-//! before the next frame is dispatched: by the reader thread for a fast path when the
-//! serve loop has dispatched every earlier frame, else by the serve loop. Every `ctx/`
-//! handler hands its command to the session actor before its first `.await`, so the
-//! actor sees commands in the order the client sent them. Everything leaving goes
-//! through one queue ([`Outbound`]) that the writer empties in order; a session
-//! notifies on it before it answers, so a notification a request caused
-//! (`ctx/compacted` while an assemble compacts first) reaches the client first.
+//! **One way in.** Every frame is read, parsed and routed by one loop (on a thread of
+//! its own for stdio): the message is read borrowed from its frame, the router
+//! ([`Router`], ctxd's `server`) decides what it means and returns the answer to come,
+//! and that future is polled once at once. Every `ctx/` handler hands its command to
+//! the session actor before its first `.await`, so the actor sees commands in the order
+//! the client sent them.
+//!
+//! **One way out.** Everything leaving goes through one queue ([`Outbound`]) that the
+//! writer empties in order; a session notifies on it before it answers, so a
+//! notification a request caused (`ctx/compacted` while an assemble compacts first)
+//! reaches the client first.
 
 pub mod framing;
 mod through;
 
 use std::panic::AssertUnwindSafe;
 
+use futures::FutureExt;
 use futures::future::BoxFuture;
-use futures::stream::FuturesUnordered;
-use futures::{FutureExt, SinkExt, StreamExt};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
-use tower::Service;
 use tower_lsp_server::jsonrpc::{Error, ErrorCode, Id, Request, Response};
-use tower_lsp_server::{ClientSocket, LanguageServer, LspService};
+use tracing::Instrument as _;
 
 use self::framing::{FrameError, FrameReader};
 use self::through::{Through, WriteThrough};
@@ -65,8 +65,8 @@ pub type Reply = BoxFuture<'static, Option<Answer>>;
 /// An answer on its way to the writer.
 pub enum Answer {
     Response(Response),
-    /// A whole JSON-RPC response body, already encoded by a [`FastPath`] straight from
-    /// typed data (see [`encode_result`]): no value tree in between.
+    /// A whole JSON-RPC response body, already encoded straight from typed data (see
+    /// [`encode_result`]): no value tree in between.
     Encoded(Vec<u8>),
 }
 
@@ -258,32 +258,45 @@ impl Outbound {
     }
 }
 
-/// A handler the transport tries before the LSP service, for a method hot enough that
-/// the service's JSON passes (value tree, request, typed params on the way in; a value
-/// tree of the result on the way out) show up in a profile. It must keep the service's
-/// contract: the reply future does its work (queues its command) only when first
-/// polled, so arrival order holds; and it declines (`None`) anything it cannot answer
-/// exactly as the service would.
-pub trait FastPath: Send + Sync {
-    fn take(&self, body: &str) -> Option<FastReply>;
+/// A message from the client, as the transport read it: borrowed from its frame.
+pub struct Message<'a> {
+    /// `None` for a notification.
+    pub id: Option<Id>,
+    pub method: &'a str,
+    /// The params' JSON text as sent, decoded once by the handler that takes them.
+    pub params: Option<&'a RawValue>,
 }
 
-/// A request a [`FastPath`] took: its id and method (for the error a panic turns into)
-/// and the answer to come.
-pub struct FastReply {
-    pub id: Id,
-    pub method: &'static str,
-    pub reply: Reply,
-    /// Whether `$/cancelRequest` may drop the reply and answer "cancelled": only when
-    /// that answer is true to the client. An assemble's answer is the request, which the
-    /// client then does not get (what the assemble stored is the daemon's own state,
-    /// which the next one builds on); an append is stored whether or not its answer is
-    /// awaited, so "cancelled" would be false.
-    pub cancellable: bool,
+/// What the daemon does with one message, decided synchronously while its frame is at
+/// hand (see [`Router`]).
+pub enum Routed {
+    /// A request: its answer to come. The future queues its command when first polled.
+    Reply {
+        reply: Reply,
+        /// Whether `$/cancelRequest` may drop the reply and answer "cancelled": only when
+        /// that answer is true to the client (an append is stored whether or not its
+        /// answer is awaited, so "cancelled" would be false).
+        cancellable: bool,
+        /// Read nothing more until this is answered (`initialize`: the requests a client
+        /// pipelines behind it must not find the daemon uninitialized).
+        exclusive: bool,
+    },
+    /// Nothing to answer (a notification handled or ignored).
+    Nothing,
+    /// `$/cancelRequest` for the request with this id.
+    Cancel(Id),
+    /// `exit`: stop serving.
+    Exit(Ending),
 }
 
-/// The fast replies in flight that `$/cancelRequest` may stop (the service tracks its
-/// own). Each removes itself when it finishes.
+/// The daemon's side of the protocol: one table from method to handler. The transport
+/// reads, frames and writes; everything a method means is decided here.
+pub trait Router: Send + Sync + 'static {
+    fn route(&self, message: Message<'_>) -> Routed;
+}
+
+/// The replies in flight that `$/cancelRequest` may stop, by id. Each removes itself
+/// when it finishes.
 #[derive(Clone, Default)]
 struct Cancellable(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<Id, futures::future::AbortHandle>>>);
 
@@ -311,190 +324,172 @@ impl Cancellable {
         .boxed()
     }
 
-    /// Stops the reply to the request `$/cancelRequest` names, if it is one of these.
-    fn cancel(&self, request: &Request) {
-        let Some(id) =
-            request.params().and_then(|p| p.get("id")).and_then(|id| serde_json::from_value::<Id>(id.clone()).ok())
-        else {
-            return;
-        };
-        if let Some(handle) = self.0.lock().ok().and_then(|mut map| map.remove(&id)) {
+    /// Stops the reply to request `id`, if it is one of these.
+    fn cancel(&self, id: &Id) {
+        if let Some(handle) = self.0.lock().ok().and_then(|mut map| map.remove(id)) {
             handle.abort();
+        }
+    }
+
+    /// Stops every reply still in flight (`exit`).
+    fn cancel_all(&self) {
+        if let Ok(mut map) = self.0.lock() {
+            map.drain().for_each(|(_, handle)| handle.abort());
         }
     }
 }
 
 /// Serves one client on `input`/`output` until `exit` or the end of the input; the
 /// output is written by a task on the runtime.
-pub async fn serve<S, I, O>(
+pub async fn serve<I, O>(
     input: I,
     output: O,
-    service: LspService<S>,
-    socket: ClientSocket,
+    router: std::sync::Arc<dyn Router>,
     limits: Limits,
-    fast: Option<std::sync::Arc<dyn FastPath>>,
     outflow: Outflow,
 ) -> Ending
 where
-    S: LanguageServer,
     I: AsyncRead + Unpin + Send + 'static,
     O: AsyncWrite + Unpin + Send + 'static,
 {
-    let (frames, gate) = (mpsc::channel(READ_AHEAD), ReaderGate::shared(&limits, &outflow));
-    let reader = tokio::spawn(read_frames(input, limits.max_message_bytes, frames.0, fast.clone(), gate.clone()));
-    let ending = serve_with(frames.1, gate, Writer::task(output, outflow), service, socket, limits, fast).await;
-    reader.abort();
+    let outbound = outflow.outbound.clone();
+    let writer = Writer::task(output, outflow);
+    let ending = read_and_dispatch(input, router, limits, &outbound).await;
+    finish(outbound, writer).await;
     ending
 }
 
 /// The daemon's stdio: stdin is read and stdout written by threads of their own.
 ///
-/// Why: the serve loop is one task, so every byte it encodes delays the next frame it
-/// reads and every answer it hands on; a large `ctx/assemble` answer costs milliseconds
-/// to encode. tokio's `Stdin` and `Stdout` hand each read and write to the blocking
-/// pool, which then wakes the task: one more hand-off each way, and on a busy machine
-/// every hand-off may wait for a CPU. The reader thread blocks in `read` and queues a
-/// fast path's command itself (see `read_frames`); the writer thread encodes.
-pub async fn serve_stdio<S: LanguageServer>(
-    service: LspService<S>,
-    socket: ClientSocket,
-    limits: Limits,
-    fast: Option<std::sync::Arc<dyn FastPath>>,
-    outflow: Outflow,
-) -> Ending {
-    let ((tx, rx), gate) = (mpsc::channel(READ_AHEAD), ReaderGate::shared(&limits, &outflow));
+/// Why: every byte the serving task encodes or parses delays the next frame it reads.
+/// tokio's `Stdin` and `Stdout` hand each read and write to the blocking pool, which
+/// then wakes the task: one more hand-off each way, and on a busy machine every
+/// hand-off may wait for a CPU. The reader thread blocks in `read` and dispatches each
+/// frame itself (its command reaches the session actor with no hand-off); the writer
+/// thread encodes and writes.
+pub async fn serve_stdio(router: std::sync::Arc<dyn Router>, limits: Limits, outflow: Outflow) -> Ending {
+    let outbound = outflow.outbound.clone();
+    let writer = Writer::stdout_thread(outflow);
     let runtime = tokio::runtime::Handle::current();
-    let (max, reader_fast, reader_gate) = (limits.max_message_bytes, fast.clone(), gate.clone());
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let (thread_router, thread_outbound) = (router.clone(), outbound.clone());
     let spawned = std::thread::Builder::new().name("ctxd-reader".into()).spawn(move || {
-        // The runtime's context, for a fast path that opens a session (spawns its actor).
-        runtime.block_on(read_frames(BlockingRead(std::io::stdin()), max, tx, reader_fast, reader_gate));
+        // The runtime's context: handlers spawn tasks (a session's actor, an answer).
+        let ending = runtime.block_on(read_and_dispatch(
+            BlockingRead(std::io::stdin()),
+            thread_router,
+            limits,
+            &thread_outbound,
+        ));
+        let _ = done_tx.send(ending);
     });
-    let reader = match spawned {
-        Ok(_) => None,
+    let ending = match spawned {
+        Ok(_) => done_rx.await.unwrap_or(Ending::InputClosed),
         Err(e) => {
             tracing::warn!(error = %e, "could not start the reader thread; reading from the runtime");
-            let (tx, rx) = mpsc::channel(READ_AHEAD);
-            let task = tokio::spawn(read_frames(tokio::io::stdin(), max, tx, fast.clone(), gate.clone()));
-            Some((task, rx))
+            read_and_dispatch(tokio::io::stdin(), router, limits, &outbound).await
         }
     };
-    match reader {
-        None => serve_with(rx, gate, Writer::stdout_thread(outflow), service, socket, limits, fast).await,
-        Some((task, rx)) => {
-            let ending = serve_with(rx, gate, Writer::stdout_thread(outflow), service, socket, limits, fast).await;
-            task.abort();
-            ending
-        }
-    }
+    finish(outbound, writer).await;
+    ending
 }
 
-/// Frames read ahead of the serve loop (back-pressure beyond that).
-const READ_AHEAD: usize = 64;
-
-/// A frame the reader hands the serve loop to decode and dispatch, in the order read.
-type FromReader = Result<String, FrameError>;
-
-/// A reply polled once: answered at once, or still to come.
-enum Started {
-    Answered(Option<Answer>),
-    Pending(Reply),
+/// After the last message: the writer writes everything queued before the end mark
+/// (sessions hold senders too, so it stops at the mark, not when they are gone).
+async fn finish(outbound: Outbound, writer: Writer) {
+    outbound.send(Outgoing::End).await;
+    drop(outbound);
+    writer.done.await;
 }
 
-/// What the reader and the serve loop share to start fast requests: how far the serve
-/// loop has got, and where fast answers go.
-struct ReaderGate {
-    /// Frames the serve loop has dispatched (their commands queued).
-    dispatched: std::sync::atomic::AtomicU64,
-    /// `shutdown` dispatched: the service refuses every request from then on.
-    shutdown: std::sync::atomic::AtomicBool,
-    cancellable: Cancellable,
-    /// Fast requests in flight, each holding one permit until its answer is queued
-    /// (back-pressure: the reader waits for one before starting another).
-    fast_in_flight: std::sync::Arc<tokio::sync::Semaphore>,
-    max_fast_in_flight: u32,
-    outbound: Outbound,
-}
-
-impl ReaderGate {
-    fn shared(limits: &Limits, outflow: &Outflow) -> std::sync::Arc<ReaderGate> {
-        // Bounded well under the semaphore's own limit.
-        let max = u32::try_from(limits.max_in_flight.clamp(1, 1 << 20)).unwrap_or(1 << 20);
-        std::sync::Arc::new(ReaderGate {
-            dispatched: Default::default(),
-            shutdown: Default::default(),
-            cancellable: Cancellable::default(),
-            fast_in_flight: std::sync::Arc::new(tokio::sync::Semaphore::new(max as usize)),
-            max_fast_in_flight: max,
-            outbound: outflow.outbound.clone(),
-        })
-    }
-
-    /// Starts a request a fast path took: guarded, cancellable if it may be, polled once
-    /// now (its command queued), then finished by a task of its own, which queues the
-    /// answer straight for the writer: neither the serve loop nor its thread stands
-    /// between the session actor and the client.
-    async fn start_fast(&self, taken: FastReply) {
-        let Ok(permit) = self.fast_in_flight.clone().acquire_owned().await else { return };
-        let FastReply { id, method, reply, cancellable: may_cancel } = taken;
-        let reply = if may_cancel { self.cancellable.wrap(id.clone(), reply) } else { reply };
-        match start(guard(reply.map(Ok::<_, std::convert::Infallible>), Some(id), method.to_owned())) {
-            Started::Answered(answer) => {
-                if let Some(answer) = answer {
-                    self.outbound.send(answer.into()).await;
-                }
-            }
-            Started::Pending(reply) => {
-                let outbound = self.outbound.clone();
-                tokio::spawn(async move {
-                    if let Some(answer) = reply.await {
-                        outbound.send(answer.into()).await;
-                    }
-                    drop(permit);
-                    outbound.queued.drained.notify_waiters();
-                });
-            }
-        }
-    }
-
-    /// Returns once every fast request started has its answer queued.
-    async fn fast_requests_answered(&self) {
-        let _ = self.fast_in_flight.acquire_many(self.max_fast_in_flight).await;
-    }
-}
-
-/// Reads frames and hands them to the serve loop in order. A request a fast path takes
-/// is started here, without the serve loop: its command reaches the session actor one
-/// hand-off sooner. Only when every frame read before it has been dispatched, so that
-/// the actor still sees commands in the order sent; otherwise the frame goes the usual
-/// way (the serve loop tries the fast path itself).
-async fn read_frames<I: AsyncRead + Unpin>(
+/// The one way in: reads frames, and for each message asks the router what to do and
+/// starts it at once. A request's future is polled once before the next frame is read,
+/// so its command reaches the session actor in the order the client sent it; it then
+/// finishes on a task of its own, which queues the answer straight for the writer.
+/// Returns once every request started has its answer queued.
+async fn read_and_dispatch<I: AsyncRead + Unpin>(
     input: I,
-    max_message_bytes: usize,
-    tx: mpsc::Sender<FromReader>,
-    fast: Option<std::sync::Arc<dyn FastPath>>,
-    gate: std::sync::Arc<ReaderGate>,
-) {
-    use std::sync::atomic::Ordering;
-    let mut reader = FrameReader::new(input, max_message_bytes);
-    let mut handed = 0u64;
+    router: std::sync::Arc<dyn Router>,
+    limits: Limits,
+    outbound: &Outbound,
+) -> Ending {
+    let mut reader = FrameReader::new(input, limits.max_message_bytes);
+    // Requests in flight, each holding one permit until its answer is queued
+    // (back-pressure: the reader waits for one before reading on).
+    let max = u32::try_from(limits.max_in_flight.clamp(1, 1 << 20)).unwrap_or(1 << 20);
+    let in_flight = std::sync::Arc::new(tokio::sync::Semaphore::new(max as usize));
+    let cancellable = Cancellable::default();
+    let mut ending = Ending::InputClosed;
     loop {
         // Back-pressure in bytes: no new request while the client's unread answers are
         // over the bound.
-        let in_flight = || gate.max_fast_in_flight as usize - gate.fast_in_flight.available_permits();
-        gate.outbound.queued.room(in_flight).await;
+        outbound.queued.room(|| max as usize - in_flight.available_permits()).await;
+        let Ok(permit) = in_flight.clone().acquire_owned().await else { break };
         let Some(frame) = reader.next_frame().await else { break };
-        let caught_up = gate.dispatched.load(Ordering::Acquire) == handed && !gate.shutdown.load(Ordering::Acquire);
-        if let (Ok(body), Some(fast), true) = (&frame, &fast, caught_up)
-            && let Some(taken) = fast.take(body)
-        {
-            gate.start_fast(taken).await;
-            continue;
-        }
-        handed += 1;
-        if tx.send(frame).await.is_err() {
-            return;
+        let received = std::time::Instant::now();
+        let routed = match read_message(frame) {
+            Read::Message(body) => {
+                let Some(message) = body.message() else {
+                    // `read_message` has checked that it reads; stay safe all the same.
+                    let error = rpc_error(ErrorCode::ParseError, "unreadable message".to_owned());
+                    outbound.send(Outgoing::Response(Response::from_error(Id::Null, error))).await;
+                    continue;
+                };
+                let (id, method) = (message.id.clone(), message.method.to_owned());
+                let routed = router.route(message);
+                (id, method, routed)
+            }
+            Read::Ignored => continue,
+            Read::Invalid(response) => {
+                outbound.send(Outgoing::Response(response)).await;
+                continue;
+            }
+        };
+        match routed {
+            (Some(id), method, Routed::Reply { reply, cancellable: may_cancel, exclusive }) => {
+                let span = tracing::debug_span!("request", %method, %id);
+                let reply = if may_cancel { cancellable.wrap(id.clone(), reply) } else { reply };
+                let reply = guard(reply, id, method).instrument(span).boxed();
+                match start(reply) {
+                    Started::Answered(answer) => {
+                        if let Some(answer) = answer {
+                            outbound.send(answer.into()).await;
+                        }
+                    }
+                    Started::Pending(reply) if exclusive => {
+                        if let Some(answer) = reply.await {
+                            outbound.send(answer.into()).await;
+                        }
+                    }
+                    Started::Pending(reply) => {
+                        let outbound = outbound.clone();
+                        tokio::spawn(async move {
+                            if let Some(answer) = reply.await {
+                                outbound.send(answer.into()).await;
+                            }
+                            drop(permit);
+                            outbound.queued.drained.notify_waiters();
+                        });
+                    }
+                }
+                tracing::trace!(elapsed_us = received.elapsed().as_micros() as u64, "dispatched");
+            }
+            (None, _, Routed::Reply { .. }) | (_, _, Routed::Nothing) => {}
+            (_, _, Routed::Cancel(id)) => cancellable.cancel(&id),
+            (_, _, Routed::Exit(how)) => {
+                ending = how;
+                break;
+            }
         }
     }
+    // Requests still in flight are answered before the output closes: after `exit`,
+    // the cancellable ones with "cancelled"; when the input just ends, all of them with
+    // their answers.
+    if ending != Ending::InputClosed {
+        cancellable.cancel_all();
+    }
+    let _ = in_flight.acquire_many(max).await;
+    ending
 }
 
 /// A blocking reader as an `AsyncRead`, for a thread of its own that does nothing but
@@ -517,182 +512,17 @@ impl<R: std::io::Read + Unpin> AsyncRead for BlockingRead<R> {
     }
 }
 
-async fn serve_with<S>(
-    mut frames: mpsc::Receiver<FromReader>,
-    gate: std::sync::Arc<ReaderGate>,
-    writer: Writer,
-    mut service: LspService<S>,
-    socket: ClientSocket,
-    limits: Limits,
-    fast: Option<std::sync::Arc<dyn FastPath>>,
-) -> Ending
-where
-    S: LanguageServer,
-{
-    let Writer { done: writer } = writer;
+/// A frame as the reader hands it on.
+type FromReader = Result<String, FrameError>;
 
-    // Server-to-client requests and notifications (from `Client`), and the sink for the
-    // client's responses to them.
-    let (to_client, mut client_responses) = socket.split();
-    let mut out = Outbox { to_client, outbound: gate.outbound.clone() };
-
-    let mut in_flight: FuturesUnordered<Reply> = FuturesUnordered::new();
-    let mut shutdown_seen = false;
-    let mut ending = Ending::InputClosed;
-    let cancellable = &gate.cancellable;
-
-    'read: loop {
-        // Back-pressure: with too much in flight, only drain.
-        if in_flight.len() >= limits.max_in_flight {
-            if let Some(Some(answer)) = out.next_done(&mut in_flight).await {
-                out.answer(answer).await;
-            }
-            continue;
-        }
-        tokio::select! {
-            biased;
-            Some(request) = out.to_client.next() => out.send(Outgoing::Request(request)).await,
-            Some(done) = in_flight.next(), if !in_flight.is_empty() => {
-                if let Some(answer) = done {
-                    out.answer(answer).await;
-                }
-            }
-            read = frames.recv() => {
-                let Some(frame) = read else { break 'read };
-                // Whatever this frame turns out to be, once it is handled the reader may
-                // start the next fast request itself.
-                let _dispatched = Dispatched(&gate);
-                // After `shutdown` the service refuses every request; so must the fast paths.
-                if let (Ok(body), Some(fast), false) = (&frame, &fast, shutdown_seen)
-                    && let Some(taken) = fast.take(body)
-                {
-                    // Queued behind the service's messages so far, as any answer is.
-                    out.forward_queued().await;
-                    gate.start_fast(taken).await;
-                    continue 'read;
-                }
-                match decode(frame) {
-                    Incoming::Request(request) => {
-                        let method = request.method().to_owned();
-                        // The service cancels its own requests; the fast paths' are here.
-                        if method == "$/cancelRequest" {
-                            cancellable.cancel(&request);
-                        }
-                        let id = request.id().cloned();
-                        // `initialize` holds the service not-ready until it finishes; keep
-                        // answering what is in flight meanwhile.
-                        let ready = loop {
-                            tokio::select! {
-                                biased;
-                                Some(request) = out.to_client.next() => out.send(Outgoing::Request(request)).await,
-                                Some(done) = in_flight.next(), if !in_flight.is_empty() => {
-                                    if let Some(answer) = done {
-                                        out.answer(answer).await;
-                                    }
-                                }
-                                ready = futures::future::poll_fn(|cx| service.poll_ready(cx)) => break ready,
-                            }
-                        };
-                        if ready.is_err() {
-                            break 'read;
-                        }
-                        if method == "shutdown" {
-                            shutdown_seen = true;
-                            gate.shutdown.store(true, std::sync::atomic::Ordering::Release);
-                        }
-                        let call = service.call(request);
-                        let call = guard(call.map(|r| r.map(|response| response.map(Answer::Response))), id, method.clone());
-                        if let Some(answer) = settle(start(call), &mut in_flight) {
-                            out.answer(answer).await;
-                        }
-                        if method == "initialize" {
-                            // The service moves to "initialized" only as `initialize`
-                            // runs; a client that pipelines its first requests behind it
-                            // must not see them refused, so nothing else is dispatched
-                            // until it has answered.
-                            while let Some(done) = out.next_done(&mut in_flight).await {
-                                if let Some(answer) = done {
-                                    out.answer(answer).await;
-                                }
-                            }
-                        }
-                        if method == "exit" {
-                            ending = if shutdown_seen { Ending::ExitAfterShutdown } else { Ending::ExitWithoutShutdown };
-                            break 'read;
-                        }
-                    }
-                    Incoming::Response(response) => {
-                        if client_responses.send(response).await.is_err() {
-                            tracing::warn!("response from the client arrived after the service stopped");
-                        }
-                    }
-                    Incoming::Invalid(response) => out.send(Outgoing::Response(response)).await,
-                    Incoming::Nothing => {}
-                }
-            }
-        }
-    }
-
-    // Answer everything still in flight before closing the output.
-    while let Some(done) = out.next_done(&mut in_flight).await {
-        if let Some(answer) = done {
-            out.answer(answer).await;
-        }
-    }
-    gate.fast_requests_answered().await;
-    out.forward_queued().await;
-    // Sessions hold senders too: the writer stops at this mark, not when they are gone.
-    out.outbound.send(Outgoing::End).await;
-    drop(out);
-    writer.await;
-    ending
-}
-
-/// Where the serve loop's output goes: server-to-client messages from the service's
-/// `Client` and answers, in that order when both are waiting.
-/// (`R` is tower-lsp's request stream, whose type it does not export.)
-struct Outbox<R> {
-    to_client: R,
-    outbound: Outbound,
-}
-
-impl<R: futures::Stream<Item = Request> + Unpin> Outbox<R> {
-    async fn send(&mut self, message: Outgoing) {
-        self.outbound.send(message).await;
-    }
-
-    /// Sends an answer after every server-to-client message already queued: a handler
-    /// queues its notifications before its answer is ready, so they go out first.
-    async fn answer(&mut self, answer: Answer) {
-        self.forward_queued().await;
-        self.send(answer.into()).await;
-    }
-
-    /// Forwards the server-to-client messages queued now, without waiting for more.
-    async fn forward_queued(&mut self) {
-        while let Some(Some(request)) = self.to_client.next().now_or_never() {
-            self.send(Outgoing::Request(request)).await;
-        }
-    }
-
-    /// The next request to finish (`None` once none is in flight), forwarding
-    /// server-to-client messages meanwhile: a handler waiting to queue a notification
-    /// (the channel holds one) must not wait on this loop.
-    async fn next_done(&mut self, in_flight: &mut FuturesUnordered<Reply>) -> Option<Option<Answer>> {
-        loop {
-            tokio::select! {
-                biased;
-                Some(request) = self.to_client.next() => self.send(Outgoing::Request(request)).await,
-                done = in_flight.next() => return done,
-            }
-        }
-    }
+/// A reply polled once: answered at once, or still to come.
+enum Started {
+    Answered(Option<Answer>),
+    Pending(Reply),
 }
 
 /// Polls a request's future once, now, so that its command is queued before the next
-/// frame is read. (Left to `in_flight` alone, a newly pushed future can wait behind
-/// others when `FuturesUnordered` yields early, and a later frame's command could
-/// overtake it.)
+/// frame is read.
 fn start(mut reply: Reply) -> Started {
     let mut context = std::task::Context::from_waker(std::task::Waker::noop());
     match reply.as_mut().poll(&mut context) {
@@ -701,40 +531,11 @@ fn start(mut reply: Reply) -> Started {
     }
 }
 
-/// A started request's answer if it has one, else the future joins `in_flight` (and is
-/// polled again with the set's own waker).
-fn settle(started: Started, in_flight: &mut FuturesUnordered<Reply>) -> Option<Answer> {
-    match started {
-        Started::Answered(answer) => answer,
-        Started::Pending(reply) => {
-            in_flight.push(reply);
-            None
-        }
-    }
-}
-
-/// Counts a frame as dispatched when dropped (the end of its handling, by any path).
-struct Dispatched<'a>(&'a ReaderGate);
-
-impl Drop for Dispatched<'_> {
-    fn drop(&mut self) {
-        self.0.dispatched.fetch_add(1, std::sync::atomic::Ordering::Release);
-    }
-}
-
-/// Runs a request's future, turning a panic into an error reply for that request alone
-/// and giving standard errors a message that names what was wrong.
-fn guard<F, E>(call: F, id: Option<Id>, method: String) -> Reply
-where
-    F: std::future::Future<Output = Result<Option<Answer>, E>> + Send + 'static,
-    E: std::fmt::Display,
-{
+/// Runs a request's future, turning a panic into an error reply for that request alone.
+fn guard(reply: Reply, id: Id, method: String) -> Reply {
     async move {
-        let response = match AssertUnwindSafe(call).catch_unwind().await {
-            Ok(Ok(Some(Answer::Response(response)))) => Some(explain(response, &method)),
-            Ok(Ok(Some(encoded))) => return Some(encoded),
-            Ok(Ok(None)) => None,
-            Ok(Err(e)) => id.map(|id| Response::from_error(id, server_error(format!("{method}: {e}")))),
+        match AssertUnwindSafe(reply).catch_unwind().await {
+            Ok(answer) => answer,
             Err(panic) => {
                 let what = panic
                     .downcast_ref::<&str>()
@@ -742,34 +543,124 @@ where
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "unknown panic".to_owned());
                 tracing::error!(%method, panic = %what, "handler panicked; answering an error and serving on");
-                id.map(|id| {
-                    let mut error = Error::new(ErrorCode::ServerError(ctxd_proto::error_codes::INTERNAL));
-                    error.message = format!("internal error in {method}: {what}").into();
-                    Response::from_error(id, error)
-                })
+                let mut error = Error::new(ErrorCode::ServerError(ctxd_proto::error_codes::INTERNAL));
+                error.message = format!("internal error in {method}: {what}").into();
+                Some(Answer::Response(Response::from_error(id, error)))
             }
-        };
-        response.map(Answer::Response)
+        }
     }
     .boxed()
 }
 
-fn server_error(message: String) -> Error {
-    let mut error = Error::new(ErrorCode::InternalError);
-    error.message = message.into();
-    error
+/// A frame, read: a message to route, nothing to do (an empty body, or a response from
+/// the client: ctxd sends no requests, so there is nothing to match it with), or the
+/// error reply the client should get.
+enum Read {
+    Message(Body),
+    Ignored,
+    Invalid(Response),
 }
 
-/// Rewrites the router's bare "Method not found" into a message naming the method.
-fn explain(response: Response, method: &str) -> Response {
-    let (id, body) = response.into_parts();
-    match body {
-        Err(mut error) if error.code == ErrorCode::MethodNotFound => {
-            error.message = format!("unknown method: {method}").into();
-            Response::from_error(id, error)
+/// A frame's body that reads as one JSON-RPC message.
+struct Body {
+    text: String,
+    /// Set when the borrowed reading could not be used and [`decode`] read the message
+    /// as a value tree instead: its params re-encoded.
+    decoded: Option<(Option<Id>, String, Option<Box<RawValue>>)>,
+}
+
+/// The message's fields as a borrowed reading finds them: what every well-formed
+/// request looks like. Anything else (escapes in `method`, a duplicate key, an id of
+/// another type, a response, deep nesting) fails here and is read by [`decode`],
+/// which answers exactly what is wrong.
+#[derive(serde::Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow)]
+    jsonrpc: &'a str,
+    #[serde(default)]
+    id: Option<Id>,
+    #[serde(borrow)]
+    method: &'a str,
+    #[serde(default, borrow)]
+    params: Option<&'a RawValue>,
+}
+
+impl Body {
+    fn message(&self) -> Option<Message<'_>> {
+        if let Some((id, method, params)) = &self.decoded {
+            return Some(Message { id: id.clone(), method, params: params.as_deref() });
         }
-        body => Response::from_parts(id, body),
+        let envelope: Envelope<'_> = serde_json::from_str(&self.text).ok()?;
+        Some(Message { id: envelope.id, method: envelope.method, params: envelope.params })
     }
+}
+
+/// Deepest nesting serde_json reads into a value tree (its recursion limit is 128).
+/// The borrowed reading skips params without that limit, so a deeper frame is read by
+/// [`decode`], which refuses it as invalid JSON.
+const MAX_NESTING: usize = 127;
+
+/// Reads a frame: a message (borrowed where it can be), a response to drop, or the
+/// error reply the client should get.
+fn read_message(frame: FromReader) -> Read {
+    if let Ok(body) = &frame
+        && !nested_deeper_than(body, MAX_NESTING)
+        && let Ok(envelope) = serde_json::from_str::<Envelope<'_>>(body)
+        && envelope.jsonrpc == "2.0"
+        && !matches!(envelope.id, Some(Id::Null))
+        && envelope.params.is_none_or(|p| p.get().starts_with(['{', '[']) || p.get() == "null")
+    {
+        drop(envelope);
+        let text = frame.unwrap_or_default();
+        return Read::Message(Body { text, decoded: None });
+    }
+    match decode(frame) {
+        Incoming::Request(request) => {
+            let (method, id, params) = request.into_parts();
+            let params = params.and_then(|p| serde_json::value::to_raw_value(&p).ok());
+            Read::Message(Body { text: String::new(), decoded: Some((id, method.into_owned(), params)) })
+        }
+        Incoming::Response(_) => {
+            tracing::debug!("a response from the client, to no request of ctxd's; dropped");
+            Read::Ignored
+        }
+        Incoming::Invalid(response) => Read::Invalid(response),
+        Incoming::Nothing => Read::Ignored,
+    }
+}
+
+/// Whether the JSON `text` nests arrays and objects deeper than `limit` (brackets inside
+/// strings do not count).
+fn nested_deeper_than(text: &str, limit: usize) -> bool {
+    let bytes = text.as_bytes();
+    // Fewer opening brackets than the limit cannot nest deeper than it.
+    if bytes.iter().filter(|b| matches!(b, b'{' | b'[')).count() <= limit {
+        return false;
+    }
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in bytes {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
 }
 
 /// A frame read as a JSON-RPC message. Public, hidden, for the fuzz targets in `fuzz/`.
@@ -896,7 +787,7 @@ fn encode_into<T: serde::Serialize>(message: &T, buf: &mut Vec<u8>) {
 /// A message on its way out, encoded by the writer (not by the serve loop).
 enum Outgoing {
     Response(Response),
-    /// A response body a fast path already encoded; only framed here.
+    /// A response body a handler already encoded; only framed here.
     Encoded(Vec<u8>),
     /// A request or notification from the server.
     Request(Request),
@@ -1137,12 +1028,19 @@ impl RawStdout {
 /// The pipe capacity asked for when stdout is a pipe (Linux's default is 64 KiB, and
 /// 1 MiB is the default `/proc/sys/fs/pipe-max-size`, the most an unprivileged process
 /// may set).
+#[cfg(target_os = "linux")]
 const PIPE_CAPACITY: usize = 1 << 20;
 
 /// Raises a pipe's capacity to [`PIPE_CAPACITY`]. A whole assembled request can be
 /// hundreds of KB: through a 64 KiB pipe the writer thread blocks until the client has
 /// read all but the last 64 KiB, and every answer queued behind it (a short append's
 /// among them) waits for those round trips. Not a pipe, or a limit set lower: left as is.
+/// Linux only (`F_SETPIPE_SZ`); elsewhere pipes keep their size.
+#[cfg(not(target_os = "linux"))]
+fn widen_pipe(_fd: &std::os::fd::OwnedFd) {}
+
+/// See the other `widen_pipe`.
+#[cfg(target_os = "linux")]
 fn widen_pipe(fd: &std::os::fd::OwnedFd) {
     let Ok(before) = rustix::pipe::fcntl_getpipe_size(fd) else { return };
     if before >= PIPE_CAPACITY {
@@ -1205,30 +1103,42 @@ async fn write_loop<O: AsyncWrite + Unpin>(
 #[cfg(test)]
 mod tests {
     use serde_json::{Value, json};
-    use tower_lsp_server::jsonrpc::Result;
-    use tower_lsp_server::ls_types::{InitializeParams, InitializeResult};
 
     use super::*;
     use crate::client::RpcClient;
 
-    #[derive(Debug)]
-    struct Panicky;
-
-    impl LanguageServer for Panicky {
-        async fn initialize(&self, _: InitializeParams) -> Result<InitializeResult> {
-            Ok(InitializeResult::default())
-        }
-        async fn shutdown(&self) -> Result<()> {
-            Ok(())
-        }
+    /// A router for the transport's own tests: `test/boom` panics (at once, or after a
+    /// yield with `"later": true`), `test/log` notes its `n` when first polled and
+    /// answers it, `exit` stops. Everything else answers its params.
+    struct TestRouter {
+        log: std::sync::Arc<std::sync::Mutex<Vec<i64>>>,
     }
 
-    impl Panicky {
-        async fn boom(&self, params: Value) -> Result<Value> {
-            if params["panic"] == true {
-                panic!("deliberate panic for the test");
+    impl Router for TestRouter {
+        fn route(&self, message: Message<'_>) -> Routed {
+            if message.method == "exit" {
+                return Routed::Exit(Ending::ExitWithoutShutdown);
             }
-            Ok(params)
+            let Some(id) = message.id else { return Routed::Nothing };
+            let params: Value = message.params.map_or(Value::Null, |p| serde_json::from_str(p.get()).unwrap());
+            let (method, log) = (message.method.to_owned(), self.log.clone());
+            let reply = async move {
+                match method.as_str() {
+                    "test/boom" => {
+                        if params["later"] == true {
+                            tokio::task::yield_now().await;
+                        }
+                        panic!("deliberate panic for the test");
+                    }
+                    "test/log" => {
+                        log.lock().unwrap().push(params["n"].as_i64().unwrap());
+                        tokio::task::yield_now().await;
+                    }
+                    _ => {}
+                }
+                encode_result(&id, &params, 64).ok().map(Answer::Encoded)
+            };
+            Routed::Reply { reply: reply.boxed(), cancellable: true, exclusive: false }
         }
     }
 
@@ -1351,6 +1261,7 @@ mod tests {
         assert!(RawStdout::new().file.is_some());
     }
 
+    #[cfg(target_os = "linux")]
     #[test]
     fn a_pipe_on_stdout_is_widened_up_to_the_limit() {
         let (_read, write) = rustix::pipe::pipe().unwrap();
@@ -1368,147 +1279,35 @@ mod tests {
         widen_pipe(&std::os::fd::OwnedFd::from(file));
     }
 
-    /// Takes `fast/boom` frames: its reply panics when first polled, or after a yield
-    /// when `"later": true`.
-    struct PanickyFast;
-
-    impl FastPath for PanickyFast {
-        fn take(&self, body: &str) -> Option<FastReply> {
-            let value: Value = serde_json::from_str(body).ok()?;
-            if value["method"] != "fast/boom" {
-                return None;
-            }
-            let later = value["params"]["later"] == true;
-            let reply = async move {
-                if later {
-                    tokio::task::yield_now().await;
-                }
-                panic!("deliberate panic in a fast path");
-            }
-            .boxed();
-            Some(FastReply { id: Id::Number(value["id"].as_i64()?), method: "fast/boom", reply, cancellable: false })
-        }
-    }
-
-    #[tokio::test]
-    async fn a_panicking_fast_path_answers_an_error_and_the_server_lives_on() {
-        let (service, socket) = LspService::build(|_| Panicky).custom_method("test/boom", Panicky::boom).finish();
-        let (client_io, server_io) = tokio::io::duplex(1 << 16);
-        let (server_read, server_write) = tokio::io::split(server_io);
-        let fast: std::sync::Arc<dyn FastPath> = std::sync::Arc::new(PanickyFast);
-        let server = tokio::spawn(serve(
-            server_read,
-            server_write,
-            service,
-            socket,
-            Limits::default(),
-            Some(fast),
-            Outbound::channel().1,
-        ));
-        let (client_read, client_write) = tokio::io::split(client_io);
-        let client = RpcClient::new(client_read, client_write);
-        client.request("initialize", json!({"capabilities": {}})).await.unwrap();
-        for later in [false, true] {
-            let error = client.request("fast/boom", json!({"later": later})).await.unwrap_err().to_string();
-            assert!(error.contains("deliberate panic in a fast path") && error.contains("fast/boom"), "{error}");
-        }
-        let fine = client.request("test/boom", json!({"panic": false, "n": 2})).await.unwrap();
-        assert_eq!(fine["n"], 2);
-        client.request("shutdown", Value::Null).await.unwrap();
-        client.notify("exit", Value::Null).await.unwrap();
-        assert_eq!(server.await.unwrap(), Ending::ExitAfterShutdown);
-    }
-
     #[tokio::test]
     async fn a_panicking_handler_answers_an_error_and_the_server_lives_on() {
-        let (service, socket) = LspService::build(|_| Panicky).custom_method("test/boom", Panicky::boom).finish();
+        let router = std::sync::Arc::new(TestRouter { log: Default::default() });
         let (client_io, server_io) = tokio::io::duplex(1 << 16);
         let (server_read, server_write) = tokio::io::split(server_io);
-        let server = tokio::spawn(serve(
-            server_read,
-            server_write,
-            service,
-            socket,
-            Limits::default(),
-            None,
-            Outbound::channel().1,
-        ));
+        let (_, outflow) = Outbound::channel();
+        let server = tokio::spawn(serve(server_read, server_write, router, Limits::default(), outflow));
         let (client_read, client_write) = tokio::io::split(client_io);
         let client = RpcClient::new(client_read, client_write);
-        client.request("initialize", json!({"capabilities": {}})).await.unwrap();
-        let error = client.request("test/boom", json!({"panic": true})).await.unwrap_err().to_string();
-        assert!(error.contains("deliberate panic"), "{error}");
-        assert!(error.contains("test/boom"), "{error}");
-        let fine = client.request("test/boom", json!({"panic": false, "n": 1})).await.unwrap();
+        for later in [false, true] {
+            let error = client.request("test/boom", json!({"later": later})).await.unwrap_err().to_string();
+            assert!(error.contains("deliberate panic") && error.contains("test/boom"), "{error}");
+        }
+        let fine = client.request("test/echo", json!({"n": 1})).await.unwrap();
         assert_eq!(fine["n"], 1);
-        client.request("shutdown", Value::Null).await.unwrap();
         client.notify("exit", Value::Null).await.unwrap();
-        assert_eq!(server.await.unwrap(), Ending::ExitAfterShutdown);
+        assert_eq!(server.await.unwrap(), Ending::ExitWithoutShutdown);
     }
 
-    /// Records the order in which requests reach their handlers: `test/log` through the
-    /// service, `fast/log` through a fast path, each noting its `n` when first polled.
-    #[derive(Debug)]
-    struct Logger {
-        log: std::sync::Arc<std::sync::Mutex<Vec<i64>>>,
-    }
-
-    impl LanguageServer for Logger {
-        async fn initialize(&self, _: InitializeParams) -> Result<InitializeResult> {
-            Ok(InitializeResult::default())
-        }
-        async fn shutdown(&self) -> Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Logger {
-        async fn log(&self, params: Value) -> Result<Value> {
-            self.log.lock().unwrap().push(params["n"].as_i64().unwrap());
-            tokio::task::yield_now().await;
-            Ok(params)
-        }
-    }
-
-    struct LoggingFast(std::sync::Arc<std::sync::Mutex<Vec<i64>>>);
-
-    impl FastPath for LoggingFast {
-        fn take(&self, body: &str) -> Option<FastReply> {
-            let value: Value = serde_json::from_str(body).ok()?;
-            if value["method"] != "fast/log" {
-                return None;
-            }
-            let (log, n, id) = (self.0.clone(), value["params"]["n"].as_i64()?, value["id"].as_i64()?);
-            let reply = async move {
-                log.lock().unwrap().push(n);
-                tokio::task::yield_now().await;
-                encode_result(&Id::Number(id), &json!({"n": n}), 64).ok().map(Answer::Encoded)
-            }
-            .boxed();
-            Some(FastReply { id: Id::Number(id), method: "fast/log", reply, cancellable: false })
-        }
-    }
-
-    /// Fast requests may start on the reader, the others on the serve loop; pipelined
-    /// together, they still reach their handlers in the order sent (what keeps a
-    /// session's commands in order).
+    /// Requests pipelined, some answered at once and some later, reach their handlers in
+    /// the order sent (what keeps a session's commands in order).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn fast_and_service_requests_pipelined_start_in_the_order_sent() {
+    async fn requests_pipelined_start_in_the_order_sent() {
         let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (service, socket) =
-            LspService::build(|_| Logger { log: log.clone() }).custom_method("test/log", Logger::log).finish();
+        let router = std::sync::Arc::new(TestRouter { log: log.clone() });
         let (client_io, server_io) = tokio::io::duplex(1 << 20);
         let (server_read, server_write) = tokio::io::split(server_io);
-        let fast: std::sync::Arc<dyn FastPath> = std::sync::Arc::new(LoggingFast(log.clone()));
-        let server = tokio::spawn(serve(
-            server_read,
-            server_write,
-            service,
-            socket,
-            Limits::default(),
-            Some(fast),
-            Outbound::channel().1,
-        ));
+        let (_, outflow) = Outbound::channel();
+        let server = tokio::spawn(serve(server_read, server_write, router, Limits::default(), outflow));
         let (client_read, mut client_write) = tokio::io::split(client_io);
         let mut answers = FrameReader::new(client_read, 1 << 20);
         let frame = |message: Value| {
@@ -1516,25 +1315,60 @@ mod tests {
             framing::encode_into(&serde_json::to_vec(&message).unwrap(), &mut out);
             out
         };
-        let mut bytes =
-            frame(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"capabilities": {}}}));
-        // Runs of fast requests between service ones, of varying length.
         let total = 400i64;
+        let mut bytes = Vec::new();
         for n in 0..total {
-            let method = if n % 7 == 0 || n % 11 == 3 { "test/log" } else { "fast/log" };
-            bytes.extend(frame(json!({"jsonrpc": "2.0", "id": n + 1, "method": method, "params": {"n": n}})));
+            // Some requests on another method between the logged ones.
+            if n % 7 == 0 {
+                bytes.extend(frame(json!({"jsonrpc": "2.0", "id": -n - 1, "method": "test/echo", "params": {}})));
+            }
+            bytes.extend(frame(json!({"jsonrpc": "2.0", "id": n + 1, "method": "test/log", "params": {"n": n}})));
         }
-        // In pieces, so that the reader sometimes catches up with the serve loop.
         for piece in bytes.chunks(4096) {
             client_write.write_all(piece).await.unwrap();
             tokio::task::yield_now().await;
         }
-        for _ in 0..=total {
+        for _ in 0..total + (total + 6) / 7 {
             let body = answers.next_frame().await.unwrap().unwrap();
             assert!(!body.contains("\"error\""), "{body}");
         }
         assert_eq!(*log.lock().unwrap(), (0..total).collect::<Vec<_>>());
         client_write.write_all(&frame(json!({"jsonrpc": "2.0", "method": "exit"}))).await.unwrap();
         assert_eq!(server.await.unwrap(), Ending::ExitWithoutShutdown);
+    }
+
+    #[test]
+    fn a_well_formed_request_is_read_borrowed_and_anything_else_as_decode_reads_it() {
+        let message = |body: &str| match read_message(Ok(body.to_owned())) {
+            Read::Message(body) => {
+                let m = body.message().unwrap();
+                Some((m.id.clone(), m.method.to_owned(), m.params.map(|p| p.get().to_owned()), body.decoded.is_some()))
+            }
+            _ => None,
+        };
+        let borrowed = message(r#"{"jsonrpc":"2.0","id":3,"method":"ctx/usage","params":{"sessionId":"s"}}"#);
+        assert_eq!(
+            borrowed,
+            Some((Some(Id::Number(3)), "ctx/usage".into(), Some(r#"{"sessionId":"s"}"#.into()), false))
+        );
+        // An escape in the method: read as a value tree, the same message.
+        let decoded = message(r#"{"jsonrpc":"2.0","id":"a","method":"ctx\/usage","params":{"sessionId":"s"}}"#);
+        assert_eq!(
+            decoded,
+            Some((Some(Id::String("a".into())), "ctx/usage".into(), Some(r#"{"sessionId":"s"}"#.into()), true))
+        );
+        // Wrong version, params a string, a float id: the errors decode gives.
+        for bad in [
+            r#"{"jsonrpc":"1.0","id":1,"method":"m"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"m","params":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"m"}"#,
+        ] {
+            match read_message(Ok(bad.to_owned())) {
+                Read::Invalid(response) => {
+                    assert!(serde_json::to_string(&response).unwrap().contains("-32600"), "{bad}")
+                }
+                _ => panic!("{bad} was read as a message"),
+            }
+        }
     }
 }

@@ -97,7 +97,7 @@ pub(crate) fn report(out: &Assembled) -> String {
         .map(|a| {
             format!(
                 "{}{}: {}{}\n",
-                a.stage,
+                a.stage.as_str(),
                 if a.acted { "*" } else { "" },
                 a.detail,
                 if a.tokens_freed > 0 { format!(" (freed {})", a.tokens_freed) } else { String::new() }

@@ -253,7 +253,7 @@ impl Session {
         match &outcome {
             Ok(answer) => {
                 tracing::info!(?trigger, pre = answer.pre_tokens, post = answer.post_tokens, "compaction installed");
-                self.notifier.compacted(&self.id, trigger.as_str(), answer.pre_tokens, answer.post_tokens).await;
+                self.notifier.compacted(&self.id, trigger, answer.pre_tokens, answer.post_tokens).await;
             }
             Err(e) => {
                 tracing::warn!(?trigger, error = %e, "compaction failed");

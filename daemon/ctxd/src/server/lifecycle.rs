@@ -1,0 +1,179 @@
+//! The LSP lifecycle: `initialize` opens the store and starts the sessions,
+//! `initialized` and `workspace/didChangeConfiguration` reach them, `shutdown` closes
+//! them (then every request is refused until `exit`), and `$/cancelRequest` names a
+//! request to stop.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ctxd_core::budget::EnvConfig;
+use ctxd_proto::{self as proto, methods};
+use futures::FutureExt;
+use serde_json::Value;
+use serde_json::value::RawValue;
+use tower_lsp_server::jsonrpc::{Error, Id};
+use tower_lsp_server::ls_types::{
+    DidChangeConfigurationParams, InitializeParams, InitializeResult, ServerCapabilities, ServerInfo,
+};
+
+use super::dispatch::{self, Result, internal, store_error};
+use super::{Backend, Lifecycle};
+use crate::session::{Environment, Notifier, Sessions};
+use crate::settings::SettingsSources;
+use crate::store::Store;
+use crate::transport::Routed;
+
+impl Backend {
+    /// `initialize`: once, and nothing else is read until it has answered (a client
+    /// may pipeline its first requests behind it). A failed one may be tried again.
+    pub(super) fn initialize_request(self: &Arc<Self>, id: Id, params: Option<&RawValue>) -> Routed {
+        if self.lifecycle() != Lifecycle::Uninitialized {
+            tracing::warn!("a second `initialize`; refused");
+            return Routed::Reply {
+                reply: dispatch::refuse(id, Error::invalid_request()),
+                cancellable: false,
+                exclusive: false,
+            };
+        }
+        let params = match dispatch::decode::<InitializeParams>(params) {
+            Ok(params) => params,
+            Err(e) => return Routed::Reply { reply: dispatch::refuse(id, e), cancellable: false, exclusive: false },
+        };
+        self.set_lifecycle(Lifecycle::Initializing);
+        let backend = self.clone();
+        let reply = async move {
+            let result = backend.initialize(params).await;
+            backend.set_lifecycle(if result.is_ok() { Lifecycle::Initialized } else { Lifecycle::Uninitialized });
+            Some(dispatch::answer(id, result, dispatch::small))
+        };
+        Routed::Reply { reply: reply.boxed(), cancellable: false, exclusive: true }
+    }
+
+    /// `shutdown`: every session closed; from now on every request is refused.
+    pub(super) fn shutdown_request(self: &Arc<Self>, id: Id) -> Routed {
+        self.set_lifecycle(Lifecycle::ShutDown);
+        let backend = self.clone();
+        let reply = async move {
+            if let Some(sessions) = backend.sessions.get() {
+                sessions.close_all().await;
+            }
+            tracing::info!("shutdown");
+            Some(dispatch::answer(id, Ok(Value::Null), dispatch::small))
+        };
+        Routed::Reply { reply: reply.boxed(), cancellable: true, exclusive: false }
+    }
+
+    /// A notification between `initialize` and `shutdown`. Params that do not read are
+    /// ignored (a notification has no answer to carry the error).
+    pub(super) fn notification(&self, method: &str, params: Option<&RawValue>) -> Routed {
+        match method {
+            "initialized" => self.initialized(),
+            "workspace/didChangeConfiguration" => match dispatch::decode::<DidChangeConfigurationParams>(params) {
+                Ok(params) => self.did_change_configuration(params),
+                Err(e) => tracing::warn!(error = %e.message, "didChangeConfiguration: params ignored"),
+            },
+            "$/cancelRequest" => {
+                #[derive(serde::Deserialize)]
+                struct Cancel {
+                    id: Id,
+                }
+                if let Ok(Cancel { id }) = dispatch::decode::<Cancel>(params) {
+                    return Routed::Cancel(id);
+                }
+            }
+            _ => tracing::debug!(method, "a notification ctxd does not handle; ignored"),
+        }
+        Routed::Nothing
+    }
+
+    async fn initialize(&self, params: InitializeParams) -> Result<InitializeResult> {
+        let options: proto::InitializationOptions = match params.initialization_options {
+            None | Some(Value::Null) => proto::InitializationOptions::default(),
+            Some(value) => serde_json::from_value(value)
+                .map_err(|e| Error::invalid_params(format!("initializationOptions: {e}")))?,
+        };
+        let state_dir = options.state_dir.as_ref().map_or_else(|| self.options.state_dir.clone(), PathBuf::from);
+        let dir = state_dir.clone();
+        let store = tokio::task::spawn_blocking(move || Store::open(&dir))
+            .await
+            .map_err(|e| internal(format!("opening the store: {e}")))?
+            .map_err(store_error)?;
+        let degraded = store.index().degraded.as_ref().map(|reason| {
+            format!("the store's index cannot be written ({reason}); a temporary one is used, and appends fail until the disk has room")
+        });
+        if store.index().fresh && !store.session_ids().unwrap_or_default().is_empty() {
+            tracing::info!("index is new; session entries will be rebuilt from the transcripts as sessions open");
+        }
+        let (env, warnings) = EnvConfig::from_vars(std::env::vars());
+        for warning in warnings {
+            tracing::warn!(%warning, "ignoring an invalid environment variable");
+        }
+        let client = crate::settings::client_layer("initializationOptions.settings", options.settings.as_ref());
+        for problem in &client.problems {
+            tracing::warn!(%problem, "settings");
+        }
+        let environment = Environment {
+            env,
+            client_window: options.auto_compact_window,
+            client_settings: client.settings,
+            sources: SettingsSources::standard(&state_dir),
+            services: crate::session::Services::start(),
+        };
+        let sessions = Arc::new(Sessions::new(Arc::new(store), environment, Notifier::new(self.outbound.clone())));
+        if self.sessions.set(sessions.clone()).is_err() {
+            return Err(Error::invalid_request());
+        }
+        // Notifications reach the client from a successful `initialize` on; no session
+        // exists before it to send one.
+        self.outbound.start_notifications();
+
+        tracing::info!(state_dir = %state_dir.display(), "initialized");
+        let capabilities = proto::CtxdCapabilities {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            protocol: 1,
+            methods: methods::REQUESTS.iter().map(|m| (*m).to_owned()).collect(),
+            notifications: methods::NOTIFICATIONS.iter().map(|m| (*m).to_owned()).collect(),
+            state_dir: state_dir.display().to_string(),
+            process_id: std::process::id(),
+            degraded: degraded.clone(),
+        };
+        let experimental = serde_json::json!({ "ctxd": capabilities });
+        Ok(InitializeResult {
+            capabilities: ServerCapabilities { experimental: Some(experimental), ..ServerCapabilities::default() },
+            server_info: Some(ServerInfo {
+                name: "ctxd".to_owned(),
+                version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+            }),
+            ..InitializeResult::default()
+        })
+    }
+
+    fn initialized(&self) {
+        tracing::debug!("client initialized");
+        if let Ok(sessions) = self.sessions()
+            && sessions.daemon_settings().observe_claude_projects == Some(true)
+            && let Some(root) = sessions.claude_projects_dir()
+        {
+            tracing::info!(root = %root.display(), "observing Claude Code projects");
+            sessions.follow_claude_projects(root);
+        }
+    }
+
+    fn did_change_configuration(&self, params: DidChangeConfigurationParams) {
+        let Ok(sessions) = self.sessions() else { return };
+        let object = match &params.settings {
+            Value::Object(map) => Some(map.clone()),
+            Value::Null => None,
+            Value::Array(items) if items.is_empty() => None,
+            other => {
+                tracing::warn!(settings = %other, "didChangeConfiguration: settings must be an object; ignored");
+                return;
+            }
+        };
+        let layer = crate::settings::client_layer("workspace/didChangeConfiguration", object.as_ref());
+        for problem in &layer.problems {
+            tracing::warn!(%problem, "settings");
+        }
+        sessions.settings_changed(layer.settings);
+    }
+}

@@ -1,0 +1,174 @@
+//! The protocol surface: a table of contents of the methods ctxd answers.
+//!
+//! One table ([`Server::route`]) takes every message the transport reads: the LSP
+//! lifecycle (`initialize`, `initialized`, `shutdown`, `exit`,
+//! `workspace/didChangeConfiguration`, `$/cancelRequest`) and each `ctx/` method. A
+//! request's params are decoded once, from the frame's text (borrowed where that
+//! matters: an append's records), its handler queues one command on a session actor
+//! before its first `.await`, and the answer is encoded once (see [`dispatch`]).
+//!
+//! - [`dispatch`]: params in, answers out, and the one mapping of errors.
+//! - [`handlers`]: one function per `ctx/` method.
+//! - [`lifecycle`]: `initialize` and the rest of the LSP lifecycle.
+//! - [`latency`]: where a per-turn request's time went, for the `ctxd::latency` log.
+//! - `crate::wire`: domain values to protocol types.
+
+mod dispatch;
+mod handlers;
+mod latency;
+mod lifecycle;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use ctxd_proto::methods;
+use tower_lsp_server::jsonrpc::{Error, ErrorCode, Id};
+
+use crate::session::Sessions;
+use crate::transport::{Message, Outbound, Outflow, Routed, Router};
+
+pub use self::dispatch::rpc_error;
+
+/// Options the daemon was started with.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// State directory unless `initializationOptions.stateDir` says otherwise.
+    pub state_dir: PathBuf,
+}
+
+/// The daemon's state behind the table: what every handler reaches.
+#[derive(Debug)]
+pub struct Backend {
+    outbound: Outbound,
+    options: ServeOptions,
+    /// Set by a successful `initialize`.
+    sessions: OnceLock<Arc<Sessions>>,
+    lifecycle: AtomicU8,
+}
+
+/// Where the LSP lifecycle is (what `initialize`, `shutdown` and `exit` move between).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Lifecycle {
+    Uninitialized = 0,
+    Initializing = 1,
+    Initialized = 2,
+    ShutDown = 3,
+}
+
+impl Backend {
+    fn lifecycle(&self) -> Lifecycle {
+        match self.lifecycle.load(Ordering::Acquire) {
+            0 => Lifecycle::Uninitialized,
+            1 => Lifecycle::Initializing,
+            2 => Lifecycle::Initialized,
+            _ => Lifecycle::ShutDown,
+        }
+    }
+
+    fn set_lifecycle(&self, to: Lifecycle) {
+        self.lifecycle.store(to as u8, Ordering::Release);
+    }
+}
+
+/// The router the transport hands every message to.
+#[derive(Debug, Clone)]
+pub struct Server {
+    backend: Arc<Backend>,
+}
+
+impl Server {
+    /// The server, and the queue its answers and notifications leave by (for the
+    /// transport's writer).
+    pub fn new(options: ServeOptions) -> (Server, Outflow) {
+        let (outbound, outflow) = Outbound::channel();
+        let backend = Backend {
+            outbound,
+            options,
+            sessions: OnceLock::new(),
+            lifecycle: AtomicU8::new(Lifecycle::Uninitialized as u8),
+        };
+        (Server { backend: Arc::new(backend) }, outflow)
+    }
+
+    /// A `ctx/` request, once initialized: the table.
+    fn ctx_request(&self, id: Id, method: &str, params: Option<&serde_json::value::RawValue>) -> Routed {
+        use dispatch::{request as on, small};
+        let received = Instant::now();
+        let b = &self.backend;
+        let reply = match method {
+            methods::OPEN_SESSION => on(b, id, params, Backend::open_session, small),
+            // Stored whether or not its answer is awaited: never answered "cancelled".
+            methods::APPEND => {
+                let reply = dispatch::request_unchecked(b, id, params, |b, p| b.append(p, received), small);
+                return Routed::Reply { reply, cancellable: false, exclusive: false };
+            }
+            methods::ASSEMBLE => on(b, id, params, |b, p| b.assemble(p, received), handlers::Assembled::capacity),
+            methods::USAGE => on(b, id, params, Backend::usage, small),
+            methods::CONTEXT => on(b, id, params, Backend::context, small),
+            methods::CLOSE_SESSION => on(b, id, params, Backend::close_session, small),
+            methods::SET_AUTO_COMPACT_WINDOW => on(b, id, params, Backend::set_auto_compact_window, small),
+            methods::FILE_READ => on(b, id, params, Backend::file_read, small),
+            methods::COMPACT => on(b, id, params, Backend::compact, small),
+            methods::UNDO_COMPACT => on(b, id, params, Backend::undo_compact, small),
+            methods::REPORT_PROVIDER_ERROR => on(b, id, params, Backend::report_provider_error, small),
+            methods::CLEAR => on(b, id, params, Backend::clear, small),
+            methods::SNIP => on(b, id, params, Backend::snip, small),
+            methods::COLLAPSE => on(b, id, params, Backend::collapse, small),
+            methods::OBSERVE => on(b, id, params, Backend::observe, small),
+            methods::SKILL_INVOKED => on(b, id, params, Backend::skill_invoked, small),
+            methods::SET_PLAN => on(b, id, params, Backend::set_plan, small),
+            methods::CLAUDE_COMPACT => on(b, id, params, Backend::claude_compact, small),
+            methods::CLAUDE_UNDO => on(b, id, params, Backend::claude_undo, small),
+            // An LSP extension ctxd does not know (`$/…`) is ignored, even as a request.
+            _ if method.starts_with("$/") => return Routed::Nothing,
+            _ => {
+                let mut error = Error::method_not_found();
+                error.message = format!("unknown method: {method}").into();
+                error.data = Some(method.into());
+                dispatch::refuse(id, error)
+            }
+        };
+        Routed::Reply { reply, cancellable: true, exclusive: false }
+    }
+}
+
+impl Router for Server {
+    fn route(&self, message: Message<'_>) -> Routed {
+        let Message { id, method, params } = message;
+        let lifecycle = self.backend.lifecycle();
+        if method == "exit" {
+            return Routed::Exit(if lifecycle == Lifecycle::ShutDown {
+                crate::transport::Ending::ExitAfterShutdown
+            } else {
+                crate::transport::Ending::ExitWithoutShutdown
+            });
+        }
+        let Some(id) = id else {
+            // Notifications count only between `initialize` and `shutdown`.
+            if lifecycle == Lifecycle::Initialized {
+                return self.backend.notification(method, params);
+            }
+            return Routed::Nothing;
+        };
+        if method == "initialize" {
+            return self.backend.initialize_request(id, params);
+        }
+        match lifecycle {
+            Lifecycle::Uninitialized | Lifecycle::Initializing => {
+                let mut error = Error::new(ErrorCode::ServerError(-32002));
+                error.message = "Server not initialized".into();
+                Routed::Reply { reply: dispatch::refuse(id, error), cancellable: false, exclusive: false }
+            }
+            Lifecycle::ShutDown => Routed::Reply {
+                reply: dispatch::refuse(id, Error::invalid_request()),
+                cancellable: false,
+                exclusive: false,
+            },
+            Lifecycle::Initialized if method == "shutdown" => self.backend.shutdown_request(id),
+            Lifecycle::Initialized => self.ctx_request(id, method, params),
+        }
+    }
+}
