@@ -18,7 +18,7 @@ use ctxd_core::compact::{
 };
 use ctxd_core::ledger::{LedgerEntry, has_changed};
 use ctxd_core::record::Record;
-use ctxd_core::summary::{OfflineOptions, estimate_tokens, parse_summary_reply, summarize_offline};
+use ctxd_core::summary::{OfflineOptions, estimate_tokens, offline_cap_tokens, parse_summary_reply, summarize_offline};
 use serde_json::json;
 
 /// What the actor hands the driver: a snapshot, never a live reference.
@@ -199,20 +199,20 @@ pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
     // one installed: with a model it would be CPU spent for nothing on every compaction.
     let focus = instructions.clone();
     let (body, summarizer) = match remote_provider(&job) {
-        Ok(None) => (write_offline(summarized, focus).await?, Summarizer::OFFLINE),
+        Ok(None) => (write_offline(summarized, focus, job.threshold).await?, Summarizer::OFFLINE),
         Ok(Some(provider)) => {
             let name = provider.name();
             match summarize_remote(&provider, &job, instructions.as_deref(), !kept.is_empty(), &mut problems).await {
                 Ok((body, path)) => (body, Summarizer { name, path: Some(path) }),
                 Err(e) => {
                     problems.push(format!("{name} could not write the summary ({e}); the offline summarizer wrote it"));
-                    (write_offline(summarized, focus).await?, Summarizer::OFFLINE)
+                    (write_offline(summarized, focus, job.threshold).await?, Summarizer::OFFLINE)
                 }
             }
         }
         Err(e) => {
             problems.push(format!("provider settings: {e}; the offline summarizer wrote the summary"));
-            (write_offline(summarized, focus).await?, Summarizer::OFFLINE)
+            (write_offline(summarized, focus, job.threshold).await?, Summarizer::OFFLINE)
         }
     };
     // The snapshot is not needed after this step: moved, not copied.
@@ -316,6 +316,22 @@ fn remote_provider(job: &Job) -> Result<Option<crate::provider::RemoteProvider>,
     }
 }
 
+/// The offline summary of `summarized`, on the low-priority pool, capped in proportion
+/// to the session's threshold.
+async fn write_offline(
+    summarized: Vec<Record>,
+    focus: Option<String>,
+    threshold: u64,
+) -> Result<String, CompactFailure> {
+    let max_output_tokens = offline_cap_tokens(threshold);
+    let offline = crate::background::run(move || {
+        summarize_offline(&summarized, &OfflineOptions { focus, max_output_tokens, ..OfflineOptions::default() })
+    })
+    .await
+    .map_err(|e| CompactFailure::Summary(format!("summarizer task failed: {e}")))?;
+    parse_summary_reply(&offline.text).map_err(|e| CompactFailure::Summary(e.to_string()))
+}
+
 /// Asks a provider for the summary: first with the cache-sharing fork of the host's
 /// request when [`choose_fork`](ctxd_core::compact::choose_fork) allows it, then, if the
 /// fork is skipped or gives no usable summary, with the streaming fallback request
@@ -323,16 +339,6 @@ fn remote_provider(job: &Job) -> Result<Option<crate::provider::RemoteProvider>,
 /// media as markers): once, once more if the reply has no `<summary>`, and again with
 /// the oldest rounds dropped if the request is too long. Why a fork gave way goes to
 /// `problems`.
-/// The offline summary of `summarized`, on the low-priority pool.
-async fn write_offline(summarized: Vec<Record>, focus: Option<String>) -> Result<String, CompactFailure> {
-    let offline = crate::background::run(move || {
-        summarize_offline(&summarized, &OfflineOptions { focus, ..OfflineOptions::default() })
-    })
-    .await
-    .map_err(|e| CompactFailure::Summary(format!("summarizer task failed: {e}")))?;
-    parse_summary_reply(&offline.text).map_err(|e| CompactFailure::Summary(e.to_string()))
-}
-
 async fn summarize_remote(
     provider: &crate::provider::RemoteProvider,
     job: &Job,
