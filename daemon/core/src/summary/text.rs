@@ -5,14 +5,8 @@
 //! way, and the cap arithmetic must agree with the marker that cutting inserts: a reader
 //! of the summary sees exactly how much was left out ("[… 1,234 characters cut …]").
 
-/// Bytes per token in the estimate used for the output cap (the same rule as the rest
-/// of ctxd: bytes divided by four, rounded up).
-pub(super) const BYTES_PER_TOKEN: u64 = 4;
-
-/// Estimated tokens of a text: its UTF-8 length divided by four, rounded up.
-pub fn estimate_tokens(text: &str) -> u64 {
-    (text.len() as u64).div_ceil(BYTES_PER_TOKEN)
-}
+/// The estimate used for the output cap is the rest of ctxd's.
+pub use crate::tally::{BYTES_PER_TOKEN, estimate_tokens};
 
 /// Which part of a text survives a cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,35 +71,13 @@ fn markers_in(text: &str) -> Vec<(usize, usize, usize)> {
     out
 }
 
-/// Largest char boundary at or below `i`.
-fn floor_boundary(s: &str, mut i: usize) -> usize {
-    if i >= s.len() {
-        return s.len();
-    }
-    while !s.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
-}
-
-/// Smallest char boundary at or above `i`.
-fn ceil_boundary(s: &str, mut i: usize) -> usize {
-    if i >= s.len() {
-        return s.len();
-    }
-    while !s.is_char_boundary(i) {
-        i += 1;
-    }
-    i
-}
-
 /// How far back (or forward) a cut may move to land on whitespace instead of
 /// splitting a word.
 const WORD_SLACK: usize = 24;
 
 /// End of a head of at most `max` bytes, moved back to a whitespace when one is close.
 fn head_end(s: &str, max: usize) -> usize {
-    let end = floor_boundary(s, max);
+    let end = s.floor_char_boundary(max);
     if end == s.len() {
         return end;
     }
@@ -119,7 +91,7 @@ fn head_end(s: &str, max: usize) -> usize {
 /// Start of a tail of at most `max` bytes, moved forward past a whitespace when one is
 /// close.
 fn tail_start(s: &str, max: usize) -> usize {
-    let start = ceil_boundary(s, s.len().saturating_sub(max));
+    let start = s.ceil_char_boundary(s.len().saturating_sub(max));
     let window_end = (start + WORD_SLACK).min(s.len());
     match s.as_bytes()[start..window_end].iter().position(|b| b.is_ascii_whitespace()) {
         Some(p) if start + p + 1 < s.len() => start + p + 1,
