@@ -1449,3 +1449,17 @@ fn a_prepared_summary_is_installed_while_it_still_leaves_room() {
         Err(Stale::TooMuchSince { estimated_after: 90_000, limit: 83_500 })
     );
 }
+
+#[test]
+fn the_default_fork_keeps_the_parents_tool_choice() {
+    let mut parent = parent_body();
+    parent["tool_choice"] = json!({"type": "auto", "disable_parallel_tool_use": true});
+    let options = ForkOptions { style: ForkStyle::AppendToLastUser, tool_refusal: ToolRefusal::default() };
+    let fork = fork_request(&parent, "S", options).unwrap();
+    for key in ["model", "system", "tools", "thinking", "max_tokens", "tool_choice"] {
+        assert_eq!(fork.body[key], parent[key], "{key}");
+    }
+    // Asked for, `none` replaces it (and costs the cached messages).
+    let none = ForkOptions { tool_refusal: ToolRefusal::ToolChoiceNone, ..options };
+    assert_eq!(fork_request(&parent, "S", none).unwrap().body["tool_choice"], json!({"type": "none"}));
+}

@@ -387,11 +387,13 @@ fn fork_enabled(settings: &ctxd_proto::Settings) -> bool {
     settings.compact_fork != Some(false) && !env_off
 }
 
-/// Path 1: the parent request with the instruction appended, tools refused, sent as it
-/// is (same model, system, tools, prefix) so it reads the parent's cache. At most one
-/// turn: a reply that calls a tool or has no text is "no usable text"; a reply without
-/// `<summary>` is asked again once, still as a fork. Every failure is the caller's cue
-/// to use the fallback, which has its own prompt-too-long handling.
+/// Path 1: the parent request with the instruction appended, sent as it is (same model,
+/// system, tools, `tool_choice`, thinking, prefix) so it reads the parent's cache. Tool
+/// use is refused here rather than by a changed `tool_choice` (which would cost the
+/// cached messages): a reply that calls a tool, or has no `<summary>`, is asked once
+/// more, still as a fork, with the refusal said; a second such reply is "no usable
+/// text". Every failure is the caller's cue to use the fallback, which has its own
+/// prompt-too-long handling.
 async fn summarize_with_fork(
     provider: &crate::provider::RemoteProvider,
     parent: &serde_json::Value,
@@ -400,7 +402,7 @@ async fn summarize_with_fork(
 ) -> Result<String, String> {
     use crate::provider::Provider;
     use ctxd_core::compact::{ForkOptions, ReplyAttempt, ReplyVerdict, ToolRefusal, fork_request, read_summary_reply};
-    let options = ForkOptions { style, tool_refusal: ToolRefusal::ToolChoiceNone };
+    let options = ForkOptions { style, tool_refusal: ToolRefusal::default() };
     let cancel = tokio_util::sync::CancellationToken::new();
     let mut attempt = ReplyAttempt::First;
     let mut ask = instruction.to_owned();
@@ -410,7 +412,15 @@ async fn summarize_with_fork(
         let request = summary_request(built.body);
         let reply = provider.send(&request, &cancel, &mut |_| {}).await.map_err(|e| e.to_string())?;
         if reply.tool_calls > 0 || reply.stop_reason == Some(crate::provider::StopReason::ToolUse) {
-            return Err("the reply called a tool".to_owned());
+            match refuse_tool_call(attempt, instruction) {
+                Some(again) => {
+                    tracing::debug!("the fork's reply called a tool; asking once more for text");
+                    attempt = ReplyAttempt::Reasked;
+                    ask = again;
+                    continue;
+                }
+                None => return Err("the reply called a tool again after it was refused".to_owned()),
+            }
         }
         match read_summary_reply(&reply.text, attempt, instruction).map_err(|e| e.to_string())? {
             ReplyVerdict::Summary(summary) => return Ok(summary),
@@ -421,6 +431,17 @@ async fn summarize_with_fork(
         }
     }
 }
+
+/// The fork's instruction again, saying tool use is refused, after a first reply that
+/// called a tool; `None` after the one re-ask (the fallback's turn).
+fn refuse_tool_call(attempt: ctxd_core::compact::ReplyAttempt, instruction: &str) -> Option<String> {
+    (attempt == ctxd_core::compact::ReplyAttempt::First).then(|| format!("{instruction}\n\n{TOOL_REFUSAL_NOTE}"))
+}
+
+/// Said to a fork whose reply called a tool. Its tools stay offered (the cache reads
+/// them), so the refusal is in words.
+const TOOL_REFUSAL_NOTE: &str = "Tool use is refused for this request: the call was not run. \
+Reply with text only: the summary, in the format asked for above.";
 
 /// A request body as the provider's request: the fields it knows by name, everything
 /// else (`tool_choice`, …) passed through as it is.
