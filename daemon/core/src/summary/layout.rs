@@ -278,7 +278,10 @@ fn floors(sections: &[Section], full_lens: &[usize], budget: usize, squeeze: usi
         .zip(&kept)
         .map(|((s, &full), &kept)| {
             if s.number == PROTECTED_SECTION {
-                min_len_of(s, squeeze, false).min(full)
+                // At most its share of the budget: past it, the oldest messages are
+                // counted in the marker rather than squeezing files and current work
+                // out.
+                min_len_of(s, squeeze, false).min(full).min((budget * PROTECTED_SHARE / 100).max(kept))
             } else {
                 kept.max(heading(s.number).len() + FLOOR_BYTES).min(full)
             }
@@ -313,6 +316,8 @@ const FLOOR_BYTES: usize = 240;
 
 /// The section whose entries all keep their short form if at all possible.
 const PROTECTED_SECTION: usize = 6;
+/// Percent of the budget the protected section's floor may take.
+const PROTECTED_SHARE: usize = 60;
 
 /// Lays the sections out as the `<summary>` text within `cap_tokens` (estimated as
 /// bytes / 4, rounded up). Returns the text and whether anything was cut to fit.
