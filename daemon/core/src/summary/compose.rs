@@ -427,7 +427,9 @@ impl Ctx<'_> {
             for entry in carry::entries(prior.body) {
                 if let Some(n) = carry::folded_count(&entry) {
                     folded += n;
-                } else if !is_placeholder(&entry) {
+                } else if !entry.starts_with("No user message in this part") {
+                    // Only the section's own placeholder is skipped: a message may
+                    // well be "none".
                     let (times, text) = carry::split_times(&entry);
                     messages.push((times, text.to_owned()));
                 }

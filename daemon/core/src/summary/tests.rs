@@ -766,3 +766,22 @@ fn a_large_session_accounts_for_every_user_message() {
         assert!(o.prompts.iter().any(|p| entry == p || in_short_form(&format!("   - {entry}"), p)), "{entry}");
     }
 }
+
+#[test]
+fn an_earlier_summarys_messages_carry_even_when_they_read_like_placeholders() {
+    let line = serde_json::json!({
+        "type": "user",
+        "uuid": "s",
+        "isCompactSummary": true,
+        "message": {"role": "user", "content": "Summary:\n1. Primary Request and Intent:\n   - First request: Port the CLI.\n6. All User Messages:\n   - Port the CLI.\n   - [… 4 more user messages cut …]\n   - none\n7. Pending Tasks:\n   - None recorded.\n"}
+    });
+    let prompt = serde_json::json!({"type": "user", "uuid": "u", "message": {"role": "user", "content": "Go on."}});
+    let summary = summarize_offline(&records(&format!("{line}\n{prompt}")), &OfflineOptions::default());
+    assert_eq!(
+        section_body(&summary.text, 6),
+        "   - Port the CLI.\n   - [… 4 more user messages cut …]\n   - none\n   - Go on."
+    );
+    assert!(section_body(&summary.text, 1).starts_with("   - First request: Port the CLI.\n"));
+    // The earlier "None recorded." is no task; the new prompt has no reply yet.
+    assert_eq!(section_body(&summary.text, 7), "   - Not yet answered: Go on.");
+}
