@@ -28,7 +28,12 @@
 //! - **fork cache reads**: for each automatic compaction, the share of the parent
 //!   request (the last one the host sent) that the cache-sharing fork built from it by
 //!   ctxd's own `fork_request` reads from the cache, with the default (parent's
-//!   `tool_choice` kept) and with `tool_choice: none`.
+//!   `tool_choice` kept) and with `tool_choice: none`;
+//! - **forks sent over HTTP**: the same sessions again with a local stand-in for the
+//!   Anthropic API writing the summaries (its canned summary makes this pass useless
+//!   for continuity, so only the forks are measured): each fork body as the daemon sent
+//!   it, priced right after the host's requests, and the share of the parent (the last
+//!   request the host sent) it read from the cache.
 //!
 //! ```text
 //! cargo build --release -p ctxd && cargo bench -p ctxd-e2e --bench continuity
@@ -64,12 +69,24 @@ fn main() -> anyhow::Result<()> {
         seeds.len()
     );
     let mut total = Report::default();
-    for seed in seeds {
-        let report = replay(seed)?;
+    for &seed in &seeds {
+        let report = replay(seed, false)?;
         report.print(&format!("session seed {seed}"));
         total.merge(report);
     }
     total.print("all sessions");
+    // The forks the daemon really sends, to a local stand-in for the provider, priced
+    // against the requests the host sent before them.
+    let mut forks = Report::default();
+    for &seed in &seeds {
+        forks.merge(replay(seed, true)?);
+    }
+    println!(
+        "\nforks sent over HTTP (provider stand-in, same sessions): {} automatic, share of the parent read from cache: min {:.3}, median {:.3}",
+        forks.sent_fork_share.len(),
+        percentile(&forks.sent_fork_share, 0.0),
+        percentile(&forks.sent_fork_share, 0.5)
+    );
     Ok(())
 }
 
@@ -95,6 +112,8 @@ struct Report {
     cost_none: f64,
     fork_share: Vec<f64>,
     fork_share_none: Vec<f64>,
+    /// Forks the daemon sent (provider mode): share of the parent read from cache.
+    sent_fork_share: Vec<f64>,
 }
 
 fn percentile(xs: &[f64], p: f64) -> f64 {
@@ -127,6 +146,7 @@ impl Report {
         self.cost_none += o.cost_none;
         self.fork_share.extend(o.fork_share);
         self.fork_share_none.extend(o.fork_share_none);
+        self.sent_fork_share.extend(o.sent_fork_share);
     }
 
     fn print(&self, name: &str) {
@@ -283,6 +303,8 @@ struct Host {
     appended_since: u64,
     cache: PromptCache,
     naive_cache: PromptCache,
+    /// Clock of the last request sent.
+    last_now: u64,
 }
 
 impl Host {
@@ -306,7 +328,29 @@ impl Host {
     }
 }
 
-fn replay(seed: u64) -> anyhow::Result<Report> {
+/// A summary in the nine-section shape, the provider stand-in's only answer.
+fn stub_summary(_: &str) -> (u16, String) {
+    let sections: String = [
+        "Primary Request and Intent",
+        "Key Technical Concepts",
+        "Files and Code Sections",
+        "Errors and fixes",
+        "Problem Solving",
+        "All user messages",
+        "Pending Tasks",
+        "Current Work",
+        "Optional Next Step",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, title)| format!("{}. {title}:\n   - (written by the stand-in)\n", i + 1))
+    .collect();
+    ctxd_e2e::stub::sse_text(&format!("<summary>\n{sections}</summary>"))
+}
+
+/// Replays one session; with `provider`, a local stand-in for the Anthropic API writes
+/// the summaries (through the cache-sharing fork), and only the forks are measured.
+fn replay(seed: u64, provider: bool) -> anyhow::Result<Report> {
     let dir = tempfile::tempdir()?;
     let state = dir.path().join("state");
     let cwd = dir.path().join("project");
@@ -323,7 +367,18 @@ fn replay(seed: u64) -> anyhow::Result<Report> {
     let mut instructions = vec!["INSTRUCTION-ALPHA: run the formatter before every commit."];
     std::fs::write(cwd.join("CLAUDE.md"), format!("# Project\n\n- {}\n", instructions[0]))?;
     ctxd_e2e::trust_folder(&state, &cwd)?;
-    let mut daemon = Daemon::start_with(&state, &[], &[("CTXD_LOG", "warn")])?;
+    let mut env = vec![("CTXD_LOG", "warn")];
+    let seen = if provider {
+        let (port, seen) = ctxd_e2e::stub::serve(stub_summary);
+        std::fs::create_dir_all(cwd.join(".ctxd"))?;
+        let settings = json!({"provider": "anthropic", "baseUrl": format!("http://127.0.0.1:{port}"), "apiKeyEnv": "CTXD_BENCH_API_KEY"});
+        std::fs::write(cwd.join(".ctxd/settings.json"), settings.to_string())?;
+        env.push(("CTXD_BENCH_API_KEY", "sk-bench-not-a-key"));
+        Some(seen)
+    } else {
+        None
+    };
+    let mut daemon = Daemon::start_with(&state, &[], &env)?;
     daemon.initialize()?;
     daemon.request("ctx/setAutoCompactWindow", json!({"model": MODEL, "window": WINDOW}))?;
     let id = format!("continuity-{seed}");
@@ -339,6 +394,7 @@ fn replay(seed: u64) -> anyhow::Result<Report> {
         appended_since: 0,
         cache: PromptCache::default(),
         naive_cache: PromptCache::default(),
+        last_now: 0,
     };
     let mut report = Report::default();
     let mut prompts: Vec<String> = Vec::new();
@@ -358,8 +414,12 @@ fn replay(seed: u64) -> anyhow::Result<Report> {
                     "ctx/compact",
                     json!({"sessionId": host.id, "instructions": "focus on the parser and the ledger"}),
                 )?;
-                anyhow::ensure!(answer["summarizer"] == "offline", "{answer}");
+                let summarizer = if provider { "anthropic" } else { "offline" };
+                anyhow::ensure!(answer["summarizer"] == summarizer, "{answer}");
                 host.daemon.drain_notifications("ctx/compacted");
+                if let Some(seen) = &seen {
+                    seen.lock().unwrap().clear();
+                }
                 after_compaction(&mut host, &mut report, &prompts, &files, &instructions, false)?;
             }
             prompts.push(record["message"]["content"].as_str().unwrap_or("").to_owned());
@@ -373,6 +433,7 @@ fn replay(seed: u64) -> anyhow::Result<Report> {
                 let request = host.assemble()?;
                 let now = record["timestamp"].as_str().and_then(ctxd_gen::time::parse_ms).unwrap_or(0).max(0) as u64;
                 let bill = host.cache.send(&request, now);
+                host.last_now = now;
                 report.cost_ctxd += bill.cost;
                 report.cost_none += bill.uncached_cost();
                 report.cost_naive += host.naive_cache.send(&naive(&request), now).cost;
@@ -412,7 +473,20 @@ fn replay(seed: u64) -> anyhow::Result<Report> {
             }
             // The fork ctxd would send for this compaction, from the request the host
             // just sent.
-            if let Some(parent) = host.last_request.clone() {
+            if let Some(seen) = &seen {
+                // The fork as sent, after the requests the host sent before it.
+                let bodies: Vec<Value> = seen
+                    .lock()
+                    .unwrap()
+                    .drain(..)
+                    .filter_map(|(_, body)| serde_json::from_str::<Value>(&body).ok())
+                    .collect();
+                let fork = bodies.iter().find(|b| b["tools"].as_array().is_some_and(|t| !t.is_empty()));
+                if let (Some(fork), Some(parent)) = (fork, host.last_request.as_ref()) {
+                    let bill = host.cache.send(fork, host.last_now + 1_000);
+                    report.sent_fork_share.push(bill.read as f64 / tokens_of(parent).max(1) as f64);
+                }
+            } else if let Some(parent) = host.last_request.clone() {
                 let instruction = summary_instruction(&PromptSpec::full());
                 for (refusal, shares) in [
                     (ToolRefusal::KeepParentToolChoice, &mut report.fork_share),
