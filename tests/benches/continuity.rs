@@ -82,10 +82,11 @@ fn main() -> anyhow::Result<()> {
         forks.merge(replay(seed, true)?);
     }
     println!(
-        "\nforks sent over HTTP (provider stand-in, same sessions): {} automatic, share of the parent read from cache: min {:.3}, median {:.3}",
+        "\nforks sent over HTTP (provider stand-in, same sessions): {} automatic after a model call, share of the parent read from cache: min {:.3}, median {:.3}; {} compactions with no model call since the previous one",
         forks.sent_fork_share.len(),
         percentile(&forks.sent_fork_share, 0.0),
-        percentile(&forks.sent_fork_share, 0.5)
+        percentile(&forks.sent_fork_share, 0.5),
+        forks.back_to_back
     );
     Ok(())
 }
@@ -106,6 +107,8 @@ struct Report {
     summary_tokens: Vec<u64>,
     after_ratio: Vec<f64>,
     needless: usize,
+    /// Compactions with no model call since the previous one.
+    back_to_back: usize,
     requests: usize,
     cost_ctxd: f64,
     cost_naive: f64,
@@ -140,6 +143,7 @@ impl Report {
         self.summary_tokens.extend(o.summary_tokens);
         self.after_ratio.extend(o.after_ratio);
         self.needless += o.needless;
+        self.back_to_back += o.back_to_back;
         self.requests += o.requests;
         self.cost_ctxd += o.cost_ctxd;
         self.cost_naive += o.cost_naive;
@@ -179,7 +183,10 @@ impl Report {
             percentile(&self.after_ratio, 0.95),
             percentile(&self.after_ratio, 1.0)
         );
-        println!("  needless compactions (the real request was under the threshold): {}", self.needless);
+        println!(
+            "  needless compactions (the real request was under the threshold): {}; with no model call since the previous one: {}",
+            self.needless, self.back_to_back
+        );
         println!(
             "  cache bill (uncached-input-token units): ctxd {:.0}, naive client {:.0} ({:.2}x), no caching {:.0} ({:.2}x)",
             self.cost_ctxd,
@@ -305,6 +312,8 @@ struct Host {
     naive_cache: PromptCache,
     /// Clock of the last request sent.
     last_now: u64,
+    /// Model calls since the latest compaction.
+    requests_since_compaction: usize,
 }
 
 impl Host {
@@ -395,6 +404,7 @@ fn replay(seed: u64, provider: bool) -> anyhow::Result<Report> {
         cache: PromptCache::default(),
         naive_cache: PromptCache::default(),
         last_now: 0,
+        requests_since_compaction: 0,
     };
     let mut report = Report::default();
     let mut prompts: Vec<String> = Vec::new();
@@ -434,6 +444,7 @@ fn replay(seed: u64, provider: bool) -> anyhow::Result<Report> {
                 let now = record["timestamp"].as_str().and_then(ctxd_gen::time::parse_ms).unwrap_or(0).max(0) as u64;
                 let bill = host.cache.send(&request, now);
                 host.last_now = now;
+                host.requests_since_compaction += 1;
                 report.cost_ctxd += bill.cost;
                 report.cost_none += bill.uncached_cost();
                 report.cost_naive += host.naive_cache.send(&naive(&request), now).cost;
@@ -468,6 +479,9 @@ fn replay(seed: u64, provider: bool) -> anyhow::Result<Report> {
             if real < host.threshold {
                 report.needless += 1;
             }
+            if host.requests_since_compaction == 0 {
+                report.back_to_back += 1;
+            }
             if std::env::var_os("CONTINUITY_DEBUG").is_some() {
                 println!("  real request {real}, estimated {}, threshold {}", usage["tokens"], host.threshold);
             }
@@ -482,9 +496,13 @@ fn replay(seed: u64, provider: bool) -> anyhow::Result<Report> {
                     .filter_map(|(_, body)| serde_json::from_str::<Value>(&body).ok())
                     .collect();
                 let fork = bodies.iter().find(|b| b["tools"].as_array().is_some_and(|t| !t.is_empty()));
-                if let (Some(fork), Some(parent)) = (fork, host.last_request.as_ref()) {
+                // Only a fork whose parent the host sent since the previous compaction.
+                let parent = host.last_request.as_ref().filter(|_| host.requests_since_compaction > 0);
+                if let (Some(fork), Some(parent)) = (fork, parent) {
                     let bill = host.cache.send(fork, host.last_now + 1_000);
-                    report.sent_fork_share.push(bill.read as f64 / tokens_of(parent).max(1) as f64);
+                    // Of the parent's input as the cache counts it (its blocks).
+                    let parent_input = PromptCache::default().send(parent, 0).input;
+                    report.sent_fork_share.push(bill.read as f64 / parent_input.max(1) as f64);
                 }
             } else if let Some(parent) = host.last_request.clone() {
                 let instruction = summary_instruction(&PromptSpec::full());
@@ -498,6 +516,7 @@ fn replay(seed: u64, provider: bool) -> anyhow::Result<Report> {
                 }
             }
             after_compaction(&mut host, &mut report, &prompts, &files, &instructions, true)?;
+            host.requests_since_compaction = 0;
         }
     }
     host.daemon.stop()?;
