@@ -5,6 +5,7 @@
 //! Tests talk to it with [`Daemon::request`] (waits for the matching response) or raw
 //! bytes ([`Daemon::send_raw`]) for the malformed-input cases.
 
+pub mod cache;
 pub mod load;
 pub mod stub;
 

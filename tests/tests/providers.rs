@@ -284,8 +284,9 @@ fn the_fork_sends_the_hosts_request_with_the_instruction_appended() {
     assert_eq!(instruction["role"], "user");
     assert!(instruction.to_string().contains("Primary Request and Intent"), "{instruction}");
     assert!(!instruction.to_string().contains("cache_control"), "the fork writes no cache of its own: {instruction}");
-    // Tools refused, schemas kept; within the provider's breakpoint limit.
-    assert_eq!(fork["tool_choice"], json!({"type": "none"}));
+    // The parent's tool settings, unchanged (a changed `tool_choice` would cost the
+    // cached messages; tool use is refused on ctxd's side); within the breakpoint limit.
+    assert_eq!(fork.get("tool_choice"), assembled.get("tool_choice"));
     let markers = fork.to_string().matches("\"cache_control\"").count();
     assert!((1..=4).contains(&markers), "{markers} breakpoints");
 }
@@ -301,6 +302,32 @@ fn tool_use_to_the_fork(body: &str) -> (u16, String) {
     } else {
         sse_summary(body)
     }
+}
+
+/// A tool call to the first fork, the summary once the fork is told tools are refused.
+fn tool_use_until_refused(body: &str) -> (u16, String) {
+    if body.contains("Tool use is refused for this request") { sse_summary(body) } else { tool_use_to_the_fork(body) }
+}
+
+#[test]
+fn a_fork_that_calls_a_tool_is_refused_and_asked_once_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, seen) = serve(tool_use_until_refused);
+    let mut daemon = opened_records(port, dir.path(), json!({}), &[], ENDS_WITH_REPLY);
+    host_assembles(&mut daemon);
+    let result = daemon.request("ctx/compact", json!({"sessionId": "p"})).unwrap();
+    assert_eq!(result["summaryPath"], "fork", "{result}");
+    assert!(result["summary"].as_str().unwrap().contains("REMOTE-SUMMARY"), "{result}");
+    let bodies = bodies(&seen);
+    assert_eq!(bodies.len(), 2, "the fork, then the fork asked again");
+    assert!(is_fork(&bodies[0]) && is_fork(&bodies[1]));
+    // The re-ask changes only the instruction: the prefix, tools and tool settings stay.
+    for key in ["model", "system", "tools", "thinking", "max_tokens", "tool_choice"] {
+        assert_eq!(bodies[1].get(key), bodies[0].get(key), "{key}");
+    }
+    let (first, again) = (bodies[0]["messages"].as_array().unwrap(), bodies[1]["messages"].as_array().unwrap());
+    assert_eq!(first.len(), again.len());
+    assert_eq!(first[..first.len() - 1], again[..again.len() - 1]);
 }
 
 fn empty_text_to_the_fork(body: &str) -> (u16, String) {
@@ -322,9 +349,11 @@ fn a_fork_reply_with_a_tool_call_or_no_text_gives_way_to_the_fallback() {
         assert!(result["summary"].as_str().unwrap().contains("REMOTE-SUMMARY"), "{name}: {result}");
         assert!(result["problems"].to_string().contains("cache-sharing fork"), "{name}: {result}");
         let bodies = bodies(&seen);
-        assert_eq!(bodies.len(), 2, "{name}: the fork, then the fallback");
-        assert!(is_fork(&bodies[0]), "{name}");
-        assert_fallback(&bodies[1]);
+        // A tool call is refused and asked once more before the fallback.
+        let forks = if name == "tool call" { 2 } else { 1 };
+        assert_eq!(bodies.len(), forks + 1, "{name}: the fork, then the fallback");
+        assert!(bodies[..forks].iter().all(is_fork), "{name}");
+        assert_fallback(&bodies[forks]);
         // The summary installed is the fallback's.
         let usage = daemon.request("ctx/usage", json!({"sessionId": "p"})).unwrap();
         assert_ne!(usage["usage"]["level"], "compacting", "{name}");

@@ -10,7 +10,15 @@ use crate::record::{Kind, Record};
 
 /// Bytes of JSON per estimated token before calibration. JSON escapes and structure
 /// make the text a little longer than the prose it carries; 4 is the usual figure.
+/// The one definition in ctxd: the request view, the memory files, the summaries and
+/// the compaction planner all estimate with it, so their budgets agree.
 pub const BYTES_PER_TOKEN: u64 = 4;
+
+/// Estimated tokens of a text: its UTF-8 length divided by [`BYTES_PER_TOKEN`], rounded
+/// up.
+pub fn estimate_tokens(text: &str) -> u64 {
+    (text.len() as u64).div_ceil(BYTES_PER_TOKEN)
+}
 
 /// The estimate's rate is kept in tokens per KiB of content, a fixed-point number so the
 /// tally stays `Eq` and replays to the same figure on every resume.

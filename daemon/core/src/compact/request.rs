@@ -4,9 +4,13 @@
 //! provider's prompt cache. A request with the same model, system blocks, tools,
 //! thinking settings and message prefix reads that cache instead of paying for the
 //! whole conversation again, so the fork changes nothing in front of the instruction:
-//! it appends the instruction, refuses every tool use, and keeps the cache breakpoint at
-//! the end of the shared prefix so the instruction itself is read but not written to
-//! the cache (the parent will never continue from it).
+//! it appends the instruction and keeps the cache breakpoint at the end of the shared
+//! prefix so the instruction itself is read but not written to the cache (the parent
+//! will never continue from it). It keeps the parent's `tool_choice` too: Anthropic's
+//! caching rules count a change of `tool_choice` among the changes that invalidate the
+//! cached message blocks, so a fork that set `{"type": "none"}` would read only tools
+//! and system from the cache. A tool call in the fork's reply is refused on ctxd's side
+//! instead (asked once more for text, then the fallback).
 //!
 //! **Path 2, the streaming fallback** (fork disabled, failed, or gave no usable text).
 //! It cannot share the cache, so it rewrites the input to suit a summarizer: its own
@@ -42,12 +46,12 @@ pub enum ForkStyle {
 /// How the fork keeps the model from using tools.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ToolRefusal {
-    /// `tool_choice: {"type": "none"}`: the provider itself refuses tool use while the
-    /// schemas stay byte-identical.
-    #[default]
+    /// `tool_choice: {"type": "none"}`: the provider itself refuses tool use, at the
+    /// price of the cached messages (a changed `tool_choice` invalidates them).
     ToolChoiceNone,
-    /// Keep the parent's `tool_choice`; the driver treats a tool call in the reply as
-    /// "no usable text". For providers whose cache keys include `tool_choice`.
+    /// Keep the parent's `tool_choice`, so the whole prefix is read from the cache; the
+    /// driver refuses a tool call in the reply (one re-ask, then the fallback).
+    #[default]
     KeepParentToolChoice,
 }
 
@@ -167,8 +171,8 @@ fn parent_parts(parent: &Value) -> Result<(&Map<String, Value>, &Vec<Value>), Re
 /// Everything of the parent is kept as it was (model, system, tools, thinking,
 /// `max_tokens`, beta fields, the messages) except:
 /// - the instruction is added, per [`ForkStyle`] (adjusted when the roles require);
-/// - `tool_choice` becomes `{"type": "none"}` when the parent offers tools and
-///   [`ToolRefusal::ToolChoiceNone`] is asked for;
+/// - `tool_choice` becomes `{"type": "none"}` only when the parent offers tools and
+///   [`ToolRefusal::ToolChoiceNone`] is asked for (the default keeps the parent's);
 /// - the last block of the parent's messages carries a cache breakpoint (the parent's
 ///   own latest message breakpoint value, so a one-hour TTL stays one hour) and the
 ///   instruction carries none; older message breakpoints are removed first, then

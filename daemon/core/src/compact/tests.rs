@@ -1512,3 +1512,17 @@ fn no_follow_up_after_a_stop_or_when_the_fixed_prefix_is_over_the_threshold() {
     assert!(g.allows_automatic());
     assert_eq!(g.after_install(170_000, &t, 10_000), AfterInstall::CompactAgain { step: 1 });
 }
+
+#[test]
+fn the_default_fork_keeps_the_parents_tool_choice() {
+    let mut parent = parent_body();
+    parent["tool_choice"] = json!({"type": "auto", "disable_parallel_tool_use": true});
+    let options = ForkOptions { style: ForkStyle::AppendToLastUser, tool_refusal: ToolRefusal::default() };
+    let fork = fork_request(&parent, "S", options).unwrap();
+    for key in ["model", "system", "tools", "thinking", "max_tokens", "tool_choice"] {
+        assert_eq!(fork.body[key], parent[key], "{key}");
+    }
+    // Asked for, `none` replaces it (and costs the cached messages).
+    let none = ForkOptions { tool_refusal: ToolRefusal::ToolChoiceNone, ..options };
+    assert_eq!(fork_request(&parent, "S", none).unwrap().body["tool_choice"], json!({"type": "none"}));
+}

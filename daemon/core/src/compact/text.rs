@@ -7,22 +7,11 @@
 
 use serde_json::Value;
 
-pub(super) use crate::summary::estimate_tokens;
+pub(super) use crate::tally::estimate_tokens;
 
 /// Estimated tokens of a JSON value as it would be sent (its compact text).
 pub(super) fn json_tokens(value: &Value) -> u64 {
     serde_json::to_string(value).map_or(0, |s| estimate_tokens(&s))
-}
-
-/// Largest char boundary at or below `i`.
-pub(super) fn floor_boundary(s: &str, mut i: usize) -> usize {
-    if i >= s.len() {
-        return s.len();
-    }
-    while !s.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
 }
 
 /// `text` cut so that it and the marker fit in `max_tokens`, keeping the beginning, cut
@@ -33,7 +22,7 @@ pub(super) fn cut_to_tokens(text: &str, max_tokens: u64, what: &str) -> (String,
     }
     let marker = format!("\n[… {what} cut here to fit the post-compact budget …]");
     let budget_bytes = usize::try_from(max_tokens.saturating_mul(4)).unwrap_or(usize::MAX).saturating_sub(marker.len());
-    let mut end = floor_boundary(text, budget_bytes);
+    let mut end = text.floor_char_boundary(budget_bytes);
     // Prefer a whole line when a line break is close enough.
     if let Some(nl) = text[..end].rfind('\n')
         && end - nl < 200

@@ -7,17 +7,11 @@
 
 use super::{Cut, MemoryEntry, MemoryKind, MemorySet};
 
-/// Bytes per estimated token, the usual rough figure for text.
-pub const BYTES_PER_TOKEN: u64 = 4;
+pub use crate::tally::{BYTES_PER_TOKEN, estimate_tokens};
 
 /// Opening line of the user context when at least one memory file is active.
 const INTRO: &str = "Standing instructions from the user's memory files follow, lowest \
 precedence first: where two of them disagree, the later one applies.";
-
-/// Estimated tokens of `text`: its bytes divided by four, rounded up.
-pub fn estimate_tokens(text: &str) -> u64 {
-    (text.len() as u64).div_ceil(BYTES_PER_TOKEN)
-}
 
 /// Estimated tokens an entry adds to the context: its header, text and cut note.
 pub fn entry_tokens(entry: &MemoryEntry) -> u64 {

@@ -12,7 +12,7 @@ use super::reply::{SummarySection, split_sections};
 use super::scan::{Facts, Outcome, Prompt, Said, Step};
 use super::terms::extension;
 use super::text::{CutStyle, cut_chars, short, thousands};
-use super::{FileTouched, OfflineOptions};
+use super::{FileTouched, OfflineOptions, carry};
 
 /// Room for a request quoted inside another entry (Current Work, Pending Tasks).
 const QUOTE_BYTES: usize = 300;
@@ -26,6 +26,13 @@ const TINY_USER_MESSAGE: usize = 100;
 const MAX_RANGES: usize = 6;
 /// Steps listed in Current Work.
 const MAX_RECENT_STEPS: usize = 15;
+/// Entries carried from an earlier summary's sections 1, 7 and 8 (section 6 and the
+/// files carry all of theirs: every message and file stays accounted for).
+const MAX_CARRIED: usize = 8;
+/// Lead of an intent entry carried from an earlier summary.
+const EARLIER: &str = "Earlier: ";
+/// Lead of a task carried from an earlier summary.
+const EARLIER_TASK: &str = "From before the previous compaction (may be done by now): ";
 /// Earlier turns whose closing reply Problem Solving quotes.
 const MAX_EARLIER_TURNS: usize = 12;
 
@@ -83,7 +90,40 @@ fn focus_terms(focus: Option<&str>) -> Vec<String> {
 }
 
 fn section(number: usize, entries: Vec<Entry>, empty: &'static str, noun: (&'static str, &'static str)) -> Section {
-    Section { number, entries, empty, noun }
+    Section { number, entries, empty, noun, folded: 0 }
+}
+
+/// An entry that only says a section was empty ("None recorded.").
+fn is_placeholder(entry: &str) -> bool {
+    let bare = entry.trim().trim_end_matches('.').to_lowercase();
+    bare.is_empty()
+        || matches!(bare.as_str(), "none" | "n/a" | "nothing" | "none yet" | "none recorded")
+        || bare == "nothing is in progress"
+        || (bare.starts_with("no ") && bare.ends_with("in this part of the conversation"))
+}
+
+/// Messages in order, identical ones (the same text) folded into one entry at the
+/// latest one's place, their counts added.
+fn group_identical(messages: Vec<(usize, String)>) -> Vec<(usize, String)> {
+    let mut latest: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (i, (_, text)) in messages.iter().enumerate() {
+        latest.insert(text.trim(), i);
+    }
+    if latest.len() == messages.len() {
+        return messages;
+    }
+    let mut times: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (n, text) in &messages {
+        *times.entry(text.trim()).or_default() += n;
+    }
+    let keep: Vec<bool> = messages.iter().enumerate().map(|(i, (_, text))| latest[text.trim()] == i).collect();
+    let counts: Vec<usize> = messages.iter().map(|(_, text)| times[text.trim()]).collect();
+    messages
+        .into_iter()
+        .zip(keep.into_iter().zip(counts))
+        .filter(|(_, (keep, _))| *keep)
+        .map(|((_, text), (_, n))| (n, text))
+        .collect()
 }
 
 /// `“text”` on one line, cut to `bytes`.
@@ -100,16 +140,21 @@ impl Ctx<'_> {
         self.focus_terms.iter().any(|t| lower.contains(t.as_str()))
     }
 
-    /// A section of the earlier summary, its common indentation removed; `None` when
-    /// absent or only a placeholder such as "none".
-    fn prior_section(&self, number: u8) -> Option<String> {
+    /// A section of the earlier summary as flat entries (quotations of still earlier
+    /// summaries opened, placeholders such as "None" left out), and the count its
+    /// marker says was left out; `None` when it has no entry.
+    fn carried(&self, number: u8) -> Option<(Vec<String>, usize)> {
         let body = self.prior.iter().find(|s| s.number == number)?.body;
-        let text = dedent(body);
-        let bare = text.trim_start_matches(['-', '*', ' ']).trim_end_matches('.').trim().to_lowercase();
-        if bare.is_empty() || matches!(bare.as_str(), "none" | "n/a" | "nothing" | "none yet") {
-            return None;
+        let mut folded = 0;
+        let mut entries = Vec::new();
+        for entry in carry::entries(body) {
+            match carry::folded_count(&entry) {
+                Some(n) => folded += n,
+                None if is_placeholder(&entry) => {}
+                None => entries.push(entry),
+            }
         }
-        Some(text)
+        (!entries.is_empty() || folded > 0).then_some((entries, folded))
     }
 
     /// A user message as kept in the summary: whole up to the configured length.
@@ -146,17 +191,40 @@ impl Ctx<'_> {
             e.focus = true;
             entries.push(e);
         }
-        if let Some(prior) = self.prior_section(1) {
-            entries.push(Entry::new("- Before the previous compaction:\n", prior).min(100).rank(1));
+        // The earlier summary's first request is the session's; its other entries
+        // (written by another summarizer) are carried flat, a few at most.
+        let mut prior_first = None;
+        if let Some((carried, _)) = self.carried(1) {
+            let mut earlier = 0;
+            for entry in carried {
+                if let Some(first) = entry.strip_prefix("First request: ").or_else(|| entry.strip_prefix("Request: ")) {
+                    prior_first.get_or_insert_with(|| first.to_owned());
+                } else if ["Latest request: ", "Scope of this summary", "Focus requested for this summary"]
+                    .iter()
+                    .any(|lead| entry.starts_with(lead))
+                {
+                } else if earlier < MAX_CARRIED {
+                    let text = entry.strip_prefix(EARLIER).unwrap_or(&entry).to_owned();
+                    entries.push(Entry::new(format!("- {EARLIER}"), text).min(100).rank(1));
+                    earlier += 1;
+                }
+            }
         } else if f.prior_summary.is_some() && self.prior.is_empty() {
             // An earlier summary in a shape we cannot split: keep its start.
             let text = f.prior_summary.as_deref().unwrap_or("");
-            entries.push(Entry::new("- Earlier summary: ", text).min(100).rank(1));
+            entries.push(Entry::new(format!("- {EARLIER}"), text).min(100).rank(1));
         }
-        match f.prompts.as_slice() {
-            [] => {}
-            [only] => entries.push(Entry::new("- Request: ", self.message_text(only)).min(MIN_KEY).keep().head_tail()),
-            [first, .., last] => {
+        match (prior_first, f.prompts.as_slice()) {
+            (None, []) => {}
+            (Some(first), []) => entries.push(Entry::new("- First request: ", first).min(MIN_KEY).keep().head_tail()),
+            (None, [only]) => {
+                entries.push(Entry::new("- Request: ", self.message_text(only)).min(MIN_KEY).keep().head_tail());
+            }
+            (Some(first), [.., last]) => {
+                entries.insert(0, Entry::new("- First request: ", first).min(MIN_KEY).keep().head_tail());
+                entries.push(Entry::new("- Latest request: ", self.message_text(last)).min(MIN_KEY).keep().head_tail());
+            }
+            (None, [first, .., last]) => {
                 entries.push(Entry::new("- First request: ", self.message_text(first)).min(MIN_KEY).keep().head_tail());
                 entries.push(Entry::new("- Latest request: ", self.message_text(last)).min(MIN_KEY).keep().head_tail());
             }
@@ -232,10 +300,22 @@ impl Ctx<'_> {
                 Entry::new(lead, body).min(0).rank(files.len() - i + 1)
             })
             .collect();
-        if let Some(prior) = self.prior_section(3) {
-            entries.push(Entry::new("- Before the previous compaction:\n", prior).min(60).rank(0));
+        // Files of the earlier summary that this part did not touch again, flat after
+        // this part's (the newer entry describes a file touched again).
+        let mut folded = 0;
+        if let Some((carried, prior_folded)) = self.carried(3) {
+            folded = prior_folded;
+            for entry in carried {
+                let path = entry.split_once(": ").map_or(entry.as_str(), |(p, _)| p);
+                if !files.iter().any(|f| f.path == path) {
+                    entries.push(Entry::new("- ", entry).min(60).rank(0));
+                }
+            }
         }
-        section(3, entries, "- No file was read or changed in this part of the conversation.", ("file", "files"))
+        let mut section =
+            section(3, entries, "- No file was read or changed in this part of the conversation.", ("file", "files"));
+        section.folded = folded;
+        section
     }
 
     // 4 ---------------------------------------------------------------------------
@@ -336,25 +416,45 @@ impl Ctx<'_> {
     }
 
     // 6 ---------------------------------------------------------------------------
+    /// Every user message of the session: the earlier summary's, read back one by one,
+    /// then this part's. Each is one entry, cut only inside itself; identical messages
+    /// are one entry with their count; what the cap forces out is counted in one marker
+    /// (with what earlier summaries already counted there), never cut across messages.
     fn user_messages(&self) -> Section {
-        let prompts = &self.facts.prompts;
-        let mut entries = Vec::with_capacity(prompts.len() + 1);
-        if let Some(prior) = self.prior_section(6) {
-            entries.push(Entry::new("- Before the previous compaction, as summarized then:\n", prior).min(80).rank(0));
-        }
-        let last = prompts.len().saturating_sub(1);
-        for (i, prompt) in prompts.iter().enumerate() {
-            let mut e = Entry::new("- ", self.message_text(prompt))
-                .min(MIN_USER_MESSAGE)
-                .tiny(TINY_USER_MESSAGE)
-                .rank(i + 1)
-                .head_tail();
-            if i == 0 || i == last {
-                e = e.keep();
+        let mut folded = 0usize;
+        let mut messages: Vec<(usize, String)> = Vec::new();
+        if let Some(prior) = self.prior.iter().find(|s| s.number == 6) {
+            for entry in carry::entries(prior.body) {
+                if let Some(n) = carry::folded_count(&entry) {
+                    folded += n;
+                } else if !entry.starts_with("No user message in this part") {
+                    // Only the section's own placeholder is skipped: a message may
+                    // well be "none".
+                    let (times, text) = carry::split_times(&entry);
+                    messages.push((times, text.to_owned()));
+                }
             }
-            entries.push(e);
         }
-        section(6, entries, "- No user message in this part of the conversation.", ("user message", "user messages"))
+        messages.extend(self.facts.prompts.iter().map(|p| (1, self.message_text(p))));
+        let messages = group_identical(messages);
+        let last = messages.len().saturating_sub(1);
+        let entries = messages
+            .into_iter()
+            .enumerate()
+            .map(|(i, (times, text))| {
+                let lead = if times > 1 { format!("- {}", carry::times_lead(times)) } else { "- ".to_owned() };
+                let e = Entry::new(lead, text).min(MIN_USER_MESSAGE).tiny(TINY_USER_MESSAGE).rank(i + 1).head_tail();
+                if i == 0 || i == last { e.keep() } else { e }
+            })
+            .collect();
+        let mut section = section(
+            6,
+            entries,
+            "- No user message in this part of the conversation.",
+            ("user message", "user messages"),
+        );
+        section.folded = folded;
+        section
     }
 
     // 7 ---------------------------------------------------------------------------
@@ -366,8 +466,13 @@ impl Ctx<'_> {
                 let rank = if todo.status == "in_progress" { 10_000 } else { 5_000 - i.min(4_999) };
                 entries.push(Entry::new(format!("- [{}] ", todo.status), todo.content.as_str()).min(80).rank(rank));
             }
-        } else if let Some(prior) = self.prior_section(7) {
-            entries.push(Entry::new("- From the previous summary (may be done by now):\n", prior).min(80).rank(0));
+        } else if let Some((carried, _)) = self.carried(7) {
+            // The earlier summary's open tasks; requests it had not answered are in
+            // section 6 and answered or not by now, so they are not carried.
+            for entry in carried.into_iter().filter(|e| !e.starts_with("Not yet answered: ")).take(MAX_CARRIED) {
+                let text = entry.strip_prefix(EARLIER_TASK).unwrap_or(&entry).to_owned();
+                entries.push(Entry::new(format!("- {EARLIER_TASK}"), text).min(80).rank(0));
+            }
         }
         let unanswered: Vec<&Prompt> = self.unanswered().collect();
         let last = unanswered.len().saturating_sub(1);
@@ -391,9 +496,11 @@ impl Ctx<'_> {
             entries.push(Entry::new("- Working on: ", quote(&prompt.text, QUOTE_BYTES)).min(MIN_KEY).keep());
         }
         if f.prompts.is_empty()
-            && let Some(prior) = self.prior_section(8)
+            && let Some((carried, _)) = self.carried(8)
         {
-            entries.push(Entry::new("- Before the previous compaction:\n", prior).min(80).rank(0));
+            for entry in carried.into_iter().take(MAX_CARRIED) {
+                entries.push(Entry::new("- Before the previous compaction: ", entry).min(80).rank(0));
+            }
         }
         let recent: Vec<&Step> = f.steps.iter().filter(|s| s.seq > since).collect();
         if !recent.is_empty() {
@@ -533,19 +640,4 @@ fn file_actions(file: &FileTouched) -> String {
         parts.push("touched".to_owned());
     }
     parts.join("; ")
-}
-
-/// `text` with the indentation common to its non-blank lines removed.
-fn dedent(text: &str) -> String {
-    let indent = text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| l.len() - l.trim_start_matches([' ', '\t']).len())
-        .min()
-        .unwrap_or(0);
-    let lines: Vec<&str> = text
-        .lines()
-        .map(|l| if l.len() >= indent && l.is_char_boundary(indent) { &l[indent..] } else { l.trim_start() })
-        .collect();
-    lines.join("\n").trim_matches('\n').to_owned()
 }

@@ -85,6 +85,8 @@ pub(super) struct Section {
     pub empty: &'static str,
     /// What the entries are (singular, plural), for the "N more … cut" marker.
     pub noun: (&'static str, &'static str),
+    /// Entries an earlier summary already left out, counted in this section's marker.
+    pub folded: usize,
 }
 
 const ENTRY_INDENT: &str = "   ";
@@ -139,15 +141,22 @@ type Limits = Vec<Option<usize>>;
 
 fn write_section(section: &Section, limits: &Limits) -> String {
     let mut out = heading(section.number);
-    if section.entries.is_empty() {
+    if section.entries.is_empty() && section.folded == 0 {
         out.push_str(ENTRY_INDENT);
         out.push_str(section.empty);
         out.push('\n');
         return out;
     }
-    let dropped = limits.iter().filter(|l| l.is_none()).count();
-    let mut marker_written = false;
-    for (entry, limit) in section.entries.iter().zip(limits) {
+    let dropped = limits.iter().filter(|l| l.is_none()).count() + section.folded;
+    // With nothing dropped now, what earlier summaries left out is marked after the
+    // first entry (the oldest are left out first, and the first entry is kept).
+    let mut marker_written = dropped == 0;
+    let fold_at = if limits.iter().any(Option::is_none) { usize::MAX } else { 1.min(section.entries.len()) };
+    for (i, (entry, limit)) in section.entries.iter().zip(limits).enumerate() {
+        if i == fold_at && !marker_written {
+            out.push_str(&dropped_line(dropped, section.noun));
+            marker_written = true;
+        }
         match limit {
             Some(limit) => write_entry(&mut out, entry, *limit),
             None if !marker_written => {
@@ -156,6 +165,9 @@ fn write_section(section: &Section, limits: &Limits) -> String {
             }
             None => {}
         }
+    }
+    if !marker_written {
+        out.push_str(&dropped_line(dropped, section.noun));
     }
     out
 }
@@ -193,7 +205,7 @@ fn fit_section(section: &Section, allowance: usize, squeeze: usize) -> String {
     let mut total = heading_len + min_lens.iter().sum::<usize>();
     let mut order: Vec<usize> = (0..entries.len()).filter(|&i| !entries[i].keep).collect();
     order.sort_by_key(|&i| (entries[i].focus, entries[i].rank, i));
-    let mut dropped = 0usize;
+    let mut dropped = section.folded;
     for i in order {
         let marker = if dropped > 0 { dropped_line(dropped, section.noun).len() } else { 0 };
         if total + marker <= allowance {
@@ -246,7 +258,8 @@ fn min_len_of(section: &Section, squeeze: usize, only_kept: bool) -> usize {
         .filter(|e| !only_kept || e.keep || e.focus)
         .map(|e| entry_len(e, squeezed(e.min_body, squeeze).min(e.body.len()), &mut scratch))
         .sum();
-    let left_out = if only_kept { section.entries.iter().filter(|e| !(e.keep || e.focus)).count() } else { 0 };
+    let left_out =
+        if only_kept { section.entries.iter().filter(|e| !(e.keep || e.focus)).count() } else { 0 } + section.folded;
     let marker = if left_out > 0 { dropped_line(left_out, section.noun).len() } else { 0 };
     heading(section.number).len() + mins + marker
 }
@@ -265,7 +278,10 @@ fn floors(sections: &[Section], full_lens: &[usize], budget: usize, squeeze: usi
         .zip(&kept)
         .map(|((s, &full), &kept)| {
             if s.number == PROTECTED_SECTION {
-                min_len_of(s, squeeze, false).min(full)
+                // At most its share of the budget: past it, the oldest messages are
+                // counted in the marker rather than squeezing files and current work
+                // out.
+                min_len_of(s, squeeze, false).min(full).min((budget * PROTECTED_SHARE / 100).max(kept))
             } else {
                 kept.max(heading(s.number).len() + FLOOR_BYTES).min(full)
             }
@@ -300,6 +316,8 @@ const FLOOR_BYTES: usize = 240;
 
 /// The section whose entries all keep their short form if at all possible.
 const PROTECTED_SECTION: usize = 6;
+/// Percent of the budget the protected section's floor may take.
+const PROTECTED_SHARE: usize = 60;
 
 /// Lays the sections out as the `<summary>` text within `cap_tokens` (estimated as
 /// bytes / 4, rounded up). Returns the text and whether anything was cut to fit.
@@ -382,6 +400,7 @@ mod tests {
             entries: bodies.iter().enumerate().map(|(i, b)| Entry::new("- ", *b).min(60).rank(i)).collect(),
             empty: "- none",
             noun: ("entry", "entries"),
+            folded: 0,
         }
     }
 

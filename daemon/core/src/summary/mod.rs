@@ -22,6 +22,7 @@
 //! - `text`: cutting with visible markers, token estimate.
 //! - `reply`: `<summary>` extraction and section splitting.
 
+mod carry;
 mod compose;
 mod layout;
 mod reply;
@@ -41,6 +42,17 @@ use crate::record::Record;
 
 /// Default output cap, in estimated tokens: the most a compaction reply may use.
 pub const DEFAULT_MAX_OUTPUT_TOKENS: u64 = 20_000;
+/// The offline summary's cap for a compaction threshold: 8k tokens at a 200k window
+/// (threshold 167k), in proportion for other windows, so the session right after a
+/// compaction starts far below its threshold whatever the number of compactions.
+pub fn offline_cap_tokens(threshold: u64) -> u64 {
+    (threshold / 21).clamp(MIN_OFFLINE_CAP_TOKENS, MAX_OFFLINE_CAP_TOKENS)
+}
+/// Least cap [`offline_cap_tokens`] gives (a tiny configured window).
+pub const MIN_OFFLINE_CAP_TOKENS: u64 = 1_000;
+/// Most cap [`offline_cap_tokens`] gives (a one-million-token window).
+pub const MAX_OFFLINE_CAP_TOKENS: u64 = 48_000;
+
 /// Default longest user message kept whole, in characters.
 pub const DEFAULT_MAX_USER_MESSAGE_CHARS: usize = 2_000;
 

@@ -558,8 +558,8 @@ fn error_line(text: &str) -> Option<&str> {
     if text.len() <= 2 * SHELL_SCAN_BYTES {
         return error_line_in(text);
     }
-    let head = floor_char(text, SHELL_SCAN_BYTES);
-    let tail = ceil_char(text, text.len() - SHELL_SCAN_BYTES);
+    let head = text.floor_char_boundary(SHELL_SCAN_BYTES);
+    let tail = text.ceil_char_boundary(text.len() - SHELL_SCAN_BYTES);
     error_line_in(&text[..head]).or_else(|| error_line_in(&text[tail..]))
 }
 
@@ -763,7 +763,7 @@ impl Scan {
             // Decode only the results whose words are needed: failures, shell output
             // (where failure shows in the text) and block lists.
             let text = result_text(raw);
-            let head_end = floor_char(&text, RESULT_TERMS_BYTES);
+            let head_end = text.floor_char_boundary(RESULT_TERMS_BYTES);
             self.facts.terms.add(&text[..head_end], WEIGHT_TOOL);
             if is_error {
                 Some(error_excerpt(&text))
@@ -774,7 +774,7 @@ impl Scan {
             }
         } else {
             // File contents, search hits: counted straight from the stored JSON.
-            let head_end = floor_char(raw, RESULT_TERMS_BYTES);
+            let head_end = raw.floor_char_boundary(RESULT_TERMS_BYTES);
             self.facts.terms.add_json(&raw[..head_end], WEIGHT_TOOL);
             None
         };
@@ -1102,10 +1102,7 @@ fn edit_quotes(old: &str, new: &str) -> (String, String) {
         .last()
         .map_or(0, |((i, a), _)| i + a.len_utf8());
     // Keep a little shared context before the difference.
-    let mut start = common.saturating_sub(EDIT_CONTEXT_BYTES);
-    while !old.is_char_boundary(start) {
-        start -= 1;
-    }
+    let mut start = old.floor_char_boundary(common.saturating_sub(EDIT_CONTEXT_BYTES));
     if start > 0
         && let Some(space) = old[..start].rfind(' ')
     {
@@ -1128,28 +1125,6 @@ const EDIT_CONTEXT_BYTES: usize = 20;
 const EDIT_QUOTE_BYTES: usize = 80;
 /// Longest command, pattern or query inside a step label.
 const LABEL_DETAIL_BYTES: usize = 100;
-
-/// Smallest char boundary at or above `i`.
-fn ceil_char(s: &str, mut i: usize) -> usize {
-    if i >= s.len() {
-        return s.len();
-    }
-    while !s.is_char_boundary(i) {
-        i += 1;
-    }
-    i
-}
-
-/// Largest char boundary at or below `i`.
-fn floor_char(s: &str, mut i: usize) -> usize {
-    if i >= s.len() {
-        return s.len();
-    }
-    while !s.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
-}
 
 /// The text of a tool result's content (a string, or its text blocks joined).
 fn result_text(raw: &str) -> Cow<'_, str> {

@@ -174,8 +174,7 @@ fn golden_continued_session() {
     expect![[r#"
         <summary>
         1. Primary Request and Intent:
-           - Before the previous compaction:
-             The user wants a TOML config loader with defaults.
+           - Earlier: The user wants a TOML config loader with defaults.
            - Request: Now add environment variable overrides, prefixed with SVC_.
            - Scope of this summary: 1 user message, 1 tool call (0 failed), 2 files touched.
 
@@ -187,8 +186,7 @@ fn golden_continued_session() {
         3. Files and Code Sections:
            - /work/cfg/src/config.rs: read in full (30 lines); re-attached after the previous compaction
            - /work/cfg/src/big_table.rs: too large to re-attach after the previous compaction; read it again when needed
-           - Before the previous compaction:
-             - src/config.rs: the loader
+           - src/config.rs: the loader
 
         4. Errors and Fixes:
            - No tool call failed in this part of the conversation.
@@ -197,13 +195,11 @@ fn golden_continued_session() {
            - Nothing to add beyond Current Work.
 
         6. All User Messages:
-           - Before the previous compaction, as summarized then:
-             - Build a TOML config loader for the service.
+           - Build a TOML config loader for the service.
            - Now add environment variable overrides, prefixed with SVC_.
 
         7. Pending Tasks:
-           - From the previous summary (may be done by now):
-             - Add environment overrides
+           - From before the previous compaction (may be done by now): Add environment overrides
            - Not yet answered: Now add environment variable overrides, prefixed with SVC_.
 
         8. Current Work:
@@ -389,8 +385,9 @@ fn an_unflagged_earlier_summary_is_carried_not_quoted() {
     });
     let summary = summarize_offline(&records(&line.to_string()), &OfflineOptions::default());
     assert_eq!(summary.user_messages, 0);
-    assert!(section_body(&summary.text, 1).contains("Before the previous compaction:\n     Port the CLI to clap."));
-    assert!(section_body(&summary.text, 6).contains("     - Port the CLI to clap."));
+    // Carried as content, not quoted under a "before the previous compaction" wrapper.
+    assert!(section_body(&summary.text, 1).contains("   - Earlier: Port the CLI to clap."));
+    assert_eq!(section_body(&summary.text, 6), "   - Port the CLI to clap.");
 }
 
 #[test]
@@ -602,4 +599,189 @@ fn real_transcript_before_its_compaction() {
         assert_well_formed(&s);
         assert!(s.tokens <= cap, "{cap}: {}", s.tokens);
     }
+}
+
+// ----------------------------------------------------------------------------------
+// Many compactions: every user message stays accounted for, and summaries do not nest
+// or grow.
+
+/// Replays a generated session through `compactions` offline compactions (one every
+/// `every` turns), each summarizing the previous summary plus the turns that followed,
+/// as ctxd installs them. Calls `check` after each with every prompt so far.
+fn replay_compactions(
+    seed: u64,
+    turns: usize,
+    every: usize,
+    options: &OfflineOptions,
+    mut check: impl FnMut(usize, &[String], &OfflineSummary),
+) {
+    use crate::compact::{KeptMessages, SummaryMessage, summary_message_text};
+    let jsonl = ctxd_gen::jsonl(&ctxd_gen::Options { seed, ..ctxd_gen::Options::turns(turns) });
+    let o = oracle(&jsonl);
+    let mut live: Vec<Record> = Vec::new();
+    let mut seen = 0usize;
+    let mut turn = 0usize;
+    let mut compaction = 0usize;
+    let lines: Vec<&str> = jsonl.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        live.push(Record::parse(line).unwrap());
+        let v: Value = serde_json::from_str(line).unwrap();
+        if v["type"] == "user" && v["message"]["content"].is_string() {
+            seen += 1;
+        }
+        // A turn ends with the assistant's closing reply, before the next prompt.
+        let next_is_prompt = lines.get(i + 1).is_none_or(|next| {
+            let n: Value = serde_json::from_str(next).unwrap();
+            n["type"] == "user" && n["message"]["content"].is_string()
+        });
+        if !next_is_prompt {
+            continue;
+        }
+        turn += 1;
+        if !turn.is_multiple_of(every) {
+            continue;
+        }
+        let summary = summarize_offline(&live, options);
+        compaction += 1;
+        check(compaction, &o.prompts[..seen], &summary);
+        let body = parse_summary_reply(&summary.text).unwrap();
+        let text = summary_message_text(&SummaryMessage {
+            body,
+            transcript_path: None,
+            tools_used: Vec::new(),
+            kept: KeptMessages::None,
+        });
+        let boundary = serde_json::json!({"type": "system", "subtype": "compact_boundary", "uuid": format!("b{compaction}"), "content": "Conversation compacted", "compactMetadata": {"trigger": "auto"}});
+        let installed = serde_json::json!({"type": "user", "uuid": format!("s{compaction}"), "isCompactSummary": true, "message": {"role": "user", "content": text}});
+        live = vec![Record::parse(&boundary.to_string()).unwrap(), Record::parse(&installed.to_string()).unwrap()];
+    }
+}
+
+/// The "[… N more user messages cut …]" counts of a section 6 body.
+fn folded_in(messages: &str) -> usize {
+    messages.lines().filter_map(|l| l.trim().strip_prefix("- ")).filter_map(carry::folded_count).sum()
+}
+
+#[test]
+fn every_user_message_survives_many_compactions() {
+    // At the 200k window's cap every message of these sessions fits at least cut.
+    let options = with_cap(offline_cap_tokens(167_000));
+    for (seed, turns, every) in [(1, 60, 5), (7, 45, 3), (11, 80, 8), (23, 30, 1)] {
+        let mut sizes = Vec::new();
+        replay_compactions(seed, turns, every, &options, |n, prompts, summary| {
+            assert_well_formed(summary);
+            assert!(summary.tokens <= options.max_output_tokens, "seed {seed} #{n}: {}", summary.tokens);
+            assert!(!summary.text.contains("as summarized then"), "seed {seed} #{n}: nested");
+            let messages = section_body(&summary.text, 6);
+            assert_eq!(folded_in(&messages), 0, "seed {seed} #{n}: a message was left out\n{messages}");
+            let entries = carry::entries(&messages);
+            assert_eq!(entries.len(), prompts.len(), "seed {seed} #{n}: one entry per message\n{messages}");
+            for (prompt, entry) in prompts.iter().zip(&entries) {
+                assert!(
+                    entry == prompt || in_short_form(&format!("   - {entry}"), prompt),
+                    "seed {seed} #{n}: {prompt}\nas: {entry}"
+                );
+            }
+            sizes.push(summary.tokens);
+        });
+        assert!(sizes.len() >= 3, "seed {seed}: {} compactions", sizes.len());
+    }
+}
+
+#[test]
+fn a_tight_cap_counts_every_message_it_cannot_show() {
+    // 80 turns compacted every 4 under a 1,500-token cap: most messages cannot be
+    // shown, and each one is either an entry of its own or counted in the marker.
+    let options = with_cap(1_500);
+    replay_compactions(5, 80, 4, &options, |n, prompts, summary| {
+        assert!(summary.tokens <= 1_500, "#{n}: {}", summary.tokens);
+        let messages = section_body(&summary.text, 6);
+        let entries: Vec<String> =
+            carry::entries(&messages).into_iter().filter(|e| carry::folded_count(e).is_none()).collect();
+        assert_eq!(entries.len() + folded_in(&messages), prompts.len(), "#{n}\n{messages}");
+        // The first and the latest are always shown; whatever is shown is in order.
+        assert!(in_short_form(&format!("   - {}", entries[0]), &prompts[0]), "#{n}: {}", entries[0]);
+        let last = entries.last().unwrap();
+        assert!(in_short_form(&format!("   - {last}"), prompts.last().unwrap()), "#{n}: {last}");
+        let mut from = 0;
+        for entry in &entries {
+            let at = prompts[from..].iter().position(|p| entry == p || in_short_form(&format!("   - {entry}"), p));
+            from += at.unwrap_or_else(|| panic!("#{n}: {entry} is no message, or out of order")) + 1;
+        }
+    });
+}
+
+#[test]
+fn summary_size_stays_flat_over_many_compactions() {
+    let options = with_cap(offline_cap_tokens(167_000));
+    let mut sizes = Vec::new();
+    replay_compactions(3, 120, 6, &options, |_, _, summary| sizes.push(summary.tokens));
+    assert!(sizes.len() >= 15);
+    // Bounded by the cap whatever the number of compactions; late summaries are not
+    // much larger than those of the middle of the session.
+    let middle = sizes[sizes.len() / 2];
+    let last = *sizes.last().unwrap();
+    assert!(sizes.iter().all(|&t| t <= options.max_output_tokens), "{sizes:?}");
+    assert!(last <= middle * 2, "{sizes:?}");
+}
+
+#[test]
+fn identical_messages_are_one_counted_entry() {
+    let prompt = |u: &str, text: &str| {
+        serde_json::json!({"type": "user", "uuid": u, "message": {"role": "user", "content": text}}).to_string()
+    };
+    let lines = [
+        prompt("u1", "Run the tests."),
+        prompt("u2", "Fix the parser."),
+        prompt("u3", "Run the tests."),
+        prompt("u4", "Run the tests."),
+        prompt("u5", "Thanks."),
+    ];
+    let summary = summarize_offline(&records(&lines.join("\n")), &OfflineOptions::default());
+    assert_eq!(
+        section_body(&summary.text, 6),
+        "   - Fix the parser.\n   - (sent 3 times) Run the tests.\n   - Thanks."
+    );
+    // Read back by the next compaction, the count carries.
+    let (times, text) = carry::split_times("(sent 3 times) Run the tests.");
+    assert_eq!((times, text), (3, "Run the tests."));
+}
+
+#[test]
+fn a_large_session_accounts_for_every_user_message() {
+    // Far more messages than the cap can show: each is shown (whole or cut, with its
+    // own marker) or counted in the one marker, and the summary stays under the cap.
+    let jsonl = ctxd_gen::jsonl(&ctxd_gen::Options { seed: 9, ..ctxd_gen::Options::turns(500) });
+    let o = oracle(&jsonl);
+    let summary = summarize_offline(&records(&jsonl), &with_cap(4_000));
+    assert_well_formed(&summary);
+    assert!(summary.tokens <= 4_000, "{}", summary.tokens);
+    let messages = section_body(&summary.text, 6);
+    let entries: Vec<String> =
+        carry::entries(&messages).into_iter().filter(|e| carry::folded_count(e).is_none()).collect();
+    let folded = folded_in(&messages);
+    assert!(folded > 0 && entries.len() > 20, "{} shown, {folded} counted", entries.len());
+    assert_eq!(entries.len() + folded, o.prompts.len());
+    for entry in &entries {
+        assert!(o.prompts.iter().any(|p| entry == p || in_short_form(&format!("   - {entry}"), p)), "{entry}");
+    }
+}
+
+#[test]
+fn an_earlier_summarys_messages_carry_even_when_they_read_like_placeholders() {
+    let line = serde_json::json!({
+        "type": "user",
+        "uuid": "s",
+        "isCompactSummary": true,
+        "message": {"role": "user", "content": "Summary:\n1. Primary Request and Intent:\n   - First request: Port the CLI.\n6. All User Messages:\n   - Port the CLI.\n   - [… 4 more user messages cut …]\n   - none\n7. Pending Tasks:\n   - None recorded.\n"}
+    });
+    let prompt = serde_json::json!({"type": "user", "uuid": "u", "message": {"role": "user", "content": "Go on."}});
+    let summary = summarize_offline(&records(&format!("{line}\n{prompt}")), &OfflineOptions::default());
+    assert_eq!(
+        section_body(&summary.text, 6),
+        "   - Port the CLI.\n   - [… 4 more user messages cut …]\n   - none\n   - Go on."
+    );
+    assert!(section_body(&summary.text, 1).starts_with("   - First request: Port the CLI.\n"));
+    // The earlier "None recorded." is no task; the new prompt has no reply yet.
+    assert_eq!(section_body(&summary.text, 7), "   - Not yet answered: Go on.");
 }

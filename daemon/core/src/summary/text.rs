@@ -5,14 +5,8 @@
 //! way, and the cap arithmetic must agree with the marker that cutting inserts: a reader
 //! of the summary sees exactly how much was left out ("[… 1,234 characters cut …]").
 
-/// Bytes per token in the estimate used for the output cap (the same rule as the rest
-/// of ctxd: bytes divided by four, rounded up).
-pub(super) const BYTES_PER_TOKEN: u64 = 4;
-
-/// Estimated tokens of a text: its UTF-8 length divided by four, rounded up.
-pub fn estimate_tokens(text: &str) -> u64 {
-    (text.len() as u64).div_ceil(BYTES_PER_TOKEN)
-}
+/// The estimate used for the output cap is the rest of ctxd's.
+pub use crate::tally::{BYTES_PER_TOKEN, estimate_tokens};
 
 /// Which part of a text survives a cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,31 +35,40 @@ pub(super) fn thousands(n: usize) -> String {
     out
 }
 
+/// `1,234,567` (or `1234567`) as a number.
+pub(super) fn parse_thousands(text: &str) -> Option<usize> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit() || b == b',') || text.starts_with(',') {
+        return None;
+    }
+    text.replace(',', "").parse().ok()
+}
+
 /// The marker that replaces `chars` cut characters.
 pub(super) fn cut_marker(chars: usize) -> String {
     format!("[… {} characters cut …]", thousands(chars))
 }
 
-/// Largest char boundary at or below `i`.
-fn floor_boundary(s: &str, mut i: usize) -> usize {
-    if i >= s.len() {
-        return s.len();
+/// Markers already in a text (a message cut by an earlier summary): byte span and the
+/// number of characters each stands for.
+fn markers_in(text: &str) -> Vec<(usize, usize, usize)> {
+    const OPEN: &str = "[… ";
+    const CLOSE: &str = " characters cut …]";
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(at) = text[from..].find(OPEN).map(|i| from + i) {
+        let digits_start = at + OPEN.len();
+        let digits_len = text[digits_start..].bytes().take_while(|b| b.is_ascii_digit() || *b == b',').count();
+        let digits_end = digits_start + digits_len;
+        match parse_thousands(&text[digits_start..digits_end]) {
+            Some(n) if text[digits_end..].starts_with(CLOSE) => {
+                let end = digits_end + CLOSE.len();
+                out.push((at, end, n));
+                from = end;
+            }
+            _ => from = digits_start,
+        }
     }
-    while !s.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
-}
-
-/// Smallest char boundary at or above `i`.
-fn ceil_boundary(s: &str, mut i: usize) -> usize {
-    if i >= s.len() {
-        return s.len();
-    }
-    while !s.is_char_boundary(i) {
-        i += 1;
-    }
-    i
+    out
 }
 
 /// How far back (or forward) a cut may move to land on whitespace instead of
@@ -74,7 +77,7 @@ const WORD_SLACK: usize = 24;
 
 /// End of a head of at most `max` bytes, moved back to a whitespace when one is close.
 fn head_end(s: &str, max: usize) -> usize {
-    let end = floor_boundary(s, max);
+    let end = s.floor_char_boundary(max);
     if end == s.len() {
         return end;
     }
@@ -88,7 +91,7 @@ fn head_end(s: &str, max: usize) -> usize {
 /// Start of a tail of at most `max` bytes, moved forward past a whitespace when one is
 /// close.
 fn tail_start(s: &str, max: usize) -> usize {
-    let start = ceil_boundary(s, s.len().saturating_sub(max));
+    let start = s.ceil_char_boundary(s.len().saturating_sub(max));
     let window_end = (start + WORD_SLACK).min(s.len());
     match s.as_bytes()[start..window_end].iter().position(|b| b.is_ascii_whitespace()) {
         Some(p) if start + p + 1 < s.len() => start + p + 1,
@@ -102,12 +105,16 @@ pub(super) fn cut(text: &str, limit: usize, style: CutStyle) -> String {
     if text.len() <= limit {
         return text.to_owned();
     }
-    let total_chars = text.chars().count();
+    // A text cut before (an earlier summary's excerpt) stands for more than its own
+    // characters: the new marker counts what the old ones it swallows stood for.
+    let earlier = markers_in(text);
+    let represented = text.chars().count()
+        + earlier.iter().map(|&(s, e, n)| n.saturating_sub(text[s..e].chars().count())).sum::<usize>();
     // The marker is longest when every character is cut; reserve that much, plus the
     // spaces around it.
-    let reserve = cut_marker(total_chars).len() + 2;
+    let reserve = cut_marker(represented).len() + 2;
     let room = limit.saturating_sub(reserve);
-    let (head, tail) = if style == CutStyle::HeadTail && room >= MIN_SPLIT {
+    let (mut head, mut tail) = if style == CutStyle::HeadTail && room >= MIN_SPLIT {
         let head_room = room * 2 / 3;
         let h = head_end(text, head_room);
         let t = tail_start(text, room - h.min(room));
@@ -115,10 +122,22 @@ pub(super) fn cut(text: &str, limit: usize, style: CutStyle) -> String {
     } else {
         (head_end(text, room), text.len())
     };
+    // One marker per excerpt: the cut widens to swallow every earlier marker (the head
+    // ends before the first, the tail starts after the last).
+    if let (Some(&(first, _, _)), Some(&(_, last, _))) = (earlier.first(), earlier.last()) {
+        head = head.min(first);
+        tail = tail.max(last);
+    }
+    let tail = tail.max(head);
     let head_text = text[..head].trim_end();
     let tail_text = text[tail..].trim_start();
+    let swallowed: usize = earlier
+        .iter()
+        .filter(|&&(s, e, _)| s >= head && e <= tail)
+        .map(|&(s, e, n)| n.saturating_sub(text[s..e].chars().count()))
+        .sum();
     let kept = head_text.chars().count() + tail_text.chars().count();
-    let marker = cut_marker(total_chars.saturating_sub(kept));
+    let marker = cut_marker(text.chars().count().saturating_sub(kept) + swallowed);
     let mut out = String::with_capacity(limit.max(marker.len()));
     out.push_str(head_text);
     if !head_text.is_empty() {
@@ -237,6 +256,30 @@ mod tests {
         }
         assert_eq!(cut_chars("äöü", 2, CutStyle::Head), cut("äöü", 4, CutStyle::Head));
         assert_eq!(cut_chars("äöü", 3, CutStyle::Head), "äöü");
+    }
+
+    #[test]
+    fn cutting_an_excerpt_again_counts_what_it_stood_for() {
+        // 400 characters kept of 1,400: the excerpt stands for 1,400 characters.
+        let excerpt = format!("{} {} {}", "a ".repeat(100).trim_end(), cut_marker(1_000), "b ".repeat(100).trim_end());
+        let out = cut(&excerpt, 120, CutStyle::Head);
+        assert!(out.len() <= 120, "{out}");
+        let marker = markers_in(&out);
+        assert_eq!(marker.len(), 1, "{out}");
+        let kept = out[..marker[0].0].trim_end().chars().count();
+        // Every character of the original is either kept or counted, within the
+        // spaces the cut trims.
+        let counted = marker[0].2 + kept;
+        assert!((1_398..=1_401).contains(&counted), "{counted}: {out}");
+        // A cut that lands inside the old marker moves off it.
+        for limit in 200..260 {
+            let out = cut(&excerpt, limit, CutStyle::HeadTail);
+            assert_eq!(markers_in(&out).len(), 1, "{out}");
+            assert_eq!(out.matches('[').count(), 1, "{out}");
+        }
+        assert_eq!(parse_thousands("1,234"), Some(1234));
+        assert_eq!(parse_thousands(",12"), None);
+        assert_eq!(parse_thousands(""), None);
     }
 
     #[test]

@@ -57,8 +57,8 @@ pub fn offload_path(dir: &str, tool_use_id: &str) -> String {
 
 /// The text the model sees instead of a stored result.
 pub fn preview_text(content: &str, path: &str, config: &BudgetConfig) -> String {
-    let head_end = floor_char_boundary(content, config.preview_head_bytes.min(content.len()));
-    let tail_start = ceil_char_boundary(content, content.len().saturating_sub(config.preview_tail_bytes).max(head_end));
+    let head_end = content.floor_char_boundary(config.preview_head_bytes);
+    let tail_start = content.ceil_char_boundary(content.len().saturating_sub(config.preview_tail_bytes).max(head_end));
     let tokens = content.len() as u64 / BYTES_PER_TOKEN;
     let mut out = format!(
         "[This output was too large for the context: {} bytes, about {tokens} tokens. It is stored in full at {path}; read that file for any part not shown below.]\n\n",
@@ -70,20 +70,6 @@ pub fn preview_text(content: &str, path: &str, config: &BudgetConfig) -> String 
         out.push_str(&content[tail_start..]);
     }
     out
-}
-
-fn floor_char_boundary(s: &str, mut i: usize) -> usize {
-    while i > 0 && !s.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
-}
-
-fn ceil_char_boundary(s: &str, mut i: usize) -> usize {
-    while i < s.len() && !s.is_char_boundary(i) {
-        i += 1;
-    }
-    i
 }
 
 /// A result block whose content is the replacement's preview.

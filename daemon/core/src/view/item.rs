@@ -18,8 +18,8 @@ use crate::record::{Kind, Record};
 /// nothing about what the model is charged).
 pub const IMAGE_TOKENS: u64 = 2_000;
 
-/// Bytes of JSON per estimated token.
-pub const BYTES_PER_TOKEN: u64 = 4;
+/// Bytes of JSON per estimated token: the one rate of ctxd.
+pub use crate::tally::BYTES_PER_TOKEN;
 
 /// Whose turn a message is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

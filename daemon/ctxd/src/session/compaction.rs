@@ -18,7 +18,7 @@ use ctxd_core::compact::{
 };
 use ctxd_core::ledger::{LedgerEntry, has_changed};
 use ctxd_core::record::Record;
-use ctxd_core::summary::{OfflineOptions, estimate_tokens, parse_summary_reply, summarize_offline};
+use ctxd_core::summary::{OfflineOptions, estimate_tokens, offline_cap_tokens, parse_summary_reply, summarize_offline};
 use serde_json::json;
 
 /// What the actor hands the driver: a snapshot, never a live reference.
@@ -199,20 +199,20 @@ pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
     // one installed: with a model it would be CPU spent for nothing on every compaction.
     let focus = instructions.clone();
     let (body, summarizer) = match remote_provider(&job) {
-        Ok(None) => (write_offline(summarized, focus).await?, Summarizer::OFFLINE),
+        Ok(None) => (write_offline(summarized, focus, job.threshold).await?, Summarizer::OFFLINE),
         Ok(Some(provider)) => {
             let name = provider.name();
             match summarize_remote(&provider, &job, instructions.as_deref(), !kept.is_empty(), &mut problems).await {
                 Ok((body, path)) => (body, Summarizer { name, path: Some(path) }),
                 Err(e) => {
                     problems.push(format!("{name} could not write the summary ({e}); the offline summarizer wrote it"));
-                    (write_offline(summarized, focus).await?, Summarizer::OFFLINE)
+                    (write_offline(summarized, focus, job.threshold).await?, Summarizer::OFFLINE)
                 }
             }
         }
         Err(e) => {
             problems.push(format!("provider settings: {e}; the offline summarizer wrote the summary"));
-            (write_offline(summarized, focus).await?, Summarizer::OFFLINE)
+            (write_offline(summarized, focus, job.threshold).await?, Summarizer::OFFLINE)
         }
     };
     // The snapshot is not needed after this step: moved, not copied.
@@ -316,6 +316,22 @@ fn remote_provider(job: &Job) -> Result<Option<crate::provider::RemoteProvider>,
     }
 }
 
+/// The offline summary of `summarized`, on the low-priority pool, capped in proportion
+/// to the session's threshold.
+async fn write_offline(
+    summarized: Vec<Record>,
+    focus: Option<String>,
+    threshold: u64,
+) -> Result<String, CompactFailure> {
+    let max_output_tokens = offline_cap_tokens(threshold);
+    let offline = crate::background::run(move || {
+        summarize_offline(&summarized, &OfflineOptions { focus, max_output_tokens, ..OfflineOptions::default() })
+    })
+    .await
+    .map_err(|e| CompactFailure::Summary(format!("summarizer task failed: {e}")))?;
+    parse_summary_reply(&offline.text).map_err(|e| CompactFailure::Summary(e.to_string()))
+}
+
 /// Asks a provider for the summary: first with the cache-sharing fork of the host's
 /// request when [`choose_fork`](ctxd_core::compact::choose_fork) allows it, then, if the
 /// fork is skipped or gives no usable summary, with the streaming fallback request
@@ -323,16 +339,6 @@ fn remote_provider(job: &Job) -> Result<Option<crate::provider::RemoteProvider>,
 /// media as markers): once, once more if the reply has no `<summary>`, and again with
 /// the oldest rounds dropped if the request is too long. Why a fork gave way goes to
 /// `problems`.
-/// The offline summary of `summarized`, on the low-priority pool.
-async fn write_offline(summarized: Vec<Record>, focus: Option<String>) -> Result<String, CompactFailure> {
-    let offline = crate::background::run(move || {
-        summarize_offline(&summarized, &OfflineOptions { focus, ..OfflineOptions::default() })
-    })
-    .await
-    .map_err(|e| CompactFailure::Summary(format!("summarizer task failed: {e}")))?;
-    parse_summary_reply(&offline.text).map_err(|e| CompactFailure::Summary(e.to_string()))
-}
-
 async fn summarize_remote(
     provider: &crate::provider::RemoteProvider,
     job: &Job,
@@ -381,11 +387,13 @@ fn fork_enabled(settings: &ctxd_proto::Settings) -> bool {
     settings.compact_fork != Some(false) && !env_off
 }
 
-/// Path 1: the parent request with the instruction appended, tools refused, sent as it
-/// is (same model, system, tools, prefix) so it reads the parent's cache. At most one
-/// turn: a reply that calls a tool or has no text is "no usable text"; a reply without
-/// `<summary>` is asked again once, still as a fork. Every failure is the caller's cue
-/// to use the fallback, which has its own prompt-too-long handling.
+/// Path 1: the parent request with the instruction appended, sent as it is (same model,
+/// system, tools, `tool_choice`, thinking, prefix) so it reads the parent's cache. Tool
+/// use is refused here rather than by a changed `tool_choice` (which would cost the
+/// cached messages): a reply that calls a tool, or has no `<summary>`, is asked once
+/// more, still as a fork, with the refusal said; a second such reply is "no usable
+/// text". Every failure is the caller's cue to use the fallback, which has its own
+/// prompt-too-long handling.
 async fn summarize_with_fork(
     provider: &crate::provider::RemoteProvider,
     parent: &serde_json::Value,
@@ -394,7 +402,7 @@ async fn summarize_with_fork(
 ) -> Result<String, String> {
     use crate::provider::Provider;
     use ctxd_core::compact::{ForkOptions, ReplyAttempt, ReplyVerdict, ToolRefusal, fork_request, read_summary_reply};
-    let options = ForkOptions { style, tool_refusal: ToolRefusal::ToolChoiceNone };
+    let options = ForkOptions { style, tool_refusal: ToolRefusal::default() };
     let cancel = tokio_util::sync::CancellationToken::new();
     let mut attempt = ReplyAttempt::First;
     let mut ask = instruction.to_owned();
@@ -404,7 +412,15 @@ async fn summarize_with_fork(
         let request = summary_request(built.body);
         let reply = provider.send(&request, &cancel, &mut |_| {}).await.map_err(|e| e.to_string())?;
         if reply.tool_calls > 0 || reply.stop_reason == Some(crate::provider::StopReason::ToolUse) {
-            return Err("the reply called a tool".to_owned());
+            match refuse_tool_call(attempt, instruction) {
+                Some(again) => {
+                    tracing::debug!("the fork's reply called a tool; asking once more for text");
+                    attempt = ReplyAttempt::Reasked;
+                    ask = again;
+                    continue;
+                }
+                None => return Err("the reply called a tool again after it was refused".to_owned()),
+            }
         }
         match read_summary_reply(&reply.text, attempt, instruction).map_err(|e| e.to_string())? {
             ReplyVerdict::Summary(summary) => return Ok(summary),
@@ -415,6 +431,17 @@ async fn summarize_with_fork(
         }
     }
 }
+
+/// The fork's instruction again, saying tool use is refused, after a first reply that
+/// called a tool; `None` after the one re-ask (the fallback's turn).
+fn refuse_tool_call(attempt: ctxd_core::compact::ReplyAttempt, instruction: &str) -> Option<String> {
+    (attempt == ctxd_core::compact::ReplyAttempt::First).then(|| format!("{instruction}\n\n{TOOL_REFUSAL_NOTE}"))
+}
+
+/// Said to a fork whose reply called a tool. Its tools stay offered (the cache reads
+/// them), so the refusal is in words.
+const TOOL_REFUSAL_NOTE: &str = "Tool use is refused for this request: the call was not run. \
+Reply with text only: the summary, in the format asked for above.";
 
 /// A request body as the provider's request: the fields it knows by name, everything
 /// else (`tool_choice`, …) passed through as it is.
