@@ -376,10 +376,7 @@ pub fn changed_file_note(path: &str, old: Option<&str>, new: &str, budget_tokens
         }
     };
     if body.len() > budget_bytes {
-        let mut cut = budget_bytes;
-        while !body.is_char_boundary(cut) {
-            cut -= 1;
-        }
+        let cut = body.floor_char_boundary(budget_bytes);
         note.push_str(&body[..cut]);
         note.push_str(&format!("\n[… {} more bytes not shown; read the file for the rest]", body.len() - cut));
     } else {

@@ -7,6 +7,7 @@ use std::time::Instant;
 use ctxd_core::compact::{AfterInstall, AutoDecision, InstallInput, Trigger, build_post_compact, common_fields};
 use ctxd_core::record::Record;
 use tokio::sync::oneshot;
+use tracing::Instrument;
 
 use super::{Ahead, Command, CompactAnswer, CompactRequest, Running, Session, now_rfc3339};
 use crate::session::SessionError;
@@ -85,10 +86,16 @@ impl Session {
             ahead: false,
         });
         let tx = self.self_tx.clone();
-        let task = tokio::spawn(async move {
-            let result = compaction::prepare(job).await;
-            let _ = tx.send(Command::CompactionDone { generation, result });
-        });
+        // Spawned tasks do not inherit the actor's span: this one names the session and
+        // the compaction, so its log lines (hooks, provider, fallback) say whose they are.
+        let span = tracing::info_span!("compaction", session = %self.id, generation, trigger = ?trigger);
+        let task = tokio::spawn(
+            async move {
+                let result = compaction::prepare(job).await;
+                let _ = tx.send(Command::CompactionDone { generation, result });
+            }
+            .instrument(span),
+        );
         if let Some(running) = &mut self.compaction {
             running.task = Some(task.abort_handle());
         }
@@ -352,13 +359,17 @@ impl Session {
         self.guards.record_success(trigger);
         let post_tokens = self.next_tokens();
         let transcript_path = self.transcript.as_ref().map(|t| t.path().display().to_string()).unwrap_or_default();
-        tokio::spawn(compaction::after_install(
-            self.setup.settings.clone(),
-            self.id.clone(),
-            transcript_path,
-            trigger,
-            prepared.summary.clone(),
-        ));
+        let span = tracing::info_span!("post_compact", session = %self.id, trigger = ?trigger);
+        tokio::spawn(
+            compaction::after_install(
+                self.setup.settings.clone(),
+                self.id.clone(),
+                transcript_path,
+                trigger,
+                prepared.summary.clone(),
+            )
+            .instrument(span),
+        );
         Ok(CompactAnswer {
             boundary: post.boundary_uuid,
             trigger,
