@@ -87,7 +87,18 @@ fn automatic_compaction_at_the_threshold_while_appends_continue() {
     let compacted = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "a").unwrap();
     assert_eq!(compacted["trigger"], "auto");
     assert!(compacted["preTokens"].as_u64().unwrap() >= threshold, "{compacted}");
-    assert!(compacted["postTokens"].as_u64().unwrap() < threshold, "no immediate re-trigger: {compacted}");
+    // Records appended while it ran are installed after the summary, so on a slow
+    // machine the install itself can end above the threshold; then a follow-up
+    // compaction runs at once (at most two), and the last one ends under it.
+    let mut last = compacted;
+    for _ in 0..2 {
+        if last["postTokens"].as_u64().unwrap() < threshold {
+            break;
+        }
+        last = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "a").unwrap();
+        assert_eq!(last["trigger"], "auto", "{last}");
+    }
+    assert!(last["postTokens"].as_u64().unwrap() < threshold, "the compactions end under the threshold: {last}");
     // Every record the host sent is stored, in order, boundaries or not.
     let sent: Vec<String> = all.iter().filter_map(|r| r["uuid"].as_str().map(str::to_owned)).collect();
     let stored = stored_uuids(&state, "a").unwrap();

@@ -316,7 +316,18 @@ impl Session {
         pre_tokens: u64,
         prepared: Prepared,
     ) -> Result<CompactAnswer, SessionError> {
-        let kept: Vec<Record> = self.view.get(prepared.kept_from..).map(<[Record]>::to_vec).unwrap_or_default();
+        // The split was chosen on the snapshot; a tool result appended since may answer
+        // a call on the summarized side (the snapshot ended mid-round). Keep that round
+        // too rather than refuse the install: the call is then both summarized and kept.
+        let kept_from = ctxd_core::compact::safe_split(&self.view, prepared.kept_from);
+        if kept_from != prepared.kept_from {
+            tracing::info!(
+                from = prepared.kept_from,
+                to = kept_from,
+                "a result appended during the compaction answers a summarized call; its round is kept"
+            );
+        }
+        let kept: Vec<Record> = self.view.get(kept_from..).map(<[Record]>::to_vec).unwrap_or_default();
         let kept_before: Vec<Record> =
             prepared.kept_before.and_then(|n| self.view.get(..n)).map(<[Record]>::to_vec).unwrap_or_default();
         let last = self.view.iter().rev().find(|r| r.uuid().is_some());
