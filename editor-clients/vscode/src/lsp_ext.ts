@@ -16,6 +16,7 @@ import type {
     ClaudeCompactResult,
     ClaudeSessionParams,
     ClaudeUndoResult,
+    CompactOrigin,
     Decision,
     MemoryKind,
     MemoryStatus,
@@ -206,7 +207,7 @@ export interface SetAutoCompactWindowParams {
     window: WindowChoice;
 }
 /** Where a window came from. */
-export type { WindowSource };
+export type { CompactOrigin, WindowSource };
 export interface SetAutoCompactWindowResult {
     model: string;
     /** The window now in force for the model (outside any project's settings). */
@@ -323,13 +324,19 @@ export interface CompactResult {
     fidelityAppended: number;
     /** Hook failures and other problems that did not stop the compaction. */
     problems?: string[];
+    /**
+     * Which compaction this answer reports: `requested` (this request's), `joined` (one
+     * already running, which it waited for) or `queued` (it ran after the running one,
+     * with its own focus instructions). Absent means `requested`.
+     */
+    origin?: CompactOrigin;
     /** The usage after the compaction. */
     usage: Usage;
 }
 /**
  * Compacts a session now; answered once the compaction is installed. The daemon also
- * sends `ctx/compacted` (trigger `manual`) and pushes the new usage. Errors: -33008
- * (another compaction of the session is running), -33009 (the compaction failed, e.g.
+ * sends `ctx/compacted` (trigger `manual`) and pushes the new usage. Sent while one
+ * runs, it waits for it (`origin: joined`) or runs next (`queued`). Errors: -33009 (the compaction failed, e.g.
  * nothing to compact; nothing was installed).
  */
 export const compact = new RequestType<CompactParams, CompactResult, void>("ctx/compact");

@@ -46,7 +46,7 @@ const pendingRuleKeys = { path: true, paths: true } satisfies Keys<ext.PendingRu
 const compactParamKeys = { sessionId: true, instructions: true, from: true, upTo: true, workDoneToken: true } satisfies Keys<ext.CompactParams>;
 const compactResultKeys = {
     boundary: true, trigger: true, preTokens: true, postTokens: true, summary: true, summarizer: true, summaryPath: true, fidelityAppended: true,
-    problems: true, usage: true,
+    problems: true, origin: true, usage: true,
 } satisfies Keys<ext.CompactResult>;
 const undoCompactResultKeys = {
     boundary: true, undoRecord: true, preTokens: true, postTokens: true, usage: true,
@@ -97,6 +97,7 @@ function values<T extends string>(all: { [K in T]: true }): string[] {
 const windowSources = values<ext.WindowSource>({ env: true, setting: true, client: true, experiment: true, modelDefault: true, subagentCeiling: true });
 const providers = values<ext.ProviderKind>({ anthropic: true, openai: true, offline: true });
 const memoryFileStatuses = values<ext.MemoryFileStatus>({ loaded: true, waiting: true, duplicate: true });
+const compactOrigins = values<ext.CompactOrigin>({ requested: true, joined: true, queued: true });
 
 /** Properties of the schema named `name`, or of its `$defs` entry `def`. */
 function schemaKeys(name: string, def?: string): string[] {
@@ -191,7 +192,7 @@ describe("lsp_ext.ts against schemas/", () => {
             ["ctx.context.result", optionalOf<ext.ContextResult>({ diagnostics: true, staleFiles: true, preparedAhead: true })],
             ["ctx.context.result", optionalOf<ext.MemoryFile>({}), "MemoryFile"],
             ["ctx.compact.params", optionalOf<ext.CompactParams>({ instructions: true, from: true, upTo: true, workDoneToken: true })],
-            ["ctx.compact.result", optionalOf<ext.CompactResult>({ problems: true, summaryPath: true })],
+            ["ctx.compact.result", optionalOf<ext.CompactResult>({ problems: true, summaryPath: true, origin: true })],
             ["ctx.undoCompact.result", optionalOf<ext.UndoCompactResult>({})],
             ["ctx.clear.result", optionalOf<ext.ClearResult>({})],
             ["ctx.reportProviderError.params", optionalOf<ext.ProviderErrorReport>({ status: true, type: true }), "ProviderErrorReport"],
@@ -223,17 +224,14 @@ describe("lsp_ext.ts against schemas/", () => {
         const enumOf = (name: string, def: string) => [...((schema(name).$defs?.[def] as unknown as { enum?: string[] } | undefined)?.enum ?? [])].sort();
         assert.deepEqual(providers, enumOf("settings", "ProviderKind"));
         assert.deepEqual(enumOf("ctx.setAutoCompactWindow.params", "AutoWord"), ["auto"]);
-        // `source` and `status` are strings in the schemas; their values are in the descriptions.
-        const described = (name: string, field: string, def?: string) => {
-            const target = def !== undefined ? schema(name).$defs?.[def] : schema(name);
-            return String((target?.properties[field] as { description?: string }).description);
-        };
-        for (const source of windowSources) {
-            assert.ok(described("ctx.setAutoCompactWindow.result", "source").includes(`\`${source}\``), source);
-        }
-        for (const status of memoryFileStatuses) {
-            assert.ok(described("ctx.context.result", "status", "MemoryFile").includes(`\`${status}\``), status);
-        }
+        // Closed sets are enums in the schemas, one `const` per value.
+        const constsOf = (name: string, def: string) =>
+            [...((schema(name).$defs?.[def] as unknown as { oneOf?: { const: string }[] } | undefined)?.oneOf ?? [])]
+                .map((v) => v.const)
+                .sort();
+        assert.deepEqual(windowSources, constsOf("ctx.setAutoCompactWindow.result", "WindowSource"));
+        assert.deepEqual(memoryFileStatuses, constsOf("ctx.context.result", "MemoryStatus"));
+        assert.deepEqual(compactOrigins, constsOf("ctx.compact.result", "CompactOrigin"));
     });
 
     it("keeps the shared render fixtures valid usage objects", () => {
