@@ -45,22 +45,11 @@ pub struct Undone {
     pub removed_bytes: u64,
 }
 
-/// `~/.claude`, or `$CLAUDE_CONFIG_DIR`.
-fn config_dir() -> Option<PathBuf> {
-    std::env::var_os("CLAUDE_CONFIG_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".claude")))
-}
-
-/// `~/.claude/projects`, or `$CLAUDE_CONFIG_DIR/projects`.
-pub fn projects_dir() -> Option<PathBuf> {
-    Some(config_dir()?.join("projects"))
-}
-
-/// The session's plan as it is on disk now (`<config>/plans/<slug>.md`), when it has
-/// one. A plan that cannot be read is left out, with the reason in the log.
-fn plan_now(records: &[Record]) -> Option<PlanFile> {
-    let path = config_dir()?.join("plans").join(format!("{}.md", plan_slug(records)?));
+/// The session's plan as it is on disk now (`<config>/plans/<slug>.md`, `config` being
+/// Claude Code's directory), when it has one. A plan that cannot be read is left out,
+/// with the reason in the log.
+fn plan_now(config: Option<&Path>, records: &[Record]) -> Option<PlanFile> {
+    let path = config?.join("plans").join(format!("{}.md", plan_slug(records)?));
     match crate::outside::read_text(&path, crate::outside::PLAN_FILE) {
         Ok(content) => Some(PlanFile { path: path.display().to_string(), content }),
         Err(crate::outside::OutsideError::Missing) => None,
@@ -73,7 +62,7 @@ fn plan_now(records: &[Record]) -> Option<PlanFile> {
 
 /// The transcript a command names: a path to a file, or a session id found as
 /// `<projects>/<any project>/<id>.jsonl`.
-pub fn resolve(transcript: Option<&str>, session_id: Option<&str>) -> Result<PathBuf, String> {
+pub fn resolve(projects: Option<&Path>, transcript: Option<&str>, session_id: Option<&str>) -> Result<PathBuf, String> {
     if let Some(path) = transcript {
         return Ok(PathBuf::from(path));
     }
@@ -81,9 +70,9 @@ pub fn resolve(transcript: Option<&str>, session_id: Option<&str>) -> Result<Pat
     if id.is_empty() || id.contains(['/', '\\']) || id.starts_with('.') {
         return Err(format!("{id:?} is not a session id"));
     }
-    let projects = projects_dir().ok_or("no home directory to find ~/.claude in")?;
+    let projects = projects.ok_or("no home directory to find ~/.claude in")?;
     let name = format!("{id}.jsonl");
-    let entries = std::fs::read_dir(&projects).map_err(|e| format!("{}: {e}", projects.display()))?;
+    let entries = std::fs::read_dir(projects).map_err(|e| format!("{}: {e}", projects.display()))?;
     for entry in entries.flatten() {
         let candidate = entry.path().join(&name);
         if candidate.is_file() {
@@ -195,8 +184,9 @@ fn refused(path: &Path, what: &str, why: String) -> String {
     format!("{}: {why}; nothing was written", path.display())
 }
 
-/// Compacts the Claude Code session in `path`: appends a boundary and the summary.
-pub fn compact(path: &Path, instructions: Option<&str>) -> Result<Compacted, String> {
+/// Compacts the Claude Code session in `path`: appends a boundary and the summary. The
+/// plan is looked for in `config`, Claude Code's directory.
+pub fn compact(config: Option<&Path>, path: &Path, instructions: Option<&str>) -> Result<Compacted, String> {
     let refuse = |why: String| refused(path, "compact", why);
     writable(path).map_err(refuse)?;
     not_open(path).map_err(refuse)?;
@@ -209,7 +199,7 @@ pub fn compact(path: &Path, instructions: Option<&str>) -> Result<Compacted, Str
     let lines: Vec<Record> = records.into_iter().map(|(_, r)| r).collect();
     let files: Vec<FileNow> = files_read(&lines).into_iter().map(|p| file_now(&p)).collect();
     let timestamp = crate::session::actor::now_rfc3339();
-    let plan = plan_compaction(&lines, &files, plan_now(&lines), instructions, &timestamp, &mut || {
+    let plan = plan_compaction(&lines, &files, plan_now(config, &lines), instructions, &timestamp, &mut || {
         uuid::Uuid::new_v4().to_string()
     })
     .map_err(|e| refuse(e.to_string()))?;

@@ -17,7 +17,8 @@
 //! - [`statusline`]: `ctxd statusline`, Claude Code's status line from the transcript tail.
 //! - [`background`]: low-priority threads for compaction's CPU-heavy parts.
 //! - [`outside`]: the one bounded, non-blocking reader of files ctxd did not write.
-//! - [`paths`], [`logging`]: where state and logs go.
+//! - [`process_env`]: the environment, read once by `main` and passed down.
+//! - [`logging`]: where logs go.
 
 pub mod background;
 pub mod claude;
@@ -27,7 +28,7 @@ pub mod hooks;
 pub mod interop;
 pub mod logging;
 pub mod outside;
-pub mod paths;
+pub mod process_env;
 pub mod provider;
 pub mod replay;
 pub mod server;

@@ -1,6 +1,7 @@
 //! Logging: `tracing` to a file (default `<state dir>/logs/ctxd.log`) or to stderr,
 //! filtered by `CTXD_LOG` (same syntax as `RUST_LOG`; default `info` for the daemon and
-//! `warn` for one-shot commands, whose stderr a person reads).
+//! `warn` for one-shot commands, whose stderr a person reads). `main` reads the variable
+//! with the rest of the environment and passes its value here.
 //!
 //! **Invariant:** nothing but the protocol is written to stdout. The log file is opened
 //! owner-only and in append mode, and written from a background thread so a slow disk
@@ -20,10 +21,11 @@ pub enum LogTarget {
     Stderr,
 }
 
-/// Installs the global subscriber. Keep the returned guard alive for the life of the
-/// process: dropping it flushes and stops the writer thread.
-pub fn init(target: &LogTarget, default_level: &str) -> anyhow::Result<Option<WorkerGuard>> {
-    let filter = EnvFilter::try_from_env("CTXD_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
+/// Installs the global subscriber, filtered by `filter` (`CTXD_LOG`), else at
+/// `default_level`; a filter that does not parse counts as none. Keep the returned guard
+/// alive for the life of the process: dropping it flushes and stops the writer thread.
+pub fn init(target: &LogTarget, filter: Option<&str>, default_level: &str) -> anyhow::Result<Option<WorkerGuard>> {
+    let filter = filter.and_then(|f| EnvFilter::try_new(f).ok()).unwrap_or_else(|| EnvFilter::new(default_level));
     match target {
         LogTarget::Stderr => {
             tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).init();

@@ -3,9 +3,11 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use ctxd::logging::{self, LogTarget};
+use ctxd::process_env::ProcessEnv;
 use ctxd::replay::{self, ReplayOptions};
 use ctxd::server::{self, ServeOptions};
 use ctxd::transport::{self, Ending, Limits};
@@ -13,7 +15,8 @@ use ctxd::transport::{self, Ending, Limits};
 #[derive(Debug, Parser)]
 #[command(name = "ctxd", version, about = "Context-management daemon for AI coding agents")]
 struct Cli {
-    /// State directory (store and logs). Default: $CTXD_STATE_DIR, else the XDG state dir.
+    /// State directory (store and logs). Default: $CTXD_STATE_DIR, else the XDG state dir
+    /// ($XDG_STATE_HOME/ctxd, ~/.local/state/ctxd).
     #[arg(long, global = true, value_name = "DIR")]
     state_dir: Option<PathBuf>,
     /// Log file. Default: <state dir>/logs/ctxd.log.
@@ -81,22 +84,25 @@ enum ClaudeCommand {
 }
 
 /// A session named on the command line: a path when a file is there, else an id.
-fn claude_target(session: &str) -> anyhow::Result<PathBuf> {
+fn claude_target(env: &ProcessEnv, session: &str) -> anyhow::Result<PathBuf> {
     let as_path = std::path::Path::new(session);
+    let projects = env.claude_projects_dir();
     let found = if as_path.is_file() {
-        ctxd::claude::resolve(Some(session), None)
+        ctxd::claude::resolve(projects.as_deref(), Some(session), None)
     } else {
-        ctxd::claude::resolve(None, Some(session))
+        ctxd::claude::resolve(projects.as_deref(), None, Some(session))
     };
     found.map_err(|e| anyhow::anyhow!(e))
 }
 
-fn claude(command: ClaudeCommand) -> anyhow::Result<ExitCode> {
+fn claude(env: &ProcessEnv, command: ClaudeCommand) -> anyhow::Result<ExitCode> {
     let mut stdout = std::io::stdout().lock();
     match command {
         ClaudeCommand::Compact { session, instructions } => {
-            let path = claude_target(&session)?;
-            let done = ctxd::claude::compact(&path, instructions.as_deref()).map_err(|e| anyhow::anyhow!(e))?;
+            let path = claude_target(env, &session)?;
+            let config = env.claude_config_dir();
+            let done = ctxd::claude::compact(config.as_deref(), &path, instructions.as_deref())
+                .map_err(|e| anyhow::anyhow!(e))?;
             writeln!(
                 stdout,
                 "compacted {}: {} lines appended at byte {}, {} -> {} tokens, {} messages kept",
@@ -109,7 +115,7 @@ fn claude(command: ClaudeCommand) -> anyhow::Result<ExitCode> {
             )?;
         }
         ClaudeCommand::Undo { session } => {
-            let path = claude_target(&session)?;
+            let path = claude_target(env, &session)?;
             let done = ctxd::claude::undo(&path).map_err(|e| anyhow::anyhow!(e))?;
             writeln!(stdout, "undone {}: cut back to {} bytes", done.transcript.display(), done.offset)?;
         }
@@ -120,6 +126,8 @@ fn claude(command: ClaudeCommand) -> anyhow::Result<ExitCode> {
 fn main() -> ExitCode {
     // Everything ctxd creates (store, index, logs) is for its owner only.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o077));
+    // The one read of the environment; everything below gets it from here.
+    let env = Arc::new(ProcessEnv::from_process());
     let cli = Cli::parse();
     if matches!(cli.command, Some(Command::Statusline)) {
         // The fast path: no runtime, no store, no log file; stdin to one line.
@@ -127,13 +135,14 @@ fn main() -> ExitCode {
         // costs at most a second and a megabyte.
         let whole = |b: &[u8]| serde_json::from_slice::<serde::de::IgnoredAny>(b).is_ok();
         let input = ctxd::outside::read_stream(std::io::stdin(), 1 << 20, std::time::Duration::from_secs(1), whole);
-        let _ = writeln!(std::io::stdout(), "{}", ctxd::statusline::run(&String::from_utf8_lossy(&input)));
+        let _ =
+            writeln!(std::io::stdout(), "{}", ctxd::statusline::run(&String::from_utf8_lossy(&input), env.budget()));
         return ExitCode::SUCCESS;
     }
     // A panic is logged (stderr is not the protocol, but the log is where people look);
     // the transport turns it into an error reply for the request that caused it.
     std::panic::set_hook(Box::new(|info| tracing::error!(%info, "panic")));
-    let state_dir = cli.state_dir.clone().unwrap_or_else(ctxd::paths::default_state_dir);
+    let state_dir = cli.state_dir.clone().unwrap_or_else(|| env.default_state_dir());
     let serving = matches!(cli.command, None | Some(Command::Serve { .. }));
     let target = match (&cli.log_file, cli.log_stderr) {
         (Some(file), _) => LogTarget::File(file.clone()),
@@ -143,7 +152,7 @@ fn main() -> ExitCode {
         (None, false) => LogTarget::Stderr,
     };
     let default_level = if serving { "info" } else { "warn" };
-    let _guard = match logging::init(&target, default_level) {
+    let _guard = match logging::init(&target, env.log_filter(), default_level) {
         Ok(guard) => guard,
         Err(e) => {
             let _ = writeln!(std::io::stderr(), "ctxd: {e}");
@@ -152,6 +161,11 @@ fn main() -> ExitCode {
     };
     if serving {
         raise_open_file_limit();
+    }
+    if serving || matches!(cli.command, Some(Command::Replay { .. })) {
+        for warning in env.budget_warnings() {
+            tracing::warn!(%warning, "ignoring an invalid environment variable");
+        }
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -162,9 +176,9 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async move {
         match cli.command {
-            None => serve(state_dir, Limits::default()).await,
+            None => serve(state_dir, env, Limits::default()).await,
             Some(Command::Serve { max_message_bytes }) => {
-                serve(state_dir, Limits { max_message_bytes, ..Limits::default() }).await
+                serve(state_dir, env, Limits { max_message_bytes, ..Limits::default() }).await
             }
             Some(Command::Statusline) => Ok(ExitCode::SUCCESS),
             Some(Command::Import { file, session_id }) => import(&state_dir, &file, session_id),
@@ -173,9 +187,9 @@ fn main() -> ExitCode {
                 ctxd::interop::export(&state_dir, &session_id, &mut stdout)?;
                 Ok(ExitCode::SUCCESS)
             }
-            Some(Command::Claude { command }) => claude(command),
+            Some(Command::Claude { command }) => claude(&env, command),
             Some(Command::Replay { file, model }) => {
-                let options = ReplayOptions { transcript: file, model, state_dir: cli.state_dir };
+                let options = ReplayOptions { transcript: file, model, state_dir: cli.state_dir, env };
                 let mut stdout = std::io::stdout().lock();
                 replay::run(options, &mut stdout).await.map(|()| ExitCode::SUCCESS)
             }
@@ -193,9 +207,9 @@ fn main() -> ExitCode {
     }
 }
 
-async fn serve(state_dir: PathBuf, limits: Limits) -> anyhow::Result<ExitCode> {
+async fn serve(state_dir: PathBuf, env: Arc<ProcessEnv>, limits: Limits) -> anyhow::Result<ExitCode> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), pid = std::process::id(), "ctxd starting");
-    let (server, outflow) = server::Server::new(ServeOptions { state_dir });
+    let (server, outflow) = server::Server::new(ServeOptions { state_dir, env });
     let ending = transport::serve_stdio(std::sync::Arc::new(server), limits, outflow).await;
     tracing::info!(?ending, "ctxd stopping");
     // LSP: exit without a prior shutdown ends with code 1.

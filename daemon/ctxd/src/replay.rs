@@ -23,6 +23,8 @@ pub struct ReplayOptions {
     pub transcript: PathBuf,
     pub model: Option<String>,
     pub state_dir: Option<PathBuf>,
+    /// The environment `main` read, for the in-process daemon.
+    pub env: std::sync::Arc<crate::process_env::ProcessEnv>,
 }
 
 /// Runs the replay and writes its report to `out`.
@@ -48,7 +50,7 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
     let state_dir = match &options.state_dir {
         Some(dir) => dir.clone(),
         None => {
-            temp = tempfile::Builder::new().prefix("ctxd-replay-").tempdir()?;
+            temp = tempfile::Builder::new().prefix("ctxd-replay-").tempdir_in(options.env.temp_dir())?;
             temp.path().to_owned()
         }
     };
@@ -56,7 +58,7 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
     // The daemon, in-process, on an in-memory pipe.
     let (client_io, server_io) = tokio::io::duplex(1 << 20);
     let (server_read, server_write) = tokio::io::split(server_io);
-    let (server, outflow) = Server::new(ServeOptions { state_dir: state_dir.clone() });
+    let (server, outflow) = Server::new(ServeOptions { state_dir: state_dir.clone(), env: options.env.clone() });
     let daemon = tokio::spawn(transport::serve(
         server_read,
         server_write,

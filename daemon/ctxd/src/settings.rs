@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 
 use ctxd_proto::settings::{Settings, parse_layer};
 
+use crate::process_env::ProcessEnv;
+
 /// Where the settings files are.
 #[derive(Debug, Clone)]
 pub struct SettingsSources {
@@ -24,16 +26,12 @@ pub struct SettingsSources {
 }
 
 impl SettingsSources {
-    /// The usual places, with the saved windows in the store.
-    pub fn standard(state_dir: &Path) -> SettingsSources {
-        let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from);
-        let config_home = std::env::var_os("XDG_CONFIG_HOME")
-            .filter(|h| !h.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| home.as_ref().map(|h| h.join(".config")));
+    /// The usual places (`$HOME`, `$XDG_CONFIG_HOME` from `env`), with the saved windows
+    /// in the store.
+    pub fn standard(state_dir: &Path, env: &ProcessEnv) -> SettingsSources {
         SettingsSources {
-            home,
-            user_file: config_home.map(|c| c.join("ctxd/settings.json")),
+            home: env.home(),
+            user_file: env.config_home().map(|c| c.join("ctxd/settings.json")),
             saved_file: state_dir.join("saved-settings.json"),
         }
     }

@@ -195,9 +195,8 @@ fn consider(line: &[u8], newest_first: &mut Vec<Record>, model: &mut Option<Stri
     reported.then_some(Stop::Usage)
 }
 
-/// Builds the status line from the input JSON and the environment.
-pub fn render(input: &StatusInput, env_vars: impl IntoIterator<Item = (String, String)>) -> String {
-    let (env, _warnings) = EnvConfig::from_vars(env_vars);
+/// Builds the status line from the input JSON and the environment's budget overrides.
+pub fn render(input: &StatusInput, env: &EnvConfig) -> String {
     let tail = input.transcript_path.as_deref().map(|p| tail_usage(Path::new(p)));
     let tail = match tail {
         Some(Ok(t)) => Some(t),
@@ -216,11 +215,11 @@ pub fn render(input: &StatusInput, env_vars: impl IntoIterator<Item = (String, S
     let host = input.context_window.as_ref();
     let host_window = host.and_then(|c| c.context_window_size).filter(|&w| w > 0);
     let inputs = WindowInputs { host_model_window: host_window, ..WindowInputs::default() };
-    let resolved = resolve_window(&model_id, &inputs, &env);
+    let resolved = resolve_window(&model_id, &inputs, env);
     if let Some(note) = &resolved.unknown_model {
         tracing::info!("{note}");
     }
-    let levels = thresholds(&resolved, &env, true);
+    let levels = thresholds(&resolved, env, true);
     let host_tokens = host.and_then(|c| c.current_usage.as_ref()).map(ctxd_core::record::TokenUsage::request_tokens);
     let tokens = match (host_tokens, after_compaction) {
         (Some(t), _) => t,
@@ -260,10 +259,11 @@ fn short(n: u64) -> String {
 }
 
 /// Reads the input from `stdin` text; bad input still gives a line, never a failure,
-/// since Claude Code shows whatever the command prints.
-pub fn run(stdin: &str) -> String {
+/// since Claude Code shows whatever the command prints. `env` is the budget overrides
+/// `main` read from the environment.
+pub fn run(stdin: &str, env: &EnvConfig) -> String {
     let input: StatusInput = serde_json::from_str(stdin).unwrap_or_default();
-    render(&input, std::env::vars())
+    render(&input, env)
 }
 
 #[cfg(test)]
@@ -307,7 +307,7 @@ mod tests {
         assert_eq!(tail.tally.reported, 100_100);
         assert_eq!(tail.tally.estimated(), 1_000);
         assert!(!tail.after_compaction);
-        let line = render(&input_for(f.path()), Vec::new());
+        let line = render(&input_for(f.path()), &EnvConfig::default());
         assert_eq!(line, "Opus 4.6 · ctx 101.1k / 200.0k (56.2%) · 65.9k to compact · ok");
     }
 
@@ -322,7 +322,7 @@ mod tests {
         let tail = tail_usage(f.path()).unwrap();
         assert!(tail.after_compaction);
         assert_eq!(tail.tally.total(), 10_000);
-        let line = render(&input_for(f.path()), Vec::new());
+        let line = render(&input_for(f.path()), &EnvConfig::default());
         assert!(line.contains("ctx 10.0k / 200.0k"), "{line}");
         assert!(line.ends_with("just compacted"), "{line}");
     }
@@ -347,7 +347,7 @@ mod tests {
         let tail = tail_usage(f.path()).unwrap();
         assert_eq!(tail.tally.reported, 185_100);
         assert!(tail.tally.estimated() > 20_000_000, "{}", tail.tally.estimated());
-        let line = render(&input_for(f.path()), Vec::new());
+        let line = render(&input_for(f.path()), &EnvConfig::default());
         assert!(line.ends_with("blocked"), "{line}");
     }
 
@@ -371,10 +371,14 @@ mod tests {
         let f = transcript(&[assistant("m1", 30_000), assistant("m1", 30_000), "not json".to_owned(), side]);
         assert_eq!(tail_usage(f.path()).unwrap().tally.total(), 30_100);
         // No input at all still prints a line.
-        assert!(run("garbage").starts_with("unknown · ctx 0"), "{}", run("garbage"));
+        assert!(
+            run("garbage", &EnvConfig::default()).starts_with("unknown · ctx 0"),
+            "{}",
+            run("garbage", &EnvConfig::default())
+        );
         // A path that is not a readable file is still said plainly.
         let dir = tempfile::tempdir().unwrap();
-        let not_a_file = run(&serde_json::json!({"transcript_path": dir.path()}).to_string());
+        let not_a_file = run(&serde_json::json!({"transcript_path": dir.path()}).to_string(), &EnvConfig::default());
         assert!(not_a_file.contains("cannot read transcript"), "{not_a_file}");
     }
 
@@ -385,7 +389,7 @@ mod tests {
             "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"},
             "context_window": {"context_window_size": 1_000_000, "current_usage": null, "used_percentage": null},
         });
-        let line = render(&serde_json::from_value(input).unwrap(), Vec::new());
+        let line = render(&serde_json::from_value(input).unwrap(), &EnvConfig::default());
         assert_eq!(line, "Opus 5.5 · ctx 0 / 1.00M (0.0%) · 967.0k to compact · ok");
     }
 
@@ -402,11 +406,11 @@ mod tests {
                 "used_percentage": 15,
             },
         });
-        let line = render(&serde_json::from_value(input).unwrap(), Vec::new());
+        let line = render(&serde_json::from_value(input).unwrap(), &EnvConfig::default());
         assert_eq!(line, "Opus 5.5 · ctx 150.0k / 1.00M (15.0%) · 817.0k to compact · ok");
         // Without the program's figures the table knows the model: the same window.
         let bare = serde_json::json!({"transcript_path": f.path(), "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"}});
-        let line = render(&serde_json::from_value(bare).unwrap(), Vec::new());
+        let line = render(&serde_json::from_value(bare).unwrap(), &EnvConfig::default());
         assert_eq!(line, "Opus 5.5 · ctx 149.1k / 1.00M (15.2%) · 817.9k to compact · ok");
         // An unknown model takes the host's window.
         let unknown = serde_json::json!({
@@ -414,7 +418,7 @@ mod tests {
             "model": {"id": "claude-opus-7", "display_name": "Opus 7"},
             "context_window": {"context_window_size": 500_000},
         });
-        let line = render(&serde_json::from_value(unknown).unwrap(), Vec::new());
+        let line = render(&serde_json::from_value(unknown).unwrap(), &EnvConfig::default());
         assert_eq!(line, "Opus 7 · ctx 149.1k / 500.0k (29.8%) · 317.9k to compact · ok");
     }
 
@@ -423,7 +427,7 @@ mod tests {
         let f = transcript(&[user("a"), assistant("m1", 50_000)]);
         for (id, name) in [("claude-sonnet-4-5-20250929", "Sonnet 4.5"), ("claude-haiku-4-5", "Haiku 4.5")] {
             let input = serde_json::json!({"transcript_path": f.path(), "model": {"id": id, "display_name": name}});
-            let line = render(&serde_json::from_value(input).unwrap(), Vec::new());
+            let line = render(&serde_json::from_value(input).unwrap(), &EnvConfig::default());
             assert_eq!(line, format!("{name} · ctx 50.1k / 200.0k (27.8%) · ok"));
         }
     }
@@ -434,7 +438,7 @@ mod tests {
         let summary =
             r#"{"type":"user","isCompactSummary":true,"message":{"role":"user","content":"short"}}"#.to_owned();
         let f = transcript(&[user("a"), assistant("m1", 25_000), boundary, summary]);
-        let line = render(&input_for(f.path()), Vec::new());
+        let line = render(&input_for(f.path()), &EnvConfig::default());
         assert_eq!(line, "Opus 4.6 · ctx 3.3k / 200.0k (1.8%) · 163.7k to compact · ok · just compacted");
         // The program's current usage, when it gives one, wins.
         let mut input = input_for(f.path());
@@ -443,7 +447,7 @@ mod tests {
             current_usage: Some(ctxd_core::record::TokenUsage { input_tokens: 14_300, ..Default::default() }),
             used_percentage: Some(7.0),
         });
-        let line = render(&input, Vec::new());
+        let line = render(&input, &EnvConfig::default());
         assert_eq!(line, "Opus 4.6 · ctx 14.3k / 200.0k (7.0%) · 152.7k to compact · ok · just compacted");
     }
 
@@ -459,11 +463,11 @@ mod tests {
         let lines: Vec<String> = text.lines().take(79).map(str::to_owned).collect();
         let f = transcript(&lines);
         let input = serde_json::json!({"transcript_path": f.path(), "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"}, "context_window": {"context_window_size": 1_000_000}});
-        let line = render(&serde_json::from_value(input).unwrap(), Vec::new());
+        let line = render(&serde_json::from_value(input).unwrap(), &EnvConfig::default());
         assert_eq!(line, "Opus 5.5 · ctx 3.0k / 1.00M (0.3%) · 964.0k to compact · ok · just compacted");
         // The whole file: the turn after the compaction reported its usage.
         let f = transcript(&text.lines().map(str::to_owned).collect::<Vec<_>>());
-        let line = render(&serde_json::from_value(serde_json::json!({"transcript_path": f.path(), "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"}})).unwrap(), Vec::new());
+        let line = render(&serde_json::from_value(serde_json::json!({"transcript_path": f.path(), "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"}})).unwrap(), &EnvConfig::default());
         assert_eq!(line, "Opus 5.5 · ctx 13.9k / 1.00M (1.4%) · 953.0k to compact · ok");
     }
 }

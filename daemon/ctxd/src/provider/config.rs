@@ -3,8 +3,8 @@
 //! The settings module fills [`ProviderSettings`] from the user's settings (keys
 //! `provider`, `model`, `baseUrl`, `apiKey`, `compactModel`, `largerModelRetry`);
 //! [`ProviderConfig::resolve`] adds the environment fallbacks and decides. The
-//! environment is passed in as a lookup function so tests never touch the process
-//! environment.
+//! environment is passed in as a lookup function (in the daemon, over the
+//! [`ProcessEnv`] `main` read), so tests never touch the process environment.
 //!
 //! API keys live in [`ApiKey`], whose `Debug` prints no part of the key and which has
 //! no `Display`, so neither a log line nor an error message can carry one by accident.
@@ -16,6 +16,7 @@ use serde::Deserialize;
 
 use super::error::ProviderError;
 use super::{AnthropicProvider, OpenAiProvider, ProviderChoice, RemoteProvider};
+use crate::process_env::ProcessEnv;
 
 /// The Anthropic API, when neither settings nor `ANTHROPIC_BASE_URL` name another.
 pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
@@ -208,9 +209,9 @@ impl ProviderConfig {
         })
     }
 
-    /// [`ProviderConfig::resolve`] with the process environment.
-    pub fn from_process_env(settings: &ProviderSettings) -> Result<ProviderConfig, ProviderError> {
-        ProviderConfig::resolve(settings, |name| std::env::var(name).ok())
+    /// [`ProviderConfig::resolve`] over the environment `main` read.
+    pub fn from_env(settings: &ProviderSettings, env: &ProcessEnv) -> Result<ProviderConfig, ProviderError> {
+        ProviderConfig::resolve(settings, |name| env.var(name).map(str::to_owned))
     }
 
     /// The model for a summary written outside the cache-sharing fork: `compactModel`,

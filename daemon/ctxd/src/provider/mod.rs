@@ -14,7 +14,7 @@
 //! - `http`: the client, the retry loop and the body reader both providers share.
 //!
 //! ```text
-//! let config = ProviderConfig::from_process_env(&settings)?;
+//! let config = ProviderConfig::from_env(&settings, &process_env)?;
 //! match config.connect()? {
 //!     ProviderChoice::Remote(provider) => {
 //!         let reply = provider.send(&request, &cancel, &mut |delta| progress(delta)).await?;

@@ -296,13 +296,19 @@ impl Backend {
         self: Arc<Self>,
         params: proto::ClaudeSessionParams,
     ) -> Result<proto::ClaudeCompactResult> {
-        let path = crate::claude::resolve(params.transcript.as_deref(), params.session_id.as_deref())
-            .map_err(Error::invalid_params)?;
+        let env = &self.options.env;
+        let projects = env.claude_projects_dir();
+        let path =
+            crate::claude::resolve(projects.as_deref(), params.transcript.as_deref(), params.session_id.as_deref())
+                .map_err(Error::invalid_params)?;
         let instructions = params.instructions.clone();
-        let done = tokio::task::spawn_blocking(move || crate::claude::compact(&path, instructions.as_deref()))
-            .await
-            .map_err(|e| internal(format!("claude compact task failed: {e}")))?
-            .map_err(|why| with_code(error_codes::COMPACT_FAILED, why))?;
+        let config = env.claude_config_dir();
+        let done = tokio::task::spawn_blocking(move || {
+            crate::claude::compact(config.as_deref(), &path, instructions.as_deref())
+        })
+        .await
+        .map_err(|e| internal(format!("claude compact task failed: {e}")))?
+        .map_err(|why| with_code(error_codes::COMPACT_FAILED, why))?;
         Ok(proto::ClaudeCompactResult {
             transcript: done.transcript.display().to_string(),
             session_id: done.plan.session_id,
@@ -321,8 +327,10 @@ impl Backend {
         self: Arc<Self>,
         params: proto::ClaudeSessionParams,
     ) -> Result<proto::ClaudeUndoResult> {
-        let path = crate::claude::resolve(params.transcript.as_deref(), params.session_id.as_deref())
-            .map_err(Error::invalid_params)?;
+        let projects = self.options.env.claude_projects_dir();
+        let path =
+            crate::claude::resolve(projects.as_deref(), params.transcript.as_deref(), params.session_id.as_deref())
+                .map_err(Error::invalid_params)?;
         let done = tokio::task::spawn_blocking(move || crate::claude::undo(&path))
             .await
             .map_err(|e| internal(format!("claude undo task failed: {e}")))?

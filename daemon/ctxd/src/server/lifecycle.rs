@@ -6,7 +6,6 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use ctxd_core::budget::EnvConfig;
 use ctxd_proto::{self as proto, methods};
 use futures::FutureExt;
 use serde_json::Value;
@@ -104,20 +103,17 @@ impl Backend {
         if store.index().fresh && !store.session_ids().unwrap_or_default().is_empty() {
             tracing::info!("index is new; session entries will be rebuilt from the transcripts as sessions open");
         }
-        let (env, warnings) = EnvConfig::from_vars(std::env::vars());
-        for warning in warnings {
-            tracing::warn!(%warning, "ignoring an invalid environment variable");
-        }
         let client = crate::settings::client_layer("initializationOptions.settings", options.settings.as_ref());
         for problem in &client.problems {
             tracing::warn!(%problem, "settings");
         }
+        let process = &self.options.env;
         let environment = Environment {
-            env,
+            process: process.clone(),
             client_window: options.auto_compact_window,
             client_settings: client.settings,
-            sources: SettingsSources::standard(&state_dir),
-            services: crate::session::Services::start(),
+            sources: SettingsSources::standard(&state_dir, process),
+            services: crate::session::Services::start(process),
         };
         let sessions = Arc::new(Sessions::new(Arc::new(store), environment, Notifier::new(self.outbound.clone())));
         if self.sessions.set(sessions.clone()).is_err() {

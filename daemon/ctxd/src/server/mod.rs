@@ -26,6 +26,7 @@ use std::time::Instant;
 use ctxd_proto::methods;
 use tower_lsp_server::jsonrpc::{Error, ErrorCode, Id};
 
+use crate::process_env::ProcessEnv;
 use crate::session::Sessions;
 use crate::transport::{Message, Outbound, Outflow, Routed, Router};
 
@@ -36,6 +37,8 @@ pub use self::dispatch::rpc_error;
 pub struct ServeOptions {
     /// State directory unless `initializationOptions.stateDir` says otherwise.
     pub state_dir: PathBuf,
+    /// The environment `main` read; the sessions get it at `initialize`.
+    pub env: Arc<ProcessEnv>,
 }
 
 /// The daemon's state behind the table: what every handler reaches.

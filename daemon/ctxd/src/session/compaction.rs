@@ -54,6 +54,8 @@ pub struct Job {
     /// A partial compaction: which side of `split` (an index into `records`) is
     /// summarized; the other side is kept verbatim.
     pub partial: Option<(ctxd_core::compact::SplitDirection, usize)>,
+    /// The environment `main` read: provider keys and fallbacks, the fork switch.
+    pub env: std::sync::Arc<crate::process_env::ProcessEnv>,
 }
 
 /// A summary ready to install.
@@ -110,9 +112,6 @@ impl SummaryPath {
         }
     }
 }
-
-/// Environment variable that turns the cache-sharing fork off (as `compactFork: false`).
-pub const DISABLE_FORK_ENV: &str = "CTXD_DISABLE_COMPACT_FORK";
 
 /// Why a compaction failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -295,8 +294,7 @@ pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
 fn remote_provider(job: &Job) -> Result<Option<crate::provider::RemoteProvider>, crate::provider::ProviderError> {
     use crate::provider::{ApiKey, ProviderChoice, ProviderConfig, ProviderSettings};
     let s = &job.settings;
-    let api_key =
-        s.api_key_env.as_deref().and_then(|var| std::env::var(var).ok()).filter(|k| !k.is_empty()).map(ApiKey::new);
+    let api_key = s.api_key_env.as_deref().and_then(|var| job.env.var(var)).filter(|k| !k.is_empty()).map(ApiKey::new);
     let provider = s.provider.map(|p| match p {
         ctxd_proto::settings::ProviderKind::Anthropic => "anthropic".to_owned(),
         ctxd_proto::settings::ProviderKind::Openai => "openai".to_owned(),
@@ -310,7 +308,7 @@ fn remote_provider(job: &Job) -> Result<Option<crate::provider::RemoteProvider>,
         compact_model: s.compact_model.clone(),
         larger_model_retry: s.larger_model_retry.clone(),
     };
-    match ProviderConfig::from_process_env(&settings)?.connect()? {
+    match ProviderConfig::from_env(&settings, &job.env)?.connect()? {
         ProviderChoice::Offline => Ok(None),
         ProviderChoice::Remote(remote) => Ok(Some(remote)),
     }
@@ -361,7 +359,7 @@ async fn summarize_remote(
         job.settings.compact_model.clone().or_else(|| job.settings.model.clone()).unwrap_or_else(|| job.model.clone());
     let choice = ForkChoice {
         trigger: job.trigger,
-        enabled: fork_enabled(&job.settings),
+        enabled: fork_enabled(&job.settings, &job.env),
         host_parent: job.host_parent,
         summary_model: &model,
         parent_model: parent.get("model").and_then(serde_json::Value::as_str).unwrap_or(""),
@@ -381,10 +379,10 @@ async fn summarize_remote(
         .map(|s| (s, SummaryPath::Fallback))
 }
 
-/// Whether settings and environment allow the fork (`compactFork`, [`DISABLE_FORK_ENV`]).
-fn fork_enabled(settings: &ctxd_proto::Settings) -> bool {
-    let env_off = std::env::var_os(DISABLE_FORK_ENV).is_some_and(|v| !v.is_empty() && v != "0");
-    settings.compact_fork != Some(false) && !env_off
+/// Whether settings and environment allow the fork (`compactFork`,
+/// [`DISABLE_FORK_ENV`](crate::process_env::DISABLE_FORK_ENV)).
+fn fork_enabled(settings: &ctxd_proto::Settings, env: &crate::process_env::ProcessEnv) -> bool {
+    settings.compact_fork != Some(false) && !env.compact_fork_disabled()
 }
 
 /// Path 1: the parent request with the instruction appended, sent as it is (same model,

@@ -14,15 +14,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::transport::Outbound;
-use ctxd_core::budget::{
-    EnvConfig, ResolvedWindow, Thresholds, WindowInputs, WindowSource, resolve_window, thresholds,
-};
+use ctxd_core::budget::{ResolvedWindow, Thresholds, WindowInputs, WindowSource, resolve_window, thresholds};
 use ctxd_core::record::Record;
 use ctxd_proto as proto;
 use tokio::sync::{mpsc, oneshot};
 
 use self::actor::{Appended, Command, Opened};
 use self::usage::UsageSnapshot;
+use crate::process_env::ProcessEnv;
 use crate::settings::{self, SettingsSources};
 use crate::store::{Store, StoreError};
 
@@ -84,6 +83,8 @@ pub struct SessionSetup {
     /// Fewest tokens worth an idle compaction.
     pub idle_floor: u64,
     pub services: Services,
+    /// The environment `main` read (a compaction's provider keys, the fork switch).
+    pub process: Arc<ProcessEnv>,
 }
 
 /// Where a session's notifications go.
@@ -246,12 +247,13 @@ pub struct Services {
 }
 
 impl Services {
-    pub fn start() -> Services {
+    pub fn start(env: &ProcessEnv) -> Services {
         Services {
             // CTXD_NO_WATCH=1: no OS notifications; stamps are compared before each request.
-            watcher: match std::env::var_os("CTXD_NO_WATCH").filter(|v| !v.is_empty() && v != "0") {
-                Some(_) => crate::context::watcher::Watcher::disabled(),
-                None => crate::context::watcher::Watcher::start(crate::context::watcher::DEFAULT_DEBOUNCE),
+            watcher: if env.no_watch() {
+                crate::context::watcher::Watcher::disabled()
+            } else {
+                crate::context::watcher::Watcher::start(crate::context::watcher::DEFAULT_DEBOUNCE)
             },
             memory_cache: Arc::default(),
             fs: Arc::default(),
@@ -262,7 +264,8 @@ impl Services {
 /// Daemon-wide inputs every session needs.
 #[derive(Debug, Clone)]
 pub struct Environment {
-    pub env: EnvConfig,
+    /// The environment `main` read, with its budget overrides.
+    pub process: Arc<ProcessEnv>,
     /// Client data: `initializationOptions.autoCompactWindow`.
     pub client_window: Option<u64>,
     /// `initializationOptions.settings`.
@@ -402,8 +405,9 @@ impl Sessions {
             idle_after: layered.settings.idle_compaction.unwrap_or(true).then(|| {
                 std::time::Duration::from_secs(layered.settings.idle_compact_after_seconds.unwrap_or(240).max(1))
             }),
-            idle_floor: self.environment.env.idle_compact_floor(),
+            idle_floor: self.environment.process.budget().idle_compact_floor(),
             services: self.environment.services.clone(),
+            process: self.environment.process.clone(),
         }
     }
 
@@ -413,7 +417,7 @@ impl Sessions {
         model: &str,
         agent_window: Option<u64>,
     ) -> (ResolvedWindow, Thresholds) {
-        let env = &self.environment.env;
+        let env = self.environment.process.budget();
         let inputs = WindowInputs {
             setting: settings.window_for(model),
             client: self.environment.client_window,
@@ -473,9 +477,10 @@ impl Sessions {
                 client: environment.client_window,
                 ..WindowInputs::default()
             };
-            let resolved = resolve_window(model, &inputs, &environment.env);
+            let resolved = resolve_window(model, &inputs, environment.process.budget());
             log_unknown_model_once(&resolved);
-            let levels = thresholds(&resolved, &environment.env, settings.auto_compact_enabled.unwrap_or(true));
+            let levels =
+                thresholds(&resolved, environment.process.budget(), settings.auto_compact_enabled.unwrap_or(true));
             // An observed session is compacted by the program that writes it: where that
             // program makes no auto-compact decision for the model, there is none to show.
             Thresholds { auto_compact_enabled: levels.shows_compact_figure, ..levels }
@@ -484,6 +489,7 @@ impl Sessions {
             path.clone(),
             thresholds_for,
             idle,
+            self.environment.process.claude_config_dir(),
             self.environment.services.watcher.clone(),
             self.notifier.clone(),
         )
@@ -575,9 +581,10 @@ impl Sessions {
         settings::resolve(&self.environment.sources, &home, &self.environment.client_settings, &changed).settings
     }
 
-    /// Where Claude Code keeps its transcripts, if there is a home directory.
+    /// Where Claude Code keeps its transcripts (`$CLAUDE_CONFIG_DIR/projects`, else
+    /// `~/.claude/projects`), as the `claude` commands find them.
     pub fn claude_projects_dir(&self) -> Option<std::path::PathBuf> {
-        self.environment.sources.home.as_ref().map(|h| h.join(".claude").join("projects"))
+        self.environment.process.claude_projects_dir()
     }
 
     /// True when `id` is neither open nor in the store (or not a valid id).

@@ -57,11 +57,13 @@ impl IdlePolicy {
 }
 
 /// Starts following `path`; returns the id and the first usage. The follower stops when
-/// the file can no longer be read.
+/// the file can no longer be read. `claude_config` is Claude Code's directory, where an
+/// idle compaction finds the session's plan.
 pub async fn start(
     path: PathBuf,
     thresholds_for: impl Fn(&str) -> Thresholds + Send + 'static,
     idle: Option<IdlePolicy>,
+    claude_config: Option<PathBuf>,
     watcher: Watcher,
     notifier: Notifier,
 ) -> std::io::Result<(String, UsageSnapshot)> {
@@ -101,8 +103,11 @@ pub async fn start(
                         let tokens = tally.total();
                         if policy.worth(tokens, &thresholds_for(&model)) {
                             tracing::info!(path = %path.display(), tokens, "observed Claude Code session idle; compacting it");
-                            let target = path.clone();
-                            let done = tokio::task::spawn_blocking(move || crate::claude::compact(&target, None)).await;
+                            let (target, config) = (path.clone(), claude_config.clone());
+                            let done = tokio::task::spawn_blocking(move || {
+                                crate::claude::compact(config.as_deref(), &target, None)
+                            })
+                            .await;
                             if let Ok(Ok(done)) = done {
                                 ours = done.offset + done.plan.lines.iter().map(|l| l.len() as u64 + 1).sum::<u64>();
                             }

@@ -67,6 +67,7 @@ impl Session {
             skills: self.invoked.skills.clone(),
             plan_path: self.invoked.plan_path.clone(),
             progress: progress.clone(),
+            env: self.setup.process.clone(),
         };
         tracing::info!(?trigger, pre_tokens, records = job.records.len(), "compaction started");
         self.compaction = Some(Running {
