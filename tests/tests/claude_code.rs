@@ -642,6 +642,9 @@ fn a_transcript_written_to_while_the_provider_summarizes_is_left_as_it_is() {
         writeln!(file, "{turn}").unwrap();
     }
     let written = std::fs::read(&path).unwrap();
+    // The daemon answers other requests while this one waits on the provider.
+    let other = daemon.request_error("ctx/claudeCompact", json!({})).unwrap();
+    assert_eq!(other["code"], -32602, "{other}");
     RELEASE.store(true, Ordering::SeqCst);
     let answer = daemon.response(asked).unwrap();
     let error = &answer["error"];
@@ -722,4 +725,35 @@ fn an_idle_observed_session_is_compacted_through_the_provider() {
     let text = summary_text(&appended(&path, &original));
     assert!(text.contains("REMOTE-SUMMARY"), "{text}");
     assert_eq!(seen.lock().unwrap().len(), 1);
+}
+
+/// Too long while the session's first request is in it; the summary once the oldest
+/// rounds are cut.
+fn too_long_with_the_first_prompt(body: &str) -> (u16, String) {
+    if body.contains(USER_MESSAGES[0]) {
+        let error = json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": "prompt is too long: 1012345 tokens > 1000000 maximum"}});
+        return (400, error.to_string());
+    }
+    sse_text(REMOTE_SUMMARY)
+}
+
+#[test]
+fn a_summary_request_too_long_is_cut_and_the_dropped_prompt_still_reaches_the_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_home, path, _id) = claude_home(dir.path());
+    let original = std::fs::read(&path).unwrap();
+    let (port, seen) = serve(too_long_with_the_first_prompt);
+    let mut daemon = daemon_with_provider(dir.path(), port);
+    let done = daemon.request("ctx/claudeCompact", json!({"transcript": path})).unwrap();
+    assert_eq!(done["summarizer"], "anthropic", "{done}");
+    let seen = seen.lock().unwrap();
+    assert!(seen.len() >= 2, "asked again after the cut: {}", seen.len());
+    assert!(!seen.last().unwrap().1.contains(USER_MESSAGES[0]), "the oldest round was cut");
+    // The fidelity check puts the cut prompt back into the provider's summary.
+    let text = summary_text(&appended(&path, &original));
+    assert!(text.contains("REMOTE-SUMMARY"), "{text}");
+    for prompt in USER_MESSAGES {
+        assert!(text.contains(prompt), "{prompt}: {text}");
+    }
 }
