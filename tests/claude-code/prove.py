@@ -411,6 +411,19 @@ def bench(w, sid, megabytes):
     out = w.ctxd_cmd("claude", "compact", twin, "--offline")
     compact_s = time.time() - started
     check("bench: ctxd compacts the grown session", out.returncode == 0, out.stderr[-800:])
+    # Once more through the provider (the stub on loopback): what the summary request
+    # costs ctxd on top (the view assembled, the request built and sent).
+    third = str(uuid.uuid4())
+    with open(path) as src, open(os.path.join(os.path.dirname(path), f"{third}.jsonl"), "w") as dst:
+        for line in src:
+            dst.write(line.replace(sid, third))
+    asked = len(w.requests())
+    started = time.time()
+    out = w.ctxd_cmd("claude", "compact", third)
+    provider_s = time.time() - started
+    check("bench: ctxd compacts it through the provider", out.returncode == 0 and "summary by anthropic" in out.stdout,
+          out.stdout[-300:] + out.stderr[-800:])
+    summary_bytes = sum(r["bytes"] for r in w.requests()[asked:])
     rows = []
     for label, target in (("untouched", sid), ("compacted", twin)):
         seen = len(w.requests())
@@ -420,7 +433,8 @@ def bench(w, sid, megabytes):
         rows.append((label, result, first))
         check(f"bench: the program resumes the {label} session", result.get("_rc") == 0 and first is not None,
               str(result)[:500])
-    print(f"bench: session {size / 1e6:.1f} MB ({turns} grown turns); ctxd claude compact took {compact_s:.2f} s")
+    print(f"bench: session {size / 1e6:.1f} MB ({turns} grown turns); ctxd claude compact took {compact_s:.2f} s "
+          f"offline, {provider_s:.2f} s through the stub provider ({summary_bytes / 1e6:.1f} MB of summary requests)")
     for label, result, first in rows:
         if first is None:
             continue

@@ -302,6 +302,15 @@ async fn ask_provider(
     problems: &mut Vec<String>,
 ) -> Result<Option<(String, Summarizer)>, String> {
     let summarized = read.prepared.summarized(&read.records);
+    let from = newest_within(summarized, MAX_SUMMARY_SOURCE_BYTES);
+    if from > 0 {
+        tracing::info!(
+            dropped = from,
+            of = summarized.len(),
+            "claude compact: the oldest records are left out of the summary request (its user messages are added back by the fidelity check)"
+        );
+    }
+    let summarized = &summarized[from..];
     let model = summarized
         .iter()
         .rev()
@@ -347,6 +356,25 @@ async fn ask_provider(
     };
     let kept = read.prepared.keeps_messages(&read.records);
     crate::session::compaction::provider_summary(&job, instructions, kept, problems).await
+}
+
+/// Transcript bytes a summary request is built from, at most. A long session's
+/// transcript runs to hundreds of megabytes, far past any model's window (a million
+/// tokens is a few megabytes of text) and past the largest request the Messages API
+/// takes (32 MB, refused with a 413 that no retry helps); the prompt-too-long cut then
+/// takes it the rest of the way.
+const MAX_SUMMARY_SOURCE_BYTES: usize = 16 << 20;
+
+/// Where the newest records of `records` that fit in `budget` bytes of transcript start.
+fn newest_within(records: &[Record], budget: usize) -> usize {
+    let mut total = 0usize;
+    for (i, record) in records.iter().enumerate().rev() {
+        total += record.line().len() + 1;
+        if total > budget {
+            return i + 1;
+        }
+    }
+    0
 }
 
 fn session_id_of(record: &Record) -> Option<String> {
@@ -421,4 +449,21 @@ pub fn undo(path: &Path) -> Result<Undone, String> {
     file.set_len(offset).and_then(|()| file.sync_data()).map_err(|e| refuse(format!("cannot cut it back: {e}")))?;
     tracing::info!(transcript = %path.display(), offset, removed = before.len - offset, "claude undo: done");
     Ok(Undone { transcript: path.to_owned(), offset, removed_bytes: before.len - offset })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_request_is_built_from_the_newest_records_within_the_budget() {
+        let records: Vec<Record> =
+            (0..10).map(|i| Record::parse(&format!(r#"{{"type":"user","uuid":"u{i}"}}"#)).unwrap()).collect();
+        let line = records[0].line().len() + 1;
+        assert_eq!(newest_within(&records, usize::MAX), 0);
+        assert_eq!(newest_within(&records, 10 * line), 0);
+        assert_eq!(newest_within(&records, 3 * line), 7);
+        assert_eq!(newest_within(&records, 3 * line + 1), 7);
+        assert_eq!(newest_within(&records, 0), 10);
+    }
 }
