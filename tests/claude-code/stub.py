@@ -10,7 +10,10 @@ streamed as server-sent events when the request asks for a stream. The reply rep
 usage as the request's size in bytes / 4, so the program's own context figures move.
 A user prompt that contains `[[READ:PATH]]` is answered with a call of the Read tool
 on PATH (then, once its result comes back, with text), so the session reads files as
-a real one does. Other paths get an empty JSON object. Standard library only.
+a real one does. A summary request in ctxd's own form (its summary system prompt)
+is answered with a `<summary>` that starts with STUB-PROVIDER-SUMMARY and names the
+MARK-PROMPT-n markers the request carried, as a model's summary would. Other paths get
+an empty JSON object. Standard library only.
 """
 import re
 import json
@@ -65,6 +68,10 @@ class Handler(BaseHTTPRequestHandler):
         COUNT[0] += 1
         n = COUNT[0]
         text = f"STUB-REPLY-{n}. Done."
+        if is_ctxd_summary_request(body):
+            marks = sorted(set(re.findall(r"MARK-PROMPT-\d+", json.dumps(body.get("messages")))))
+            text = ("<analysis>stub</analysis><summary>1. Primary Request and Intent:\n"
+                    f"   STUB-PROVIDER-SUMMARY of the prompts {', '.join(marks)}.\n</summary>")
         read = wants_read(body.get("messages") or [])
         usage = {"input_tokens": max(1, length // 4), "output_tokens": 8,
                  "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
@@ -119,6 +126,17 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("content-length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+
+CTXD_SUMMARY_SYSTEM = "You write handoff summaries of software engineering sessions"
+
+
+def is_ctxd_summary_request(body):
+    """ctxd's summary request carries its own system prompt (the program's own
+    `/compact` does not), so the program's requests keep their canned replies."""
+    system = body.get("system")
+    blocks = system if isinstance(system, list) else [{"text": system or ""}]
+    return any(isinstance(b, dict) and CTXD_SUMMARY_SYSTEM in str(b.get("text", "")) for b in blocks)
 
 
 def wants_read(messages):

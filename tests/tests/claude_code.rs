@@ -473,3 +473,287 @@ fn an_observed_session_right_after_the_programs_compact_shows_its_post_tokens() 
         })
         .unwrap();
 }
+
+// In-place compaction through the configured provider: the local stub (`ctxd_e2e::stub`)
+// speaks the Messages API over real HTTP.
+
+use ctxd_e2e::stub::{serve, sse_text};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+const KEY_VAR: &str = "CTXD_TEST_API_KEY";
+const REMOTE_SUMMARY: &str = "<analysis>draft</analysis><summary>1. Primary Request and Intent:\n   REMOTE-SUMMARY of the files read.\n</summary>";
+/// The user messages of the captured session up to its `/compact`.
+const USER_MESSAGES: [&str; 2] = ["Please read the app and util files", "What does util.py export?"];
+
+fn remote_summary(_: &str) -> (u16, String) {
+    sse_text(REMOTE_SUMMARY)
+}
+
+/// A daemon whose settings for the session's project (`<dir>/proj`, trusted) choose the
+/// Anthropic provider at `port`.
+fn daemon_with_provider(dir: &std::path::Path, port: u16) -> Daemon {
+    daemon_with_provider_and(dir, port, json!({}))
+}
+
+/// The same, with `client` as the client's settings (`initializationOptions.settings`).
+fn daemon_with_provider_and(dir: &std::path::Path, port: u16, client: Value) -> Daemon {
+    let state = dir.join("state");
+    let project = dir.join("proj");
+    std::fs::create_dir_all(project.join(".ctxd")).unwrap();
+    let settings =
+        json!({"provider": "anthropic", "baseUrl": format!("http://127.0.0.1:{port}"), "apiKeyEnv": KEY_VAR});
+    std::fs::write(project.join(".ctxd/settings.json"), settings.to_string()).unwrap();
+    ctxd_e2e::trust_folder(&state, &project).unwrap();
+    let mut daemon = Daemon::start_with(&state, &[], &[(KEY_VAR, "sk-test-key")]).unwrap();
+    daemon.request("initialize", json!({"capabilities": {}, "initializationOptions": {"settings": client}})).unwrap();
+    daemon.notify("initialized", json!({})).unwrap();
+    daemon
+}
+
+/// The lines appended to the transcript since it was `original`.
+fn appended(path: &std::path::Path, original: &[u8]) -> Vec<Value> {
+    let after = std::fs::read(path).unwrap();
+    assert_eq!(&after[..original.len()], original, "appended only");
+    std::str::from_utf8(&after[original.len()..]).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn summary_text(added: &[Value]) -> String {
+    assert_eq!(added[0]["subtype"], "compact_boundary", "{added:#?}");
+    assert_eq!(added[1]["isCompactSummary"], true, "{added:#?}");
+    added[1]["message"]["content"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn claude_compact_through_the_provider_installs_its_summary_in_the_programs_shapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_home, path, id) = claude_home(dir.path());
+    let original = std::fs::read(&path).unwrap();
+    let (port, seen) = serve(remote_summary);
+    let mut daemon = daemon_with_provider(dir.path(), port);
+    let done = daemon.request("ctx/claudeCompact", json!({"transcript": path, "instructions": "the files"})).unwrap();
+    assert_eq!(done["summarizer"], "anthropic", "{done}");
+    assert!(done.get("problems").is_none(), "{done}");
+    assert_eq!(done["offset"], original.len() as u64);
+    assert_eq!(done["kept"], 1);
+
+    let added = appended(&path, &original);
+    assert_eq!(added.len() as u64, done["lines"].as_u64().unwrap());
+    assert_eq!(added[0]["sessionId"], id.as_str());
+    assert_eq!(added[0]["compactMetadata"]["preservedSegment"]["anchorUuid"], added[1]["uuid"]);
+    let text = summary_text(&added);
+    assert!(text.contains("REMOTE-SUMMARY of the files read"), "the provider's summary: {text}");
+    assert!(!text.contains("<analysis>"), "the draft is not installed: {text}");
+
+    // One summary request (the plain one: no host request to fork), with the key, the
+    // session's user messages and the focus.
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let (headers, body) = &seen[0];
+    assert!(headers.to_ascii_lowercase().contains("x-api-key: sk-test-key"), "{headers}");
+    let body: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(body["stream"], true);
+    assert_eq!(body["model"], MODEL, "the session's model");
+    let asked = body["messages"].to_string();
+    for prompt in USER_MESSAGES {
+        assert!(asked.contains(prompt), "{prompt} is in the summary request: {asked}");
+    }
+    assert!(asked.contains("the files"), "the focus is asked for");
+    assert!(!asked.contains(KEPT), "the kept reply is not summarized");
+    drop(seen);
+
+    // ctxd reads it back as Claude Code resumes it: the summary, then the kept reply.
+    daemon.request("ctx/openSession", json!({"cwd": CWD, "model": MODEL, "sessionId": "cc", "import": path})).unwrap();
+    let request = messages(&mut daemon, "cc");
+    let (summary, kept) = positions_of(&request, "REMOTE-SUMMARY");
+    assert_eq!(kept, summary + 1);
+}
+
+fn overloaded(_: &str) -> (u16, String) {
+    (529, json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}).to_string())
+}
+
+fn server_error(_: &str) -> (u16, String) {
+    (500, json!({"type": "error", "error": {"type": "api_error", "message": "Internal server error"}}).to_string())
+}
+
+/// A stream that stops in the middle of the summary, without `message_stop`.
+fn cut_stream(_: &str) -> (u16, String) {
+    let (status, whole) = sse_text(REMOTE_SUMMARY);
+    let cut = whole.find("content_block_stop").unwrap();
+    (status, whole[..cut].to_owned())
+}
+
+#[test]
+fn claude_compact_falls_back_to_the_offline_summary_when_the_provider_fails() {
+    for (respond, why) in
+        [(overloaded as fn(&str) -> (u16, String), "529"), (server_error, "500"), (cut_stream, "cut stream")]
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let (_home, path, _id) = claude_home(dir.path());
+        let original = std::fs::read(&path).unwrap();
+        let (port, seen) = serve(respond);
+        let mut daemon = daemon_with_provider(dir.path(), port);
+        let done = daemon.request("ctx/claudeCompact", json!({"transcript": path})).unwrap();
+        assert!(!seen.lock().unwrap().is_empty(), "{why}: the provider was asked");
+        assert_eq!(done["summarizer"], "offline", "{why}: {done}");
+        let problems = done["problems"].to_string();
+        assert!(problems.contains("anthropic could not write the summary"), "{why}: {problems}");
+        assert!(problems.contains("offline summarizer"), "{why}: {problems}");
+        // The offline summary is installed, holding every user message; nothing lost.
+        let text = summary_text(&appended(&path, &original));
+        assert!(!text.contains("REMOTE-SUMMARY"), "{why}: {text}");
+        for prompt in USER_MESSAGES {
+            assert!(text.contains(prompt), "{why}: {prompt} is in the offline summary: {text}");
+        }
+        let log = std::fs::read_to_string(dir.path().join("state.log")).unwrap();
+        assert!(log.contains("the offline summarizer writes the summary"), "{why}: logged");
+        daemon.stop().unwrap();
+    }
+}
+
+/// Set by [`held_summary`] when the request arrives; the test sets [`RELEASE`] to let
+/// the reply go. Used by one test only.
+static ASKED: AtomicBool = AtomicBool::new(false);
+static RELEASE: AtomicBool = AtomicBool::new(false);
+
+fn held_summary(_: &str) -> (u16, String) {
+    ASKED.store(true, Ordering::SeqCst);
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !RELEASE.load(Ordering::SeqCst) && std::time::Instant::now() < end {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    sse_text(REMOTE_SUMMARY)
+}
+
+#[test]
+fn a_transcript_written_to_while_the_provider_summarizes_is_left_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_home, path, _id) = claude_home(dir.path());
+    let (port, seen) = serve(held_summary);
+    let mut daemon = daemon_with_provider(dir.path(), port);
+    let asked = daemon.send_request("ctx/claudeCompact", json!({"transcript": path})).unwrap();
+    eventually(30, "the provider was never asked", || ASKED.load(Ordering::SeqCst));
+    // The program writes a turn while the summary is being written (the file is closed
+    // again at once, as the program's appends are between turns).
+    let turn = fixture_lines()[57].to_string();
+    {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        writeln!(file, "{turn}").unwrap();
+    }
+    let written = std::fs::read(&path).unwrap();
+    // The daemon answers other requests while this one waits on the provider.
+    let other = daemon.request_error("ctx/claudeCompact", json!({})).unwrap();
+    assert_eq!(other["code"], -32602, "{other}");
+    RELEASE.store(true, Ordering::SeqCst);
+    let answer = daemon.response(asked).unwrap();
+    let error = &answer["error"];
+    assert_eq!(error["code"], -33009, "{answer}");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("changed while the summary was being written"), "{message}");
+    assert!(message.contains("nothing was written"), "{message}");
+    assert_eq!(std::fs::read(&path).unwrap(), written, "the transcript is as the program left it");
+    assert_eq!(seen.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn the_command_uses_the_configured_provider_unless_told_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let (home, path, id) = claude_home(dir.path());
+    let original = std::fs::read(&path).unwrap();
+    let (port, seen) = serve(remote_summary);
+    // The user's own ctxd settings choose the provider.
+    let config = home.join(".config/ctxd");
+    std::fs::create_dir_all(&config).unwrap();
+    let settings =
+        json!({"provider": "anthropic", "baseUrl": format!("http://127.0.0.1:{port}"), "apiKeyEnv": KEY_VAR});
+    std::fs::write(config.join("settings.json"), settings.to_string()).unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(ctxd_e2e::ctxd_bin())
+            .arg("--state-dir")
+            .arg(dir.path().join("cli-state"))
+            .arg("claude")
+            .args(args)
+            .env("HOME", &home)
+            .env(KEY_VAR, "sk-test-key")
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("CLAUDE_CONFIG_DIR")
+            .env_remove("ANTHROPIC_API_KEY")
+            .output()
+            .unwrap()
+    };
+
+    // --offline: no HTTP call at all.
+    let out = run(&["compact", &id, "--offline"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("summary by offline"), "{said}");
+    assert!(!said.contains("note:"), "{said}");
+    assert!(seen.lock().unwrap().is_empty(), "no request with --offline");
+    assert!(!summary_text(&appended(&path, &original)).contains("REMOTE-SUMMARY"));
+    let out = run(&["undo", &id]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read(&path).unwrap(), original);
+
+    // Without it: the provider writes the summary.
+    let out = run(&["compact", &id]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("summary by anthropic"), "{said}");
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    assert!(summary_text(&appended(&path, &original)).contains("REMOTE-SUMMARY"));
+}
+
+#[test]
+fn an_idle_observed_session_is_compacted_through_the_provider() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_home, path, _id) = claude_home(dir.path());
+    let original = std::fs::read(&path).unwrap();
+    let (port, seen) = serve(remote_summary);
+    let idle = json!({"claudeIdleCompaction": true, "claudeIdleCompactAfterSeconds": 1, "claudeIdleCompactPercent": 1});
+    let mut daemon = daemon_with_provider_and(dir.path(), port, idle);
+    daemon.request("ctx/observe", json!({"transcript": path})).unwrap();
+    // The whole install: it is one write, which a read may meet halfway; the boundary
+    // counts its lines.
+    eventually(30, "the idle session was not compacted", || {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let Some(at) = lines.iter().rposition(|l| l.contains("\"compact_boundary\"")) else { return false };
+        let boundary: Value = serde_json::from_str(lines[at]).unwrap();
+        text.ends_with('\n') && boundary["compactMetadata"]["ctxdBatch"] == json!(lines.len() - at)
+    });
+    let text = summary_text(&appended(&path, &original));
+    assert!(text.contains("REMOTE-SUMMARY"), "{text}");
+    assert_eq!(seen.lock().unwrap().len(), 1);
+}
+
+/// Too long while the session's first request is in it; the summary once the oldest
+/// rounds are cut.
+fn too_long_with_the_first_prompt(body: &str) -> (u16, String) {
+    if body.contains(USER_MESSAGES[0]) {
+        let error = json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": "prompt is too long: 1012345 tokens > 1000000 maximum"}});
+        return (400, error.to_string());
+    }
+    sse_text(REMOTE_SUMMARY)
+}
+
+#[test]
+fn a_summary_request_too_long_is_cut_and_the_dropped_prompt_still_reaches_the_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_home, path, _id) = claude_home(dir.path());
+    let original = std::fs::read(&path).unwrap();
+    let (port, seen) = serve(too_long_with_the_first_prompt);
+    let mut daemon = daemon_with_provider(dir.path(), port);
+    let done = daemon.request("ctx/claudeCompact", json!({"transcript": path})).unwrap();
+    assert_eq!(done["summarizer"], "anthropic", "{done}");
+    let seen = seen.lock().unwrap();
+    assert!(seen.len() >= 2, "asked again after the cut: {}", seen.len());
+    assert!(!seen.last().unwrap().1.contains(USER_MESSAGES[0]), "the oldest round was cut");
+    // The fidelity check puts the cut prompt back into the provider's summary.
+    let text = summary_text(&appended(&path, &original));
+    assert!(text.contains("REMOTE-SUMMARY"), "{text}");
+    for prompt in USER_MESSAGES {
+        assert!(text.contains(prompt), "{prompt}: {text}");
+    }
+}

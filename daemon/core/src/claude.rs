@@ -14,8 +14,9 @@
 //! install and nothing came after it.
 
 use crate::compact::{
-    FileReadEntry, InstallInput, KeptMessages, PlanFile, RestoreBudget, RestoreInput, SummaryMessage, Trigger,
-    build_post_compact, common_fields, kept_tail_start, plan_restoration, summary_message_text, tools_used,
+    DEFAULT_RECENT_TURNS, FidelityFacts, FileReadEntry, InstallInput, KeptMessages, PlanFile, RestoreBudget,
+    RestoreInput, SummaryMessage, Trigger, build_post_compact, check_fidelity, common_fields, kept_tail_start,
+    plan_restoration, summary_message_text, tools_used,
 };
 use crate::ledger::file_read_in;
 use crate::record::{Kind, Record};
@@ -36,6 +37,8 @@ pub struct ClaudeCompaction {
     pub post_tokens: u64,
     /// Messages kept in view by reference.
     pub kept: usize,
+    /// Items the summary missed (user messages, files, todos) that were appended to it.
+    pub fidelity_appended: usize,
 }
 
 /// Why a transcript is left as it is.
@@ -98,26 +101,50 @@ pub fn plan_slug(records: &[Record]) -> Option<String> {
     plain.then_some(slug)
 }
 
-/// Plans a compaction of the transcript whose lines are `records` (in file order).
+/// Where a transcript splits for a compaction: what is summarized and what stays in
+/// view. Indices into the records [`prepare`] was given, so the summary can be written
+/// elsewhere (by the offline summarizer, or by a provider while the caller waits)
+/// between [`prepare`] and [`plan_compaction_with`], over the same records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prepared {
+    /// Records `..split` are summarized (everything before the last boundary included:
+    /// its summary is part of what the new one replaces); `split..` stay in view.
+    pub split: usize,
+    /// The last boundary's index plus one (0 without one): the session in view starts here.
+    pub start: usize,
+    /// The newest user or assistant record with a uuid and a `sessionId`, whose common
+    /// fields the appended records copy.
+    pub last_message: usize,
+}
+
+impl Prepared {
+    /// The records the summary replaces.
+    pub fn summarized<'a>(&self, records: &'a [Record]) -> &'a [Record] {
+        &records[..self.split]
+    }
+
+    /// The records that stay in view after the summary.
+    pub fn kept<'a>(&self, records: &'a [Record]) -> &'a [Record] {
+        &records[self.split..]
+    }
+
+    /// Whether a message stays in view after the summary (the summary prompt says so).
+    pub fn keeps_messages(&self, records: &[Record]) -> bool {
+        self.kept(records).iter().any(is_message)
+    }
+}
+
+/// Chooses what a compaction of the transcript whose lines are `records` (in file order)
+/// summarizes and keeps, or why there is nothing to do.
 ///
 /// The newest messages stay in view (an assistant's last reply, or the tool round in
 /// progress, as [`kept_tail_start`] chooses) by reference; everything since the last
-/// boundary before them is summarized by the offline summarizer, focused by
-/// `instructions`. `postTokens` is the session's fixed part (the first request's
-/// reported size, which carried the system prompt, tools and memory) plus the
-/// estimate of what the boundary leaves in view. `plan` is the session's plan file as
-/// the caller found it now (see [`plan_slug`]), re-attached after the summary.
-pub fn plan_compaction(
-    records: &[Record],
-    files: &[FileNow],
-    plan: Option<PlanFile>,
-    instructions: Option<&str>,
-    timestamp: &str,
-    new_uuid: &mut dyn FnMut() -> String,
-) -> Result<ClaudeCompaction, Refusal> {
-    let last_message =
-        records.iter().rev().find(|r| is_message(r) && r.uuid().is_some() && r.line().contains("\"sessionId\""));
-    let last_message = last_message.ok_or(Refusal::NotClaudeCode)?;
+/// boundary before them is summarized.
+pub fn prepare(records: &[Record]) -> Result<Prepared, Refusal> {
+    let last_message = records
+        .iter()
+        .rposition(|r| is_message(r) && r.uuid().is_some() && r.line().contains("\"sessionId\""))
+        .ok_or(Refusal::NotClaudeCode)?;
     let start = records.iter().rposition(Record::is_compact_boundary).map_or(0, |b| b + 1);
     let active = &records[start..];
     let kept_from = kept_tail_start(active).unwrap_or(active.len());
@@ -126,18 +153,65 @@ pub fn plan_compaction(
     if !active[..kept_from].iter().any(|r| is_message(r) && r.head().kind == Kind::Assistant) {
         return Err(Refusal::NothingToSummarize);
     }
-    let summarized = &records[..start + kept_from];
-    let kept = &active[kept_from..];
+    Ok(Prepared { split: start + kept_from, start, last_message })
+}
+
+/// The offline summarizer's summary body of what `prepared` summarizes, focused by
+/// `instructions`.
+pub fn offline_summary(records: &[Record], prepared: &Prepared, instructions: Option<&str>) -> Result<String, Refusal> {
     let offline = summarize_offline(
-        summarized,
+        prepared.summarized(records),
         &OfflineOptions { focus: instructions.map(str::to_owned), ..OfflineOptions::default() },
     );
-    let body = parse_summary_reply(&offline.text).map_err(|e| Refusal::Summary(e.to_string()))?;
+    parse_summary_reply(&offline.text).map_err(|e| Refusal::Summary(e.to_string()))
+}
+
+/// Plans a compaction with the offline summarizer: [`prepare`], [`offline_summary`] and
+/// [`plan_compaction_with`] in one step.
+pub fn plan_compaction(
+    records: &[Record],
+    files: &[FileNow],
+    plan: Option<PlanFile>,
+    instructions: Option<&str>,
+    timestamp: &str,
+    new_uuid: &mut dyn FnMut() -> String,
+) -> Result<ClaudeCompaction, Refusal> {
+    let prepared = prepare(records)?;
+    let body = offline_summary(records, &prepared, instructions)?;
+    plan_compaction_with(records, &prepared, &body, files, plan, timestamp, new_uuid)
+}
+
+/// The records that install `summary_body` (a summary's body, without its `<summary>`
+/// tags) as the compaction `prepared` chose, over the same `records`.
+///
+/// The body is checked for fidelity first, as a session's own compaction does: user
+/// messages, recent files and open todos of the summarized part it does not mention are
+/// appended to it. `postTokens` is the session's fixed part (the first request's
+/// reported size, which carried the system prompt, tools and memory) plus the estimate
+/// of what the boundary leaves in view. `plan` is the session's plan file as the caller
+/// found it now (see [`plan_slug`]), re-attached after the summary.
+pub fn plan_compaction_with(
+    records: &[Record],
+    prepared: &Prepared,
+    summary_body: &str,
+    files: &[FileNow],
+    plan: Option<PlanFile>,
+    timestamp: &str,
+    new_uuid: &mut dyn FnMut() -> String,
+) -> Result<ClaudeCompaction, Refusal> {
+    let last_message = records.get(prepared.last_message).ok_or(Refusal::NotClaudeCode)?;
+    let active = records.get(prepared.start..).ok_or(Refusal::NothingToSummarize)?;
+    let summarized = records.get(..prepared.split).ok_or(Refusal::NothingToSummarize)?;
+    let kept = prepared.kept(records);
+    // Checked against the part in view, as a session's own compaction checks its view:
+    // what lay before the last boundary is in that boundary's summary.
+    let facts = FidelityFacts::from_records(&summarized[prepared.start.min(summarized.len())..], DEFAULT_RECENT_TURNS);
+    let checked = check_fidelity(summary_body, &facts);
     let summary_text = summary_message_text(&SummaryMessage {
-        body,
+        body: checked.summary,
         transcript_path: None,
         tools_used: tools_used(summarized),
-        kept: if kept.iter().any(is_message) { KeptMessages::After } else { KeptMessages::None },
+        kept: if prepared.keeps_messages(records) { KeptMessages::After } else { KeptMessages::None },
     });
     let mut tally = Tally::default();
     for record in active {
@@ -208,6 +282,7 @@ pub fn plan_compaction(
         pre_tokens: tally.total(),
         post_tokens,
         kept: built.referenced.len(),
+        fidelity_appended: checked.report.missing_before.len(),
     })
 }
 
@@ -323,6 +398,33 @@ mod tests {
         // A slug that is not a plain name is no plan name.
         let odd = Record::parse(r#"{"type":"user","uuid":"u","sessionId":"s","slug":"../../etc/passwd"}"#).unwrap();
         assert_eq!(plan_slug(&[odd]), None);
+    }
+
+    #[test]
+    fn a_summary_written_elsewhere_is_installed_and_checked_for_fidelity() {
+        let records: Vec<Record> = fixture().into_iter().take(57).collect();
+        let prepared = prepare(&records).unwrap();
+        // The last reply stays; everything before it is summarized.
+        assert_eq!(prepared.split, 55);
+        assert_eq!(prepared.summarized(&records).len(), 55);
+        assert!(prepared.keeps_messages(&records));
+        // The offline path is prepare + offline_summary + plan_compaction_with.
+        let body = offline_summary(&records, &prepared, Some("files")).unwrap();
+        let one_step = plan_compaction(&records, &[], None, Some("files"), "t", &mut counter()).unwrap();
+        let split = plan_compaction_with(&records, &prepared, &body, &[], None, "t", &mut counter()).unwrap();
+        assert_eq!(one_step, split);
+        assert_eq!(split.fidelity_appended, 0, "the offline summary holds every user message");
+
+        // A provider's body that names one request only: the others are appended to it.
+        let remote = "1. Primary Request and Intent:\n   REMOTE-BODY: read the app file.";
+        let plan = plan_compaction_with(&records, &prepared, remote, &[], None, "t", &mut counter()).unwrap();
+        let summary: serde_json::Value = serde_json::from_str(&plan.lines[1]).unwrap();
+        let text = summary["message"]["content"].as_str().unwrap();
+        assert!(text.contains("REMOTE-BODY"), "{text}");
+        assert!(text.contains("What does util.py export?"), "a missed user message is appended: {text}");
+        assert!(plan.fidelity_appended > 0);
+        assert_eq!(plan.kept, 1);
+        assert_eq!(plan.pre_tokens, one_step.pre_tokens);
     }
 
     #[test]

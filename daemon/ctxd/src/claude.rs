@@ -22,11 +22,18 @@
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
-use ctxd_core::claude::{ClaudeCompaction, FileNow, files_read, plan_compaction, plan_slug, plan_undo};
-use ctxd_core::compact::PlanFile;
+use ctxd_core::claude::{
+    ClaudeCompaction, FileNow, Prepared, files_read, offline_summary, plan_compaction_with, plan_slug, plan_undo,
+    prepare,
+};
+use ctxd_core::compact::{PlanFile, Trigger};
 use ctxd_core::record::Record;
+
+use crate::process_env::ProcessEnv;
+use crate::session::compaction::{Job, Summarizer};
 
 /// A compaction installed in a Claude Code transcript.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +42,10 @@ pub struct Compacted {
     pub plan: ClaudeCompaction,
     /// Length of the file before the install.
     pub offset: u64,
+    /// Who wrote the summary.
+    pub summarizer: Summarizer,
+    /// Why the configured provider did not write it, when it did not.
+    pub problems: Vec<String>,
 }
 
 /// A compaction taken back.
@@ -184,28 +195,224 @@ fn refused(path: &Path, what: &str, why: String) -> String {
     format!("{}: {why}; nothing was written", path.display())
 }
 
-/// Compacts the Claude Code session in `path`: appends a boundary and the summary. The
-/// plan is looked for in `config`, Claude Code's directory.
-pub fn compact(config: Option<&Path>, path: &Path, instructions: Option<&str>) -> Result<Compacted, String> {
-    let refuse = |why: String| refused(path, "compact", why);
-    writable(path).map_err(refuse)?;
-    not_open(path).map_err(refuse)?;
-    let (before, records) = read_records(path).map_err(refuse)?;
-    if let Some(dir) = project_dir(&records)
+/// Who writes the summary of an in-place compaction.
+#[derive(Clone)]
+pub enum SummarySource {
+    /// ctxd's own summarizer, no network (`ctxd claude compact --offline`).
+    Offline,
+    /// The provider chosen by the settings that apply to the session's project
+    /// directory, which this function gives (`None`: the records name no directory);
+    /// the offline summarizer when they choose none.
+    Configured(SettingsFor),
+}
+
+/// The settings that apply to a session working in a directory.
+pub type SettingsFor = Arc<dyn Fn(Option<&Path>) -> ctxd_proto::Settings + Send + Sync>;
+
+impl std::fmt::Debug for SummarySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SummarySource::Offline => "Offline",
+            SummarySource::Configured(_) => "Configured",
+        })
+    }
+}
+
+/// The transcript as read before the summary is written: what the install is checked
+/// against afterwards.
+struct Read {
+    before: Stamp,
+    records: Vec<Record>,
+    prepared: Prepared,
+    project: Option<PathBuf>,
+}
+
+/// The checks and the planning before the summary: refuses what cannot be compacted.
+fn read_and_prepare(path: &Path) -> Result<Read, String> {
+    writable(path)?;
+    not_open(path)?;
+    let (before, records) = read_records(path)?;
+    let project = project_dir(&records);
+    if let Some(dir) = &project
         && !dir.is_dir()
     {
-        return Err(refuse(format!("its project directory {} no longer exists", dir.display())));
+        return Err(format!("its project directory {} no longer exists", dir.display()));
     }
-    let lines: Vec<Record> = records.into_iter().map(|(_, r)| r).collect();
-    let files: Vec<FileNow> = files_read(&lines).into_iter().map(|p| file_now(&p)).collect();
-    let timestamp = crate::session::actor::now_rfc3339();
-    let plan = plan_compaction(&lines, &files, plan_now(config, &lines), instructions, &timestamp, &mut || {
-        uuid::Uuid::new_v4().to_string()
+    let records: Vec<Record> = records.into_iter().map(|(_, r)| r).collect();
+    let prepared = prepare(&records).map_err(|e| e.to_string())?;
+    Ok(Read { before, records, prepared, project })
+}
+
+/// Compacts the Claude Code session in `path`: appends a boundary and the summary.
+///
+/// Read → prepare → summary (a provider's may take minutes) → re-check → append: the
+/// file's stamp and the `/proc` open check are taken again after the summary, so a
+/// session the program wrote to, or opened, meanwhile is left as it is. A provider that
+/// fails in any way gives way to the offline summarizer, said in the log and in
+/// [`Compacted::problems`].
+///
+/// `env` is the environment `main` read: Claude Code's directory (for the session's
+/// plan) and the provider's key.
+pub async fn compact(
+    env: Arc<ProcessEnv>,
+    path: PathBuf,
+    instructions: Option<String>,
+    source: SummarySource,
+) -> Result<Compacted, String> {
+    let target = path.clone();
+    let read = tokio::task::spawn_blocking(move || read_and_prepare(&target))
+        .await
+        .map_err(|e| format!("claude compact task failed: {e}"))?
+        .map_err(|why| refused(&path, "compact", why))?;
+    let mut problems = Vec::new();
+    let asked = match &source {
+        SummarySource::Offline => Ok(None),
+        SummarySource::Configured(settings_for) => {
+            let settings = settings_for(read.project.as_deref());
+            ask_provider(&read, settings, env.clone(), instructions.as_deref(), &mut problems).await
+        }
+    };
+    let written = match asked {
+        Ok(written) => written,
+        Err(why) => {
+            tracing::warn!(transcript = %path.display(), "claude compact: {why}; the offline summarizer writes the summary");
+            problems.push(format!("{why}; the offline summarizer wrote the summary"));
+            None
+        }
+    };
+    let target = path.clone();
+    let config = env.claude_config_dir();
+    tokio::task::spawn_blocking(move || {
+        install(&target, config.as_deref(), read, written, instructions.as_deref(), problems)
     })
-    .map_err(|e| refuse(e.to_string()))?;
-    // Nothing may have moved since the file was read.
+    .await
+    .map_err(|e| format!("claude compact task failed: {e}"))?
+}
+
+/// The configured provider's summary body of what `read` summarizes; `Ok(None)` when
+/// the settings choose no provider.
+///
+/// The cache-sharing fork needs the host's exact last request (its system prompt and
+/// tools, byte for byte), which Claude Code builds itself and never writes to the
+/// transcript: the summary is asked with the plain summary request over the summarized
+/// records, with its retries, re-ask and prompt-too-long cuts.
+async fn ask_provider(
+    read: &Read,
+    settings: ctxd_proto::Settings,
+    env: Arc<ProcessEnv>,
+    instructions: Option<&str>,
+    problems: &mut Vec<String>,
+) -> Result<Option<(String, Summarizer)>, String> {
+    let summarized = read.prepared.summarized(&read.records);
+    let from = newest_within(summarized, MAX_SUMMARY_SOURCE_BYTES);
+    if from > 0 {
+        tracing::info!(
+            dropped = from,
+            of = summarized.len(),
+            "claude compact: the oldest records are left out of the summary request (its user messages are added back by the fidelity check)"
+        );
+    }
+    let summarized = &summarized[from..];
+    let model = summarized
+        .iter()
+        .rev()
+        .find_map(|r| r.head().model.as_deref().filter(|m| !m.starts_with('<')).map(str::to_owned))
+        .unwrap_or_default();
+    let base = ctxd_core::view::BaseContext::default();
+    let parent = ctxd_core::view::assemble(&ctxd_core::view::AssembleInput {
+        records: summarized,
+        system: &[],
+        tools: &[],
+        model: &model,
+        max_tokens: 20_000,
+        thinking: None,
+        fork: None,
+        base: &base,
+        now_ms: 0,
+        state: &ctxd_core::view::PipelineState::default(),
+        config: &ctxd_core::view::PipelineConfig::default(),
+        tool_results_dir: "",
+        compact: ctxd_core::view::CompactCheck::default(),
+    })
+    .request
+    .to_value();
+    let job = Job {
+        session_id: read.records.get(read.prepared.last_message).and_then(session_id_of).unwrap_or_default(),
+        trigger: Trigger::Manual,
+        focus: instructions.map(str::to_owned),
+        records: Vec::new(),
+        ledger: Vec::new(),
+        pre_tokens: 0,
+        threshold: 0,
+        fixed_prefix: 0,
+        settings,
+        transcript_path: String::new(),
+        cwd: read.project.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+        model,
+        parent: Some(parent),
+        host_parent: false,
+        skills: Vec::new(),
+        plan_path: None,
+        progress: None,
+        partial: None,
+        env,
+    };
+    let kept = read.prepared.keeps_messages(&read.records);
+    crate::session::compaction::provider_summary(&job, instructions, kept, problems).await
+}
+
+/// Transcript bytes a summary request is built from, at most. A long session's
+/// transcript runs to hundreds of megabytes, far past any model's window (a million
+/// tokens is a few megabytes of text) and past the largest request the Messages API
+/// takes (32 MB, refused with a 413 that no retry helps); the prompt-too-long cut then
+/// takes it the rest of the way.
+const MAX_SUMMARY_SOURCE_BYTES: usize = 16 << 20;
+
+/// Where the newest records of `records` that fit in `budget` bytes of transcript start.
+fn newest_within(records: &[Record], budget: usize) -> usize {
+    let mut total = 0usize;
+    for (i, record) in records.iter().enumerate().rev() {
+        total += record.line().len() + 1;
+        if total > budget {
+            return i + 1;
+        }
+    }
+    0
+}
+
+fn session_id_of(record: &Record) -> Option<String> {
+    record.to_value()["sessionId"].as_str().map(str::to_owned)
+}
+
+/// Plans the records with the summary written (the offline one when `written` is
+/// `None`), checks that nothing moved since [`read_and_prepare`], and appends them.
+fn install(
+    path: &Path,
+    config: Option<&Path>,
+    read: Read,
+    written: Option<(String, Summarizer)>,
+    instructions: Option<&str>,
+    problems: Vec<String>,
+) -> Result<Compacted, String> {
+    let refuse = |why: String| refused(path, "compact", why);
+    let Read { before, records, prepared, .. } = read;
+    let (body, summarizer) = match written {
+        Some(written) => written,
+        None => (
+            offline_summary(&records, &prepared, instructions).map_err(|e| refuse(e.to_string()))?,
+            Summarizer { name: "offline", path: None },
+        ),
+    };
+    let files: Vec<FileNow> = files_read(&records).into_iter().map(|p| file_now(&p)).collect();
+    let timestamp = crate::session::actor::now_rfc3339();
+    let plan =
+        plan_compaction_with(&records, &prepared, &body, &files, plan_now(config, &records), &timestamp, &mut || {
+            uuid::Uuid::new_v4().to_string()
+        })
+        .map_err(|e| refuse(e.to_string()))?;
+    // Nothing may have moved since the file was read: the summary may have taken minutes.
     if stamp(path).map_err(refuse)? != before {
-        return Err(refuse("it changed since the compaction was prepared".to_owned()));
+        return Err(refuse("it changed while the summary was being written".to_owned()));
     }
     not_open(path).map_err(refuse)?;
     let mut text = plan.lines.join("\n");
@@ -226,9 +433,10 @@ pub fn compact(config: Option<&Path>, path: &Path, instructions: Option<&str>) -
         pre_tokens = plan.pre_tokens,
         post_tokens = plan.post_tokens,
         kept = plan.kept,
+        summarizer = summarizer.name,
         "claude compact: installed"
     );
-    Ok(Compacted { transcript: path.to_owned(), plan, offset: before.len })
+    Ok(Compacted { transcript: path.to_owned(), plan, offset: before.len, summarizer, problems })
 }
 
 /// Takes back ctxd's compaction of the session in `path`.
@@ -246,4 +454,21 @@ pub fn undo(path: &Path) -> Result<Undone, String> {
     file.set_len(offset).and_then(|()| file.sync_data()).map_err(|e| refuse(format!("cannot cut it back: {e}")))?;
     tracing::info!(transcript = %path.display(), offset, removed = before.len - offset, "claude undo: done");
     Ok(Undone { transcript: path.to_owned(), offset, removed_bytes: before.len - offset })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_request_is_built_from_the_newest_records_within_the_budget() {
+        let records: Vec<Record> =
+            (0..10).map(|i| Record::parse(&format!(r#"{{"type":"user","uuid":"u{i}"}}"#)).unwrap()).collect();
+        let line = records[0].line().len() + 1;
+        assert_eq!(newest_within(&records, usize::MAX), 0);
+        assert_eq!(newest_within(&records, 10 * line), 0);
+        assert_eq!(newest_within(&records, 3 * line), 7);
+        assert_eq!(newest_within(&records, 3 * line + 1), 7);
+        assert_eq!(newest_within(&records, 0), 10);
+    }
 }

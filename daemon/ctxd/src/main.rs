@@ -66,14 +66,19 @@ enum Command {
 #[derive(Debug, Subcommand)]
 enum ClaudeCommand {
     /// Compact a session: append a compact boundary and a summary in Claude Code's own
-    /// shapes, so `claude --resume` starts from them. Refused (nothing written) while a
-    /// process has the transcript open.
+    /// shapes, so `claude --resume` starts from them. The summary is written by the
+    /// provider the settings for the session's project choose (the offline summarizer
+    /// when they choose none, or when the provider fails). Refused (nothing written)
+    /// while a process has the transcript open, or when it changed meanwhile.
     Compact {
         /// A session id (found under ~/.claude/projects) or a transcript's path.
         session: String,
         /// Focus of the summary.
         #[arg(long)]
         instructions: Option<String>,
+        /// Write the summary with ctxd's own summarizer: no provider, no network.
+        #[arg(long)]
+        offline: bool,
     },
     /// Take ctxd's compaction of a session back: the transcript is cut to the length it
     /// had before, if nothing came after the compaction.
@@ -95,27 +100,43 @@ fn claude_target(env: &ProcessEnv, session: &str) -> anyhow::Result<PathBuf> {
     found.map_err(|e| anyhow::anyhow!(e))
 }
 
-fn claude(env: &ProcessEnv, command: ClaudeCommand) -> anyhow::Result<ExitCode> {
-    let mut stdout = std::io::stdout().lock();
+async fn claude(state_dir: &std::path::Path, env: Arc<ProcessEnv>, command: ClaudeCommand) -> anyhow::Result<ExitCode> {
     match command {
-        ClaudeCommand::Compact { session, instructions } => {
-            let path = claude_target(env, &session)?;
-            let config = env.claude_config_dir();
-            let done = ctxd::claude::compact(config.as_deref(), &path, instructions.as_deref())
-                .map_err(|e| anyhow::anyhow!(e))?;
+        ClaudeCommand::Compact { session, instructions, offline } => {
+            let path = claude_target(&env, &session)?;
+            let source = if offline {
+                ctxd::claude::SummarySource::Offline
+            } else {
+                // The user's own settings files and the project's (as a session there
+                // would have them); no client here.
+                let sources = ctxd::settings::SettingsSources::standard(state_dir, &env);
+                ctxd::claude::SummarySource::Configured(std::sync::Arc::new(move |project| {
+                    let home = sources.home.clone().unwrap_or_else(|| PathBuf::from("/"));
+                    let none = ctxd_proto::Settings::default();
+                    ctxd::settings::resolve(&sources, project.unwrap_or(&home), &none, &none).settings
+                }))
+            };
+            let done =
+                ctxd::claude::compact(env.clone(), path, instructions, source).await.map_err(|e| anyhow::anyhow!(e))?;
+            let mut stdout = std::io::stdout().lock();
             writeln!(
                 stdout,
-                "compacted {}: {} lines appended at byte {}, {} -> {} tokens, {} messages kept",
+                "compacted {}: {} lines appended at byte {}, {} -> {} tokens, {} messages kept, summary by {}",
                 done.transcript.display(),
                 done.plan.lines.len(),
                 done.offset,
                 done.plan.pre_tokens,
                 done.plan.post_tokens,
-                done.plan.kept
+                done.plan.kept,
+                done.summarizer.name
             )?;
+            for problem in &done.problems {
+                writeln!(stdout, "note: {problem}")?;
+            }
         }
         ClaudeCommand::Undo { session } => {
-            let path = claude_target(env, &session)?;
+            let mut stdout = std::io::stdout().lock();
+            let path = claude_target(&env, &session)?;
             let done = ctxd::claude::undo(&path).map_err(|e| anyhow::anyhow!(e))?;
             writeln!(stdout, "undone {}: cut back to {} bytes", done.transcript.display(), done.offset)?;
         }
@@ -187,7 +208,7 @@ fn main() -> ExitCode {
                 ctxd::interop::export(&state_dir, &session_id, &mut stdout)?;
                 Ok(ExitCode::SUCCESS)
             }
-            Some(Command::Claude { command }) => claude(&env, command),
+            Some(Command::Claude { command }) => claude(&state_dir, env, command).await,
             Some(Command::Replay { file, model }) => {
                 let options = ReplayOptions { transcript: file, model, state_dir: cli.state_dir, env };
                 let mut stdout = std::io::stdout().lock();

@@ -574,6 +574,12 @@ pub struct ClaudeCompactResult {
     pub post_tokens: u64,
     /// Messages kept in view by reference (`preservedSegment`).
     pub kept: u64,
+    /// Who wrote the summary: the provider the settings choose, or `offline` (none
+    /// chosen, or it failed: `problems` says why).
+    pub summarizer: Summarizer,
+    /// Why the configured provider did not write the summary, when it did not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
 }
 
 /// `ctx/claudeUndo` result: the transcript is byte for byte what it was before ctxd's

@@ -135,6 +135,13 @@ export interface ClaudeCompactResult {
     postTokens: number;
     /** Messages kept in view by reference (`preservedSegment`). */
     kept: number;
+    /**
+     * Who wrote the summary: the provider the settings choose, or `offline` (none
+     * chosen, or it failed: `problems` says why).
+     */
+    summarizer: Summarizer;
+    /** Why the configured provider did not write the summary, when it did not. */
+    problems?: string[];
 }
 
 /**

@@ -290,25 +290,22 @@ impl Backend {
     }
 
     /// `ctx/claudeCompact`: compacts a Claude Code session in its own transcript (see
-    /// `claude.rs`); a refusal is a `COMPACT_FAILED` error that says why, with nothing
-    /// written.
+    /// `claude.rs`), the summary by the provider the settings for its project choose;
+    /// a refusal is a `COMPACT_FAILED` error that says why, with nothing written.
     pub(super) async fn claude_compact(
         self: Arc<Self>,
         params: proto::ClaudeSessionParams,
     ) -> Result<proto::ClaudeCompactResult> {
-        let env = &self.options.env;
+        let env = self.options.env.clone();
         let projects = env.claude_projects_dir();
         let path =
             crate::claude::resolve(projects.as_deref(), params.transcript.as_deref(), params.session_id.as_deref())
                 .map_err(Error::invalid_params)?;
-        let instructions = params.instructions.clone();
-        let config = env.claude_config_dir();
-        let done = tokio::task::spawn_blocking(move || {
-            crate::claude::compact(config.as_deref(), &path, instructions.as_deref())
-        })
-        .await
-        .map_err(|e| internal(format!("claude compact task failed: {e}")))?
-        .map_err(|why| with_code(error_codes::COMPACT_FAILED, why))?;
+        let source = crate::claude::SummarySource::Configured(self.sessions()?.claude_settings_for());
+        let done = crate::claude::compact(env, path, params.instructions.clone(), source)
+            .await
+            .map_err(|why| with_code(error_codes::COMPACT_FAILED, why))?;
+        let summarizer = crate::wire::summarizer(&done.summarizer).map_err(internal)?;
         Ok(proto::ClaudeCompactResult {
             transcript: done.transcript.display().to_string(),
             session_id: done.plan.session_id,
@@ -318,6 +315,8 @@ impl Backend {
             pre_tokens: done.plan.pre_tokens,
             post_tokens: done.plan.post_tokens,
             kept: done.plan.kept as u64,
+            summarizer,
+            problems: done.problems,
         })
     }
 

@@ -520,6 +520,30 @@ async fn summarize_with_fallback(
     }
 }
 
+/// A provider's summary body for a compaction outside a session's actor (a Claude Code
+/// transcript compacted in place, [`crate::claude`]), through the same requests as a
+/// session's: `Ok(None)` when the settings choose no provider, an error (provider
+/// settings, HTTP, a cut stream, a reply without a summary) for the caller to fall back
+/// on the offline summarizer. `job.parent` is the summarized records as a request body;
+/// with `host_parent` false the fork is skipped and the fallback request is asked.
+pub(crate) async fn provider_summary(
+    job: &Job,
+    instructions: Option<&str>,
+    kept: bool,
+    problems: &mut Vec<String>,
+) -> Result<Option<(String, Summarizer)>, String> {
+    let provider = match remote_provider(job) {
+        Ok(None) => return Ok(None),
+        Ok(Some(provider)) => provider,
+        Err(e) => return Err(format!("provider settings: {e}")),
+    };
+    let name = provider.name();
+    let (body, path) = summarize_remote(&provider, job, instructions, kept, problems)
+        .await
+        .map_err(|e| format!("{name} could not write the summary ({e})"))?;
+    Ok(Some((body, Summarizer { name, path: Some(path) })))
+}
+
 /// The ledger as restoration sees it: the newest reads, with their current content when
 /// small enough to restore (a larger file comes back as its path). Reads at most a few
 /// files from disk.

@@ -489,7 +489,8 @@ impl Sessions {
             path.clone(),
             thresholds_for,
             idle,
-            self.environment.process.claude_config_dir(),
+            self.environment.process.clone(),
+            self.claude_settings_for(),
             self.environment.services.watcher.clone(),
             self.notifier.clone(),
         )
@@ -579,6 +580,19 @@ impl Sessions {
         let changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let home = self.environment.sources.home.clone().unwrap_or_else(|| std::path::PathBuf::from("/"));
         settings::resolve(&self.environment.sources, &home, &self.environment.client_settings, &changed).settings
+    }
+
+    /// The settings for a Claude Code session compacted in place: the layers that apply
+    /// to its project directory (home when it names none), the client's and the latest
+    /// `workspace/didChangeConfiguration` as they are now.
+    pub fn claude_settings_for(&self) -> crate::claude::SettingsFor {
+        let sources = self.environment.sources.clone();
+        let client = self.environment.client_settings.clone();
+        let changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        std::sync::Arc::new(move |project: Option<&std::path::Path>| {
+            let home = sources.home.clone().unwrap_or_else(|| std::path::PathBuf::from("/"));
+            settings::resolve(&sources, project.unwrap_or(&home), &client, &changed).settings
+        })
     }
 
     /// Where Claude Code keeps its transcripts (`$CLAUDE_CONFIG_DIR/projects`, else

@@ -10,9 +10,11 @@
 //!
 //! With [`IdlePolicy`] (the `claudeIdleCompaction` setting), a transcript that has not
 //! changed for the set time while standing above the set share of its compact
-//! threshold is compacted in place by [`crate::claude::compact`], which refuses (and
-//! logs why) while a process has the file open or when it changed meanwhile. One try
-//! per idle spell: the next is after the program writes again.
+//! threshold is compacted in place by [`crate::claude::compact`] (the summary by the
+//! provider the settings for its project directory choose, else offline), which
+//! refuses (and logs why) while a process has the file open or when it changed
+//! meanwhile, the slow summary included. One try per idle spell: the next is after the
+//! program writes again.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -63,7 +65,8 @@ pub async fn start(
     path: PathBuf,
     thresholds_for: impl Fn(&str) -> Thresholds + Send + 'static,
     idle: Option<IdlePolicy>,
-    claude_config: Option<PathBuf>,
+    env: std::sync::Arc<crate::process_env::ProcessEnv>,
+    settings_for: crate::claude::SettingsFor,
     watcher: Watcher,
     notifier: Notifier,
 ) -> std::io::Result<(String, UsageSnapshot)> {
@@ -103,12 +106,11 @@ pub async fn start(
                         let tokens = tally.total();
                         if policy.worth(tokens, &thresholds_for(&model)) {
                             tracing::info!(path = %path.display(), tokens, "observed Claude Code session idle; compacting it");
-                            let (target, config) = (path.clone(), claude_config.clone());
-                            let done = tokio::task::spawn_blocking(move || {
-                                crate::claude::compact(config.as_deref(), &target, None)
-                            })
-                            .await;
-                            if let Ok(Ok(done)) = done {
+                            // Prepared here, in the follower's own task: the summary (a
+                            // provider's may take minutes) holds up only this session's
+                            // figures, and the bytes it appends are read after it.
+                            let source = crate::claude::SummarySource::Configured(settings_for.clone());
+                            if let Ok(done) = crate::claude::compact(env.clone(), path.clone(), None, source).await {
                                 ours = done.offset + done.plan.lines.iter().map(|l| l.len() as u64 + 1).sum::<u64>();
                             }
                         }
