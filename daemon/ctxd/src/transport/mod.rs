@@ -38,13 +38,17 @@ use self::through::{Through, WriteThrough};
 pub struct Limits {
     /// Largest message body accepted, in bytes.
     pub max_message_bytes: usize,
-    /// Requests in flight before the reader stops reading (back-pressure).
+    /// Requests in flight before the reader stops reading (back-pressure). It also
+    /// bounds the answers the byte bound cannot foresee: until the first answers are
+    /// out, [`QueuedBytes`] can only guess their size, and a client that sends a burst
+    /// of large requests faster than the first is answered would otherwise get every one
+    /// read and answered in memory.
     pub max_in_flight: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_message_bytes: 64 * 1024 * 1024, max_in_flight: 4096 }
+        Limits { max_message_bytes: 64 * 1024 * 1024, max_in_flight: 256 }
     }
 }
 
@@ -424,7 +428,15 @@ async fn read_and_dispatch<I: AsyncRead + Unpin>(
         // Back-pressure in bytes: no new request while the client's unread answers are
         // over the bound.
         outbound.queued.room(|| max as usize - in_flight.available_permits()).await;
-        let Ok(permit) = in_flight.clone().acquire_owned().await else { break };
+        let permit = match in_flight.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(tokio::sync::TryAcquireError::Closed) => break,
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                tracing::info!(max, "requests in flight at the limit; reading requests paused until one is answered");
+                let Ok(permit) = in_flight.clone().acquire_owned().await else { break };
+                permit
+            }
+        };
         let Some(frame) = reader.next_frame().await else { break };
         let received = std::time::Instant::now();
         let routed = match read_message(frame) {
