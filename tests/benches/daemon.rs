@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -59,7 +59,7 @@ struct Conn {
 
 impl Conn {
     fn start(state: &Path) -> anyhow::Result<Conn> {
-        let mut child = Command::new(ctxd_e2e::ctxd_bin())
+        let mut child = ctxd_e2e::ctxd_command()
             .arg("--state-dir")
             .arg(state)
             .arg("--log-file")

@@ -32,6 +32,20 @@ pub fn ctxd_bin() -> PathBuf {
     dir.join("ctxd")
 }
 
+/// Variables that would send a test's summaries to a real provider: the daemon falls back
+/// on them when settings name no key or address. Tests point ctxd only at their local
+/// stubs, so every ctxd they start runs without these, whatever the developer's shell has.
+pub const PROVIDER_VARS: [&str; 4] = ["ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL"];
+
+/// A command for the `ctxd` binary ([`ctxd_bin`]) without the [`PROVIDER_VARS`].
+pub fn ctxd_command() -> Command {
+    let mut command = Command::new(ctxd_bin());
+    for var in PROVIDER_VARS {
+        command.env_remove(var);
+    }
+    command
+}
+
 /// `ctxd serve` on `state_dir` with piped stdio, logging at `log_level` to
 /// `<state_dir>.log`, and the user's own settings (~/.claude, ~/.config/ctxd) kept out:
 /// HOME is `<state_dir>.home`. `env` is set last.
@@ -41,7 +55,7 @@ pub fn serve_command(state_dir: &Path, log_level: &str, env: &[(&str, &str)]) ->
         bail!("{} does not exist: build it first (cargo build --bins)", bin.display());
     }
     let home = state_dir.with_extension("home");
-    let mut command = Command::new(&bin);
+    let mut command = ctxd_command();
     command
         .arg("--state-dir")
         .arg(state_dir)

@@ -163,12 +163,7 @@ fn ctxds_own_compaction_keeps_each_message_once_through_export_and_import() {
     assert_eq!(all.matches(KEPT).count(), 1, "{live:#?}");
     daemon.stop().unwrap();
 
-    let exported = std::process::Command::new(ctxd_e2e::ctxd_bin())
-        .arg("--state-dir")
-        .arg(&state)
-        .args(["export", "own"])
-        .output()
-        .unwrap();
+    let exported = ctxd_e2e::ctxd_command().arg("--state-dir").arg(&state).args(["export", "own"]).output().unwrap();
     assert!(exported.status.success());
     let text = String::from_utf8(exported.stdout).unwrap();
     let records: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -232,7 +227,7 @@ fn claude_home(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf
 }
 
 fn ctxd_claude(dir: &std::path::Path, home: &std::path::Path, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(ctxd_e2e::ctxd_bin())
+    ctxd_e2e::ctxd_command()
         .arg("--state-dir")
         .arg(dir.join("cli-state"))
         .arg("--log-stderr")
@@ -669,7 +664,7 @@ fn the_command_uses_the_configured_provider_unless_told_offline() {
         json!({"provider": "anthropic", "baseUrl": format!("http://127.0.0.1:{port}"), "apiKeyEnv": KEY_VAR});
     std::fs::write(config.join("settings.json"), settings.to_string()).unwrap();
     let run = |args: &[&str]| {
-        std::process::Command::new(ctxd_e2e::ctxd_bin())
+        ctxd_e2e::ctxd_command()
             .arg("--state-dir")
             .arg(dir.path().join("cli-state"))
             .arg("claude")

@@ -7,13 +7,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed step is a failed test
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 /// Runs `ctxd serve` with no flags and only `env`, its input closed at once (it stops
 /// with nothing to read), and returns the log it wrote where it chose its state
 /// directory to be: `<state dir>/logs/ctxd.log`, checked at `expected`.
 fn serve_and_read_log(env: &[(&str, &Path)], expected: &Path) -> String {
-    let status = Command::new(ctxd_e2e::ctxd_bin())
+    let status = ctxd_e2e::ctxd_command()
         .arg("serve")
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v.as_os_str())))

@@ -82,7 +82,7 @@ fn an_imported_boundary_with_ctxds_batch_field_cuts_nothing_at_open() {
     ];
     let text: Vec<String> = lines.iter().map(Value::to_string).collect();
     std::fs::write(&source, text.join("\n") + "\n").unwrap();
-    let out = std::process::Command::new(ctxd_e2e::ctxd_bin())
+    let out = ctxd_e2e::ctxd_command()
         .args(["--state-dir"])
         .arg(&state)
         .args(["import", "--session-id", "imp"])
@@ -356,13 +356,7 @@ fn the_command_line_never_waits_on_a_fifo_or_an_open_stdin() {
     mkfifo(&fifo);
     let state = dir.path().join("state");
     for source in [fifo.as_path(), std::path::Path::new("/dev/zero")] {
-        let out = std::process::Command::new(ctxd_e2e::ctxd_bin())
-            .arg("--state-dir")
-            .arg(&state)
-            .arg("import")
-            .arg(source)
-            .output()
-            .unwrap();
+        let out = ctxd_e2e::ctxd_command().arg("--state-dir").arg(&state).arg("import").arg(source).output().unwrap();
         assert!(!out.status.success());
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains("not a regular file"), "{stderr}");
@@ -373,7 +367,7 @@ fn the_command_line_never_waits_on_a_fifo_or_an_open_stdin() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
 
     let statusline = || {
-        std::process::Command::new(ctxd_e2e::ctxd_bin())
+        ctxd_e2e::ctxd_command()
             .arg("statusline")
             .env("HOME", dir.path())
             .stdin(std::process::Stdio::piped())

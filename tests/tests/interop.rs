@@ -4,13 +4,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
-use std::process::Command;
-
-use ctxd_e2e::{Daemon, ctxd_bin, transcript};
+use ctxd_e2e::{Daemon, transcript};
 use serde_json::json;
 
 fn ctxd(state: &std::path::Path, args: &[&str]) -> std::process::Output {
-    Command::new(ctxd_bin()).arg("--state-dir").arg(state).args(args).output().unwrap()
+    ctxd_e2e::ctxd_command().arg("--state-dir").arg(state).args(args).output().unwrap()
 }
 
 #[test]

@@ -4,13 +4,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
-use std::process::Command;
-
-use ctxd_e2e::{ctxd_bin, repo_root};
+use ctxd_e2e::repo_root;
 
 #[test]
 fn the_bundled_example_shows_levels_and_a_compaction() {
-    let out = Command::new(ctxd_bin())
+    let out = ctxd_e2e::ctxd_command()
         .arg("replay")
         .arg(repo_root().join("examples/session.jsonl"))
         .env_remove("CLAUDE_CODE_AUTO_COMPACT_WINDOW")

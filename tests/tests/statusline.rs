@@ -4,13 +4,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
-use ctxd_e2e::{claude_code_fixture, ctxd_bin, transcript};
+use ctxd_e2e::{claude_code_fixture, transcript};
 use serde_json::json;
 
 fn statusline(input: &serde_json::Value) -> String {
-    let mut child = Command::new(ctxd_bin())
+    let mut child = ctxd_e2e::ctxd_command()
         .arg("statusline")
         .env_remove("CLAUDE_CODE_AUTO_COMPACT_WINDOW")
         .env_remove("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE")

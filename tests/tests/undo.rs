@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use ctxd_e2e::{Daemon, ctxd_bin, example, records_of, stored_uuids, user_record};
+use ctxd_e2e::{Daemon, example, records_of, stored_uuids, user_record};
 use serde_json::{Value, json};
 
 const MODEL: &str = "claude-sonnet-4-5-20250929";
@@ -90,7 +90,7 @@ fn undo_brings_back_the_view_the_compaction_replaced() {
     assert_eq!(record["cwd"], CWD);
 
     // `ctxd replay` of this transcript goes through the undo as the live session did.
-    let out = std::process::Command::new(ctxd_bin())
+    let out = ctxd_e2e::ctxd_command()
         .arg("replay")
         .arg(state.join("sessions/u.jsonl"))
         .env("HOME", dir.path().join("replay-home"))
