@@ -123,6 +123,8 @@ describe("Claude Code sessions of the current directory", function()
     t.contains(prompts[1], ":Ctxd undo takes it back")
     t.eq(1, #messages)
     t.truthy(vim.startswith(messages[1].msg, "ctxd: Claude Code session compacted"), messages[1].msg)
+    -- No provider is configured in the test's home: the built-in summarizer wrote it.
+    t.truthy(vim.endswith(messages[1].msg, "tokens, summary by offline"), messages[1].msg)
   end)
 
   it("shows the newest active session when there are several, with a picker", function()

@@ -11,6 +11,7 @@ import type { ContextView } from "./contextView";
 import type { DaemonState } from "./daemon";
 import { observedText } from "./daemonStatus";
 import { describeError, isMethodNotFound } from "./errors";
+import type { ClaudeCompactResult } from "./lsp_ext";
 import { formatCount, statusText, windowReasonText, windowResultText } from "./render";
 import type { CtxdSessions, SessionInfo } from "./sessions";
 
@@ -369,13 +370,18 @@ export async function compactClaude(deps: CommandDeps, session: ObservedSession)
     try {
         const result = await vscode.window.withProgress(
             { location: vscode.ProgressLocation.Notification, title: "ctxd: compacting the Claude Code session…" },
-            () => deps.sessions.request<{ preTokens?: number; postTokens?: number }>("ctx/claudeCompact", claudeParams(session, instructions.trim())),
+            () => deps.sessions.request<Partial<ClaudeCompactResult>>("ctx/claudeCompact", claudeParams(session, instructions.trim())),
         );
         const numbers =
             result?.preTokens !== undefined && result.postTokens !== undefined
                 ? ` ${formatCount(result.preTokens)} → ${formatCount(result.postTokens)} tokens`
                 : "";
-        void vscode.window.showInformationMessage(`ctxd: Claude Code session compacted${numbers}.`);
+        // Who wrote the summary, and why the configured provider did not when it fell back.
+        const by = result?.summarizer ? `, summary by ${result.summarizer}` : "";
+        void vscode.window.showInformationMessage(`ctxd: Claude Code session compacted${numbers}${by}.`);
+        for (const problem of result?.problems ?? []) {
+            void vscode.window.showWarningMessage(`ctxd: ${problem}`);
+        }
     } catch (error) {
         void vscode.window.showErrorMessage(isMethodNotFound(error) ? claudeMethodMissing("ctx/claudeCompact") : describeError("ctx/claudeCompact", error));
     }

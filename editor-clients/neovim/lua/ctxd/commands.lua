@@ -405,7 +405,17 @@ function M.compact_claude(observed, focus, done)
       if type(result) == "table" and result.preTokens and result.postTokens then
         numbers = string.format(" %s → %s tokens", render.format_count(result.preTokens), render.format_count(result.postTokens))
       end
-      vim.notify("ctxd: Claude Code session compacted" .. numbers, vim.log.levels.INFO)
+      -- Who wrote the summary, and why the configured provider did not when it fell back.
+      local by = ""
+      if type(result) == "table" and type(result.summarizer) == "string" then
+        by = ", summary by " .. result.summarizer
+      end
+      vim.notify("ctxd: Claude Code session compacted" .. numbers .. by, vim.log.levels.INFO)
+      if type(result) == "table" and type(result.problems) == "table" then
+        for _, problem in ipairs(result.problems) do
+          vim.notify("ctxd: " .. problem, vim.log.levels.WARN)
+        end
+      end
     end, done)
   end)
 end
