@@ -15,8 +15,8 @@
 
 use crate::compact::{
     DEFAULT_RECENT_TURNS, FidelityFacts, FileReadEntry, InstallInput, KeptMessages, PlanFile, RestoreBudget,
-    RestoreInput, SummaryMessage, Trigger, build_post_compact, check_fidelity, common_fields, kept_tail_start,
-    plan_restoration, summary_message_text, tools_used,
+    RestoreInput, SummaryMessage, Trigger, appended_budget, build_post_compact, check_fidelity, common_fields,
+    kept_tail_start, plan_restoration, summary_message_text, tools_used,
 };
 use crate::ledger::file_read_in;
 use crate::record::{Kind, Record};
@@ -206,7 +206,8 @@ pub fn plan_compaction_with(
     // Checked against the part in view, as a session's own compaction checks its view:
     // what lay before the last boundary is in that boundary's summary.
     let facts = FidelityFacts::from_records(&summarized[prepared.start.min(summarized.len())..], DEFAULT_RECENT_TURNS);
-    let checked = check_fidelity(summary_body, &facts);
+    // The offline summary's own cap (the window of a Claude Code model is not known here).
+    let checked = check_fidelity(summary_body, &facts, appended_budget(crate::summary::DEFAULT_MAX_OUTPUT_TOKENS));
     let summary_text = summary_message_text(&SummaryMessage {
         body: checked.summary,
         transcript_path: None,

@@ -148,6 +148,13 @@ pub struct FidelityReport {
     pub appended: Option<String>,
 }
 
+/// The appended section's share of a summary capped at `summary_cap_tokens`: half of
+/// it, in bytes. A model's summary can leave out nearly everything; the section then
+/// holds the newest of what it left out, and the summary stays near its cap.
+pub fn appended_budget(summary_cap_tokens: u64) -> usize {
+    usize::try_from(summary_cap_tokens.saturating_mul(crate::tally::BYTES_PER_TOKEN as u64) / 2).unwrap_or(usize::MAX)
+}
+
 /// The summary to install and the report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FidelityOutcome {
@@ -157,7 +164,12 @@ pub struct FidelityOutcome {
 
 /// Checks `summary` (the body, tags removed) against `facts` and appends what is
 /// missing. The order is fixed: user messages, the latest request, files, open tasks.
-pub fn check_fidelity(summary: &str, facts: &FidelityFacts) -> FidelityOutcome {
+///
+/// The appended section stays within about `max_appended_bytes`: the latest request,
+/// the files and the open tasks always go in; of the missing user messages, the newest
+/// that fit do, and the older ones are counted in one line (a model's short summary of a
+/// session with thousands of messages would otherwise grow by all of them).
+pub fn check_fidelity(summary: &str, facts: &FidelityFacts, max_appended_bytes: usize) -> FidelityOutcome {
     let words: HashSet<String> = content_words(summary).into_iter().collect();
     let mut checked = 0;
     let mut missing: Vec<FidelityItem> = Vec::new();
@@ -201,7 +213,7 @@ pub fn check_fidelity(summary: &str, facts: &FidelityFacts) -> FidelityOutcome {
             }
         }
     }
-    let appended = (!missing.is_empty()).then(|| render(&missing));
+    let appended = (!missing.is_empty()).then(|| render(&missing, max_appended_bytes));
     let summary = match &appended {
         Some(section) => format!("{}\n\n{section}", summary.trim_end()),
         None => summary.to_owned(),
@@ -231,26 +243,66 @@ fn file_mentioned(path: &str, summary: &str) -> bool {
     !name.is_empty() && summary.contains(name)
 }
 
-fn render(missing: &[FidelityItem]) -> String {
-    let mut out = HEADING.trim_end().to_owned();
-    for item in missing {
+fn render(missing: &[FidelityItem], max_bytes: usize) -> String {
+    let lines: Vec<String> = missing.iter().map(line).collect();
+    // Everything but the user messages goes in; the user messages share what is left,
+    // newest first (they are the likeliest to matter to the next turn).
+    let heading = HEADING.trim_end();
+    let fixed: usize = heading.len()
+        + missing
+            .iter()
+            .zip(&lines)
+            .filter(|(item, _)| !matches!(item, FidelityItem::UserMessage(_)))
+            .map(|(_, l)| l.len() + 1)
+            .sum::<usize>();
+    let messages: Vec<usize> = missing
+        .iter()
+        .enumerate()
+        .filter(|(_, item)| matches!(item, FidelityItem::UserMessage(_)))
+        .map(|(i, _)| i)
+        .collect();
+    let mut room = max_bytes.saturating_sub(fixed + left_out_line(messages.len()).len() + 1);
+    let mut first_kept = messages.len();
+    for (n, &i) in messages.iter().enumerate().rev() {
+        let Some(left) = room.checked_sub(lines[i].len() + 1) else { break };
+        room = left;
+        first_kept = n;
+    }
+    let mut shown = vec![true; lines.len()];
+    for &i in &messages[..first_kept] {
+        shown[i] = false;
+    }
+    let mut out = heading.to_owned();
+    if first_kept > 0 {
         out.push('\n');
-        match item {
-            FidelityItem::UserMessage(text) => {
-                out.push_str(&format!("- User message: \"{}\"", shorten(text, QUOTE_CHARS)));
-            }
-            FidelityItem::LatestRequest(text) => {
-                out.push_str(&format!("- Latest user request: \"{}\"", shorten(text, LATEST_QUOTE_CHARS)));
-            }
-            FidelityItem::File(path) => out.push_str(&format!("- File touched in the last turns: {path}")),
-            FidelityItem::OpenTodo(todo) => out.push_str(&format!(
-                "- Open task ({}): {}",
-                todo.status.replace('_', " "),
-                shorten(&todo.content, QUOTE_CHARS)
-            )),
+        out.push_str(&left_out_line(first_kept));
+    }
+    for (i, l) in lines.iter().enumerate() {
+        if shown[i] {
+            out.push('\n');
+            out.push_str(l);
         }
     }
     out
+}
+
+/// The line that counts the missing user messages left out of the section.
+fn left_out_line(count: usize) -> String {
+    let noun = if count == 1 { "user message" } else { "user messages" };
+    format!("- {count} earlier {noun} the summary does not mention are not repeated here (the transcript has them).")
+}
+
+fn line(item: &FidelityItem) -> String {
+    match item {
+        FidelityItem::UserMessage(text) => format!("- User message: \"{}\"", shorten(text, QUOTE_CHARS)),
+        FidelityItem::LatestRequest(text) => {
+            format!("- Latest user request: \"{}\"", shorten(text, LATEST_QUOTE_CHARS))
+        }
+        FidelityItem::File(path) => format!("- File touched in the last turns: {path}"),
+        FidelityItem::OpenTodo(todo) => {
+            format!("- Open task ({}): {}", todo.status.replace('_', " "), shorten(&todo.content, QUOTE_CHARS))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -277,7 +329,7 @@ mod tests {
         let summary = "1. Primary Request and Intent:\n   The user wants retries with exponential backoff in the HTTP client, \
                        a timeout configurable in settings.toml, and tests for the retry logic.\n\
                        3. Files and Code Sections:\n   - client.rs: retry loop\n7. Pending Tasks:\n   - write retry tests";
-        let outcome = check_fidelity(summary, &facts());
+        let outcome = check_fidelity(summary, &facts(), usize::MAX);
         assert_eq!(outcome.summary, summary);
         assert_eq!(outcome.report.missing_before, Vec::new());
         assert_eq!(outcome.report.appended, None);
@@ -289,7 +341,7 @@ mod tests {
     fn a_summary_missing_a_message_and_a_file_gets_them_appended() {
         let summary = "1. Primary Request and Intent:\n   Retries with exponential backoff in the HTTP client; \
                        tests for the retry logic are next.\n3. Files and Code Sections:\n   - src/client.rs";
-        let outcome = check_fidelity(summary, &facts());
+        let outcome = check_fidelity(summary, &facts(), usize::MAX);
         assert_eq!(
             outcome.report.missing_before,
             vec![
@@ -313,8 +365,33 @@ mod tests {
         assert_eq!(outcome.report.checked, 6);
         // Running the check on its own output finds nothing more: the section mentions
         // everything it adds.
-        let again = check_fidelity(&outcome.summary, &facts());
+        let again = check_fidelity(&outcome.summary, &facts(), usize::MAX);
         assert_eq!(again.report.missing_before, Vec::new());
+    }
+
+    #[test]
+    fn thousands_of_missing_messages_keep_the_section_within_its_budget() {
+        let facts = FidelityFacts {
+            user_messages: (0..3_000).map(|i| format!("request number {i} about the parser module {i}")).collect(),
+            last_request: Some("now write the release notes".to_owned()),
+            recent_files: vec!["/repo/src/parser.rs".to_owned()],
+            open_todos: vec![OpenTodo { content: "Update the changelog".to_owned(), status: "pending".to_owned() }],
+        };
+        let budget = 4_000;
+        let outcome = check_fidelity("Nothing relevant.", &facts, budget);
+        let section = outcome.report.appended.unwrap();
+        assert!(section.len() <= budget, "{} bytes", section.len());
+        // Every message is missing; the newest that fit are shown, the rest counted.
+        assert_eq!(outcome.report.missing_before.len(), 3_000 + 3);
+        let shown = section.lines().filter(|l| l.starts_with("- User message: ")).count();
+        assert!(shown > 10, "{section}");
+        assert!(section.contains(&format!("- {} earlier user messages the summary does not mention", 3_000 - shown)));
+        assert!(section.contains("request number 2999 about"), "the newest is shown");
+        assert!(!section.contains("request number 0 about"), "the oldest is counted");
+        assert!(section.contains("- Latest user request: \"now write the release notes\""));
+        assert!(section.contains("- File touched in the last turns: /repo/src/parser.rs"));
+        assert!(section.contains("- Open task (pending): Update the changelog"));
+        assert_eq!(appended_budget(20_000), 40_000);
     }
 
     #[test]
@@ -324,9 +401,9 @@ mod tests {
             ..FidelityFacts::default()
         };
         // Same content words in other forms: "fixing", "parser", "test".
-        let paraphrase = check_fidelity("Work stopped while fixing a parser test that fails.", &facts);
+        let paraphrase = check_fidelity("Work stopped while fixing a parser test that fails.", &facts, usize::MAX);
         assert_eq!(paraphrase.report.missing_before, Vec::new());
-        let unrelated = check_fidelity("The user asked about deployment.", &facts);
+        let unrelated = check_fidelity("The user asked about deployment.", &facts, usize::MAX);
         assert_eq!(
             unrelated.report.missing_before,
             vec![FidelityItem::LatestRequest("please fix the failing parser tests".to_owned())]
@@ -336,7 +413,7 @@ mod tests {
 
     #[test]
     fn every_missing_kind_is_rendered_in_a_fixed_order() {
-        let outcome = check_fidelity("Nothing relevant.", &facts());
+        let outcome = check_fidelity("Nothing relevant.", &facts(), usize::MAX);
         expect![[r#"
             Details the summary did not mention (added by ctxd from the transcript):
             - User message: "Add retry logic to the HTTP client with exponential backoff"

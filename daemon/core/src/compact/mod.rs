@@ -23,7 +23,7 @@
 //!                                            (also when the fork gave no usable text)
 //! on "prompt is too long": truncate_for_retry(body, ..), send again (ptl)
 //! read_summary_reply(reply, attempt, ..)     summary, or ask once more (reply)
-//! check_fidelity(summary, facts)             append what the summary left out
+//! check_fidelity(summary, facts, budget)     append what the summary left out, bounded
 //! plan_restoration(input)                    files, skills, plan, read-files digest
 //! summary_message_text(..) + build_post_compact(..)   the records to append (install)
 //! guards.record_success(..) / record_failure(..)
@@ -58,7 +58,8 @@ mod text;
 mod tests;
 
 pub use fidelity::{
-    DEFAULT_RECENT_TURNS, FidelityFacts, FidelityItem, FidelityOutcome, FidelityReport, OpenTodo, check_fidelity,
+    DEFAULT_RECENT_TURNS, FidelityFacts, FidelityItem, FidelityOutcome, FidelityReport, OpenTodo, appended_budget,
+    check_fidelity,
 };
 pub use guards::{
     AfterInstall, AutoDecision, CIRCUIT_BREAKER_FAILURES, CompactGuards, FailureRecord, MAX_FOLLOW_UPS, StopReason,

@@ -1410,7 +1410,7 @@ fn a_missing_summary_is_asked_for_again_then_installed_with_fidelity_additions()
         panic!("expected a summary");
     };
     let facts = FidelityFacts::from_records(&records[..kept_from], DEFAULT_RECENT_TURNS);
-    let checked = check_fidelity(&body, &facts);
+    let checked = check_fidelity(&body, &facts, usize::MAX);
     assert_eq!(
         checked.report.missing_before,
         vec![FidelityItem::LatestRequest("Now add a test in tests/test_app.py".to_owned())]

@@ -13,8 +13,8 @@ use std::path::Path;
 
 use ctxd_core::compact::{
     DEFAULT_RECENT_TURNS, FidelityFacts, FidelityReport, FileReadEntry, KeptMessages, PostCompactSizes, RestoreBudget,
-    RestoreInput, RestoredAttachment, SummaryMessage, Trigger, check_fidelity, kept_tail_start, merge_instructions,
-    plan_restoration, summary_message_text, tools_used,
+    RestoreInput, RestoredAttachment, SummaryMessage, Trigger, appended_budget, check_fidelity, kept_tail_start,
+    merge_instructions, plan_restoration, summary_message_text, tools_used,
 };
 use ctxd_core::ledger::{LedgerEntry, has_changed};
 use ctxd_core::record::Record;
@@ -217,8 +217,10 @@ pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
     // The snapshot is not needed after this step: moved, not copied.
     let (transcript_path, records, kept_any) =
         (job.transcript_path.clone(), std::mem::take(&mut job.records), !kept.is_empty());
+    // What the check appends stays within half the summary cap of this window.
+    let appended = appended_budget(offline_cap_tokens(job.threshold));
     let (checked, summary_text) = crate::background::run(move || {
-        let checked = check_fidelity(&body, &facts);
+        let checked = check_fidelity(&body, &facts, appended);
         let summary_text = summary_message_text(&SummaryMessage {
             body: checked.summary.clone(),
             transcript_path: Some(transcript_path),

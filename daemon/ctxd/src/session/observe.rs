@@ -58,9 +58,14 @@ impl IdlePolicy {
     }
 }
 
+/// Idle compactions tried per idle spell when they are refused (the spell ends when the
+/// program writes again).
+const IDLE_ATTEMPTS: u32 = 3;
+
 /// Starts following `path`; returns the id and the first usage. The follower stops when
-/// the file can no longer be read. `claude_config` is Claude Code's directory, where an
-/// idle compaction finds the session's plan.
+/// the file can no longer be read. `env` gives Claude Code's directory (where an idle
+/// compaction finds the session's plan) and the provider's key; `settings_for` the
+/// settings of the session's project.
 pub async fn start(
     path: PathBuf,
     thresholds_for: impl Fn(&str) -> Thresholds + Send + 'static,
@@ -94,6 +99,7 @@ pub async fn start(
         // was tried already. Bytes ctxd appended itself (up to `ours`) are no activity.
         let mut changed = tokio::time::Instant::now();
         let mut tried = false;
+        let mut attempts = 0u32;
         let mut ours = 0u64;
         loop {
             let deadline = idle.filter(|_| !tried).map(|p| changed + p.after);
@@ -101,6 +107,7 @@ pub async fn start(
                 Some(at) => tokio::select! {
                     got = subscription.recv() => got.is_some(),
                     () = tokio::time::sleep_until(at) => {
+                        attempts += 1;
                         tried = true;
                         let policy = idle.unwrap_or(IdlePolicy { after: std::time::Duration::ZERO, percent: 100 });
                         let tokens = tally.total();
@@ -110,8 +117,19 @@ pub async fn start(
                             // provider's may take minutes) holds up only this session's
                             // figures, and the bytes it appends are read after it.
                             let source = crate::claude::SummarySource::Configured(settings_for.clone());
-                            if let Ok(done) = crate::claude::compact(env.clone(), path.clone(), None, source).await {
-                                ours = done.offset + done.plan.lines.iter().map(|l| l.len() as u64 + 1).sum::<u64>();
+                            match crate::claude::compact(env.clone(), path.clone(), None, source).await {
+                                Ok(done) => {
+                                    ours =
+                                        done.offset + done.plan.lines.iter().map(|l| l.len() as u64 + 1).sum::<u64>();
+                                }
+                                // A refusal is often passing (a status line or an editor
+                                // reading the file at that moment): tried again after
+                                // another idle period, a few times per idle spell.
+                                Err(_) if attempts < IDLE_ATTEMPTS => {
+                                    tried = false;
+                                    changed = tokio::time::Instant::now();
+                                }
+                                Err(_) => {}
                             }
                         }
                         continue;
@@ -133,6 +151,7 @@ pub async fn start(
             if offset > ours {
                 changed = tokio::time::Instant::now();
                 tried = false;
+                attempts = 0;
             }
             carry.extend_from_slice(&bytes);
             // Whole lines only; a line still being written waits for the next delivery.
