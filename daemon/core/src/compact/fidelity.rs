@@ -152,7 +152,7 @@ pub struct FidelityReport {
 /// it, in bytes. A model's summary can leave out nearly everything; the section then
 /// holds the newest of what it left out, and the summary stays near its cap.
 pub fn appended_budget(summary_cap_tokens: u64) -> usize {
-    usize::try_from(summary_cap_tokens.saturating_mul(crate::tally::BYTES_PER_TOKEN as u64) / 2).unwrap_or(usize::MAX)
+    usize::try_from(summary_cap_tokens.saturating_mul(crate::tally::BYTES_PER_TOKEN) / 2).unwrap_or(usize::MAX)
 }
 
 /// The summary to install and the report.
