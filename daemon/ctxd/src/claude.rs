@@ -12,7 +12,10 @@
 //!   root, which the system would let write anyway);
 //! - a running process has the file open (`/proc/*/fd`): the program is writing to it;
 //! - the file changed between reading it and writing (its length or modification time
-//!   moved, or a process opened it meanwhile).
+//!   moved, or a process opened it meanwhile);
+//! - the program appended a line in the moment between those checks and ctxd's write
+//!   (read back after the write): ctxd's lines are cut off again when they are still the
+//!   file's end, so no line of the program's stands before the boundary unsummarized.
 //!
 //! Records are appended in one write and synced; no existing line is rewritten or
 //! removed. Undo cuts the file back to the length it had before ctxd's install, only
@@ -417,14 +420,27 @@ fn install(
     not_open(path).map_err(refuse)?;
     let mut text = plan.lines.join("\n");
     text.push('\n');
-    let mut file =
-        OpenOptions::new().append(true).open(path).map_err(|e| refuse(format!("cannot open it for appending: {e}")))?;
+    let mut file = OpenOptions::new()
+        .read(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| refuse(format!("cannot open it for appending: {e}")))?;
     let written = file.write_all(text.as_bytes()).and_then(|()| file.sync_data());
     if let Err(e) = written {
-        // A short write is cut off: the file is as it was.
-        let _ = file.set_len(before.len);
-        let _ = file.sync_data();
-        return Err(refuse(format!("the write failed: {e}")));
+        // A short write is cut off, if nothing came after it: the file is as it was.
+        let back = take_back(&file, before.len, text.as_bytes());
+        return Err(refuse(format!("the write failed: {e}; {back}")));
+    }
+    // The checks above leave a moment before the write: a line the program appended in
+    // it would stand before the boundary, in no summary. Then ctxd's lines are taken
+    // back (when they are still the file's end) and the compaction is refused.
+    match landed_at(&file, before.len, text.as_bytes()) {
+        Ok(true) => {}
+        Ok(false) => {
+            let back = take_back(&file, before.len, text.as_bytes());
+            return Err(refuse(format!("the program wrote to it at the moment of the install; {back}")));
+        }
+        Err(e) => tracing::warn!(transcript = %path.display(), "claude compact: cannot read back the install: {e}"),
     }
     tracing::info!(
         transcript = %path.display(),
@@ -437,6 +453,43 @@ fn install(
         "claude compact: installed"
     );
     Ok(Compacted { transcript: path.to_owned(), plan, offset: before.len, summarizer, problems })
+}
+
+/// Whether the file holds `ours` at `offset`: nothing was appended between the checks
+/// and ctxd's write.
+fn landed_at(file: &std::fs::File, offset: u64, ours: &[u8]) -> std::io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let mut there = vec![0; ours.len()];
+    match file.read_exact_at(&mut there, offset) {
+        Ok(()) => Ok(there == ours),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Cuts ctxd's bytes (`ours`, or the start of them after a short write) off the end of
+/// the file, when they are still its end; says what was done. Never cuts a byte that
+/// is not ctxd's.
+fn take_back(file: &std::fs::File, offset: u64, ours: &[u8]) -> String {
+    use std::os::unix::fs::FileExt;
+    let Ok(len) = file.metadata().map(|m| m.len()) else { return "its length cannot be read".to_owned() };
+    // Where ctxd's bytes would start if they are the file's end: right after what was
+    // there (a short write), or at the end minus all of them.
+    let starts = [offset, len.saturating_sub(ours.len() as u64)];
+    for start in starts.into_iter().filter(|&start| start >= offset && start <= len) {
+        let tail_len = usize::try_from(len - start).unwrap_or(usize::MAX);
+        if tail_len > ours.len() {
+            continue;
+        }
+        let mut tail = vec![0; tail_len];
+        if file.read_exact_at(&mut tail, start).is_ok() && ours.starts_with(&tail) {
+            return match file.set_len(start).and_then(|()| file.sync_data()) {
+                Ok(()) => "ctxd's lines were taken back; the file is as the program left it".to_owned(),
+                Err(e) => format!("ctxd's lines could not be taken back ({e})"),
+            };
+        }
+    }
+    "a line came after ctxd's lines, so they were left in place".to_owned()
 }
 
 /// Takes back ctxd's compaction of the session in `path`.
@@ -470,5 +523,38 @@ mod tests {
         assert_eq!(newest_within(&records, 3 * line), 7);
         assert_eq!(newest_within(&records, 3 * line + 1), 7);
         assert_eq!(newest_within(&records, 0), 10);
+    }
+
+    /// The file as a race would leave it, opened as the install opens it.
+    fn raced(bytes: &[u8]) -> (tempfile::TempDir, std::path::PathBuf, std::fs::File) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        std::fs::write(&path, bytes).unwrap();
+        let file = OpenOptions::new().read(true).append(true).open(&path).unwrap();
+        (dir, path, file)
+    }
+
+    #[test]
+    fn an_install_raced_by_the_program_takes_back_only_its_own_bytes() {
+        let ours = b"{\"boundary\":1}\n{\"summary\":2}\n";
+        let before = b"{\"old\":0}\n".len() as u64;
+        // The program's line slipped in before ctxd's: ctxd's lines go, the program's stays.
+        let (_d, path, file) = raced(b"{\"old\":0}\n{\"program\":1}\n{\"boundary\":1}\n{\"summary\":2}\n");
+        assert!(!landed_at(&file, before, ours).unwrap());
+        assert!(take_back(&file, before, ours).contains("taken back"));
+        assert_eq!(std::fs::read(&path).unwrap(), b"{\"old\":0}\n{\"program\":1}\n");
+        // The program's line came after ctxd's: the install stands.
+        let (_d, _path, file) = raced(b"{\"old\":0}\n{\"boundary\":1}\n{\"summary\":2}\n{\"program\":1}\n");
+        assert!(landed_at(&file, before, ours).unwrap());
+        // Lines on both sides: nothing that is not ctxd's is ever cut, so nothing is.
+        let both = b"{\"old\":0}\n{\"program\":1}\n{\"boundary\":1}\n{\"summary\":2}\n{\"program\":2}\n";
+        let (_d, path, file) = raced(both);
+        assert!(!landed_at(&file, before, ours).unwrap());
+        assert!(take_back(&file, before, ours).contains("left in place"));
+        assert_eq!(std::fs::read(&path).unwrap(), both);
+        // A short write: its start is cut off, the file is as it was.
+        let (_d, path, file) = raced(b"{\"old\":0}\n{\"bound");
+        assert!(take_back(&file, before, ours).contains("taken back"));
+        assert_eq!(std::fs::read(&path).unwrap(), b"{\"old\":0}\n");
     }
 }
