@@ -10,7 +10,8 @@
 //! - the session's project directory is gone;
 //! - the file or its folder is read-only (by its mode bits, so also when ctxd runs as
 //!   root, which the system would let write anyway);
-//! - a running process has the file open (`/proc/*/fd`): the program is writing to it;
+//! - a running process has the file open (`/proc/*/fd`; `lsof` where there is no
+//!   `/proc`, and nothing is written when it cannot answer): the program is writing to it;
 //! - the file changed between reading it and writing (its length or modification time
 //!   moved, or a process opened it meanwhile);
 //! - the program appended a line in the moment between those checks and ctxd's write
@@ -165,7 +166,38 @@ fn writable(path: &Path) -> Result<(), String> {
 fn not_open(path: &Path) -> Result<(), String> {
     match opened_by(path) {
         Some((pid, comm)) => Err(format!("process {pid} ({comm}) has it open")),
-        None => Ok(()),
+        None => not_open_elsewhere(path),
+    }
+}
+
+/// Linux: `/proc` answered in full ([`opened_by`]).
+#[cfg(target_os = "linux")]
+fn not_open_elsewhere(_path: &Path) -> Result<(), String> {
+    Ok(())
+}
+
+/// Without `/proc` (macOS): `lsof` says who has the file open. When it cannot answer,
+/// whether the program is writing is uncertain, and nothing is written.
+#[cfg(not(target_os = "linux"))]
+fn not_open_elsewhere(path: &Path) -> Result<(), String> {
+    let out = std::process::Command::new("lsof")
+        .arg("-t")
+        .arg("--")
+        .arg(path)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot tell whether a process has it open (lsof: {e})"))?;
+    let me = std::process::id();
+    let other = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse::<u32>().ok())
+        .find(|&pid| pid != me);
+    match other {
+        Some(pid) => Err(format!("process {pid} has it open")),
+        // lsof exits 1 when no process has the file open.
+        None if out.status.success() || out.status.code() == Some(1) => Ok(()),
+        None => Err(format!("cannot tell whether a process has it open (lsof exited with {})", out.status)),
     }
 }
 
