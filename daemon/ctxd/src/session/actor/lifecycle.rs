@@ -9,6 +9,7 @@ use ctxd_core::record::Record;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
+use super::commit::own_record;
 use super::{Ahead, Command, CompactAnswer, CompactRequest, Running, Session, now_rfc3339};
 use crate::session::SessionError;
 use crate::session::compaction::{self, CompactFailure, Job, Prepared};
@@ -213,8 +214,11 @@ impl Session {
             let _ = reply.send(Err(SessionError::CompactFailed("compaction is turned off (DISABLE_COMPACT)".into())));
         } else {
             if trigger == Trigger::Manual {
-                // A manual compaction resets the circuit breaker and lifts a stop.
+                // A manual compaction resets the circuit breaker and lifts a stop, for
+                // good: a restart does not bring the stop back.
+                let saved = self.guards.clone();
                 self.guards.note_manual_compact();
+                self.save_guards(&saved).await;
             }
             let split = match partial {
                 None => Ok(None),
@@ -264,7 +268,10 @@ impl Session {
             }
             Err(e) => {
                 tracing::warn!(?trigger, error = %e, "compaction failed");
-                if let Some(stop) = self.guards.record_failure(trigger, &e.to_string()) {
+                let saved = self.guards.clone();
+                let stop = self.guards.record_failure(trigger, &e.to_string());
+                self.save_guards(&saved).await;
+                if let Some(stop) = stop {
                     self.notifier.compact_failed(&self.id, &stop.message()).await;
                 } else if reply.is_none() {
                     self.notifier.compact_failed(&self.id, &e.to_string()).await;
@@ -349,10 +356,17 @@ impl Session {
         };
         let post = build_post_compact(&input, &mut || uuid::Uuid::new_v4().to_string())
             .map_err(|e| SessionError::CompactFailed(e.to_string()))?;
+        // The guards as they stand after this install go in the same write, after the
+        // boundary: a resumed view (which starts there) finds them.
+        let mut guards = self.guards.clone();
+        guards.record_success(trigger);
+        let mut records = post.records;
+        records.push(own_record(guards.to_record())?.0);
         self.installing = true;
-        let committed = self.commit_own(post.records).await;
+        let committed = self.commit_own(records).await;
         self.installing = false;
         committed?;
+        self.guards = guards;
         // Instructions come back from disk, not from what the summary kept.
         self.base_reads_from = self.ledger.last_sequence();
         if let Some(mut base) = self.base.take() {
@@ -367,7 +381,6 @@ impl Session {
                 self.resubscribe();
             }
         }
-        self.guards.record_success(trigger);
         let post_tokens = self.next_tokens();
         let transcript_path = self.transcript.as_ref().map(|t| t.path().display().to_string()).unwrap_or_default();
         let span = tracing::info_span!("post_compact", session = %self.id, trigger = ?trigger);
@@ -431,7 +444,10 @@ impl Session {
     /// Automatic compaction at `tokens`, if the guards allow it; below the threshold,
     /// starts preparing a summary ahead when `may_prepare`.
     pub(super) async fn auto_compact_guarded(&mut self, tokens: u64, may_prepare: bool) {
-        match self.guards.check_auto(tokens, &self.thresholds, self.fixed_prefix()) {
+        let saved = self.guards.clone();
+        let decision = self.guards.check_auto(tokens, &self.thresholds, self.fixed_prefix());
+        self.save_guards(&saved).await;
+        match decision {
             AutoDecision::Compact => self.auto_compact_now().await,
             AutoDecision::Stopped { message, notify: true, .. }
             | AutoDecision::CannotHelp { message, notify: true, .. } => {
@@ -508,6 +524,31 @@ impl Session {
         self.start_compaction(Trigger::Precomputed, None, None, None);
         if let Some(running) = &mut self.compaction {
             running.ahead = true;
+        }
+    }
+
+    /// Writes the guard state to the transcript when its lasting part changed from
+    /// `saved` (a stop, a failure, a reset), so a restart resumes it. The record is
+    /// ctxd's own bookkeeping: writing it starts no threshold check (a failed automatic
+    /// compaction is not retried at once because its failure was recorded). A failed
+    /// write is logged: the state in memory still holds for this run.
+    pub(super) async fn save_guards(&mut self, saved: &ctxd_core::compact::CompactGuards) {
+        if !self.guards.lasting_change(saved) {
+            return;
+        }
+        let record = match own_record(self.guards.to_record()) {
+            Ok((record, _)) => record,
+            Err(e) => {
+                tracing::error!(error = %e, "the compaction guards could not be written");
+                return;
+            }
+        };
+        let checking = std::mem::replace(&mut self.installing, true);
+        // Boxed: an append may compact, and a compaction's end writes the guards.
+        let written = Box::pin(self.commit_own(vec![record])).await;
+        self.installing = checking;
+        if let Err(e) = written {
+            tracing::error!(error = %e, "the compaction guards could not be written; a restart would reset them");
         }
     }
 
