@@ -37,9 +37,24 @@ impl Session {
         self.compaction_generation += 1;
         let generation = self.compaction_generation;
         let pre_tokens = self.next_tokens();
-        // The request the host would be sent now, to fork; a partial compaction
+        // What ctxd starts on its own forks the newest request the model answered, byte
+        // for byte (its one-time notes and breakpoints included), so the fork reads all
+        // of it from the provider's cache. Only when everything appended since is in the
+        // tail kept verbatim after the summary: the summary is written from the part
+        // before that tail, which that request shows whole.
+        let answered = (partial.is_none() && trigger.is_automatic() && trigger != Trigger::Reactive)
+            .then(|| self.fork_parents.answered(&self.view, self.view_generation))
+            .flatten()
+            .filter(|p| {
+                let from = ctxd_core::compact::kept_tail_start(&self.view).unwrap_or(self.view.len());
+                let kept: u64 = self.view[from..].iter().map(ctxd_core::compact::carried_tokens).sum();
+                from <= p.view_len && ctxd_core::compact::keep_tail(kept, self.thresholds.threshold)
+            })
+            .map(|p| p.request.to_value());
+        // Otherwise the request the host would be sent now, to fork; a partial compaction
         // summarizes only the side it replaces, which no host request ever was.
         let (parent, host_parent) = match (partial, self.host_request.clone()) {
+            (None, Some(_)) if answered.is_some() => (answered.unwrap_or_default(), true),
             (None, Some(host)) => (self.run_pipeline(host.blocks(), None).request.to_value(), true),
             (None, None) => (self.parent_request(&self.view), false),
             (Some((ctxd_core::compact::SplitDirection::UpTo, split)), _) => {
