@@ -25,8 +25,9 @@
 //!
 //! **Durable.** A stop must outlive the daemon, or a restart would let a thrashing
 //! session compact again. The transcript is the source of truth, so the state is
-//! written there as a record of ctxd's own whenever its lasting part changes
-//! ([`CompactGuards::lasting_change`]), and an install carries one after its boundary:
+//! written there as a record of ctxd's own (no uuid: it is no message) whenever its
+//! lasting part changes ([`CompactGuards::lasting_change`]), and after an install
+//! whose state is not the fresh one a resumed view would start from:
 //!
 //! ```json
 //! {"type":"ctxd-compact-guards","guards":{"consecutiveFailures":0,"stopped":{"kind":"thrashing"},…}}
@@ -34,8 +35,9 @@
 //!
 //! Loading folds the view (which starts at the latest boundary) with
 //! [`CompactGuards::restore`]: the newest such record, then one turn per model response
-//! after it. A record is never needed from before the latest boundary: the install
-//! wrote the state as it stood after it.
+//! after it; without one after the boundary, the counts start afresh there. A record
+//! is never needed from before the latest boundary: the install wrote the state after
+//! it unless it was that fresh one.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -143,7 +145,7 @@ pub enum AfterInstall {
 }
 
 impl CompactGuards {
-    /// The record's own fields (the daemon adds `uuid` and `timestamp`).
+    /// The record's own fields (the daemon adds a `timestamp`).
     pub fn to_record(&self) -> Map<String, Value> {
         let value = json!({"type": GUARDS_RECORD, "guards": self});
         value.as_object().cloned().unwrap_or_default()
@@ -335,9 +337,9 @@ mod tests {
         rec(json!({"type": "system", "subtype": "compact_boundary", "uuid": "b", "content": "Conversation compacted"}))
     }
 
-    fn written(guards: &CompactGuards, uuid: &str) -> Record {
+    fn written(guards: &CompactGuards, at: &str) -> Record {
         let mut object = guards.to_record();
-        object.insert("uuid".to_owned(), json!(uuid));
+        object.insert("timestamp".to_owned(), json!(at));
         Record::from_object(&object).unwrap()
     }
 

@@ -9,7 +9,6 @@ use ctxd_core::record::Record;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 
-use super::commit::own_record;
 use super::{Ahead, Command, CompactAnswer, CompactRequest, Running, Session, now_rfc3339};
 use crate::session::SessionError;
 use crate::session::compaction::{self, CompactFailure, Job, Prepared};
@@ -371,17 +370,10 @@ impl Session {
         };
         let post = build_post_compact(&input, &mut || uuid::Uuid::new_v4().to_string())
             .map_err(|e| SessionError::CompactFailed(e.to_string()))?;
-        // The guards as they stand after this install go in the same write, after the
-        // boundary: a resumed view (which starts there) finds them.
-        let mut guards = self.guards.clone();
-        guards.record_success(trigger);
-        let mut records = post.records;
-        records.push(own_record(guards.to_record())?.0);
         self.installing = true;
-        let committed = self.commit_own(records).await;
+        let committed = self.commit_own(post.records).await;
         self.installing = false;
         committed?;
-        self.guards = guards;
         // Instructions come back from disk, not from what the summary kept.
         self.base_reads_from = self.ledger.last_sequence();
         if let Some(mut base) = self.base.take() {
@@ -396,6 +388,10 @@ impl Session {
                 self.resubscribe();
             }
         }
+        self.guards.record_success(trigger);
+        // A resumed view starts at the new boundary, with the counts afresh: the state
+        // is written after it only when it is not that (a streak of quick refills).
+        self.save_guards(&ctxd_core::compact::CompactGuards::default()).await;
         let post_tokens = self.next_tokens();
         let transcript_path = self.transcript.as_ref().map(|t| t.path().display().to_string()).unwrap_or_default();
         let span = tracing::info_span!("post_compact", session = %self.id, trigger = ?trigger);
@@ -551,8 +547,12 @@ impl Session {
         if !self.guards.lasting_change(saved) {
             return;
         }
-        let record = match own_record(self.guards.to_record()) {
-            Ok((record, _)) => record,
+        // No uuid: it is no message, and the records that take their common fields and
+        // parent from the newest record with one (an install, an undo) must not find it.
+        let mut object = self.guards.to_record();
+        object.insert("timestamp".into(), now_rfc3339().into());
+        let record = match Record::from_object(&object) {
+            Ok(record) => record,
             Err(e) => {
                 tracing::error!(error = %e, "the compaction guards could not be written");
                 return;
