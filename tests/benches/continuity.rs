@@ -32,8 +32,11 @@
 //! - **forks sent over HTTP**: the same sessions again with a local stand-in for the
 //!   Anthropic API writing the summaries (its canned summary makes this pass useless
 //!   for continuity, so only the forks are measured): each fork body as the daemon sent
-//!   it, priced right after the host's requests, and the share of the parent (the last
-//!   request the host sent) it read from the cache.
+//!   it, priced right after the host's requests, and the share of the request it forks
+//!   (the fork without its instruction) it read from the cache. A fork prepared ahead
+//!   goes out before the host's next request; priced after it here, it can only find
+//!   entries that request wrote past the newest answered one, which a fork of exactly
+//!   an answered request never reaches, so the figure is the one it met when sent.
 //!
 //! ```text
 //! cargo build --release -p ctxd && cargo bench -p ctxd-e2e --bench continuity
@@ -82,7 +85,7 @@ fn main() -> anyhow::Result<()> {
         forks.merge(replay(seed, true)?);
     }
     println!(
-        "\nforks sent over HTTP (provider stand-in, same sessions): {} automatic after a model call, share of the parent read from cache: min {:.3}, median {:.3}; {} compactions with no model call since the previous one",
+        "\nforks sent over HTTP (provider stand-in, same sessions): {} automatic after a model call, share of the request each forks read from cache: min {:.3}, median {:.3}; {} compactions with no model call since the previous one",
         forks.sent_fork_share.len(),
         percentile(&forks.sent_fork_share, 0.0),
         percentile(&forks.sent_fork_share, 0.5),
@@ -115,7 +118,7 @@ struct Report {
     cost_none: f64,
     fork_share: Vec<f64>,
     fork_share_none: Vec<f64>,
-    /// Forks the daemon sent (provider mode): share of the parent read from cache.
+    /// Forks the daemon sent (provider mode): share of the request it forks read from cache.
     sent_fork_share: Vec<f64>,
 }
 
@@ -496,13 +499,28 @@ fn replay(seed: u64, provider: bool) -> anyhow::Result<Report> {
                     .filter_map(|(_, body)| serde_json::from_str::<Value>(&body).ok())
                     .collect();
                 let fork = bodies.iter().find(|b| b["tools"].as_array().is_some_and(|t| !t.is_empty()));
-                // Only a fork whose parent the host sent since the previous compaction.
-                let parent = host.last_request.as_ref().filter(|_| host.requests_since_compaction > 0);
-                if let (Some(fork), Some(parent)) = (fork, parent) {
+                // Only a fork made after a model call since the previous compaction.
+                let last = host.last_request.as_ref().filter(|_| host.requests_since_compaction > 0);
+                if let (Some(fork), Some(last)) = (fork, last) {
                     let bill = host.cache.send(fork, host.last_now + 1_000);
-                    // Of the parent's input as the cache counts it (its blocks).
-                    let parent_input = PromptCache::default().send(parent, 0).input;
+                    // Of the request it forks: the fork without its instruction (its last
+                    // block), as the cache counts blocks.
+                    let instruction = fork["messages"]
+                        .as_array()
+                        .and_then(|m| m.last())
+                        .and_then(|m| m["content"].as_array())
+                        .and_then(|c| c.last())
+                        .map_or(0, |block| (block.to_string().len() as u64).div_ceil(4));
+                    let parent_input = bill.input - instruction;
                     report.sent_fork_share.push(bill.read as f64 / parent_input.max(1) as f64);
+                    if std::env::var_os("CONTINUITY_DEBUG").is_some() {
+                        println!(
+                            "  fork sent: read {:.3} of the request it forks ({parent_input} tokens; the host's last {}); against the host's last: {}",
+                            bill.read as f64 / parent_input.max(1) as f64,
+                            PromptCache::default().send(last, 0).input,
+                            divergence(last, fork)
+                        );
+                    }
                 }
             } else if let Some(parent) = host.last_request.clone() {
                 let instruction = summary_instruction(&PromptSpec::full());
@@ -521,6 +539,36 @@ fn replay(seed: u64, provider: bool) -> anyhow::Result<Report> {
     }
     host.daemon.stop()?;
     Ok(report)
+}
+
+/// Where `fork` stops repeating `parent` block for block (markers aside): for the
+/// per-compaction detail.
+fn divergence(parent: &Value, fork: &Value) -> String {
+    fn blocks(body: &Value) -> Vec<(usize, String)> {
+        let mut out = Vec::new();
+        for (m, message) in body["messages"].as_array().into_iter().flatten().enumerate() {
+            for block in message["content"].as_array().into_iter().flatten() {
+                let mut block = block.clone();
+                if let Some(object) = block.as_object_mut() {
+                    object.remove("cache_control");
+                }
+                out.push((m, format!("{}:{block}", message["role"])));
+            }
+        }
+        out
+    }
+    let (p, f) = (blocks(parent), blocks(fork));
+    let same = p.iter().zip(&f).take_while(|(a, b)| a == b).count();
+    let show = |b: Option<&(usize, String)>| {
+        b.map_or("none".to_owned(), |(m, t)| format!("message {m}: {}", t.chars().take(160).collect::<String>()))
+    };
+    format!(
+        "parent {} blocks, fork {} blocks, the same for {same}; parent then {}; fork then {}",
+        p.len(),
+        f.len(),
+        show(p.get(same)),
+        show(f.get(same))
+    )
 }
 
 /// Checks the request right after a compaction.

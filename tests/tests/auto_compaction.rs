@@ -313,3 +313,52 @@ fn a_manual_compaction_sent_while_one_runs_waits_for_it_or_runs_next() {
     let own = daemon.request("ctx/compact", json!({"sessionId": "w"})).unwrap();
     assert_eq!(own["origin"], "requested", "{own}");
 }
+
+#[test]
+fn a_thrashing_stop_survives_a_restart_until_a_manual_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let env = [("CLAUDE_CODE_AUTO_COMPACT_WINDOW", WINDOW)];
+    let mut daemon = Daemon::start_with(&state, &[], &env).unwrap();
+    daemon.initialize().unwrap();
+    open(&mut daemon, "r");
+    // Three quick refills, then the fourth turn stops automatic compaction.
+    for i in 0..3 {
+        daemon.request("ctx/append", json!({"sessionId": "r", "records": turn(i, 101_000)})).unwrap();
+        let compacted = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "r").unwrap();
+        assert_eq!(compacted["trigger"], "auto", "compaction {i}");
+    }
+    daemon.request("ctx/append", json!({"sessionId": "r", "records": turn(3, 101_000)})).unwrap();
+    let failed = daemon.wait_notification("ctx/compactFailed", |p| p["sessionId"] == "r").unwrap();
+    assert!(failed["reason"].as_str().unwrap().starts_with("Autocompact is thrashing"), "{failed}");
+    daemon.stop().unwrap();
+
+    // A new daemon on the same state: the stop holds for appends and requests, and is
+    // not announced again.
+    let mut daemon = Daemon::start_with(&state, &[], &env).unwrap();
+    daemon.initialize().unwrap();
+    open(&mut daemon, "r");
+    daemon.request("ctx/append", json!({"sessionId": "r", "records": turn(4, 101_000)})).unwrap();
+    assert_ne!(usage(&mut daemon, "r")["level"], "compacting");
+    let (system, tools) = host_blocks();
+    let assembled = daemon
+        .request("ctx/assemble", json!({"sessionId": "r", "system": system, "tools": tools, "maxTokens": 8000}))
+        .unwrap();
+    assert_ne!(assembled["compact"], true, "{}", assembled["applied"]);
+    daemon.request("ctx/append", json!({"sessionId": "r", "records": turn(5, 101_000)})).unwrap();
+    assert_ne!(usage(&mut daemon, "r")["level"], "compacting");
+    assert!(daemon.drain_notifications("ctx/compacted").is_empty(), "a stopped session compacted after a restart");
+    assert!(daemon.drain_notifications("ctx/compactFailed").is_empty(), "the stop was announced twice");
+
+    // A manual compaction lifts the stop, and that too survives a restart: the next
+    // refill compacts automatically.
+    let answer = daemon.request("ctx/compact", json!({"sessionId": "r"})).unwrap();
+    assert_eq!(answer["trigger"], "manual", "{answer}");
+    daemon.stop().unwrap();
+    let mut daemon = Daemon::start_with(&state, &[], &env).unwrap();
+    daemon.initialize().unwrap();
+    open(&mut daemon, "r");
+    daemon.request("ctx/append", json!({"sessionId": "r", "records": turn(6, 101_000)})).unwrap();
+    let compacted = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "r").unwrap();
+    assert_eq!(compacted["trigger"], "auto");
+}

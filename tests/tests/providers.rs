@@ -11,7 +11,7 @@ use std::io::Read;
 use std::net::TcpListener;
 
 use ctxd_e2e::stub::{Seen, serve, sse_events, sse_text};
-use ctxd_e2e::{Daemon, repo_root};
+use ctxd_e2e::{Daemon, assistant_record, repo_root, user_record};
 use serde_json::{Value, json};
 
 const MODEL: &str = "claude-sonnet-4-5-20250929";
@@ -289,6 +289,50 @@ fn the_fork_sends_the_hosts_request_with_the_instruction_appended() {
     assert_eq!(fork.get("tool_choice"), assembled.get("tool_choice"));
     let markers = fork.to_string().matches("\"cache_control\"").count();
     assert!((1..=4).contains(&markers), "{markers} breakpoints");
+}
+
+#[test]
+fn an_automatic_fork_is_the_request_the_model_answered_last_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, seen) = serve(sse_summary);
+    let env = [("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "100000")];
+    let mut daemon = opened_records(port, dir.path(), json!({}), &env, ENDS_WITH_REPLY);
+    // A reply at 75 % of the threshold: the next request carries a budget notice, a
+    // note given once, at its end (where its cache breakpoint goes).
+    let records = json!([user_record("n1", None, "Go on."), assistant_record("n2", Some("n1"), "msg_n2", 50_000, 200)]);
+    daemon.request("ctx/append", json!({"sessionId": "p", "records": records})).unwrap();
+    let sent = host_assembles(&mut daemon);
+    assert!(sent.to_string().contains("Context budget"), "{sent}");
+    // Its reply crosses the threshold: ctxd compacts on its own, forking that request.
+    let mut reply = assistant_record("n3", Some("n2"), "msg_n3", 101_000, 300);
+    reply["message"]["content"] = json!([{"type": "text", "text": "REPLY-AFTER-THE-REQUEST"}]);
+    daemon.request("ctx/append", json!({"sessionId": "p", "records": [reply]})).unwrap();
+    let compacted = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "p").unwrap();
+    assert_eq!(compacted["trigger"], "auto", "{compacted}");
+
+    let bodies = bodies(&seen);
+    let fork = bodies.iter().find(|b| is_fork(b)).expect("a fork was sent");
+    for key in ["model", "system", "tools", "max_tokens", "thinking"] {
+        assert_eq!(fork[key], sent[key], "{key}");
+    }
+    // The request as sent, markers and notice included, the instruction joined to its
+    // last user message; the reply that came after it is not in the fork (it is kept
+    // after the summary), so every block of the fork but the instruction was cached.
+    let shared = sent["messages"].as_array().unwrap();
+    let messages = fork["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), shared.len(), "{fork}");
+    let last = shared.len() - 1;
+    assert_eq!(&messages[..last], &shared[..last], "the message prefix is byte-equal");
+    let sent_last = shared[last]["content"].as_array().unwrap();
+    let fork_last = messages[last]["content"].as_array().unwrap();
+    assert_eq!(&fork_last[..sent_last.len()], sent_last.as_slice(), "the notice and its breakpoint, as sent");
+    assert_eq!(fork_last.len(), sent_last.len() + 1, "then the instruction");
+    assert!(fork_last[sent_last.len()].to_string().contains("Primary Request and Intent"));
+    assert!(!fork.to_string().contains("REPLY-AFTER-THE-REQUEST"), "{fork}");
+    // Nothing was lost: the reply after it is in the compacted session's next request.
+    let after = host_assembles(&mut daemon);
+    assert!(after.to_string().contains("REMOTE-SUMMARY"), "{after}");
+    assert!(after.to_string().contains("REPLY-AFTER-THE-REQUEST"), "the reply is kept: {after}");
 }
 
 fn tool_use_to_the_fork(body: &str) -> (u16, String) {

@@ -22,10 +22,28 @@
 //! [`CompactGuards::allows_automatic`] is the one gate.
 //! A manual compaction is the user taking over: it lifts a stop and clears the counts.
 //! The state is a small serializable struct the daemon keeps per session.
+//!
+//! **Durable.** A stop must outlive the daemon, or a restart would let a thrashing
+//! session compact again. The transcript is the source of truth, so the state is
+//! written there as a record of ctxd's own (no uuid: it is no message) whenever its
+//! lasting part changes ([`CompactGuards::lasting_change`]), and after an install
+//! whose state is not the fresh one a resumed view would start from:
+//!
+//! ```json
+//! {"type":"ctxd-compact-guards","guards":{"consecutiveFailures":0,"stopped":{"kind":"thrashing"},…}}
+//! ```
+//!
+//! Loading folds the view (which starts at the latest boundary) with
+//! [`CompactGuards::restore`]: the newest such record, then one turn per model response
+//! after it; without one after the boundary, the counts start afresh there. A record
+//! is never needed from before the latest boundary: the install wrote the state after
+//! it unless it was that fresh one.
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
 
 use crate::budget::Thresholds;
+use crate::record::{Kind, Record};
 
 use super::Trigger;
 
@@ -39,6 +57,9 @@ pub const THRASH_REFILLS: u32 = 3;
 pub const MAX_FOLLOW_UPS: u32 = 2;
 /// The start of the message automatic compaction stops with when it thrashes.
 pub const THRASHING_MESSAGE: &str = "Autocompact is thrashing: the context refilled to the limit within 3 turns of the previous compact, 3 times in a row";
+
+/// `type` of the record that holds the guard state in the transcript.
+pub const GUARDS_RECORD: &str = "ctxd-compact-guards";
 
 /// Why automatic compaction stopped for the session.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -124,6 +145,67 @@ pub enum AfterInstall {
 }
 
 impl CompactGuards {
+    /// The record's own fields (the daemon adds a `timestamp`).
+    pub fn to_record(&self) -> Map<String, Value> {
+        let value = json!({"type": GUARDS_RECORD, "guards": self});
+        value.as_object().cloned().unwrap_or_default()
+    }
+
+    /// The state a guards record holds; `None` for any other record (and for a guards
+    /// record that cannot be read, which is then ignored like any unknown line).
+    pub fn from_record(record: &Record) -> Option<CompactGuards> {
+        // Cheap test first: most records are messages.
+        if record.head().kind != Kind::Other || !record.line().contains(GUARDS_RECORD) {
+            return None;
+        }
+        #[derive(Deserialize)]
+        struct Line {
+            #[serde(rename = "type")]
+            kind: String,
+            guards: CompactGuards,
+        }
+        serde_json::from_str::<Line>(record.line()).ok().filter(|line| line.kind == GUARDS_RECORD).map(|l| l.guards)
+    }
+
+    /// The state of a session whose view (from its latest boundary on) is `records`:
+    /// the newest guards record, then a turn for every model response after it. Without
+    /// one (a session from before guards were written, or never compacted) the counts
+    /// start afresh, turns counted from the boundary when there is one.
+    pub fn restore(records: &[Record]) -> CompactGuards {
+        let newest = records.iter().rposition(|r| CompactGuards::from_record(r).is_some());
+        let boundary = records.iter().rposition(Record::is_compact_boundary);
+        let (mut guards, from) = match (newest, boundary) {
+            (Some(at), _) => (CompactGuards::from_record(&records[at]).unwrap_or_default(), at + 1),
+            (None, Some(at)) => (CompactGuards { turns_since_compact: Some(0), ..CompactGuards::default() }, at + 1),
+            (None, None) => (CompactGuards::default(), 0),
+        };
+        let mut last_id: Option<&str> = None;
+        for record in &records[from..] {
+            let head = record.head();
+            let response = head.kind == Kind::Assistant
+                && !head.is_sidechain
+                && !head.is_api_error
+                && head.model.as_deref() != Some("<synthetic>");
+            // The lines of one response split over several records are one turn.
+            if response && (head.message_id.is_none() || head.message_id.as_deref() != last_id) {
+                last_id = head.message_id.as_deref();
+                guards.record_turn();
+            }
+        }
+        guards
+    }
+
+    /// Whether the part of the state that must survive a restart differs from
+    /// `saved`: the stop, the failure streak, the refill streak. Turns are counted again
+    /// from the transcript, and the follow-up count and the fixed-prefix note only
+    /// matter within one daemon's run.
+    pub fn lasting_change(&self, saved: &CompactGuards) -> bool {
+        self.stopped != saved.stopped
+            || self.consecutive_failures != saved.consecutive_failures
+            || self.last_failure != saved.last_failure
+            || self.quick_refills != saved.quick_refills
+    }
+
     /// Whether ctxd may start a compaction on its own now: not after a stop (thrashing,
     /// circuit breaker), until a manual compaction lifts it. Every automatic path asks.
     pub fn allows_automatic(&self) -> bool {
@@ -233,5 +315,88 @@ impl CompactGuards {
             return Some(stop);
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn rec(value: Value) -> Record {
+        Record::parse(&value.to_string()).unwrap()
+    }
+
+    fn response(uuid: &str, message_id: &str) -> Record {
+        rec(json!({"type": "assistant", "uuid": uuid, "message": {"id": message_id, "role": "assistant", "model": "m",
+            "content": [{"type": "text", "text": "ok"}]}}))
+    }
+
+    fn boundary() -> Record {
+        rec(json!({"type": "system", "subtype": "compact_boundary", "uuid": "b", "content": "Conversation compacted"}))
+    }
+
+    fn written(guards: &CompactGuards, at: &str) -> Record {
+        let mut object = guards.to_record();
+        object.insert("timestamp".to_owned(), json!(at));
+        Record::from_object(&object).unwrap()
+    }
+
+    #[test]
+    fn a_stop_is_restored_from_the_newest_record_with_the_turns_since() {
+        let mut stopped = CompactGuards { turns_since_compact: Some(0), quick_refills: 2, ..CompactGuards::default() };
+        stopped.stopped = Some(StopReason::Thrashing);
+        let older = CompactGuards { turns_since_compact: Some(0), quick_refills: 1, ..CompactGuards::default() };
+        let view = vec![
+            boundary(),
+            written(&older, "g1"),
+            response("a1", "msg_1"),
+            written(&stopped, "g2"),
+            // One response split over two lines is one turn; another is a second.
+            response("a2", "msg_2"),
+            response("a3", "msg_2"),
+            response("a4", "msg_3"),
+        ];
+        let restored = CompactGuards::restore(&view);
+        assert_eq!(restored.stopped, Some(StopReason::Thrashing));
+        assert_eq!(restored.quick_refills, 2);
+        assert_eq!(restored.turns_since_compact, Some(2));
+        assert!(!restored.allows_automatic());
+        // The breaker's streak too.
+        let mut failing = CompactGuards::default();
+        for _ in 0..CIRCUIT_BREAKER_FAILURES {
+            failing.record_failure(Trigger::Auto, "provider down");
+        }
+        let restored = CompactGuards::restore(&[written(&failing, "g")]);
+        assert!(matches!(restored.stopped, Some(StopReason::CircuitBreaker { failures: 3, .. })), "{restored:?}");
+    }
+
+    #[test]
+    fn without_a_record_the_counts_start_afresh_from_the_boundary() {
+        let view = vec![response("a0", "msg_0"), boundary(), response("a1", "msg_1")];
+        assert_eq!(
+            CompactGuards::restore(&view),
+            CompactGuards { turns_since_compact: Some(1), ..CompactGuards::default() }
+        );
+        assert_eq!(CompactGuards::restore(&[response("a1", "msg_1")]), CompactGuards::default());
+        // A line that only looks like one is ignored.
+        let odd = rec(json!({"type": GUARDS_RECORD, "uuid": "x", "guards": "not a state"}));
+        assert_eq!(CompactGuards::from_record(&odd), None);
+    }
+
+    #[test]
+    fn only_the_lasting_part_is_worth_a_record() {
+        let saved = CompactGuards::default();
+        let mut g = saved.clone();
+        g.record_turn();
+        g.fixed_prefix_reported = true;
+        g.follow_ups = 1;
+        assert!(!g.lasting_change(&saved));
+        g.record_failure(Trigger::Auto, "x");
+        assert!(g.lasting_change(&saved));
+        let saved = g.clone();
+        g.note_manual_compact();
+        assert!(g.lasting_change(&saved), "a reset is written too");
     }
 }

@@ -62,8 +62,8 @@ pub use fidelity::{
     check_fidelity,
 };
 pub use guards::{
-    AfterInstall, AutoDecision, CIRCUIT_BREAKER_FAILURES, CompactGuards, FailureRecord, MAX_FOLLOW_UPS, StopReason,
-    THRASH_REFILLS, THRASH_TURNS, THRASHING_MESSAGE,
+    AfterInstall, AutoDecision, CIRCUIT_BREAKER_FAILURES, CompactGuards, FailureRecord, GUARDS_RECORD, MAX_FOLLOW_UPS,
+    StopReason, THRASH_REFILLS, THRASH_TURNS, THRASHING_MESSAGE,
 };
 pub use install::{
     BATCH_FIELD, CompactionView, InstallError, InstallInput, KEPT_FROM, MAX_KEPT_SHARE, PartialPlan, PostCompact,

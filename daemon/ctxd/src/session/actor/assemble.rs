@@ -134,6 +134,14 @@ impl Session {
             }
             _ => 0,
         };
+        if request.fork.is_none() && !compact {
+            // The host sends this one: once answered, its prefix is what a fork reads.
+            self.fork_parents.push(ForkParent {
+                request: assembled.request.clone(),
+                view_len: self.view.len(),
+                view_generation: self.view_generation,
+            });
+        }
         let revision = next_revision();
         // The messages are kept for the next `since`: a whole request shares them with
         // the answer, a tail is cut from them.
@@ -273,6 +281,48 @@ fn json_len(values: &[serde_json::Value]) -> usize {
     }
     let mut count = Count(0);
     serde_json::to_writer(&mut count, values).map_or(0, |()| count.0)
+}
+
+/// A request the host was handed to send, and the view it was built from.
+pub(super) struct ForkParent {
+    /// As handed out, markers included: shared with the view cache.
+    pub(super) request: ctxd_core::view::Request,
+    /// The view's first `view_len` records are what it carries.
+    pub(super) view_len: usize,
+    pub(super) view_generation: u64,
+}
+
+/// The two latest requests handed out (the newest may not be answered yet).
+#[derive(Default)]
+pub(super) struct ForkParents {
+    newest: Option<ForkParent>,
+    previous: Option<ForkParent>,
+}
+
+impl ForkParents {
+    fn push(&mut self, parent: ForkParent) {
+        self.previous = self.newest.take().filter(|p| p.view_generation == parent.view_generation);
+        self.newest = Some(parent);
+    }
+
+    /// The newest request the model has answered on the current view (a response was
+    /// appended after the records it carries): the provider cached its prefix, so a
+    /// fork of exactly it reads all of it. Records appended since are not in it.
+    pub(super) fn answered(&self, view: &[Record], view_generation: u64) -> Option<&ForkParent> {
+        [self.newest.as_ref(), self.previous.as_ref()].into_iter().flatten().find(|p| {
+            p.view_generation == view_generation
+                && view.get(p.view_len..).is_some_and(|after| after.iter().any(is_response))
+        })
+    }
+}
+
+/// A model response (not a side chain's, not an error the host wrote for a failed call).
+fn is_response(record: &Record) -> bool {
+    let head = record.head();
+    head.kind == ctxd_core::record::Kind::Assistant
+        && !head.is_sidechain
+        && !head.is_api_error
+        && head.model.as_deref() != Some("<synthetic>")
 }
 
 /// The request a session answered last, as the host holds it.

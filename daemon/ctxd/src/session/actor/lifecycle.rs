@@ -36,9 +36,24 @@ impl Session {
         self.compaction_generation += 1;
         let generation = self.compaction_generation;
         let pre_tokens = self.next_tokens();
-        // The request the host would be sent now, to fork; a partial compaction
+        // What ctxd starts on its own forks the newest request the model answered, byte
+        // for byte (its one-time notes and breakpoints included), so the fork reads all
+        // of it from the provider's cache. Only when everything appended since is in the
+        // tail kept verbatim after the summary: the summary is written from the part
+        // before that tail, which that request shows whole.
+        let answered = (partial.is_none() && trigger.is_automatic() && trigger != Trigger::Reactive)
+            .then(|| self.fork_parents.answered(&self.view, self.view_generation))
+            .flatten()
+            .filter(|p| {
+                let from = ctxd_core::compact::kept_tail_start(&self.view).unwrap_or(self.view.len());
+                let kept: u64 = self.view[from..].iter().map(ctxd_core::compact::carried_tokens).sum();
+                from <= p.view_len && ctxd_core::compact::keep_tail(kept, self.thresholds.threshold)
+            })
+            .map(|p| p.request.to_value());
+        // Otherwise the request the host would be sent now, to fork; a partial compaction
         // summarizes only the side it replaces, which no host request ever was.
         let (parent, host_parent) = match (partial, self.host_request.clone()) {
+            (None, Some(_)) if answered.is_some() => (answered.unwrap_or_default(), true),
             (None, Some(host)) => (self.run_pipeline(host.blocks(), None).request.to_value(), true),
             (None, None) => (self.parent_request(&self.view), false),
             (Some((ctxd_core::compact::SplitDirection::UpTo, split)), _) => {
@@ -214,8 +229,11 @@ impl Session {
             let _ = reply.send(Err(SessionError::CompactFailed("compaction is turned off (DISABLE_COMPACT)".into())));
         } else {
             if trigger == Trigger::Manual {
-                // A manual compaction resets the circuit breaker and lifts a stop.
+                // A manual compaction resets the circuit breaker and lifts a stop, for
+                // good: a restart does not bring the stop back.
+                let saved = self.guards.clone();
                 self.guards.note_manual_compact();
+                self.save_guards(&saved).await;
             }
             let split = match partial {
                 None => Ok(None),
@@ -265,7 +283,10 @@ impl Session {
             }
             Err(e) => {
                 tracing::warn!(?trigger, error = %e, "compaction failed");
-                if let Some(stop) = self.guards.record_failure(trigger, &e.to_string()) {
+                let saved = self.guards.clone();
+                let stop = self.guards.record_failure(trigger, &e.to_string());
+                self.save_guards(&saved).await;
+                if let Some(stop) = stop {
                     self.notifier.compact_failed(&self.id, &stop.message()).await;
                 } else if reply.is_none() {
                     self.notifier.compact_failed(&self.id, &e.to_string()).await;
@@ -369,6 +390,9 @@ impl Session {
             }
         }
         self.guards.record_success(trigger);
+        // A resumed view starts at the new boundary, with the counts afresh: the state
+        // is written after it only when it is not that (a streak of quick refills).
+        self.save_guards(&ctxd_core::compact::CompactGuards::default()).await;
         let post_tokens = self.next_tokens();
         let transcript_path = self.transcript.as_ref().map(|t| t.path().display().to_string()).unwrap_or_default();
         let span = tracing::info_span!("post_compact", session = %self.id, trigger = ?trigger);
@@ -432,7 +456,10 @@ impl Session {
     /// Automatic compaction at `tokens`, if the guards allow it; below the threshold,
     /// starts preparing a summary ahead when `may_prepare`.
     pub(super) async fn auto_compact_guarded(&mut self, tokens: u64, may_prepare: bool) {
-        match self.guards.check_auto(tokens, &self.thresholds, self.fixed_prefix()) {
+        let saved = self.guards.clone();
+        let decision = self.guards.check_auto(tokens, &self.thresholds, self.fixed_prefix());
+        self.save_guards(&saved).await;
+        match decision {
             AutoDecision::Compact => self.auto_compact_now().await,
             AutoDecision::Stopped { message, notify: true, .. }
             | AutoDecision::CannotHelp { message, notify: true, .. } => {
@@ -509,6 +536,35 @@ impl Session {
         self.start_compaction(Trigger::Precomputed, None, None, None);
         if let Some(running) = &mut self.compaction {
             running.ahead = true;
+        }
+    }
+
+    /// Writes the guard state to the transcript when its lasting part changed from
+    /// `saved` (a stop, a failure, a reset), so a restart resumes it. The record is
+    /// ctxd's own bookkeeping: writing it starts no threshold check (a failed automatic
+    /// compaction is not retried at once because its failure was recorded). A failed
+    /// write is logged: the state in memory still holds for this run.
+    pub(super) async fn save_guards(&mut self, saved: &ctxd_core::compact::CompactGuards) {
+        if !self.guards.lasting_change(saved) {
+            return;
+        }
+        // No uuid: it is no message, and the records that take their common fields and
+        // parent from the newest record with one (an install, an undo) must not find it.
+        let mut object = self.guards.to_record();
+        object.insert("timestamp".into(), now_rfc3339().into());
+        let record = match Record::from_object(&object) {
+            Ok(record) => record,
+            Err(e) => {
+                tracing::error!(error = %e, "the compaction guards could not be written");
+                return;
+            }
+        };
+        let checking = std::mem::replace(&mut self.installing, true);
+        // Boxed: an append may compact, and a compaction's end writes the guards.
+        let written = Box::pin(self.commit_own(vec![record])).await;
+        self.installing = checking;
+        if let Err(e) = written {
+            tracing::error!(error = %e, "the compaction guards could not be written; a restart would reset them");
         }
     }
 

@@ -90,6 +90,12 @@ impl Session {
             let _ = self.save_ledger().await;
         }
         self.fold_loaded(records, records_before, view_offset, true);
+        // A stop (thrashing, circuit breaker) outlives the daemon: the view holds the
+        // guard state as it was last written, and the turns since.
+        self.guards = ctxd_core::compact::CompactGuards::restore(&self.view);
+        if let Some(stopped) = &self.guards.stopped {
+            tracing::info!(reason = %stopped.message(), "automatic compaction stays stopped for this session");
+        }
         let entry = self.index_entry();
         if self.store.index().get(&self.id).as_ref() != Some(&entry) {
             // New or rebuilt: flushed now, so a client can resume the session by id

@@ -412,6 +412,9 @@ struct Session {
     waiting_assembles: Vec<(AssembleRequest, oneshot::Sender<Result<AssembleAnswer, SessionError>>)>,
     /// The last request handed out, for an assemble `since` it.
     last_sent: Option<SentRequest>,
+    /// The latest requests the host was handed to send, whole: an automatic compaction
+    /// forks the newest one already answered, whose prefix the provider has cached.
+    fork_parents: assemble::ForkParents,
     /// `ctx/closeSession` requests, answered once the actor is gone (its file closed, its
     /// queue dropped), so that a request sent after the answer opens the session anew
     /// instead of reaching the actor on its way out.
@@ -536,6 +539,7 @@ async fn run(
         notice: BudgetNotice::default(),
         waiting_assembles: Vec::new(),
         last_sent: None,
+        fork_parents: assemble::ForkParents::default(),
         close_replies: Vec::new(),
     };
     if let Err(e) = session.load(create).await {
