@@ -313,3 +313,42 @@ fn a_manual_compaction_sent_while_one_runs_waits_for_it_or_runs_next() {
     let own = daemon.request("ctx/compact", json!({"sessionId": "w"})).unwrap();
     assert_eq!(own["origin"], "requested", "{own}");
 }
+
+#[test]
+fn a_prompt_appended_while_a_compaction_runs_reaches_the_model_and_the_hook_output_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("project");
+    std::fs::create_dir_all(project.join(".ctxd")).unwrap();
+    // The automatic compaction takes two seconds (its PreCompact hook sleeps); its
+    // SessionStart(compact) hook output is installed with the summary.
+    let settings = json!({"hooks": {
+        "PreCompact": [{"matcher": "auto", "hooks": [{"type": "command", "command": "sleep 2"}]}],
+        "SessionStart": [{"matcher": "compact", "hooks": [{"type": "command", "command": "echo HOOK-SAYS-RUN-PYTEST"}]}],
+    }});
+    std::fs::write(project.join(".ctxd/settings.json"), settings.to_string()).unwrap();
+    let state = dir.path().join("state");
+    ctxd_e2e::trust_folder(&state, &project).unwrap();
+    let mut daemon = Daemon::start_with(&state, &[], &[("CLAUDE_CODE_AUTO_COMPACT_WINDOW", WINDOW)]).unwrap();
+    daemon.initialize().unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "p"})).unwrap();
+    // The reply reports 70,000 tokens: the compaction starts; the next prompt follows
+    // the reply while it runs.
+    daemon.request("ctx/append", json!({"sessionId": "p", "records": turn(0, 70_000)})).unwrap();
+    assert_eq!(usage(&mut daemon, "p")["level"], "compacting");
+    let prompt = "PROMPT-DURING-COMPACTION: now run the whole test suite";
+    let record = user_record("u1", Some("a0"), prompt);
+    daemon.request("ctx/append", json!({"sessionId": "p", "records": [record]})).unwrap();
+    daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "p").unwrap();
+    let (system, tools) = host_blocks();
+    let params = json!({"sessionId": "p", "system": system, "tools": tools, "maxTokens": 8000});
+    let first = daemon.request("ctx/assemble", params.clone()).unwrap();
+    let text = serde_json::to_string(&first["request"]).unwrap();
+    assert!(text.contains(prompt), "the prompt is missing from the first request after the compaction: {text}");
+    assert!(text.contains("HOOK-SAYS-RUN-PYTEST"), "{text}");
+    // The host's reply names the prompt as its parent: the hook output stays in view.
+    let reply = assistant_record("a1", Some("u1"), "msg_a1", 9_000, 100);
+    daemon.request("ctx/append", json!({"sessionId": "p", "records": [reply]})).unwrap();
+    let next = daemon.request("ctx/assemble", params).unwrap();
+    let text = serde_json::to_string(&next["request"]).unwrap();
+    assert!(text.contains(prompt) && text.contains("HOOK-SAYS-RUN-PYTEST"), "{text}");
+}
