@@ -352,3 +352,55 @@ fn a_prompt_appended_while_a_compaction_runs_reaches_the_model_and_the_hook_outp
     let text = serde_json::to_string(&next["request"]).unwrap();
     assert!(text.contains(prompt) && text.contains("HOOK-SAYS-RUN-PYTEST"), "{text}");
 }
+
+/// A Read round: the call, in a reply that reported `reported`, and its `bytes`-long
+/// result.
+fn read_round(i: usize, parent: &str, reported: u64, bytes: usize) -> Vec<Value> {
+    let mut call = assistant_record(&format!("a{i}"), Some(parent), &format!("msg_{i}"), reported, 50);
+    call["message"]["content"] = json!([{"type": "tool_use", "id": format!("toolu_{i}"), "name": "Read",
+        "input": {"file_path": format!("/home/dev/project/src/m{i}.rs")}}]);
+    call["message"]["stop_reason"] = json!("tool_use");
+    let mut result = user_record(&format!("r{i}"), Some(&format!("a{i}")), "");
+    result["message"]["content"] =
+        json!([{"type": "tool_result", "tool_use_id": format!("toolu_{i}"), "content": "x".repeat(bytes)}]);
+    vec![call, result]
+}
+
+#[test]
+fn a_result_that_crosses_the_threshold_after_a_cold_cache_gap_starts_no_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = daemon(dir.path());
+    open(&mut daemon, "cold");
+    // Twenty Read rounds of about 1,500 tokens each; the replies are days old (the
+    // records' timestamps), so the prompt cache is cold and the next request clears
+    // every old result but the newest five: 16 of 21, about 24,000 tokens.
+    let (system, tools) = host_blocks();
+    let params = json!({"sessionId": "cold", "system": system, "tools": tools, "maxTokens": 8000});
+    let prompt = user_record("u0", None, "Read every module and summarize it.");
+    daemon.request("ctx/append", json!({"sessionId": "cold", "records": [prompt]})).unwrap();
+    // The host's first request: the daemon learns its tools.
+    daemon.request("ctx/assemble", params.clone()).unwrap();
+    let mut records = Vec::new();
+    for i in 1..=20 {
+        let parent = if i == 1 { "u0".to_owned() } else { format!("r{}", i - 1) };
+        records.extend(read_round(i, &parent, 35_000 + 1_500 * i as u64, 6_000));
+    }
+    daemon.request("ctx/append", json!({"sessionId": "cold", "records": records})).unwrap();
+    let before = usage(&mut daemon, "cold")["tokens"].as_u64().unwrap();
+    assert!(before < 67_000, "{before}");
+    // The last reply reported 66,000 tokens; its 1,500-token result takes the tally
+    // over the 67,000-token threshold.
+    let last = read_round(21, "r20", 66_000, 6_000);
+    let appended = daemon.request("ctx/append", json!({"sessionId": "cold", "records": last})).unwrap();
+    assert!(appended["usage"]["tokens"].as_u64().unwrap() >= 67_000, "{}", appended["usage"]);
+    assert_ne!(usage(&mut daemon, "cold")["level"], "compacting", "a compaction started on the tally's figure");
+    let assembled = daemon.request("ctx/assemble", params).unwrap();
+    assert_ne!(assembled["compact"], true, "{}", assembled["applied"]);
+    let cleared = assembled["applied"].as_array().unwrap().iter().find(|a| a["stage"] == "microcompact").unwrap();
+    assert!(cleared["tokensFreed"].as_u64().unwrap() > 20_000, "{cleared}");
+    // Once the clearing is recorded, the usage counts it too, until the next reply.
+    let after = usage(&mut daemon, "cold");
+    assert!(after["tokens"].as_u64().unwrap() < 50_000, "{after}");
+    assert_ne!(after["level"], "compacting");
+    assert!(daemon.drain_notifications("ctx/compacted").is_empty());
+}

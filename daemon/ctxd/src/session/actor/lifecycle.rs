@@ -424,8 +424,36 @@ impl Session {
         if running_ahead == Some(false) {
             return;
         }
-        let tokens = self.next_tokens();
+        let tokens = self.tokens_after_valves(self.next_tokens());
         self.auto_compact_guarded(tokens, running_ahead.is_none()).await;
+    }
+
+    /// `tokens` less what the next request's microcompact will clear that the tally
+    /// cannot know of yet: after a gap longer than the prompt cache lives, the request
+    /// clears old tool results (seen: 27,674 tokens, a 67,294-token session assembled
+    /// at 39,232), and a compaction started on the tally's figure would be needless.
+    /// The pipeline runs only at or over the threshold, where the compaction it
+    /// prevents would run it anyway for its parent; below, `tokens` as given.
+    fn tokens_after_valves(&mut self, tokens: u64) -> u64 {
+        if tokens < self.thresholds.threshold || !self.thresholds.auto_compact_enabled {
+            return tokens;
+        }
+        // Without the host's tools the pipeline turns every tool call into text, and
+        // finds no result to clear: no request was assembled yet, the figure stands.
+        let Some(host) = self.host_request.clone() else {
+            return tokens;
+        };
+        let assembled = self.run_pipeline(host.blocks(), None);
+        let cleared: u64 = assembled
+            .applied
+            .iter()
+            .filter(|a| a.stage == ctxd_core::view::Stage::Microcompact)
+            .map(|a| a.tokens_freed)
+            .sum();
+        if cleared > 0 {
+            tracing::info!(tokens, cleared, "the next request clears old tool results (cold cache); counted first");
+        }
+        tokens.saturating_sub(cleared)
     }
 
     /// Automatic compaction at `tokens`, if the guards allow it; below the threshold,
