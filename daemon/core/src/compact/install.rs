@@ -112,6 +112,38 @@ pub const BATCH_FIELD: &str = "ctxdBatch";
 /// compacted ([`InstallInput::tokens_per_kib`]).
 pub const RATE_FIELD: &str = "ctxdTokensPerKib";
 
+/// Field of the boundary's `compactMetadata`: the tokens of the request assembled over
+/// the installed view (summary, kept messages, restored files, the host's system prompt
+/// and tools), as `ctx/assemble` counts them. Until the first report after it, the
+/// session's usage stands on this figure, live and on resume alike
+/// ([`crate::tally::Tally::anchor_install`]).
+pub const REQUEST_TOKENS_FIELD: &str = "ctxdRequestTokens";
+
+/// The request tokens a boundary carries ([`REQUEST_TOKENS_FIELD`]) and the size of
+/// its install batch ([`BATCH_FIELD`]), if it carries both.
+pub fn boundary_request_tokens(boundary: &Record) -> Option<(u64, u64)> {
+    if !boundary.line().contains(REQUEST_TOKENS_FIELD) {
+        return None;
+    }
+    let value = boundary.to_value();
+    let metadata = &value["compactMetadata"];
+    Some((metadata[REQUEST_TOKENS_FIELD].as_u64()?, metadata[BATCH_FIELD].as_u64()?))
+}
+
+/// Writes `tokens` on the boundary of `post` ([`REQUEST_TOKENS_FIELD`]): measured once
+/// the records are built, since the request is assembled over them.
+pub fn stamp_request_tokens(post: &mut PostCompact, tokens: u64) -> Result<(), InstallError> {
+    let Some(boundary) = post.records.first_mut().filter(|r| r.is_compact_boundary()) else {
+        return Ok(());
+    };
+    let mut object = record_object(boundary);
+    if let Some(Value::Object(metadata)) = object.get_mut("compactMetadata") {
+        metadata.insert(REQUEST_TOKENS_FIELD.to_owned(), json!(tokens));
+    }
+    *boundary = Record::from_object(&object)?;
+    Ok(())
+}
+
 /// The rate a boundary carries ([`RATE_FIELD`]), if it carries one.
 pub fn boundary_rate(boundary: &Record) -> Option<u64> {
     if !boundary.line().contains(RATE_FIELD) {

@@ -377,6 +377,25 @@ fn a_prompt_appended_during_the_compaction_and_the_restored_files_stay_in_view()
 }
 
 #[test]
+fn the_request_tokens_stamped_on_a_boundary_read_back_with_its_batch() {
+    let records = session();
+    let attachments = restored_attachments();
+    let mut built = build_post_compact(&auto_install(&records, &attachments, &[]), &mut counter()).unwrap();
+    assert_eq!(boundary_request_tokens(&built.records[0]), None);
+    stamp_request_tokens(&mut built, 14_233).unwrap();
+    let batch = built.records.len() as u64;
+    assert_eq!(boundary_request_tokens(&built.records[0]), Some((14_233, batch)));
+    assert_eq!(built.records[0].uuid(), Some(built.boundary_uuid.as_str()));
+    // Folded as a session folds it: the base stands for the whole install.
+    let mut tally = crate::tally::Tally::default();
+    tally.anchor_install(14_233, batch);
+    for record in &built.records {
+        tally.observe(record);
+    }
+    assert_eq!(tally.total(), 14_233);
+}
+
+#[test]
 fn nothing_kept_means_no_preserved_segment() {
     let records = session();
     let mut input = auto_install(&records, &[], &[]);

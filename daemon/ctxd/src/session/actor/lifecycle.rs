@@ -347,8 +347,14 @@ impl Session {
             timestamp: now_rfc3339(),
             tokens_per_kib: Some(self.tally.calibration.tokens_per_kib),
         };
-        let post = build_post_compact(&input, &mut || uuid::Uuid::new_v4().to_string())
+        let mut post = build_post_compact(&input, &mut || uuid::Uuid::new_v4().to_string())
             .map_err(|e| SessionError::CompactFailed(e.to_string()))?;
+        // The usage until the next report stands on the request assembled over the
+        // installed view, written on the boundary so a resume or an undo reads it too.
+        if let Some(tokens) = self.installed_request_tokens(&kept, &post.records) {
+            ctxd_core::compact::stamp_request_tokens(&mut post, tokens)
+                .map_err(|e| SessionError::CompactFailed(e.to_string()))?;
+        }
         self.installing = true;
         let committed = self.commit_own(post.records).await;
         self.installing = false;
@@ -392,6 +398,39 @@ impl Session {
             problems: prepared.problems,
             origin: ctxd_proto::CompactOrigin::Requested,
         })
+    }
+
+    /// Tokens of the request the host's last blocks would make of the view after an
+    /// install: the kept messages (before the boundary, where the view keeps them) and
+    /// the install's records. `None` before any request was assembled (the host's
+    /// tools are not known). Costs one assembly of the new view, a few records.
+    fn installed_request_tokens(&self, kept: &[Record], installed: &[Record]) -> Option<u64> {
+        let host = self.host_request.as_ref()?;
+        let records: Vec<Record> = kept.iter().chain(installed).cloned().collect();
+        let base = ctxd_core::view::BaseContext {
+            system_context: self.base.as_ref().and_then(|b| b.system_context().map(|s| s.to_string())),
+            user_context: self.base.as_ref().and_then(|b| b.user_context().map(|s| s.to_string())),
+            attachments: Vec::new(),
+        };
+        let now_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let blocks = host.blocks();
+        let input = ctxd_core::view::AssembleInput {
+            records: &records,
+            system: blocks.system,
+            tools: blocks.tools,
+            model: &self.setup.model,
+            max_tokens: blocks.max_tokens,
+            thinking: blocks.thinking,
+            fork: None,
+            base: &base,
+            now_ms,
+            state: &ctxd_core::view::PipelineState::default(),
+            config: &ctxd_core::view::PipelineConfig::default(),
+            tool_results_dir: &self.tool_results_dir(),
+            compact: ctxd_core::view::CompactCheck::default(),
+        };
+        Some(ctxd_core::view::assemble(&input).estimate_tokens)
     }
 
     /// When an idle compaction would be due, if it could be.
