@@ -356,6 +356,8 @@ fn read_round(i: usize, parent: &str, reported: u64, bytes: usize) -> Vec<Value>
     call["message"]["content"] = json!([{"type": "tool_use", "id": format!("toolu_{i}"), "name": "Read",
         "input": {"file_path": format!("/home/dev/project/src/m{i}.rs")}}]);
     call["message"]["stop_reason"] = json!("tool_use");
+    // Long before any clock this runs on: the prompt cache is cold.
+    call["timestamp"] = json!("2020-01-01T00:00:00.000Z");
     let mut result = user_record(&format!("r{i}"), Some(&format!("a{i}")), "");
     result["message"]["content"] =
         json!([{"type": "tool_result", "tool_use_id": format!("toolu_{i}"), "content": "x".repeat(bytes)}]);
@@ -367,7 +369,7 @@ fn a_result_that_crosses_the_threshold_after_a_cold_cache_gap_starts_no_compacti
     let dir = tempfile::tempdir().unwrap();
     let mut daemon = daemon(dir.path());
     open(&mut daemon, "cold");
-    // Twenty Read rounds of about 1,500 tokens each; the replies are days old (the
+    // Twenty Read rounds of about 1,500 tokens each; the replies are years old (the
     // records' timestamps), so the prompt cache is cold and the next request clears
     // every old result but the newest five: 16 of 21, about 24,000 tokens.
     let (system, tools) = host_blocks();
