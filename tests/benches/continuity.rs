@@ -42,6 +42,7 @@
 //! cargo build --release -p ctxd && cargo bench -p ctxd-e2e --bench continuity
 //! cargo bench -p ctxd-e2e --bench continuity -- --quick
 //! CONTINUITY_DEBUG=1 cargo bench -p ctxd-e2e --bench continuity -- --quick   # each compaction, each message not shown
+//! CONTINUITY_SEEDS=1,8 cargo bench -p ctxd-e2e --bench continuity               # only these sessions
 //! ```
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
@@ -63,7 +64,11 @@ const SUMMARY_START: &str = "1. Primary Request and Intent:";
 
 fn main() -> anyhow::Result<()> {
     let quick = std::env::args().any(|a| a == "--quick");
-    let seeds: Vec<u64> = if quick { vec![1, 2] } else { (1..=8).collect() };
+    let mut seeds: Vec<u64> = if quick { vec![1, 2] } else { (1..=8).collect() };
+    // CONTINUITY_SEEDS=1,8 replays only those sessions (to trace one compaction).
+    if let Ok(only) = std::env::var("CONTINUITY_SEEDS") {
+        seeds = only.split(',').filter_map(|s| s.trim().parse().ok()).collect();
+    }
     let bin = ctxd_e2e::ctxd_bin();
     anyhow::ensure!(bin.exists(), "{} missing: cargo build --release -p ctxd", bin.display());
     println!(

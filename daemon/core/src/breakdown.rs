@@ -70,7 +70,7 @@ impl Composition {
 /// changed-file notes).
 pub fn next_request_tokens(tally: &Tally, prefix: &Prefix, pending: u64) -> u64 {
     let records = tally.total() + pending;
-    if tally.reported > 0 { records } else { records + prefix.sum() }
+    if tally.anchored() { records } else { records + prefix.sum() }
 }
 
 /// Where the tokens of a request go.

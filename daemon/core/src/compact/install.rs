@@ -8,8 +8,8 @@
 //! boundary      system/compact_boundary, parentUuid null, logicalParentUuid = last record
 //! [kept before] partial compaction "from": the earliest messages, copied
 //! summary       user, isCompactSummary, isVisibleInTranscriptOnly
-//! attachments   restored plan, files, skills, read-files digest
-//! hook output   SessionStart(compact)
+//! attachments   restored plan, files, skills, read-files digest (parentUuid null)
+//! hook output   SessionStart(compact) (parentUuid null)
 //! ```
 //!
 //! Each kept message is either referenced or copied, never both:
@@ -112,6 +112,38 @@ pub const BATCH_FIELD: &str = "ctxdBatch";
 /// compacted ([`InstallInput::tokens_per_kib`]).
 pub const RATE_FIELD: &str = "ctxdTokensPerKib";
 
+/// Field of the boundary's `compactMetadata`: the tokens of the request assembled over
+/// the installed view (summary, kept messages, restored files, the host's system prompt
+/// and tools), as `ctx/assemble` counts them. Until the first report after it, the
+/// session's usage stands on this figure, live and on resume alike
+/// ([`crate::tally::Tally::anchor_install`]).
+pub const REQUEST_TOKENS_FIELD: &str = "ctxdRequestTokens";
+
+/// The request tokens a boundary carries ([`REQUEST_TOKENS_FIELD`]) and the size of
+/// its install batch ([`BATCH_FIELD`]), if it carries both.
+pub fn boundary_request_tokens(boundary: &Record) -> Option<(u64, u64)> {
+    if !boundary.line().contains(REQUEST_TOKENS_FIELD) {
+        return None;
+    }
+    let value = boundary.to_value();
+    let metadata = &value["compactMetadata"];
+    Some((metadata[REQUEST_TOKENS_FIELD].as_u64()?, metadata[BATCH_FIELD].as_u64()?))
+}
+
+/// Writes `tokens` on the boundary of `post` ([`REQUEST_TOKENS_FIELD`]): measured once
+/// the records are built, since the request is assembled over them.
+pub fn stamp_request_tokens(post: &mut PostCompact, tokens: u64) -> Result<(), InstallError> {
+    let Some(boundary) = post.records.first_mut().filter(|r| r.is_compact_boundary()) else {
+        return Ok(());
+    };
+    let mut object = record_object(boundary);
+    if let Some(Value::Object(metadata)) = object.get_mut("compactMetadata") {
+        metadata.insert(REQUEST_TOKENS_FIELD.to_owned(), json!(tokens));
+    }
+    *boundary = Record::from_object(&object)?;
+    Ok(())
+}
+
 /// The rate a boundary carries ([`RATE_FIELD`]), if it carries one.
 pub fn boundary_rate(boundary: &Record) -> Option<u64> {
     if !boundary.line().contains(RATE_FIELD) {
@@ -200,7 +232,6 @@ pub fn build_post_compact(
     // The boundary is written once its metadata is known; reserve its place.
     let kept_before = copy_records(input.kept_before, 0, &mut prev, new_uuid, &mut copies, &mut not_copied);
     let summary = summary_record(input, &summary_uuid, &prev);
-    prev = summary_uuid.clone();
     let mut referenced: Vec<String> = Vec::new();
     for (i, record) in input.kept_after.iter().enumerate() {
         match record.uuid().filter(|_| is_message(record)) {
@@ -214,6 +245,13 @@ pub fn build_post_compact(
     for copy in &kept_before {
         installed_tokens += copy_tokens(copy);
     }
+    // Restored files and hook output hang off no parent (`parentUuid` null): the view's
+    // chain reads such a record as continuing from whatever precedes it in view order,
+    // the last kept message. Chained after the summary instead, they would be a branch
+    // beside the kept messages, and the chain would drop one side: the kept messages
+    // after the first (a prompt appended while the compaction ran, after the response
+    // it follows), or, once the host's next record names the last kept message as its
+    // parent, the restored files.
     let mut tail: Vec<Map<String, Value>> = Vec::new();
     for attachment in input.attachments {
         let uuid = new_uuid();
@@ -221,12 +259,10 @@ pub fn build_post_compact(
         tail.push(attachment_record(
             input,
             &uuid,
-            &prev,
             attachment.attachment.clone(),
             &attachment.rendered,
             attachment.rendered_role,
         ));
-        prev = uuid;
     }
     for output in input.hook_outputs.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
         let uuid = new_uuid();
@@ -240,8 +276,7 @@ pub fn build_post_compact(
             "hookName": "SessionStart:compact",
             "content": [output],
         });
-        tail.push(attachment_record(input, &uuid, &prev, attachment, &rendered, "user"));
-        prev = uuid;
+        tail.push(attachment_record(input, &uuid, attachment, &rendered, "user"));
     }
 
     let post_tokens = input.fixed_prefix_tokens.map(|f| f + installed_tokens);
@@ -336,13 +371,12 @@ fn summary_record(input: &InstallInput<'_>, uuid: &str, parent: &str) -> Map<Str
 fn attachment_record(
     input: &InstallInput<'_>,
     uuid: &str,
-    parent: &str,
     attachment: Value,
     rendered: &[String],
     role: &str,
 ) -> Map<String, Value> {
     let mut object = Map::new();
-    object.insert("parentUuid".to_owned(), json!(parent));
+    object.insert("parentUuid".to_owned(), Value::Null);
     object.insert("isSidechain".to_owned(), json!(false));
     object.insert("attachment".to_owned(), attachment);
     object.insert("type".to_owned(), json!("attachment"));

@@ -200,10 +200,10 @@ fn post_compact_records_for_automatic_compaction() {
     expect![[r#"
         {"parentUuid":null,"logicalParentUuid":"r3","isSidechain":false,"type":"system","subtype":"compact_boundary","content":"Conversation compacted","isMeta":false,"timestamp":"2026-11-29T10:05:00.000Z","uuid":"uuid-1","level":"info","compactMetadata":{"trigger":"auto","preTokens":150050,"postTokens":12436,"durationMs":840,"preservedSegment":{"headUuid":"a5","anchorUuid":"uuid-2","tailUuid":"r3"},"preservedMessages":{"anchorUuid":"uuid-2","uuids":["a5","r3"],"allUuids":["a5","r3"]},"ctxdReferences":true,"ctxdBatch":6},"userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
         {"parentUuid":"uuid-1","isSidechain":false,"type":"user","message":{"role":"user","content":"This session picks up where an earlier conversation left off when it ran out of context; the summary below takes the place of that conversation.\n\nTools used before this summary: Read, Edit.\n\nSummary:\n1. Primary Request and Intent:\n   Fix add; write a test.\n\nKeep working on the task that was in progress. Ask the user nothing further, and do not recap, acknowledge or announce anything about this summary: your next message simply takes the next step of that task.\n\nBelow this summary come the last messages from before compaction, unchanged. The summary was not written from them, so where the two disagree (a step it lists as pending may already be done there), the messages are right."},"isVisibleInTranscriptOnly":true,"isCompactSummary":true,"uuid":"uuid-2","timestamp":"2026-11-29T10:05:00.000Z","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
-        {"parentUuid":"uuid-2","isSidechain":false,"attachment":{"type":"file","filename":"/p/src/app.py","content":{"type":"text","file":{"filePath":"/p/src/app.py","content":"def add(a, b):\n    return a + b\n","numLines":3,"startLine":1,"totalLines":3}},"displayPath":"src/app.py"},"type":"attachment","uuid":"uuid-3","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\nRead call, restored after compaction: {\"file_path\":\"/p/src/app.py\"}\n</system-reminder>"},{"content":"<system-reminder>\nRead result:\n1\tdef add(a, b):\n2\t    return a + b\n3\t\n</system-reminder>"}],"renderedRole":"user","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
-        {"parentUuid":"uuid-3","isSidechain":false,"attachment":{"type":"compact_file_reference","filename":"/p/src/big.py","displayPath":"src/big.py"},"type":"attachment","uuid":"uuid-4","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\n/p/src/big.py (read earlier in this session) is not shown again here: it is too large. Use the Read tool on it if you need its content.\n</system-reminder>"}],"renderedRole":"system","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
-        {"parentUuid":"uuid-4","isSidechain":false,"attachment":{"type":"ctxd_read_files","files":[{"path":"/p/src/app.py","exists":true,"changedSinceRead":true},{"path":"/p/src/big.py","exists":true,"changedSinceRead":false}]},"type":"attachment","uuid":"uuid-5","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\nFiles read before this conversation was summarized, newest first. \"unchanged\" means the file still has the content that was read; read a file again only when you need text that is not shown here.\n- src/app.py (changed since it was read, shown above)\n- src/big.py (unchanged)\n</system-reminder>"}],"renderedRole":"system","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
-        {"parentUuid":"uuid-5","isSidechain":false,"attachment":{"type":"hook_additional_context","hookEvent":"SessionStart","hookName":"SessionStart:compact","content":["Remember: run pytest before committing."]},"type":"attachment","uuid":"uuid-6","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\nOutput of the SessionStart hook that runs after compaction:\nRemember: run pytest before committing.\n</system-reminder>"}],"renderedRole":"user","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}"#]]
+        {"parentUuid":null,"isSidechain":false,"attachment":{"type":"file","filename":"/p/src/app.py","content":{"type":"text","file":{"filePath":"/p/src/app.py","content":"def add(a, b):\n    return a + b\n","numLines":3,"startLine":1,"totalLines":3}},"displayPath":"src/app.py"},"type":"attachment","uuid":"uuid-3","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\nRead call, restored after compaction: {\"file_path\":\"/p/src/app.py\"}\n</system-reminder>"},{"content":"<system-reminder>\nRead result:\n1\tdef add(a, b):\n2\t    return a + b\n3\t\n</system-reminder>"}],"renderedRole":"user","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
+        {"parentUuid":null,"isSidechain":false,"attachment":{"type":"compact_file_reference","filename":"/p/src/big.py","displayPath":"src/big.py"},"type":"attachment","uuid":"uuid-4","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\n/p/src/big.py (read earlier in this session) is not shown again here: it is too large. Use the Read tool on it if you need its content.\n</system-reminder>"}],"renderedRole":"system","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
+        {"parentUuid":null,"isSidechain":false,"attachment":{"type":"ctxd_read_files","files":[{"path":"/p/src/app.py","exists":true,"changedSinceRead":true},{"path":"/p/src/big.py","exists":true,"changedSinceRead":false}]},"type":"attachment","uuid":"uuid-5","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\nFiles read before this conversation was summarized, newest first. \"unchanged\" means the file still has the content that was read; read a file again only when you need text that is not shown here.\n- src/app.py (changed since it was read, shown above)\n- src/big.py (unchanged)\n</system-reminder>"}],"renderedRole":"system","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}
+        {"parentUuid":null,"isSidechain":false,"attachment":{"type":"hook_additional_context","hookEvent":"SessionStart","hookName":"SessionStart:compact","content":["Remember: run pytest before committing."]},"type":"attachment","uuid":"uuid-6","timestamp":"2026-11-29T10:05:00.000Z","rendered":[{"content":"<system-reminder>\nOutput of the SessionStart hook that runs after compaction:\nRemember: run pytest before committing.\n</system-reminder>"}],"renderedRole":"user","userType":"external","cwd":"/p","sessionId":"s1","version":"2.1.332","gitBranch":"main"}"#]]
     .assert_eq(&lines(&built.records));
     assert_eq!(built.boundary_uuid, "uuid-1");
     assert_eq!(built.summary_uuid, "uuid-2");
@@ -314,8 +314,11 @@ fn post_compact_records_chain_and_read_back() {
     assert!(first.is_compact_boundary());
     assert_eq!(first.head().parent_uuid, None);
     assert_eq!(first.head().logical_parent_uuid.as_deref(), Some("r3"));
-    for pair in built.records.windows(2) {
-        assert_eq!(pair[1].head().parent_uuid.as_deref(), pair[0].uuid(), "{}", pair[1].line());
+    // The summary follows the boundary; the restored files hang off no parent (they
+    // continue from the kept messages the view puts before them).
+    assert_eq!(built.records[1].head().parent_uuid.as_deref(), first.uuid());
+    for attachment in &built.records[2..] {
+        assert_eq!(attachment.head().parent_uuid, None, "{}", attachment.line());
     }
     assert!(built.records[1].head().is_compact_summary);
     assert_eq!(value(&built.records[1])["isVisibleInTranscriptOnly"], json!(true));
@@ -340,6 +343,56 @@ fn post_compact_records_chain_and_read_back() {
     assert_eq!(view.select(&all).len(), built.records.len() - 1);
     // installed_tokens is what postTokens adds to the fixed prefix.
     assert_eq!(value(first)["compactMetadata"]["postTokens"], json!(12_000 + built.installed_tokens));
+}
+
+/// The uuids of the messages the view shows of `records`, in view order.
+fn viewed(records: &[Record]) -> Vec<String> {
+    let (slice, _) = crate::view::slice::slice_after_boundary(records);
+    slice.kept().filter_map(|i| records[i].uuid().map(str::to_owned)).collect()
+}
+
+#[test]
+fn a_prompt_appended_during_the_compaction_and_the_restored_files_stay_in_view() {
+    // The compaction ran on the session; meanwhile the host appended the next prompt,
+    // which follows the last tool result. Install keeps it with the tool round.
+    let mut records = session();
+    records.push(user("u9", Some("r3"), "Now run the tests, please."));
+    let attachments = restored_attachments();
+    let hooks = vec!["Remember: run pytest before committing.".to_owned()];
+    let input = InstallInput { kept_after: &records[9..], ..auto_install(&records[..12], &attachments, &hooks) };
+    assert_eq!(records[9].uuid(), Some("a5"));
+    let built = build_post_compact(&input, &mut counter()).unwrap();
+    assert_eq!(built.referenced, ["a5", "r3", "u9"]);
+    let installed: Vec<String> = built.records[1..].iter().filter_map(|r| r.uuid().map(str::to_owned)).collect();
+    let mut all = records.clone();
+    all.extend(built.records.iter().cloned());
+    // Right after the install: the summary, the kept messages, the restored files.
+    let mut expected = vec![installed[0].clone(), "a5".into(), "r3".into(), "u9".into()];
+    expected.extend(installed[1..].iter().cloned());
+    assert_eq!(viewed(&all), expected);
+    // The host's reply names the prompt as its parent: nothing leaves the view.
+    all.push(assistant("a9", "u9", "msg_9", json!({"type": "text", "text": "Running them."})));
+    expected.push("a9".into());
+    assert_eq!(viewed(&all), expected);
+}
+
+#[test]
+fn the_request_tokens_stamped_on_a_boundary_read_back_with_its_batch() {
+    let records = session();
+    let attachments = restored_attachments();
+    let mut built = build_post_compact(&auto_install(&records, &attachments, &[]), &mut counter()).unwrap();
+    assert_eq!(boundary_request_tokens(&built.records[0]), None);
+    stamp_request_tokens(&mut built, 14_233).unwrap();
+    let batch = built.records.len() as u64;
+    assert_eq!(boundary_request_tokens(&built.records[0]), Some((14_233, batch)));
+    assert_eq!(built.records[0].uuid(), Some(built.boundary_uuid.as_str()));
+    // Folded as a session folds it: the base stands for the whole install.
+    let mut tally = crate::tally::Tally::default();
+    tally.anchor_install(14_233, batch);
+    for record in &built.records {
+        tally.observe(record);
+    }
+    assert_eq!(tally.total(), 14_233);
 }
 
 #[test]

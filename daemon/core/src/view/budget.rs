@@ -189,6 +189,52 @@ mod tests {
     }
 
     #[test]
+    fn an_oversized_result_starts_no_compaction_the_request_would_not_need() {
+        let prompt = record(json!({
+            "type": "user", "uuid": "u1", "isSidechain": false,
+            "message": {"role": "user", "content": "Read the build log."},
+        }));
+        let call = record(json!({
+            "type": "assistant", "uuid": "a1", "parentUuid": "u1", "isSidechain": false,
+            "message": {"id": "msg_1", "role": "assistant", "model": "m", "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "cat build.log"}}
+            ], "usage": {"input_tokens": 60_000, "output_tokens": 50}},
+        }));
+        let records = [prompt, call, tool_result(200_000)];
+        let config = BudgetConfig::default();
+        let mut tally = crate::tally::Tally::default();
+        for r in &records {
+            tally.observe_sized(r, carried_bytes(r, &config));
+        }
+        let mut at_full_size = crate::tally::Tally::default();
+        records.iter().for_each(|r| at_full_size.observe(r));
+        let threshold = 67_000;
+        assert!(at_full_size.total() > threshold, "the result is worth a compaction at full size");
+        assert!(tally.total() < 62_000, "the trigger's figure: {}", tally.total());
+        // The request, assembled with that figure as its anchor, agrees: under the
+        // threshold, its result carried as the preview.
+        let input = crate::view::AssembleInput {
+            records: &records,
+            system: &[],
+            tools: &[json!({"name": "Bash", "input_schema": {"type": "object"}})],
+            model: "m",
+            max_tokens: 8_000,
+            thinking: None,
+            fork: None,
+            base: &crate::view::BaseContext::default(),
+            now_ms: 0,
+            state: &crate::view::PipelineState::default(),
+            config: &crate::view::PipelineConfig::default(),
+            tool_results_dir: "/store",
+            compact: crate::view::CompactCheck { threshold: Some(threshold), anchored_tokens: Some(tally.total()) },
+        };
+        let assembled = crate::view::assemble(&input);
+        assert_eq!(assembled.decision, crate::view::CompactDecision::Continue);
+        assert!(assembled.estimate_tokens < 5_000, "{}", assembled.estimate_tokens);
+        assert_eq!(assembled.new_state.offloads.len(), 1, "the request offloads the result");
+    }
+
+    #[test]
     fn an_attachment_counts_as_its_rendered_text() {
         let text = "y".repeat(8_000);
         let attachment = record(json!({

@@ -99,6 +99,10 @@ impl Session {
         for (count, duplicates) in plan {
             for (record, offset) in records.by_ref().take(count) {
                 turns += usize::from(self.is_new_response(&record));
+                let cleared = self.cleared_by(&record);
+                if cleared > 0 {
+                    self.tally.freed(cleared);
+                }
                 boundary_seen |= record.is_compact_boundary();
                 undo_seen |= is_undo_record(&record);
                 self.apply(record, Some(offset));
@@ -122,6 +126,31 @@ impl Session {
             })
             .collect();
         Written { acks, turns, undo_seen }
+    }
+
+    /// Tokens a time-gap microcompact record takes out of the next request: the results
+    /// it clears, less their placeholders (as the request pipeline counts them). The last
+    /// reported usage still counts those results, so the tally is told, as for a snip,
+    /// until the next report; otherwise the usage and the append's threshold check would
+    /// stay above the request just assembled. A walk of the view's tool results, paid
+    /// once per cold-cache gap; any other record costs a type test.
+    fn cleared_by(&self, record: &Record) -> u64 {
+        use ctxd_core::view::state::{StateRecord, Trigger};
+        let Some(StateRecord::Microcompact(mc)) = StateRecord::from_record(record) else {
+            return 0;
+        };
+        if mc.trigger != Trigger::TimeGap || mc.cleared_tool_use_ids.is_empty() {
+            return 0;
+        }
+        let ids: HashSet<&str> = mc.cleared_tool_use_ids.iter().map(String::as_str).collect();
+        self.view
+            .iter()
+            .filter(|r| r.head().kind == ctxd_core::record::Kind::User && r.line().contains("tool_result"))
+            .filter_map(ctxd_core::view::Item::from_record)
+            .flat_map(|item| item.blocks)
+            .filter(|block| block.result().is_some_and(|r| !r.cleared && ids.contains(r.tool_use_id.as_ref())))
+            .map(|block| block.tokens().saturating_sub(ctxd_core::view::microcompact::cleared(&block).tokens()))
+            .sum()
     }
 
     /// Whether `record` is a model response the guards have not counted yet: one turn.

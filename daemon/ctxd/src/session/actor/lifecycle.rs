@@ -369,8 +369,14 @@ impl Session {
             timestamp: now_rfc3339(),
             tokens_per_kib: Some(self.tally.calibration.tokens_per_kib),
         };
-        let post = build_post_compact(&input, &mut || uuid::Uuid::new_v4().to_string())
+        let mut post = build_post_compact(&input, &mut || uuid::Uuid::new_v4().to_string())
             .map_err(|e| SessionError::CompactFailed(e.to_string()))?;
+        // The usage until the next report stands on the request assembled over the
+        // installed view, written on the boundary so a resume or an undo reads it too.
+        if let Some(tokens) = self.installed_request_tokens(&kept, &post.records) {
+            ctxd_core::compact::stamp_request_tokens(&mut post, tokens)
+                .map_err(|e| SessionError::CompactFailed(e.to_string()))?;
+        }
         self.installing = true;
         let committed = self.commit_own(post.records).await;
         self.installing = false;
@@ -419,6 +425,39 @@ impl Session {
         })
     }
 
+    /// Tokens of the request the host's last blocks would make of the view after an
+    /// install: the kept messages (before the boundary, where the view keeps them) and
+    /// the install's records. `None` before any request was assembled (the host's
+    /// tools are not known). Costs one assembly of the new view, a few records.
+    fn installed_request_tokens(&self, kept: &[Record], installed: &[Record]) -> Option<u64> {
+        let host = self.host_request.as_ref()?;
+        let records: Vec<Record> = kept.iter().chain(installed).cloned().collect();
+        let base = ctxd_core::view::BaseContext {
+            system_context: self.base.as_ref().and_then(|b| b.system_context().map(|s| s.to_string())),
+            user_context: self.base.as_ref().and_then(|b| b.user_context().map(|s| s.to_string())),
+            attachments: Vec::new(),
+        };
+        let now_ms =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let blocks = host.blocks();
+        let input = ctxd_core::view::AssembleInput {
+            records: &records,
+            system: blocks.system,
+            tools: blocks.tools,
+            model: &self.setup.model,
+            max_tokens: blocks.max_tokens,
+            thinking: blocks.thinking,
+            fork: None,
+            base: &base,
+            now_ms,
+            state: &ctxd_core::view::PipelineState::default(),
+            config: &ctxd_core::view::PipelineConfig::default(),
+            tool_results_dir: &self.tool_results_dir(),
+            compact: ctxd_core::view::CompactCheck::default(),
+        };
+        Some(ctxd_core::view::assemble(&input).estimate_tokens)
+    }
+
     /// When an idle compaction would be due, if it could be.
     pub(super) fn idle_deadline(&self) -> Option<tokio::time::Instant> {
         let after = self.setup.idle_after?;
@@ -449,8 +488,36 @@ impl Session {
         if running_ahead == Some(false) {
             return;
         }
-        let tokens = self.next_tokens();
+        let tokens = self.tokens_after_valves(self.next_tokens());
         self.auto_compact_guarded(tokens, running_ahead.is_none()).await;
+    }
+
+    /// `tokens` less what the next request's microcompact will clear that the tally
+    /// cannot know of yet: after a gap longer than the prompt cache lives, the request
+    /// clears old tool results (seen: 27,674 tokens, a 67,294-token session assembled
+    /// at 39,232), and a compaction started on the tally's figure would be needless.
+    /// The pipeline runs only at or over the threshold, where the compaction it
+    /// prevents would run it anyway for its parent; below, `tokens` as given.
+    fn tokens_after_valves(&mut self, tokens: u64) -> u64 {
+        if tokens < self.thresholds.threshold || !self.thresholds.auto_compact_enabled {
+            return tokens;
+        }
+        // Without the host's tools the pipeline turns every tool call into text, and
+        // finds no result to clear: no request was assembled yet, the figure stands.
+        let Some(host) = self.host_request.clone() else {
+            return tokens;
+        };
+        let assembled = self.run_pipeline(host.blocks(), None);
+        let cleared: u64 = assembled
+            .applied
+            .iter()
+            .filter(|a| a.stage == ctxd_core::view::Stage::Microcompact)
+            .map(|a| a.tokens_freed)
+            .sum();
+        if cleared > 0 {
+            tracing::info!(tokens, cleared, "the next request clears old tool results (cold cache); counted first");
+        }
+        tokens.saturating_sub(cleared)
     }
 
     /// Automatic compaction at `tokens`, if the guards allow it; below the threshold,

@@ -289,6 +289,10 @@ impl Session {
             if let Some(rate) = boundary_rate(&record) {
                 self.tally.calibration.tokens_per_kib = rate;
             }
+            // Until the next report, the usage is the request assembled over the install.
+            if let Some((tokens, batch)) = ctxd_core::compact::boundary_request_tokens(&record) {
+                self.tally.anchor_install(tokens, batch);
+            }
             self.view_generation += 1;
             if offset.is_some() {
                 self.view_offset = offset;
