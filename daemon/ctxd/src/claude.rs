@@ -353,24 +353,7 @@ async fn ask_provider(
         .rev()
         .find_map(|r| r.head().model.as_deref().filter(|m| !m.starts_with('<')).map(str::to_owned))
         .unwrap_or_default();
-    let base = ctxd_core::view::BaseContext::default();
-    let parent = ctxd_core::view::assemble(&ctxd_core::view::AssembleInput {
-        records: summarized,
-        system: &[],
-        tools: &[],
-        model: &model,
-        max_tokens: 20_000,
-        thinking: None,
-        fork: None,
-        base: &base,
-        now_ms: 0,
-        state: &ctxd_core::view::PipelineState::default(),
-        config: &ctxd_core::view::PipelineConfig::default(),
-        tool_results_dir: "",
-        compact: ctxd_core::view::CompactCheck::default(),
-    })
-    .request
-    .to_value();
+    let parent = ctxd_core::view::plain_request(summarized, &model);
     let job = Job {
         session_id: read.records.get(read.prepared.last_message).and_then(session_id_of).unwrap_or_default(),
         trigger: Trigger::Manual,

@@ -191,6 +191,29 @@ pub fn assemble(input: &AssembleInput<'_>) -> Assembled {
     incremental::assemble_fresh(input)
 }
 
+/// The conversation of `records` as a plain request body: no system, tools, base
+/// context or pipeline state, `max_tokens` 20,000. What a provider summary is asked
+/// over when the host's own request is not at hand.
+pub fn plain_request(records: &[Record], model: &str) -> serde_json::Value {
+    let base = BaseContext::default();
+    let input = AssembleInput {
+        records,
+        system: &[],
+        tools: &[],
+        model,
+        max_tokens: 20_000,
+        thinking: None,
+        fork: None,
+        base: &base,
+        now_ms: 0,
+        state: &PipelineState::default(),
+        config: &PipelineConfig::default(),
+        tool_results_dir: "",
+        compact: CompactCheck::default(),
+    };
+    assemble(&input).request.to_value()
+}
+
 /// The runtime view: stages 1–5 applied to items, stored previews and cleared
 /// placeholders shown, snipped records kept and marked when `config.include_snipped`.
 /// For a UI, [`scrollback()`] lists every message with why the model does not see it.

@@ -217,23 +217,7 @@ impl Session {
 
     /// The view as a plain request body (no host blocks): what a provider summarizes.
     pub(super) fn parent_request(&self, records: &[Record]) -> serde_json::Value {
-        let base = ctxd_core::view::BaseContext::default();
-        let input = ctxd_core::view::AssembleInput {
-            records,
-            system: &[],
-            tools: &[],
-            model: &self.setup.model,
-            max_tokens: 20_000,
-            thinking: None,
-            fork: None,
-            base: &base,
-            now_ms: 0,
-            state: &ctxd_core::view::PipelineState::default(),
-            config: &ctxd_core::view::PipelineConfig::default(),
-            tool_results_dir: "",
-            compact: ctxd_core::view::CompactCheck::default(),
-        };
-        ctxd_core::view::assemble(&input).request.to_value()
+        ctxd_core::view::plain_request(records, &self.setup.model)
     }
 
     /// The parts of the next request that no compaction can remove (the host's system
