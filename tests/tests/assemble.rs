@@ -337,6 +337,37 @@ fn snips_and_collapses_leave_the_request_and_the_count() {
 }
 
 #[test]
+fn a_snip_is_taken_off_the_compaction_check_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = project(dir.path());
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "s"})).unwrap();
+    let records = example(60);
+    daemon.request("ctx/append", json!({"sessionId": "s", "records": records})).unwrap();
+    assemble(&mut daemon, json!({}));
+    // Every plain prompt and text reply of the middle of the session.
+    let uuids: Vec<&str> = records[5..50]
+        .iter()
+        .filter(|r| r["message"]["content"].is_string() || r["type"] == "assistant")
+        .filter(|r| !r.to_string().contains("tool_use"))
+        .filter_map(|r| r["uuid"].as_str())
+        .collect();
+    let snipped = daemon.request("ctx/snip", json!({"sessionId": "s", "uuids": uuids})).unwrap();
+    let freed = snipped["tokensFreed"].as_u64().unwrap();
+    let usage = snipped["usage"]["tokens"].as_u64().unwrap();
+    assert!(freed * 50 > usage, "the snip frees enough to see: {freed} of {usage}");
+    // The check before the next request counts the session as the usage does: the
+    // snip taken off once, not a second time.
+    let after = assemble(&mut daemon, json!({}));
+    let check = after["applied"].as_array().unwrap().iter().find(|a| a["stage"] == "compact_check").unwrap();
+    let counted: u64 = check["detail"].as_str().unwrap().split(' ').next().unwrap().parse().unwrap();
+    assert!(
+        counted.abs_diff(usage) * 100 <= usage,
+        "the check counted {counted}, the usage is {usage}, the snip freed {freed}"
+    );
+}
+
+#[test]
 fn budget_notices_come_once_per_crossing() {
     let dir = tempfile::tempdir().unwrap();
     let project = project(dir.path());

@@ -81,9 +81,15 @@ pub struct Tally {
     pub reported_message_id: Option<Box<str>>,
     /// Bytes of message content appended since that response.
     pub bytes_after: u64,
-    /// Tokens snips and collapses removed from the view since that response: the
-    /// reported figure still counts them until the next response reports anew.
+    /// Tokens snips, collapses and cold-cache clearing removed from the view since that
+    /// response: the reported figure still counts them until the next response reports
+    /// anew.
     pub freed_since_report: u64,
+    /// The part of [`Tally::freed_since_report`] that snips and collapses freed. The
+    /// request pipeline's own check takes those off the provider's figure itself (it
+    /// reads the snip and collapse records since the response), so it is given the
+    /// figure without them.
+    pub reduced_since_report: u64,
     /// The rate estimates use, learned from the reports.
     pub calibration: Calibration,
     /// Right after a compaction, before any report: the installed view's tokens as the
@@ -134,6 +140,7 @@ impl Tally {
                     self.reported_message_id = head.message_id.clone();
                     self.bytes_after = 0;
                     self.freed_since_report = 0;
+                    self.reduced_since_report = 0;
                     self.estimated_base = 0;
                     self.base_covers = 0;
                 }
@@ -182,10 +189,18 @@ impl Tally {
         self.base_covers = batch;
         self.bytes_after = 0;
         self.freed_since_report = 0;
+        self.reduced_since_report = 0;
     }
 
     /// A snip or collapse removed `tokens` from what the next request carries.
     pub fn freed(&mut self, tokens: u64) {
+        self.freed_since_report += tokens;
+        self.reduced_since_report += tokens;
+    }
+
+    /// A cold-cache microcompact cleared `tokens` of old tool results from what the next
+    /// request carries.
+    pub fn cleared(&mut self, tokens: u64) {
         self.freed_since_report += tokens;
     }
 }
@@ -283,8 +298,14 @@ mod tests {
         t.observe(&assistant("msg_1", 1000, 50));
         t.freed(300);
         assert_eq!(t.total(), 750);
+        // A cold-cache clearing frees as much, but is not a snip or collapse the
+        // pipeline's own check takes off again.
+        t.cleared(100);
+        assert_eq!(t.total(), 650);
+        assert_eq!((t.freed_since_report, t.reduced_since_report), (400, 300));
         t.observe(&assistant("msg_2", 900, 50));
         assert_eq!(t.total(), 950, "the new report already reflects the snip");
+        assert_eq!((t.freed_since_report, t.reduced_since_report), (0, 0));
     }
 
     #[test]

@@ -191,7 +191,10 @@ impl Session {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
         let threshold = (self.thresholds.auto_compact_enabled && self.thresholds.enforce_window)
             .then_some(self.thresholds.threshold);
-        let anchored_tokens = Some(self.next_tokens());
+        // The pipeline's check takes the snips and collapses recorded since the last
+        // response off this figure itself: handed over with them still counted, so
+        // they are taken off once.
+        let anchored_tokens = Some(self.next_tokens() + self.tally.reduced_since_report);
         let input = ctxd_core::view::AssembleInput {
             records: &self.view,
             system: host.system,

@@ -101,7 +101,7 @@ impl Session {
                 turns += usize::from(self.is_new_response(&record));
                 let cleared = self.cleared_by(&record);
                 if cleared > 0 {
-                    self.tally.freed(cleared);
+                    self.tally.cleared(cleared);
                 }
                 boundary_seen |= record.is_compact_boundary();
                 undo_seen |= is_undo_record(&record);
