@@ -1716,12 +1716,17 @@ fn assert_nothing_falls_off(all: &[Record], installed: &[String], kept: &[&str],
     assert_eq!(viewed(all), expected, "the view after the install");
     let text = assembled_text(all);
     let mut last = 0;
+    let kind = |uuid: &str| all.iter().find(|r| r.uuid() == Some(uuid)).map(|r| r.head().kind.clone());
     for uuid in kept.iter().chain(appended) {
+        if matches!(kind(uuid), Some(crate::record::Kind::System | crate::record::Kind::Other)) {
+            // Bookkeeping: in the view's order, never in the request.
+            continue;
+        }
         let m = marker(uuid);
         assert_eq!(text.matches(&m).count(), 1, "{uuid} in the request:\n{text}");
         // A note between a call and its result goes after the result (results lead
         // their message): notes are checked for presence, the conversation for order.
-        let note = all.iter().any(|r| r.uuid() == Some(*uuid) && r.head().kind == crate::record::Kind::Attachment);
+        let note = kind(uuid) == Some(crate::record::Kind::Attachment);
         let at = text.find(&m).unwrap_or(0);
         if !note {
             assert!(at >= last, "{uuid} out of order in the request:\n{text}");
@@ -1875,4 +1880,37 @@ fn a_summary_prepared_ahead_keeps_every_turn_the_host_appended_since() {
     view.extend([ctxd_note("n2"), reply("n3", "n1", "msg_n3"), prompt("u2", Some("n3")), reply("a2", "u2", "msg_a2")]);
     let (all, installed) = install_over(&view, from);
     assert_nothing_falls_off(&all, &installed, &["n1", "n2", "n3", "u2", "a2"], &[]);
+}
+
+#[test]
+fn kept_messages_whose_parent_is_a_bookkeeping_record_stay_in_view() {
+    // The boundary keeps messages only: the host's system and progress records in the
+    // kept range stay out of the view, so a message hanging off one has no parent in
+    // it. The turn-duration record between a reply and the next prompt, and a progress
+    // record a tool result hangs off, are the shapes Claude Code writes.
+    let system = |uuid: &str, parent: &str| {
+        rec(json!({"type": "system", "subtype": "turn_duration", "uuid": uuid, "parentUuid": parent,
+            "isSidechain": false, "durationMs": 1200, "timestamp": "2026-11-29T10:00:01.500Z"}))
+    };
+    let progress = |uuid: &str, parent: &str| {
+        rec(json!({"type": "progress", "uuid": uuid, "parentUuid": parent, "isSidechain": false,
+            "data": {"type": "hook_progress"}, "timestamp": "2026-11-29T10:00:01.600Z"}))
+    };
+    let mut view = summarized_turn();
+    view.extend([prompt("u1", Some("s4")), reply("a1", "u1", "msg_a1"), system("y1", "a1")]);
+    let from = kept_tail_start(&view).unwrap();
+    assert_eq!(view[from].uuid(), Some("a1"));
+    view.extend([
+        prompt("u2", Some("y1")),
+        call("a2", "u2", "msg_a2", "toolu_a2"),
+        progress("p2", "a2"),
+        result("r2", "p2", "toolu_a2"),
+        reply("a3", "r2", "msg_a3"),
+        system("y3", "a3"),
+    ]);
+    let (mut all, installed) = install_over(&view, from);
+    let kept = ["a1", "u2", "a2", "r2", "a3"];
+    assert_nothing_falls_off(&all, &installed, &kept, &[]);
+    all.extend([prompt("u4", Some("y3")), reply("a4", "u4", "msg_a4"), system("y4", "a4"), prompt("u5", Some("y4"))]);
+    assert_nothing_falls_off(&all, &installed, &kept, &["u4", "a4", "y4", "u5"]);
 }
