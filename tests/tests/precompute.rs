@@ -5,7 +5,7 @@
 //! the critical path. A prepared summary that would leave too little room is dropped for
 //! a normal compaction. Every message such an install keeps (a tool round, a parentless
 //! note, replies and prompts appended after the preparation) reaches the next assembled
-//! request exactly once, in order.
+//! request exactly once, in order; a prompt the user took back meanwhile is not kept.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
@@ -237,6 +237,46 @@ fn every_message_kept_by_a_prepared_install_reaches_the_next_request_once_in_ord
     s.daemon.request("ctx/append", json!({"sessionId": "p", "records": [reply]})).unwrap();
     markers.push(("reply".to_owned(), "[[reply]]".to_owned()));
     assert_reaches_request_once_in_order(&mut s, &markers);
+    s.daemon.stop().unwrap();
+}
+
+#[test]
+fn prompts_the_user_took_back_after_the_preparation_stay_out_after_the_install() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let (mut s, threshold) = Session::open(&state);
+    s.fill_to(161_000, 4_000);
+    s.wait_prepared();
+    // The prepared summary keeps the newest prompt (the last of those below, or the one
+    // before: the preparation starts at 160,000). The user rewinds to a prompt before
+    // those three, which is summarized, and goes on from there: the view leaves the
+    // three out.
+    let taken_back = s.sent.len() - 3..s.sent.len();
+    s.last = Some(s.sent[taken_back.start - 1].clone());
+    let first = s.sent.len();
+    s.fill_to(threshold, 1_000);
+    let compacted = s.daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "p").unwrap();
+    assert_eq!(compacted["trigger"], "precomputed", "{compacted}");
+    let markers: Vec<(String, String)> =
+        (first..s.sent.len()).map(|n| (s.sent[n].clone(), format!("Step {n}: "))).collect();
+    assert!(markers.len() >= 2, "{markers:?}");
+    assert_reaches_request_once_in_order(&mut s, &markers);
+    // After the summary the rewind can no longer be seen (the prompt it went back to
+    // is summarized): the prompts taken back must not have been kept.
+    let file = std::fs::read_to_string(state.join("sessions/p.jsonl")).unwrap();
+    let lines: Vec<Value> = file.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let boundary = lines.iter().rposition(|r| r["subtype"] == "compact_boundary").unwrap();
+    for n in taken_back.clone() {
+        assert!(!kept_by(&lines[boundary], &s.sent[n]), "prompt {n}, taken back, is kept: {}", lines[boundary]);
+    }
+    // The newest was never summarized (the summary may quote the older ones, which the
+    // preparation saw before the rewind): it is nowhere in the request.
+    let system = json!([{"type": "text", "text": "You are a coding agent."}]);
+    let assembled =
+        s.daemon.request("ctx/assemble", json!({"sessionId": "p", "system": system, "maxTokens": 8000})).unwrap();
+    let text = serde_json::to_string(&assembled["request"]["messages"]).unwrap();
+    let newest = taken_back.end - 1;
+    assert!(!text.contains(&format!("Step {newest}: ")), "prompt {newest}, taken back, is in the request again");
     s.daemon.stop().unwrap();
 }
 

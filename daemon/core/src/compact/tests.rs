@@ -1651,7 +1651,7 @@ fn install_over(view: &[Record], kept_from: usize) -> (Vec<Record>, Vec<String>)
         duration_ms: 900,
         summary_text,
         kept_before: &[],
-        kept_after: &view[kept_from..],
+        kept_after: &kept_tail(view, kept_from),
         attachments: &attachments,
         hook_outputs: &hooks,
         common: common_fields(&view[0]),
@@ -1913,4 +1913,24 @@ fn kept_messages_whose_parent_is_a_bookkeeping_record_stay_in_view() {
     assert_nothing_falls_off(&all, &installed, &kept, &[]);
     all.extend([prompt("u4", Some("y3")), reply("a4", "u4", "msg_a4"), system("y4", "a4"), prompt("u5", Some("y4"))]);
     assert_nothing_falls_off(&all, &installed, &kept, &["u4", "a4", "y4", "u5"]);
+}
+
+#[test]
+fn a_branch_the_host_rewound_away_from_while_the_compaction_ran_stays_out_of_view() {
+    // The compaction started on a view ending with a prompt; while it ran the model
+    // answered, then the user rewound to before that prompt (the summarized answer s4)
+    // and asked again. The view had left the first prompt and its answer out.
+    let mut view = summarized_turn();
+    view.push(prompt("u1", Some("s4")));
+    let from = kept_tail_start(&view).unwrap();
+    view.extend([reply("a1", "u1", "msg_a1"), prompt("u1b", Some("s4")), reply("a1b", "u1b", "msg_a1b")]);
+    assert_eq!(viewed(&view), ["s1", "s2", "s3", "s4", "u1b", "a1b"]);
+    // Kept after the summary, the abandoned branch would come back: the record the host
+    // rewound to is summarized, so nothing after the install shows the rewind.
+    let (mut all, installed) = install_over(&view, from);
+    assert_nothing_falls_off(&all, &installed, &["u1b", "a1b"], &[]);
+    let text = assembled_text(&all);
+    assert!(!text.contains("[[u1]]") && !text.contains("[[a1]]"), "the abandoned branch is back:\n{text}");
+    all.push(prompt("u2", Some("a1b")));
+    assert_nothing_falls_off(&all, &installed, &["u1b", "a1b"], &["u2"]);
 }
