@@ -3,7 +3,9 @@
 //! first) gets a summary prepared in the background; at the threshold that summary is
 //! installed with every record appended since kept after it, with no summary written on
 //! the critical path. A prepared summary that would leave too little room is dropped for
-//! a normal compaction.
+//! a normal compaction. Every message such an install keeps (a tool round, a parentless
+//! note, replies and prompts appended after the preparation) reaches the next assembled
+//! request exactly once, in order; a prompt the user took back meanwhile is not kept.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
@@ -170,6 +172,145 @@ fn a_prompt_too_long_refusal_installs_the_prepared_summary_at_once() {
     let boundary = lines.iter().rposition(|r| r["subtype"] == "compact_boundary").unwrap();
     assert!(kept_by(&lines[boundary], &last), "the record after the preparation is kept: {}", lines[boundary]);
     s.daemon.stop().unwrap();
+}
+
+#[test]
+fn every_message_kept_by_a_prepared_install_reaches_the_next_request_once_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let (mut s, threshold) = Session::open(&state);
+    s.fill_to(161_000, 4_000);
+    s.wait_prepared();
+    // After the preparation the host goes on with a tool round, a parentless note (as
+    // ctxd writes its own), a reply, then prompts up to the threshold: the summary
+    // prepared on the older view is installed with all of it kept after it.
+    let mut markers: Vec<(String, String)> = Vec::new();
+    let prompt_parent = s.last.clone();
+    let call = host_line(
+        "call",
+        prompt_parent.as_deref(),
+        "assistant",
+        json!([{"type": "tool_use", "id": "toolu_k1", "name": "Read", "input": {"file_path": "/p/[[call]]"}}]),
+    );
+    let result = host_line(
+        "result",
+        Some("call"),
+        "user",
+        json!([{"type": "tool_result", "tool_use_id": "toolu_k1", "content": "[[result]] 1\tfn main() {}"}]),
+    );
+    let note = json!({"parentUuid": null, "isSidechain": false, "type": "attachment", "uuid": "note",
+        "timestamp": "2026-11-29T10:00:00.000Z", "attachment": {"type": "ctxd_note"},
+        "rendered": [{"content": "<system-reminder>\n[[note]]\n</system-reminder>"}], "renderedRole": "user"});
+    let answer = host_line("answer", Some("result"), "assistant", json!([{"type": "text", "text": "[[answer]] done"}]));
+    for (uuid, record) in [("call", call), ("result", result), ("note", note), ("answer", answer)] {
+        s.daemon.request("ctx/append", json!({"sessionId": "p", "records": [record]})).unwrap();
+        markers.push((uuid.to_owned(), format!("[[{uuid}]]")));
+    }
+    s.last = Some("answer".to_owned());
+    let first = s.sent.len();
+    s.fill_to(threshold, 1_000);
+    for (n, uuid) in s.sent.iter().enumerate().skip(first) {
+        markers.push((uuid.clone(), format!("Step {n}: ")));
+    }
+    let compacted = s.daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "p").unwrap();
+    assert_eq!(compacted["trigger"], "precomputed", "{compacted}");
+    // The prompt the preparation's kept tail started at (the newest one before it) is
+    // kept too, before everything appended since.
+    let text = std::fs::read_to_string(state.join("sessions/p.jsonl")).unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let boundary = lines.iter().rposition(|r| r["subtype"] == "compact_boundary").unwrap();
+    let before: Vec<(String, String)> = s.sent[..first]
+        .iter()
+        .enumerate()
+        .filter(|(_, u)| kept_by(&lines[boundary], u))
+        .map(|(n, u)| (u.clone(), format!("Step {n}: ")))
+        .collect();
+    assert!(!before.is_empty(), "the preparation kept its newest prompt: {}", lines[boundary]);
+    assert!(markers.len() >= 6, "prompts came after the preparation: {markers:?}");
+    markers.splice(0..0, before);
+    for (uuid, _) in &markers {
+        assert!(kept_by(&lines[boundary], uuid), "{uuid} is kept: {}", lines[boundary]);
+    }
+    assert_reaches_request_once_in_order(&mut s, &markers);
+    // The host's reply to the newest prompt: still everything, then the reply.
+    let reply = host_line("reply", s.last.as_deref(), "assistant", json!([{"type": "text", "text": "[[reply]] ok"}]));
+    s.daemon.request("ctx/append", json!({"sessionId": "p", "records": [reply]})).unwrap();
+    markers.push(("reply".to_owned(), "[[reply]]".to_owned()));
+    assert_reaches_request_once_in_order(&mut s, &markers);
+    s.daemon.stop().unwrap();
+}
+
+#[test]
+fn prompts_the_user_took_back_after_the_preparation_stay_out_after_the_install() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let (mut s, threshold) = Session::open(&state);
+    s.fill_to(161_000, 4_000);
+    s.wait_prepared();
+    // The prepared summary keeps the newest prompt (the last of those below, or the one
+    // before: the preparation starts at 160,000). The user rewinds to a prompt before
+    // those three, which is summarized, and goes on from there: the view leaves the
+    // three out.
+    let taken_back = s.sent.len() - 3..s.sent.len();
+    s.last = Some(s.sent[taken_back.start - 1].clone());
+    let first = s.sent.len();
+    s.fill_to(threshold, 1_000);
+    let compacted = s.daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "p").unwrap();
+    assert_eq!(compacted["trigger"], "precomputed", "{compacted}");
+    let markers: Vec<(String, String)> =
+        (first..s.sent.len()).map(|n| (s.sent[n].clone(), format!("Step {n}: "))).collect();
+    assert!(markers.len() >= 2, "{markers:?}");
+    assert_reaches_request_once_in_order(&mut s, &markers);
+    // After the summary the rewind can no longer be seen (the prompt it went back to
+    // is summarized): the prompts taken back must not have been kept.
+    let file = std::fs::read_to_string(state.join("sessions/p.jsonl")).unwrap();
+    let lines: Vec<Value> = file.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let boundary = lines.iter().rposition(|r| r["subtype"] == "compact_boundary").unwrap();
+    for n in taken_back.clone() {
+        assert!(!kept_by(&lines[boundary], &s.sent[n]), "prompt {n}, taken back, is kept: {}", lines[boundary]);
+    }
+    // The newest was never summarized (the summary may quote the older ones, which the
+    // preparation saw before the rewind): it is nowhere in the request.
+    let system = json!([{"type": "text", "text": "You are a coding agent."}]);
+    let assembled =
+        s.daemon.request("ctx/assemble", json!({"sessionId": "p", "system": system, "maxTokens": 8000})).unwrap();
+    let text = serde_json::to_string(&assembled["request"]["messages"]).unwrap();
+    let newest = taken_back.end - 1;
+    assert!(!text.contains(&format!("Step {newest}: ")), "prompt {newest}, taken back, is in the request again");
+    s.daemon.stop().unwrap();
+}
+
+/// A host record of `kind` (`user` or `assistant`) with these content blocks.
+fn host_line(uuid: &str, parent: Option<&str>, kind: &str, content: Value) -> Value {
+    let mut message = json!({"role": kind, "content": content});
+    if kind == "assistant" {
+        message["id"] = json!(format!("msg_{uuid}"));
+        message["model"] = json!(MODEL);
+    }
+    json!({"parentUuid": parent, "isSidechain": false, "type": kind, "uuid": uuid,
+        "timestamp": "2026-11-29T10:00:00.000Z", "message": message})
+}
+
+/// Every marker is in the request the daemon assembles now exactly once, the messages
+/// in order (a note may go after the tool result it came before: results lead their
+/// message).
+fn assert_reaches_request_once_in_order(s: &mut Session, markers: &[(String, String)]) {
+    let system = json!([{"type": "text", "text": "You are a coding agent."}]);
+    let tools = json!([{"name": "Read", "description": "Reads a file.", "input_schema": {"type": "object"}}]);
+    let assembled = s
+        .daemon
+        .request("ctx/assemble", json!({"sessionId": "p", "system": system, "tools": tools, "maxTokens": 8000}))
+        .unwrap();
+    let text = serde_json::to_string(&assembled["request"]["messages"]).unwrap();
+    let mut last = 0;
+    for (uuid, marker) in markers {
+        assert_eq!(text.matches(marker.as_str()).count(), 1, "{uuid} ({marker}) once in the request");
+        let at = text.find(marker.as_str()).unwrap();
+        if uuid != "note" {
+            assert!(at >= last, "{uuid} ({marker}) in order in the request");
+            last = at;
+        }
+    }
 }
 
 /// The boundary keeps `uuid` in view by reference (`preservedMessages`), as Claude

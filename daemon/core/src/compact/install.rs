@@ -505,6 +505,19 @@ pub fn kept_tail_start(records: &[Record]) -> Option<usize> {
     Some(safe_split(records, start))
 }
 
+/// The records of `view[from..]` a compaction keeps after its summary (`view` as the
+/// session holds it: a boundary's kept messages, the boundary, what follows): all but
+/// the messages off the view's active chain, a branch the host rewound away from while
+/// the compaction ran. Kept after the summary, such a branch would come back into the
+/// view for good: the record the host rewound to is summarized, so nothing after the
+/// install shows the rewind.
+pub fn kept_tail(view: &[Record], from: usize) -> Vec<Record> {
+    let (slice, _) = crate::view::slice::slice_after_boundary(view);
+    let on_chain: HashSet<usize> = slice.kept().filter(|&i| i >= from).collect();
+    let kept = |i: usize, r: &Record| !is_message(r) || r.head().is_sidechain || on_chain.contains(&i);
+    view.iter().enumerate().skip(from).filter(|&(i, r)| kept(i, r)).map(|(_, r)| r.clone()).collect()
+}
+
 /// The verbatim tail may take at most this share (1/N) of the compact threshold. A
 /// larger tail (one giant message or tool result) is summarized with the rest, cut with
 /// a marker there once, instead of being kept whole by this compaction and every one

@@ -1579,3 +1579,358 @@ fn the_default_fork_keeps_the_parents_tool_choice() {
     let none = ForkOptions { tool_refusal: ToolRefusal::ToolChoiceNone, ..options };
     assert_eq!(fork_request(&parent, "S", none).unwrap().body["tool_choice"], json!({"type": "none"}));
 }
+
+// ---------------------------------------------------------------------------------
+// Kept messages after an install (issue #24): the view's active-chain rule must not
+// drop a message the boundary keeps, nor one appended while the compaction ran or
+// after it. Every record below carries a marker (`[[uuid]]`) in what the model reads,
+// so the assembled request shows where each message went.
+
+fn marker(uuid: &str) -> String {
+    format!("[[{uuid}]]")
+}
+
+fn prompt(uuid: &str, parent: Option<&str>) -> Record {
+    user(uuid, parent, &format!("prompt {}", marker(uuid)))
+}
+
+fn reply(uuid: &str, parent: &str, msg_id: &str) -> Record {
+    assistant(uuid, parent, msg_id, json!({"type": "text", "text": format!("reply {}", marker(uuid))}))
+}
+
+fn call(uuid: &str, parent: &str, msg_id: &str, tool_use_id: &str) -> Record {
+    assistant(uuid, parent, msg_id, tool_use(tool_use_id, "Read", json!({"file_path": format!("/p/{}", marker(uuid))})))
+}
+
+fn result(uuid: &str, parent: &str, tool_use_id: &str) -> Record {
+    tool_result(uuid, parent, tool_use_id, &format!("result {}", marker(uuid)))
+}
+
+/// One of ctxd's own notes (budget notice, date, changed files): an attachment with no
+/// parent, as ctxd writes them.
+fn ctxd_note(uuid: &str) -> Record {
+    rec(with_common(json!({
+        "parentUuid": null, "isSidechain": false, "type": "attachment",
+        "attachment": {"type": "ctxd_note", "source": "ctxd"},
+        "rendered": [{"content": format!("<system-reminder>\nnote {}\n</system-reminder>", marker(uuid))}],
+        "renderedRole": "user", "uuid": uuid, "timestamp": "2026-11-29T10:00:03.000Z",
+    })))
+}
+
+/// The turn the summary replaces: a prompt, a tool round and the answer.
+fn summarized_turn() -> Vec<Record> {
+    vec![
+        prompt("s1", None),
+        call("s2", "s1", "msg_s2", "toolu_s2"),
+        result("s3", "s2", "toolu_s2"),
+        reply("s4", "s3", "msg_s4"),
+    ]
+}
+
+/// Installs a compaction of `view` as the daemon does: the split chosen on what the
+/// compaction started on (`kept_from`), moved by [`safe_split`] over the whole view
+/// (records appended while it ran may answer a call on the summarized side), and
+/// everything from there kept after the summary, with restored files and hook output.
+/// Returns the transcript after the install and the uuids of what the install wrote
+/// for the model (the summary, then the attachments).
+fn install_over(view: &[Record], kept_from: usize) -> (Vec<Record>, Vec<String>) {
+    let attachments = restored_attachments();
+    let hooks = vec!["Remember: run pytest before committing.".to_owned()];
+    let kept_from = safe_split(view, kept_from);
+    let summary_text = summary_message_text(&SummaryMessage {
+        body: "1. Primary Request and Intent:\n   Read the file.".to_owned(),
+        transcript_path: None,
+        tools_used: tools_used(&view[..kept_from]),
+        kept: KeptMessages::After,
+    });
+    let input = InstallInput {
+        trigger: Trigger::Auto,
+        last_uuid: view.iter().rev().find_map(|r| r.uuid().map(str::to_owned)),
+        pre_tokens: 150_000,
+        fixed_prefix_tokens: Some(12_000),
+        duration_ms: 900,
+        summary_text,
+        kept_before: &[],
+        kept_after: &kept_tail(view, kept_from),
+        attachments: &attachments,
+        hook_outputs: &hooks,
+        common: common_fields(&view[0]),
+        timestamp: "2026-11-29T10:05:00.000Z".to_owned(),
+        tokens_per_kib: None,
+    };
+    let built = build_post_compact(&input, &mut counter()).unwrap();
+    let installed = built.records[1..].iter().filter_map(|r| r.uuid().map(str::to_owned)).collect();
+    let mut all = view.to_vec();
+    all.extend(built.records);
+    (all, installed)
+}
+
+/// The request assembled over `records`, as JSON text. The daemon's view cache, fed
+/// the transcript as it grew (up to the install, then record by record), must agree.
+fn assembled_text(records: &[Record]) -> String {
+    let base = crate::view::BaseContext::default();
+    let state = crate::view::PipelineState::default();
+    let config = crate::view::PipelineConfig::default();
+    let system = vec![json!({"type": "text", "text": "You are a coding agent."})];
+    let tools = vec![json!({"name": "Read", "description": "Reads a file.", "input_schema": {"type": "object"}})];
+    let input = |records| crate::view::AssembleInput {
+        records,
+        system: &system,
+        tools: &tools,
+        model: "claude-x",
+        max_tokens: 8_000,
+        thinking: None,
+        fork: None,
+        base: &base,
+        // Minutes after the install: no time-gap clearing of old tool results.
+        now_ms: crate::view::parse_rfc3339_ms("2026-11-29T10:06:00.000Z").unwrap(),
+        state: &state,
+        config: &config,
+        tool_results_dir: "/store",
+        compact: crate::view::CompactCheck::default(),
+    };
+    let out = crate::view::assemble(&input(records));
+    let value = out.request.to_value();
+    let boundary = records.iter().rposition(Record::is_compact_boundary).unwrap_or(0);
+    let mut cache = crate::view::ViewCache::new();
+    for end in boundary..=records.len() {
+        let cached = cache.assemble(&input(&records[..end]));
+        if end == records.len() {
+            assert_eq!(cached.request.to_value(), value, "the view cache disagrees with a fresh assembly");
+        }
+    }
+    if let Err(errors) = crate::view::validate_request(&value) {
+        panic!("invalid request: {errors:#?}\n{}", crate::view::render_request(&value));
+    }
+    serde_json::to_string(&value["messages"]).unwrap()
+}
+
+/// Asserts the view after the install is the summary, then `kept`, then the restored
+/// files and hook output, then `appended` (uuids, in order, each once), and that every
+/// marker of `kept` and `appended` is in the assembled request exactly once, in order.
+fn assert_nothing_falls_off(all: &[Record], installed: &[String], kept: &[&str], appended: &[&str]) {
+    let mut expected: Vec<String> = vec![installed[0].clone()];
+    expected.extend(kept.iter().map(|u| (*u).to_owned()));
+    expected.extend(installed[1..].iter().cloned());
+    expected.extend(appended.iter().map(|u| (*u).to_owned()));
+    assert_eq!(viewed(all), expected, "the view after the install");
+    let text = assembled_text(all);
+    let mut last = 0;
+    let kind = |uuid: &str| all.iter().find(|r| r.uuid() == Some(uuid)).map(|r| r.head().kind.clone());
+    for uuid in kept.iter().chain(appended) {
+        if matches!(kind(uuid), Some(crate::record::Kind::System | crate::record::Kind::Other)) {
+            // Bookkeeping: in the view's order, never in the request.
+            continue;
+        }
+        let m = marker(uuid);
+        assert_eq!(text.matches(&m).count(), 1, "{uuid} in the request:\n{text}");
+        // A note between a call and its result goes after the result (results lead
+        // their message): notes are checked for presence, the conversation for order.
+        let note = kind(uuid) == Some(crate::record::Kind::Attachment);
+        let at = text.find(&m).unwrap_or(0);
+        if !note {
+            assert!(at >= last, "{uuid} out of order in the request:\n{text}");
+            last = at;
+        }
+    }
+    for gone in ["[[s1]]", "[[s2]]", "[[s3]]", "[[s4]]"] {
+        assert!(!text.contains(gone), "summarized {gone} still in the request");
+    }
+}
+
+#[test]
+fn a_kept_tail_starting_with_a_reply_whose_parent_was_summarized_stays_whole() {
+    // The shape reported on the cache-sharing fork: the tail starts with a model reply
+    // whose parent is summarized, a ctxd note with no parent follows it, then a reply
+    // whose parent is that first reply.
+    let mut view = summarized_turn();
+    view.extend([prompt("u1", Some("s4")), reply("n1", "u1", "msg_n1"), ctxd_note("n2"), reply("n3", "n1", "msg_n3")]);
+    let (mut all, installed) = install_over(&view, 5);
+    assert_nothing_falls_off(&all, &installed, &["n1", "n2", "n3"], &[]);
+    // The host goes on from its last reply; then the date changes and it goes on again.
+    all.extend([prompt("u4", Some("n3")), reply("a4", "u4", "msg_a4"), ctxd_note("d5"), prompt("u5", Some("a4"))]);
+    assert_nothing_falls_off(&all, &installed, &["n1", "n2", "n3"], &["u4", "a4", "d5", "u5"]);
+}
+
+#[test]
+fn parentless_notes_between_kept_records_and_after_the_install_stay_in_order() {
+    let mut view = summarized_turn();
+    view.extend([
+        prompt("u1", Some("s4")),
+        ctxd_note("d1"),
+        call("a1", "u1", "msg_a1", "toolu_a1"),
+        ctxd_note("b1"),
+        result("r1", "a1", "toolu_a1"),
+        ctxd_note("c1"),
+    ]);
+    let from = kept_tail_start(&view).unwrap();
+    assert_eq!(view[from].uuid(), Some("a1"), "the open tool round");
+    let (mut all, installed) = install_over(&view, 4);
+    assert_nothing_falls_off(&all, &installed, &["u1", "d1", "a1", "b1", "r1", "c1"], &[]);
+    all.extend([ctxd_note("b2"), reply("a2", "r1", "msg_a2"), ctxd_note("d2"), prompt("u2", Some("a2"))]);
+    assert_nothing_falls_off(&all, &installed, &["u1", "d1", "a1", "b1", "r1", "c1"], &["b2", "a2", "d2", "u2"]);
+}
+
+#[test]
+fn records_appended_while_the_compaction_ran_stay_after_the_kept_tail() {
+    // The compaction started on a view ending with an open tool call; while it ran the
+    // host appended the call's result, a reply, a note, a prompt and a reply to it.
+    let mut view = summarized_turn();
+    view.extend([prompt("u1", Some("s4")), call("a1", "u1", "msg_a1", "toolu_a1")]);
+    let from = kept_tail_start(&view).unwrap();
+    assert_eq!(view[from].uuid(), Some("a1"));
+    view.extend([
+        result("r1", "a1", "toolu_a1"),
+        reply("a2", "r1", "msg_a2"),
+        ctxd_note("n1"),
+        prompt("u2", Some("a2")),
+        reply("a3", "u2", "msg_a3"),
+    ]);
+    let (mut all, installed) = install_over(&view, from);
+    let kept = ["a1", "r1", "a2", "n1", "u2", "a3"];
+    assert_nothing_falls_off(&all, &installed, &kept, &[]);
+    all.extend([prompt("u3", Some("a3")), call("a4", "u3", "msg_a4", "toolu_a4"), result("r4", "a4", "toolu_a4")]);
+    assert_nothing_falls_off(&all, &installed, &kept, &["u3", "a4", "r4"]);
+}
+
+#[test]
+fn a_kept_call_answered_after_the_install_and_a_reply_to_a_kept_prompt_stay() {
+    // The install lands mid-turn: the kept tail is one open call, its result comes
+    // after the restored files and hook output, and the turn goes on from it.
+    let mut view = summarized_turn();
+    view.extend([prompt("u1", Some("s4")), call("a1", "u1", "msg_a1", "toolu_a1")]);
+    let (mut all, installed) = install_over(&view, kept_tail_start(&view).unwrap());
+    assert_nothing_falls_off(&all, &installed, &["a1"], &[]);
+    all.extend([result("r1", "a1", "toolu_a1"), reply("a2", "r1", "msg_a2")]);
+    assert_nothing_falls_off(&all, &installed, &["a1"], &["r1", "a2"]);
+
+    // A kept prompt alone, answered after the install.
+    let mut view = summarized_turn();
+    view.push(prompt("u1", Some("s4")));
+    let (mut all, installed) = install_over(&view, kept_tail_start(&view).unwrap());
+    all.extend([ctxd_note("n1"), reply("a1", "u1", "msg_a1")]);
+    assert_nothing_falls_off(&all, &installed, &["u1"], &["n1", "a1"]);
+}
+
+#[test]
+fn a_parallel_tool_round_split_at_the_kept_boundary_stays_whole() {
+    // Two calls of one response, each its own line (a progress record between them),
+    // each result hanging off its call's line. The compaction started after the first
+    // result; the second came while it ran, and after the install the next response
+    // follows only the first result, as Claude Code writes it.
+    let mut view = summarized_turn();
+    view.extend([
+        prompt("u1", Some("s4")),
+        call("a1", "u1", "msg_a1", "toolu_a1"),
+        rec(json!({"type": "progress", "uuid": "p1", "parentUuid": "a1", "data": {"type": "hook_progress"}})),
+        call("a2", "p1", "msg_a1", "toolu_a2"),
+        result("r1", "a1", "toolu_a1"),
+    ]);
+    let from = kept_tail_start(&view).unwrap();
+    assert_eq!(view[from].uuid(), Some("a1"), "the round from its first line");
+    // A split chosen between the two lines moves back to the first.
+    assert_eq!(safe_split(&view, from + 2), from);
+    view.push(result("r2", "a2", "toolu_a2"));
+    let (mut all, installed) = install_over(&view, from + 2);
+    let kept = ["a1", "a2", "r1", "r2"];
+    assert_nothing_falls_off(&all, &installed, &kept, &[]);
+    all.extend([reply("a3", "r1", "msg_a3"), prompt("u2", Some("a3"))]);
+    assert_nothing_falls_off(&all, &installed, &kept, &["a3", "u2"]);
+    // The next response follows the second result instead: the first stays too.
+    all.truncate(all.len() - 2);
+    all.extend([reply("a3", "r2", "msg_a3"), prompt("u2", Some("a3"))]);
+    assert_nothing_falls_off(&all, &installed, &kept, &["a3", "u2"]);
+}
+
+#[test]
+fn a_summary_prepared_ahead_keeps_every_turn_the_host_appended_since() {
+    // The summary was prepared on a view ending with a prompt; before the threshold was
+    // reached the host appended several turns (tool rounds, notes, replies, prompts),
+    // all kept after the summary when the prepared summary is installed.
+    let mut view = summarized_turn();
+    view.push(prompt("u1", Some("s4")));
+    let from = kept_tail_start(&view).unwrap();
+    assert_eq!(view[from].uuid(), Some("u1"));
+    view.extend([
+        call("a1", "u1", "msg_a1", "toolu_a1"),
+        result("r1", "a1", "toolu_a1"),
+        ctxd_note("n1"),
+        reply("a2", "r1", "msg_a2"),
+        prompt("u2", Some("a2")),
+        call("a3", "u2", "msg_a3", "toolu_a3"),
+        call("a4", "a3", "msg_a3", "toolu_a4"),
+        result("r3", "a3", "toolu_a3"),
+        result("r4", "a4", "toolu_a4"),
+        ctxd_note("n2"),
+        reply("a5", "r3", "msg_a5"),
+        prompt("u3", Some("a5")),
+    ]);
+    let (mut all, installed) = install_over(&view, from);
+    let kept = ["u1", "a1", "r1", "n1", "a2", "u2", "a3", "a4", "r3", "r4", "n2", "a5", "u3"];
+    assert_nothing_falls_off(&all, &installed, &kept, &[]);
+    all.extend([reply("a6", "u3", "msg_a6"), prompt("u4", Some("a6"))]);
+    assert_nothing_falls_off(&all, &installed, &kept, &["a6", "u4"]);
+
+    // Prepared ahead on a view ending with a reply whose parent the summary takes, the
+    // reported shape, with turns appended since.
+    let mut view = summarized_turn();
+    view.extend([prompt("u1", Some("s4")), reply("n1", "u1", "msg_n1")]);
+    let from = kept_tail_start(&view).unwrap();
+    assert_eq!(view[from].uuid(), Some("n1"));
+    view.extend([ctxd_note("n2"), reply("n3", "n1", "msg_n3"), prompt("u2", Some("n3")), reply("a2", "u2", "msg_a2")]);
+    let (all, installed) = install_over(&view, from);
+    assert_nothing_falls_off(&all, &installed, &["n1", "n2", "n3", "u2", "a2"], &[]);
+}
+
+#[test]
+fn kept_messages_whose_parent_is_a_bookkeeping_record_stay_in_view() {
+    // The boundary keeps messages only: the host's system and progress records in the
+    // kept range stay out of the view, so a message hanging off one has no parent in
+    // it. The turn-duration record between a reply and the next prompt, and a progress
+    // record a tool result hangs off, are the shapes Claude Code writes.
+    let system = |uuid: &str, parent: &str| {
+        rec(json!({"type": "system", "subtype": "turn_duration", "uuid": uuid, "parentUuid": parent,
+            "isSidechain": false, "durationMs": 1200, "timestamp": "2026-11-29T10:00:01.500Z"}))
+    };
+    let progress = |uuid: &str, parent: &str| {
+        rec(json!({"type": "progress", "uuid": uuid, "parentUuid": parent, "isSidechain": false,
+            "data": {"type": "hook_progress"}, "timestamp": "2026-11-29T10:00:01.600Z"}))
+    };
+    let mut view = summarized_turn();
+    view.extend([prompt("u1", Some("s4")), reply("a1", "u1", "msg_a1"), system("y1", "a1")]);
+    let from = kept_tail_start(&view).unwrap();
+    assert_eq!(view[from].uuid(), Some("a1"));
+    view.extend([
+        prompt("u2", Some("y1")),
+        call("a2", "u2", "msg_a2", "toolu_a2"),
+        progress("p2", "a2"),
+        result("r2", "p2", "toolu_a2"),
+        reply("a3", "r2", "msg_a3"),
+        system("y3", "a3"),
+    ]);
+    let (mut all, installed) = install_over(&view, from);
+    let kept = ["a1", "u2", "a2", "r2", "a3"];
+    assert_nothing_falls_off(&all, &installed, &kept, &[]);
+    all.extend([prompt("u4", Some("y3")), reply("a4", "u4", "msg_a4"), system("y4", "a4"), prompt("u5", Some("y4"))]);
+    assert_nothing_falls_off(&all, &installed, &kept, &["u4", "a4", "y4", "u5"]);
+}
+
+#[test]
+fn a_branch_the_host_rewound_away_from_while_the_compaction_ran_stays_out_of_view() {
+    // The compaction started on a view ending with a prompt; while it ran the model
+    // answered, then the user rewound to before that prompt (the summarized answer s4)
+    // and asked again. The view had left the first prompt and its answer out.
+    let mut view = summarized_turn();
+    view.push(prompt("u1", Some("s4")));
+    let from = kept_tail_start(&view).unwrap();
+    view.extend([reply("a1", "u1", "msg_a1"), prompt("u1b", Some("s4")), reply("a1b", "u1b", "msg_a1b")]);
+    assert_eq!(viewed(&view), ["s1", "s2", "s3", "s4", "u1b", "a1b"]);
+    // Kept after the summary, the abandoned branch would come back: the record the host
+    // rewound to is summarized, so nothing after the install shows the rewind.
+    let (mut all, installed) = install_over(&view, from);
+    assert_nothing_falls_off(&all, &installed, &["u1b", "a1b"], &[]);
+    let text = assembled_text(&all);
+    assert!(!text.contains("[[u1]]") && !text.contains("[[a1]]"), "the abandoned branch is back:\n{text}");
+    all.push(prompt("u2", Some("a1b")));
+    assert_nothing_falls_off(&all, &installed, &["u1b", "a1b"], &["u2"]);
+}

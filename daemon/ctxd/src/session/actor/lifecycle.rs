@@ -349,7 +349,9 @@ impl Session {
                 "a result appended during the compaction answers a summarized call; its round is kept"
             );
         }
-        let kept: Vec<Record> = self.view.get(kept_from..).map(<[Record]>::to_vec).unwrap_or_default();
+        // A branch the host rewound away from meanwhile is not kept: after the summary it
+        // would be back in the view for good.
+        let kept = ctxd_core::compact::kept_tail(&self.view, kept_from);
         let kept_before: Vec<Record> =
             prepared.kept_before.and_then(|n| self.view.get(..n)).map(<[Record]>::to_vec).unwrap_or_default();
         let last = self.view.iter().rev().find(|r| r.uuid().is_some());
