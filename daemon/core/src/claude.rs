@@ -272,6 +272,7 @@ pub fn plan_compaction_with(
         common: common_fields(last_message),
         timestamp: timestamp.to_owned(),
         tokens_per_kib: None,
+        attachment_links: crate::compact::AttachmentLinks::Chained,
     };
     let built = build_post_compact(&input, new_uuid).map_err(|e| Refusal::Build(e.to_string()))?;
     let post_tokens = fixed.unwrap_or(0) + built.installed_tokens;

@@ -8,8 +8,9 @@
 //! boundary      system/compact_boundary, parentUuid null, logicalParentUuid = last record
 //! [kept before] partial compaction "from": the earliest messages, copied
 //! summary       user, isCompactSummary, isVisibleInTranscriptOnly
-//! attachments   restored plan, files, skills, read-files digest (parentUuid null)
-//! hook output   SessionStart(compact) (parentUuid null)
+//! attachments   restored plan, files, skills, read-files digest (parentUuid null;
+//!               chained after the summary in a Claude Code transcript)
+//! hook output   SessionStart(compact) (likewise)
 //! ```
 //!
 //! Each kept message is either referenced or copied, never both:
@@ -102,6 +103,24 @@ pub struct InstallInput<'a> {
     /// The session's learned tokens-per-KiB rate, written on the boundary
     /// ([`RATE_FIELD`]) so a resumed session estimates what follows as the live one did.
     pub tokens_per_kib: Option<u64>,
+    /// How restored files and hook output are linked: [`AttachmentLinks::Loose`] for
+    /// ctxd's own sessions, [`AttachmentLinks::Chained`] in a transcript Claude Code reads.
+    pub attachment_links: AttachmentLinks,
+}
+
+/// How an install links the records it adds after the summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttachmentLinks {
+    /// `parentUuid` null. ctxd's view reads such a record as continuing from whatever
+    /// precedes it in view order (the last kept message). Chained after the summary
+    /// instead, they would be a branch beside the kept messages, and the chain would
+    /// drop one side: the kept messages after the first (a prompt appended while the
+    /// compaction ran), or, once the host's next record names the last kept message as
+    /// its parent, the restored files.
+    Loose,
+    /// Each after the previous one, the first after the summary, as the program writes
+    /// them: Claude Code walks `parentUuid` and leaves out a record off its chain.
+    Chained,
 }
 
 /// Field of the boundary's `compactMetadata`: how many records its install has, the
@@ -245,13 +264,11 @@ pub fn build_post_compact(
     for copy in &kept_before {
         installed_tokens += copy_tokens(copy);
     }
-    // Restored files and hook output hang off no parent (`parentUuid` null): the view's
-    // chain reads such a record as continuing from whatever precedes it in view order,
-    // the last kept message. Chained after the summary instead, they would be a branch
-    // beside the kept messages, and the chain would drop one side: the kept messages
-    // after the first (a prompt appended while the compaction ran, after the response
-    // it follows), or, once the host's next record names the last kept message as its
-    // parent, the restored files.
+    // Restored files and hook output: linked as `attachment_links` says.
+    let mut parent = match input.attachment_links {
+        AttachmentLinks::Loose => None,
+        AttachmentLinks::Chained => Some(summary_uuid.clone()),
+    };
     let mut tail: Vec<Map<String, Value>> = Vec::new();
     for attachment in input.attachments {
         let uuid = new_uuid();
@@ -259,10 +276,14 @@ pub fn build_post_compact(
         tail.push(attachment_record(
             input,
             &uuid,
+            parent.as_deref(),
             attachment.attachment.clone(),
             &attachment.rendered,
             attachment.rendered_role,
         ));
+        if parent.is_some() {
+            parent = Some(uuid);
+        }
     }
     for output in input.hook_outputs.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
         let uuid = new_uuid();
@@ -276,7 +297,10 @@ pub fn build_post_compact(
             "hookName": "SessionStart:compact",
             "content": [output],
         });
-        tail.push(attachment_record(input, &uuid, attachment, &rendered, "user"));
+        tail.push(attachment_record(input, &uuid, parent.as_deref(), attachment, &rendered, "user"));
+        if parent.is_some() {
+            parent = Some(uuid);
+        }
     }
 
     let post_tokens = input.fixed_prefix_tokens.map(|f| f + installed_tokens);
@@ -371,12 +395,13 @@ fn summary_record(input: &InstallInput<'_>, uuid: &str, parent: &str) -> Map<Str
 fn attachment_record(
     input: &InstallInput<'_>,
     uuid: &str,
+    parent: Option<&str>,
     attachment: Value,
     rendered: &[String],
     role: &str,
 ) -> Map<String, Value> {
     let mut object = Map::new();
-    object.insert("parentUuid".to_owned(), Value::Null);
+    object.insert("parentUuid".to_owned(), parent.map_or(Value::Null, |p| json!(p)));
     object.insert("isSidechain".to_owned(), json!(false));
     object.insert("attachment".to_owned(), attachment);
     object.insert("type".to_owned(), json!("attachment"));

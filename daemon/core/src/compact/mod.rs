@@ -66,10 +66,11 @@ pub use guards::{
     StopReason, THRASH_REFILLS, THRASH_TURNS, THRASHING_MESSAGE,
 };
 pub use install::{
-    BATCH_FIELD, CompactionView, InstallError, InstallInput, KEPT_FROM, MAX_KEPT_SHARE, PartialPlan, PostCompact,
-    RATE_FIELD, REQUEST_TOKENS_FIELD, SplitDirection, UNDO_SUBTYPE, UndoError, boundary_rate, boundary_request_tokens,
-    build_post_compact, build_undo_record, carried_tokens, common_fields, compaction_view, is_undo_record, keep_tail,
-    kept_tail, kept_tail_start, partial_plan, safe_split, stamp_request_tokens, tools_used, torn_install, undo_target,
+    AttachmentLinks, BATCH_FIELD, CompactionView, InstallError, InstallInput, KEPT_FROM, MAX_KEPT_SHARE, PartialPlan,
+    PostCompact, RATE_FIELD, REQUEST_TOKENS_FIELD, SplitDirection, UNDO_SUBTYPE, UndoError, boundary_rate,
+    boundary_request_tokens, build_post_compact, build_undo_record, carried_tokens, common_fields, compaction_view,
+    is_undo_record, keep_tail, kept_tail, kept_tail_start, partial_plan, safe_split, stamp_request_tokens, tools_used,
+    torn_install, undo_target,
 };
 pub use ladder::{
     DEFAULT_MIN_CUT_PERCENT, Ladder, LadderError, LadderPolicy, LadderStep, Rung, RungAttempt, RungOutcome, RungVerdict,

@@ -186,6 +186,7 @@ fn auto_install<'a>(
         common: common_fields(&records[0]),
         timestamp: "2026-11-29T10:05:00.000Z".to_owned(),
         tokens_per_kib: None,
+        attachment_links: super::AttachmentLinks::Loose,
     }
 }
 
@@ -377,6 +378,31 @@ fn a_prompt_appended_during_the_compaction_and_the_restored_files_stay_in_view()
 }
 
 #[test]
+fn in_a_claude_code_transcript_the_restored_files_and_hook_output_are_chained_after_the_summary() {
+    // The program walks parentUuid from its newest record: a record off that chain is
+    // left out of its request, so the install links each after the one before.
+    let records = session();
+    let attachments = restored_attachments();
+    let hooks = vec!["Remember: run pytest before committing.".to_owned()];
+    let loose = build_post_compact(&auto_install(&records, &attachments, &hooks), &mut counter()).unwrap();
+    let input =
+        InstallInput { attachment_links: AttachmentLinks::Chained, ..auto_install(&records, &attachments, &hooks) };
+    let chained = build_post_compact(&input, &mut counter()).unwrap();
+    let parents = |built: &PostCompact| -> Vec<Value> {
+        built.records[2..].iter().map(|r| r.to_value()["parentUuid"].clone()).collect()
+    };
+    let added = chained.records.len() - 2;
+    assert!(added > attachments.len(), "files and the hook output");
+    assert_eq!(parents(&loose), vec![Value::Null; added]);
+    let mut expected = Vec::new();
+    for pair in chained.records[1..].windows(2) {
+        expected.push(json!(pair[0].uuid().unwrap()));
+    }
+    assert_eq!(parents(&chained), expected, "each after the one before, the first after the summary");
+    assert_eq!(chained.records[1].uuid(), Some(chained.summary_uuid.as_str()));
+}
+
+#[test]
 fn the_request_tokens_stamped_on_a_boundary_read_back_with_its_batch() {
     let records = session();
     let attachments = restored_attachments();
@@ -480,6 +506,7 @@ fn partial_compaction_in_both_directions() {
         common: common_fields(&records[0]),
         timestamp: "t".to_owned(),
         tokens_per_kib: None,
+        attachment_links: super::AttachmentLinks::Loose,
     };
     let built = build_post_compact(&input, &mut counter()).unwrap();
     let kinds: Vec<String> = built
@@ -1657,6 +1684,7 @@ fn install_over(view: &[Record], kept_from: usize) -> (Vec<Record>, Vec<String>)
         common: common_fields(&view[0]),
         timestamp: "2026-11-29T10:05:00.000Z".to_owned(),
         tokens_per_kib: None,
+        attachment_links: super::AttachmentLinks::Loose,
     };
     let built = build_post_compact(&input, &mut counter()).unwrap();
     let installed = built.records[1..].iter().filter_map(|r| r.uuid().map(str::to_owned)).collect();

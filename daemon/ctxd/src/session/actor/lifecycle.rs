@@ -370,6 +370,7 @@ impl Session {
             common,
             timestamp: now_rfc3339(),
             tokens_per_kib: Some(self.tally.calibration.tokens_per_kib),
+            attachment_links: ctxd_core::compact::AttachmentLinks::Loose,
         };
         let mut post = build_post_compact(&input, &mut || uuid::Uuid::new_v4().to_string())
             .map_err(|e| SessionError::CompactFailed(e.to_string()))?;
