@@ -304,14 +304,21 @@ fn a_fork_that_skips_the_cache_write_marks_the_shared_prefix() {
     assert!(messages.len() >= n);
 }
 
+/// A daemon on `dir` with session `s` open in a project, holding the first `count`
+/// records of the example session; the records are returned.
+fn example_session(dir: &Path, count: usize) -> (Daemon, Vec<Value>) {
+    let project = project(dir);
+    let mut daemon = Daemon::started(&dir.join("state")).unwrap();
+    daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "s"})).unwrap();
+    let records = example(count);
+    daemon.request("ctx/append", json!({"sessionId": "s", "records": records})).unwrap();
+    (daemon, records)
+}
+
 #[test]
 fn snips_and_collapses_leave_the_request_and_the_count() {
     let dir = tempfile::tempdir().unwrap();
-    let project = project(dir.path());
-    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
-    daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "s"})).unwrap();
-    let records = example(60);
-    daemon.request("ctx/append", json!({"sessionId": "s", "records": records})).unwrap();
+    let (mut daemon, records) = example_session(dir.path(), 60);
     let before = assemble(&mut daemon, json!({}));
     // A plain user prompt in the middle of the session.
     let target = records[20..40].iter().find(|r| r["type"] == "user" && r["message"]["content"].is_string()).unwrap();
@@ -339,11 +346,7 @@ fn snips_and_collapses_leave_the_request_and_the_count() {
 #[test]
 fn a_snip_is_taken_off_the_compaction_check_once() {
     let dir = tempfile::tempdir().unwrap();
-    let project = project(dir.path());
-    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
-    daemon.request("ctx/openSession", json!({"cwd": project, "model": MODEL, "sessionId": "s"})).unwrap();
-    let records = example(60);
-    daemon.request("ctx/append", json!({"sessionId": "s", "records": records})).unwrap();
+    let (mut daemon, records) = example_session(dir.path(), 60);
     assemble(&mut daemon, json!({}));
     // Every plain prompt and text reply of the middle of the session.
     let uuids: Vec<&str> = records[5..50]
