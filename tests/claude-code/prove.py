@@ -22,9 +22,11 @@ Checks (each prints "ok" or "FAIL", then a closing "N passed, N failed" line):
    `/compact`, ctxd's line shows the window, usage and percentage in the JSON the
    program piped to it, and the "just compacted" mark after the compaction.
 
-With --bench: a session grown to about --mb megabytes is resumed untouched and after
-`ctxd claude compact`; the time from launch to the first request reaching the stub and
-that request's size are printed (a measurement, not an assertion).
+With --bench: a session of about --mb megabytes from `ctxd-gen-session` is resumed
+untouched and after the daemon compacted it while idle (`claudeIdleCompaction`, observed
+with `ctx/observe`); the time from launch to the first request reaching the stub and
+that request's size are printed (measurements), and the compacted request is checked to
+be at most 256 KB and to hold every user message of the session.
 
 Standard library only.
 """
@@ -358,65 +360,154 @@ def daemon_compaction_exported(w, sid):
     check("the kept reply once", len(replies) == len(set(replies)) and len(replies) >= 1, json.dumps(replies)[:800])
 
 
-def grow(path, megabytes):
-    """Appends synthetic turns, chained like the program's, until the file has about
-    `megabytes` MB."""
-    with open(path) as f:
-        records = [json.loads(l) for l in f if l.strip()]
-    last = [r for r in records if r.get("type") in ("user", "assistant") and r.get("uuid")][-1]
-    common = {k: last[k] for k in ("sessionId", "cwd", "version", "gitBranch", "userType", "entrypoint") if k in last}
-    parent = [r for r in records if r.get("uuid")][-1]["uuid"]
-    size = os.path.getsize(path)
-    target = megabytes * 1_000_000
-    n = 0
-    tokens = 20_000
-    with open(path, "a") as f:
-        while size < target:
-            n += 1
-            u = str(uuid.uuid4())
-            user = {"parentUuid": parent, "isSidechain": False, "type": "user",
-                    "message": {"role": "user", "content": f"Grown turn {n}: look at part {n}. GROW-USER-{n}"},
-                    "uuid": u, "timestamp": "2026-12-01T00:00:00.000Z", **common}
-            a = str(uuid.uuid4())
-            body = (f"Part {n} reviewed. " + "lorem ipsum dolor sit amet " * 120)[:3400]
-            tokens += 900
-            assistant = {"parentUuid": u, "isSidechain": False, "type": "assistant",
-                         "message": {"id": f"msg_grow_{n}", "type": "message", "role": "assistant",
-                                     "model": "claude-opus-5-5", "content": [{"type": "text", "text": body}],
-                                     "stop_reason": "end_turn", "stop_sequence": None,
-                                     "usage": {"input_tokens": tokens, "output_tokens": 900,
-                                               "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}},
-                         "uuid": a, "timestamp": "2026-12-01T00:00:01.000Z", **common}
-            for r in (user, assistant):
-                line = json.dumps(r) + "\n"
-                f.write(line)
-                size += len(line)
-            parent = a
-    return n
+def generated_session(w, folder, megabytes):
+    """A session of about `megabytes` MB from ctxd's own generator (realistic prompts,
+    tool calls and results, on the program's default model), written into the project's
+    transcript folder under a new id. Returns the id and the user prompts in order."""
+    gen = os.path.join(os.path.dirname(w.ctxd), "ctxd-gen-session")
+    raw = os.path.join(w.work, "generated.jsonl")
+    subprocess.run([gen, "--target-bytes", str(megabytes * 1_000_000), "--seed", "1", "--model", "claude-opus-5-5",
+                    "--cwd", w.proj, "--out", raw], check=True)
+    sid = str(uuid.uuid4())
+    prompts = []
+    with open(raw) as src, open(os.path.join(folder, f"{sid}.jsonl"), "w") as dst:
+        generated_id = None
+        for line in src:
+            record = json.loads(line)
+            generated_id = generated_id or record.get("sessionId")
+            dst.write(line.replace(generated_id, sid))
+            if record.get("type") != "user" or record.get("isMeta") or record.get("isCompactSummary"):
+                continue
+            content = record["message"]["content"]
+            if isinstance(content, list):
+                if any(b.get("type") == "tool_result" for b in content):
+                    continue
+                content = " ".join(b.get("text", "") for b in content if b.get("type") == "text")
+            prompts.append(content)
+    os.remove(raw)
+    return sid, prompts
+
+
+class Lsp:
+    """`ctxd serve` over its stdin and stdout, as an editor client drives it."""
+
+    def __init__(self, cmd, env, log):
+        import threading
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env)
+        self.replies = {}
+        self.cond = threading.Condition()
+        self.next_id = 0
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        out = self.proc.stdout
+        while True:
+            length = None
+            while True:
+                header = out.readline()
+                if not header:
+                    return
+                if header in (b"\r\n", b"\n"):
+                    break
+                name, _, value = header.decode().partition(":")
+                if name.strip().lower() == "content-length":
+                    length = int(value)
+            message = json.loads(out.read(length))
+            if "id" in message and "method" not in message:
+                with self.cond:
+                    self.replies[message["id"]] = message
+                    self.cond.notify_all()
+
+    def send(self, message):
+        body = json.dumps(message).encode()
+        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.proc.stdin.flush()
+
+    def request(self, method, params, timeout=60):
+        self.next_id += 1
+        rid = self.next_id
+        self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        with self.cond:
+            self.cond.wait_for(lambda: rid in self.replies, timeout)
+            return self.replies.get(rid, {"error": "no reply"})
+
+    def close(self):
+        try:
+            self.request("shutdown", None, timeout=10)
+            self.send({"jsonrpc": "2.0", "method": "exit"})
+            self.proc.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+
+
+def idle_compact(w, path):
+    """The daemon observes the transcript and compacts it once it has been idle for a
+    second (offline summary). Returns the seconds from observing to the compaction, or
+    None when it did not happen within five minutes."""
+    env = {k: v for k, v in w.env.items() if not k.startswith("ANTHROPIC_")}
+    with open(os.path.join(w.work, "idle-daemon.log"), "w") as log:
+        lsp = Lsp([w.ctxd, "--state-dir", os.path.join(w.work, "idle-state"), "--log-stderr", "serve"], env, log)
+        try:
+            settings = {"claudeIdleCompaction": True, "claudeIdleCompactAfterSeconds": 1,
+                        "claudeIdleCompactPercent": 1, "provider": "offline"}
+            lsp.request("initialize", {"capabilities": {}, "initializationOptions": {"settings": settings}})
+            lsp.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+            before = os.path.getsize(path)
+            started = time.time()
+            observed = lsp.request("ctx/observe", {"transcript": path})
+            if "result" not in observed:
+                check("bench: the daemon observes the generated session", False, str(observed)[:500])
+                return None
+            # By its size: reading the file would hold it open, and the daemon leaves
+            # alone a transcript another process has open.
+            while time.time() - started < 300:
+                if os.path.getsize(path) > before:
+                    return time.time() - started
+                time.sleep(0.1)
+            return None
+        finally:
+            lsp.close()
+
+
+def held_in_order(prompts, text):
+    """How many of `prompts` appear in `text`, in order, by their first words."""
+    held, at = 0, 0
+    for prompt in prompts:
+        head = prompt[:24]
+        found = text.find(head, at)
+        if found >= 0:
+            held += 1
+            at = found + len(head)
+    return held
 
 
 def bench(w, sid, megabytes):
-    path = w.transcript(sid)
-    turns = grow(path, megabytes)
-    size = os.path.getsize(path)
-    # A copy under another id, compacted by ctxd.
-    twin = str(uuid.uuid4())
-    twin_path = os.path.join(os.path.dirname(path), f"{twin}.jsonl")
-    with open(path) as src, open(twin_path, "w") as dst:
-        for line in src:
-            dst.write(line.replace(sid, twin))
-    # Offline, as the figures in BENCHMARKS.md were taken: the stub's summary would
-    # only measure a loopback round trip.
+    folder = os.path.dirname(w.transcript(sid))
     started = time.time()
-    out = w.ctxd_cmd("claude", "compact", twin, "--offline")
-    compact_s = time.time() - started
-    check("bench: ctxd compacts the grown session", out.returncode == 0, out.stderr[-800:])
+    untouched, prompts = generated_session(w, folder, megabytes)
+    path = os.path.join(folder, f"{untouched}.jsonl")
+    size = os.path.getsize(path)
+    print(f"bench: generated {size / 1e6:.1f} MB, {len(prompts)} user messages, in {time.time() - started:.1f} s")
+
+    def copy(to):
+        with open(path) as src, open(os.path.join(folder, f"{to}.jsonl"), "w") as dst:
+            for line in src:
+                dst.write(line.replace(untouched, to))
+
+    # A copy under another id, left idle under the daemon's watch.
+    twin = str(uuid.uuid4())
+    copy(twin)
+    twin_path = os.path.join(folder, f"{twin}.jsonl")
+    idle_s = idle_compact(w, twin_path)
+    check("bench: the daemon compacts the idle session in place", idle_s is not None)
+    with open(twin_path, "rb") as f:
+        check("bench: appended only", f.read(size) == open(path, "rb").read().replace(
+            untouched.encode(), twin.encode()))
     # Once more through the provider (the stub on loopback): what the summary request
     # costs ctxd on top (the view assembled, the request built and sent).
     third = str(uuid.uuid4())
-    with open(path) as src, open(os.path.join(os.path.dirname(path), f"{third}.jsonl"), "w") as dst:
-        for line in src:
-            dst.write(line.replace(sid, third))
+    copy(third)
     asked = len(w.requests())
     started = time.time()
     out = w.ctxd_cmd("claude", "compact", third)
@@ -425,7 +516,7 @@ def bench(w, sid, megabytes):
           out.stdout[-300:] + out.stderr[-800:])
     summary_bytes = sum(r["bytes"] for r in w.requests()[asked:])
     rows = []
-    for label, target in (("untouched", sid), ("compacted", twin)):
+    for label, target in (("untouched", untouched), ("idle-compacted", twin)):
         seen = len(w.requests())
         result = w.claude_p(f"Bench {label}", resume=target)
         new = w.requests()[seen:]
@@ -433,8 +524,9 @@ def bench(w, sid, megabytes):
         rows.append((label, result, first))
         check(f"bench: the program resumes the {label} session", result.get("_rc") == 0 and first is not None,
               str(result)[:500])
-    print(f"bench: session {size / 1e6:.1f} MB ({turns} grown turns); ctxd claude compact took {compact_s:.2f} s "
-          f"offline, {provider_s:.2f} s through the stub provider ({summary_bytes / 1e6:.1f} MB of summary requests)")
+    print(f"bench: the daemon compacted the idle session {idle_s or 0:.2f} s after observing it (1 s idle wait "
+          f"included); ctxd claude compact through the stub provider took {provider_s:.2f} s "
+          f"({summary_bytes / 1e6:.1f} MB of summary requests)")
     for label, result, first in rows:
         if first is None:
             continue
@@ -443,9 +535,13 @@ def bench(w, sid, megabytes):
               f"{len(first['body']['messages'])} messages")
     compacted = rows[1][2]
     if compacted:
+        check("bench: the compacted session's first request is at most 256 KB", compacted["bytes"] <= 256_000,
+              f"{compacted['bytes']} bytes")
         flat = " ".join(" ".join(texts(m)) for m in compacted["body"]["messages"])
-        held = sum(1 for k in range(1, turns + 1) if f"GROW-USER-{k}" in flat)
-        print(f"bench: the compacted request's summary names {held} of {turns} grown user messages")
+        held = held_in_order(prompts, flat)
+        print(f"bench: the compacted request holds {held} of {len(prompts)} user messages (by their first words)")
+        check("bench: the compacted request holds every user message", held == len(prompts),
+              f"{held} of {len(prompts)}")
 
 
 STATUSLINE_WRAPPER = """#!{python}

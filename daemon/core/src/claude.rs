@@ -13,6 +13,7 @@
 //! ctxd appended), which is how [`plan_undo`] knows the tail of the file is ctxd's own
 //! install and nothing came after it.
 
+use crate::budget::{EnvConfig, WindowInputs, resolve_window, thresholds};
 use crate::compact::{
     DEFAULT_RECENT_TURNS, FidelityFacts, FileReadEntry, InstallInput, KeptMessages, PlanFile, RestoreBudget,
     RestoreInput, SummaryMessage, Trigger, appended_budget, build_post_compact, check_fidelity, common_fields,
@@ -20,7 +21,9 @@ use crate::compact::{
 };
 use crate::ledger::file_read_in;
 use crate::record::{Kind, Record};
-use crate::summary::{OfflineOptions, parse_summary_reply, summarize_offline};
+use crate::summary::{
+    DEFAULT_MAX_OUTPUT_TOKENS, OfflineOptions, offline_cap_tokens, parse_summary_reply, summarize_offline,
+};
 use crate::tally::Tally;
 
 /// Field of the boundary: lines of ctxd's install, the boundary included.
@@ -115,6 +118,8 @@ pub struct Prepared {
     /// The newest user or assistant record with a uuid and a `sessionId`, whose common
     /// fields the appended records copy.
     pub last_message: usize,
+    /// The summary's cap in estimated tokens (see [`summary_cap_tokens`]).
+    pub summary_cap_tokens: u64,
 }
 
 impl Prepared {
@@ -140,7 +145,7 @@ impl Prepared {
 /// The newest messages stay in view (an assistant's last reply, or the tool round in
 /// progress, as [`kept_tail_start`] chooses) by reference; everything since the last
 /// boundary before them is summarized.
-pub fn prepare(records: &[Record]) -> Result<Prepared, Refusal> {
+pub fn prepare(records: &[Record], env: &EnvConfig) -> Result<Prepared, Refusal> {
     let last_message = records
         .iter()
         .rposition(|r| is_message(r) && r.uuid().is_some() && r.line().contains("\"sessionId\""))
@@ -153,7 +158,22 @@ pub fn prepare(records: &[Record]) -> Result<Prepared, Refusal> {
     if !active[..kept_from].iter().any(|r| is_message(r) && r.head().kind == Kind::Assistant) {
         return Err(Refusal::NothingToSummarize);
     }
-    Ok(Prepared { split: start + kept_from, start, last_message })
+    Ok(Prepared { split: start + kept_from, start, last_message, summary_cap_tokens: summary_cap_tokens(records, env) })
+}
+
+/// The summary's cap for a Claude Code session: the offline summary's cap for the
+/// threshold of the session's model, so a session on a one-million-token window gets
+/// room to name many more of its messages, and never below the program's own cap on a
+/// summary reply.
+pub fn summary_cap_tokens(records: &[Record], env: &EnvConfig) -> u64 {
+    let model = records
+        .iter()
+        .rev()
+        .filter(|r| r.head().kind == Kind::Assistant && !r.head().is_sidechain)
+        .find_map(|r| r.head().model.as_deref().filter(|m| !m.starts_with('<')))
+        .unwrap_or_default();
+    let levels = thresholds(&resolve_window(model, &WindowInputs::default(), env), env, true);
+    offline_cap_tokens(levels.threshold).max(DEFAULT_MAX_OUTPUT_TOKENS)
 }
 
 /// The offline summarizer's summary body of what `prepared` summarizes, focused by
@@ -161,7 +181,11 @@ pub fn prepare(records: &[Record]) -> Result<Prepared, Refusal> {
 pub fn offline_summary(records: &[Record], prepared: &Prepared, instructions: Option<&str>) -> Result<String, Refusal> {
     let offline = summarize_offline(
         prepared.summarized(records),
-        &OfflineOptions { focus: instructions.map(str::to_owned), ..OfflineOptions::default() },
+        &OfflineOptions {
+            focus: instructions.map(str::to_owned),
+            max_output_tokens: prepared.summary_cap_tokens,
+            ..OfflineOptions::default()
+        },
     );
     parse_summary_reply(&offline.text).map_err(|e| Refusal::Summary(e.to_string()))
 }
@@ -176,7 +200,7 @@ pub fn plan_compaction(
     timestamp: &str,
     new_uuid: &mut dyn FnMut() -> String,
 ) -> Result<ClaudeCompaction, Refusal> {
-    let prepared = prepare(records)?;
+    let prepared = prepare(records, &EnvConfig::default())?;
     let body = offline_summary(records, &prepared, instructions)?;
     plan_compaction_with(records, &prepared, &body, files, plan, timestamp, new_uuid)
 }
@@ -206,8 +230,7 @@ pub fn plan_compaction_with(
     // Checked against the part in view, as a session's own compaction checks its view:
     // what lay before the last boundary is in that boundary's summary.
     let facts = FidelityFacts::from_records(&summarized[prepared.start.min(summarized.len())..], DEFAULT_RECENT_TURNS);
-    // The offline summary's own cap (the window of a Claude Code model is not known here).
-    let checked = check_fidelity(summary_body, &facts, appended_budget(crate::summary::DEFAULT_MAX_OUTPUT_TOKENS));
+    let checked = check_fidelity(summary_body, &facts, appended_budget(prepared.summary_cap_tokens));
     let summary_text = summary_message_text(&SummaryMessage {
         body: checked.summary,
         transcript_path: None,
@@ -405,7 +428,7 @@ mod tests {
     #[test]
     fn a_summary_written_elsewhere_is_installed_and_checked_for_fidelity() {
         let records: Vec<Record> = fixture().into_iter().take(57).collect();
-        let prepared = prepare(&records).unwrap();
+        let prepared = prepare(&records, &EnvConfig::default()).unwrap();
         // The last reply stays; everything before it is summarized.
         assert_eq!(prepared.split, 55);
         assert_eq!(prepared.summarized(&records).len(), 55);
@@ -458,5 +481,54 @@ mod tests {
         // The program's own compaction is not ctxd's to undo.
         let theirs: Vec<(u64, Record)> = fixture().into_iter().enumerate().map(|(i, r)| (i as u64, r)).collect();
         assert_eq!(plan_undo(&theirs), Err(Refusal::NotOurs));
+    }
+
+    /// A session of `turns` prompt-and-reply pairs on `model`, each prompt naming its
+    /// turn in its first words and running on for 300 bytes.
+    fn long_session(model: &str, turns: usize) -> Vec<Record> {
+        let mut lines = Vec::new();
+        let mut parent = serde_json::Value::Null;
+        for n in 0..turns {
+            let (u, a) = (format!("u-{n}"), format!("a-{n}"));
+            let prompt = format!("Turn {n:04} asks for this. {}", "more words of the request ".repeat(11));
+            lines.push(serde_json::json!({"type": "user", "uuid": u, "parentUuid": parent, "sessionId": "s",
+                "isSidechain": false, "message": {"role": "user", "content": prompt}}));
+            lines.push(serde_json::json!({"type": "assistant", "uuid": a, "parentUuid": u, "sessionId": "s",
+                "isSidechain": false, "message": {"role": "assistant", "model": model, "id": format!("m-{n}"),
+                    "content": [{"type": "text", "text": format!("Done with turn {n}.")}],
+                    "usage": {"input_tokens": 1000 + n, "output_tokens": 10}}}));
+            parent = serde_json::Value::String(a);
+        }
+        lines.iter().map(|l| Record::parse(&l.to_string()).unwrap()).collect()
+    }
+
+    #[test]
+    fn the_summary_cap_follows_the_models_window() {
+        let env = EnvConfig::default();
+        let big = summary_cap_tokens(&long_session("claude-opus-5-5", 2), &env);
+        assert!(big > 40_000 && big <= crate::summary::MAX_OFFLINE_CAP_TOKENS, "{big}");
+        // A 200k window keeps the program's own cap on a summary reply.
+        assert_eq!(summary_cap_tokens(&long_session("claude-sonnet-4-5", 2), &env), DEFAULT_MAX_OUTPUT_TOKENS);
+        assert_eq!(summary_cap_tokens(&long_session("some-unknown-model", 2), &env), DEFAULT_MAX_OUTPUT_TOKENS);
+    }
+
+    #[test]
+    fn a_long_session_on_a_million_token_window_keeps_every_user_message() {
+        let records = long_session("claude-opus-5-5", 1_200);
+        let plan = plan_compaction(&records, &[], None, None, "t", &mut counter()).unwrap();
+        let summary: serde_json::Value = serde_json::from_str(&plan.lines[1]).unwrap();
+        let text = summary["message"]["content"].as_str().unwrap();
+        // All but the newest turn, whose reply stays in view.
+        for n in 0..1_199 {
+            assert!(text.contains(&format!("Turn {n:04} asks")), "turn {n} is missing");
+        }
+        assert!(!text.contains("more user messages cut"));
+        // The same session on a 200k window: the newest stay, the oldest are counted.
+        let records = long_session("claude-sonnet-4-5", 2_500);
+        let plan = plan_compaction(&records, &[], None, None, "t", &mut counter()).unwrap();
+        let summary: serde_json::Value = serde_json::from_str(&plan.lines[1]).unwrap();
+        let text = summary["message"]["content"].as_str().unwrap();
+        assert!(text.contains("Turn 2498 asks") && !text.contains("Turn 0001 asks"));
+        assert!(text.contains("more user messages cut …]"));
     }
 }

@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use ctxd_core::budget::EnvConfig;
 use ctxd_core::claude::{
     ClaudeCompaction, FileNow, Prepared, files_read, offline_summary, plan_compaction_with, plan_slug, plan_undo,
     prepare,
@@ -263,7 +264,7 @@ struct Read {
 }
 
 /// The checks and the planning before the summary: refuses what cannot be compacted.
-fn read_and_prepare(path: &Path) -> Result<Read, String> {
+fn read_and_prepare(path: &Path, budget: &EnvConfig) -> Result<Read, String> {
     writable(path)?;
     not_open(path)?;
     let (before, records) = read_records(path)?;
@@ -274,7 +275,7 @@ fn read_and_prepare(path: &Path) -> Result<Read, String> {
         return Err(format!("its project directory {} no longer exists", dir.display()));
     }
     let records: Vec<Record> = records.into_iter().map(|(_, r)| r).collect();
-    let prepared = prepare(&records).map_err(|e| e.to_string())?;
+    let prepared = prepare(&records, budget).map_err(|e| e.to_string())?;
     Ok(Read { before, records, prepared, project })
 }
 
@@ -295,7 +296,8 @@ pub async fn compact(
     source: SummarySource,
 ) -> Result<Compacted, String> {
     let target = path.clone();
-    let read = tokio::task::spawn_blocking(move || read_and_prepare(&target))
+    let budget = env.budget().clone();
+    let read = tokio::task::spawn_blocking(move || read_and_prepare(&target, &budget))
         .await
         .map_err(|e| format!("claude compact task failed: {e}"))?
         .map_err(|why| refused(&path, "compact", why))?;

@@ -22,6 +22,9 @@ const MIN_KEY: usize = 200;
 const MIN_USER_MESSAGE: usize = 160;
 /// Shortest form, used before any user message is dropped.
 const TINY_USER_MESSAGE: usize = 100;
+/// Bytes of a user message's brief form, its first words: what every message keeps
+/// before the oldest are counted instead.
+const BRIEF_USER_MESSAGE: usize = 40;
 /// Ranges listed per file before "and N more".
 const MAX_RANGES: usize = 6;
 /// Steps listed in Current Work.
@@ -443,7 +446,12 @@ impl Ctx<'_> {
             .enumerate()
             .map(|(i, (times, text))| {
                 let lead = if times > 1 { format!("- {}", carry::times_lead(times)) } else { "- ".to_owned() };
-                let e = Entry::new(lead, text).min(MIN_USER_MESSAGE).tiny(TINY_USER_MESSAGE).rank(i + 1).head_tail();
+                let e = Entry::new(lead, text)
+                    .min(MIN_USER_MESSAGE)
+                    .tiny(TINY_USER_MESSAGE)
+                    .brief(BRIEF_USER_MESSAGE)
+                    .rank(i + 1)
+                    .head_tail();
                 if i == 0 || i == last { e.keep() } else { e }
             })
             .collect();

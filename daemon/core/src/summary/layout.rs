@@ -4,9 +4,11 @@
 //! a body that may be cut. When everything fits, everything is written in full. When it
 //! does not, room is shared out so that the longest sections give up the most
 //! (water-filling: no section is cut below what a shorter one keeps), and inside a
-//! section the longest bodies are cut first, down to a per-entry minimum. Only when the
-//! minimums do not fit are whole entries dropped, lowest rank first, behind one visible
-//! marker; entries marked `keep` are never dropped, and headings are always written.
+//! section the longest bodies are cut first, down to a per-entry minimum. When the
+//! minimums do not fit, entries fall back to a brief form (a few words), lowest rank
+//! first; only when even the brief forms do not fit are whole entries dropped, lowest
+//! rank first, behind one visible marker. Entries marked `keep` are never dropped, and
+//! headings are always written.
 //! Entries that match the caller's focus keep twice the room of the others, count
 //! towards their section's floor and are dropped last. If even the kept entries do not
 //! fit at their minimums, every minimum shrinks in steps (the "squeeze") before the
@@ -27,8 +29,11 @@ pub(super) struct Entry {
     /// Bytes of body kept when the cap is tight (when the body is longer).
     pub min_body: usize,
     /// Bytes of body kept when even the `min_body` forms of a section do not fit,
-    /// before any entry of it is dropped.
+    /// before any entry of it is given its brief form.
     pub tiny_body: usize,
+    /// Bytes of body kept when even the `tiny_body` forms do not fit, before any entry
+    /// of the section is dropped.
+    pub brief_body: usize,
     pub style: CutStyle,
     /// Entries with a lower rank are dropped first.
     pub rank: u32,
@@ -45,20 +50,28 @@ impl Entry {
             body: body.into(),
             min_body: 120,
             tiny_body: 120,
+            brief_body: 120,
             style: CutStyle::Head,
             rank: 0,
             keep: false,
             focus: false,
         }
     }
-    /// Sets the minimum body (and the tiny form to the same).
+    /// Sets the minimum body (and the tiny and brief forms to the same).
     pub(super) fn min(mut self, bytes: usize) -> Entry {
         self.min_body = bytes;
         self.tiny_body = bytes;
+        self.brief_body = bytes;
         self
     }
+    /// Sets the tiny form (and the brief form to the same).
     pub(super) fn tiny(mut self, bytes: usize) -> Entry {
         self.tiny_body = bytes.min(self.min_body);
+        self.brief_body = self.tiny_body;
+        self
+    }
+    pub(super) fn brief(mut self, bytes: usize) -> Entry {
+        self.brief_body = bytes.min(self.tiny_body);
         self
     }
     pub(super) fn rank(mut self, rank: usize) -> Entry {
@@ -200,11 +213,25 @@ fn fit_section(section: &Section, allowance: usize, squeeze: usize) -> String {
         min_lens = entries.iter().zip(&mins).map(|(e, m)| entry_len(e, *m, &mut scratch)).collect();
     }
 
-    // Drop entries until the minimums fit: lowest rank first, focus matches last.
-    let mut alive = vec![true; entries.len()];
     let mut total = heading_len + min_lens.iter().sum::<usize>();
     let mut order: Vec<usize> = (0..entries.len()).filter(|&i| !entries[i].keep).collect();
     order.sort_by_key(|&i| (entries[i].focus, entries[i].rank, i));
+    // Brief forms, lowest rank first, until the minimums fit: every entry stays named
+    // for as long as the room allows.
+    for &i in &order {
+        if total <= allowance {
+            break;
+        }
+        let brief = squeezed(entries[i].brief_body, squeeze).min(mins[i]);
+        if brief < mins[i] {
+            let len = entry_len(&entries[i], brief, &mut scratch);
+            total = total - min_lens[i] + len;
+            (mins[i], min_lens[i]) = (brief, len);
+        }
+    }
+
+    // Drop entries until the minimums fit: lowest rank first, focus matches last.
+    let mut alive = vec![true; entries.len()];
     let mut dropped = section.folded;
     for i in order {
         let marker = if dropped > 0 { dropped_line(dropped, section.noun).len() } else { 0 };
@@ -248,6 +275,16 @@ fn fit_section(section: &Section, allowance: usize, squeeze: usize) -> String {
 /// With `only_kept`, only entries that are kept or match the focus count, plus the
 /// marker for the others.
 fn min_len_of(section: &Section, squeeze: usize, only_kept: bool) -> usize {
+    section_len_at(section, squeeze, only_kept, |e| e.min_body)
+}
+
+/// Length of a section with every entry at its (squeezed) brief form, the kept ones at
+/// their minimum.
+fn brief_len_of(section: &Section, squeeze: usize) -> usize {
+    section_len_at(section, squeeze, false, |e| if e.keep { e.min_body } else { e.brief_body })
+}
+
+fn section_len_at(section: &Section, squeeze: usize, only_kept: bool, form: impl Fn(&Entry) -> usize) -> usize {
     if section.entries.is_empty() {
         return write_section(section, &Vec::new()).len();
     }
@@ -256,7 +293,7 @@ fn min_len_of(section: &Section, squeeze: usize, only_kept: bool) -> usize {
         .entries
         .iter()
         .filter(|e| !only_kept || e.keep || e.focus)
-        .map(|e| entry_len(e, squeezed(e.min_body, squeeze).min(e.body.len()), &mut scratch))
+        .map(|e| entry_len(e, squeezed(form(e), squeeze).min(e.body.len()), &mut scratch))
         .sum();
     let left_out =
         if only_kept { section.entries.iter().filter(|e| !(e.keep || e.focus)).count() } else { 0 } + section.folded;
@@ -280,8 +317,14 @@ fn floors(sections: &[Section], full_lens: &[usize], budget: usize, squeeze: usi
             if s.number == PROTECTED_SECTION {
                 // At most its share of the budget: past it, the oldest messages are
                 // counted in the marker rather than squeezing files and current work
-                // out.
-                min_len_of(s, squeeze, false).min(full).min((budget * PROTECTED_SHARE / 100).max(kept))
+                // out. A larger share when that holds every message in brief form.
+                let brief = brief_len_of(s, squeeze);
+                let share = if brief <= budget * PROTECTED_BRIEF_SHARE / 100 {
+                    brief.max(budget * PROTECTED_SHARE / 100)
+                } else {
+                    budget * PROTECTED_SHARE / 100
+                };
+                min_len_of(s, squeeze, false).min(full).min(share.max(kept))
             } else {
                 kept.max(heading(s.number).len() + FLOOR_BYTES).min(full)
             }
@@ -318,6 +361,8 @@ const FLOOR_BYTES: usize = 240;
 const PROTECTED_SECTION: usize = 6;
 /// Percent of the budget the protected section's floor may take.
 const PROTECTED_SHARE: usize = 60;
+/// Percent it may take when that is enough for all its entries in brief form.
+const PROTECTED_BRIEF_SHARE: usize = 80;
 
 /// Lays the sections out as the `<summary>` text within `cap_tokens` (estimated as
 /// bytes / 4, rounded up). Returns the text and whether anything was cut to fit.
@@ -437,6 +482,35 @@ mod tests {
         assert!(text.contains("entry number 39"), "highest rank survives");
         assert!(!text.contains("entry number 1 "), "lowest unkept rank goes first");
         assert!(text.contains("more entries cut …]"));
+    }
+
+    #[test]
+    fn brief_forms_come_before_any_entry_is_dropped() {
+        let bodies: Vec<String> =
+            (0..40).map(|i| format!("Request {i:02} names its task first. {}", "detail ".repeat(30))).collect();
+        let entries = bodies.iter().enumerate().map(|(i, b)| Entry::new("- ", b.as_str()).min(160).brief(40).rank(i));
+        let mut s = Section {
+            number: PROTECTED_SECTION,
+            entries: entries.collect(),
+            empty: "- none",
+            noun: ("message", "messages"),
+            folded: 0,
+        };
+        s.entries[39].keep = true;
+        // Room for every entry's first words, not for their minimums.
+        let (text, trimmed) = layout(std::slice::from_ref(&s), 700);
+        assert!(trimmed && estimate_tokens(&text) <= 700);
+        for i in 0..40 {
+            assert!(text.contains(&format!("Request {i:02} names")), "{i} missing:\n{text}");
+        }
+        assert!(!text.contains("more messages cut"), "{text}");
+        assert!(text.contains("Request 39 names its task first. detail detail"), "the kept entry keeps its minimum");
+        // Less room: the oldest go, counted; the newest stay.
+        let (text, _) = layout(&[s], 250);
+        assert!(estimate_tokens(&text) <= 250);
+        assert!(
+            text.contains("more messages cut …]") && text.contains("Request 38 names") && !text.contains("Request 00")
+        );
     }
 
     #[test]

@@ -105,6 +105,9 @@ pub(super) fn cut(text: &str, limit: usize, style: CutStyle) -> String {
     if text.len() <= limit {
         return text.to_owned();
     }
+    if limit < COUNTED_CUT_MIN {
+        return brief_cut(text, limit);
+    }
     // A text cut before (an earlier summary's excerpt) stands for more than its own
     // characters: the new marker counts what the old ones it swallows stood for.
     let earlier = markers_in(text);
@@ -149,6 +152,21 @@ pub(super) fn cut(text: &str, limit: usize, style: CutStyle) -> String {
         out.push_str(tail_text);
     }
     out
+}
+
+/// Below this many bytes a cut keeps the first words and a bare ellipsis: the counted
+/// marker would take most of the room.
+const COUNTED_CUT_MIN: usize = 80;
+const BRIEF_MARK: &str = " …";
+
+/// The first words of `text` and an ellipsis, at most `limit` bytes (the ellipsis alone
+/// when no word fits).
+fn brief_cut(text: &str, limit: usize) -> String {
+    let head = text[..head_end(text, limit.saturating_sub(BRIEF_MARK.len()))].trim_end();
+    if head.is_empty() {
+        return BRIEF_MARK.trim_start().to_owned();
+    }
+    format!("{head}{BRIEF_MARK}")
 }
 
 /// Cuts to at most `max_chars` characters (not bytes), for the per-message limit the
@@ -221,7 +239,7 @@ mod tests {
     #[test]
     fn cut_respects_the_limit_and_counts_what_it_cut() {
         let text = "word ".repeat(400); // 2,000 bytes
-        for limit in [60, 100, 159, 200, 500, 1999] {
+        for limit in [COUNTED_CUT_MIN, 100, 159, 200, 500, 1999] {
             for style in [CutStyle::Head, CutStyle::HeadTail] {
                 let out = cut(&text, limit, style);
                 assert!(out.len() <= limit, "{limit} {style:?}: {} bytes", out.len());
@@ -235,6 +253,17 @@ mod tests {
             }
         }
         assert_eq!(cut("short", 10, CutStyle::Head), "short");
+    }
+
+    #[test]
+    fn a_short_cut_keeps_the_first_words_and_an_ellipsis() {
+        let text = "Please fix the retry writer. Limit compact file memory result queue request. Then test.";
+        for style in [CutStyle::Head, CutStyle::HeadTail] {
+            assert_eq!(cut(text, 34, style), "Please fix the retry writer. …");
+            let out = cut(text, COUNTED_CUT_MIN - 1, style);
+            assert!(out.len() < COUNTED_CUT_MIN && out.ends_with(" …") && !out.contains("cut"), "{out}");
+        }
+        assert_eq!(cut(text, 4, CutStyle::Head), "…");
     }
 
     #[test]
