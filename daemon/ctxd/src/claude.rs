@@ -296,7 +296,7 @@ pub async fn compact(
     source: SummarySource,
 ) -> Result<Compacted, String> {
     let target = path.clone();
-    let budget = env.budget().clone();
+    let budget = *env.budget();
     let read = tokio::task::spawn_blocking(move || read_and_prepare(&target, &budget))
         .await
         .map_err(|e| format!("claude compact task failed: {e}"))?
