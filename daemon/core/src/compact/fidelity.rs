@@ -32,6 +32,8 @@ const ENOUGH_WORDS: usize = 20;
 const QUOTE_CHARS: usize = 400;
 /// Longest quote of the latest request: it steers the next step, so more of it stays.
 const LATEST_QUOTE_CHARS: usize = 1_000;
+/// Characters quoted of an older missing user message when the quotes do not all fit.
+const BRIEF_QUOTE_CHARS: usize = 40;
 
 /// Tools whose `file_path` (or `notebook_path`) input names a file the turn touched.
 const FILE_TOOLS: &[&str] = &["Read", "Edit", "MultiEdit", "Write", "NotebookEdit"];
@@ -166,7 +168,8 @@ pub struct FidelityOutcome {
 /// missing. The order is fixed: user messages, the latest request, files, open tasks.
 ///
 /// The appended section stays within about `max_appended_bytes`: the latest request,
-/// the files and the open tasks always go in; of the missing user messages, the newest
+/// the files and the open tasks always go in; the missing user messages are quoted,
+/// the oldest by their first words when the quotes do not all fit; past that, the newest
 /// that fit do, and the older ones are counted in one line (a model's short summary of a
 /// session with thousands of messages would otherwise grow by all of them).
 pub fn check_fidelity(summary: &str, facts: &FidelityFacts, max_appended_bytes: usize) -> FidelityOutcome {
@@ -261,7 +264,21 @@ fn render(missing: &[FidelityItem], max_bytes: usize) -> String {
         .filter(|(_, item)| matches!(item, FidelityItem::UserMessage(_)))
         .map(|(i, _)| i)
         .collect();
+    let mut lines = lines;
     let mut room = max_bytes.saturating_sub(fixed + left_out_line(messages.len()).len() + 1);
+    // The oldest are quoted by their first words, one by one, until every message fits.
+    let mut total: usize = messages.iter().map(|&i| lines[i].len() + 1).sum();
+    for &i in &messages {
+        if total <= room {
+            break;
+        }
+        if let FidelityItem::UserMessage(text) = &missing[i] {
+            let brief = user_message_line(text, BRIEF_QUOTE_CHARS);
+            total = total - lines[i].len() + brief.len();
+            lines[i] = brief;
+        }
+    }
+    // Past that, the oldest are counted instead.
     let mut first_kept = messages.len();
     for (n, &i) in messages.iter().enumerate().rev() {
         let Some(left) = room.checked_sub(lines[i].len() + 1) else { break };
@@ -286,6 +303,10 @@ fn render(missing: &[FidelityItem], max_bytes: usize) -> String {
     out
 }
 
+fn user_message_line(text: &str, max_chars: usize) -> String {
+    format!("- User message: \"{}\"", shorten(text, max_chars))
+}
+
 /// The line that counts the missing user messages left out of the section.
 fn left_out_line(count: usize) -> String {
     let noun = if count == 1 { "user message" } else { "user messages" };
@@ -294,7 +315,7 @@ fn left_out_line(count: usize) -> String {
 
 fn line(item: &FidelityItem) -> String {
     match item {
-        FidelityItem::UserMessage(text) => format!("- User message: \"{}\"", shorten(text, QUOTE_CHARS)),
+        FidelityItem::UserMessage(text) => user_message_line(text, QUOTE_CHARS),
         FidelityItem::LatestRequest(text) => {
             format!("- Latest user request: \"{}\"", shorten(text, LATEST_QUOTE_CHARS))
         }
@@ -372,11 +393,22 @@ mod tests {
     #[test]
     fn thousands_of_missing_messages_keep_the_section_within_its_budget() {
         let facts = FidelityFacts {
-            user_messages: (0..3_000).map(|i| format!("request number {i} about the parser module {i}")).collect(),
+            user_messages: (0..3_000)
+                .map(|i| format!("request number {i} about the parser module {i}, {}", "with more detail ".repeat(5)))
+                .collect(),
             last_request: Some("now write the release notes".to_owned()),
             recent_files: vec!["/repo/src/parser.rs".to_owned()],
             open_todos: vec![OpenTodo { content: "Update the changelog".to_owned(), status: "pending".to_owned() }],
         };
+        // Room for every message's first words.
+        let roomy = check_fidelity("Nothing relevant.", &facts, 200_000).report.appended.unwrap();
+        assert!(roomy.len() <= 200_000 && !roomy.contains("earlier user messages"));
+        for i in [0, 1_500, 2_999] {
+            assert!(roomy.contains(&format!("request number {i} about")), "{i}");
+        }
+        assert!(roomy.contains("module 2999, with more detail with more detail"), "the newest is whole");
+        let oldest = roomy.lines().find(|l| l.contains("request number 0 about")).unwrap();
+        assert!(oldest.ends_with("…\"") && oldest.len() < 70, "the oldest is brief: {oldest}");
         let budget = 4_000;
         let outcome = check_fidelity("Nothing relevant.", &facts, budget);
         let section = outcome.report.appended.unwrap();
