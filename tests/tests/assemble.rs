@@ -344,6 +344,30 @@ fn snips_and_collapses_leave_the_request_and_the_count() {
 }
 
 #[test]
+fn after_a_restart_the_usage_still_counts_the_snips_and_collapses_since_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut daemon, records) = example_session(dir.path(), 60);
+    let usage = |daemon: &mut Daemon| {
+        daemon.request("ctx/usage", json!({"sessionId": "s"})).unwrap()["usage"]["tokens"].as_u64().unwrap()
+    };
+    let before = usage(&mut daemon);
+    let uuids: Vec<&str> = records[20..40]
+        .iter()
+        .filter(|r| r["message"]["content"].is_string())
+        .filter_map(|r| r["uuid"].as_str())
+        .collect();
+    daemon.request("ctx/snip", json!({"sessionId": "s", "uuids": uuids})).unwrap();
+    let (from, to) = (records[2]["uuid"].as_str().unwrap(), records[12]["uuid"].as_str().unwrap());
+    daemon.request("ctx/collapse", json!({"sessionId": "s", "from": from, "to": to})).unwrap();
+    let reduced = usage(&mut daemon);
+    assert!(reduced < before, "{reduced} < {before}");
+    // No response reports usage before the daemon dies: the records alone say what left.
+    daemon.kill9().unwrap();
+    let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
+    assert_eq!(usage(&mut daemon), reduced);
+}
+
+#[test]
 fn a_snip_is_taken_off_the_compaction_check_once() {
     let dir = tempfile::tempdir().unwrap();
     let (mut daemon, records) = example_session(dir.path(), 60);

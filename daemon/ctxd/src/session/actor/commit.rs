@@ -99,10 +99,6 @@ impl Session {
         for (count, duplicates) in plan {
             for (record, offset) in records.by_ref().take(count) {
                 turns += usize::from(self.is_new_response(&record));
-                let cleared = self.cleared_by(&record);
-                if cleared > 0 {
-                    self.tally.cleared(cleared);
-                }
                 boundary_seen |= record.is_compact_boundary();
                 undo_seen |= is_undo_record(&record);
                 self.apply(record, Some(offset));
@@ -128,21 +124,60 @@ impl Session {
         Written { acks, turns, undo_seen }
     }
 
-    /// Tokens a time-gap microcompact record takes out of the next request: the results
-    /// it clears, less their placeholders (as the request pipeline counts them). The last
-    /// reported usage still counts those results, so the tally is told, as for a snip,
-    /// until the next report; otherwise the usage and the append's threshold check would
-    /// stay above the request just assembled. A walk of the view's tool results, paid
-    /// once per cold-cache gap; any other record costs a type test.
-    fn cleared_by(&self, record: &Record) -> u64 {
+    /// Tells the tally what a snip, collapse or time-gap microcompact record takes out of
+    /// the next request, as the request pipeline counts it: the last reported usage still
+    /// counts those records until the next report, and without this the usage and the
+    /// append's threshold check would stay above the request just assembled. Called for
+    /// every record folded into the view, committed now or read back on load (a restart
+    /// between the record and the next report counts the same). Snips and collapses are
+    /// `freed` (the pipeline's own check takes them off itself), cleared tool results
+    /// `cleared`. Any other record costs a type test.
+    pub(super) fn count_reduction(&mut self, record: &Record) {
         use ctxd_core::view::state::{StateRecord, Trigger};
-        let Some(StateRecord::Microcompact(mc)) = StateRecord::from_record(record) else {
-            return 0;
-        };
-        if mc.trigger != Trigger::TimeGap || mc.cleared_tool_use_ids.is_empty() {
+        match StateRecord::from_record(record) {
+            Some(StateRecord::Snip(snip)) => {
+                let freed = self.snipped_tokens(&snip.removed_uuids);
+                self.tally.freed(freed);
+            }
+            Some(StateRecord::Collapse(collapse)) => {
+                if let Some(freed) = self.collapsed_tokens(&collapse.from, &collapse.to, &collapse.summary) {
+                    self.tally.freed(freed);
+                }
+            }
+            Some(StateRecord::Microcompact(mc)) if mc.trigger == Trigger::TimeGap => {
+                let cleared = self.cleared_tokens(&mc.cleared_tool_use_ids);
+                self.tally.cleared(cleared);
+            }
+            _ => {}
+        }
+    }
+
+    /// Tokens the view's records with these uuids carry.
+    fn snipped_tokens(&self, uuids: &[String]) -> u64 {
+        let rate = self.tally.calibration;
+        self.view
+            .iter()
+            .filter(|r| r.uuid().is_some_and(|u| uuids.iter().any(|k| k == u)))
+            .map(|r| rate.tokens(carried_bytes(r)))
+            .sum()
+    }
+
+    /// Tokens a collapse of the view's span `from`..=`to` (either order) into `summary`
+    /// frees; `None` when an end is not in the view.
+    fn collapsed_tokens(&self, from: &str, to: &str, summary: &str) -> Option<u64> {
+        let position = |uuid: &str| self.view.iter().position(|r| r.uuid() == Some(uuid));
+        let (a, b) = (position(from)?, position(to)?);
+        let span_bytes = self.view[a.min(b)..=a.max(b)].iter().map(carried_bytes).sum();
+        Some(self.tally.calibration.collapse_freed(span_bytes, summary))
+    }
+
+    /// Tokens clearing these tool results takes out, less their placeholders. A walk of
+    /// the view's tool results, paid once per cold-cache gap.
+    fn cleared_tokens(&self, ids: &[String]) -> u64 {
+        if ids.is_empty() {
             return 0;
         }
-        let ids: HashSet<&str> = mc.cleared_tool_use_ids.iter().map(String::as_str).collect();
+        let ids: HashSet<&str> = ids.iter().map(String::as_str).collect();
         self.view
             .iter()
             .filter(|r| r.head().kind == ctxd_core::record::Kind::User && r.line().contains("tool_result"))
@@ -251,8 +286,6 @@ impl Session {
     /// Appends a snip or collapse record; the pipeline applies it at read time and the
     /// tally stops counting what it removed.
     pub(super) async fn reduce(&mut self, reduction: Reduction) -> Result<Reduced, SessionError> {
-        let rate = self.tally.calibration;
-        let tokens_of = |r: &Record| rate.tokens(carried_bytes(r));
         let position = |uuid: &str| self.view.iter().position(|r| r.uuid() == Some(uuid));
         let (object, freed, unknown) = match reduction {
             Reduction::Snip { uuids } => {
@@ -263,12 +296,7 @@ impl Session {
                         "no record of the current view has these uuids: {unknown:?}"
                     )));
                 }
-                let freed = self
-                    .view
-                    .iter()
-                    .filter(|r| r.uuid().is_some_and(|u| known.iter().any(|k| k == u)))
-                    .map(tokens_of)
-                    .sum();
+                let freed = self.snipped_tokens(&known);
                 (serde_json::json!({"type": ctxd_core::view::SNIP_RECORD, "removedUuids": known}), freed, unknown)
             }
             Reduction::Collapse { from, to, summary } => {
@@ -277,19 +305,17 @@ impl Session {
                         "the span {from}..{to} is not in the current view"
                     )));
                 };
-                let (a, b) = (a.min(b), a.max(b));
-                let span = self.view[a..=b].to_vec();
                 let summary = match summary {
                     Some(s) => s,
                     None => {
+                        let span = &self.view[a.min(b)..=a.max(b)];
                         let options =
                             ctxd_core::summary::OfflineOptions { max_output_tokens: 2_000, ..Default::default() };
-                        let written = ctxd_core::summary::summarize_offline(&span, &options);
+                        let written = ctxd_core::summary::summarize_offline(span, &options);
                         ctxd_core::summary::parse_summary_reply(&written.text).unwrap_or(written.text)
                     }
                 };
-                let span_bytes = span.iter().map(carried_bytes).sum();
-                let freed = rate.collapse_freed(span_bytes, &summary);
+                let freed = self.collapsed_tokens(&from, &to, &summary).unwrap_or(0);
                 (
                     serde_json::json!({"type": ctxd_core::view::COLLAPSE_RECORD, "from": from, "to": to, "summary": summary}),
                     freed,
@@ -298,8 +324,8 @@ impl Session {
             }
         };
         let (record, uuid) = own_record(object.as_object().cloned().unwrap_or_default())?;
+        // Folding the record tells the tally what it frees (`count_reduction`).
         self.commit_own(vec![record]).await?;
-        self.tally.freed(freed);
         let usage = self.usage();
         self.usage_changed(usage.clone()).await;
         Ok(Reduced { record_uuid: uuid, tokens_freed: freed, unknown, usage })

@@ -299,6 +299,7 @@ impl Session {
             }
         }
         self.total_records += 1;
+        self.count_reduction(&record);
         let bytes = carried_bytes(&record);
         self.tally.observe_sized(&record, bytes);
         self.composition.observe_sized(&record, bytes);
