@@ -449,6 +449,28 @@ fn an_idle_observed_session_is_compacted_in_place_unless_it_is_open() {
 }
 
 #[test]
+fn idle_compaction_switched_on_later_reaches_a_session_observed_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_home, path, _id) = claude_home(dir.path());
+    let original = std::fs::read(&path).unwrap();
+    let mut daemon = Daemon::start_with(&dir.path().join("state"), &[], &[]).unwrap();
+    daemon.request("initialize", json!({"capabilities": {}})).unwrap();
+    daemon.notify("initialized", json!({})).unwrap();
+    daemon.request("ctx/observe", json!({"transcript": path})).unwrap();
+    // Off by default: idle as it is, the session stays as it was.
+    std::thread::sleep(std::time::Duration::from_millis(1_500));
+    assert_eq!(std::fs::read(&path).unwrap(), original);
+    // The editor's switch, flipped while the session is observed.
+    let idle = json!({"claudeIdleCompaction": true, "claudeIdleCompactAfterSeconds": 1, "claudeIdleCompactPercent": 1});
+    daemon.notify("workspace/didChangeConfiguration", json!({"settings": idle})).unwrap();
+    eventually(30, "the idle session was not compacted after the switch", || {
+        std::fs::metadata(&path).unwrap().len() > original.len() as u64
+    });
+    let after = std::fs::read(&path).unwrap();
+    assert_eq!(&after[..original.len()], &original[..], "appended only");
+}
+
+#[test]
 fn an_observed_session_right_after_the_programs_compact_shows_its_post_tokens() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("observed.jsonl");

@@ -288,15 +288,17 @@ struct Handle {
 pub struct Sessions {
     store: Arc<Store>,
     environment: Environment,
-    /// The latest `workspace/didChangeConfiguration` settings.
-    changed: Mutex<ctxd_proto::Settings>,
+    /// The latest `workspace/didChangeConfiguration` settings; observed transcripts
+    /// follow them as they change.
+    changed: tokio::sync::watch::Sender<ctxd_proto::Settings>,
     notifier: Notifier,
     open: Mutex<HashMap<String, Handle>>,
 }
 
 impl Sessions {
     pub fn new(store: Arc<Store>, environment: Environment, notifier: Notifier) -> Sessions {
-        Sessions { store, environment, changed: Mutex::default(), notifier, open: Mutex::new(HashMap::new()) }
+        let (changed, _) = tokio::sync::watch::channel(ctxd_proto::Settings::default());
+        Sessions { store, environment, changed, notifier, open: Mutex::new(HashMap::new()) }
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -354,7 +356,7 @@ impl Sessions {
 
     /// Stacks the settings for `cwd` and resolves the window and levels for `model`.
     fn setup(&self, cwd: &str, model: &str, agent_window: Option<u64>) -> SessionSetup {
-        let changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let changed = self.changed.borrow().clone();
         let layered = settings::resolve(
             &self.environment.sources,
             std::path::Path::new(cwd),
@@ -433,7 +435,7 @@ impl Sessions {
     /// New `workspace/didChangeConfiguration` settings: every open session recomputes its
     /// levels (and pushes its usage if they moved).
     pub fn settings_changed(&self, changed: ctxd_proto::Settings) {
-        *self.changed.lock().unwrap_or_else(PoisonError::into_inner) = changed;
+        self.changed.send_replace(changed);
         self.reconfigure(|_| true);
     }
 
@@ -456,7 +458,9 @@ impl Sessions {
         settings::save_window(&self.environment.sources, model, window)
             .map_err(|e| SessionError::Store(format!("{}: {e}", self.environment.sources.saved_file.display())))?;
         self.reconfigure(|m| m == model);
-        let changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        // Observed transcripts take the saved window from the settings files again.
+        self.changed.send_modify(|_| {});
+        let changed = self.changed.borrow().clone();
         let home = self.environment.sources.home.clone().unwrap_or_else(|| std::path::PathBuf::from("/"));
         let layered = settings::resolve(&self.environment.sources, &home, &self.environment.client_settings, &changed);
         let (resolved, _) = self.levels(&layered.settings, model, None);
@@ -464,31 +468,37 @@ impl Sessions {
         Ok((resolved, source))
     }
 
-    /// `ctx/observe`: follows a transcript written by another program.
+    /// `ctx/observe`: follows a transcript written by another program, with the settings
+    /// in force as they change.
     pub async fn observe(&self, path: std::path::PathBuf) -> Result<(String, UsageSnapshot), SessionError> {
         let environment = self.environment.clone();
-        let changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        let home = environment.sources.home.clone().unwrap_or_else(|| std::path::PathBuf::from("/"));
-        let settings = settings::resolve(&environment.sources, &home, &environment.client_settings, &changed).settings;
-        let idle = observe::IdlePolicy::from_settings(&settings);
-        let thresholds_for = move |model: &str| {
-            let inputs = WindowInputs {
-                setting: settings.window_for(model),
-                client: environment.client_window,
-                ..WindowInputs::default()
+        let policy_of = move |changed: &ctxd_proto::Settings| {
+            let home = environment.sources.home.clone().unwrap_or_else(|| std::path::PathBuf::from("/"));
+            let settings =
+                settings::resolve(&environment.sources, &home, &environment.client_settings, changed).settings;
+            let idle = observe::IdlePolicy::from_settings(&settings);
+            let environment = environment.clone();
+            let thresholds_for = move |model: &str| {
+                let inputs = WindowInputs {
+                    setting: settings.window_for(model),
+                    client: environment.client_window,
+                    ..WindowInputs::default()
+                };
+                let resolved = resolve_window(model, &inputs, environment.process.budget());
+                log_unknown_model_once(&resolved);
+                let levels =
+                    thresholds(&resolved, environment.process.budget(), settings.auto_compact_enabled.unwrap_or(true));
+                // An observed session is compacted by the program that writes it: where
+                // that program makes no auto-compact decision for the model, there is
+                // none to show.
+                Thresholds { auto_compact_enabled: levels.shows_compact_figure, ..levels }
             };
-            let resolved = resolve_window(model, &inputs, environment.process.budget());
-            log_unknown_model_once(&resolved);
-            let levels =
-                thresholds(&resolved, environment.process.budget(), settings.auto_compact_enabled.unwrap_or(true));
-            // An observed session is compacted by the program that writes it: where that
-            // program makes no auto-compact decision for the model, there is none to show.
-            Thresholds { auto_compact_enabled: levels.shows_compact_figure, ..levels }
+            observe::Policy { idle, thresholds: Box::new(thresholds_for) }
         };
         observe::start(
             path.clone(),
-            thresholds_for,
-            idle,
+            policy_of,
+            self.changed.subscribe(),
             self.environment.process.clone(),
             self.claude_settings_for(),
             self.environment.services.watcher.clone(),
@@ -577,21 +587,21 @@ impl Sessions {
 
     /// The settings that apply outside any project (user files and the client's).
     pub fn daemon_settings(&self) -> ctxd_proto::Settings {
-        let changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let changed = self.changed.borrow().clone();
         let home = self.environment.sources.home.clone().unwrap_or_else(|| std::path::PathBuf::from("/"));
         settings::resolve(&self.environment.sources, &home, &self.environment.client_settings, &changed).settings
     }
 
     /// The settings for a Claude Code session compacted in place: the layers that apply
     /// to its project directory (home when it names none), the client's and the latest
-    /// `workspace/didChangeConfiguration` as they are now.
+    /// `workspace/didChangeConfiguration` as they are when it is called.
     pub fn claude_settings_for(&self) -> crate::claude::SettingsFor {
         let sources = self.environment.sources.clone();
         let client = self.environment.client_settings.clone();
-        let changed = self.changed.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let changed = self.changed.subscribe();
         std::sync::Arc::new(move |project: Option<&std::path::Path>| {
             let home = sources.home.clone().unwrap_or_else(|| std::path::PathBuf::from("/"));
-            settings::resolve(&sources, project.unwrap_or(&home), &client, &changed).settings
+            settings::resolve(&sources, project.unwrap_or(&home), &client, &changed.borrow()).settings
         })
     }
 

@@ -62,14 +62,37 @@ impl IdlePolicy {
 /// program writes again).
 const IDLE_ATTEMPTS: u32 = 3;
 
+/// What an observed transcript is followed with, made from the settings in force and
+/// made again whenever they change (`workspace/didChangeConfiguration`, a saved window):
+/// the editor's switch for idle compaction reaches sessions observed before it was
+/// flipped.
+pub struct Policy {
+    pub idle: Option<IdlePolicy>,
+    /// The levels for a model.
+    pub thresholds: Box<dyn Fn(&str) -> Thresholds + Send + Sync>,
+}
+
+/// What woke the follower.
+enum Event {
+    /// The watcher delivered (`false`: it is gone).
+    Delivered(bool),
+    /// The idle time passed.
+    Idle,
+    /// The settings changed (`false`: their sender is gone).
+    Settings(bool),
+}
+
 /// Starts following `path`; returns the id and the first usage. The follower stops when
-/// the file can no longer be read. `env` gives Claude Code's directory (where an idle
-/// compaction finds the session's plan) and the provider's key; `settings_for` the
-/// settings of the session's project.
+/// the file can no longer be read. `policy_of` makes the [`Policy`] from the latest
+/// `workspace/didChangeConfiguration` settings, which `settings` carries (and says
+/// when they change). `env` gives Claude Code's directory (where an idle compaction
+/// finds the session's plan) and the provider's key; `settings_for` the settings of the
+/// session's project.
+#[allow(clippy::too_many_arguments)]
 pub async fn start(
     path: PathBuf,
-    thresholds_for: impl Fn(&str) -> Thresholds + Send + 'static,
-    idle: Option<IdlePolicy>,
+    policy_of: impl Fn(&ctxd_proto::Settings) -> Policy + Send + 'static,
+    mut settings: tokio::sync::watch::Receiver<ctxd_proto::Settings>,
     env: std::sync::Arc<crate::process_env::ProcessEnv>,
     settings_for: crate::claude::SettingsFor,
     watcher: Watcher,
@@ -83,62 +106,77 @@ pub async fn start(
     })
     .await
     .map_err(std::io::Error::other)??;
+    let mut policy = policy_of(&settings.borrow_and_update());
     let mut tally = tail.tally;
     let mut floor = if tail.after_compaction { tail.post_tokens } else { None };
     let mut model = tail.model.unwrap_or_else(|| "unknown".to_owned());
     // The observed program's own prefix is unknown: its report holds it.
     let mut shape = Shape::default();
-    let first = UsageSnapshot::compute(&floored(&tally, floor), &shape, &thresholds_for(&model), false);
+    let first = UsageSnapshot::compute(&floored(&tally, floor), &shape, &(policy.thresholds)(&model), false);
     let mut subscription = watcher.subscribe([Target::file(path.clone())]);
     let task_id = id.clone();
+    let mut last = Some(first.clone());
+    let mut delivered_once = false;
     tokio::spawn(async move {
         let mut offset = len;
         let mut carry = Vec::new();
-        let mut last = None;
         // The idle clock: the last change the program made, and whether this idle spell
         // was tried already. Bytes ctxd appended itself (up to `ours`) are no activity.
         let mut changed = tokio::time::Instant::now();
         let mut tried = false;
         let mut attempts = 0u32;
         let mut ours = 0u64;
+        let mut settings_live = true;
         loop {
-            let deadline = idle.filter(|_| !tried).map(|p| changed + p.after);
-            let delivered = match deadline {
-                Some(at) => tokio::select! {
-                    got = subscription.recv() => got.is_some(),
-                    () = tokio::time::sleep_until(at) => {
-                        attempts += 1;
-                        tried = true;
-                        let policy = idle.unwrap_or(IdlePolicy { after: std::time::Duration::ZERO, percent: 100 });
-                        let tokens = tally.total();
-                        if policy.worth(tokens, &thresholds_for(&model)) {
-                            tracing::info!(path = %path.display(), tokens, "observed Claude Code session idle; compacting it");
-                            // Prepared here, in the follower's own task: the summary (a
-                            // provider's may take minutes) holds up only this session's
-                            // figures, and the bytes it appends are read after it.
-                            let source = crate::claude::SummarySource::Configured(settings_for.clone());
-                            match crate::claude::compact(env.clone(), path.clone(), None, source).await {
-                                Ok(done) => {
-                                    ours =
-                                        done.offset + done.plan.lines.iter().map(|l| l.len() as u64 + 1).sum::<u64>();
-                                }
-                                // A refusal is often passing (a status line or an editor
-                                // reading the file at that moment): tried again after
-                                // another idle period, a few times per idle spell.
-                                Err(_) if attempts < IDLE_ATTEMPTS => {
-                                    tried = false;
-                                    changed = tokio::time::Instant::now();
-                                }
-                                Err(_) => {}
-                            }
-                        }
-                        continue;
-                    }
-                },
-                None => subscription.recv().await.is_some(),
+            let deadline = policy.idle.filter(|_| !tried).map(|p| changed + p.after);
+            let event = tokio::select! {
+                got = subscription.recv() => Event::Delivered(got.is_some()),
+                () = tokio::time::sleep_until(deadline.unwrap_or(changed)), if deadline.is_some() => Event::Idle,
+                live = settings.changed(), if settings_live => Event::Settings(live.is_ok()),
             };
-            if !delivered {
-                break;
+            match event {
+                Event::Delivered(true) => {}
+                Event::Delivered(false) => break,
+                Event::Settings(false) => {
+                    settings_live = false;
+                    continue;
+                }
+                Event::Settings(true) => {
+                    policy = policy_of(&settings.borrow_and_update());
+                    let usage =
+                        UsageSnapshot::compute(&floored(&tally, floor), &shape, &(policy.thresholds)(&model), false);
+                    if last.as_ref() != Some(&usage) {
+                        notifier.usage_changed(&task_id, usage.clone()).await;
+                        last = Some(usage);
+                    }
+                    continue;
+                }
+                Event::Idle => {
+                    attempts += 1;
+                    tried = true;
+                    let tokens = tally.total();
+                    if policy.idle.is_some_and(|p| p.worth(tokens, &(policy.thresholds)(&model))) {
+                        tracing::info!(path = %path.display(), tokens, "observed Claude Code session idle; compacting it");
+                        // Prepared here, in the follower's own task: the summary (a
+                        // provider's may take minutes) holds up only this session's
+                        // figures, and the bytes it appends are read after it.
+                        let source = crate::claude::SummarySource::Configured(settings_for.clone());
+                        match crate::claude::compact(env.clone(), path.clone(), None, source).await {
+                            Ok(done) => {
+                                ours = done.offset + done.plan.lines.iter().map(|l| l.len() as u64 + 1).sum::<u64>();
+                            }
+                            // A refusal is often passing (a status line or an editor
+                            // reading the file at that moment): tried again after
+                            // another idle period, a few times per idle spell.
+                            Err(_) if attempts < IDLE_ATTEMPTS => {
+                                tried = false;
+                                changed = tokio::time::Instant::now();
+                            }
+                            Err(_) => {}
+                        }
+                    }
+                    continue;
+                }
             }
             let read_path = path.clone();
             let from = offset;
@@ -173,8 +211,9 @@ pub async fn start(
             if tally.reported > 0 {
                 floor = None;
             }
-            let usage = UsageSnapshot::compute(&floored(&tally, floor), &shape, &thresholds_for(&model), false);
-            if last.as_ref() != Some(&usage) {
+            let usage = UsageSnapshot::compute(&floored(&tally, floor), &shape, &(policy.thresholds)(&model), false);
+            // The first delivery always publishes (a client may wait for it).
+            if !std::mem::replace(&mut delivered_once, true) || last.as_ref() != Some(&usage) {
                 notifier.usage_changed(&task_id, usage.clone()).await;
                 last = Some(usage);
             }
