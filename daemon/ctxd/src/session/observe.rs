@@ -115,8 +115,10 @@ pub async fn start(
     let first = UsageSnapshot::compute(&floored(&tally, floor), &shape, &(policy.thresholds)(&model), false);
     let mut subscription = watcher.subscribe([Target::file(path.clone())]);
     let task_id = id.clone();
-    let mut last = Some(first.clone());
-    let mut delivered_once = false;
+    // What was last published; `None` until the first delivery, which always publishes
+    // (a client may wait for it).
+    let mut last: Option<UsageSnapshot> = None;
+    let shown_first = first.clone();
     tokio::spawn(async move {
         let mut offset = len;
         let mut carry = Vec::new();
@@ -145,7 +147,7 @@ pub async fn start(
                     policy = policy_of(&settings.borrow_and_update());
                     let usage =
                         UsageSnapshot::compute(&floored(&tally, floor), &shape, &(policy.thresholds)(&model), false);
-                    if last.as_ref() != Some(&usage) {
+                    if last.as_ref().unwrap_or(&shown_first) != &usage {
                         notifier.usage_changed(&task_id, usage.clone()).await;
                         last = Some(usage);
                     }
@@ -212,8 +214,7 @@ pub async fn start(
                 floor = None;
             }
             let usage = UsageSnapshot::compute(&floored(&tally, floor), &shape, &(policy.thresholds)(&model), false);
-            // The first delivery always publishes (a client may wait for it).
-            if !std::mem::replace(&mut delivered_once, true) || last.as_ref() != Some(&usage) {
+            if last.as_ref() != Some(&usage) {
                 notifier.usage_changed(&task_id, usage.clone()).await;
                 last = Some(usage);
             }
