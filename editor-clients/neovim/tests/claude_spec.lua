@@ -196,3 +196,31 @@ describe("Claude Code sessions of the current directory", function()
     vim.fn.chdir(old_cwd)
   end)
 end)
+
+describe("observing while the daemon refuses", function()
+  it("asks at most twice when a transcript exists, and says why it waits", function()
+    claude.reset()
+    local dir = scratch .. "/refused"
+    local refused_project = claude.project_dir(dir, config_dir)
+    vim.fn.mkdir(refused_project, "p")
+    append(refused_project .. "/s.jsonl", { line("user") })
+    local asked = 0
+    local function refuse(_, _, callback)
+      asked = asked + 1
+      vim.schedule(function()
+        callback({ message = "cannot read the project" })
+      end)
+    end
+    vim.env.CLAUDE_CONFIG_DIR = config_dir
+    claude.observe(refuse, dir)
+    t.wait_for("the refusal recorded", function()
+      return #claude.waiting() == 1
+    end)
+    -- Give a runaway retry loop time to show itself.
+    vim.wait(200)
+    vim.env.CLAUDE_CONFIG_DIR = nil
+    t.eq(2, asked)
+    t.eq("cannot read the project", claude.waiting()[1].reason)
+    claude.reset()
+  end)
+end)

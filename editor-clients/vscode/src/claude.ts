@@ -179,7 +179,13 @@ export class ObservedSessions {
         this.changed.dispose();
     }
 
-    private async observeFolder(folder: string): Promise<void> {
+    /**
+     * `retry`: whether a failure while a transcript exists is tried once more (the
+     * transcript may have appeared just after the daemon looked). A second failure with a
+     * transcript there is left waiting for the daemon's next start (`reobserve`): watching
+     * a folder whose transcript already exists would ask again at once, without end.
+     */
+    private async observeFolder(folder: string, retry = true): Promise<void> {
         const projectDir = claudeProjectDir(folder, this.configDir());
         this.folders.set(projectDir, folder);
         try {
@@ -191,9 +197,15 @@ export class ObservedSessions {
         } catch (error) {
             const reason = error instanceof Error ? error.message : String(error);
             this.waiting.set(projectDir, { folder, projectDir, reason });
-            this.log(`[ctxd client] no Claude Code session for ${folder} yet: ${reason}`);
-            this.watchForTranscript(projectDir, folder);
             this.changed.fire();
+            if (!hasTranscript(projectDir)) {
+                this.log(`[ctxd client] no Claude Code session for ${folder} yet: ${reason}`);
+                this.watchForTranscript(projectDir, folder);
+            } else if (retry) {
+                await this.observeFolder(folder, false);
+            } else {
+                this.log(`[ctxd client] cannot observe the Claude Code sessions of ${folder}: ${reason}`);
+            }
         }
     }
 

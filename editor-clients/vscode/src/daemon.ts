@@ -42,6 +42,23 @@ export type DaemonState =
 /** How many of the daemon's last stderr lines a failure message quotes. */
 const STDERR_LINES = 5;
 
+/** How long a retired daemon has to exit after `exit` (then after SIGKILL). */
+const RETIRE_GRACE_MS = 3000;
+
+/** Resolves true once `child` has exited, false after `ms` if it has not. */
+function processExit(child: ChildProcess, ms: number): Promise<boolean> {
+    if (child.exitCode !== null || child.signalCode !== null) {
+        return Promise.resolve(true);
+    }
+    return new Promise((resolve) => {
+        const timer = setTimeout(() => resolve(false), ms);
+        child.once("exit", () => {
+            clearTimeout(timer);
+            resolve(true);
+        });
+    });
+}
+
 /**
  * Why `command` cannot be started, or undefined when it can: a missing file, a file that
  * is not executable, or a bare name not found on `PATH`.
@@ -178,7 +195,12 @@ export class DaemonController implements vscode.Disposable {
             }
         }
         if (child !== undefined && child.exitCode === null && child.signalCode === null) {
-            child.kill("SIGKILL");
+            // `stop` resolves once `exit` is sent, not when the process ends: the next
+            // daemon would find the store still locked by this one and refuse to start.
+            if (!(await processExit(child, RETIRE_GRACE_MS))) {
+                child.kill("SIGKILL");
+                await processExit(child, RETIRE_GRACE_MS);
+            }
         }
     }
 
@@ -247,19 +269,11 @@ export class DaemonController implements vscode.Disposable {
     }
 
     /** Waits up to `ms` for the current process to exit (a failed start's exit status). */
-    private exited(ms: number): Promise<void> {
-        const child = this.child;
-        if (child === undefined || child.exitCode !== null || child.signalCode !== null) {
-            return Promise.resolve();
+    private async exited(ms: number): Promise<void> {
+        if (this.child !== undefined && (await processExit(this.child, ms))) {
+            // The stderr lines before the exit are still being read.
+            await new Promise((resolve) => setImmediate(resolve));
         }
-        return new Promise((resolve) => {
-            const timer = setTimeout(resolve, ms);
-            child.once("exit", () => {
-                clearTimeout(timer);
-                // The stderr lines before the exit are still being read.
-                setImmediate(resolve);
-            });
-        });
     }
 
     private exitText(): string {

@@ -8,7 +8,8 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { describe, it } from "node:test";
 
-import { claudeConfigDir, claudeProjectDir, isObservedId, observeId, transcriptModel } from "../src/claude";
+import { claudeConfigDir, claudeProjectDir, isObservedId, ObservedSessions, observeId, transcriptModel } from "../src/claude";
+import { usageCase } from "./support/fixtures";
 
 describe("Claude Code's project folders", () => {
     it("is $CLAUDE_CONFIG_DIR, else ~/.claude", () => {
@@ -40,5 +41,60 @@ describe("transcriptModel", () => {
         fs.writeFileSync(file, [assistant("claude-opus-4-1"), assistant("claude-sonnet-4-5-20250929"), assistant("<synthetic>"), '{"type":"assistant","mess'].join("\n"));
         assert.equal(transcriptModel(file), "claude-sonnet-4-5-20250929");
         assert.equal(transcriptModel(path.join(dir, "missing.jsonl")), undefined);
+    });
+});
+
+describe("ObservedSessions", () => {
+    /** A workspace folder and its Claude Code project under a fresh config dir. */
+    function project(): { configDir: string; folder: string; projectDir: string } {
+        const configDir = fs.mkdtempSync(path.join(os.tmpdir(), "ctxd-observed-"));
+        const folder = path.join(configDir, "app");
+        return { configDir, folder, projectDir: claudeProjectDir(folder, configDir) };
+    }
+
+    function connection(answer: (projectDir: string) => Promise<unknown>): { asked: string[]; request<R>(method: string, params: unknown): Promise<R>; onUsageChanged(): { dispose(): void } } {
+        const asked: string[] = [];
+        return {
+            asked,
+            request: <R>(method: string, params: unknown) => {
+                assert.equal(method, "ctx/observe");
+                const { projectDir } = params as { projectDir: string };
+                asked.push(projectDir);
+                return answer(projectDir) as Promise<R>;
+            },
+            onUsageChanged: () => ({ dispose: () => undefined }),
+        };
+    }
+
+    it("asks at most twice while the daemon is down and a transcript exists, then waits for the next start", async () => {
+        const { configDir, folder, projectDir } = project();
+        fs.mkdirSync(projectDir, { recursive: true });
+        fs.writeFileSync(path.join(projectDir, "s.jsonl"), "");
+        const down = connection(() => Promise.reject(new Error("Client is not running")));
+        const observed = new ObservedSessions(down, () => configDir);
+        await observed.observe([folder]);
+        // Anything the watcher would start happens within a few turns of the event loop.
+        await new Promise((resolve) => setTimeout(resolve, 200));
+        assert.equal(down.asked.length, 2);
+        assert.deepEqual(observed.unobserved(), [{ folder, projectDir, reason: "Client is not running" }]);
+        observed.dispose();
+    });
+
+    it("watches a project with no transcript, and observes it once one appears", async () => {
+        const { configDir, folder, projectDir } = project();
+        const transcript = path.join(projectDir, "s.jsonl");
+        const usage = usageCase("ok").usage;
+        const daemon = connection(() => (fs.existsSync(transcript) ? Promise.resolve({ sessionId: observeId(transcript), usage }) : Promise.reject(new Error("no transcript yet"))));
+        const observed = new ObservedSessions(daemon, () => configDir);
+        await observed.observe([folder]);
+        assert.equal(observed.unobserved()[0]?.reason, "no transcript yet");
+        fs.mkdirSync(projectDir, { recursive: true });
+        fs.writeFileSync(transcript, "");
+        for (let i = 0; i < 200 && observed.newest() === undefined; i++) {
+            await new Promise((resolve) => setTimeout(resolve, 10));
+        }
+        assert.equal(observed.newest()?.transcript, transcript);
+        assert.deepEqual(observed.unobserved(), []);
+        observed.dispose();
     });
 });

@@ -49,6 +49,12 @@ function status(): FakeStatusBarItem {
     return item;
 }
 
+/** The status item's last texts and the client's last log lines, for a timeout's message. */
+function recent(): string {
+    const log = fake.outputChannels.flatMap((c) => c.lines).slice(-12);
+    return [`status texts: ${JSON.stringify(status().texts.slice(-6))}`, "log:", ...log].join("\n");
+}
+
 function changeSetting(key: string, value: unknown): void {
     fake.config[key] = value;
     fake.configurationChanged.fire({ affectsConfiguration: (section) => section === "ctxd" || section === `ctxd.${key}` });
@@ -114,13 +120,13 @@ describe("a new user's workspace on a real ctxd", () => {
 
     it("starts a fresh client when the path is fixed, from the failed state, without a reload", async () => {
         changeSetting("path", ctxdBin());
-        await waitFor("the daemon ready", () => (status().text === "$(pulse) ctxd ready" ? true : undefined));
+        await waitFor("the daemon ready", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 10_000, recent);
         // The folder's Claude Code project has no transcript yet: the tooltip says so.
         await waitFor("the reason in the tooltip", () => (/No Claude Code session yet:\n- .*my\.project_1: /.test(String(status().tooltip)) ? true : undefined));
         // And the restart command, from a running client: a new start, then ready again.
         const shown = status().texts.length;
         await fake.commands.get("ctxd.restart")?.();
-        await waitFor("ready again", () => (status().text === "$(pulse) ctxd ready" ? true : undefined));
+        await waitFor("ready again", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 10_000, recent);
         assert.ok(status().texts.slice(shown).includes("$(loading~spin) ctxd starting"));
     });
 
@@ -130,15 +136,15 @@ describe("a new user's workspace on a real ctxd", () => {
         fs.chmodSync(moved, 0o755);
         changeSetting("path", moved);
         await fake.commands.get("ctxd.restart")?.();
-        await waitFor("ready on the copy", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 30_000);
+        await waitFor("ready on the copy", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 30_000, recent);
         const [pid] = childPids(path.basename(moved).slice(0, 15));
         fs.rmSync(moved);
         process.kill(pid, "SIGKILL");
-        await waitFor("the restart to fail", () => (status().text === "$(error) ctxd failed: not found" ? true : undefined));
+        await waitFor("the restart to fail", () => (status().text === "$(error) ctxd failed: not found" ? true : undefined), 10_000, recent);
         assert.ok(status().texts.some((t) => /^\$\(debug-disconnect\) ctxd restarting in \d+ s$/.test(t)), "the countdown came first");
         assert.match(String(status().tooltip), new RegExp(`not found: ${moved} does not exist`));
         changeSetting("path", ctxdBin());
-        await waitFor("ready again", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 30_000);
+        await waitFor("ready again", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 30_000, recent);
     });
 
     it("shows the workspace's Claude Code session once its transcript appears, and follows it", async () => {

@@ -198,15 +198,27 @@ end
 --- Asks the daemon to observe the Claude Code project of `folder`.
 ---@param request fun(method: string, params: table, callback: fun(err: table|nil, result: any))
 ---@param folder string
-observe_folder = function(request, folder)
+---@param retried? boolean whether this is the one retry after a failure with a transcript there
+observe_folder = function(request, folder, retried)
   local project_dir = M.project_dir(folder)
   folders[project_dir] = folder
   request("ctx/observe", { projectDir = project_dir }, function(err, result)
     if err then
-      waiting[project_dir] = { folder = folder, project_dir = project_dir, reason = err.message or vim.inspect(err) }
-      require("ctxd.client").log("no Claude Code session for %s yet: %s", folder, waiting[project_dir].reason)
-      watch_for_transcript(request, project_dir, folder)
+      local reason = err.message or vim.inspect(err)
+      waiting[project_dir] = { folder = folder, project_dir = project_dir, reason = reason }
       changed()
+      local log = require("ctxd.client").log
+      if #transcripts(project_dir) == 0 then
+        log("no Claude Code session for %s yet: %s", folder, reason)
+        watch_for_transcript(request, project_dir, folder)
+      elseif not retried then
+        -- The transcript may have appeared just after the daemon looked: once more.
+        observe_folder(request, folder, true)
+      else
+        -- Watching a folder whose transcript exists would ask again at once, without
+        -- end: the next daemon start (`observe` of every known folder) tries again.
+        log("cannot observe the Claude Code sessions of %s: %s", folder, reason)
+      end
       return
     end
     waiting[project_dir] = nil

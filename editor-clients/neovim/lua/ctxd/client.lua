@@ -7,6 +7,9 @@ local sessions = require("ctxd.sessions")
 
 local M = {}
 
+--- How long a stopped daemon has to exit (then after SIGKILL), in milliseconds.
+local RETIRE_GRACE_MS = 3000
+
 ---@class ctxd.ClientState
 local state = {
   ---@type ctxd.Config|nil
@@ -369,10 +372,20 @@ function M.stop(on_stopped)
     end
     return
   end
+  -- The next daemon must not start before this one has exited: it would find the store
+  -- still locked and refuse. The process gets RETIRE_GRACE_MS, then SIGKILL and as long.
+  local pid = M.pid()
+  local deadline, killed = vim.uv.now() + RETIRE_GRACE_MS, false
   client:stop()
   local timer = assert(vim.uv.new_timer())
   timer:start(50, 50, vim.schedule_wrap(function()
-    if client:is_stopped() or not vim.lsp.get_client_by_id(client.id) then
+    local alive = pid ~= nil and vim.uv.kill(pid, 0) == 0
+    if alive and not killed and vim.uv.now() >= deadline then
+      vim.uv.kill(pid, "sigkill")
+      deadline, killed = vim.uv.now() + RETIRE_GRACE_MS, true
+    end
+    local stopped = client:is_stopped() or not vim.lsp.get_client_by_id(client.id)
+    if stopped and (not alive or (killed and vim.uv.now() >= deadline)) then
       timer:stop()
       timer:close()
       state.client_id = nil
