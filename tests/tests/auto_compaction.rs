@@ -360,6 +360,36 @@ fn a_thrashing_stop_survives_a_restart_until_a_manual_compaction() {
 }
 
 #[test]
+fn undoing_an_automatic_compaction_takes_back_its_refill_before_and_after_a_restart() {
+    // Three quick refills in a row stop automatic compaction (see above). Undoing the third
+    // compaction takes its refill back: the next turn compacts again instead of stopping,
+    // in this daemon and in one started on the same state.
+    for restart in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let env = [("CLAUDE_CODE_AUTO_COMPACT_WINDOW", WINDOW)];
+        let mut daemon = Daemon::start_with(&state, &[], &env).unwrap();
+        daemon.initialize().unwrap();
+        open(&mut daemon, "u");
+        for i in 0..3 {
+            daemon.request("ctx/append", json!({"sessionId": "u", "records": turn(i, 101_000)})).unwrap();
+            daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "u").unwrap();
+        }
+        daemon.request("ctx/undoCompact", json!({"sessionId": "u"})).unwrap();
+        if restart {
+            daemon.stop().unwrap();
+            daemon = Daemon::start_with(&state, &[], &env).unwrap();
+            daemon.initialize().unwrap();
+            open(&mut daemon, "u");
+        }
+        daemon.request("ctx/append", json!({"sessionId": "u", "records": turn(3, 101_000)})).unwrap();
+        let compacted = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "u").unwrap();
+        assert_eq!(compacted["trigger"], "auto", "restart {restart}: {compacted}");
+        assert!(daemon.drain_notifications("ctx/compactFailed").is_empty(), "restart {restart}: stopped as thrashing");
+    }
+}
+
+#[test]
 fn a_prompt_appended_while_a_compaction_runs_reaches_the_model_and_the_hook_output_stays() {
     let dir = tempfile::tempdir().unwrap();
     let project = dir.path().join("project");

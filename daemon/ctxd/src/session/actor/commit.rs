@@ -239,6 +239,9 @@ impl Session {
             .map_err(|e| SessionError::Internal(e.to_string()))?;
         let pre_tokens = self.next_tokens();
         self.commit_own(vec![record]).await?;
+        // The undone compaction's bookkeeping goes with it (a refill it counted, a failure
+        // after it): the guards are the restored view's, as a restart would read them.
+        self.guards = ctxd_core::compact::CompactGuards::restore(&self.view);
         tracing::info!(boundary = %undone, pre_tokens, post_tokens = self.next_tokens(), "compaction undone");
         Ok(UndoAnswer {
             boundary: undone,
