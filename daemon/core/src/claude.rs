@@ -161,17 +161,22 @@ pub fn prepare(records: &[Record], env: &EnvConfig) -> Result<Prepared, Refusal>
     Ok(Prepared { split: start + kept_from, start, last_message, summary_cap_tokens: summary_cap_tokens(records, env) })
 }
 
+/// The model of the session's newest main-chain reply (a subagent's sidechain may run
+/// another; `<synthetic>` stands for no model).
+pub fn session_model(records: &[Record]) -> Option<&str> {
+    records
+        .iter()
+        .rev()
+        .filter(|r| r.head().kind == Kind::Assistant && !r.head().is_sidechain)
+        .find_map(|r| r.head().model.as_deref().filter(|m| !m.starts_with('<')))
+}
+
 /// The summary's cap for a Claude Code session: the offline summary's cap for the
 /// threshold of the session's model, so a session on a one-million-token window gets
 /// room to name many more of its messages, and never below the program's own cap on a
 /// summary reply.
 pub fn summary_cap_tokens(records: &[Record], env: &EnvConfig) -> u64 {
-    let model = records
-        .iter()
-        .rev()
-        .filter(|r| r.head().kind == Kind::Assistant && !r.head().is_sidechain)
-        .find_map(|r| r.head().model.as_deref().filter(|m| !m.starts_with('<')))
-        .unwrap_or_default();
+    let model = session_model(records).unwrap_or_default();
     let levels = thresholds(&resolve_window(model, &WindowInputs::default(), env), env, true);
     offline_cap_tokens(levels.threshold).max(DEFAULT_MAX_OUTPUT_TOKENS)
 }

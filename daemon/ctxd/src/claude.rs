@@ -350,11 +350,7 @@ async fn ask_provider(
         );
     }
     let summarized = &summarized[from..];
-    let model = summarized
-        .iter()
-        .rev()
-        .find_map(|r| r.head().model.as_deref().filter(|m| !m.starts_with('<')).map(str::to_owned))
-        .unwrap_or_default();
+    let model = ctxd_core::claude::session_model(summarized).unwrap_or_default().to_owned();
     let parent = ctxd_core::view::plain_request(summarized, &model);
     let job = Job {
         session_id: read.records.get(read.prepared.last_message).and_then(session_id_of).unwrap_or_default(),
