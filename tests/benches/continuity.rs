@@ -121,6 +121,9 @@ struct Report {
     cost_ctxd: f64,
     cost_naive: f64,
     cost_none: f64,
+    /// Model calls whose assemble answered `compact`: the host waited for the
+    /// compaction and sent the request assembled after it.
+    compact_decisions: usize,
     fork_share: Vec<f64>,
     fork_share_none: Vec<f64>,
     /// Forks the daemon sent (provider mode): share of the request it forks read from cache.
@@ -156,6 +159,7 @@ impl Report {
         self.cost_ctxd += o.cost_ctxd;
         self.cost_naive += o.cost_naive;
         self.cost_none += o.cost_none;
+        self.compact_decisions += o.compact_decisions;
         self.fork_share.extend(o.fork_share);
         self.fork_share_none.extend(o.fork_share_none);
         self.sent_fork_share.extend(o.sent_fork_share);
@@ -196,12 +200,13 @@ impl Report {
             self.needless, self.back_to_back
         );
         println!(
-            "  cache bill (uncached-input-token units): ctxd {:.0}, naive client {:.0} ({:.2}x), no caching {:.0} ({:.2}x)",
+            "  cache bill (uncached-input-token units): ctxd {:.0}, naive client {:.0} ({:.2}x), no caching {:.0} ({:.2}x); requests held back for the compaction their assemble started: {}",
             self.cost_ctxd,
             self.cost_naive,
             self.cost_naive / self.cost_ctxd.max(1.0),
             self.cost_none,
-            self.cost_none / self.cost_ctxd.max(1.0)
+            self.cost_none / self.cost_ctxd.max(1.0),
+            self.compact_decisions
         );
         println!(
             "  automatic forks reading their parent from cache: min {:.3}, median {:.3} (with tool_choice none: median {:.3}) over {}",
@@ -325,7 +330,8 @@ struct Host {
 }
 
 impl Host {
-    fn assemble(&mut self) -> anyhow::Result<Value> {
+    /// The request to send, and the answer's `decision` and `usage`.
+    fn assemble(&mut self) -> anyhow::Result<(Value, Value)> {
         let mut params = host_blocks();
         params["sessionId"] = json!(self.id);
         if let Some(revision) = &self.revision {
@@ -334,7 +340,7 @@ impl Host {
         let answer = self.daemon.request("ctx/assemble", params)?;
         self.revision = Some(answer["revision"].clone());
         let request = full_request(&answer, &mut self.kept);
-        Ok(request)
+        Ok((request, json!({"decision": answer["decision"], "usage": answer["usage"]})))
     }
 
     fn append(&mut self, records: &[Value]) -> anyhow::Result<Value> {
@@ -448,7 +454,20 @@ fn replay(seed: u64, provider: bool) -> anyhow::Result<Report> {
             // usage the provider reports for that request.
             let message_id = record["message"]["id"].as_str().unwrap_or("").to_owned();
             if message_seen.insert(message_id) {
-                let request = host.assemble()?;
+                let (mut request, decision) = host.assemble()?;
+                if decision["decision"] == "compact" {
+                    report.compact_decisions += 1;
+                    // The answer started a compaction: a host sends nothing yet, waits for
+                    // it, and assembles again.
+                    let compacted =
+                        host.daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == json!(host.id))?;
+                    let real = tokens_of(&request);
+                    let estimated = decision["usage"]["tokens"].as_u64().unwrap_or(0);
+                    let context = Context { prompts: &prompts, files: &files, instructions: &instructions };
+                    let compaction = Compaction { compacted: &compacted, real, estimated, turn };
+                    on_compacted(&mut host, &mut report, seen.as_ref(), &context, compaction)?;
+                    request = host.assemble()?.0;
+                }
                 let now = record["timestamp"].as_str().and_then(ctxd_gen::time::parse_ms).unwrap_or(0).max(0) as u64;
                 let bill = host.cache.send(&request, now);
                 host.last_now = now;
@@ -481,69 +500,103 @@ fn replay(seed: u64, provider: bool) -> anyhow::Result<Report> {
             done.push(host.daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == json!(host.id))?);
         }
         if let Some(compacted) = done.first() {
-            if std::env::var_os("CONTINUITY_DEBUG").is_some() {
-                println!("  turn {turn}: {compacted}");
-            }
-            if real < host.threshold {
-                report.needless += 1;
-            }
-            if host.requests_since_compaction == 0 {
-                report.back_to_back += 1;
-            }
-            if std::env::var_os("CONTINUITY_DEBUG").is_some() {
-                println!("  real request {real}, estimated {}, threshold {}", usage["tokens"], host.threshold);
-            }
-            // The fork ctxd would send for this compaction, from the request the host
-            // just sent.
-            if let Some(seen) = &seen {
-                // The fork as sent, after the requests the host sent before it.
-                let bodies: Vec<Value> = seen
-                    .lock()
-                    .unwrap()
-                    .drain(..)
-                    .filter_map(|(_, body)| serde_json::from_str::<Value>(&body).ok())
-                    .collect();
-                let fork = bodies.iter().find(|b| b["tools"].as_array().is_some_and(|t| !t.is_empty()));
-                // Only a fork made after a model call since the previous compaction.
-                let last = host.last_request.as_ref().filter(|_| host.requests_since_compaction > 0);
-                if let (Some(fork), Some(last)) = (fork, last) {
-                    let bill = host.cache.send(fork, host.last_now + 1_000);
-                    // Of the request it forks: the fork without its instruction (its last
-                    // block), as the cache counts blocks.
-                    let instruction = fork["messages"]
-                        .as_array()
-                        .and_then(|m| m.last())
-                        .and_then(|m| m["content"].as_array())
-                        .and_then(|c| c.last())
-                        .map_or(0, |block| (block.to_string().len() as u64).div_ceil(4));
-                    let parent_input = bill.input - instruction;
-                    report.sent_fork_share.push(bill.read as f64 / parent_input.max(1) as f64);
-                    if std::env::var_os("CONTINUITY_DEBUG").is_some() {
-                        println!(
-                            "  fork sent: read {:.3} of the request it forks ({parent_input} tokens; the host's last {}); against the host's last: {}",
-                            bill.read as f64 / parent_input.max(1) as f64,
-                            PromptCache::default().send(last, 0).input,
-                            divergence(last, fork)
-                        );
-                    }
-                }
-            } else if let Some(parent) = host.last_request.clone() {
-                let instruction = summary_instruction(&PromptSpec::full());
-                for (refusal, shares) in [
-                    (ToolRefusal::KeepParentToolChoice, &mut report.fork_share),
-                    (ToolRefusal::ToolChoiceNone, &mut report.fork_share_none),
-                ] {
-                    let options = ForkOptions { style: ForkStyle::AppendToLastUser, tool_refusal: refusal };
-                    let fork = fork_request(&parent, &instruction, options)?;
-                    shares.push(fork_read_share(&parent, &fork.body));
-                }
-            }
-            after_compaction(&mut host, &mut report, &prompts, &files, &instructions, true)?;
-            host.requests_since_compaction = 0;
+            let estimated = usage["tokens"].as_u64().unwrap_or(0);
+            let context = Context { prompts: &prompts, files: &files, instructions: &instructions };
+            on_compacted(
+                &mut host,
+                &mut report,
+                seen.as_ref(),
+                &context,
+                Compaction { compacted, real, estimated, turn },
+            )?;
         }
     }
     host.daemon.stop()?;
     Ok(report)
+}
+
+/// What the checks after a compaction read: the prompts, files and CLAUDE.md
+/// instructions so far.
+struct Context<'a> {
+    prompts: &'a [String],
+    files: &'a BTreeSet<String>,
+    instructions: &'a [&'a str],
+}
+
+/// One automatic compaction as the host saw it: the notification, the real size of the
+/// request it would have sent, the daemon's estimate of it, and the turn.
+struct Compaction<'a> {
+    compacted: &'a Value,
+    real: u64,
+    estimated: u64,
+    turn: usize,
+}
+
+/// Checks and prices an automatic compaction: whether it was needed, the fork it sent
+/// (provider mode) or would send, then the request right after it.
+fn on_compacted(
+    host: &mut Host,
+    report: &mut Report,
+    seen: Option<&ctxd_e2e::stub::Seen>,
+    context: &Context<'_>,
+    Compaction { compacted, real, estimated, turn }: Compaction<'_>,
+) -> anyhow::Result<()> {
+    if std::env::var_os("CONTINUITY_DEBUG").is_some() {
+        println!("  turn {turn}: {compacted}");
+    }
+    if real < host.threshold {
+        report.needless += 1;
+    }
+    if host.requests_since_compaction == 0 {
+        report.back_to_back += 1;
+    }
+    if std::env::var_os("CONTINUITY_DEBUG").is_some() {
+        println!("  real request {real}, estimated {estimated}, threshold {}", host.threshold);
+    }
+    // The fork ctxd would send for this compaction, from the request the host
+    // just sent.
+    if let Some(seen) = seen {
+        // The fork as sent, after the requests the host sent before it.
+        let bodies: Vec<Value> =
+            seen.lock().unwrap().drain(..).filter_map(|(_, body)| serde_json::from_str::<Value>(&body).ok()).collect();
+        let fork = bodies.iter().find(|b| b["tools"].as_array().is_some_and(|t| !t.is_empty()));
+        // Only a fork made after a model call since the previous compaction.
+        let last = host.last_request.as_ref().filter(|_| host.requests_since_compaction > 0);
+        if let (Some(fork), Some(last)) = (fork, last) {
+            let bill = host.cache.send(fork, host.last_now + 1_000);
+            // Of the request it forks: the fork without its instruction (its last
+            // block), as the cache counts blocks.
+            let instruction = fork["messages"]
+                .as_array()
+                .and_then(|m| m.last())
+                .and_then(|m| m["content"].as_array())
+                .and_then(|c| c.last())
+                .map_or(0, |block| (block.to_string().len() as u64).div_ceil(4));
+            let parent_input = bill.input - instruction;
+            report.sent_fork_share.push(bill.read as f64 / parent_input.max(1) as f64);
+            if std::env::var_os("CONTINUITY_DEBUG").is_some() {
+                println!(
+                    "  fork sent: read {:.3} of the request it forks ({parent_input} tokens; the host's last {}); against the host's last: {}",
+                    bill.read as f64 / parent_input.max(1) as f64,
+                    PromptCache::default().send(last, 0).input,
+                    divergence(last, fork)
+                );
+            }
+        }
+    } else if let Some(parent) = host.last_request.clone() {
+        let instruction = summary_instruction(&PromptSpec::full());
+        for (refusal, shares) in [
+            (ToolRefusal::KeepParentToolChoice, &mut report.fork_share),
+            (ToolRefusal::ToolChoiceNone, &mut report.fork_share_none),
+        ] {
+            let options = ForkOptions { style: ForkStyle::AppendToLastUser, tool_refusal: refusal };
+            let fork = fork_request(&parent, &instruction, options)?;
+            shares.push(fork_read_share(&parent, &fork.body));
+        }
+    }
+    after_compaction(host, report, context.prompts, context.files, context.instructions, true)?;
+    host.requests_since_compaction = 0;
+    Ok(())
 }
 
 /// Where `fork` stops repeating `parent` block for block (markers aside): for the
@@ -587,7 +640,7 @@ fn after_compaction(
 ) -> anyhow::Result<()> {
     report.compactions += 1;
     report.auto += usize::from(auto);
-    let request = host.assemble()?;
+    let (request, _) = host.assemble()?;
     let mut text = String::new();
     texts(&request, &mut text);
     report.after_ratio.push(tokens_of(&request) as f64 / host.threshold as f64);
