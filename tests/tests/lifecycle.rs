@@ -109,6 +109,9 @@ fn a_second_daemon_on_the_same_store_gets_a_clear_error() {
     let message = error["message"].as_str().unwrap();
     assert!(message.contains(&state.display().to_string()), "{message}");
     assert!(message.contains(&format!("pid {}", first.pid())), "{message}");
+    // The cause comes before the first ':' (what an editor's status shows), the way out after.
+    assert_eq!(message.split(':').next(), Some(format!("store in use by another ctxd (pid {})", first.pid()).as_str()));
+    assert!(message.contains("its own state directory"), "{message}");
 
     // The first daemon is unaffected.
     let records = json!([ctxd_e2e::user_record("u1", None, "still here")]);

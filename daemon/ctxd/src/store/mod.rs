@@ -28,7 +28,11 @@ pub use self::lock::StoreLock;
 pub enum StoreError {
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("store {path} is in use by another ctxd{}", pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
+    // The cause first: editors show the text before the first ':' as the short reason.
+    #[error(
+        "store in use by another ctxd{}: {path}; one daemon serves a store, so close the other (another editor window?) or give this one its own state directory (--state-dir, or the editor's stateDir setting)",
+        pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+    )]
     Locked { path: PathBuf, pid: Option<u32> },
     #[error("index {path}: {message}")]
     Index { path: PathBuf, message: String },
