@@ -235,7 +235,8 @@ pub fn plan_compaction_with(
     // Checked against the part in view, as a session's own compaction checks its view:
     // what lay before the last boundary is in that boundary's summary.
     let facts = FidelityFacts::from_records(&summarized[prepared.start.min(summarized.len())..], DEFAULT_RECENT_TURNS);
-    let checked = check_fidelity(summary_body, &facts, appended_budget(prepared.summary_cap_tokens));
+    let appended = appended_budget(prepared.summary_cap_tokens, summary_body.len());
+    let checked = check_fidelity(summary_body, &facts, appended);
     let summary_text = summary_message_text(&SummaryMessage {
         body: checked.summary,
         transcript_path: None,
@@ -535,5 +536,20 @@ mod tests {
         let text = summary["message"]["content"].as_str().unwrap();
         assert!(text.contains("Turn 2498 asks") && !text.contains("Turn 0001 asks"));
         assert!(text.contains("more user messages cut …]"));
+    }
+
+    #[test]
+    fn a_providers_short_summary_of_a_long_session_gets_every_user_message_added() {
+        // 2,400 prompts: briefly (about 50 bytes each) past half the cap, within all of it.
+        let records = long_session("claude-opus-5-5", 2_400);
+        let prepared = prepare(&records, &EnvConfig::default()).unwrap();
+        let remote = "1. Primary Request and Intent:\n   The user worked through many turns.";
+        let plan = plan_compaction_with(&records, &prepared, remote, &[], None, "t", &mut counter()).unwrap();
+        let summary: serde_json::Value = serde_json::from_str(&plan.lines[1]).unwrap();
+        let text = summary["message"]["content"].as_str().unwrap();
+        let missing: Vec<usize> = (0..2_399).filter(|n| !text.contains(&format!("Turn {n:04} asks"))).collect();
+        assert!(missing.is_empty(), "{} of 2,399 missing, the first {:?}", missing.len(), missing.first());
+        let cap_bytes = prepared.summary_cap_tokens * crate::tally::BYTES_PER_TOKEN;
+        assert!(text.len() as u64 <= cap_bytes + 4_096, "{} bytes, cap {cap_bytes}", text.len());
     }
 }

@@ -150,11 +150,14 @@ pub struct FidelityReport {
     pub appended: Option<String>,
 }
 
-/// The appended section's share of a summary capped at `summary_cap_tokens`: half of
-/// it, in bytes. A model's summary can leave out nearly everything; the section then
-/// holds the newest of what it left out, and the summary stays near its cap.
-pub fn appended_budget(summary_cap_tokens: u64) -> usize {
-    usize::try_from(summary_cap_tokens.saturating_mul(crate::tally::BYTES_PER_TOKEN) / 2).unwrap_or(usize::MAX)
+/// The appended section's room beside a summary body of `body_bytes`, capped at
+/// `summary_cap_tokens`: what the cap leaves beside the body, and never less than half
+/// the cap, in bytes. A model's summary can leave out nearly everything; a short one
+/// leaves room to name all of it, a long one still gets half the cap for the newest of
+/// what it left out, and the summary stays near its cap.
+pub fn appended_budget(summary_cap_tokens: u64, body_bytes: usize) -> usize {
+    let cap = usize::try_from(summary_cap_tokens.saturating_mul(crate::tally::BYTES_PER_TOKEN)).unwrap_or(usize::MAX);
+    (cap / 2).max(cap.saturating_sub(body_bytes))
 }
 
 /// The summary to install and the report.
@@ -423,7 +426,8 @@ mod tests {
         assert!(section.contains("- Latest user request: \"now write the release notes\""));
         assert!(section.contains("- File touched in the last turns: /repo/src/parser.rs"));
         assert!(section.contains("- Open task (pending): Update the changelog"));
-        assert_eq!(appended_budget(20_000), 40_000);
+        assert_eq!(appended_budget(20_000, 70_000), 40_000);
+        assert_eq!(appended_budget(20_000, 1_000), 79_000);
     }
 
     #[test]

@@ -217,8 +217,9 @@ pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
     // The snapshot is not needed after this step: moved, not copied.
     let (transcript_path, records, kept_any) =
         (job.transcript_path.clone(), std::mem::take(&mut job.records), !kept.is_empty());
-    // What the check appends stays within half the summary cap of this window.
-    let appended = appended_budget(offline_cap_tokens(job.threshold));
+    // What the check appends stays within what the summary cap of this window leaves
+    // beside the body (at least half of it).
+    let appended = appended_budget(offline_cap_tokens(job.threshold), body.len());
     let (checked, summary_text) = crate::background::run(move || {
         let checked = check_fidelity(&body, &facts, appended);
         let summary_text = summary_message_text(&SummaryMessage {
