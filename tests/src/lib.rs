@@ -494,3 +494,19 @@ pub fn stored_uuids(state_dir: &Path, session_id: &str) -> anyhow::Result<Vec<St
         .filter_map(|v| v["uuid"].as_str().map(str::to_owned))
         .collect())
 }
+
+/// Copies the directory tree `from` to `to` as a backup would: directories and regular
+/// files (a daemon's socket, `ctxd.sock`, is no file to copy).
+pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let (kind, target) = (entry.file_type()?, to.join(entry.file_name()));
+        if kind.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else if kind.is_file() {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}

@@ -178,7 +178,7 @@ fn an_index_lagging_behind_a_newer_boundary_is_repaired_not_made_inconsistent() 
     daemon.request("ctx/append", json!({"sessionId": "lag", "records": first})).unwrap();
     assert!(daemon.stop().unwrap().success());
     let lagging = dir.path().join("index-lagging");
-    copy_dir(&state.join("index"), &lagging);
+    ctxd_e2e::copy_dir(&state.join("index"), &lagging).unwrap();
 
     let mut daemon = Daemon::started(&state).unwrap();
     open(&mut daemon, "lag");
@@ -194,7 +194,7 @@ fn an_index_lagging_behind_a_newer_boundary_is_repaired_not_made_inconsistent() 
     assert!(daemon.stop().unwrap().success());
     // The index as a crash could leave it: it still knows only the first boundary.
     std::fs::remove_dir_all(state.join("index")).unwrap();
-    copy_dir(&lagging, &state.join("index"));
+    ctxd_e2e::copy_dir(&lagging, &state.join("index")).unwrap();
 
     for restart in 0..3 {
         let mut daemon = Daemon::started(&state).unwrap();
@@ -202,14 +202,6 @@ fn an_index_lagging_behind_a_newer_boundary_is_repaired_not_made_inconsistent() 
         assert_eq!(opened["records"], 7, "restart {restart}: {opened}");
         assert_eq!(opened["usage"], usage, "restart {restart}");
         assert!(daemon.stop().unwrap().success());
-    }
-}
-
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    for file in walk(from) {
-        let target = to.join(file.strip_prefix(from).unwrap());
-        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
-        std::fs::copy(&file, &target).unwrap();
     }
 }
 

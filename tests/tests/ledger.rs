@@ -80,7 +80,7 @@ fn the_ledger_survives_a_crash_and_a_lost_index() {
     // Two copies of the store as the crash left it: one keeps its index, one loses it
     // (so the read, before the boundary, must be found by scanning the transcript).
     let copy = dir.path().join("copy");
-    copy_dir(&state, &copy);
+    ctxd_e2e::copy_dir(&state, &copy).unwrap();
     std::fs::remove_dir_all(copy.join("index")).unwrap();
 
     for (store, lose_index) in [(&state, false), (&copy, true)] {
@@ -139,16 +139,4 @@ fn reads_before_a_compaction_survive_a_restart_after_it() {
     let never = file_read(&mut daemon, "s", &files[3]);
     assert_eq!(never["alreadyRead"], false, "{never}");
     daemon.stop().unwrap();
-}
-
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap().filter_map(Result::ok) {
-        let target = to.join(entry.file_name());
-        if entry.path().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }

@@ -96,27 +96,62 @@ fn requests_before_initialize_are_refused_not_fatal() {
 }
 
 #[test]
-fn a_second_daemon_on_the_same_store_gets_a_clear_error() {
+fn a_second_editor_on_the_same_store_shares_the_first_daemon() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("state");
     let mut first = Daemon::started(&state).unwrap();
     let opened = first.request("ctx/openSession", json!({"cwd": "/tmp", "model": "claude-sonnet-4-5"})).unwrap();
     let id = opened["sessionId"].as_str().unwrap().to_owned();
 
+    // The second `ctxd serve` relays to the first: one store, one set of sessions.
+    let mut second = Daemon::start(&state).unwrap();
+    let initialized = second.initialize().unwrap();
+    let capabilities = &initialized["capabilities"]["experimental"]["ctxd"];
+    // Its editor's own process is the one it names (the one that editor stops).
+    assert_eq!(capabilities["processId"], second.pid(), "{capabilities}");
+    assert_eq!(capabilities["stateDir"], state.display().to_string());
+    second.request("ctx/openSession", json!({"sessionId": id, "cwd": "/tmp", "model": "claude-sonnet-4-5"})).unwrap();
+    let records = json!([ctxd_e2e::user_record("u1", None, "from the second editor")]);
+    second.request("ctx/append", json!({"sessionId": id, "records": records})).unwrap();
+    // The first editor sees the append (its usage notification) and the record.
+    first.wait_notification("ctx/usageChanged", |p| p["sessionId"] == json!(id)).unwrap();
+    let records = json!([ctxd_e2e::user_record("u2", Some("u1"), "from the first editor")]);
+    first.request("ctx/append", json!({"sessionId": id, "records": records})).unwrap();
+    assert_eq!(ctxd_e2e::stored_uuids(&state, &id).unwrap(), ["u1", "u2"]);
+
+    // The second editor leaving closes nothing of the first's.
+    assert!(second.stop().unwrap().success());
+    let usage = first.request("ctx/usage", json!({"sessionId": id})).unwrap()["usage"].clone();
+    assert!(usage["tokens"].as_u64().unwrap() > 0, "{usage}");
+
+    // The first editor leaving ends the daemon, and the relay of a third with it: its
+    // editor restarts it, and the restarted one is the daemon.
+    let mut third = Daemon::started(&state).unwrap();
+    assert!(first.stop().unwrap().success());
+    let ended = third.wait().unwrap();
+    assert_eq!(ended.code(), Some(1), "a relay whose daemon left exits with 1");
+    let mut restarted = Daemon::started(&state).unwrap();
+    let opened = restarted
+        .request("ctx/openSession", json!({"sessionId": id, "cwd": "/tmp", "model": "claude-sonnet-4-5"}))
+        .unwrap();
+    assert_eq!(opened["usage"]["tokens"], usage["tokens"], "{opened}");
+}
+
+#[test]
+fn a_store_whose_daemon_does_not_listen_gets_a_clear_error() {
+    // A daemon holds the store but serves no socket (here: removed under it).
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let first = Daemon::started(&state).unwrap();
+    std::fs::remove_file(state.join("ctxd.sock")).unwrap();
     let mut second = Daemon::start(&state).unwrap();
     let error = second.request_error("initialize", json!({"capabilities": {}})).unwrap();
     assert_eq!(error["code"], -33003, "{error}");
     let message = error["message"].as_str().unwrap();
-    assert!(message.contains(&state.display().to_string()), "{message}");
-    assert!(message.contains(&format!("pid {}", first.pid())), "{message}");
     // The cause comes before the first ':' (what an editor's status shows), the way out after.
     assert_eq!(message.split(':').next(), Some(format!("store in use by another ctxd (pid {})", first.pid()).as_str()));
+    assert!(message.contains(&state.display().to_string()), "{message}");
     assert!(message.contains("its own state directory"), "{message}");
-
-    // The first daemon is unaffected.
-    let records = json!([ctxd_e2e::user_record("u1", None, "still here")]);
-    first.request("ctx/append", json!({"sessionId": id, "records": records})).unwrap();
-    assert_eq!(ctxd_e2e::stored_uuids(&state, &id).unwrap(), ["u1"]);
 }
 
 #[test]

@@ -174,7 +174,7 @@ fn an_undo_survives_kill_9_with_the_index_current_deleted_or_stale() {
     // is an index that missed the undo.
     assert!(daemon.stop().unwrap().success());
     let stale = dir.path().join("index-before-undo");
-    copy_dir(&state.join("index"), &stale);
+    ctxd_e2e::copy_dir(&state.join("index"), &stale).unwrap();
 
     let mut daemon = Daemon::started(&state).unwrap();
     open(&mut daemon, "k");
@@ -188,23 +188,10 @@ fn an_undo_survives_kill_9_with_the_index_current_deleted_or_stale() {
     });
     let mut daemon = resumes_the_same(daemon, &state, "k", &expected, |state| {
         std::fs::remove_dir_all(state.join("index")).unwrap();
-        copy_dir(&stale, &state.join("index"));
+        ctxd_e2e::copy_dir(&stale, &state.join("index")).unwrap();
     });
     // Resumed, the session is as undoable as live: nothing left to undo.
     assert_eq!(refusal(&mut daemon, "k").0, "nothingToUndo");
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 #[test]

@@ -6,6 +6,7 @@
 //!   every `ctx/` method), params decoded once, answers encoded once.
 //! - [`wire`]: domain values to protocol types, in one place.
 //! - [`session`]: one actor per open session; the registry that routes commands to them.
+//! - [`shared`]: one daemon for every editor on a store (a socket, and relays to it).
 //! - [`settings`]: settings files, stacked per working directory.
 //! - [`context`]: the real filesystem for memory files, git facts, the file watcher.
 //! - [`store`]: transcripts on disk (the truth) and the rebuildable sled index.
@@ -34,6 +35,7 @@ pub mod replay;
 pub mod server;
 pub mod session;
 pub mod settings;
+pub mod shared;
 pub mod statusline;
 pub mod store;
 pub mod transport;

@@ -230,8 +230,23 @@ fn main() -> ExitCode {
 
 async fn serve(state_dir: PathBuf, env: Arc<ProcessEnv>, limits: Limits) -> anyhow::Result<ExitCode> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), pid = std::process::id(), "ctxd starting");
-    let (server, outflow) = server::Server::new(ServeOptions { state_dir, env });
+    let dir = state_dir.clone();
+    let lock = match tokio::task::spawn_blocking(move || ctxd::shared::claim(&dir)).await? {
+        ctxd::shared::Claim::Daemon(lock) => lock,
+        ctxd::shared::Claim::Relay(stream) => {
+            let daemon_left = ctxd::shared::relay(stream).await?;
+            if daemon_left {
+                tracing::info!("the daemon this editor shared went away");
+            }
+            // The editor restarts a relay whose daemon left, as after a crash.
+            return Ok(if daemon_left { ExitCode::from(1) } else { ExitCode::SUCCESS });
+        }
+    };
+    let sharing = Arc::new(server::Sharing { lock: std::sync::Mutex::new(lock), ..server::Sharing::default() });
+    let options = ServeOptions { state_dir, env, sharing: Some(sharing.clone()) };
+    let (server, outflow) = server::Server::new(options);
     let ending = transport::serve_stdio(std::sync::Arc::new(server), limits, outflow).await;
+    ctxd::shared::stop_listening(&sharing);
     tracing::info!(?ending, "ctxd stopping");
     // LSP: exit without a prior shutdown ends with code 1.
     Ok(match ending {

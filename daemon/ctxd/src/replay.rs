@@ -58,7 +58,8 @@ pub async fn run(options: ReplayOptions, out: &mut dyn Write) -> anyhow::Result<
     // The daemon, in-process, on an in-memory pipe.
     let (client_io, server_io) = tokio::io::duplex(1 << 20);
     let (server_read, server_write) = tokio::io::split(server_io);
-    let (server, outflow) = Server::new(ServeOptions { state_dir: state_dir.clone(), env: options.env.clone() });
+    let (server, outflow) =
+        Server::new(ServeOptions { state_dir: state_dir.clone(), env: options.env.clone(), sharing: None });
     let daemon = tokio::spawn(transport::serve(
         server_read,
         server_write,

@@ -120,6 +120,11 @@ impl<T> Drop for CancelOnDrop<'_, T> {
 }
 
 impl Backend {
+    /// `$/progress` for a work-done token of this client's request.
+    fn progress(&self, token: Option<&serde_json::Value>) -> Option<crate::session::Progress> {
+        crate::session::Progress::new(&self.outbound, token)
+    }
+
     pub(super) fn sessions(&self) -> Result<&Arc<Sessions>> {
         // Requests before `initialize` are refused; this covers a failed one.
         self.sessions.get().ok_or_else(|| {
@@ -200,7 +205,13 @@ impl Backend {
         };
         let rx = self
             .sessions()?
-            .compact(&params.session_id, trigger, params.instructions, params.work_done_token.as_ref(), partial)
+            .compact(
+                &params.session_id,
+                trigger,
+                params.instructions,
+                self.progress(params.work_done_token.as_ref()),
+                partial,
+            )
             .map_err(rpc_error)?;
         self.compact_result(&params.session_id, rx).await
     }

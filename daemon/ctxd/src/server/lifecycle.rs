@@ -53,7 +53,9 @@ impl Backend {
         self.set_lifecycle(Lifecycle::ShutDown);
         let backend = self.clone();
         let reply = async move {
-            if let Some(sessions) = backend.sessions.get() {
+            // Another editor's shutdown ends its connection only: the sessions stay open
+            // for the editor that started the daemon.
+            if let Some(sessions) = backend.sessions.get().filter(|_| backend.guest.is_none()) {
                 sessions.close_all().await;
             }
             tracing::info!("shutdown");
@@ -91,9 +93,15 @@ impl Backend {
             Some(value) => serde_json::from_value(value)
                 .map_err(|e| Error::invalid_params(format!("initializationOptions: {e}")))?,
         };
+        if let Some(guest) = self.guest {
+            return self.initialize_guest(options, guest);
+        }
         let state_dir = options.state_dir.as_ref().map_or_else(|| self.options.state_dir.clone(), PathBuf::from);
         let dir = state_dir.clone();
-        let store = tokio::task::spawn_blocking(move || Store::open(&dir))
+        // The lock taken at start is for the command line's store; another one is taken here.
+        let claimed = self.options.sharing.as_ref().and_then(|s| s.lock.lock().ok()?.take());
+        let claimed = claimed.filter(|_| state_dir == self.options.state_dir);
+        let store = tokio::task::spawn_blocking(move || Store::open_with(&dir, claimed))
             .await
             .map_err(|e| internal(format!("opening the store: {e}")))?
             .map_err(store_error)?;
@@ -122,31 +130,57 @@ impl Backend {
         // Notifications reach the client from a successful `initialize` on; no session
         // exists before it to send one.
         self.outbound.start_notifications();
+        if self.options.sharing.is_some() {
+            crate::shared::listen(&state_dir, sessions, self.options.clone());
+        }
 
         tracing::info!(state_dir = %state_dir.display(), "initialized");
-        let capabilities = proto::CtxdCapabilities {
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            protocol: 1,
-            methods: methods::REQUESTS.iter().map(|m| (*m).to_owned()).collect(),
-            notifications: methods::NOTIFICATIONS.iter().map(|m| (*m).to_owned()).collect(),
-            state_dir: state_dir.display().to_string(),
-            process_id: std::process::id(),
-            degraded: degraded.clone(),
-        };
-        let experimental = serde_json::json!({ "ctxd": capabilities });
-        Ok(InitializeResult {
-            capabilities: ServerCapabilities { experimental: Some(experimental), ..ServerCapabilities::default() },
-            server_info: Some(ServerInfo {
-                name: "ctxd".to_owned(),
-                version: Some(env!("CARGO_PKG_VERSION").to_owned()),
-            }),
-            ..InitializeResult::default()
-        })
+        Ok(initialize_result(&state_dir, std::process::id(), degraded))
+    }
+
+    /// `initialize` from another editor (see `crate::shared`): the daemon's sessions and
+    /// store; its settings, if it sends any, apply as a `didChangeConfiguration` would.
+    fn initialize_guest(&self, options: proto::InitializationOptions, guest: super::Guest) -> Result<InitializeResult> {
+        let sessions = self.sessions()?;
+        let served = sessions.store().root().to_owned();
+        if let Some(asked) = options.state_dir.as_deref().map(PathBuf::from)
+            && asked != served
+        {
+            return Err(Error::invalid_params(format!(
+                "this daemon serves the store at {}; initializationOptions.stateDir asks for {}",
+                served.display(),
+                asked.display()
+            )));
+        }
+        if options.settings.is_some() {
+            let client = crate::settings::client_layer("initializationOptions.settings", options.settings.as_ref());
+            for problem in &client.problems {
+                tracing::warn!(%problem, "settings");
+            }
+            tracing::info!("settings from another editor: they apply to every editor this daemon serves");
+            sessions.settings_changed(client.settings);
+        }
+        if options.auto_compact_window.is_some() {
+            tracing::info!(
+                "initializationOptions.autoCompactWindow of another editor ignored: the first editor's holds"
+            );
+        }
+        self.outbound.start_notifications();
+        tracing::info!(pid = ?guest.peer_pid, "another editor initialized");
+        let degraded = sessions
+            .store()
+            .index()
+            .degraded
+            .as_ref()
+            .map(|reason| format!("the store's index cannot be written ({reason})"));
+        Ok(initialize_result(&served, guest.peer_pid.unwrap_or_else(std::process::id), degraded))
     }
 
     fn initialized(&self) {
         tracing::debug!("client initialized");
-        if let Ok(sessions) = self.sessions()
+        // The daemon's own editor started what its settings ask for; another's adds nothing.
+        if self.guest.is_none()
+            && let Ok(sessions) = self.sessions()
             && sessions.daemon_settings().observe_claude_projects == Some(true)
             && let Some(root) = sessions.claude_projects_dir()
         {
@@ -171,5 +205,24 @@ impl Backend {
             tracing::warn!(%problem, "settings");
         }
         sessions.settings_changed(layer.settings);
+    }
+}
+
+/// The answer to `initialize`: ctxd's capabilities under `experimental.ctxd`.
+fn initialize_result(state_dir: &std::path::Path, process_id: u32, degraded: Option<String>) -> InitializeResult {
+    let capabilities = proto::CtxdCapabilities {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        protocol: 1,
+        methods: methods::REQUESTS.iter().map(|m| (*m).to_owned()).collect(),
+        notifications: methods::NOTIFICATIONS.iter().map(|m| (*m).to_owned()).collect(),
+        state_dir: state_dir.display().to_string(),
+        process_id,
+        degraded,
+    };
+    let experimental = serde_json::json!({ "ctxd": capabilities });
+    InitializeResult {
+        capabilities: ServerCapabilities { experimental: Some(experimental), ..ServerCapabilities::default() },
+        server_info: Some(ServerInfo { name: "ctxd".to_owned(), version: Some(env!("CARGO_PKG_VERSION").to_owned()) }),
+        ..InitializeResult::default()
     }
 }

@@ -39,6 +39,27 @@ pub struct ServeOptions {
     pub state_dir: PathBuf,
     /// The environment `main` read; the sessions get it at `initialize`.
     pub env: Arc<ProcessEnv>,
+    /// For the daemon on stdio: the store's lock taken at start, and other editors
+    /// served once initialized (see `crate::shared`). `None` in process (`ctxd replay`).
+    pub sharing: Option<Arc<Sharing>>,
+}
+
+/// See [`ServeOptions::sharing`].
+#[derive(Debug, Default)]
+pub struct Sharing {
+    /// The lock of `state_dir`'s store, taken at start; `initialize` opens the store
+    /// with it (or drops it for another `stateDir`).
+    pub lock: std::sync::Mutex<Option<crate::store::StoreLock>>,
+    /// The socket this daemon listens on, removed when it ends.
+    pub listening: std::sync::Mutex<Option<PathBuf>>,
+}
+
+/// A client that reached the daemon through its socket (another editor): the sessions
+/// are the daemon's, and its `shutdown` closes none of them.
+#[derive(Debug, Clone, Copy)]
+struct Guest {
+    /// The relay process its editor started (what `processId` names to that editor).
+    peer_pid: Option<u32>,
 }
 
 /// The daemon's state behind the table: what every handler reaches.
@@ -46,9 +67,10 @@ pub struct ServeOptions {
 pub struct Backend {
     outbound: Outbound,
     options: ServeOptions,
-    /// Set by a successful `initialize`.
+    /// Set by a successful `initialize` (a guest's from the start).
     sessions: OnceLock<Arc<Sessions>>,
     lifecycle: AtomicU8,
+    guest: Option<Guest>,
 }
 
 /// Where the LSP lifecycle is (what `initialize`, `shutdown` and `exit` move between).
@@ -92,8 +114,23 @@ impl Server {
             options,
             sessions: OnceLock::new(),
             lifecycle: AtomicU8::new(Lifecycle::Uninitialized as u8),
+            guest: None,
         };
         (Server { backend: Arc::new(backend) }, outflow)
+    }
+
+    /// A server for another editor on the daemon's `sessions` (see `crate::shared`), its
+    /// answers' queue, and the handle its notifications go out by.
+    pub fn guest(options: ServeOptions, sessions: Arc<Sessions>, peer_pid: Option<u32>) -> (Server, Outflow, Outbound) {
+        let (outbound, outflow) = Outbound::channel();
+        let backend = Backend {
+            outbound: outbound.clone(),
+            options,
+            sessions: OnceLock::from(sessions),
+            lifecycle: AtomicU8::new(Lifecycle::Uninitialized as u8),
+            guest: Some(Guest { peer_pid }),
+        };
+        (Server { backend: Arc::new(backend) }, outflow, outbound)
     }
 
     /// A `ctx/` request, once initialized: the table.

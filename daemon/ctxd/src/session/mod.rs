@@ -87,22 +87,48 @@ pub struct SessionSetup {
     pub process: Arc<ProcessEnv>,
 }
 
-/// Where a session's notifications go.
+/// Where a session's notifications go: every connected client (the editor that started
+/// the daemon, and those sharing it through its socket, see `crate::shared`). A
+/// client's id filter is its own: it shows the sessions it knows.
 #[derive(Debug, Clone, Default)]
 pub struct Notifier {
-    client: Option<Outbound>,
+    clients: Arc<std::sync::RwLock<Vec<Outbound>>>,
 }
 
 impl Notifier {
     pub fn new(outbound: Outbound) -> Notifier {
-        Notifier { client: Some(outbound) }
+        let notifier = Notifier::default();
+        notifier.attach(outbound);
+        notifier
+    }
+
+    /// A client that connected: it gets every notification from now on.
+    pub fn attach(&self, outbound: Outbound) {
+        self.clients.write().unwrap_or_else(std::sync::PoisonError::into_inner).push(outbound);
+    }
+
+    /// A client that left.
+    pub fn detach(&self, outbound: &Outbound) {
+        self.clients.write().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|c| !c.same(outbound));
+    }
+
+    fn clients(&self) -> Vec<Outbound> {
+        self.clients.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    async fn notify<N>(&self, params: N::Params)
+    where
+        N: tower_lsp_server::ls_types::notification::Notification,
+        N::Params: Clone,
+    {
+        for client in self.clients() {
+            client.notify::<N>(params.clone()).await;
+        }
     }
 
     pub async fn context_changed(&self, session_id: &str, paths: Vec<String>) {
-        if let Some(client) = &self.client {
-            let params = proto::ContextChangedNotification { session_id: session_id.to_owned(), paths };
-            client.notify::<ContextChanged>(params).await;
-        }
+        let params = proto::ContextChangedNotification { session_id: session_id.to_owned(), paths };
+        self.notify::<ContextChanged>(params).await;
     }
 
     pub async fn compacted(
@@ -112,47 +138,38 @@ impl Notifier {
         pre_tokens: u64,
         post_tokens: u64,
     ) {
-        if let Some(client) = &self.client {
-            let params = proto::CompactedNotification {
-                session_id: session_id.to_owned(),
-                trigger: crate::wire::trigger(trigger),
-                pre_tokens,
-                post_tokens,
-            };
-            client.notify::<Compacted>(params).await;
-        }
+        let params = proto::CompactedNotification {
+            session_id: session_id.to_owned(),
+            trigger: crate::wire::trigger(trigger),
+            pre_tokens,
+            post_tokens,
+        };
+        self.notify::<Compacted>(params).await;
     }
 
     pub async fn compact_failed(&self, session_id: &str, reason: &str) {
-        if let Some(client) = &self.client {
-            let params =
-                proto::CompactFailedNotification { session_id: session_id.to_owned(), reason: reason.to_owned() };
-            client.notify::<CompactFailed>(params).await;
-        }
+        let params = proto::CompactFailedNotification { session_id: session_id.to_owned(), reason: reason.to_owned() };
+        self.notify::<CompactFailed>(params).await;
     }
 
     pub async fn usage_changed(&self, session_id: &str, usage: UsageSnapshot) {
-        if let Some(client) = &self.client {
-            let params = proto::UsageChangedNotification {
-                session_id: session_id.to_owned(),
-                usage: crate::wire::usage(&usage),
-            };
-            client.notify::<UsageChanged>(params).await;
-        }
+        let params =
+            proto::UsageChangedNotification { session_id: session_id.to_owned(), usage: crate::wire::usage(&usage) };
+        self.notify::<UsageChanged>(params).await;
     }
 }
 
 /// `$/progress` for one work-done token the client passed with a request: a begin, any
-/// number of reports, one end.
+/// number of reports, one end, to that client only (the token is its own).
 #[derive(Debug, Clone)]
 pub struct Progress {
-    notifier: Notifier,
+    client: Outbound,
     token: tower_lsp_server::ls_types::NumberOrString,
 }
 
 impl Progress {
     /// `None` when the client sent no token, or one that is neither a number nor a string.
-    pub fn new(notifier: &Notifier, token: Option<&serde_json::Value>) -> Option<Progress> {
+    pub fn new(client: &Outbound, token: Option<&serde_json::Value>) -> Option<Progress> {
         let token = match token? {
             serde_json::Value::Number(n) => {
                 tower_lsp_server::ls_types::NumberOrString::Number(i32::try_from(n.as_i64()?).ok()?)
@@ -160,8 +177,7 @@ impl Progress {
             serde_json::Value::String(s) => tower_lsp_server::ls_types::NumberOrString::String(s.clone()),
             _ => return None,
         };
-        notifier.client.as_ref()?;
-        Some(Progress { notifier: notifier.clone(), token })
+        Some(Progress { client: client.clone(), token })
     }
 
     pub async fn begin(&self, title: &str, message: String) {
@@ -194,10 +210,8 @@ impl Progress {
         use tower_lsp_server::ls_types::{
             ProgressParams, ProgressParamsValue, notification::Progress as ProgressNotification,
         };
-        if let Some(client) = &self.notifier.client {
-            let params = ProgressParams { token: self.token.clone(), value: ProgressParamsValue::WorkDone(value) };
-            client.notify::<ProgressNotification>(params).await;
-        }
+        let params = ProgressParams { token: self.token.clone(), value: ProgressParamsValue::WorkDone(value) };
+        self.client.notify::<ProgressNotification>(params).await;
     }
 }
 
@@ -299,6 +313,11 @@ impl Sessions {
     pub fn new(store: Arc<Store>, environment: Environment, notifier: Notifier) -> Sessions {
         let (changed, _) = tokio::sync::watch::channel(ctxd_proto::Settings::default());
         Sessions { store, environment, changed, notifier, open: Mutex::new(HashMap::new()) }
+    }
+
+    /// Where notifications go: clients attach and detach as they connect and leave.
+    pub fn notifier(&self) -> &Notifier {
+        &self.notifier
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -678,10 +697,9 @@ impl Sessions {
         id: &str,
         trigger: ctxd_core::compact::Trigger,
         instructions: Option<String>,
-        progress_token: Option<&serde_json::Value>,
+        progress: Option<Progress>,
         partial: Option<(ctxd_core::compact::SplitDirection, String)>,
     ) -> Result<oneshot::Receiver<Result<actor::CompactAnswer, SessionError>>, SessionError> {
-        let progress = Progress::new(&self.notifier, progress_token);
         let tx = self.sender(id)?;
         let (reply, rx) = oneshot::channel();
         tx.send(Command::Compact { trigger, instructions, partial, progress, reply })

@@ -59,8 +59,16 @@ impl Store {
     /// Opens (creating) the store at `root`. Fails if another daemon holds it. A damaged
     /// index is moved aside and rebuilt from the transcripts.
     pub fn open(root: &Path) -> Result<Store, StoreError> {
+        Store::open_with(root, None)
+    }
+
+    /// [`Store::open`] with the store's lock when the caller took it already.
+    pub fn open_with(root: &Path, lock: Option<StoreLock>) -> Result<Store, StoreError> {
         create_private_dir(root)?;
-        let lock = StoreLock::acquire(root)?;
+        let lock = match lock {
+            Some(lock) => lock,
+            None => StoreLock::acquire(root)?,
+        };
         let sessions = root.join("sessions");
         create_private_dir(&sessions)?;
         let index = Index::open_or_rebuild(&root.join("index"))?;

@@ -217,6 +217,11 @@ impl Outbound {
         (outbound.clone(), Outflow { rx, outbound })
     }
 
+    /// Whether `other` sends to the same client.
+    pub fn same(&self, other: &Outbound) -> bool {
+        self.tx.same_channel(&other.tx)
+    }
+
     /// Notifications go out from now on (the daemon calls it when `initialize`
     /// succeeds); earlier ones are dropped.
     pub fn start_notifications(&self) {
