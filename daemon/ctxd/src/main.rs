@@ -234,7 +234,7 @@ async fn serve(state_dir: PathBuf, env: Arc<ProcessEnv>, limits: Limits) -> anyh
     let lock = match tokio::task::spawn_blocking(move || ctxd::shared::claim(&dir)).await? {
         ctxd::shared::Claim::Daemon(lock) => lock,
         ctxd::shared::Claim::Relay(stream) => {
-            let daemon_left = ctxd::shared::relay(stream).await?;
+            let daemon_left = tokio::task::spawn_blocking(move || ctxd::shared::relay(stream)).await??;
             if daemon_left {
                 tracing::info!("the daemon this editor shared went away");
             }

@@ -76,38 +76,43 @@ pub fn claim(state_dir: &Path) -> Claim {
 /// daemon that exited.
 const EDITOR_CLOSE_WAIT: Duration = Duration::from_millis(200);
 
-/// Relays stdin to the daemon's socket and its answers to stdout, until either side
-/// ends. Returns whether the daemon went away while the editor still had stdin open
-/// (the editor then restarts this process, which takes the store over or finds the
-/// next daemon).
-pub async fn relay(stream: std::os::unix::net::UnixStream) -> std::io::Result<bool> {
-    stream.set_nonblocking(true)?;
-    let stream = tokio::net::UnixStream::from_std(stream)?;
-    let (mut from_daemon, mut to_daemon) = stream.into_split();
-    let mut stdin = tokio::io::stdin();
-    let mut stdout = tokio::io::stdout();
-    let up = async {
-        let copied = tokio::io::copy(&mut stdin, &mut to_daemon).await;
-        // The editor closed its end: let the daemon see the end too.
-        let _ = tokio::io::AsyncWriteExt::shutdown(&mut to_daemon).await;
-        copied
-    };
-    let down = async {
-        let copied = tokio::io::copy(&mut from_daemon, &mut stdout).await;
-        let _ = tokio::io::AsyncWriteExt::flush(&mut stdout).await;
-        copied
-    };
-    tokio::pin!(up);
-    tokio::select! {
-        up = &mut up => {
-            up?;
-            Ok(false)
+/// Relays stdin to the daemon's socket and its answers to stdout, until the daemon's
+/// side ends. Returns whether the daemon went away while the editor still had stdin
+/// open (the editor then restarts this process, which takes the store over or finds
+/// the next daemon).
+///
+/// Blocking, on threads of its own: stdin is read by a thread that may stay blocked
+/// after the relay is done, and a plain thread does not hold the process open the way
+/// a task of the runtime's blocking pool would.
+pub fn relay(stream: std::os::unix::net::UnixStream) -> std::io::Result<bool> {
+    use std::io::{Read, Write};
+    let mut to_daemon = stream.try_clone()?;
+    let (editor_closed, closed) = std::sync::mpsc::channel();
+    std::thread::Builder::new().name("ctxd-relay".into()).spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut to_daemon);
+        // The editor closed its end: the daemon sees the end of this client too.
+        let _ = to_daemon.shutdown(std::net::Shutdown::Write);
+        let _ = editor_closed.send(());
+    })?;
+    let mut from_daemon = stream;
+    let mut stdout = std::io::stdout().lock();
+    let mut buffer = vec![0u8; 64 * 1024];
+    let copied = loop {
+        match from_daemon.read(&mut buffer) {
+            Ok(0) => break Ok(()),
+            // Flushed at once: stdout buffers by line, and a frame ends with no newline.
+            Ok(n) => {
+                if let Err(e) = stdout.write_all(&buffer[..n]).and_then(|()| stdout.flush()) {
+                    break Err(e);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => break Err(e),
         }
-        down = down => {
-            down?;
-            Ok(tokio::time::timeout(EDITOR_CLOSE_WAIT, up).await.is_err())
-        }
-    }
+    };
+    let editor_left = closed.recv_timeout(EDITOR_CLOSE_WAIT).is_ok();
+    copied?;
+    Ok(!editor_left)
 }
 
 /// Listens on the store's socket and serves each editor that connects as one more

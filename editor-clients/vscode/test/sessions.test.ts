@@ -250,3 +250,34 @@ describe("CtxdSessions on a real ctxd", () => {
         assert.equal(statusText(change.usage), "ctx 50.0% · 27.0k to compact");
     });
 });
+
+describe("two windows on one store", () => {
+    it("share the first window's daemon: the second sees the first's session and appends, and the first sees the second's", async () => {
+        const stateDir = tempStateDir();
+        const first = await startDaemon(stateDir, { settings: TEST_SETTINGS });
+        // The second `ctxd serve` relays to the first; it names its own process.
+        const second = await startDaemon(stateDir, { settings: TEST_SETTINGS });
+        try {
+            assert.equal(second.capabilities.processId, second.process.pid);
+            assert.equal(first.capabilities.processId, first.process.pid);
+            const [a, b] = [new CtxdSessions(), new CtxdSessions()];
+            a.attach(first.connection);
+            b.attach(second.connection);
+            const opened = await a.openSession({ cwd: EMPTY_CWD, model: MODEL });
+            const seen: UsageChangedParams[] = [];
+            a.onUsageChanged((c) => seen.push(c));
+            // Open in the daemon already: the same session, not a new one.
+            const again = await b.openSession({ cwd: EMPTY_CWD, model: MODEL, sessionId: opened.sessionId });
+            assert.equal(again.sessionId, opened.sessionId);
+            const user = userRecord("from the second window");
+            await b.append(opened.sessionId, [user, assistantRecord(40_000, user.uuid as string)]);
+            const change = await waitFor("the first window's usage", () => seen.find((c) => c.usage.tokens >= 40_000));
+            assert.equal(change.sessionId, opened.sessionId);
+            a.dispose();
+            b.dispose();
+        } finally {
+            await second.stop();
+            await first.stop();
+        }
+    });
+});
