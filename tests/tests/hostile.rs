@@ -727,3 +727,18 @@ fn once_compaction_thrashes_no_path_starts_another() {
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert!(daemon.drain_notifications("ctx/compacted").is_empty(), "no compaction after the stop");
 }
+
+#[test]
+fn the_socket_other_editors_share_the_daemon_by_is_the_owners_only() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let daemon = Daemon::started(&state).unwrap();
+    let socket = std::fs::metadata(state.join("ctxd.sock")).unwrap();
+    assert!(socket.file_type().is_socket());
+    assert_eq!(socket.permissions().mode() & 0o077, 0, "no access for group or others");
+    assert_eq!(std::fs::metadata(&state).unwrap().permissions().mode() & 0o777, 0o700);
+    // A clean exit takes it away; a killed daemon's is replaced by the next one.
+    daemon.stop().unwrap();
+    assert!(!state.join("ctxd.sock").exists());
+}
