@@ -119,6 +119,18 @@ fn a_second_editor_on_the_same_store_shares_the_first_daemon() {
     first.request("ctx/append", json!({"sessionId": id, "records": records})).unwrap();
     assert_eq!(ctxd_e2e::stored_uuids(&state, &id).unwrap(), ["u1", "u2"]);
 
+    // A client that asks for another store in initialize alone gets the way to it.
+    let mut other = Daemon::start(&state).unwrap();
+    let error = other
+        .request_error(
+            "initialize",
+            json!({"capabilities": {}, "initializationOptions": {"stateDir": "/tmp/elsewhere"}}),
+        )
+        .unwrap();
+    assert_eq!(error["code"], -32602, "{error}");
+    assert!(error["message"].as_str().unwrap().contains("--state-dir /tmp/elsewhere"), "{error}");
+    drop(other);
+
     // The second editor leaving closes nothing of the first's.
     assert!(second.stop().unwrap().success());
     let usage = first.request("ctx/usage", json!({"sessionId": id})).unwrap()["usage"].clone();

@@ -147,8 +147,9 @@ impl Backend {
             && asked != served
         {
             return Err(Error::invalid_params(format!(
-                "this daemon serves the store at {}; initializationOptions.stateDir asks for {}",
+                "this ctxd serves the store at {} (another editor's daemon); initializationOptions.stateDir asks for {}: start ctxd with --state-dir {} for that store",
                 served.display(),
+                asked.display(),
                 asked.display()
             )));
         }
