@@ -515,6 +515,16 @@ def bench(w, sid, megabytes):
     check("bench: ctxd compacts it through the provider", out.returncode == 0 and "summary by anthropic" in out.stdout,
           out.stdout[-300:] + out.stderr[-800:])
     summary_bytes = sum(r["bytes"] for r in w.requests()[asked:])
+    # The provider's summary as installed: its text, with what the fidelity check added.
+    with open(os.path.join(folder, f"{third}.jsonl"), "rb") as f:
+        f.seek(size)
+        added = [json.loads(line) for line in f.read().splitlines() if line.strip()]
+    installed = " ".join(" ".join(texts(r["message"])) for r in added if r.get("isCompactSummary"))
+    provider_held = held_in_order(prompts, installed)
+    print(f"bench: the provider's installed summary holds {provider_held} of {len(prompts)} user messages "
+          f"({len(installed.encode()) / 1e3:.1f} KB)")
+    check("bench: the provider's installed summary holds every user message", provider_held == len(prompts),
+          f"{provider_held} of {len(prompts)}")
     rows = []
     for label, target in (("untouched", untouched), ("idle-compacted", twin)):
         seen = len(w.requests())

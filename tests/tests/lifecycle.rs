@@ -110,6 +110,11 @@ fn a_second_editor_on_the_same_store_shares_the_first_daemon() {
     // Its editor's own process is the one it names (the one that editor stops).
     assert_eq!(capabilities["processId"], second.pid(), "{capabilities}");
     assert_eq!(capabilities["stateDir"], state.display().to_string());
+    // The same store spelled another way is no other store.
+    let mut spelled = Daemon::start(&state).unwrap();
+    let slash = format!("{}/", state.display());
+    spelled.request("initialize", json!({"capabilities": {}, "initializationOptions": {"stateDir": slash}})).unwrap();
+    drop(spelled);
     second.request("ctx/openSession", json!({"sessionId": id, "cwd": "/tmp", "model": "claude-sonnet-4-5"})).unwrap();
     let records = json!([ctxd_e2e::user_record("u1", None, "from the second editor")]);
     second.request("ctx/append", json!({"sessionId": id, "records": records})).unwrap();

@@ -143,8 +143,12 @@ impl Backend {
     fn initialize_guest(&self, options: proto::InitializationOptions, guest: super::Guest) -> Result<InitializeResult> {
         let sessions = self.sessions()?;
         let served = sessions.store().root().to_owned();
+        // The same directory spelled another way (a trailing slash, a symlink) is the same store.
+        let same = |a: &std::path::Path, b: &std::path::Path| {
+            a == b || matches!((std::fs::canonicalize(a), std::fs::canonicalize(b)), (Ok(a), Ok(b)) if a == b)
+        };
         if let Some(asked) = options.state_dir.as_deref().map(PathBuf::from)
-            && asked != served
+            && !same(&asked, &served)
         {
             return Err(Error::invalid_params(format!(
                 "this ctxd serves the store at {} (another editor's daemon); initializationOptions.stateDir asks for {}: start ctxd with --state-dir {} for that store",
