@@ -742,3 +742,27 @@ fn the_socket_other_editors_share_the_daemon_by_is_the_owners_only() {
     daemon.stop().unwrap();
     assert!(!state.join("ctxd.sock").exists());
 }
+
+#[test]
+fn another_editor_that_stops_reading_holds_up_no_session() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    // A client on the socket that initializes and then reads nothing, ever.
+    let mut stalled = std::os::unix::net::UnixStream::connect(state.join("ctxd.sock")).unwrap();
+    stalled
+        .write_all(&ctxd_e2e::frame(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{}}}"#))
+        .unwrap();
+    // A session's usage is pushed at a bounded rate, but each new session's first change
+    // goes out at once: one notification per session for every client, far past what
+    // the stalled client's socket and queue hold (about 1,200 of them).
+    for i in 0..2_000 {
+        let id = format!("s{i}");
+        open(&mut daemon, &id);
+        append(&mut daemon, &id, json!([user_record("u", None, "go on")]));
+    }
+    assert_eq!(ctxd_e2e::stored_uuids(&state, "s1999").unwrap(), ["u"]);
+    assert!(daemon.drain_notifications("ctx/usageChanged").len() >= 2_000, "the own editor got every one");
+    drop(stalled);
+}

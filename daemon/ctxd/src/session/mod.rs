@@ -90,30 +90,41 @@ pub struct SessionSetup {
 /// Where a session's notifications go: every connected client (the editor that started
 /// the daemon, and those sharing it through its socket, see `crate::shared`). A
 /// client's id filter is its own: it shows the sessions it knows.
+///
+/// The daemon's own editor gets back-pressure as before (a notification waits for room
+/// in its queue); another editor's that is full misses the notification instead, so
+/// one that stopped reading cannot stall the sessions of all the others.
 #[derive(Debug, Clone, Default)]
 pub struct Notifier {
-    clients: Arc<std::sync::RwLock<Vec<Outbound>>>,
+    clients: Arc<std::sync::RwLock<Clients>>,
+}
+
+#[derive(Debug, Default)]
+struct Clients {
+    own: Option<Outbound>,
+    guests: Vec<Outbound>,
 }
 
 impl Notifier {
+    /// The notifier of the daemon's own editor.
     pub fn new(outbound: Outbound) -> Notifier {
         let notifier = Notifier::default();
-        notifier.attach(outbound);
+        notifier.write().own = Some(outbound);
         notifier
     }
 
-    /// A client that connected: it gets every notification from now on.
+    /// Another editor that connected: it gets every notification from now on.
     pub fn attach(&self, outbound: Outbound) {
-        self.clients.write().unwrap_or_else(std::sync::PoisonError::into_inner).push(outbound);
+        self.write().guests.push(outbound);
     }
 
-    /// A client that left.
+    /// Another editor that left.
     pub fn detach(&self, outbound: &Outbound) {
-        self.clients.write().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|c| !c.same(outbound));
+        self.write().guests.retain(|c| !c.same(outbound));
     }
 
-    fn clients(&self) -> Vec<Outbound> {
-        self.clients.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Clients> {
+        self.clients.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     async fn notify<N>(&self, params: N::Params)
@@ -121,8 +132,17 @@ impl Notifier {
         N: tower_lsp_server::ls_types::notification::Notification,
         N::Params: Clone,
     {
-        for client in self.clients() {
-            client.notify::<N>(params.clone()).await;
+        let (own, guests) = {
+            let clients = self.clients.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+            (clients.own.clone(), clients.guests.clone())
+        };
+        for guest in &guests {
+            if !guest.try_notify::<N>(params.clone()) {
+                tracing::debug!(method = N::METHOD, "another editor is not reading; a notification to it dropped");
+            }
+        }
+        if let Some(own) = own {
+            own.notify::<N>(params).await;
         }
     }
 

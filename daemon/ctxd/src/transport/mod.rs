@@ -242,6 +242,28 @@ impl Outbound {
         self.send(Outgoing::Request(Request::build(N::METHOD).params(params).finish())).await;
     }
 
+    /// Queues notification `N` unless this client's queue is full, and says whether it
+    /// did: for a client that must not hold up the others (another editor sharing the
+    /// daemon that stopped reading), where waiting for room would stall every session.
+    pub fn try_notify<N: tower_lsp_server::ls_types::notification::Notification>(&self, params: N::Params) -> bool {
+        if !self.notifying.load(std::sync::atomic::Ordering::Acquire) {
+            return true;
+        }
+        let Ok(permit) = self.tx.try_reserve() else { return false };
+        let params = match serde_json::to_value(params) {
+            Ok(params) => params,
+            Err(e) => {
+                tracing::error!(error = %e, method = N::METHOD, "could not serialize a notification");
+                return true;
+            }
+        };
+        let message = Outgoing::Request(Request::build(N::METHOD).params(params).finish());
+        self.through.note_queued();
+        self.queued.add(queued_cost(&message));
+        permit.send(message);
+        true
+    }
+
     /// Queues `message`; an encoded answer with nothing queued before it is written
     /// straight to stdout instead (see [`through`]).
     async fn send(&self, message: Outgoing) {
