@@ -189,6 +189,16 @@ fn turn(i: usize, reported: u64) -> Value {
     json!([user, answer])
 }
 
+/// Turns 0 to 2 of session `id`, each over the threshold: each is compacted
+/// automatically and refilled by the next (the third refill in a row stops it).
+fn three_refills(daemon: &mut Daemon, id: &str) {
+    for i in 0..3 {
+        daemon.request("ctx/append", json!({"sessionId": id, "records": turn(i, 101_000)})).unwrap();
+        let compacted = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == id).unwrap();
+        assert_eq!(compacted["trigger"], "auto", "compaction {i}");
+    }
+}
+
 #[test]
 fn a_thrashing_stop_holds_for_appends_requests_and_idle_until_a_manual_compaction() {
     let dir = tempfile::tempdir().unwrap();
@@ -319,11 +329,7 @@ fn a_thrashing_stop_survives_a_restart_until_a_manual_compaction() {
     daemon.initialize().unwrap();
     open(&mut daemon, "r");
     // Three quick refills, then the fourth turn stops automatic compaction.
-    for i in 0..3 {
-        daemon.request("ctx/append", json!({"sessionId": "r", "records": turn(i, 101_000)})).unwrap();
-        let compacted = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "r").unwrap();
-        assert_eq!(compacted["trigger"], "auto", "compaction {i}");
-    }
+    three_refills(&mut daemon, "r");
     daemon.request("ctx/append", json!({"sessionId": "r", "records": turn(3, 101_000)})).unwrap();
     let failed = daemon.wait_notification("ctx/compactFailed", |p| p["sessionId"] == "r").unwrap();
     assert!(failed["reason"].as_str().unwrap().starts_with("Autocompact is thrashing"), "{failed}");
@@ -371,10 +377,7 @@ fn undoing_an_automatic_compaction_takes_back_its_refill_before_and_after_a_rest
         let mut daemon = Daemon::start_with(&state, &[], &env).unwrap();
         daemon.initialize().unwrap();
         open(&mut daemon, "u");
-        for i in 0..3 {
-            daemon.request("ctx/append", json!({"sessionId": "u", "records": turn(i, 101_000)})).unwrap();
-            daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "u").unwrap();
-        }
+        three_refills(&mut daemon, "u");
         daemon.request("ctx/undoCompact", json!({"sessionId": "u"})).unwrap();
         if restart {
             daemon.stop().unwrap();

@@ -231,37 +231,41 @@ impl Outbound {
     /// Queues notification `N` (dropped before [`Outbound::start_notifications`], or
     /// when the writer is gone).
     pub async fn notify<N: tower_lsp_server::ls_types::notification::Notification>(&self, params: N::Params) {
-        if !self.notifying.load(std::sync::atomic::Ordering::Acquire) {
-            tracing::trace!(method = N::METHOD, "client not initialized; notification dropped");
-            return;
+        if let Some(message) = self.notification::<N>(params) {
+            self.send(message).await;
         }
-        let params = match serde_json::to_value(params) {
-            Ok(params) => params,
-            Err(e) => return tracing::error!(error = %e, method = N::METHOD, "could not serialize a notification"),
-        };
-        self.send(Outgoing::Request(Request::build(N::METHOD).params(params).finish())).await;
     }
 
     /// Queues notification `N` unless this client's queue is full, and says whether it
     /// did: for a client that must not hold up the others (another editor sharing the
     /// daemon that stopped reading), where waiting for room would stall every session.
     pub fn try_notify<N: tower_lsp_server::ls_types::notification::Notification>(&self, params: N::Params) -> bool {
-        if !self.notifying.load(std::sync::atomic::Ordering::Acquire) {
-            return true;
-        }
         let Ok(permit) = self.tx.try_reserve() else { return false };
-        let params = match serde_json::to_value(params) {
-            Ok(params) => params,
+        if let Some(message) = self.notification::<N>(params) {
+            self.through.note_queued();
+            self.queued.add(queued_cost(&message));
+            permit.send(message);
+        }
+        true
+    }
+
+    /// Notification `N` as it goes out, or `None` before [`Outbound::start_notifications`]
+    /// (or when its params do not serialize, which is logged).
+    fn notification<N: tower_lsp_server::ls_types::notification::Notification>(
+        &self,
+        params: N::Params,
+    ) -> Option<Outgoing> {
+        if !self.notifying.load(std::sync::atomic::Ordering::Acquire) {
+            tracing::trace!(method = N::METHOD, "client not initialized; notification dropped");
+            return None;
+        }
+        match serde_json::to_value(params) {
+            Ok(params) => Some(Outgoing::Request(Request::build(N::METHOD).params(params).finish())),
             Err(e) => {
                 tracing::error!(error = %e, method = N::METHOD, "could not serialize a notification");
-                return true;
+                None
             }
-        };
-        let message = Outgoing::Request(Request::build(N::METHOD).params(params).finish());
-        self.through.note_queued();
-        self.queued.add(queued_cost(&message));
-        permit.send(message);
-        true
+        }
     }
 
     /// Queues `message`; an encoded answer with nothing queued before it is written
