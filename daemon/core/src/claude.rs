@@ -13,6 +13,8 @@
 //! ctxd appended), which is how [`plan_undo`] knows the tail of the file is ctxd's own
 //! install and nothing came after it.
 
+use std::borrow::Cow;
+
 use crate::budget::{EnvConfig, WindowInputs, resolve_window, thresholds};
 use crate::compact::{
     DEFAULT_RECENT_TURNS, FidelityFacts, FileReadEntry, InstallInput, KeptMessages, PlanFile, RestoreBudget,
@@ -78,6 +80,10 @@ pub struct FileNow {
 /// Paths of the files the session read (its Read results), oldest read first, each once
 /// (at its latest read): what the caller looks up on disk for [`plan_compaction`].
 pub fn files_read(records: &[Record]) -> Vec<String> {
+    files_read_in(records)
+}
+
+fn files_read_in<'a>(records: impl IntoIterator<Item = &'a Record>) -> Vec<String> {
     let mut order: Vec<String> = Vec::new();
     for record in records {
         if let Some(read) = file_read_in(record) {
@@ -108,11 +114,17 @@ pub fn plan_slug(records: &[Record]) -> Option<String> {
 /// view. Indices into the records [`prepare`] was given, so the summary can be written
 /// elsewhere (by the offline summarizer, or by a provider while the caller waits)
 /// between [`prepare`] and [`plan_compaction_with`], over the same records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Prepared {
     /// Records `..split` are summarized (everything before the last boundary included:
-    /// its summary is part of what the new one replaces); `split..` stay in view.
+    /// its summary is part of what the new one replaces), but for `off_chain`;
+    /// `split..` stay in view.
     pub split: usize,
+    /// Records between the last boundary and `split` that are off the active chain, in
+    /// file order: a branch the user rewound away from. The program resumes from its
+    /// newest message up through `parentUuid`, so a summary that told of these would
+    /// bring back prompts the user took back, as pending work.
+    pub off_chain: Vec<usize>,
     /// The last boundary's index plus one (0 without one): the session in view starts here.
     pub start: usize,
     /// The newest user or assistant record with a uuid and a `sessionId`, whose common
@@ -123,9 +135,16 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// The records the summary replaces.
-    pub fn summarized<'a>(&self, records: &'a [Record]) -> &'a [Record] {
-        &records[..self.split]
+    /// The records the summary replaces, without those off the active chain (borrowed
+    /// when there are none, the common case).
+    pub fn summarized<'a>(&self, records: &'a [Record]) -> Cow<'a, [Record]> {
+        let summarized = &records[..self.split.min(records.len())];
+        if self.off_chain.is_empty() {
+            return Cow::Borrowed(summarized);
+        }
+        let mut off = self.off_chain.iter().peekable();
+        let on_chain = summarized.iter().enumerate().filter(|(i, _)| off.next_if_eq(&i).is_none());
+        Cow::Owned(on_chain.map(|(_, r)| r.clone()).collect())
     }
 
     /// The records that stay in view after the summary.
@@ -144,7 +163,8 @@ impl Prepared {
 ///
 /// The newest messages stay in view (an assistant's last reply, or the tool round in
 /// progress, as [`kept_tail_start`] chooses) by reference; everything since the last
-/// boundary before them is summarized.
+/// boundary before them is summarized, as far as it is on the active chain (the path
+/// the program resumes: from the newest message up through `parentUuid`).
 pub fn prepare(records: &[Record], env: &EnvConfig) -> Result<Prepared, Refusal> {
     let last_message = records
         .iter()
@@ -153,12 +173,29 @@ pub fn prepare(records: &[Record], env: &EnvConfig) -> Result<Prepared, Refusal>
     let start = records.iter().rposition(Record::is_compact_boundary).map_or(0, |b| b + 1);
     let active = &records[start..];
     let kept_from = kept_tail_start(active).unwrap_or(active.len());
+    let split = start + kept_from;
+    let off_chain = off_chain(records, start..split);
     // A reply since the last boundary, before what stays: else the summary would only
     // restate the last one (the command lines of a `/compact` are no conversation).
-    if !active[..kept_from].iter().any(|r| is_message(r) && r.head().kind == Kind::Assistant) {
+    let on_chain_reply = (start..split)
+        .filter(|i| off_chain.binary_search(i).is_err())
+        .any(|i| is_message(&records[i]) && records[i].head().kind == Kind::Assistant);
+    if !on_chain_reply {
         return Err(Refusal::NothingToSummarize);
     }
-    Ok(Prepared { split: start + kept_from, start, last_message, summary_cap_tokens: summary_cap_tokens(records, env) })
+    Ok(Prepared { split, off_chain, start, last_message, summary_cap_tokens: summary_cap_tokens(records, env) })
+}
+
+/// The records in `range` (after the last boundary) that are off the chain the program
+/// resumes, in file order.
+fn off_chain(records: &[Record], range: std::ops::Range<usize>) -> Vec<usize> {
+    let (mut slice, _) = crate::view::slice::slice_after_boundary(records);
+    slice.end_at_newest_message(records);
+    let mut on: Vec<bool> = vec![false; records.len()];
+    for i in slice.on_chain() {
+        on[i] = true;
+    }
+    range.filter(|&i| !on[i]).collect()
 }
 
 /// The model of the session's newest main-chain reply (a subagent's sidechain may run
@@ -185,7 +222,7 @@ pub fn summary_cap_tokens(records: &[Record], env: &EnvConfig) -> u64 {
 /// `instructions`.
 pub fn offline_summary(records: &[Record], prepared: &Prepared, instructions: Option<&str>) -> Result<String, Refusal> {
     let offline = summarize_offline(
-        prepared.summarized(records),
+        &prepared.summarized(records),
         &OfflineOptions {
             focus: instructions.map(str::to_owned),
             max_output_tokens: prepared.summary_cap_tokens,
@@ -229,22 +266,27 @@ pub fn plan_compaction_with(
     new_uuid: &mut dyn FnMut() -> String,
 ) -> Result<ClaudeCompaction, Refusal> {
     let last_message = records.get(prepared.last_message).ok_or(Refusal::NotClaudeCode)?;
-    let active = records.get(prepared.start..).ok_or(Refusal::NothingToSummarize)?;
-    let summarized = records.get(..prepared.split).ok_or(Refusal::NothingToSummarize)?;
+    if prepared.split > records.len() || prepared.start > prepared.split {
+        return Err(Refusal::NothingToSummarize);
+    }
+    let summarized = prepared.summarized(records);
     let kept = prepared.kept(records);
+    // Records before the last boundary are never off the chain: the boundary keeps its
+    // index among the summarized records.
+    let in_view = &summarized[prepared.start..];
     // Checked against the part in view, as a session's own compaction checks its view:
     // what lay before the last boundary is in that boundary's summary.
-    let facts = FidelityFacts::from_records(&summarized[prepared.start.min(summarized.len())..], DEFAULT_RECENT_TURNS);
+    let facts = FidelityFacts::from_records(in_view, DEFAULT_RECENT_TURNS);
     let appended = appended_budget(prepared.summary_cap_tokens, summary_body.len());
     let checked = check_fidelity(summary_body, &facts, appended);
     let summary_text = summary_message_text(&SummaryMessage {
         body: checked.summary,
         transcript_path: None,
-        tools_used: tools_used(summarized),
+        tools_used: tools_used(&summarized),
         kept: if prepared.keeps_messages(records) { KeptMessages::After } else { KeptMessages::None },
     });
     let mut tally = Tally::default();
-    for record in active {
+    for record in in_view.iter().chain(kept) {
         tally.observe(record);
     }
     let fixed = records.iter().find_map(|r| {
@@ -255,7 +297,7 @@ pub fn plan_compaction_with(
     });
     // The files read, newest first by the order of their reads; those whose read is in
     // the kept messages are there already. Only the program's own attachment shapes.
-    let read = files_read(records);
+    let read = files_read_in(summarized.iter().chain(kept));
     let in_kept: Vec<String> = kept.iter().filter_map(file_read_in).map(|r| r.path).collect();
     let entries: Vec<FileReadEntry> = files
         .iter()
@@ -338,6 +380,17 @@ mod tests {
 
     fn fixture() -> Vec<Record> {
         include_str!("../../../tests/fixtures/transcripts/claude-code-2.1.332/manual-compact.jsonl")
+            .lines()
+            .map(|l| Record::parse(l).unwrap())
+            .collect()
+    }
+
+    /// A real rewind (`tests/fixtures/SOURCES.md`): five turns, the fourth reading
+    /// `abandoned.txt`, then the program resumed at turn 2's reply
+    /// (`--resume-session-at`) with a branch of two turns, the first reading
+    /// `active.txt`. A plain `--resume` afterwards carried turns 1, 2 and the branch.
+    fn rewound() -> Vec<Record> {
+        include_str!("../../../tests/fixtures/transcripts/claude-code-2.1.332/rewind.jsonl")
             .lines()
             .map(|l| Record::parse(l).unwrap())
             .collect()
@@ -551,5 +604,114 @@ mod tests {
         assert!(missing.is_empty(), "{} of 2,399 missing, the first {:?}", missing.len(), missing.first());
         let cap_bytes = prepared.summary_cap_tokens * crate::tally::BYTES_PER_TOKEN;
         assert!(text.len() as u64 <= cap_bytes + 4_096, "{} bytes, cap {cap_bytes}", text.len());
+    }
+
+    #[test]
+    fn a_rewound_branch_is_not_summarized() {
+        let records = rewound();
+        let prepared = prepare(&records, &EnvConfig::default()).unwrap();
+        let body = offline_summary(&records, &prepared, None).unwrap();
+        for active in ["MARK-REWIND-1", "MARK-REWIND-2", "MARK-BRANCH-3"] {
+            assert!(body.contains(active), "{active} is on the active chain:\n{body}");
+        }
+        for abandoned in ["MARK-REWIND-3", "MARK-REWIND-4", "MARK-REWIND-5", "abandoned.txt", "STUB-REPLY-6"] {
+            assert!(!body.contains(abandoned), "{abandoned} was rewound away from:\n{body}");
+        }
+        // The kept tail is the newest reply, as without a rewind.
+        let last_reply = records.iter().rposition(|r| is_message(r) && r.head().kind == Kind::Assistant).unwrap();
+        assert_eq!(prepared.split, last_reply);
+        let files = [
+            FileNow { path: "/tmp/rw/w/proj/abandoned.txt".into(), exists: true, content: Some("gone\n".into()) },
+            FileNow { path: "/tmp/rw/w/proj/active.txt".into(), exists: true, content: Some("here\n".into()) },
+        ];
+        let plan = plan_compaction(&records, &files, None, None, "t", &mut counter()).unwrap();
+        let text = plan.lines.join("\n");
+        assert!(!text.contains("MARK-REWIND-3") && !text.contains("MARK-REWIND-5"), "{text}");
+        assert!(!text.contains("abandoned.txt"), "a file read on the abandoned branch is not restored: {text}");
+        assert!(text.contains("active.txt"));
+        let boundary: serde_json::Value = serde_json::from_str(&plan.lines[0]).unwrap();
+        assert_eq!(boundary["logicalParentUuid"], records[last_reply].uuid().unwrap());
+        assert_eq!(boundary["compactMetadata"]["preservedSegment"]["headUuid"], records[last_reply].uuid().unwrap());
+        assert_eq!(plan.kept, 1);
+    }
+
+    /// Turns of a branch: each prompt (`{name} {n:02} asks`) hangs off `parent`, its
+    /// reply reads `/p/{name}-{n}.rs` with a tool call and answers. The last record's uuid
+    /// is the next parent.
+    fn branch(name: &str, turns: std::ops::Range<usize>, mut parent: String) -> (Vec<Record>, String) {
+        let mut lines = Vec::new();
+        for n in turns {
+            let id = |part: &str| format!("{name}-{n}-{part}");
+            let path = format!("/p/{name}-{n}.rs");
+            lines.push(serde_json::json!({"type": "user", "uuid": id("u"), "parentUuid": parent, "sessionId": "s",
+                "isSidechain": false, "message": {"role": "user", "content": format!("{name} {n:02} asks for a change.")}}));
+            lines.push(
+                serde_json::json!({"type": "assistant", "uuid": id("c"), "parentUuid": id("u"), "sessionId": "s",
+                "isSidechain": false, "message": {"role": "assistant", "model": "claude-sonnet-4-5", "id": id("m1"),
+                    "content": [{"type": "tool_use", "id": id("t"), "name": "Read", "input": {"file_path": path}}],
+                    "usage": {"input_tokens": 1000 + n, "output_tokens": 10}}}),
+            );
+            lines.push(serde_json::json!({"type": "user", "uuid": id("r"), "parentUuid": id("c"), "sessionId": "s",
+                "isSidechain": false, "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": id("t"), "content": "fn x() {}"}]},
+                "toolUseResult": {"type": "text", "file": {"filePath": path, "content": "fn x() {}", "numLines": 1, "startLine": 1, "totalLines": 1}}}));
+            lines.push(
+                serde_json::json!({"type": "assistant", "uuid": id("a"), "parentUuid": id("r"), "sessionId": "s",
+                "isSidechain": false, "message": {"role": "assistant", "model": "claude-sonnet-4-5", "id": id("m2"),
+                    "content": [{"type": "text", "text": format!("{name} {n:02} is done.")}],
+                    "usage": {"input_tokens": 1100 + n, "output_tokens": 10}}}),
+            );
+            parent = id("a");
+        }
+        (lines.iter().map(|l| Record::parse(&l.to_string()).unwrap()).collect(), parent)
+    }
+
+    #[test]
+    fn a_rewind_after_a_compaction_summarizes_the_active_chain_only() {
+        // Ten turns, compacted by ctxd (a boundary keeping the last reply by reference);
+        // then twenty turns, of which the user rewound the last ten: a new branch of
+        // five hangs off turn 9's reply.
+        let (mut records, _) = branch("Before", 0..10, String::new());
+        let first = plan_compaction(&records, &[], None, None, "t0", &mut counter()).unwrap();
+        records.extend(first.lines.iter().map(|l| Record::parse(l).unwrap()));
+        // The program goes on from the kept reply, which it puts back after the summary.
+        assert_eq!(first.kept, 1);
+        let (after, tip) = branch("Turn", 0..10, "Before-9-a".to_owned());
+        records.extend(after);
+        let (abandoned, _) = branch("Abandoned", 10..20, tip.clone());
+        let (active, _) = branch("Again", 10..15, tip);
+        let without: Vec<Record> = records.iter().chain(&active).cloned().collect();
+        records.extend(abandoned);
+        records.extend(active);
+
+        let prepared = prepare(&records, &EnvConfig::default()).unwrap();
+        assert_eq!(prepared.off_chain.len(), 40, "the ten abandoned turns");
+        let body = offline_summary(&records, &prepared, None).unwrap();
+        assert!(!body.contains("Abandoned"), "{body}");
+        for n in 0..10 {
+            assert!(body.contains(&format!("Turn {n:02} asks")), "turn {n}: {body}");
+        }
+        for n in 10..14 {
+            assert!(body.contains(&format!("Again {n:02} asks")), "turn {n}: {body}");
+        }
+        // The whole install is the one the transcript without the abandoned branch gets:
+        // the same summary, kept tail, boundary (its logical parent and preserved
+        // segment), restored files and token counts.
+        let files: Vec<FileNow> = files_read(&records)
+            .into_iter()
+            .map(|path| FileNow { content: Some(format!("// {path}\n")), path, exists: true })
+            .collect();
+        let plan = plan_compaction(&records, &files, None, None, "t1", &mut counter()).unwrap();
+        let expected = plan_compaction(&without, &files, None, None, "t1", &mut counter()).unwrap();
+        assert_eq!(plan, expected);
+        assert!(!plan.lines.join("\n").contains("Abandoned"), "{:?}", plan.lines);
+        let boundary: serde_json::Value = serde_json::from_str(&plan.lines[0]).unwrap();
+        assert_eq!(boundary["logicalParentUuid"], "Again-14-a");
+        assert_eq!(boundary["compactMetadata"]["preservedSegment"]["headUuid"], "Again-14-a");
+        // A provider's summary that names nothing: the fidelity check adds the active
+        // chain's prompts, not the abandoned ones.
+        let remote = "1. Primary Request and Intent:\n   Nothing recorded.";
+        let plan = plan_compaction_with(&records, &prepared, remote, &[], None, "t", &mut counter()).unwrap();
+        let text = plan.lines[1].as_str();
+        assert!(text.contains("Again 13 asks") && !text.contains("Abandoned"), "{text}");
     }
 }

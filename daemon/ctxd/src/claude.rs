@@ -341,7 +341,7 @@ async fn ask_provider(
     problems: &mut Vec<String>,
 ) -> Result<Option<(String, Summarizer)>, String> {
     let summarized = read.prepared.summarized(&read.records);
-    let from = newest_within(summarized, MAX_SUMMARY_SOURCE_BYTES);
+    let from = newest_within(&summarized, MAX_SUMMARY_SOURCE_BYTES);
     if from > 0 {
         tracing::info!(
             dropped = from,

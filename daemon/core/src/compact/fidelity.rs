@@ -63,8 +63,11 @@ impl FidelityFacts {
     /// Collects the facts from the records being summarized. Real user messages are
     /// user records the user typed: not tool results, meta rows, compact summaries,
     /// transcript-only rows, command echoes or reminders. A turn starts at each real
-    /// user message; files come from the `recent_turns` latest turns.
+    /// user message; files come from the `recent_turns` latest turns. Only the active
+    /// chain counts: what the host rewound away from is no longer the conversation.
     pub fn from_records(records: &[Record], recent_turns: usize) -> FidelityFacts {
+        let (slice, _) = crate::view::slice::slice_after_boundary(records);
+        let records: Vec<&Record> = slice.on_chain().map(|i| &records[i]).collect();
         let mut prompts: Vec<(usize, String)> = Vec::new();
         let mut todos: Option<Vec<OpenTodo>> = None;
         for (i, record) in records.iter().enumerate() {

@@ -163,22 +163,12 @@ pub(super) fn scan(records: &[Record]) -> Facts {
 
 /// The records a summary covers: after the latest compact boundary (what came before is
 /// represented by the summary that follows it), with the messages that boundary kept
-/// verbatim put back right after that summary, where the model saw them.
+/// verbatim put back right after that summary, where the model saw them, and only those
+/// on the active chain: a branch the host rewound away from is no part of the
+/// conversation (its prompts are not pending, its files not in hand).
 fn active_records(records: &[Record]) -> Vec<&Record> {
-    let Some(b) = records.iter().rposition(Record::is_compact_boundary) else {
-        return records.iter().collect();
-    };
-    let found = crate::preserved::preserved(&records[b], &records[..b]);
-    let before: Vec<&Record> = found.kept.iter().map(|&i| &records[i]).collect();
-    let after = &records[b + 1..];
-    // Where the boundary anchors them (the summary); else after the summary.
-    let anchored = found.anchor.as_deref().and_then(|a| after.iter().position(|r| r.uuid() == Some(a)));
-    let insert_at = anchored.or_else(|| after.iter().position(|r| r.head().is_compact_summary)).map_or(0, |i| i + 1);
-    let mut out = Vec::with_capacity(after.len() + before.len());
-    out.extend(&after[..insert_at]);
-    out.extend(before);
-    out.extend(&after[insert_at..]);
-    out
+    let (slice, _) = crate::view::slice::slice_after_boundary(records);
+    slice.on_chain().map(|i| &records[i]).collect()
 }
 
 // ---------------------------------------------------------------------------------

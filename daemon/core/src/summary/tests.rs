@@ -789,3 +789,41 @@ fn an_earlier_summarys_messages_carry_even_when_they_read_like_placeholders() {
     // The earlier "None recorded." is no task; the new prompt has no reply yet.
     assert_eq!(section_body(&summary.text, 7), "   - Not yet answered: Go on.");
 }
+
+#[test]
+fn a_branch_the_host_rewound_away_from_is_not_summarized() {
+    // Turns 1 to 4, then the user went back to turn 2's reply and asked something
+    // else; that question has no reply yet. A session's view leaves turns 3 and 4 out,
+    // so its summary must too: neither as messages nor as work pending.
+    let line = |v: Value| v.to_string();
+    let turn = |n: &str, parent: &str| {
+        [
+            line(serde_json::json!({"type": "user", "uuid": format!("u{n}"), "parentUuid": parent,
+                "message": {"role": "user", "content": format!("Question {n} about the lexer.")}})),
+            line(serde_json::json!({"type": "assistant", "uuid": format!("a{n}"), "parentUuid": format!("u{n}"),
+                "message": {"role": "assistant", "id": format!("m{n}"), "stop_reason": "end_turn",
+                    "content": [{"type": "text", "text": format!("Answer {n}.")}]}})),
+        ]
+    };
+    let mut lines: Vec<String> = Vec::new();
+    lines.extend(turn("1", "root"));
+    lines.extend(turn("2", "a1"));
+    lines.extend(turn("3", "a2"));
+    lines.extend(turn("4", "a3"));
+    lines.push(line(serde_json::json!({"type": "user", "uuid": "u5", "parentUuid": "a2",
+        "message": {"role": "user", "content": "Question 5, asked instead of 3."}})));
+    let summary = summarize_offline(&records(&lines.join("\n")), &OfflineOptions::default());
+    for gone in ["Question 3", "Question 4", "Answer 3", "Answer 4"] {
+        assert!(!summary.text.contains(gone), "{gone}:\n{}", summary.text);
+    }
+    assert_eq!(summary.user_messages, 3);
+    assert_eq!(
+        section_body(&summary.text, 6),
+        "   - Question 1 about the lexer.\n   - Question 2 about the lexer.\n   - Question 5, asked instead of 3."
+    );
+    assert_eq!(section_body(&summary.text, 7), "   - Not yet answered: Question 5, asked instead of 3.");
+    // The fidelity check a provider's summary goes through sees the same messages.
+    let facts = crate::compact::FidelityFacts::from_records(&records(&lines.join("\n")), 3);
+    assert_eq!(facts.user_messages, ["Question 1 about the lexer.", "Question 2 about the lexer."]);
+    assert_eq!(facts.last_request.as_deref(), Some("Question 5, asked instead of 3."));
+}

@@ -132,6 +132,9 @@ impl Chain {
                 chain.by_uuid.insert(Box::from(uuid), id);
             }
             chain.set_tip(id);
+            // On the path, so on the chain: a record hanging loose off it (a summary
+            // written without a parent) is too.
+            chain.nodes[id as usize].member = true;
             chain.offset = 1;
         }
         chain
@@ -150,6 +153,13 @@ impl Chain {
     /// the chain, or not a message record (state and bookkeeping records always are).
     pub fn keeps(&self, position: usize) -> bool {
         self.nodes.get(position + self.offset).is_none_or(|n| n.member || !n.message)
+    }
+
+    /// True when the record at this position of the view order is on the active chain
+    /// or hangs off it, bookkeeping included: what a summary of the conversation covers
+    /// (a progress or state record of an abandoned branch is no part of it either).
+    pub fn on_chain(&self, position: usize) -> bool {
+        self.nodes.get(position + self.offset).is_none_or(|n| n.member)
     }
 
     /// Message records not on the chain.
@@ -208,6 +218,17 @@ impl Chain {
     pub fn end_at(&mut self, records: &[Record], uuid: &str) -> bool {
         let Some(&node) = self.by_uuid.get(uuid) else { return false };
         self.route_to(node, records);
+        true
+    }
+
+    /// Makes the path run through the record with this uuid: nothing changes when it
+    /// is on the path already (the tip is it or hangs below it), else it becomes the tip.
+    /// False when the uuid is not in the view.
+    pub fn run_through(&mut self, records: &[Record], uuid: &str) -> bool {
+        let Some(&node) = self.by_uuid.get(uuid) else { return false };
+        if self.nodes[node as usize].path_pos == NONE {
+            self.route_to(node, records);
+        }
         true
     }
 
@@ -608,5 +629,61 @@ mod tests {
         assert!(chain.end_at(&records, "u2b"));
         assert_eq!((0..5).map(|i| chain.keeps(i)).collect::<Vec<_>>(), [true, true, false, true, false]);
         assert!(!chain.end_at(&records, "nope"));
+    }
+
+    #[test]
+    fn running_through_the_newest_message_follows_the_program_not_a_later_bookkeeping_record() {
+        // A branch (u2b, a2b) after a rewind to a1, then a system record the host hung
+        // off the old branch's reply a2: the view's tip moves there, but the program
+        // resumes from its newest message, a2b.
+        let records = vec![
+            line(
+                json!({"type": "user", "uuid": "u1", "parentUuid": null, "message": {"role": "user", "content": "a"}}),
+            ),
+            line(
+                json!({"type": "assistant", "uuid": "a1", "parentUuid": "u1", "message": {"id": "m1", "role": "assistant", "content": [{"type": "text", "text": "b"}]}}),
+            ),
+            line(
+                json!({"type": "user", "uuid": "u2", "parentUuid": "a1", "message": {"role": "user", "content": "c"}}),
+            ),
+            line(
+                json!({"type": "assistant", "uuid": "a2", "parentUuid": "u2", "message": {"id": "m2", "role": "assistant", "content": [{"type": "text", "text": "d"}]}}),
+            ),
+            line(
+                json!({"type": "user", "uuid": "u2b", "parentUuid": "a1", "message": {"role": "user", "content": "c again"}}),
+            ),
+            line(
+                json!({"type": "assistant", "uuid": "a2b", "parentUuid": "u2b", "message": {"id": "m2b", "role": "assistant", "content": [{"type": "text", "text": "e"}]}}),
+            ),
+            line(json!({"type": "system", "subtype": "turn_duration", "uuid": "y", "parentUuid": "a2"})),
+        ];
+        let (mut slice, _) = super::super::slice::slice_after_boundary(&records);
+        assert_eq!(slice.on_chain().collect::<Vec<_>>(), [0, 1, 2, 3, 6], "the view follows the newest link");
+        slice.end_at_newest_message(&records);
+        assert_eq!(slice.on_chain().collect::<Vec<_>>(), [0, 1, 4, 5]);
+        // Already on the path: nothing moves (what hangs below the tip stays).
+        let mut chain = Chain::build(&records[..6], None, &[0, 1, 2, 3, 4, 5]);
+        assert!(chain.run_through(&records, "u2b") && chain.tip == Some(5));
+        assert!(!chain.run_through(&records, "nope"));
+    }
+
+    #[test]
+    fn a_record_hanging_loose_off_the_boundary_is_on_the_chain() {
+        // A summary written without a parent, right after the boundary.
+        let records = vec![
+            line(json!({"type": "system", "subtype": "compact_boundary", "uuid": "b", "parentUuid": null})),
+            line(
+                json!({"type": "user", "uuid": "s", "isCompactSummary": true, "message": {"role": "user", "content": "summary"}}),
+            ),
+            line(
+                json!({"type": "user", "uuid": "u1", "parentUuid": "gone", "message": {"role": "user", "content": "a"}}),
+            ),
+            line(
+                json!({"type": "assistant", "uuid": "a1", "parentUuid": "u1", "message": {"id": "m1", "role": "assistant", "content": [{"type": "text", "text": "b"}]}}),
+            ),
+        ];
+        let chain = Chain::build(&records, Some(0), &[1, 2, 3]);
+        assert_eq!((0..3).map(|p| chain.keeps(p)).collect::<Vec<_>>(), [true, true, true]);
+        assert_eq!(chain.left_out(), 0);
     }
 }

@@ -10,7 +10,7 @@
 
 use super::Applied;
 use super::chain::Chain;
-use crate::record::Record;
+use crate::record::{Kind, Record};
 
 /// Which records make up the view, in view order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -52,6 +52,26 @@ impl Slice {
     /// chain.
     pub fn kept(&self) -> impl Iterator<Item = usize> + '_ {
         self.order.iter().enumerate().filter(|(p, _)| self.chain.keeps(*p)).map(|(_, &i)| i)
+    }
+
+    /// Record indices of the view, in view order, that are on the active chain or hang
+    /// off it (bookkeeping of an abandoned branch left out too): what a summary covers.
+    pub fn on_chain(&self) -> impl Iterator<Item = usize> + '_ {
+        self.order.iter().enumerate().filter(|(p, _)| self.chain.on_chain(*p)).map(|(_, &i)| i)
+    }
+
+    /// Ends the active chain where Claude Code resumes the conversation: at its newest
+    /// main-chain user or assistant record, walked up through `parentUuid`. The view's
+    /// own rule (the newest record linked to an earlier one) agrees, except when a later
+    /// record hangs off an older branch; the program resumes from its newest message.
+    pub fn end_at_newest_message(&mut self, records: &[Record]) {
+        let newest = self.order.iter().rev().map(|&i| &records[i]).find(|r| {
+            let head = r.head();
+            !head.is_sidechain && matches!(head.kind, Kind::User | Kind::Assistant) && head.uuid.is_some()
+        });
+        if let Some(uuid) = newest.and_then(Record::uuid) {
+            self.chain.run_through(records, uuid);
+        }
     }
 }
 
