@@ -286,21 +286,31 @@ impl Ctx<'_> {
     }
 
     // 3 ---------------------------------------------------------------------------
+    /// Every file this part read or changed is named, by its path at least (paths are
+    /// short, and the next turn cannot do without knowing which files are in play):
+    /// what it did to each, and the last edit, give way first. Files of the earlier
+    /// summary that this part did not touch again follow, and are cut before any of
+    /// this part's.
     fn files(&self) -> Section {
         let files = &self.facts.files;
         let mut entries: Vec<Entry> = files
             .iter()
             .enumerate()
             .map(|(i, file)| {
-                let lead = format!("- {}: {}", file.path, file_actions(file));
-                let body = match &file.last_edit {
+                let actions = format!(": {}", file_actions(file));
+                let edit = match &file.last_edit {
                     Some(edit) if !(edit.old.is_empty() && edit.new.is_empty()) => {
                         format!(". Last edit: `{}` → `{}`", edit.old, edit.new)
                     }
                     _ => String::new(),
                 };
                 // Newest first in the list; the newest also rank highest.
-                Entry::new(lead, body).min(0).rank(files.len() - i + 1)
+                Entry::new(format!("- {}", file.path), format!("{actions}{edit}"))
+                    .min(actions.len())
+                    .brief(0)
+                    .whole_prefix(actions.len())
+                    .named()
+                    .rank(files.len() - i + 1)
             })
             .collect();
         // Files of the earlier summary that this part did not touch again, flat after

@@ -8,7 +8,9 @@
 //! minimums do not fit, entries fall back to a brief form (a few words), lowest rank
 //! first; only when even the brief forms do not fit are whole entries dropped, lowest
 //! rank first, behind one visible marker. Entries marked `keep` are never dropped, and
-//! headings are always written.
+//! headings are always written. Entries marked `named` (the files touched since the
+//! previous compaction) keep at least their brief form before any other section gives
+//! up its floor, and are dropped only after every other entry of their section.
 //! Entries that match the caller's focus keep twice the room of the others, count
 //! towards their section's floor and are dropped last. If even the kept entries do not
 //! fit at their minimums, every minimum shrinks in steps (the "squeeze") before the
@@ -41,6 +43,13 @@ pub(super) struct Entry {
     pub keep: bool,
     /// Matches the caller's focus.
     pub focus: bool,
+    /// Named whatever else is cut: its brief form counts in its section's floor (up to
+    /// [`NAMED_SHARE`] of the budget), and it is dropped only after every entry that is
+    /// not named.
+    pub named: bool,
+    /// Bytes at the start of the body written whole or not at all (a file's actions,
+    /// which a marker inside would make unreadable); the rest is cut as `style` says.
+    pub whole_prefix: usize,
 }
 
 impl Entry {
@@ -55,6 +64,8 @@ impl Entry {
             rank: 0,
             keep: false,
             focus: false,
+            named: false,
+            whole_prefix: 0,
         }
     }
     /// Sets the minimum body (and the tiny and brief forms to the same).
@@ -84,6 +95,14 @@ impl Entry {
     }
     pub(super) fn head_tail(mut self) -> Entry {
         self.style = CutStyle::HeadTail;
+        self
+    }
+    pub(super) fn named(mut self) -> Entry {
+        self.named = true;
+        self
+    }
+    pub(super) fn whole_prefix(mut self, bytes: usize) -> Entry {
+        self.whole_prefix = bytes;
         self
     }
 }
@@ -117,12 +136,16 @@ fn heading(number: usize) -> String {
 /// The body as written for a byte limit: whole, cut with a marker, or left out when the
 /// limit is zero.
 fn body_at<'e>(entry: &'e Entry, limit: usize) -> Cow<'e, str> {
+    let prefix = entry.whole_prefix.min(entry.body.len());
     if entry.body.len() <= limit {
         Cow::Borrowed(&entry.body)
-    } else if limit == 0 {
+    } else if limit == 0 || limit < prefix || !entry.body.is_char_boundary(prefix) {
         Cow::Borrowed("")
+    } else if limit == prefix {
+        Cow::Borrowed(&entry.body[..prefix])
     } else {
-        Cow::Owned(cut(&entry.body, limit, entry.style))
+        let (head, rest) = entry.body.split_at(prefix);
+        Cow::Owned(format!("{head}{}", cut(rest, limit - prefix, entry.style)))
     }
 }
 
@@ -230,9 +253,11 @@ fn fit_section(section: &Section, allowance: usize, squeeze: usize) -> String {
         }
     }
 
-    // Drop entries until the minimums fit: lowest rank first, focus matches last.
+    // Drop entries until the minimums fit: lowest rank first, focus matches last, named
+    // entries after all others.
     let mut alive = vec![true; entries.len()];
     let mut dropped = section.folded;
+    order.sort_by_key(|&i| entries[i].named);
     for i in order {
         let marker = if dropped > 0 { dropped_line(dropped, section.noun).len() } else { 0 };
         if total + marker <= allowance {
@@ -271,44 +296,87 @@ fn fit_section(section: &Section, allowance: usize, squeeze: usize) -> String {
     write_section(section, &limits)
 }
 
-/// Length of a section with only the given entries, each at its (squeezed) minimum.
-/// With `only_kept`, only entries that are kept or match the focus count, plus the
-/// marker for the others.
-fn min_len_of(section: &Section, squeeze: usize, only_kept: bool) -> usize {
-    section_len_at(section, squeeze, only_kept, |e| e.min_body)
+/// Length of a section with every entry at its (squeezed) minimum.
+fn min_len_of(section: &Section, squeeze: usize) -> usize {
+    section_len_at(section, squeeze, |e| Some(e.min_body))
+}
+
+/// Length of a section with only the entries that must stay: the kept ones and focus
+/// matches at their (squeezed) minimum, the named ones at their brief form, plus the
+/// marker for the others; and the named entries' part of it.
+fn kept_len_of(section: &Section, squeeze: usize) -> (usize, usize) {
+    let must = |e: &Entry| e.keep || e.focus;
+    let all = section_len_at(section, squeeze, |e| match (must(e), e.named) {
+        (true, _) => Some(e.min_body),
+        (false, true) => Some(e.brief_body),
+        (false, false) => None,
+    });
+    if !section.entries.iter().any(|e| e.named && !must(e)) {
+        return (all, 0);
+    }
+    let without = section_len_at(section, squeeze, |e| must(e).then_some(e.min_body));
+    (all, all.saturating_sub(without))
 }
 
 /// Length of a section with every entry at its (squeezed) brief form, the kept ones at
 /// their minimum.
 fn brief_len_of(section: &Section, squeeze: usize) -> usize {
-    section_len_at(section, squeeze, false, |e| if e.keep { e.min_body } else { e.brief_body })
+    section_len_at(section, squeeze, |e| Some(if e.keep { e.min_body } else { e.brief_body }))
 }
 
-fn section_len_at(section: &Section, squeeze: usize, only_kept: bool, form: impl Fn(&Entry) -> usize) -> usize {
+/// Length of a section with each entry at the body `form` gives it (squeezed), or left
+/// out (`None`) and counted in the marker.
+fn section_len_at(section: &Section, squeeze: usize, form: impl Fn(&Entry) -> Option<usize>) -> usize {
     if section.entries.is_empty() {
         return write_section(section, &Vec::new()).len();
     }
     let mut scratch = String::new();
-    let mins: usize = section
-        .entries
-        .iter()
-        .filter(|e| !only_kept || e.keep || e.focus)
-        .map(|e| entry_len(e, squeezed(form(e), squeeze).min(e.body.len()), &mut scratch))
-        .sum();
-    let left_out =
-        if only_kept { section.entries.iter().filter(|e| !(e.keep || e.focus)).count() } else { 0 } + section.folded;
+    let mut left_out = section.folded;
+    let mut mins = 0;
+    for e in &section.entries {
+        match form(e) {
+            Some(body) => mins += entry_len(e, squeezed(body, squeeze).min(e.body.len()), &mut scratch),
+            None => left_out += 1,
+        }
+    }
     let marker = if left_out > 0 { dropped_line(left_out, section.noun).len() } else { 0 };
     heading(section.number).len() + mins + marker
 }
 
 /// What each section is given before the rest of the budget is shared out.
-/// - The protected section: every entry at its minimum.
-/// - The others: their kept and focus-matching entries at their minimum, and some room beyond the
-///   heading so the newest entries survive; that extra room is the first thing given
-///   up when the floors do not fit.
+/// - The protected section: every entry at its minimum, within its share.
+/// - The others: their kept and focus-matching entries at their minimum, and some room
+///   beyond the heading so the newest entries survive; that extra room is the first
+///   thing given up when the floors do not fit.
+/// - Named entries at their brief form, in the room the protected section's brief forms
+///   and the others' kept entries leave (at most [`NAMED_SHARE`]), paid for by the
+///   others' extra room.
 fn floors(sections: &[Section], full_lens: &[usize], budget: usize, squeeze: usize) -> Vec<usize> {
-    let kept: Vec<usize> =
-        sections.iter().zip(full_lens).map(|(s, &full)| min_len_of(s, squeeze, true).min(full)).collect();
+    let is_protected = |i: usize| sections[i].number == PROTECTED_SECTION;
+    let lens: Vec<(usize, usize)> = sections.iter().map(|s| kept_len_of(s, squeeze)).collect();
+    // The protected section's promise (every entry briefly when that takes at most its
+    // larger share, else its smaller share) comes before the named entries; these come
+    // before anything else beyond the kept entries.
+    let promised = (0..sections.len())
+        .filter(|&i| is_protected(i))
+        .map(|i| match brief_len_of(&sections[i], squeeze) {
+            brief if brief <= budget * PROTECTED_BRIEF_SHARE / 100 => brief,
+            _ => budget * PROTECTED_SHARE / 100,
+        })
+        .sum::<usize>();
+    let kept_alone: usize = (0..sections.len()).filter(|&i| !is_protected(i)).map(|i| lens[i].0 - lens[i].1).sum();
+    let mut named_room = (budget * NAMED_SHARE / 100).min(budget.saturating_sub(promised + kept_alone));
+    let mut named_total = 0;
+    let kept: Vec<usize> = lens
+        .iter()
+        .zip(full_lens)
+        .map(|(&(kept, named), &full)| {
+            let room = named.min(named_room);
+            named_room -= room;
+            named_total += room;
+            (kept - (named - room)).min(full)
+        })
+        .collect();
     let mut floors: Vec<usize> = sections
         .iter()
         .zip(full_lens)
@@ -324,25 +392,34 @@ fn floors(sections: &[Section], full_lens: &[usize], budget: usize, squeeze: usi
                 } else {
                     budget * PROTECTED_SHARE / 100
                 };
-                min_len_of(s, squeeze, false).min(full).min(share.max(kept))
+                min_len_of(s, squeeze).min(full).min(share.max(kept))
             } else {
                 kept.max(heading(s.number).len() + FLOOR_BYTES).min(full)
             }
         })
         .collect();
+    // The named entries are paid for by the room the other sections keep beyond their
+    // kept entries.
+    let unprotected: Vec<usize> = (0..sections.len()).filter(|&i| !is_protected(i)).collect();
+    let extra = |i: usize, floors: &[usize]| floors[i].saturating_sub(kept[i]);
+    let extras: usize = unprotected.iter().map(|&i| extra(i, &floors)).sum();
+    let paid = named_total.min(extras);
+    if paid > 0 {
+        for &i in &unprotected {
+            floors[i] -= extra(i, &floors) * paid / extras;
+        }
+    }
     if floors.iter().sum::<usize>() <= budget {
         return floors;
     }
-    let others = |floors: &[usize]| -> usize {
-        sections.iter().zip(floors).filter(|(s, _)| s.number != PROTECTED_SECTION).map(|(_, f)| *f).sum()
-    };
+    let others = |floors: &[usize]| -> usize { unprotected.iter().map(|&i| floors[i]).sum() };
     // Not even the floors fit. The protected section takes what the others leave; if
-    // they would leave it less than half, they keep only their kept entries.
-    if others(&floors) > budget / 2 {
-        for (i, s) in sections.iter().enumerate() {
-            if s.number != PROTECTED_SECTION {
-                floors[i] = kept[i];
-            }
+    // they would leave it less than half, or less than its promise, they keep only
+    // their kept (and named) entries.
+    let left = budget.saturating_sub(others(&floors));
+    if others(&floors) > budget / 2 || left < promised {
+        for &i in &unprotected {
+            floors[i] = kept[i];
         }
     }
     let others = others(&floors);
@@ -363,6 +440,9 @@ const PROTECTED_SECTION: usize = 6;
 const PROTECTED_SHARE: usize = 60;
 /// Percent it may take when that is enough for all its entries in brief form.
 const PROTECTED_BRIEF_SHARE: usize = 80;
+/// Percent of the budget the named entries' brief forms may take in their section's
+/// floor.
+const NAMED_SHARE: usize = 40;
 
 /// Lays the sections out as the `<summary>` text within `cap_tokens` (estimated as
 /// bytes / 4, rounded up). Returns the text and whether anything was cut to fit.
@@ -533,5 +613,40 @@ mod tests {
             assert!(text.contains(&heading(n)), "{n}");
         }
         assert!(!text.contains("some body"));
+    }
+
+    #[test]
+    fn named_entries_keep_their_path_before_other_sections_keep_their_room() {
+        // Twenty files, each "- path: actions"; a long section beside them; a cap that
+        // holds every path but not every action.
+        let files: Vec<Entry> = (0..20)
+            .map(|i| {
+                let actions = format!(": read lines 1–{i}0 of 900; edited ×{i}");
+                Entry::new(format!("- /p/src/file_{i:02}.rs"), format!("{actions}. Last edit: `a` → `b`"))
+                    .min(actions.len())
+                    .brief(0)
+                    .whole_prefix(actions.len())
+                    .named()
+                    .rank(i + 1)
+            })
+            .collect();
+        let files = Section { number: 3, entries: files, empty: "- none", noun: ("file", "files"), folded: 0 };
+        let long = "w".repeat(3000);
+        let sections = [section(2, &[&long, &long]), files, section(5, &[&long])];
+        let (text, trimmed) = layout(&sections, 400);
+        assert!(trimmed && estimate_tokens(&text) <= 400, "{}", text.len());
+        for i in 0..20 {
+            assert!(text.contains(&format!("- /p/src/file_{i:02}.rs")), "file {i}:\n{text}");
+        }
+        // A file's actions are whole or absent: no marker inside them.
+        for line in text.lines().filter(|l| l.contains("/p/src/")) {
+            assert!(!line.contains("cut …]") || line.contains("Last edit"), "{line}");
+            assert!(line.ends_with(".rs") || line.contains("; edited ×"), "{line}");
+        }
+        // With less room than the paths need, the oldest files go first, counted.
+        let (text, _) = layout(&sections, 150);
+        assert!(estimate_tokens(&text) <= 150);
+        assert!(text.contains("- /p/src/file_19.rs") && !text.contains("- /p/src/file_00.rs"), "{text}");
+        assert!(text.contains("more files cut …]"), "{text}");
     }
 }

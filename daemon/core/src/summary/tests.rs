@@ -237,17 +237,16 @@ fn golden_tight_cap_with_focus() {
         1. Primary Request and Intent:
            - Focus requested for this summary: the exponent regression
            - First request: The tokenizer test `lexes_numbers` fails on main. [… 56 characters cut …]
-           - Latest request: Before anything else: what does [… 53 characters cut …]
+           - Latest request: Before anything else: what does `peek_next_is_digit` [… 32 characters cut …]
            - [… 1 more entry cut …]
 
         2. Key Technical Concepts:
-           - Identifiers: `lexes_numbers` (11), …
-           - [… 2 more entries cut …]
-           - File types: .rs (2 files)
+           - Identifiers: `lexes_numbers` (11), `lexes_exponents` (5), …
+           - [… 3 more entries cut …]
 
         3. Files and Code Sections:
            - /work/lexer/tests/exponents.rs: written (4 lines)
-           - [… 1 more file cut …]
+           - /work/lexer/src/lexer.rs
 
         4. Errors and Fixes:
            - [… 1 more error cut …]
@@ -255,11 +254,11 @@ fn golden_tight_cap_with_focus() {
 
         5. Problem Solving:
            - [… 1 more entry cut …]
-           - After Bash `cargo test -p lexer` failed: `lexes_numbers` passes now, but `lexes_exponents` broke: the …
+           - After Bash `cargo test -p lexer` failed: `lexes_numbers` passes now, but `lexes_exponents` broke: …
 
         6. All User Messages:
-           - The tokenizer test `lexes_numbers` fails on main. Find out …
-           - Also, while you are at it: the error messages of the lexer …
+           - The tokenizer test `lexes_numbers` fails on main. Find …
+           - Also, while you are at it: the error messages of the …
            - Before anything else: what does `peek_next_is_digit` …
 
         7. Pending Tasks:
@@ -272,7 +271,7 @@ fn golden_tight_cap_with_focus() {
            - Last assistant message (before the latest request): The number fix is in and `lexes_numbers` passes. [… 127 characters cut …]
 
         9. Optional Next Step:
-           - Answer the latest request: “Before anything else: what [… 59 characters cut …]
+           - Answer the latest request: “Before anything else: what does [… 54 characters cut …]
         </summary>"#]].assert_eq(&summary.text);
     assert_well_formed(&summary);
     assert!(summary.trimmed);
@@ -611,13 +610,14 @@ fn real_transcript_before_its_compaction() {
 
 /// Replays a generated session through `compactions` offline compactions (one every
 /// `every` turns), each summarizing the previous summary plus the turns that followed,
-/// as ctxd installs them. Calls `check` after each with every prompt so far.
+/// as ctxd installs them. Calls `check` after each with every prompt so far and the
+/// records it summarized.
 fn replay_compactions(
     seed: u64,
     turns: usize,
     every: usize,
     options: &OfflineOptions,
-    mut check: impl FnMut(usize, &[String], &OfflineSummary),
+    mut check: impl FnMut(usize, &[String], &OfflineSummary, &[Record]),
 ) {
     use crate::compact::{KeptMessages, SummaryMessage, summary_message_text};
     let jsonl = ctxd_gen::jsonl(&ctxd_gen::Options { seed, ..ctxd_gen::Options::turns(turns) });
@@ -647,7 +647,7 @@ fn replay_compactions(
         }
         let summary = summarize_offline(&live, options);
         compaction += 1;
-        check(compaction, &o.prompts[..seen], &summary);
+        check(compaction, &o.prompts[..seen], &summary, &live);
         let body = parse_summary_reply(&summary.text).unwrap();
         let text = summary_message_text(&SummaryMessage {
             body,
@@ -672,7 +672,7 @@ fn every_user_message_survives_many_compactions() {
     let options = with_cap(offline_cap_tokens(167_000));
     for (seed, turns, every) in [(1, 60, 5), (7, 45, 3), (11, 80, 8), (23, 30, 1)] {
         let mut sizes = Vec::new();
-        replay_compactions(seed, turns, every, &options, |n, prompts, summary| {
+        replay_compactions(seed, turns, every, &options, |n, prompts, summary, _| {
             assert_well_formed(summary);
             assert!(summary.tokens <= options.max_output_tokens, "seed {seed} #{n}: {}", summary.tokens);
             assert!(!summary.text.contains("as summarized then"), "seed {seed} #{n}: nested");
@@ -697,18 +697,21 @@ fn a_tight_cap_counts_every_message_it_cannot_show() {
     // 80 turns compacted every 4 under a 1,500-token cap: most messages cannot be
     // shown, and each one is either an entry of its own or counted in the marker.
     let options = with_cap(1_500);
-    replay_compactions(5, 80, 4, &options, |n, prompts, summary| {
+    replay_compactions(5, 80, 4, &options, |n, prompts, summary, _| {
         assert!(summary.tokens <= 1_500, "#{n}: {}", summary.tokens);
         let messages = section_body(&summary.text, 6);
         let entries: Vec<String> =
             carry::entries(&messages).into_iter().filter(|e| carry::folded_count(e).is_none()).collect();
-        assert_eq!(entries.len() + folded_in(&messages), prompts.len(), "#{n}\n{messages}");
+        // Identical messages are one entry with their count.
+        let shown: usize = entries.iter().map(|e| carry::split_times(e).0).sum();
+        assert_eq!(shown + folded_in(&messages), prompts.len(), "#{n}\n{messages}");
         // The first and the latest are always shown; whatever is shown is in order.
         assert!(in_short_form(&format!("   - {}", entries[0]), &prompts[0]), "#{n}: {}", entries[0]);
         let last = entries.last().unwrap();
         assert!(in_short_form(&format!("   - {last}"), prompts.last().unwrap()), "#{n}: {last}");
         let mut from = 0;
         for entry in &entries {
+            let entry = carry::split_times(entry).1;
             let at = prompts[from..].iter().position(|p| entry == p || in_short_form(&format!("   - {entry}"), p));
             from += at.unwrap_or_else(|| panic!("#{n}: {entry} is no message, or out of order")) + 1;
         }
@@ -719,7 +722,7 @@ fn a_tight_cap_counts_every_message_it_cannot_show() {
 fn summary_size_stays_flat_over_many_compactions() {
     let options = with_cap(offline_cap_tokens(167_000));
     let mut sizes = Vec::new();
-    replay_compactions(3, 120, 6, &options, |_, _, summary| sizes.push(summary.tokens));
+    replay_compactions(3, 120, 6, &options, |_, _, summary, _| sizes.push(summary.tokens));
     assert!(sizes.len() >= 15);
     // Bounded by the cap whatever the number of compactions; late summaries are not
     // much larger than those of the middle of the session.
@@ -826,4 +829,55 @@ fn a_branch_the_host_rewound_away_from_is_not_summarized() {
     let facts = crate::compact::FidelityFacts::from_records(&records(&lines.join("\n")), 3);
     assert_eq!(facts.user_messages, ["Question 1 about the lexer.", "Question 2 about the lexer."]);
     assert_eq!(facts.last_request.as_deref(), Some("Question 5, asked instead of 3."));
+}
+
+/// Paths the tool calls of `records` read or changed (`file_path`), read with
+/// `serde_json` rather than the summarizer's scanner.
+fn touched_paths(records: &[Record]) -> BTreeSet<String> {
+    let mut paths = BTreeSet::new();
+    for record in records {
+        let v = record.to_value();
+        for block in v["message"]["content"].as_array().into_iter().flatten() {
+            let file_tool = matches!(block["name"].as_str(), Some("Read" | "Edit" | "MultiEdit" | "Write"));
+            if block["type"] == "tool_use"
+                && file_tool
+                && let Some(path) = block["input"]["file_path"].as_str()
+            {
+                paths.insert(path.to_owned());
+            }
+        }
+    }
+    paths
+}
+
+#[test]
+fn every_file_touched_since_the_previous_compaction_is_named() {
+    // Sessions of 180 turns compacted every 30 at a 100k window's cap (3,190 tokens):
+    // far more files and messages than the cap holds in full. Each file read or changed
+    // since the previous compaction keeps at least its path, and every user message
+    // stays shown (its brief form at least): the files are paid for by the other
+    // sections.
+    let options = with_cap(offline_cap_tokens(67_000));
+    let (mut checked, mut unnamed) = (0, Vec::new());
+    let (mut shown_total, mut prompts_total) = (0, 0);
+    for seed in [1, 4, 9] {
+        replay_compactions(seed, 180, 30, &options, |n, prompts, summary, summarized| {
+            assert!(summary.tokens <= options.max_output_tokens, "seed {seed} #{n}: {}", summary.tokens);
+            let files = section_body(&summary.text, 3);
+            let touched = touched_paths(summarized);
+            checked += touched.len();
+            unnamed.extend(touched.into_iter().filter(|p| !files.contains(&format!("- {p}"))).map(|p| (seed, n, p)));
+            let messages = section_body(&summary.text, 6);
+            // Identical messages are one entry with their count.
+            let entries = carry::entries(&messages);
+            let shown: usize =
+                entries.iter().filter(|e| carry::folded_count(e).is_none()).map(|e| carry::split_times(e).0).sum();
+            assert_eq!(shown + folded_in(&messages), prompts.len(), "seed {seed} #{n}");
+            shown_total += shown;
+            prompts_total += prompts.len();
+        });
+    }
+    assert!(unnamed.is_empty(), "{} of {checked} files not named, the first: {:?}", unnamed.len(), unnamed.first());
+    assert_eq!(shown_total, prompts_total, "every user message is shown");
+    assert!(checked > 600, "{checked} files checked");
 }
