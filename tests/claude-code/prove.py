@@ -21,6 +21,9 @@ Checks (each prints "ok" or "FAIL", then a closing "N passed, N failed" line):
    `statusLine` command: every time the program calls it, across turns and a
    `/compact`, ctxd's line shows the window, usage and percentage in the JSON the
    program piped to it, and the "just compacted" mark after the compaction.
+5. a session the program rewound (`--resume-session-at` an earlier reply, then a new
+   prompt) is compacted by `ctxd claude compact`: the program resumes the new branch,
+   and nothing of the branch left behind comes back in its request.
 
 With --bench: a session of about --mb megabytes from `ctxd-gen-session` is resumed
 untouched and after the daemon compacted it while idle (`claudeIdleCompaction`, observed
@@ -324,6 +327,31 @@ class Daemon:
         self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
         self.proc.stdin.close()
         self.proc.wait(timeout=30)
+
+
+def rewound_compact_and_resume(w):
+    """Three turns, a rewind to turn 1's reply with a new prompt, ctxd's compaction, a resume."""
+    first = w.claude_p("Rewind check, turn 1: MARK-RW-1")
+    sid = first.get("session_id")
+    for k in (2, 3):
+        w.claude_p(f"Rewind check, turn {k}: MARK-RW-{k}", resume=sid)
+    records = [json.loads(l) for l in open(w.transcript(sid)) if l.strip()]
+    turn2 = next(i for i, r in enumerate(records) if "MARK-RW-2" in json.dumps(r.get("message")))
+    reply1 = next(r["uuid"] for r in reversed(records[:turn2]) if r.get("type") == "assistant")
+    cmd = [w.claude, "-p", "Rewind check, instead of turn 2: MARK-RW-BRANCH", "--output-format", "json",
+           "--resume", sid, "--resume-session-at", reply1]
+    rewound = subprocess.run(cmd, cwd=w.proj, env=w.env, capture_output=True, text=True, timeout=300)
+    out = w.ctxd_cmd("claude", "compact", sid, "--offline")
+    check("rewound: ctxd claude compact succeeds", rewound.returncode == 0 and out.returncode == 0,
+          rewound.stderr[-500:] + out.stderr[-1500:])
+    seen = len(w.requests())
+    resumed = w.claude_p("After the rewind and the compaction: MARK-RW-AFTER", resume=sid)
+    sent = json.dumps(w.requests()[seen]["body"]["messages"]) if len(w.requests()) > seen else ""
+    check("rewound: the resumed request carries ctxd's summary of the new branch",
+          resumed.get("_rc") == 0 and SUMMARY_MARK in sent and "MARK-RW-1" in sent and "MARK-RW-BRANCH" in sent,
+          sent[:1500])
+    check("rewound: nothing of the branch left behind comes back",
+          "MARK-RW-2" not in sent and "MARK-RW-3" not in sent, sent[:3000])
 
 
 def daemon_compaction_exported(w, sid):
@@ -683,6 +711,7 @@ def main():
                 compact_and_resume(w, sid, results[-1].get("result") or "?")
                 export_and_resume(w, sid)
                 daemon_compaction_exported(w, sid)
+                rewound_compact_and_resume(w)
                 interactive_statusline(w)
     finally:
         w.close()
