@@ -354,16 +354,29 @@ fn section_len_at(section: &Section, squeeze: usize, form: impl Fn(&Entry) -> Op
 fn floors(sections: &[Section], full_lens: &[usize], budget: usize, squeeze: usize) -> Vec<usize> {
     let is_protected = |i: usize| sections[i].number == PROTECTED_SECTION;
     let lens: Vec<(usize, usize)> = sections.iter().map(|s| kept_len_of(s, squeeze)).collect();
-    // The protected section's promise (every entry briefly when that takes at most its
-    // larger share, else its smaller share) comes before the named entries; these come
-    // before anything else beyond the kept entries.
-    let promised = (0..sections.len())
+    // The protected section's floor: every entry at its minimum, within its share of
+    // the budget. Past the share the oldest are counted in the marker rather than
+    // squeezing files and current work out; the share is larger when that holds every
+    // entry in its tiny form, or else in its brief form.
+    let protected_floor = |s: &Section, full: usize, kept: usize| -> usize {
+        let (large, small) = (budget * PROTECTED_BRIEF_SHARE / 100, budget * PROTECTED_SHARE / 100);
+        let tiny = section_len_at(s, squeeze, |e| Some(if e.keep { e.min_body } else { e.tiny_body }));
+        let brief = brief_len_of(s, squeeze);
+        let share = if tiny <= large {
+            tiny.max(small)
+        } else if brief <= large {
+            brief.max(small)
+        } else {
+            small
+        };
+        min_len_of(s, squeeze).min(full).min(share.max(kept))
+    };
+    // That promise comes before the named entries; these come before anything else
+    // beyond the kept entries.
+    let promised: usize = (0..sections.len())
         .filter(|&i| is_protected(i))
-        .map(|i| match brief_len_of(&sections[i], squeeze) {
-            brief if brief <= budget * PROTECTED_BRIEF_SHARE / 100 => brief,
-            _ => budget * PROTECTED_SHARE / 100,
-        })
-        .sum::<usize>();
+        .map(|i| protected_floor(&sections[i], full_lens[i], lens[i].0))
+        .sum();
     let kept_alone: usize = (0..sections.len()).filter(|&i| !is_protected(i)).map(|i| lens[i].0 - lens[i].1).sum();
     let mut named_room = (budget * NAMED_SHARE / 100).min(budget.saturating_sub(promised + kept_alone));
     let mut named_total = 0;
@@ -383,16 +396,7 @@ fn floors(sections: &[Section], full_lens: &[usize], budget: usize, squeeze: usi
         .zip(&kept)
         .map(|((s, &full), &kept)| {
             if s.number == PROTECTED_SECTION {
-                // At most its share of the budget: past it, the oldest messages are
-                // counted in the marker rather than squeezing files and current work
-                // out. A larger share when that holds every message in brief form.
-                let brief = brief_len_of(s, squeeze);
-                let share = if brief <= budget * PROTECTED_BRIEF_SHARE / 100 {
-                    brief.max(budget * PROTECTED_SHARE / 100)
-                } else {
-                    budget * PROTECTED_SHARE / 100
-                };
-                min_len_of(s, squeeze).min(full).min(share.max(kept))
+                protected_floor(s, full, kept)
             } else {
                 kept.max(heading(s.number).len() + FLOOR_BYTES).min(full)
             }
