@@ -17,7 +17,9 @@
 //! - **instructions**: compactions after which every `CLAUDE.md` instruction written so
 //!   far is still in the request;
 //! - **files**: of the files read or changed before a compaction, how many the next
-//!   request names, and how many come back with their content;
+//!   request names, and how many come back with their content; of those touched in the
+//!   10 turns before it, and of those touched since the previous compaction, how many
+//!   the next request names and how many its summary names;
 //! - **summary sizes** and **tokens after each compaction ÷ threshold** (median, p95,
 //!   max);
 //! - **needless compactions**: started while the request the host would really send
@@ -57,7 +59,10 @@ use serde_json::{Value, json};
 
 const MODEL: &str = "claude-sonnet-4-5-20250929";
 const WINDOW: u64 = 100_000;
+/// Turns per session (`CONTINUITY_TURNS` for longer ones).
 const TURNS: usize = 80;
+/// Turns before a compaction whose files the recent-files figure counts.
+const RECENT_TURNS: usize = 10;
 const MARKER_OPEN: &str = "[… ";
 /// The first heading of an installed summary.
 const SUMMARY_START: &str = "1. Primary Request and Intent:";
@@ -65,6 +70,8 @@ const SUMMARY_START: &str = "1. Primary Request and Intent:";
 fn main() -> anyhow::Result<()> {
     let quick = std::env::args().any(|a| a == "--quick");
     let mut seeds: Vec<u64> = if quick { vec![1, 2] } else { (1..=8).collect() };
+    // CONTINUITY_TURNS=400 replays longer sessions, which compact many times.
+    let turns: usize = std::env::var("CONTINUITY_TURNS").ok().and_then(|t| t.parse().ok()).unwrap_or(TURNS);
     // CONTINUITY_SEEDS=1,8 replays only those sessions (to trace one compaction).
     if let Ok(only) = std::env::var("CONTINUITY_SEEDS") {
         seeds = only.split(',').filter_map(|s| s.trim().parse().ok()).collect();
@@ -72,13 +79,13 @@ fn main() -> anyhow::Result<()> {
     let bin = ctxd_e2e::ctxd_bin();
     anyhow::ensure!(bin.exists(), "{} missing: cargo build --release -p ctxd", bin.display());
     println!(
-        "continuity and cost · binary {} · {} sessions of {TURNS} turns · window {WINDOW} · offline summarizer",
+        "continuity and cost · binary {} · {} sessions of {turns} turns · window {WINDOW} · offline summarizer",
         bin.display(),
         seeds.len()
     );
     let mut total = Report::default();
     for &seed in &seeds {
-        let report = replay(seed, false)?;
+        let report = replay(seed, turns, false)?;
         report.print(&format!("session seed {seed}"));
         total.merge(report);
     }
@@ -87,7 +94,7 @@ fn main() -> anyhow::Result<()> {
     // against the requests the host sent before them.
     let mut forks = Report::default();
     for &seed in &seeds {
-        forks.merge(replay(seed, true)?);
+        forks.merge(replay(seed, turns, true)?);
     }
     println!(
         "\nforks sent over HTTP (provider stand-in, same sessions): {} automatic after a model call, share of the request each forks read from cache: min {:.3}, median {:.3}; {} compactions with no model call since the previous one",
@@ -112,6 +119,14 @@ struct Report {
     files: usize,
     named: usize,
     restored: usize,
+    /// Files touched in the last [`RECENT_TURNS`] turns before a compaction: how many,
+    /// named in the next request, named in its summary.
+    recent: usize,
+    recent_named: usize,
+    recent_in_summary: usize,
+    /// Files touched since the previous compaction: how many, named in the summary.
+    since: usize,
+    since_in_summary: usize,
     summary_tokens: Vec<u64>,
     after_ratio: Vec<f64>,
     needless: usize,
@@ -151,6 +166,11 @@ impl Report {
         self.files += o.files;
         self.named += o.named;
         self.restored += o.restored;
+        self.recent += o.recent;
+        self.recent_named += o.recent_named;
+        self.recent_in_summary += o.recent_in_summary;
+        self.since += o.since;
+        self.since_in_summary += o.since_in_summary;
         self.summary_tokens.extend(o.summary_tokens);
         self.after_ratio.extend(o.after_ratio);
         self.needless += o.needless;
@@ -182,6 +202,19 @@ impl Report {
         println!(
             "  files read or changed before a compaction: {} — named after it {}, content restored {}",
             self.files, self.named, self.restored
+        );
+        println!(
+            "  files touched in the {RECENT_TURNS} turns before a compaction: {} — named after it {} ({:.1} %), in the summary {}",
+            self.recent,
+            self.recent_named,
+            100.0 * self.recent_named as f64 / self.recent.max(1) as f64,
+            self.recent_in_summary
+        );
+        println!(
+            "  files touched since the previous compaction: {} — in the summary {} ({:.1} %)",
+            self.since,
+            self.since_in_summary,
+            100.0 * self.since_in_summary as f64 / self.since.max(1) as f64
         );
         println!(
             "  summary tokens: median {:.0}, p95 {:.0}, max {:.0}",
@@ -373,7 +406,7 @@ fn stub_summary(_: &str) -> (u16, String) {
 
 /// Replays one session; with `provider`, a local stand-in for the Anthropic API writes
 /// the summaries (through the cache-sharing fork), and only the forks are measured.
-fn replay(seed: u64, provider: bool) -> anyhow::Result<Report> {
+fn replay(seed: u64, turns: usize, provider: bool) -> anyhow::Result<Report> {
     let dir = tempfile::tempdir()?;
     let state = dir.path().join("state");
     let cwd = dir.path().join("project");
@@ -384,7 +417,7 @@ fn replay(seed: u64, provider: bool) -> anyhow::Result<Report> {
         cwd: cwd_text.clone(),
         files_dir: Some(cwd.clone()),
         model: MODEL.to_owned(),
-        ..ctxd_gen::Options::turns(TURNS)
+        ..ctxd_gen::Options::turns(turns)
     };
     let records: Vec<Value> = ctxd_gen::jsonl(&opts).lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
     let mut instructions = vec!["INSTRUCTION-ALPHA: run the formatter before every commit."];
@@ -422,18 +455,18 @@ fn replay(seed: u64, provider: bool) -> anyhow::Result<Report> {
     };
     let mut report = Report::default();
     let mut prompts: Vec<String> = Vec::new();
-    let mut files: BTreeSet<String> = BTreeSet::new();
+    let mut files = Touched::default();
     let mut turn = 0usize;
     let mut message_seen: BTreeSet<String> = BTreeSet::new();
     for record in &records {
         if is_prompt(record) {
             turn += 1;
-            if turn == TURNS / 3 {
+            if turn == turns / 3 {
                 instructions.push("INSTRUCTION-BETA: never push to main directly.");
                 let text: String = instructions.iter().map(|i| format!("- {i}\n")).collect();
                 std::fs::write(cwd.join("CLAUDE.md"), format!("# Project\n\n{text}"))?;
             }
-            if turn == TURNS / 2 {
+            if turn == turns / 2 {
                 let answer = host.daemon.request(
                     "ctx/compact",
                     json!({"sessionId": host.id, "instructions": "focus on the parser and the ledger"}),
@@ -444,7 +477,9 @@ fn replay(seed: u64, provider: bool) -> anyhow::Result<Report> {
                 if let Some(seen) = &seen {
                     seen.lock().unwrap().clear();
                 }
-                after_compaction(&mut host, &mut report, &prompts, &files, &instructions, false)?;
+                let context = Context { prompts: &prompts, files: &files, instructions: &instructions, turn };
+                after_compaction(&mut host, &mut report, &context, false)?;
+                files.compacted();
             }
             prompts.push(record["message"]["content"].as_str().unwrap_or("").to_owned());
         }
@@ -463,9 +498,10 @@ fn replay(seed: u64, provider: bool) -> anyhow::Result<Report> {
                         host.daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == json!(host.id))?;
                     let real = tokens_of(&request);
                     let estimated = decision["usage"]["tokens"].as_u64().unwrap_or(0);
-                    let context = Context { prompts: &prompts, files: &files, instructions: &instructions };
+                    let context = Context { prompts: &prompts, files: &files, instructions: &instructions, turn };
                     let compaction = Compaction { compacted: &compacted, real, estimated, turn };
                     on_compacted(&mut host, &mut report, seen.as_ref(), &context, compaction)?;
+                    files.compacted();
                     request = host.assemble()?.0;
                 }
                 let now = record["timestamp"].as_str().and_then(ctxd_gen::time::parse_ms).unwrap_or(0).max(0) as u64;
@@ -488,7 +524,7 @@ fn replay(seed: u64, provider: bool) -> anyhow::Result<Report> {
             }
             for block in record["message"]["content"].as_array().into_iter().flatten() {
                 if let Some(path) = block["input"]["file_path"].as_str() {
-                    files.insert(path.to_owned());
+                    files.touch(turn, path);
                 }
             }
         }
@@ -501,7 +537,7 @@ fn replay(seed: u64, provider: bool) -> anyhow::Result<Report> {
         }
         if let Some(compacted) = done.first() {
             let estimated = usage["tokens"].as_u64().unwrap_or(0);
-            let context = Context { prompts: &prompts, files: &files, instructions: &instructions };
+            let context = Context { prompts: &prompts, files: &files, instructions: &instructions, turn };
             on_compacted(
                 &mut host,
                 &mut report,
@@ -509,6 +545,7 @@ fn replay(seed: u64, provider: bool) -> anyhow::Result<Report> {
                 &context,
                 Compaction { compacted, real, estimated, turn },
             )?;
+            files.compacted();
         }
     }
     host.daemon.stop()?;
@@ -516,11 +553,43 @@ fn replay(seed: u64, provider: bool) -> anyhow::Result<Report> {
 }
 
 /// What the checks after a compaction read: the prompts, files and CLAUDE.md
-/// instructions so far.
+/// instructions so far, and the turn.
 struct Context<'a> {
     prompts: &'a [String],
-    files: &'a BTreeSet<String>,
+    files: &'a Touched,
     instructions: &'a [&'a str],
+    turn: usize,
+}
+
+/// The files the session's tool calls named (`file_path`), in order, with their turn.
+#[derive(Default)]
+struct Touched {
+    calls: Vec<(usize, String)>,
+    /// Calls before the latest compaction.
+    compacted_at: usize,
+}
+
+impl Touched {
+    fn touch(&mut self, turn: usize, path: &str) {
+        self.calls.push((turn, path.to_owned()));
+    }
+
+    fn compacted(&mut self) {
+        self.compacted_at = self.calls.len();
+    }
+
+    fn all(&self) -> BTreeSet<String> {
+        self.calls.iter().map(|(_, p)| p.clone()).collect()
+    }
+
+    /// Touched in the `n` turns up to `turn`.
+    fn recent(&self, turn: usize, n: usize) -> BTreeSet<String> {
+        self.calls.iter().filter(|(t, _)| t + n > turn).map(|(_, p)| p.clone()).collect()
+    }
+
+    fn since_compaction(&self) -> BTreeSet<String> {
+        self.calls[self.compacted_at..].iter().map(|(_, p)| p.clone()).collect()
+    }
 }
 
 /// One automatic compaction as the host saw it: the notification, the real size of the
@@ -594,7 +663,7 @@ fn on_compacted(
             shares.push(fork_read_share(&parent, &fork.body));
         }
     }
-    after_compaction(host, report, context.prompts, context.files, context.instructions, true)?;
+    after_compaction(host, report, context, true)?;
     host.requests_since_compaction = 0;
     Ok(())
 }
@@ -630,14 +699,9 @@ fn divergence(parent: &Value, fork: &Value) -> String {
 }
 
 /// Checks the request right after a compaction.
-fn after_compaction(
-    host: &mut Host,
-    report: &mut Report,
-    prompts: &[String],
-    files: &BTreeSet<String>,
-    instructions: &[&str],
-    auto: bool,
-) -> anyhow::Result<()> {
+fn after_compaction(host: &mut Host, report: &mut Report, context: &Context<'_>, auto: bool) -> anyhow::Result<()> {
+    let (prompts, instructions) = (context.prompts, context.instructions);
+    let files = context.files.all();
     report.compactions += 1;
     report.auto += usize::from(auto);
     let (request, _) = host.assemble()?;
@@ -672,6 +736,20 @@ fn after_compaction(
     report.named += files.iter().filter(|f| text.contains(f.as_str())).count();
     // Restored: the file's current first line is in the request (an attachment or a
     // kept read).
+    let recent = context.files.recent(context.turn, RECENT_TURNS);
+    report.recent += recent.len();
+    report.recent_named += recent.iter().filter(|f| text.contains(f.as_str())).count();
+    report.recent_in_summary += recent.iter().filter(|f| summary.contains(f.as_str())).count();
+    let since = context.files.since_compaction();
+    report.since += since.len();
+    report.since_in_summary += since.iter().filter(|f| summary.contains(f.as_str())).count();
+    if std::env::var_os("CONTINUITY_DEBUG").is_some() {
+        let missing: Vec<&String> = since.iter().filter(|f| !summary.contains(f.as_str())).collect();
+        println!(
+            "  summary: {} tokens; files since the previous compaction not in it: {missing:?}",
+            summary.len().div_ceil(4)
+        );
+    }
     report.restored += files
         .iter()
         .filter(|f| {
