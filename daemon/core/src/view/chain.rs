@@ -603,24 +603,23 @@ mod tests {
         Record::parse(&v.to_string()).unwrap()
     }
 
+    fn prompt(uuid: &str, parent: Option<&str>, text: &str) -> Record {
+        line(json!({"type": "user", "uuid": uuid, "parentUuid": parent, "message": {"role": "user", "content": text}}))
+    }
+
+    fn reply(uuid: &str, parent: &str, text: &str) -> Record {
+        line(json!({"type": "assistant", "uuid": uuid, "parentUuid": parent,
+            "message": {"id": format!("m-{uuid}"), "role": "assistant", "content": [{"type": "text", "text": text}]}}))
+    }
+
     #[test]
     fn a_rewind_leaves_the_old_branch_and_a_branch_switch_brings_it_back() {
         let records = vec![
-            line(
-                json!({"type": "user", "uuid": "u1", "parentUuid": null, "message": {"role": "user", "content": "a"}}),
-            ),
-            line(
-                json!({"type": "assistant", "uuid": "a1", "parentUuid": "u1", "message": {"id": "m1", "role": "assistant", "content": [{"type": "text", "text": "b"}]}}),
-            ),
-            line(
-                json!({"type": "user", "uuid": "u2", "parentUuid": "a1", "message": {"role": "user", "content": "c"}}),
-            ),
-            line(
-                json!({"type": "user", "uuid": "u2b", "parentUuid": "a1", "message": {"role": "user", "content": "c again"}}),
-            ),
-            line(
-                json!({"type": "assistant", "uuid": "a3", "parentUuid": "u2", "message": {"id": "m3", "role": "assistant", "content": [{"type": "text", "text": "d"}]}}),
-            ),
+            prompt("u1", None, "a"),
+            reply("a1", "u1", "b"),
+            prompt("u2", Some("a1"), "c"),
+            prompt("u2b", Some("a1"), "c again"),
+            reply("a3", "u2", "d"),
         ];
         let mut chain = Chain::new(&records, None);
         let pushed: Vec<Pushed> = (0..records.len()).map(|i| chain.push(&records, i)).collect();
@@ -637,24 +636,12 @@ mod tests {
         // off the old branch's reply a2: the view's tip moves there, but the program
         // resumes from its newest message, a2b.
         let records = vec![
-            line(
-                json!({"type": "user", "uuid": "u1", "parentUuid": null, "message": {"role": "user", "content": "a"}}),
-            ),
-            line(
-                json!({"type": "assistant", "uuid": "a1", "parentUuid": "u1", "message": {"id": "m1", "role": "assistant", "content": [{"type": "text", "text": "b"}]}}),
-            ),
-            line(
-                json!({"type": "user", "uuid": "u2", "parentUuid": "a1", "message": {"role": "user", "content": "c"}}),
-            ),
-            line(
-                json!({"type": "assistant", "uuid": "a2", "parentUuid": "u2", "message": {"id": "m2", "role": "assistant", "content": [{"type": "text", "text": "d"}]}}),
-            ),
-            line(
-                json!({"type": "user", "uuid": "u2b", "parentUuid": "a1", "message": {"role": "user", "content": "c again"}}),
-            ),
-            line(
-                json!({"type": "assistant", "uuid": "a2b", "parentUuid": "u2b", "message": {"id": "m2b", "role": "assistant", "content": [{"type": "text", "text": "e"}]}}),
-            ),
+            prompt("u1", None, "a"),
+            reply("a1", "u1", "b"),
+            prompt("u2", Some("a1"), "c"),
+            reply("a2", "u2", "d"),
+            prompt("u2b", Some("a1"), "c again"),
+            reply("a2b", "u2b", "e"),
             line(json!({"type": "system", "subtype": "turn_duration", "uuid": "y", "parentUuid": "a2"})),
         ];
         let (mut slice, _) = super::super::slice::slice_after_boundary(&records);
@@ -675,12 +662,8 @@ mod tests {
             line(
                 json!({"type": "user", "uuid": "s", "isCompactSummary": true, "message": {"role": "user", "content": "summary"}}),
             ),
-            line(
-                json!({"type": "user", "uuid": "u1", "parentUuid": "gone", "message": {"role": "user", "content": "a"}}),
-            ),
-            line(
-                json!({"type": "assistant", "uuid": "a1", "parentUuid": "u1", "message": {"id": "m1", "role": "assistant", "content": [{"type": "text", "text": "b"}]}}),
-            ),
+            prompt("u1", Some("gone"), "a"),
+            reply("a1", "u1", "b"),
         ];
         let chain = Chain::build(&records, Some(0), &[1, 2, 3]);
         assert_eq!((0..3).map(|p| chain.keeps(p)).collect::<Vec<_>>(), [true, true, true]);
