@@ -10,7 +10,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use ctxd_e2e::{Daemon, user_record};
 use serde_json::{Value, json};
@@ -63,8 +62,8 @@ fn first_message(request: &Value) -> String {
     }
 }
 
-/// Memory files listed by `ctx/context` below `under` (a machine may have a managed
-/// policy file of its own), as (path relative to `under`, kind, status).
+/// Memory files listed by `ctx/context` below `under`, as (path relative to `under`,
+/// kind, status).
 fn memory_files(view: &Value, under: &Path) -> Vec<(String, String, String)> {
     view["memoryFiles"]
         .as_array()
@@ -111,6 +110,8 @@ fn sources_are_placed_lowest_precedence_first() {
     let state = root.join("state");
     let home = home_of(&state);
     let cwd = root.join("top/project");
+    // The managed policy file where the harness points the daemon, not the machine's.
+    write(&ctxd_e2e::managed_memory(&home), "MANAGED-POLICY\n");
     write(&home.join(".claude/CLAUDE.md"), "USER-MEMORY\n");
     // Project files from the outermost folder down to the working directory.
     write(&root.join("CLAUDE.md"), "OUTER-CLAUDE\n");
@@ -127,11 +128,13 @@ fn sources_are_placed_lowest_precedence_first() {
     open(&mut daemon, "s", &cwd);
     let view = context(&mut daemon, "s");
     let files = memory_files(&view, root);
+    assert_eq!(files.len(), view["memoryFiles"].as_array().unwrap().len(), "a memory file of the machine's: {view}");
     let listed: Vec<(&str, &str)> = files.iter().map(|(p, k, _)| (p.as_str(), k.as_str())).collect();
     let memory = format!("state.home/.claude/projects/{}/memory/MEMORY.md", claude_folder(&cwd));
     assert_eq!(
         listed,
         [
+            ("state.home/managed-policy/CLAUDE.md", "managed"),
             ("state.home/.claude/CLAUDE.md", "user"),
             ("CLAUDE.md", "project"),
             ("top/.claude/CLAUDE.md", "project"),
@@ -153,6 +156,7 @@ fn sources_are_placed_lowest_precedence_first() {
     let text = first_message(&request);
     assert!(text.contains("<system-reminder>"), "{text}");
     let order = [
+        "MANAGED-POLICY",
         "USER-MEMORY",
         "OUTER-CLAUDE",
         "TOP-DOT-CLAUDE",
@@ -408,8 +412,8 @@ fn one_external_edit_of_a_read_file_is_exactly_one_changed_file_attachment() {
         std::fs::set_permissions(&source, std::fs::Permissions::from_mode(0o640)).unwrap();
     }
     wait_changed(&mut daemon, &source);
-    std::thread::sleep(Duration::from_millis(400));
-    daemon.drain_notifications("ctx/contextChanged");
+    // Every notification of the save is in before the requests.
+    daemon.settle_watcher("s", &cwd.join("CLAUDE.md")).unwrap();
 
     let first = assemble(&mut daemon, "s").to_string();
     assert_eq!(first.matches("changed on disk after you read it").count(), 1, "{first}");
@@ -420,7 +424,6 @@ fn one_external_edit_of_a_read_file_is_exactly_one_changed_file_attachment() {
     assert_eq!(context(&mut daemon, "s")["staleFiles"], Value::Null, "told, so no longer stale");
 
     // A later edit is a new change: one more.
-    std::thread::sleep(Duration::from_millis(20));
     std::fs::write(&source, "pub fn three() {}\n").unwrap();
     wait_changed(&mut daemon, &source);
     let third = assemble(&mut daemon, "s").to_string();
