@@ -110,11 +110,15 @@ fn observe_follows_a_transcript_another_program_appends_to() {
             })
             .unwrap()
     };
-    // Another program appends a turn, in two writes, the first ending mid-line.
+    // Another program appends a turn, in two writes, the first ending in the middle of
+    // the turn's last reply: the figure the daemon reaches needs that line put together.
     let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    let last_reply = (100..150).rfind(|&i| lines[i].contains(r#""type":"assistant""#)).unwrap();
     let more = format!("{}\n", lines[100..150].join("\n"));
-    let (head, tail) = more.split_at(more.len() / 2);
+    let cut = lines[100..last_reply].iter().map(|l| l.len() + 1).sum::<usize>() + lines[last_reply].len() / 2;
+    let (head, tail) = more.split_at(cut);
     let whole_in_head = 100 + head.matches('\n').count();
+    assert_eq!(whole_in_head, last_reply);
     assert_ne!(reported_after(whole_in_head), reported_after(100), "the first write holds a report of its own");
     file.write_all(head.as_bytes()).unwrap();
     file.flush().unwrap();
@@ -128,7 +132,7 @@ fn observe_follows_a_transcript_another_program_appends_to() {
     file.write_all(tail.as_bytes()).unwrap();
     // The figure the daemon reaches is the example's own usage after 150 records.
     let want = reported_after(150);
-    assert_ne!(want, reported_after(whole_in_head), "the second write holds a report of its own");
+    assert_ne!(want, reported_after(whole_in_head), "the line cut in two holds the last report");
     let pushed = daemon
         .wait_notification("ctx/usageChanged", |p| {
             p["sessionId"] == id.as_str() && p["usage"]["reportedTokens"] == want
