@@ -213,10 +213,19 @@ describe("observing while the daemon refuses", function()
     end
     vim.env.CLAUDE_CONFIG_DIR = config_dir
     claude.observe(refuse, dir)
-    t.wait_for("the refusal recorded", function()
-      return #claude.waiting() == 1
+    -- The client gives up until the next daemon start, and says so in its log.
+    local gave_up = "cannot observe the Claude Code sessions of " .. dir .. ": cannot read the project"
+    t.wait_for("the client to give up", function()
+      for _, entry in ipairs(require("ctxd.client").state.log) do
+        if entry:find(gave_up, 1, true) then
+          return true
+        end
+      end
     end)
-    -- Give a runaway retry loop time to show itself.
+    t.eq(2, asked)
+    -- Nor does it ask again over the next 200 ms, while the transcript grows (a watcher
+    -- on the project would fire).
+    append(refused_project .. "/s.jsonl", { line("user") })
     vim.wait(200)
     vim.env.CLAUDE_CONFIG_DIR = nil
     t.eq(2, asked)
