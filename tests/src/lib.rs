@@ -97,13 +97,23 @@ pub fn bounded_serve_command(state_dir: &Path, address_space: u64, env: &[(&str,
 
 /// [`serve_command`] under `prlimit` with `limits` (`--as=…`, `--nofile=soft:hard`).
 pub fn limited_serve_command(state_dir: &Path, limits: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Command> {
+    let wrapper: Vec<&str> = std::iter::once("prlimit").chain(limits.iter().copied()).chain(["--"]).collect();
+    wrapped_serve_command(state_dir, &wrapper, env)
+}
+
+/// [`serve_command`] run by `wrapper` (a program and its arguments, `--` last if it
+/// takes one), with the same environment: what it sets, and what it removes (the
+/// [`PROVIDER_VARS`] among them) removed from the wrapper's too.
+fn wrapped_serve_command(state_dir: &Path, wrapper: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Command> {
     let inner = serve_command(state_dir, "debug", env)?;
-    let mut command = Command::new("prlimit");
-    command.args(limits).arg("--").arg(inner.get_program()).args(inner.get_args());
+    let (program, args) = wrapper.split_first().context("an empty wrapper")?;
+    let mut command = Command::new(program);
+    command.args(args).arg(inner.get_program()).args(inner.get_args());
     for (key, value) in inner.get_envs() {
-        if let Some(value) = value {
-            command.env(key, value);
-        }
+        match value {
+            Some(value) => command.env(key, value),
+            None => command.env_remove(key),
+        };
     }
     command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
     Ok(command)
@@ -207,6 +217,17 @@ impl Daemon {
     /// Starts `ctxd serve` under `prlimit` with `limits` (see [`limited_serve_command`]).
     pub fn start_limited(state_dir: &Path, limits: &[&str]) -> anyhow::Result<Daemon> {
         Daemon::spawned(state_dir, limited_serve_command(state_dir, limits, &[])?)
+    }
+
+    /// Starts `ctxd serve` in a user namespace of its own where it is root for the files
+    /// root owns and nobody for the rest (`unshare --user --map-root-user`): a file of
+    /// another owner with mode 000 is then unreadable to it even when the tests run as
+    /// root.
+    pub fn start_in_user_namespace(state_dir: &Path) -> anyhow::Result<Daemon> {
+        Daemon::spawned(
+            state_dir,
+            wrapped_serve_command(state_dir, &["unshare", "--user", "--map-root-user", "--"], &[])?,
+        )
     }
 
     /// Starts and initializes a daemon.

@@ -445,9 +445,16 @@ fn unreadable_and_non_utf8_memory_files_are_diagnostics_not_a_failed_session() {
     let locked = cwd.join(".claude/CLAUDE.md");
     write(&locked, "LOCKED\n");
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
-    let mode_000_blocks = std::fs::read(&locked).is_err();
-
-    let mut daemon = Daemon::started(&state).unwrap();
+    // Mode 000 keeps an ordinary user out. Root reads it all the same, so as root the
+    // file goes to another owner and the daemon runs where root's power stops at the
+    // files root owns: either way the daemon cannot read it.
+    let mut daemon = if std::fs::read(&locked).is_err() {
+        Daemon::start(&state).unwrap()
+    } else {
+        std::os::unix::fs::chown(&locked, Some(65_534), Some(65_534)).unwrap();
+        Daemon::start_in_user_namespace(&state).unwrap()
+    };
+    daemon.initialize().unwrap();
     open(&mut daemon, "s", &cwd);
     let view = context(&mut daemon, "s");
     let problems = diagnostics(&view);
@@ -466,24 +473,10 @@ fn unreadable_and_non_utf8_memory_files_are_diagnostics_not_a_failed_session() {
         )]
     );
     let files = memory_files(&view, &cwd);
-    if mode_000_blocks {
-        let locked_problems = about(&locked);
-        assert_eq!(locked_problems.len(), 1, "{problems:?}");
-        assert!(locked_problems[0].contains("cannot read: permission denied"), "{problems:?}");
-        assert_eq!(files, [("AGENTS.md".into(), "project".into(), "loaded".into())]);
-    } else {
-        println!(
-            "mode 000 does not block reads here (running as root); the folder-in-place case covers an unreadable file"
-        );
-        assert!(about(&locked).is_empty());
-        assert_eq!(
-            files,
-            [
-                ("AGENTS.md".into(), "project".into(), "loaded".into()),
-                (".claude/CLAUDE.md".into(), "project".into(), "loaded".into())
-            ]
-        );
-    }
+    let locked_problems = about(&locked);
+    assert_eq!(locked_problems.len(), 1, "{problems:?}");
+    assert!(locked_problems[0].contains("cannot read: permission denied"), "{problems:?}");
+    assert_eq!(files, [("AGENTS.md".into(), "project".into(), "loaded".into())]);
     // The rest of the session goes on.
     let request = first_message(&assemble(&mut daemon, "s"));
     assert!(request.contains("GOOD-AGENTS"), "{request}");

@@ -172,17 +172,7 @@ fn a_store_too_deep_for_a_socket_still_serves_its_own_editor() {
     let records = json!([ctxd_e2e::user_record("u1", None, "still served")]);
     daemon.request("ctx/append", json!({"sessionId": id, "records": records})).unwrap();
     assert!(!state.join("ctxd.sock").exists());
-    // The log is written by a thread of its own: give it a moment.
-    let said = |log: &str| log.contains("cannot listen for other editors");
-    let mut log = String::new();
-    for _ in 0..100 {
-        log = std::fs::read_to_string(state.with_extension("log")).unwrap_or_default();
-        if said(&log) {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    assert!(said(&log), "{log}");
+    daemon.wait_log("why it cannot share", |line| line.contains("cannot listen for other editors")).unwrap();
 }
 
 #[test]
