@@ -361,14 +361,16 @@ impl Daemon {
         self.state_dir.with_extension("log")
     }
 
-    /// Waits until a line of the daemon's log satisfies `pred` and returns it. One thread
-    /// writes the log, in the order the lines were logged: once a line is in the file,
-    /// so is every line logged before it.
+    /// Waits until a whole line of the daemon's log satisfies `pred` and returns it. One
+    /// thread writes the log, in the order the lines were logged: once a line is in the
+    /// file, so is every line logged before it.
     pub fn wait_log(&self, what: &str, pred: impl Fn(&str) -> bool) -> anyhow::Result<String> {
         let deadline = Instant::now() + TIMEOUT;
         loop {
             let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
-            if let Some(line) = text.lines().find(|line| pred(line)) {
+            // A line being written is not read until its end is there.
+            let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+            if let Some(line) = whole.lines().find(|line| pred(line)) {
                 return Ok(line.to_owned());
             }
             if Instant::now() > deadline {
