@@ -454,12 +454,18 @@ fn idle_compaction_switched_on_later_reaches_a_session_observed_before() {
     let (_home, path, _id) = claude_home(dir.path());
     let original = std::fs::read(&path).unwrap();
     let mut daemon = Daemon::start_with(&dir.path().join("state"), &[], &[]).unwrap();
-    daemon.request("initialize", json!({"capabilities": {}})).unwrap();
+    // Idle after one second and worth it from 1 %, with the switch left at its default.
+    let timing = json!({"claudeIdleCompactAfterSeconds": 1, "claudeIdleCompactPercent": 1});
+    daemon.request("initialize", json!({"capabilities": {}, "initializationOptions": {"settings": timing}})).unwrap();
     daemon.notify("initialized", json!({})).unwrap();
+    // The answer comes once the follower holds its policy and its idle clock runs. Off
+    // by default: over three idle periods after it, the session stays as it was and
+    // the log says of no idle spell.
     daemon.request("ctx/observe", json!({"transcript": path})).unwrap();
-    // Off by default: idle as it is, the session stays as it was.
-    std::thread::sleep(std::time::Duration::from_millis(1_500));
+    std::thread::sleep(std::time::Duration::from_secs(3));
     assert_eq!(std::fs::read(&path).unwrap(), original);
+    let log = std::fs::read_to_string(daemon.log_path()).unwrap();
+    assert!(!log.contains("observed Claude Code session idle"), "{log}");
     // The editor's switch, flipped while the session is observed.
     let idle = json!({"claudeIdleCompaction": true, "claudeIdleCompactAfterSeconds": 1, "claudeIdleCompactPercent": 1});
     daemon.notify("workspace/didChangeConfiguration", json!({"settings": idle})).unwrap();

@@ -410,7 +410,7 @@ impl Sessions {
         }
         let home = self.environment.sources.home.clone().unwrap_or_else(|| std::path::PathBuf::from("/"));
         let mut memory = ctxd_core::memory::MemoryConfig::new(home);
-        memory.managed_path = Some(std::path::PathBuf::from("/etc/claude-code/CLAUDE.md"));
+        memory.managed_path = Some(self.environment.process.managed_memory_path());
         if let Some(names) = &layered.settings.memory_file_names {
             // Names, not paths: `../../etc/passwd` would load a file from anywhere.
             let (plain, paths): (Vec<_>, Vec<_>) = names
