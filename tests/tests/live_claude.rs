@@ -11,36 +11,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-use ctxd_e2e::{Daemon, claude_code_fixture};
-use serde_json::{Value, json};
+use ctxd_e2e::{Daemon, claude_home, ctxd_claude, eventually};
+use serde_json::json;
 
-const ID: &str = "b7d55388-c9ad-4169-a8d1-459fc6bdb46f";
-
-/// The real program's session (`manual-compact.jsonl`, before its own `/compact`) as a
-/// project under `home/.claude/projects`, its records' `cwd` the project directory.
-fn project(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    let home = dir.join("home");
-    let proj = dir.join("proj");
-    std::fs::create_dir_all(&proj).unwrap();
-    let folder = home.join(".claude/projects/-proj");
-    std::fs::create_dir_all(&folder).unwrap();
-    let text = std::fs::read_to_string(claude_code_fixture("manual-compact.jsonl")).unwrap();
-    let lines: String = text
-        .lines()
-        .take(57)
-        .map(|line| {
-            let mut record: Value = serde_json::from_str(line).unwrap();
-            if record.get("cwd").is_some() {
-                record["cwd"] = json!(proj);
-            }
-            format!("{record}\n")
-        })
-        .collect();
-    let path = folder.join(format!("{ID}.jsonl"));
-    std::fs::write(&path, lines).unwrap();
-    (home, proj, path)
+/// The session's project: HOME, the project directory and the transcript
+/// ([`claude_home`]).
+fn project(dir: &Path) -> (PathBuf, PathBuf, PathBuf, String) {
+    let (home, path, id) = claude_home(dir).unwrap();
+    (home, dir.join("proj"), path, id)
 }
 
 /// A `claude` process in `cwd` with `args`, once `/proc` shows it under that name (it
@@ -86,42 +65,21 @@ impl Drop for Program {
     }
 }
 
-/// Polls `check` every 50 ms until it holds; fails after `secs` (a guard against a hang,
-/// not a measurement).
-fn eventually(secs: u64, what: &str, mut check: impl FnMut() -> bool) {
-    let end = Instant::now() + Duration::from_secs(secs);
-    while !check() {
-        assert!(Instant::now() < end, "{what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn compact(dir: &Path, home: &Path) -> std::process::Output {
-    ctxd_e2e::ctxd_command()
-        .arg("--state-dir")
-        .arg(dir.join("cli-state"))
-        .arg("--log-stderr")
-        .args(["claude", "compact", ID])
-        .env("HOME", home)
-        .env_remove("CLAUDE_CONFIG_DIR")
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn claude_compact_refuses_while_the_program_runs_for_the_session() {
     let dir = tempfile::tempdir().unwrap();
-    let (home, proj, path) = project(dir.path());
+    let (home, proj, path, id) = project(dir.path());
     let original = std::fs::read(&path).unwrap();
     let elsewhere = dir.path().join("elsewhere");
     std::fs::create_dir(&elsewhere).unwrap();
 
     // In the project directory, and elsewhere naming the session (as `--resume` and
     // `--session-id` do): refused, with the process named, and nothing written.
-    for (cwd, args) in [(&proj, &[][..]), (&elsewhere, &["--resume", ID][..]), (&elsewhere, &["--session-id", ID][..])]
+    for (cwd, args) in
+        [(&proj, &[][..]), (&elsewhere, &["--resume", &id][..]), (&elsewhere, &["--session-id", &id][..])]
     {
         let program = Program::start(dir.path(), cwd, args);
-        let out = compact(dir.path(), &home);
+        let out = ctxd_claude(dir.path(), &home, &["compact", &id]).unwrap();
         let said = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "compacted under {args:?}: {said}");
         let want = format!("Claude Code (pid {}) is running for this session", program.pid());
@@ -133,7 +91,7 @@ fn claude_compact_refuses_while_the_program_runs_for_the_session() {
 
     // A program for another session, elsewhere, does not hold this one up.
     let other = Program::start(dir.path(), &elsewhere, &["--resume", "11111111-2222-3333-4444-555555555555"]);
-    let out = compact(dir.path(), &home);
+    let out = ctxd_claude(dir.path(), &home, &["compact", &id]).unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let after = std::fs::read(&path).unwrap();
     assert_eq!(&after[..original.len()], &original[..], "appended only");
@@ -144,7 +102,7 @@ fn claude_compact_refuses_while_the_program_runs_for_the_session() {
 #[test]
 fn idle_compaction_waits_until_the_program_has_exited() {
     let dir = tempfile::tempdir().unwrap();
-    let (_home, proj, path) = project(dir.path());
+    let (_home, proj, path, _id) = project(dir.path());
     let original = std::fs::read(&path).unwrap();
     let program = Program::start(dir.path(), &proj, &[]);
     let running = format!("Claude Code (pid {}) is running for this session", program.pid());
