@@ -2,7 +2,8 @@
 //! asked before every idle compaction and twice per `ctxd claude compact`) on a machine
 //! with many processes: 1,000 `sleep`s beside what already runs, then also 10 programs
 //! named `claude` working elsewhere (so each is read further and the transcript's ends
-//! are read for its ids and directories).
+//! are read for its ids and directories). For scale, the open-file check
+//! (`ctxd::claude::opened_by`) that every compaction already makes.
 //!
 //! ```text
 //! cargo bench -p ctxd --bench live
@@ -67,6 +68,13 @@ fn main() {
     assert_eq!(ctxd::live::running_for(&path), None);
     criterion.bench_function(&format!("running_for, {listed} processes, no claude"), |b| {
         b.iter(|| black_box(ctxd::live::running_for(black_box(&path))))
+    });
+    criterion.bench_function("session_of (the transcript's two ends)", |b| {
+        b.iter(|| black_box(ctxd::live::session_of(black_box(&path))))
+    });
+    // For scale: the open-file check every compaction already makes.
+    criterion.bench_function(&format!("claude::opened_by, {listed} processes"), |b| {
+        b.iter(|| black_box(ctxd::claude::opened_by(black_box(&path))))
     });
 
     let claude = dir.path().join("bin/claude");

@@ -24,7 +24,7 @@
 //! name fits, and the transcript (its first and last 64 KiB, for the ids and
 //! directories) only when such a process exists (`benches/live.rs`).
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -216,7 +216,7 @@ pub fn judge(seen: &Seen, session: &Session) -> Option<Live> {
 /// inside a line.
 fn string_values(text: &[u8], key: &str, into: &mut Vec<String>) {
     let needle = format!("\"{key}\":");
-    for (at, _) in text.windows(needle.len()).enumerate().filter(|(_, w)| *w == needle.as_bytes()) {
+    for at in memchr::memmem::find_iter(text, needle.as_bytes()) {
         if into.len() >= MAX_KEYS {
             return;
         }
@@ -276,26 +276,36 @@ fn gone(e: &std::io::Error) -> bool {
 /// session. `session` is asked only when a process is Claude Code.
 pub fn scan(proc_root: &Path, session: impl FnOnce() -> Session) -> Option<Live> {
     use std::os::unix::fs::MetadataExt;
-    let entries = match std::fs::read_dir(proc_root) {
-        Ok(entries) => entries,
+    let listed = std::fs::read_dir(proc_root).and_then(|entries| Ok((entries, std::fs::File::open(proc_root)?)));
+    let (entries, root) = match listed {
+        Ok(listed) => listed,
         Err(e) => return Some(Live::Unknown(format!("{}: {e}", proc_root.display()))),
     };
     let me = std::process::id();
     let mut session = Some(session);
     let mut known: Option<Session> = None;
-    let mut name = Vec::with_capacity(32);
+    let mut comm_path = String::with_capacity(16);
+    let mut name = [0u8; 64];
     for entry in entries.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
         if pid == me {
             continue;
         }
+        // Opened relative to the listed folder, into a buffer on the stack: this runs for
+        // every process. A process gone since the listing, or hidden from this user, is
+        // not looked at.
+        comm_path.clear();
+        let _ = write!(comm_path, "{pid}/comm");
+        let read = rustix::fs::openat(
+            &root,
+            comm_path.as_str(),
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .and_then(|fd| rustix::io::read(&fd, &mut name));
+        let Ok(len) = read else { continue };
         let dir = entry.path();
-        name.clear();
-        // A process gone since the listing, or hidden from this user, is not looked at.
-        if std::fs::File::open(dir.join("comm")).and_then(|mut f| f.read_to_end(&mut name)).is_err() {
-            continue;
-        }
-        let comm = String::from_utf8_lossy(&name);
+        let comm = String::from_utf8_lossy(&name[..len]);
         let comm = comm.trim_end_matches('\n');
         if !worth_a_look(comm) {
             continue;
