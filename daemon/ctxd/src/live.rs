@@ -304,12 +304,12 @@ pub fn scan(proc_root: &Path, session: impl FnOnce() -> Session) -> Option<Live>
         )
         .and_then(|fd| rustix::io::read(&fd, &mut name));
         let Ok(len) = read else { continue };
-        let dir = entry.path();
         let comm = String::from_utf8_lossy(&name[..len]);
         let comm = comm.trim_end_matches('\n');
         if !worth_a_look(comm) {
             continue;
         }
+        let dir = entry.path();
         let argv = match std::fs::read(dir.join("cmdline")) {
             Ok(bytes) => bytes
                 .split(|b| *b == 0)
