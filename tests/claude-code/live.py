@@ -36,13 +36,14 @@ class Tmux:
     """The program's TUI in a tmux pane of its own server."""
 
     def __init__(self, w, env, cwd):
-        self.socket = f"ctxd-live-{os.getpid()}"
+        # Its socket in the work folder, which the run removes.
+        self.socket = os.path.join(w.work, "tmux-live.sock")
         self.env = {**env, "TERM": "xterm-256color"}
         command = " ".join(shlex.quote(a) for a in ["exec", w.claude])
         self.tmux("new-session", "-d", "-s", "live", "-x", "160", "-y", "50", "-c", cwd, command)
 
     def tmux(self, *args):
-        return subprocess.run(["tmux", "-L", self.socket, "-f", "/dev/null", *args], env=self.env,
+        return subprocess.run(["tmux", "-S", self.socket, "-f", "/dev/null", *args], env=self.env,
                               capture_output=True, text=True, timeout=30)
 
     def screen(self):
