@@ -605,3 +605,50 @@ pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// The real program's session (`manual-compact.jsonl`) up to the reply before its own
+/// `/compact`, as a Claude Code project: the transcript in
+/// `<dir>/home/.claude/projects/-proj/`, its records' `cwd` the real folder `<dir>/proj`.
+/// Returns HOME, the transcript and the session id.
+pub fn claude_home(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf, String)> {
+    let home = dir.join("home");
+    let project = dir.join("proj");
+    std::fs::create_dir_all(&project)?;
+    let folder = home.join(".claude/projects/-proj");
+    std::fs::create_dir_all(&folder)?;
+    let id = "b7d55388-c9ad-4169-a8d1-459fc6bdb46f";
+    let mut text = String::new();
+    for line in std::fs::read_to_string(claude_code_fixture("manual-compact.jsonl"))?.lines().take(57) {
+        let mut record: Value = serde_json::from_str(line)?;
+        if record.get("cwd").is_some() {
+            record["cwd"] = json!(project);
+        }
+        text.push_str(&format!("{record}\n"));
+    }
+    let path = folder.join(format!("{id}.jsonl"));
+    std::fs::write(&path, text)?;
+    Ok((home, path, id.to_owned()))
+}
+
+/// `ctxd claude ARGS` with HOME `home`, its state under `dir`, logging to stderr.
+pub fn ctxd_claude(dir: &Path, home: &Path, args: &[&str]) -> std::io::Result<std::process::Output> {
+    ctxd_command()
+        .arg("--state-dir")
+        .arg(dir.join("cli-state"))
+        .arg("--log-stderr")
+        .arg("claude")
+        .args(args)
+        .env("HOME", home)
+        .env_remove("CLAUDE_CONFIG_DIR")
+        .output()
+}
+
+/// Polls `check` every 50 ms until it holds; fails after `secs` (a guard against a hang,
+/// not a measurement).
+pub fn eventually(secs: u64, what: &str, mut check: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while !check() {
+        assert!(Instant::now() < end, "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -165,6 +165,7 @@ fn writable(path: &Path) -> Result<(), String> {
 }
 
 fn not_open(path: &Path) -> Result<(), String> {
+    crate::live::not_running_for(path)?;
     match opened_by(path) {
         Some((pid, comm)) => Err(format!("process {pid} ({comm}) has it open")),
         None => not_open_elsewhere(path),

@@ -14,6 +14,7 @@
 //!   endpoints over HTTP (streaming, retries, typed failures).
 //! - [`hooks`]: PreCompact, PostCompact and SessionStart(compact) commands.
 //! - [`interop`]: import and export of Claude Code transcripts.
+//! - [`live`]: whether Claude Code is running for a session, so its transcript is left alone.
 //! - [`replay`], [`client`]: `ctxd replay`, driving a daemon the way an editor would.
 //! - [`statusline`]: `ctxd statusline`, Claude Code's status line from the transcript tail.
 //! - [`background`]: low-priority threads for compaction's CPU-heavy parts.
@@ -27,6 +28,7 @@ pub mod client;
 pub mod context;
 pub mod hooks;
 pub mod interop;
+pub mod live;
 pub mod logging;
 pub mod outside;
 pub mod process_env;

@@ -158,6 +158,13 @@ pub async fn start(
                     tried = true;
                     let tokens = tally.total();
                     if policy.idle.is_some_and(|p| p.worth(tokens, &(policy.thresholds)(&model))) {
+                        // Claude Code running for it keeps the session in memory: looked at
+                        // again after another idle period, and not counted as a refusal.
+                        if let Some(live) = crate::live::check(path.clone()).await {
+                            tracing::info!(path = %path.display(), "observed Claude Code session idle, but {live}; left alone");
+                            (tried, changed, attempts) = (false, tokio::time::Instant::now(), attempts - 1);
+                            continue;
+                        }
                         tracing::info!(path = %path.display(), tokens, "observed Claude Code session idle; compacting it");
                         // Prepared here, in the follower's own task: the summary (a
                         // provider's may take minutes) holds up only this session's
