@@ -72,6 +72,12 @@ fn claude_transcript(dir: &Path, name: &str) -> PathBuf {
     path
 }
 
+/// The file's length, by its metadata: reading it would hold it open, and an idle
+/// compaction leaves alone a transcript another process has open when it looks.
+fn length(path: &Path) -> u64 {
+    std::fs::metadata(path).unwrap().len()
+}
+
 fn boundaries(path: &Path) -> usize {
     std::fs::read_to_string(path).unwrap().lines().filter(|l| l.contains("\"compact_boundary\"")).count()
 }
@@ -151,6 +157,7 @@ fn an_observed_transcript_growing_by_64_kib_lines_costs_bounded_memory() {
 fn a_file_observed_a_thousand_times_has_one_follower_and_is_compacted_once() {
     let dir = tempfile::tempdir().unwrap();
     let path = claude_transcript(dir.path(), "s.jsonl");
+    let original = length(&path);
     let state = dir.path().join("state");
     let mut daemon = daemon_with(&state, idle_after(1), &[]);
     let ids: Vec<i64> =
@@ -164,7 +171,7 @@ fn a_file_observed_a_thousand_times_has_one_follower_and_is_compacted_once() {
 
     // The compaction (the file holds a boundary), then three idle times more, in which
     // no other follower may try to compact it again.
-    eventually(60, "the idle session was not compacted", || boundaries(&path) > 0);
+    eventually(60, "the idle session was not compacted", || length(&path) > original);
     std::thread::sleep(Duration::from_secs(3));
     let log = log_of(&state);
     assert_eq!(log.matches("observed Claude Code session idle; compacting it").count(), 1, "one idle compaction tried");
@@ -217,10 +224,10 @@ fn the_idle_clock_starts_at_the_last_write_and_each_idle_compaction_is_announced
     let mut second = Daemon::started(&state).unwrap();
     let fresh_id = first.request("ctx/observe", json!({"transcript": fresh})).unwrap()["sessionId"].clone();
     let stale_id = first.request("ctx/observe", json!({"transcript": stale})).unwrap()["sessionId"].clone();
-    let before = std::fs::read(&fresh).unwrap();
+    let (before, stale_length) = (std::fs::read(&fresh).unwrap(), length(&stale));
 
     // Compacted at once (an idle time already passed), not five minutes after observing.
-    eventually(60, "the session idle for an hour was not compacted", || boundaries(&stale) == 1);
+    eventually(60, "the session idle for an hour was not compacted", || length(&stale) > stale_length);
     let announced = first.wait_notification("ctx/compacted", |p| p["sessionId"] == stale_id).unwrap();
     assert_eq!(announced["trigger"], "idle", "{announced}");
     assert!(announced["postTokens"].as_u64().unwrap() < announced["preTokens"].as_u64().unwrap(), "{announced}");
@@ -271,6 +278,7 @@ fn at_most_one_idle_compaction_runs_at_a_time() {
     const FILES: usize = 5;
     let dir = tempfile::tempdir().unwrap();
     let paths: Vec<PathBuf> = (0..FILES).map(|i| claude_transcript(dir.path(), &format!("s{i}.jsonl"))).collect();
+    let original = length(&paths[0]);
     let (port, answered) = held_provider();
     let project = dir.path().join("proj");
     std::fs::create_dir_all(project.join(".ctxd")).unwrap();
@@ -283,7 +291,10 @@ fn at_most_one_idle_compaction_runs_at_a_time() {
     for path in &paths {
         daemon.request("ctx/observe", json!({"transcript": path})).unwrap();
     }
-    eventually(120, "not every idle session was compacted", || paths.iter().all(|p| boundaries(p) == 1));
+    eventually(120, "not every idle session was compacted", || paths.iter().all(|p| length(p) > original));
     assert_eq!(MOST_AT_ONCE.load(Ordering::SeqCst), 1, "idle compactions ran side by side");
-    assert_eq!(answered.load(Ordering::SeqCst), FILES, "one summary each");
+    // One summary each at least (a compaction refused after its summary, because a
+    // reader had the file open, is tried again).
+    assert!(answered.load(Ordering::SeqCst) >= FILES);
+    assert!(paths.iter().all(|p| boundaries(p) == 1));
 }
