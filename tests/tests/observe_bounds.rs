@@ -208,6 +208,15 @@ fn the_same_file_by_another_path_is_the_same_follower_under_that_paths_id() {
             .unwrap();
     }
     assert_eq!(log_of(&state).matches("following an observed transcript").count(), 1, "one follower");
+    // Eight paths to one file at most: each is an id every figure is sent under.
+    let folder = path.parent().unwrap();
+    let spelled = |dots: usize| folder.join("./".repeat(dots)).join("s.jsonl");
+    for dots in 2..=7 {
+        daemon.request("ctx/observe", json!({"transcript": spelled(dots)})).unwrap();
+    }
+    let error = daemon.request_error("ctx/observe", json!({"transcript": spelled(8)})).unwrap();
+    assert!(error["message"].as_str().unwrap().contains("observed by 8 other paths"), "{error}");
+    daemon.request("ctx/observe", json!({"transcript": spelled(7)})).unwrap();
 }
 
 #[test]

@@ -172,9 +172,8 @@ impl Followers {
             if !names.contains(&id) {
                 if names.len() >= MAX_NAMES {
                     return Err(format!(
-                        "cannot observe {}: this file is observed by {MAX_NAMES} other paths already ({}); observe it by one of those",
-                        path.display(),
-                        names.join(", ")
+                        "cannot observe {}: this file is observed by {MAX_NAMES} other paths to it already; observe it by one of those",
+                        path.display()
                     ));
                 }
                 names.push(id.clone());
