@@ -187,6 +187,36 @@ mod tests {
     }
 
     #[test]
+    fn a_lock_that_is_a_link_is_not_followed_and_its_target_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        std::fs::write(&target, "keep\n").unwrap();
+        let root = dir.path().join("state");
+        std::fs::create_dir(&root).unwrap();
+        std::os::unix::fs::symlink(&target, root.join("ctxd.lock")).unwrap();
+        let refused = StoreLock::acquire(&root).unwrap_err().to_string();
+        assert!(refused.starts_with("store lock that is not ctxd's:"), "{refused}");
+        assert!(refused.contains("symbolic link"), "{refused}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep\n");
+    }
+
+    #[test]
+    fn a_state_directory_others_may_write_to_is_refused_as_it_is() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o770)).unwrap();
+        let refused = StoreLock::acquire(dir.path()).unwrap_err().to_string();
+        assert!(refused.starts_with("state directory writable by others:"), "{refused}");
+        assert!(refused.contains("mode 0770"), "{refused}");
+        assert!(!dir.path().join("ctxd.lock").exists());
+        // Readable by others but writable by none: this user's, made private.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let lock = StoreLock::acquire(dir.path()).unwrap();
+        assert_eq!(std::fs::metadata(dir.path()).unwrap().permissions().mode() & 0o777, 0o700);
+        assert!(lock.dir().short_path("ctxd.sock").as_os_str().len() < 40);
+    }
+
+    #[test]
     fn a_live_holder_is_named_at_once() {
         let dir = tempfile::tempdir().unwrap();
         let _held = hold(dir.path(), std::process::id());
