@@ -695,7 +695,8 @@ export interface Settings {
     /**
      * Folders whose own settings files (`.ctxd/settings*.json`, `.claude/settings*.json`)
      * may choose the provider, its URL, its key variable and hooks. Read only from the
-     * user's settings and the client; a repository cannot trust itself. `~` is the home.
+     * user's settings file: a client's is ignored, and a repository cannot trust itself.
+     * `~` is the home.
      */
     trustedFolders?: string[] | null;
 }

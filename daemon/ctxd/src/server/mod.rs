@@ -50,8 +50,9 @@ pub struct Sharing {
     /// The lock of `state_dir`'s store, taken at start; `initialize` opens the store
     /// with it (or drops it for another `stateDir`).
     pub lock: std::sync::Mutex<Option<crate::store::StoreLock>>,
-    /// The socket this daemon listens on, removed when it ends.
-    pub listening: std::sync::Mutex<Option<PathBuf>>,
+    /// The socket other editors reach this daemon by (from the start, for the lock's
+    /// store), removed when it ends.
+    pub listener: std::sync::Mutex<Option<crate::shared::Listener>>,
 }
 
 /// A client that reached the daemon through its socket (another editor): the sessions
