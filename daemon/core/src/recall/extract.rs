@@ -407,7 +407,10 @@ mod tests {
         assert_eq!(line.uuid.as_deref(), Some("u1"));
         assert_eq!(line.cwd.as_deref(), Some("/p"));
         assert_eq!(line.timestamp.as_deref(), Some("2026-11-01T09:00:00Z"));
-        assert_eq!(line.what, What::Entry(Entry { role: Role::User, text: "Why does the \"build\" fail?".into(), cut: false }));
+        assert_eq!(
+            line.what,
+            What::Entry(Entry { role: Role::User, text: "Why does the \"build\" fail?".into(), cut: false })
+        );
 
         let reply = r#"{"type":"assistant","uuid":"a1","parentUuid":"u1","message":{"content":[{"type":"thinking","thinking":"SECRET-THOUGHT"},{"type":"text","text":"Let me read it."},{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"cargo build\nmake","timeout":30,"env":["A","B"]}}]}}"#;
         let e = entry(reply);
@@ -423,9 +426,11 @@ mod tests {
 
     #[test]
     fn summaries_meta_and_attachments() {
-        let summary = r#"{"type":"user","uuid":"s","isCompactSummary":true,"message":{"content":"Summary: 1. Primary Request"}}"#;
+        let summary =
+            r#"{"type":"user","uuid":"s","isCompactSummary":true,"message":{"content":"Summary: 1. Primary Request"}}"#;
         assert_eq!(entry(summary).role, Role::Summary);
-        let meta = r#"{"type":"user","uuid":"m","isMeta":true,"message":{"content":[{"type":"text","text":"Caveat"}]}}"#;
+        let meta =
+            r#"{"type":"user","uuid":"m","isMeta":true,"message":{"content":[{"type":"text","text":"Caveat"}]}}"#;
         assert_eq!(entry(meta).role, Role::Meta);
         let file = r#"{"type":"attachment","uuid":"f","attachment":{"type":"file","filename":"/p/a.rs"},"rendered":[{"content":"Called the Read tool"},{"content":"fn main() {}"}]}"#;
         let e = entry(file);
@@ -438,7 +443,8 @@ mod tests {
 
     #[test]
     fn boundaries_undos_and_records_without_text() {
-        let boundary = r#"{"type":"system","subtype":"compact_boundary","uuid":"b","parentUuid":null,"logicalParentUuid":"a1"}"#;
+        let boundary =
+            r#"{"type":"system","subtype":"compact_boundary","uuid":"b","parentUuid":null,"logicalParentUuid":"a1"}"#;
         let line = extract(boundary, CAP).unwrap();
         assert_eq!((line.what, line.parent.as_deref()), (What::Boundary, Some("a1")));
         let undo = r#"{"type":"system","subtype":"ctxd_undo_compact","uuid":"x","undoes":"b"}"#;
@@ -448,7 +454,8 @@ mod tests {
         assert_eq!(extract(blob, CAP).unwrap().what, What::Other);
         let no_uuid = r#"{"type":"user","message":{"content":"hi"}}"#;
         assert_eq!(extract(no_uuid, CAP).unwrap().what, What::Other);
-        let thinking_only = r#"{"type":"assistant","uuid":"t","message":{"content":[{"type":"thinking","thinking":"x"}]}}"#;
+        let thinking_only =
+            r#"{"type":"assistant","uuid":"t","message":{"content":[{"type":"thinking","thinking":"x"}]}}"#;
         assert_eq!(extract(thinking_only, CAP).unwrap().what, What::Other);
         assert_eq!(extract("not json", CAP), None);
         assert_eq!(extract("[1]", CAP), None);
@@ -466,6 +473,8 @@ mod tests {
         assert!(e.cut);
         assert_eq!(e.text, "é".repeat(25));
         // A zero cap keeps no text but still tells an entry from a record without any.
-        assert!(matches!(extract(&line, 0).unwrap().what, What::Entry(Entry { ref text, cut: true, .. }) if text.is_empty()));
+        assert!(
+            matches!(extract(&line, 0).unwrap().what, What::Entry(Entry { ref text, cut: true, .. }) if text.is_empty())
+        );
     }
 }
