@@ -46,7 +46,7 @@ use ctxd_core::recall::{self, Boundaries, Candidate, Role, What};
 use serde::{Deserialize, Serialize};
 use tantivy::collector::TopDocs;
 use tantivy::directory::MmapDirectory;
-use tantivy::query::{BooleanQuery, Occur, Query, QueryParser, RangeQuery, TermQuery, TermSetQuery};
+use tantivy::query::{BooleanQuery, Occur, PhraseQuery, Query, QueryParser, RangeQuery, TermQuery, TermSetQuery};
 use tantivy::schema::{FAST, Field, INDEXED, IndexRecordOption, STORED, STRING, Schema, TEXT, Value as _};
 use tantivy::{Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term};
 
@@ -739,22 +739,29 @@ fn confirm(file: &File, offset: u64, uuid: &str) -> Option<String> {
 }
 
 /// The query as tantivy reads it (words, "phrases", `role:user`, AND/OR/NOT), or, when
-/// it cannot, its words as plain terms (`true`). `None`: no words at all.
+/// it cannot, as plain text (`true`): each piece between spaces a word, or a phrase of
+/// the words it splits into (`MARKER-BIG` is `"marker big"`, as the parser reads it).
+/// `None`: no words at all.
 fn parse_query(index: &Index, f: Fields, query: &str) -> (Option<Box<dyn Query>>, bool) {
     let parser = QueryParser::for_index(index, vec![f.text]);
     if let Ok(parsed) = parser.parse_query(query) {
         return (Some(parsed), false);
     }
-    let terms: Vec<(Occur, Box<dyn Query>)> = recall::query_terms(query)
-        .into_iter()
-        .map(|t| {
-            let q: Box<dyn Query> =
-                Box::new(TermQuery::new(Term::from_field_text(f.text, &t), IndexRecordOption::WithFreqs));
-            (Occur::Should, q)
+    let pieces: Vec<(Occur, Box<dyn Query>)> = query
+        .split_whitespace()
+        .filter_map(|piece| {
+            let terms: Vec<Term> =
+                recall::query_terms(piece).iter().map(|t| Term::from_field_text(f.text, t)).collect();
+            let q: Box<dyn Query> = match terms.len() {
+                0 => return None,
+                1 => Box::new(TermQuery::new(terms[0].clone(), IndexRecordOption::WithFreqs)),
+                _ => Box::new(PhraseQuery::new(terms)),
+            };
+            Some((Occur::Should, q))
         })
         .collect();
-    if terms.is_empty() {
+    if pieces.is_empty() {
         return (None, true);
     }
-    (Some(Box::new(BooleanQuery::new(terms))), true)
+    (Some(Box::new(BooleanQuery::new(pieces))), true)
 }

@@ -45,6 +45,9 @@ struct Node {
     has_text: bool,
 }
 
+/// Characters of the budget kept for each neighbour while the record asked for is cut.
+const NEIGHBOUR_RESERVE: usize = 500;
+
 /// Links are followed at most this far (a damaged file could loop).
 const MAX_WALK: usize = 100_000;
 
@@ -111,10 +114,14 @@ pub fn read(source: &Source, uuid: &str, before: usize, after: usize, max_chars:
         order.extend(earlier.get(i));
         order.extend(later.get(i));
     }
+    // The neighbours keep a little of the budget (most are a line or two: the call
+    // before a result, the reply after it), at most half.
+    let reserve = (NEIGHBOUR_RESERVE * (order.len() - 1)).min(max_chars / 2);
     let mut left = max_chars;
     let mut shown: HashMap<usize, ReadRecord> = HashMap::new();
     let mut cuts: Vec<String> = Vec::new();
     for &i in &order {
+        let allowance = if i == target { max_chars - reserve } else { left };
         let node = &nodes[i];
         let Some(bytes) = line_at(&file, node.offset, LINE_CAP).map_err(io)? else { continue };
         let Some(line) = std::str::from_utf8(&bytes).ok().and_then(|t| recall::extract(t, MAX_INDEXED_TEXT * 4)) else {
@@ -122,11 +129,11 @@ pub fn read(source: &Source, uuid: &str, before: usize, after: usize, max_chars:
         };
         let (What::Entry(entry), Some(id)) = (line.what, line.uuid) else { continue };
         let total = entry.text.chars().count();
-        if left == 0 && i != target {
+        if allowance == 0 {
             cuts.push(format!("{id}: not shown ({total} characters)"));
             continue;
         }
-        let text: String = entry.text.chars().take(left).collect();
+        let text: String = entry.text.chars().take(allowance).collect();
         let kept = text.chars().count();
         left -= kept;
         if kept < total || entry.cut {
@@ -196,14 +203,18 @@ mod tests {
     }
 
     #[test]
-    fn the_budget_goes_to_the_record_asked_for_first() {
+    fn the_budget_goes_to_the_record_asked_for_first_with_room_kept_for_neighbours() {
         let dir = tempfile::tempdir().unwrap();
         let long = "x".repeat(500);
         let s = source(dir.path(), &[user("a", None, "neighbour text"), user("b", Some("a"), &long)]);
-        let read = read(&s, "b", 1, 0, 100).unwrap();
-        assert_eq!(read.records.len(), 1, "nothing left for the neighbour");
-        assert_eq!(read.records[0].text, "x".repeat(100));
-        let note = read.truncated.unwrap();
-        assert!(note.contains("b: 100 of 500 characters shown"), "{note}");
+        // No neighbour asked for: the whole budget is the record's.
+        let alone = read(&s, "b", 0, 0, 100).unwrap();
+        assert_eq!(alone.records[0].text, "x".repeat(100));
+        assert!(alone.truncated.unwrap().contains("b: 100 of 500 characters shown"));
+        // One neighbour: half the budget at most is kept for it.
+        let both = read(&s, "b", 1, 0, 100).unwrap();
+        let texts: Vec<&str> = both.records.iter().map(|r| r.text.as_str()).collect();
+        assert_eq!(texts, ["neighbour text", &"x".repeat(50)]);
+        assert!(both.truncated.unwrap().contains("b: 50 of 500 characters shown"));
     }
 }
