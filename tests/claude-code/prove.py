@@ -21,6 +21,8 @@ Checks (each prints "ok" or "FAIL", then a closing "N passed, N failed" line):
    `statusLine` command: every time the program calls it, across turns and a
    `/compact`, ctxd's line shows the window, usage and percentage in the JSON the
    program piped to it, and the "just compacted" mark after the compaction.
+5. the history search (`recall.py`): with `ctxd mcp` added as its MCP server, the
+   program's model finds a phrase from before a compaction and reads its record whole.
 
 With --bench: a session of about --mb megabytes from `ctxd-gen-session` is resumed
 untouched and after the daemon compacted it while idle (`claudeIdleCompaction`, observed
@@ -41,6 +43,8 @@ import subprocess
 import sys
 import time
 import uuid
+
+import recall
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = []
@@ -684,6 +688,7 @@ def main():
                 export_and_resume(w, sid)
                 daemon_compaction_exported(w, sid)
                 interactive_statusline(w)
+                recall.run(w.claude, w.ctxd, os.path.join(w.work, "recall"), check)
     finally:
         w.close()
     passed = sum(RESULTS)
