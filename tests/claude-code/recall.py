@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Proof of the history search (issue 36) with the real Claude Code program.
 
-    recall.run(claude=BIN, ctxd=BIN, work=DIR, check=FUNCTION)    (from prove.py)
+    recall.run(claude=BIN, ctxd=BIN, work=DIR, check_with=FUNCTION)    (from prove.py)
 
 Inside `unshare -n`, like the rest of prove.py. `ctxd mcp` is added as the program's
 MCP server with `claude mcp add` (the command the README gives), and a scripted model
@@ -205,7 +205,11 @@ def tool_results(body, tool_id_prefix="toolu_recall_"):
             if b.get("type") == "tool_result" and str(b.get("tool_use_id", "")).startswith(tool_id_prefix)]
 
 
-def run(claude, ctxd, work, check):
+def run(claude, ctxd, work, check_with):
+    def check(name, ok, detail=""):
+        # prove.py counts the values given: a truthy list or id must count as one.
+        check_with(name, bool(ok), detail)
+
     shutil.rmtree(work, ignore_errors=True)
     home, proj, state = (os.path.join(work, d) for d in ("home", "proj", "ctxd-state"))
     for d in (home, proj):
