@@ -259,7 +259,8 @@ fn a_transcript_with_a_huge_line_costs_the_server_bounded_memory() {
     let found: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(found["hits"][0]["uuid"], "after-giant", "{text}");
     let (_, peak_kb) = memory_kb(mcp.child.id()).unwrap();
-    assert!(peak_kb < 200 * 1024, "peak RSS {peak_kb} kB for a 256 MiB line");
+    // About 60 MB measured: the 16 MiB line cap, the index writer, the runtime.
+    assert!(peak_kb < 128 * 1024, "peak RSS {peak_kb} kB for a 256 MiB line");
     // Reading around it skips it too.
     let (text, error) = mcp.call("read_history", json!({"uuid": "after-giant", "before": 5}));
     assert!(!error && !text.contains("huge huge"), "{}", &text[..text.len().min(500)]);
