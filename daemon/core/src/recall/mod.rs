@@ -21,5 +21,5 @@ pub mod snippet;
 
 pub use boundary::Boundaries;
 pub use extract::{Entry, Line, Role, What, extract};
-pub use rank::{Candidate, rerank, timestamp_ms};
+pub use rank::{Candidate, rerank};
 pub use snippet::{query_terms, snippet};

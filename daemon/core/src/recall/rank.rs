@@ -46,37 +46,6 @@ pub fn rerank<T>(candidates: Vec<Candidate<T>>, limit: usize) -> Vec<Candidate<T
     scored.into_iter().map(|(_, c)| c).filter(|c| seen.insert(c.uuid.clone())).take(limit).collect()
 }
 
-/// Milliseconds since the epoch of an RFC 3339 UTC timestamp as hosts write them
-/// (`2026-11-01T09:00:00.123Z`); `None` for anything else.
-pub fn timestamp_ms(ts: &str) -> Option<i64> {
-    let b = ts.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
-        return None;
-    }
-    let num = |r: std::ops::Range<usize>| ts.get(r)?.parse::<i64>().ok();
-    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hh, mm, ss) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
-        return None;
-    }
-    let ms = match b[19] {
-        b'.' => {
-            let digits: String = ts[20..].chars().take_while(char::is_ascii_digit).take(3).collect();
-            format!("{digits:0<3}").parse::<i64>().ok()?
-        }
-        _ => 0,
-    };
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(((days * 24 + hh) * 60 + mm) * 60_000 + ss * 1000 + ms)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,14 +78,5 @@ mod tests {
         assert_eq!(order(&hits), ["x", "new", "old"]);
         assert!(hits[0].preferred, "the copy in the session asked about is the one kept");
         assert_eq!(rerank(vec![c(1.0, Role::User, "a", 0), c(2.0, Role::User, "b", 0)], 1).len(), 1);
-    }
-
-    #[test]
-    fn timestamps_as_hosts_write_them() {
-        assert_eq!(timestamp_ms("1970-01-01T00:00:00Z"), Some(0));
-        assert_eq!(timestamp_ms("1970-01-02T00:00:01.5Z"), Some(86_401_500));
-        assert_eq!(timestamp_ms("2026-11-01T09:00:00.123Z"), Some(1_793_523_600_123));
-        assert_eq!(timestamp_ms("yesterday"), None);
-        assert_eq!(timestamp_ms("2026-13-01T09:00:00Z"), None);
     }
 }

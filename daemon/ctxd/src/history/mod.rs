@@ -490,7 +490,8 @@ impl History {
                 return Err("a document lacks its fields".into());
             };
             let timestamp = text(f.timestamp).filter(|t| !t.is_empty());
-            let recency = timestamp.as_deref().and_then(recall::timestamp_ms).unwrap_or(offset as i64);
+            let recency =
+                timestamp.as_deref().and_then(ctxd_core::view::time::parse_rfc3339_ms).unwrap_or(offset as i64);
             let preferred = request.preferred == Some(key.as_str());
             candidates.push(Candidate { score, role, uuid, recency, preferred, item: (key, offset, timestamp) });
         }
