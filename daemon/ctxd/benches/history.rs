@@ -234,7 +234,9 @@ fn peak_rss_kb() -> u64 {
 
 /// Spawn → `initialize` → the first `search_history` answered, over the built index.
 fn mcp_first_answer(state: &Path, claude: &Path, cwd: &Path) {
-    let bin = std::env::var_os("CTXD_BIN")
+    let env = ctxd::process_env::ProcessEnv::from_process();
+    let bin = env
+        .var("CTXD_BIN")
         .map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release/ctxd"), PathBuf::from);
     if !bin.exists() {
         println!("ctxd mcp first answer: skipped, no {} (cargo build --release -p ctxd)", bin.display());
