@@ -53,6 +53,8 @@ enum Command {
         #[command(subcommand)]
         command: ClaudeCommand,
     },
+    /// MCP server on stdio: the history search for an agent (`claude mcp add ctxd -- ctxd mcp`).
+    Mcp,
     /// Drive a Claude Code style transcript through the daemon and print usage per turn.
     Replay {
         /// The transcript (JSONL).
@@ -213,6 +215,7 @@ fn main() -> ExitCode {
                 Ok(ExitCode::SUCCESS)
             }
             Some(Command::Claude { command }) => claude(&state_dir, env, command).await,
+            Some(Command::Mcp) => ctxd::mcp::run(state_dir, env).await.map(|()| ExitCode::SUCCESS),
             Some(Command::Replay { file, model }) => {
                 let options = ReplayOptions { transcript: file, model, state_dir: cli.state_dir, env };
                 let mut stdout = std::io::stdout().lock();
