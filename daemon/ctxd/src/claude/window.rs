@@ -1,0 +1,389 @@
+//! Reading a Claude Code transcript with memory bounded whatever its size.
+//!
+//! A long session's transcript runs to gigabytes, and a compaction needs only part of
+//! it: the newest records in full (what stays in view, the last turns the summary
+//! describes, the files read, the model and the project), and from the rest what the
+//! summary's fidelity check holds it to, the user's prompts. So the newest
+//! [`WINDOW_BYTES`] are read as records, from the first line that starts in them, and
+//! the older part is streamed through a bounded line buffer keeping only:
+//!
+//! - the last compact boundary before the window and its summary (a summary carries
+//!   what came before it, so prompts before that boundary are not needed);
+//! - the user's prompts since it, each shortened to [`PROMPT_CHARS`] characters, at most
+//!   [`EARLIER_PROMPT_BYTES`] of them (the newest kept; how many were left out is
+//!   counted);
+//! - the session's first reply with a usage report (its request carried the system
+//!   prompt, tools and memory: the fixed part of every request).
+//!
+//! These records come first, in file order, before the window's. A line of the older
+//! part longer than [`EARLIER_LINE_CAP`] (a large tool result) is skipped unread; a
+//! shorter one must be JSON, or the transcript is refused as damaged.
+//!
+//! The numbers. The 100 MB session of `BENCHMARKS.md` (24k records, 2,694 prompts)
+//! holds its newest 64 MiB in about 15k records: four times the 16 MB a provider's
+//! summary request is built from, and far more turns than the nine sections of a
+//! summary describe in detail, while its 2,694 prompts (about 1 MB) all reach the
+//! fidelity check through the older part. The window and the records parsed from it
+//! are the largest allocation, about twice the window, so a transcript of any size is
+//! compacted in a few hundred megabytes.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use ctxd_core::record::{Kind, Record};
+
+/// Bytes at the end of a transcript read as whole records.
+pub const WINDOW_BYTES: u64 = 64 << 20;
+/// A line of the older part longer than this is skipped without being read.
+pub const EARLIER_LINE_CAP: usize = 4 << 20;
+/// Characters kept of each prompt from the older part.
+pub const PROMPT_CHARS: usize = 1_000;
+/// Bytes of prompts from the older part kept at most (the newest).
+pub const EARLIER_PROMPT_BYTES: usize = 8 << 20;
+/// Bytes read at a time.
+const CHUNK: usize = 1 << 20;
+
+/// What identifies the file's content for "has it changed": length and modification
+/// time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    pub len: u64,
+    pub modified: Option<SystemTime>,
+}
+
+impl Stamp {
+    pub fn of(file: &File) -> Result<Stamp, String> {
+        let meta = file.metadata().map_err(|e| format!("cannot read its length: {e}"))?;
+        Ok(Stamp { len: meta.len(), modified: meta.modified().ok() })
+    }
+}
+
+/// A transcript as read for a compaction or an undo.
+#[derive(Debug, Default)]
+pub struct Transcript {
+    /// The newest records, in full, with their byte offsets.
+    pub window: Vec<(u64, Record)>,
+    /// From before the window (empty when the window is the whole file): see the
+    /// module's documentation.
+    pub earlier: Vec<Record>,
+    /// Where the window starts (0: the whole file was read).
+    pub window_from: u64,
+    /// Prompts of the older part left out past [`EARLIER_PROMPT_BYTES`].
+    pub prompts_left_out: usize,
+    /// Lines of the older part longer than [`EARLIER_LINE_CAP`], skipped.
+    pub lines_skipped: usize,
+}
+
+impl Transcript {
+    /// Every record read, oldest first: the older part's, then the window's.
+    pub fn records(self) -> Vec<Record> {
+        let mut all = self.earlier;
+        all.extend(self.window.into_iter().map(|(_, r)| r));
+        all
+    }
+}
+
+/// Whether the older part is streamed for what a compaction needs, or skipped (an
+/// undo needs only the install at the end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Older {
+    Read,
+    Skip,
+}
+
+/// Reads `file`'s first `len` bytes (its length when the caller took its stamp) as a
+/// Claude Code transcript. Refused: a last line without its line break (the program
+/// may be writing it), a damaged line, a newest line larger than the whole window.
+pub fn read(file: &File, len: u64, older: Older) -> Result<Transcript, String> {
+    let mut read = Transcript::default();
+    if len == 0 {
+        return Ok(read);
+    }
+    let mut last = [0u8];
+    file.read_exact_at(&mut last, len - 1).map_err(shrank)?;
+    if last[0] != b'\n' {
+        return Err("its last line is incomplete (the program may be writing it)".to_owned());
+    }
+    read.window_from = window_start(file, len)?;
+    if read.window_from > 0 && older == Older::Read {
+        let mut earlier = Earlier::default();
+        each_line(file, 0, read.window_from, EARLIER_LINE_CAP, |offset, line| earlier.line(offset, line))?;
+        read.prompts_left_out = earlier.prompts_left_out;
+        read.lines_skipped = earlier.lines_skipped;
+        read.earlier = earlier.into_records();
+    }
+    let window = &mut read.window;
+    each_line(file, read.window_from, len, usize::MAX, |offset, line| {
+        let Line::Whole(line) = line else { return Ok(()) };
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
+        let text = std::str::from_utf8(line).map_err(|e| damaged(offset, &format!("not UTF-8: {e}")))?;
+        let record = Record::from_line(Arc::from(text)).map_err(|e| damaged(offset, &e.to_string()))?;
+        window.push((offset, record));
+        Ok(())
+    })?;
+    Ok(read)
+}
+
+fn shrank(e: std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        "it was cut short while being read".to_owned()
+    } else {
+        format!("cannot read it: {e}")
+    }
+}
+
+fn damaged(offset: u64, why: &str) -> String {
+    format!("it has a line that is not a record (byte {offset}: {why})")
+}
+
+/// Where the window starts: 0 for a file within [`WINDOW_BYTES`], else the first line
+/// that starts in its last [`WINDOW_BYTES`].
+fn window_start(file: &File, len: u64) -> Result<u64, String> {
+    if len <= WINDOW_BYTES {
+        return Ok(0);
+    }
+    // A line starts after a line break: look from the byte before the window on.
+    let mut at = len - WINDOW_BYTES - 1;
+    let mut chunk = vec![0u8; 64 << 10];
+    while at < len {
+        let n = chunk.len().min(usize::try_from(len - at).unwrap_or(usize::MAX));
+        file.read_exact_at(&mut chunk[..n], at).map_err(shrank)?;
+        if let Some(i) = memchr::memchr(b'\n', &chunk[..n]) {
+            let start = at + i as u64 + 1;
+            if start >= len {
+                break;
+            }
+            return Ok(start);
+        }
+        at += n as u64;
+    }
+    Err(format!("its newest line is larger than the {} MiB ctxd reads of a transcript", WINDOW_BYTES >> 20))
+}
+
+/// A line as [`each_line`] gives it: whole, or only its length when it is over the cap.
+enum Line<'a> {
+    Whole(&'a [u8]),
+    Skipped,
+}
+
+/// Calls `f` with each line of `file` in `from..to` (both line starts) and its offset,
+/// reading [`CHUNK`] bytes at a time and holding at most `cap` bytes of one line.
+fn each_line(
+    file: &File,
+    from: u64,
+    to: u64,
+    cap: usize,
+    mut f: impl FnMut(u64, Line<'_>) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut chunk = vec![0u8; CHUNK];
+    // A line begun in an earlier chunk; `over` once it passed the cap (then dropped).
+    let mut carry: Vec<u8> = Vec::new();
+    let mut over = false;
+    let mut line_start = from;
+    let mut at = from;
+    while at < to {
+        let n = CHUNK.min(usize::try_from(to - at).unwrap_or(usize::MAX));
+        file.read_exact_at(&mut chunk[..n], at).map_err(shrank)?;
+        let mut start = 0;
+        for end in memchr::memchr_iter(b'\n', &chunk[..n]) {
+            let piece = &chunk[start..end];
+            if over || carry.len() + piece.len() > cap {
+                f(line_start, Line::Skipped)?;
+            } else if carry.is_empty() {
+                f(line_start, Line::Whole(piece))?;
+            } else {
+                carry.extend_from_slice(piece);
+                f(line_start, Line::Whole(&carry))?;
+            }
+            carry.clear();
+            over = false;
+            start = end + 1;
+            line_start = at + start as u64;
+        }
+        let rest = &chunk[start..n];
+        if !over {
+            if carry.len() + rest.len() > cap {
+                over = true;
+                carry = Vec::new();
+            } else {
+                carry.extend_from_slice(rest);
+            }
+        }
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// What the older part contributes, gathered line by line.
+#[derive(Default)]
+struct Earlier {
+    /// Each with its offset, to be put back in file order.
+    first_reply: Option<(u64, Record)>,
+    /// The last boundary and the summary after it.
+    boundary: Option<(u64, Record)>,
+    summary: Option<(u64, Record)>,
+    prompts: std::collections::VecDeque<(u64, Record)>,
+    prompt_bytes: usize,
+    prompts_left_out: usize,
+    lines_skipped: usize,
+}
+
+impl Earlier {
+    fn line(&mut self, offset: u64, line: Line<'_>) -> Result<(), String> {
+        let Line::Whole(line) = line else {
+            self.lines_skipped += 1;
+            return Ok(());
+        };
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
+        // Each field's name and value as the program writes them (no spaces): a quote
+        // inside a string is escaped, so these find only the record's own fields.
+        let has = |needle: &[u8]| memchr::memmem::find(line, needle).is_some();
+        let boundary = has(b"\"compact_boundary\"");
+        let summary = has(b"\"isCompactSummary\":true");
+        let prompt = has(b"\"type\":\"user\"") && !has(b"\"type\":\"tool_result\"");
+        let reply = self.first_reply.is_none() && has(b"\"type\":\"assistant\"") && has(b"\"usage\"");
+        if !(boundary || summary || prompt || reply) {
+            // Read for its shape only: a damaged line refuses the transcript here too.
+            return serde_json::from_slice::<serde::de::IgnoredAny>(line)
+                .map(|_| ())
+                .map_err(|e| damaged(offset, &e.to_string()));
+        }
+        let text = std::str::from_utf8(line).map_err(|e| damaged(offset, &format!("not UTF-8: {e}")))?;
+        let record = Record::from_line(Arc::from(text)).map_err(|e| damaged(offset, &e.to_string()))?;
+        let head = record.head();
+        if record.is_compact_boundary() {
+            // What came before is in this boundary's summary.
+            self.boundary = Some((offset, record));
+            self.summary = None;
+            self.prompts.clear();
+            self.prompt_bytes = 0;
+        } else if head.is_compact_summary {
+            if self.boundary.is_some() && self.summary.is_none() {
+                self.summary = Some((offset, record));
+            }
+        } else if head.kind == Kind::User && !head.is_meta && !head.is_sidechain {
+            let record = shortened(record);
+            self.prompt_bytes += record.line().len();
+            self.prompts.push_back((offset, record));
+            while self.prompt_bytes > EARLIER_PROMPT_BYTES {
+                let Some((_, oldest)) = self.prompts.pop_front() else { break };
+                self.prompt_bytes -= oldest.line().len();
+                self.prompts_left_out += 1;
+            }
+        } else if head.kind == Kind::Assistant && !head.is_sidechain && head.usage.is_some() {
+            self.first_reply = Some((offset, record));
+        }
+        Ok(())
+    }
+
+    fn into_records(self) -> Vec<Record> {
+        let mut records: Vec<(u64, Record)> =
+            self.first_reply.into_iter().chain(self.boundary).chain(self.summary).chain(self.prompts).collect();
+        records.sort_by_key(|(offset, _)| *offset);
+        records.into_iter().map(|(_, r)| r).collect()
+    }
+}
+
+/// A prompt record with each text cut to [`PROMPT_CHARS`] characters and anything that
+/// is not text (an image) left out; a short one as it is.
+fn shortened(record: Record) -> Record {
+    if record.line().len() <= PROMPT_CHARS {
+        return record;
+    }
+    let mut value = record.to_value();
+    let Some(content) = value.get_mut("message").and_then(|m| m.get_mut("content")) else { return record };
+    let cut = |text: &str| match text.char_indices().nth(PROMPT_CHARS) {
+        Some((at, _)) => format!("{} …", &text[..at]),
+        None => text.to_owned(),
+    };
+    match content {
+        serde_json::Value::String(text) => *text = cut(text),
+        serde_json::Value::Array(blocks) => {
+            blocks.retain(|b| b["type"] == "text");
+            for block in blocks.iter_mut() {
+                if let Some(text) = block["text"].as_str() {
+                    block["text"] = serde_json::Value::String(cut(text));
+                }
+            }
+        }
+        _ => {}
+    }
+    value.as_object().and_then(|object| Record::from_object(object).ok()).unwrap_or(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines_of(text: &str, cap: usize) -> Vec<(u64, Option<String>)> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t");
+        std::fs::write(&path, text).unwrap();
+        let file = File::open(&path).unwrap();
+        let mut out = Vec::new();
+        each_line(&file, 0, text.len() as u64, cap, |offset, line| {
+            out.push((
+                offset,
+                match line {
+                    Line::Whole(l) => Some(String::from_utf8(l.to_vec()).unwrap()),
+                    Line::Skipped => None,
+                },
+            ));
+            Ok(())
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn lines_are_given_with_their_offsets_and_long_ones_skipped() {
+        let long = "x".repeat(3 * CHUNK + 5);
+        let text = format!("a\n{long}\nbc\n\n{}\nd\n", "y".repeat(CHUNK - 1));
+        let got = lines_of(&text, 2 * CHUNK);
+        let after_long = 2 + long.len() as u64 + 1;
+        assert_eq!(
+            got,
+            vec![
+                (0, Some("a".to_owned())),
+                (2, None),
+                (after_long, Some("bc".to_owned())),
+                (after_long + 3, Some(String::new())),
+                (after_long + 4, Some("y".repeat(CHUNK - 1))),
+                (after_long + 4 + CHUNK as u64, Some("d".to_owned())),
+            ]
+        );
+    }
+
+    fn prompt(n: usize, words: usize) -> String {
+        serde_json::json!({"type": "user", "uuid": format!("u{n}"), "sessionId": "s",
+            "message": {"role": "user", "content": format!("prompt {n} {}", "word ".repeat(words))}})
+        .to_string()
+    }
+
+    #[test]
+    fn the_older_part_gives_prompts_since_its_last_boundary_shortened() {
+        let reply = r#"{"type":"assistant","uuid":"a0","message":{"role":"assistant","content":[],"usage":{"input_tokens":9}}}"#;
+        let result = r#"{"type":"user","uuid":"r","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t"}]}}"#;
+        let boundary =
+            r#"{"type":"system","subtype":"compact_boundary","uuid":"b","compactMetadata":{"trigger":"manual"}}"#;
+        let summary =
+            r#"{"type":"user","uuid":"s1","isCompactSummary":true,"message":{"role":"user","content":"sum"}}"#;
+        let mut earlier = Earlier::default();
+        let lines = [reply, &prompt(1, 3), boundary, summary, result, &prompt(2, 3), &prompt(3, 2_000)];
+        for (offset, line) in lines.iter().enumerate() {
+            earlier.line(offset as u64, Line::Whole(line.as_bytes())).unwrap();
+        }
+        assert!(earlier.line(0, Line::Whole(b"{not json")).unwrap_err().contains("not a record"));
+        let records = earlier.into_records();
+        let uuids: Vec<&str> = records.iter().filter_map(Record::uuid).collect();
+        assert_eq!(uuids, ["a0", "b", "s1", "u2", "u3"]);
+        let long = records[4].to_value()["message"]["content"].as_str().unwrap().to_owned();
+        assert!(long.starts_with("prompt 3 word") && long.ends_with(" …") && long.chars().count() == PROMPT_CHARS + 2);
+    }
+}
