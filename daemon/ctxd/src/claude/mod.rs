@@ -5,7 +5,7 @@
 //! opens the file, appends one line and closes it, and takes no lock). So the planning
 //! is `ctxd_core::claude`, and this module does the checks and the I/O, in three parts:
 //!
-//! - [`window`] reads the transcript with bounded memory: the newest 64 MiB as records,
+//! - [`window`] reads the transcript with bounded memory: the newest 128 MiB as records,
 //!   and of the older part only the prompts and the last boundary the summary needs.
 //!   Every path a client names is opened as [`crate::outside`] opens files: a FIFO, a
 //!   device or a directory is refused at once, and nothing waits.
