@@ -9,9 +9,9 @@
 //!
 //! - the last compact boundary before the window and its summary (a summary carries
 //!   what came before it, so prompts before that boundary are not needed);
-//! - the user's prompts since it, each shortened to [`PROMPT_CHARS`] characters, at most
-//!   [`EARLIER_PROMPT_BYTES`] of them (the newest kept; how many were left out is
-//!   counted);
+//! - the user's prompts since it, each shortened to [`PROMPT_CHARS`] characters and
+//!   to the fields the summary reads, at most [`EARLIER_PROMPT_BYTES`] of them (the
+//!   newest kept; how many were left out is counted);
 //! - the session's first reply with a usage report (its request carried the system
 //!   prompt, tools and memory: the fixed part of every request).
 //!
@@ -268,7 +268,7 @@ impl Earlier {
                 self.summary = Some((offset, record));
             }
         } else if head.kind == Kind::User && !head.is_meta && !head.is_sidechain {
-            let record = shortened(record);
+            let Some(record) = shortened(&record) else { return Ok(()) };
             self.prompt_bytes += record.line().len();
             self.prompts.push_back((offset, record));
             while self.prompt_bytes > EARLIER_PROMPT_BYTES {
@@ -290,31 +290,37 @@ impl Earlier {
     }
 }
 
-/// A prompt record with each text cut to [`PROMPT_CHARS`] characters and anything that
-/// is not text (an image) left out; a short one as it is.
-fn shortened(record: Record) -> Record {
-    if record.line().len() <= PROMPT_CHARS {
-        return record;
+/// A prompt record as the summary reads it: its chain and session fields and its
+/// message, each text cut to [`PROMPT_CHARS`] characters, anything that is not text
+/// (an image) left out; the program's other fields (`cwd`, `version`, …) are dropped,
+/// so the cap holds three times as many prompts. `None` for a row only the transcript
+/// shows.
+fn shortened(record: &Record) -> Option<Record> {
+    let value = record.to_value();
+    if value["isVisibleInTranscriptOnly"] == true {
+        return None;
     }
-    let mut value = record.to_value();
-    let Some(content) = value.get_mut("message").and_then(|m| m.get_mut("content")) else { return record };
     let cut = |text: &str| match text.char_indices().nth(PROMPT_CHARS) {
         Some((at, _)) => format!("{} …", &text[..at]),
         None => text.to_owned(),
     };
-    match content {
-        serde_json::Value::String(text) => *text = cut(text),
-        serde_json::Value::Array(blocks) => {
-            blocks.retain(|b| b["type"] == "text");
-            for block in blocks.iter_mut() {
-                if let Some(text) = block["text"].as_str() {
-                    block["text"] = serde_json::Value::String(cut(text));
-                }
-            }
+    let content = match &value["message"]["content"] {
+        serde_json::Value::String(text) => serde_json::Value::String(cut(text)),
+        serde_json::Value::Array(blocks) => blocks
+            .iter()
+            .filter(|b| b["type"] == "text")
+            .map(|b| serde_json::json!({"type": "text", "text": cut(b["text"].as_str().unwrap_or_default())}))
+            .collect(),
+        _ => return None,
+    };
+    let mut object = serde_json::Map::new();
+    for key in ["parentUuid", "isSidechain", "type", "uuid", "timestamp", "sessionId"] {
+        if let Some(field) = value.get(key) {
+            object.insert(key.to_owned(), field.clone());
         }
-        _ => {}
     }
-    value.as_object().and_then(|object| Record::from_object(object).ok()).unwrap_or(record)
+    object.insert("message".to_owned(), serde_json::json!({"role": "user", "content": content}));
+    Record::from_object(&object).ok()
 }
 
 #[cfg(test)]
@@ -361,7 +367,7 @@ mod tests {
     }
 
     fn prompt(n: usize, words: usize) -> String {
-        serde_json::json!({"type": "user", "uuid": format!("u{n}"), "sessionId": "s",
+        serde_json::json!({"type": "user", "uuid": format!("u{n}"), "sessionId": "s", "cwd": "/p", "version": "2",
             "message": {"role": "user", "content": format!("prompt {n} {}", "word ".repeat(words))}})
         .to_string()
     }
@@ -385,5 +391,12 @@ mod tests {
         assert_eq!(uuids, ["a0", "b", "s1", "u2", "u3"]);
         let long = records[4].to_value()["message"]["content"].as_str().unwrap().to_owned();
         assert!(long.starts_with("prompt 3 word") && long.ends_with(" …") && long.chars().count() == PROMPT_CHARS + 2);
+        // Only the fields the summary reads.
+        let short = records[3].to_value();
+        assert_eq!(
+            short,
+            serde_json::json!({"type": "user", "uuid": "u2", "sessionId": "s",
+            "message": {"role": "user", "content": format!("prompt 2 {}", "word ".repeat(3))}})
+        );
     }
 }
