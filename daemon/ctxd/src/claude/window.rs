@@ -11,7 +11,7 @@
 //!   what came before it, so prompts before that boundary are not needed);
 //! - the user's prompts since it, each shortened to [`PROMPT_CHARS`] characters and
 //!   to the fields the summary reads, at most [`EARLIER_PROMPT_BYTES`] of them (the
-//!   newest kept; how many were left out is counted);
+//!   first and the newest kept; how many were left out is counted);
 //! - the session's first reply with a usage report (its request carried the system
 //!   prompt, tools and memory: the fixed part of every request).
 //!
@@ -21,11 +21,14 @@
 //!
 //! The numbers. The window is 128 MiB so that the 100 MB session of `BENCHMARKS.md`
 //! (24k records, 2,762 prompts) is still read whole: its summary is the one a full
-//! read gives, naming every file the session touched, at the same time and peak
-//! memory as before (about twice the file). With a 64 MiB window that session lost a
-//! third of its tool calls and files from the summary's scope for a 30 % saving. Past
-//! the window only the prompts come through (a few MB, where the summary's cap holds
-//! about 200 KB), so a transcript of any size is compacted in about twice the window.
+//! read gives, naming every file the session touched, in about the same time (and in
+//! 133 MB rather than 211 MB at the peak: the file is read in chunks, never held
+//! whole). With a 64 MiB window that session lost a third of its tool calls and files
+//! from the summary's scope for a 30 % saving. Past the window only the prompts come
+//! through, and the summary's scope (tool calls, files touched) counts the window's;
+//! the prompts take a few MB (the 29k prompts of a 1.1 GB generated session, 13 MB)
+//! where the summary's cap holds about 200 KB. So a transcript of any size is compacted
+//! in about twice the window: 220 MB for that 1.1 GB session.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -41,7 +44,7 @@ pub const EARLIER_LINE_CAP: usize = 4 << 20;
 /// Characters kept of each prompt from the older part.
 pub const PROMPT_CHARS: usize = 1_000;
 /// Bytes of prompts from the older part kept at most (the newest).
-pub const EARLIER_PROMPT_BYTES: usize = 8 << 20;
+pub const EARLIER_PROMPT_BYTES: usize = 16 << 20;
 /// Bytes read at a time.
 const CHUNK: usize = 1 << 20;
 
@@ -271,8 +274,10 @@ impl Earlier {
             let Some(record) = shortened(&record) else { return Ok(()) };
             self.prompt_bytes += record.line().len();
             self.prompts.push_back((offset, record));
+            // Past the cap the oldest but the first go: the summary names the first
+            // request as such, and the newest lead to the window.
             while self.prompt_bytes > EARLIER_PROMPT_BYTES {
-                let Some((_, oldest)) = self.prompts.pop_front() else { break };
+                let Some((_, oldest)) = self.prompts.remove(1) else { break };
                 self.prompt_bytes -= oldest.line().len();
                 self.prompts_left_out += 1;
             }
