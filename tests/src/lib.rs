@@ -143,6 +143,50 @@ pub fn claude_code_fixture(name: &str) -> PathBuf {
     transcript(&format!("claude-code-2.1.332/{name}"))
 }
 
+/// A Claude Code home under `dir` with one project, `dir/proj`: the real program's
+/// transcript (`manual-compact.jsonl`) up to the reply before its own `/compact`, as
+/// `<home>/.claude/projects/-proj/<its session id>.jsonl`, each line passed through
+/// `edit` and its `cwd` moved to the project. Returns (home, transcript, project).
+#[allow(clippy::expect_used)] // test harness: a folder it cannot make or a broken fixture fails the test
+pub fn claude_code_home(dir: &Path, edit: impl Fn(&str) -> String) -> (PathBuf, PathBuf, PathBuf) {
+    let home = dir.join("home");
+    let project = dir.join("proj");
+    let folder = home.join(".claude/projects/-proj");
+    for made in [&project, &folder] {
+        std::fs::create_dir_all(made).expect("a folder of the test's Claude Code home");
+    }
+    let fixture = std::fs::read_to_string(claude_code_fixture("manual-compact.jsonl")).expect("the fixture");
+    let text: String = fixture
+        .lines()
+        .take(57)
+        .map(|line| {
+            let mut record: Value = serde_json::from_str(&edit(line)).expect("a fixture line");
+            if record.get("cwd").is_some() {
+                record["cwd"] = json!(project);
+            }
+            format!("{record}\n")
+        })
+        .collect();
+    let path = folder.join("b7d55388-c9ad-4169-a8d1-459fc6bdb46f.jsonl");
+    std::fs::write(&path, text).expect("the test's transcript");
+    (home, path, project)
+}
+
+/// `ctxd claude ARGS` against a test's Claude Code home: HOME is `home` (no
+/// `CLAUDE_CONFIG_DIR`), the state in `<dir>/cli-state`, the log on stderr.
+pub fn claude_command(dir: &Path, home: &Path, args: &[&str]) -> Command {
+    let mut command = ctxd_command();
+    command
+        .arg("--state-dir")
+        .arg(dir.join("cli-state"))
+        .arg("--log-stderr")
+        .arg("claude")
+        .args(args)
+        .env("HOME", home)
+        .env_remove("CLAUDE_CONFIG_DIR");
+    command
+}
+
 /// A running daemon.
 pub struct Daemon {
     child: Child,

@@ -205,38 +205,12 @@ fn ctxds_own_compaction_keeps_each_message_once_through_export_and_import() {
 /// The captured session up to the reply before its own `/compact`, as a Claude Code
 /// project under `home/.claude/projects`, with its working directory made real.
 fn claude_home(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, String) {
-    let home = dir.join("home");
-    let project = dir.join("proj");
-    std::fs::create_dir_all(&project).unwrap();
-    let folder = home.join(".claude/projects/-proj");
-    std::fs::create_dir_all(&folder).unwrap();
-    let id = "b7d55388-c9ad-4169-a8d1-459fc6bdb46f";
-    let text: String = fixture_lines()[..57]
-        .iter()
-        .map(|r| {
-            let mut r = r.clone();
-            if r.get("cwd").is_some() {
-                r["cwd"] = json!(project);
-            }
-            format!("{r}\n")
-        })
-        .collect();
-    let path = folder.join(format!("{id}.jsonl"));
-    std::fs::write(&path, text).unwrap();
-    (home, path, id.to_owned())
+    let (home, path, _project) = ctxd_e2e::claude_code_home(dir, str::to_owned);
+    (home, path, "b7d55388-c9ad-4169-a8d1-459fc6bdb46f".to_owned())
 }
 
 fn ctxd_claude(dir: &std::path::Path, home: &std::path::Path, args: &[&str]) -> std::process::Output {
-    ctxd_e2e::ctxd_command()
-        .arg("--state-dir")
-        .arg(dir.join("cli-state"))
-        .arg("--log-stderr")
-        .arg("claude")
-        .args(args)
-        .env("HOME", home)
-        .env_remove("CLAUDE_CONFIG_DIR")
-        .output()
-        .unwrap()
+    ctxd_e2e::claude_command(dir, home, args).output().unwrap()
 }
 
 #[test]

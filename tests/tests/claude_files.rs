@@ -21,40 +21,15 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use ctxd_e2e::{Daemon, claude_code_fixture, ctxd_command};
+use ctxd_e2e::{Daemon, claude_code_home};
 use serde_json::{Value, json};
 
 const SESSION: &str = "b7d55388-c9ad-4169-a8d1-459fc6bdb46f";
 
-/// A Claude Code home with one project: the real program's transcript up to the reply
-/// before its own `/compact`, its `cwd` moved to `<dir>/proj` (which exists). Returns
-/// (home, transcript, project).
+/// A Claude Code home with one project (see [`claude_code_home`]). Returns (home,
+/// transcript, project).
 fn claude_home(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    claude_home_with(dir, |line| line.to_owned())
-}
-
-/// [`claude_home`], each line of the fixture passed through `edit` first.
-fn claude_home_with(dir: &Path, edit: impl Fn(&str) -> String) -> (PathBuf, PathBuf, PathBuf) {
-    let home = dir.join("home");
-    let project = dir.join("proj");
-    std::fs::create_dir_all(&project).unwrap();
-    let folder = home.join(".claude/projects/-proj");
-    std::fs::create_dir_all(&folder).unwrap();
-    let fixture = std::fs::read_to_string(claude_code_fixture("manual-compact.jsonl")).unwrap();
-    let text: String = fixture
-        .lines()
-        .take(57)
-        .map(|line| {
-            let mut record: Value = serde_json::from_str(&edit(line)).unwrap();
-            if record.get("cwd").is_some() {
-                record["cwd"] = json!(project);
-            }
-            format!("{record}\n")
-        })
-        .collect();
-    let path = folder.join(format!("{SESSION}.jsonl"));
-    std::fs::write(&path, text).unwrap();
-    (home, path, project)
+    claude_code_home(dir, str::to_owned)
 }
 
 /// `ctxd claude ARGS` with `home` as HOME and the extra environment `env`.
@@ -64,16 +39,10 @@ fn ctxd_claude(dir: &Path, home: &Path, args: &[&str], env: &[(&str, &str)]) -> 
     command.output().unwrap()
 }
 
+/// [`ctxd_e2e::claude_command`] with the extra environment `env`, its output dropped.
 fn claude_command(dir: &Path, home: &Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Command {
-    let mut command = ctxd_command();
+    let mut command = ctxd_e2e::claude_command(dir, home, args);
     command
-        .arg("--state-dir")
-        .arg(dir.join("cli-state"))
-        .arg("--log-stderr")
-        .arg("claude")
-        .args(args)
-        .env("HOME", home)
-        .env_remove("CLAUDE_CONFIG_DIR")
         .envs(env.iter().copied())
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -94,23 +63,43 @@ fn program_line(project: &Path, trial: usize, n: usize) -> String {
     format!("{record}\n")
 }
 
-/// Appends `lines` to `path` as Claude Code appends: open, write one line, close, each
-/// time; after `delay`, with `gap` between lines.
-fn write_as_the_program(
-    path: PathBuf,
-    lines: Vec<String>,
+/// One trial of a race: `path` holds `start`; `command` runs while a writer appends
+/// `lines` as Claude Code appends (open, one line, close, each time), starting after
+/// `delay`, 300 µs between lines. Returns how the command ended and the file after both.
+fn race(
+    path: &Path,
+    start: &[u8],
+    mut command: std::process::Command,
+    lines: &[String],
     delay: Duration,
-    gap: Duration,
-) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
+) -> (std::process::ExitStatus, Vec<u8>) {
+    std::fs::write(path, start).unwrap();
+    let mut child = command.spawn().unwrap();
+    let (target, lines) = (path.to_owned(), lines.to_vec());
+    let writer = std::thread::spawn(move || {
         std::thread::sleep(delay);
         for line in lines {
-            let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+            let mut file = std::fs::OpenOptions::new().append(true).open(&target).unwrap();
             file.write_all(line.as_bytes()).unwrap();
             drop(file);
-            std::thread::sleep(gap);
+            std::thread::sleep(Duration::from_micros(300));
         }
-    })
+    });
+    let status = child.wait().unwrap();
+    writer.join().unwrap();
+    (status, std::fs::read(path).unwrap())
+}
+
+/// The writer's delays for a command that takes `span` here: from before it reads the
+/// file to after it is done.
+fn delays(seed: u64, span: Duration) -> impl FnMut() -> Duration {
+    let mut rng = ctxd_gen::rng::Rng::new(seed);
+    move || Duration::from_micros(rng.between(0, span.as_micros() as u64 * 3 / 2))
+}
+
+/// How many of `lines` are in `bytes`.
+fn held(lines: &[String], bytes: &[u8]) -> usize {
+    lines.iter().filter(|l| bytes.windows(l.len()).any(|w| w == l.as_bytes())).count()
 }
 
 /// The transcript as ctxd's compaction left it: the bytes ctxd appended (`ours`) cut out
@@ -127,7 +116,7 @@ fn without_install(after: &[u8]) -> Option<(Vec<u8>, Vec<u8>, usize)> {
     Some((rest.into_bytes(), ours.into_bytes(), at))
 }
 
-/// Milliseconds one run of `command` takes here, for the writer's delays.
+/// How long one run of `command` takes here.
 fn timed(mut command: std::process::Command) -> Duration {
     let started = Instant::now();
     command.output().unwrap();
@@ -144,22 +133,12 @@ fn undo_never_cuts_a_line_the_program_appends_while_it_runs() {
     let out = ctxd_claude(dir.path(), &home, &["compact", "--offline", SESSION], &[]);
     assert!(out.status.success(), "{}", stderr(&out));
     let installed = std::fs::read(&path).unwrap();
-    // How long an undo takes here: the writer starts anywhere from before it reads to
-    // after it is done.
     let undo = || claude_command(dir.path(), &home, &["undo", SESSION], &[]);
-    let span = timed(undo());
-    std::fs::write(&path, &installed).unwrap();
-    let mut rng = ctxd_gen::rng::Rng::new(33);
+    let mut delay = delays(33, timed(undo()));
     let (mut lost, mut undone, mut refused) = (Vec::new(), 0, 0);
     for trial in 0..TRIALS {
-        std::fs::write(&path, &installed).unwrap();
         let lines: Vec<String> = (0..LINES).map(|n| program_line(&project, trial, n)).collect();
-        let delay = Duration::from_micros(rng.between(0, span.as_micros() as u64 * 3 / 2));
-        let mut child = undo().spawn().unwrap();
-        let writer = write_as_the_program(path.clone(), lines.clone(), delay, Duration::from_micros(300));
-        let status = child.wait().unwrap();
-        writer.join().unwrap();
-        let after = std::fs::read(&path).unwrap();
+        let (status, after) = race(&path, &installed, undo(), &lines, delay());
         let written = lines.concat().into_bytes();
         // Undone (the program's lines after the cut) or refused (after the install):
         // every line of the program's is there either way.
@@ -170,8 +149,7 @@ fn undo_never_cuts_a_line_the_program_appends_while_it_runs() {
         } else if !status.success() && after == as_refused {
             refused += 1;
         } else {
-            let have = lines.iter().filter(|l| after.windows(l.len()).any(|w| w == l.as_bytes())).count();
-            lost.push(format!("trial {trial}: exit {status}, {} of {LINES} program lines left", have));
+            lost.push(format!("trial {trial}: exit {status}, {} of {LINES} program lines left", held(&lines, &after)));
         }
     }
     println!("{TRIALS} undo trials against a writer: {undone} undone, {refused} refused, {} lost lines", lost.len());
@@ -188,18 +166,11 @@ fn a_compaction_racing_the_program_writes_all_of_its_lines_after_what_it_read_or
     let (home, path, project) = claude_home(dir.path());
     let original = std::fs::read(&path).unwrap();
     let compact = || claude_command(dir.path(), &home, &["compact", "--offline", SESSION], &[]);
-    let span = timed(compact());
-    let mut rng = ctxd_gen::rng::Rng::new(34);
+    let mut delay = delays(34, timed(compact()));
     let (mut bad, mut installed, mut refused) = (Vec::new(), 0, 0);
     for trial in 0..TRIALS {
-        std::fs::write(&path, &original).unwrap();
         let lines: Vec<String> = (0..LINES).map(|n| program_line(&project, trial, n)).collect();
-        let delay = Duration::from_micros(rng.between(0, span.as_micros() as u64 * 3 / 2));
-        let mut child = compact().spawn().unwrap();
-        let writer = write_as_the_program(path.clone(), lines.clone(), delay, Duration::from_micros(300));
-        let status = child.wait().unwrap();
-        writer.join().unwrap();
-        let after = std::fs::read(&path).unwrap();
+        let (status, after) = race(&path, &original, compact(), &lines, delay());
         let expected = [&original[..], lines.concat().as_bytes()].concat();
         match (status.success(), without_install(&after)) {
             // Refused: not a byte of ctxd's.
@@ -221,11 +192,7 @@ fn a_compaction_racing_the_program_writes_all_of_its_lines_after_what_it_read_or
             (ok, found) => bad.push(format!(
                 "trial {trial}: exit ok={ok}, ctxd's lines {}, the program's lines {}",
                 if found.is_some() { "in the file" } else { "absent" },
-                if lines.iter().all(|l| after.windows(l.len()).any(|w| w == l.as_bytes())) {
-                    "all there"
-                } else {
-                    "missing"
-                }
+                if held(&lines, &after) == LINES { "all there" } else { "missing" }
             )),
         }
     }
@@ -290,12 +257,16 @@ fn a_fifo_or_a_device_as_the_transcript_is_refused_at_once_and_the_daemon_serves
     };
     ask(&mut daemon);
     let settled = threads(daemon.pid());
-    // 50 rounds, 300 requests: each answered, and no thread left waiting on one.
+    // 50 rounds, 300 requests (100 naming the FIFO): each answered, and no thread left
+    // waiting on one.
     for _ in 0..50 {
         ask(&mut daemon);
     }
+    // A thread parked per request would add 100 for the FIFO's; the blocking pool may
+    // start a few more when a request comes before the last one's thread is idle again.
     let after = threads(daemon.pid());
-    assert!(after <= settled + 2, "threads grew from {settled} to {after}");
+    println!("threads: {settled} after the first round, {after} after 300 more requests");
+    assert!(after <= settled + 16, "threads grew from {settled} to {after}");
     // Pipelined too: every one answered.
     let ids: Vec<i64> =
         (0..100).map(|_| daemon.send_request("ctx/claudeUndo", json!({"transcript": fifo})).unwrap()).collect();
@@ -315,7 +286,7 @@ const CANARY: &str = "ctxd-canary-7f3a9e1b55";
 /// (and its util.py read from the project, which exists with a marker).
 fn reads_proc(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let project = dir.join("proj");
-    let (home, path, project) = claude_home_with(dir, |line| {
+    let (home, path, project) = claude_code_home(dir, |line| {
         line.replace("/home/dev/proj/src/app.py", "/proc/self/environ")
             .replace("/home/dev/proj/src/util.py", &format!("{}/util.py", project.display()))
     });

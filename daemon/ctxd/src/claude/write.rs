@@ -25,35 +25,46 @@ use super::window::Stamp;
 /// Appends `ours` (whole lines) to the transcript at `path`, whose length and time must
 /// still be `before`. On an error nothing of ctxd's is left in the file.
 pub fn append(path: &Path, before: Stamp, ours: &[u8]) -> Result<(), String> {
-    let file = open_for_change(path)?;
-    match lease::take(file) {
-        Ok(leased) => {
-            let file = leased.file();
-            if Stamp::of(file)? != before {
-                return Err("it changed while the summary was being written".to_owned());
-            }
-            write_at_end(file, before.len, ours)
-        }
-        Err(LeaseError::Open) => Err(has_it_open(path)),
-        Err(LeaseError::Unavailable(why)) => without_lease::append(path, before, ours, why),
+    let moved = "it changed while the summary was being written";
+    match under_lease(path, before, moved, |file| write_at_end(file, before.len, ours))? {
+        Leased::Done => Ok(()),
+        Leased::Unavailable(why) => without_lease::append(path, before, ours, why),
     }
 }
 
 /// Cuts the transcript at `path` back to `offset`, when its length and time are still
 /// `before` and the bytes from `offset` to its end are exactly `ours`.
 pub fn cut_back(path: &Path, before: Stamp, offset: u64, ours: &[u8]) -> Result<(), String> {
-    let file = open_for_change(path)?;
-    match lease::take(file) {
-        Ok(leased) => {
-            let file = leased.file();
-            if Stamp::of(file)? != before {
-                return Err("it changed since it was read".to_owned());
-            }
-            cut_if_ours(file, before.len, offset, ours)
-        }
-        Err(LeaseError::Open) => Err(has_it_open(path)),
-        Err(LeaseError::Unavailable(why)) => without_lease::cut_back(path, before, offset, ours, why),
+    let moved = "it changed since it was read";
+    match under_lease(path, before, moved, |file| cut_if_ours(file, before.len, offset, ours))? {
+        Leased::Done => Ok(()),
+        Leased::Unavailable(why) => without_lease::cut_back(path, before, offset, ours, why),
     }
+}
+
+/// What [`under_lease`] did: the change, or nothing because no lease can be had here.
+enum Leased {
+    Done,
+    Unavailable(String),
+}
+
+/// Takes the lease on `path`, checks that its stamp is still `before` (else refuses
+/// with `moved`) and makes `change` through the leased descriptor.
+fn under_lease(
+    path: &Path,
+    before: Stamp,
+    moved: &str,
+    change: impl FnOnce(&File) -> Result<(), String>,
+) -> Result<Leased, String> {
+    let leased = match lease::take(open_for_change(path)?) {
+        Ok(leased) => leased,
+        Err(LeaseError::Open) => return Err(has_it_open(path)),
+        Err(LeaseError::Unavailable(why)) => return Ok(Leased::Unavailable(why)),
+    };
+    if Stamp::of(leased.file())? != before {
+        return Err(moved.to_owned());
+    }
+    change(leased.file()).map(|()| Leased::Done)
 }
 
 /// The transcript opened for reading and writing, without waiting (a FIFO put in its
