@@ -21,7 +21,6 @@
 #![allow(unsafe_code)]
 
 use std::fs::File;
-use std::io;
 use std::time::Duration;
 
 /// Why no lease was taken.
@@ -69,6 +68,8 @@ pub fn take(file: File) -> Result<Leased, LeaseError> {
     Err(LeaseError::Open)
 }
 
+// Elsewhere than Linux every attempt is `Unavailable`.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 enum Attempt {
     Busy,
     Unavailable(String),
@@ -85,12 +86,12 @@ fn try_take(file: File) -> Result<Leased, (File, Attempt)> {
     let fd = file.as_raw_fd();
     // SAFETY: `fd` is open (owned by `file`, alive for the call); F_SETSIG takes an int.
     if unsafe { libc::fcntl(fd, F_SETSIG, libc::SIGURG) } == -1 {
-        let why = io::Error::last_os_error();
+        let why = std::io::Error::last_os_error();
         return Err((file, Attempt::Unavailable(format!("cannot choose the lease's signal ({why})"))));
     }
     // SAFETY: as above; F_SETLEASE takes an int (the lease type).
     if unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_WRLCK) } == -1 {
-        let err = io::Error::last_os_error();
+        let err = std::io::Error::last_os_error();
         let attempt = match err.raw_os_error() {
             Some(libc::EAGAIN) => Attempt::Busy,
             Some(libc::EACCES | libc::EPERM) => Attempt::Unavailable(format!(

@@ -155,6 +155,13 @@ fn take_back(file: &File, offset: u64, ours: &[u8]) -> String {
             };
         }
     }
+    // Only without a lease: the program appended after ctxd's lines in the moment
+    // between the checks and the write. Cutting would take its line; nothing else
+    // is known to make the install inert for the program, so it is said loudly.
+    tracing::error!(
+        offset,
+        "claude: the program wrote after ctxd's install at the moment it was checked; ctxd's lines stay among the program's"
+    );
     "a line came after ctxd's lines, so they were left in place".to_owned()
 }
 
