@@ -100,6 +100,11 @@ pub enum Older {
 /// Claude Code transcript. Refused: a last line without its line break (the program
 /// may be writing it), a damaged line, a newest line larger than the whole window.
 pub fn read(file: &File, len: u64, older: Older) -> Result<Transcript, String> {
+    read_within(file, len, older, WINDOW_BYTES)
+}
+
+/// [`read`] with a window of `window` bytes.
+fn read_within(file: &File, len: u64, older: Older, window: u64) -> Result<Transcript, String> {
     let mut read = Transcript::default();
     if len == 0 {
         return Ok(read);
@@ -109,7 +114,7 @@ pub fn read(file: &File, len: u64, older: Older) -> Result<Transcript, String> {
     if last[0] != b'\n' {
         return Err("its last line is incomplete (the program may be writing it)".to_owned());
     }
-    read.window_from = window_start(file, len)?;
+    read.window_from = window_start(file, len, window)?;
     if read.window_from > 0 && older == Older::Read {
         let mut earlier = Earlier::default();
         each_line(file, 0, read.window_from, EARLIER_LINE_CAP, |offset, line| earlier.line(offset, line))?;
@@ -143,14 +148,14 @@ fn damaged(offset: u64, why: &str) -> String {
     format!("it has a line that is not a record (byte {offset}: {why})")
 }
 
-/// Where the window starts: 0 for a file within [`WINDOW_BYTES`], else the first line
-/// that starts in its last [`WINDOW_BYTES`].
-fn window_start(file: &File, len: u64) -> Result<u64, String> {
-    if len <= WINDOW_BYTES {
+/// Where the window starts: 0 for a file within `window` bytes, else the first line
+/// that starts in its last `window` bytes.
+fn window_start(file: &File, len: u64, window: u64) -> Result<u64, String> {
+    if len <= window {
         return Ok(0);
     }
     // A line starts after a line break: look from the byte before the window on.
-    let mut at = len - WINDOW_BYTES - 1;
+    let mut at = len - window - 1;
     let mut chunk = vec![0u8; 64 << 10];
     while at < len {
         let n = chunk.len().min(usize::try_from(len - at).unwrap_or(usize::MAX));
@@ -164,7 +169,7 @@ fn window_start(file: &File, len: u64) -> Result<u64, String> {
         }
         at += n as u64;
     }
-    Err(format!("its newest line is larger than the {} MiB ctxd reads of a transcript", WINDOW_BYTES >> 20))
+    Err(format!("its newest line is larger than the {} MiB ctxd reads of a transcript", window >> 20))
 }
 
 /// A line as [`each_line`] gives it: whole, or only its length when it is over the cap.
@@ -369,6 +374,41 @@ mod tests {
                 (after_long + 4 + CHUNK as u64, Some("d".to_owned())),
             ]
         );
+    }
+
+    #[test]
+    fn a_long_transcript_is_read_as_its_window_and_the_prompts_before_it() {
+        let reply = r#"{"type":"assistant","uuid":"a0","message":{"role":"assistant","content":[],"usage":{"input_tokens":9}}}"#;
+        let mut text = format!("{reply}\n");
+        for n in 0..6 {
+            text.push_str(&prompt(n, 20));
+            text.push('\n');
+        }
+        let newest = format!("{}\n{}\n", prompt(6, 1), prompt(7, 1));
+        text.push_str(&newest);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        std::fs::write(&path, &text).unwrap();
+        let file = File::open(&path).unwrap();
+        let len = text.len() as u64;
+        // A window that starts inside prompt 6's line: the window starts after it.
+        let window = newest.len() as u64 - 5;
+        let read = read_within(&file, len, Older::Read, window).unwrap();
+        assert_eq!(read.window_from, len - prompt(7, 1).len() as u64 - 1);
+        let uuids = |records: &[Record]| records.iter().filter_map(|r| r.uuid().map(str::to_owned)).collect::<Vec<_>>();
+        assert_eq!(uuids(&read.earlier), ["a0", "u0", "u1", "u2", "u3", "u4", "u5", "u6"]);
+        assert_eq!(read.window.len(), 1);
+        assert_eq!(read.window[0].0, read.window_from, "offsets are the file's");
+        // An undo reads the window only.
+        let read = read_within(&file, len, Older::Skip, window).unwrap();
+        assert!(read.earlier.is_empty());
+        assert_eq!(read.window.len(), 1);
+        // A newest line larger than the window is refused.
+        let err = read_within(&file, len, Older::Read, 10).unwrap_err();
+        assert!(err.contains("newest line is larger"), "{err}");
+        // The whole file within the window: nothing is older.
+        let read = read_within(&file, len, Older::Read, len).unwrap();
+        assert_eq!((read.window_from, read.earlier.len(), read.window.len()), (0, 0, 9));
     }
 
     fn prompt(n: usize, words: usize) -> String {
