@@ -326,13 +326,7 @@ pub async fn compact(
         .map_err(|e| format!("claude compact task failed: {e}"))?
         .map_err(|why| refused(&path, "compact", why))?;
     let settings = source.settings_for()(read.project.as_deref());
-    let config = env.claude_config_dir();
-    let allowed = Restorable::new(
-        read.project.as_deref(),
-        config.as_deref(),
-        env.home().as_deref(),
-        settings.import_folders.as_deref().unwrap_or_default(),
-    );
+    let imports = settings.import_folders.clone().unwrap_or_default();
     let mut problems: Vec<String> = read.unseen.take().into_iter().collect();
     let asked = match &source {
         SummarySource::Offline(_) => Ok(None),
@@ -350,6 +344,9 @@ pub async fn compact(
     };
     let target = path.clone();
     tokio::task::spawn_blocking(move || {
+        let config = env.claude_config_dir();
+        let home = env.home();
+        let allowed = Restorable::new(read.project.as_deref(), config.as_deref(), home.as_deref(), &imports);
         let found = Found { config: config.as_deref(), allowed: &allowed };
         install(&target, found, read, written, instructions.as_deref(), problems)
     })
