@@ -17,9 +17,9 @@ use std::borrow::Cow;
 
 use crate::budget::{EnvConfig, WindowInputs, resolve_window, thresholds};
 use crate::compact::{
-    DEFAULT_RECENT_TURNS, FidelityFacts, FileReadEntry, InstallInput, KeptMessages, PlanFile, RestoreBudget,
-    RestoreInput, SummaryMessage, Trigger, appended_budget, build_post_compact, check_fidelity, common_fields,
-    kept_tail_start, plan_restoration, summary_message_text, tools_used,
+    DEFAULT_RECENT_TURNS, FidelityFacts, FileReadEntry, HistoryTools, InstallInput, KeptMessages, PlanFile,
+    RestoreBudget, RestoreInput, SummaryMessage, Trigger, appended_budget, build_post_compact, check_fidelity,
+    common_fields, kept_tail_start, plan_restoration, summary_message_text, tools_used,
 };
 use crate::ledger::file_read_in;
 use crate::record::{Kind, Record};
@@ -244,7 +244,16 @@ pub fn plan_compaction(
 ) -> Result<ClaudeCompaction, Refusal> {
     let prepared = prepare(records, &EnvConfig::default())?;
     let body = offline_summary(records, &prepared, instructions)?;
-    plan_compaction_with(records, &prepared, &body, files, plan, timestamp, new_uuid)
+    plan_compaction_with(records, &prepared, &body, files, plan, &Lookup::default(), timestamp, new_uuid)
+}
+
+/// Where the summary tells the model the earlier conversation can be looked up: the
+/// session's transcript and, when the caller found them configured for the project,
+/// the history tools. The caller finds both; nothing here looks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Lookup {
+    pub transcript_path: Option<String>,
+    pub history_tools: Option<HistoryTools>,
 }
 
 /// The records that install `summary_body` (a summary's body, without its `<summary>`
@@ -255,13 +264,16 @@ pub fn plan_compaction(
 /// appended to it. `postTokens` is the session's fixed part (the first request's
 /// reported size, which carried the system prompt, tools and memory) plus the estimate
 /// of what the boundary leaves in view. `plan` is the session's plan file as the caller
-/// found it now (see [`plan_slug`]), re-attached after the summary.
+/// found it now (see [`plan_slug`]), re-attached after the summary; `lookup` is what
+/// the summary's closing line names.
+#[allow(clippy::too_many_arguments)] // each is a separate input the caller found; a struct would only rename them
 pub fn plan_compaction_with(
     records: &[Record],
     prepared: &Prepared,
     summary_body: &str,
     files: &[FileNow],
     plan: Option<PlanFile>,
+    lookup: &Lookup,
     timestamp: &str,
     new_uuid: &mut dyn FnMut() -> String,
 ) -> Result<ClaudeCompaction, Refusal> {
@@ -281,7 +293,8 @@ pub fn plan_compaction_with(
     let checked = check_fidelity(summary_body, &facts, appended);
     let summary_text = summary_message_text(&SummaryMessage {
         body: checked.summary,
-        transcript_path: None,
+        transcript_path: lookup.transcript_path.clone(),
+        history_tools: lookup.history_tools.clone(),
         tools_used: tools_used(&summarized),
         kept: if prepared.keeps_messages(records) { KeptMessages::After } else { KeptMessages::None },
     });
@@ -495,13 +508,17 @@ mod tests {
         // The offline path is prepare + offline_summary + plan_compaction_with.
         let body = offline_summary(&records, &prepared, Some("files")).unwrap();
         let one_step = plan_compaction(&records, &[], None, Some("files"), "t", &mut counter()).unwrap();
-        let split = plan_compaction_with(&records, &prepared, &body, &[], None, "t", &mut counter()).unwrap();
+        let split =
+            plan_compaction_with(&records, &prepared, &body, &[], None, &Lookup::default(), "t", &mut counter())
+                .unwrap();
         assert_eq!(one_step, split);
         assert_eq!(split.fidelity_appended, 0, "the offline summary holds every user message");
 
         // A provider's body that names one request only: the others are appended to it.
         let remote = "1. Primary Request and Intent:\n   REMOTE-BODY: read the app file.";
-        let plan = plan_compaction_with(&records, &prepared, remote, &[], None, "t", &mut counter()).unwrap();
+        let plan =
+            plan_compaction_with(&records, &prepared, remote, &[], None, &Lookup::default(), "t", &mut counter())
+                .unwrap();
         let summary: serde_json::Value = serde_json::from_str(&plan.lines[1]).unwrap();
         let text = summary["message"]["content"].as_str().unwrap();
         assert!(text.contains("REMOTE-BODY"), "{text}");
@@ -597,7 +614,9 @@ mod tests {
         let records = long_session("claude-opus-5-5", 2_400);
         let prepared = prepare(&records, &EnvConfig::default()).unwrap();
         let remote = "1. Primary Request and Intent:\n   The user worked through many turns.";
-        let plan = plan_compaction_with(&records, &prepared, remote, &[], None, "t", &mut counter()).unwrap();
+        let plan =
+            plan_compaction_with(&records, &prepared, remote, &[], None, &Lookup::default(), "t", &mut counter())
+                .unwrap();
         let summary: serde_json::Value = serde_json::from_str(&plan.lines[1]).unwrap();
         let text = summary["message"]["content"].as_str().unwrap();
         let missing: Vec<usize> = (0..2_399).filter(|n| !text.contains(&format!("Turn {n:04} asks"))).collect();
@@ -710,8 +729,38 @@ mod tests {
         // A provider's summary that names nothing: the fidelity check adds the active
         // chain's prompts, not the abandoned ones.
         let remote = "1. Primary Request and Intent:\n   Nothing recorded.";
-        let plan = plan_compaction_with(&records, &prepared, remote, &[], None, "t", &mut counter()).unwrap();
+        let plan =
+            plan_compaction_with(&records, &prepared, remote, &[], None, &Lookup::default(), "t", &mut counter())
+                .unwrap();
         let text = plan.lines[1].as_str();
         assert!(text.contains("Again 13 asks") && !text.contains("Abandoned"), "{text}");
+    }
+
+    #[test]
+    fn the_summary_closes_with_the_history_tools_when_the_caller_found_them() {
+        let records = fixture();
+        let prepared = prepare(&records, &EnvConfig::default()).unwrap();
+        let body = offline_summary(&records, &prepared, None).unwrap();
+        let summary_of = |lookup: &Lookup| {
+            let plan =
+                plan_compaction_with(&records, &prepared, &body, &[], None, lookup, "t", &mut counter()).unwrap();
+            let summary: serde_json::Value = serde_json::from_str(&plan.lines[1]).unwrap();
+            summary["message"]["content"].as_str().unwrap().to_owned()
+        };
+        let path = Some("/home/u/.claude/projects/-p/s.jsonl".to_owned());
+        let tools = HistoryTools { search: "mcp__ctxd__search_history".into(), read: "mcp__ctxd__read_history".into() };
+        let with = summary_of(&Lookup { transcript_path: path.clone(), history_tools: Some(tools) });
+        assert!(with.contains("searched with the mcp__ctxd__search_history tool"), "{with}");
+        assert!(
+            with.contains("mcp__ctxd__read_history (it is the file /home/u/.claude/projects/-p/s.jsonl)"),
+            "{with}"
+        );
+        let without = summary_of(&Lookup { transcript_path: path, history_tools: None });
+        assert!(without.contains("is the file /home/u/.claude/projects/-p/s.jsonl. Search it"), "{without}");
+        assert!(!without.contains("mcp__"), "{without}");
+        // Only that line differs.
+        let strip =
+            |text: &str| text.split("\n\n").filter(|p| !p.contains("complete record")).collect::<Vec<_>>().join("\n\n");
+        assert_eq!(strip(&with), strip(&without));
     }
 }

@@ -34,6 +34,7 @@ pub mod interop;
 pub mod live;
 pub mod logging;
 pub mod mcp;
+pub mod mcp_config;
 pub mod outside;
 pub mod process_env;
 pub mod provider;

@@ -125,6 +125,13 @@ impl ProcessEnv {
         self.non_empty(CLAUDE_CONFIG_DIR_ENV).map(PathBuf::from).or_else(|| Some(self.home()?.join(".claude")))
     }
 
+    /// Claude Code's own configuration file (MCP servers, per-project state):
+    /// `.claude.json` in `$CLAUDE_CONFIG_DIR`, else in the home folder.
+    pub fn claude_global_config(&self) -> Option<PathBuf> {
+        let dir = self.non_empty(CLAUDE_CONFIG_DIR_ENV).map(PathBuf::from).or_else(|| self.home())?;
+        Some(dir.join(".claude.json"))
+    }
+
     /// Claude Code's transcripts: `<its directory>/projects`.
     pub fn claude_projects_dir(&self) -> Option<PathBuf> {
         Some(self.claude_config_dir()?.join("projects"))

@@ -18,6 +18,7 @@ const REASK: &str = include_str!("templates/reask.md");
 const FALLBACK_SYSTEM: &str = include_str!("templates/fallback_system.md");
 const MESSAGE_INTRO: &str = include_str!("templates/message_intro.md");
 const MESSAGE_TRANSCRIPT: &str = include_str!("templates/message_transcript.md");
+const MESSAGE_HISTORY_TOOLS: &str = include_str!("templates/message_history_tools.md");
 const MESSAGE_CONTINUE: &str = include_str!("templates/message_continue.md");
 const MESSAGE_KEPT_AFTER: &str = include_str!("templates/message_kept_after.md");
 const MESSAGE_KEPT_BEFORE: &str = include_str!("templates/message_kept_before.md");
@@ -129,6 +130,16 @@ pub enum KeptMessages {
     Before,
 }
 
+/// The tools that search the history of the session (ctxd's MCP server), named as the
+/// model calls them (`mcp__ctxd__search_history`), when the host gives the model them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryTools {
+    /// Finds records by their words.
+    pub search: String,
+    /// Reads one record in full.
+    pub read: String,
+}
+
 /// What the installed summary message says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SummaryMessage {
@@ -136,6 +147,9 @@ pub struct SummaryMessage {
     pub body: String,
     /// Where the full transcript can be read, when the caller wants the model to know.
     pub transcript_path: Option<String>,
+    /// The history tools, when the model has them: the closing line names them, since
+    /// a search finds an exact earlier text where a path only says where it lies.
+    pub history_tools: Option<HistoryTools>,
     /// Names of the tools used before the summary, in order of first use.
     pub tools_used: Vec<String>,
     pub kept: KeptMessages,
@@ -152,7 +166,18 @@ pub fn summary_message_text(message: &SummaryMessage) -> String {
     }
     out.push_str("\n\nSummary:\n");
     out.push_str(message.body.trim());
-    if let Some(path) = message.transcript_path.as_deref().filter(|p| !p.is_empty()) {
+    let path = message.transcript_path.as_deref().filter(|p| !p.is_empty());
+    if let Some(tools) = &message.history_tools {
+        let file = path.map(|p| format!(" (it is the file {p})")).unwrap_or_default();
+        out.push_str("\n\n");
+        out.push_str(
+            &MESSAGE_HISTORY_TOOLS
+                .trim_end()
+                .replace("{search}", &tools.search)
+                .replace("{read}", &tools.read)
+                .replace("{file}", &file),
+        );
+    } else if let Some(path) = path {
         out.push_str("\n\n");
         out.push_str(&MESSAGE_TRANSCRIPT.trim_end().replace("{path}", path));
     }
@@ -348,6 +373,7 @@ mod tests {
         let text = summary_message_text(&SummaryMessage {
             body: "1. Primary Request and Intent:\n   Fix the parser.".to_owned(),
             transcript_path: Some("/state/sessions/s1.jsonl".to_owned()),
+            history_tools: None,
             tools_used: vec!["Read".to_owned(), "Edit".to_owned()],
             kept: KeptMessages::After,
         });
@@ -373,6 +399,7 @@ mod tests {
         let text = summary_message_text(&SummaryMessage {
             body: "  body  ".to_owned(),
             transcript_path: None,
+            history_tools: None,
             tools_used: Vec::new(),
             kept: KeptMessages::None,
         });
@@ -385,9 +412,40 @@ mod tests {
             kept: KeptMessages::Before,
             body: "b".to_owned(),
             transcript_path: Some(String::new()),
+            history_tools: None,
             tools_used: Vec::new(),
         });
         assert!(before.ends_with("The summary covers only what came after them."));
         assert!(!before.contains("complete record"));
+    }
+
+    #[test]
+    fn the_closing_line_names_the_history_tools_when_the_model_has_them() {
+        let message = |path: Option<&str>, tools: bool| {
+            summary_message_text(&SummaryMessage {
+                body: "body".to_owned(),
+                transcript_path: path.map(str::to_owned),
+                history_tools: tools.then(|| HistoryTools {
+                    search: "mcp__ctxd__search_history".to_owned(),
+                    read: "mcp__ctxd__read_history".to_owned(),
+                }),
+                tools_used: Vec::new(),
+                kept: KeptMessages::None,
+            })
+        };
+        let closing = |text: &str| text.split("\n\n").nth(2).unwrap_or_default().to_owned();
+        expect![[r#"The complete record of the earlier conversation can be searched with the mcp__ctxd__search_history tool, and a record it finds read in full with mcp__ctxd__read_history (it is the file /p/s.jsonl). Use them when the summary is not precise enough, for example for the exact text of code, of an error or of something the user said."#]]
+        .assert_eq(&closing(&message(Some("/p/s.jsonl"), true)));
+        // Without a path the tools are named all the same.
+        let tools_only = closing(&message(None, true));
+        assert!(
+            tools_only.contains("mcp__ctxd__search_history tool") && !tools_only.contains("the file"),
+            "{tools_only}"
+        );
+        // Without them, the path alone, as before.
+        let path_only = closing(&message(Some("/p/s.jsonl"), false));
+        assert!(path_only.starts_with("The complete record of the earlier conversation is the file /p/s.jsonl."));
+        assert!(!message(Some("/p/s.jsonl"), false).contains("mcp__"));
+        assert!(!message(None, false).contains("complete record"));
     }
 }

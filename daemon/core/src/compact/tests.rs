@@ -169,6 +169,7 @@ fn auto_install<'a>(
     let summary_text = summary_message_text(&SummaryMessage {
         body: "1. Primary Request and Intent:\n   Fix add; write a test.".to_owned(),
         transcript_path: None,
+        history_tools: None,
         tools_used: tools_used(&records[..kept_from]),
         kept: KeptMessages::After,
     });
@@ -489,6 +490,7 @@ fn partial_compaction_in_both_directions() {
     let text = summary_message_text(&SummaryMessage {
         body: "Recent part: a test for add is being written.".to_owned(),
         transcript_path: None,
+        history_tools: None,
         tools_used: Vec::new(),
         kept: KeptMessages::Before,
     });
@@ -1498,6 +1500,7 @@ fn a_missing_summary_is_asked_for_again_then_installed_with_fidelity_additions()
     let text = summary_message_text(&SummaryMessage {
         body: checked.summary,
         transcript_path: Some("/state/s1.jsonl".to_owned()),
+        history_tools: None,
         tools_used: tools_used(&records[..kept_from]),
         kept: KeptMessages::After,
     });
@@ -1667,6 +1670,7 @@ fn install_over(view: &[Record], kept_from: usize) -> (Vec<Record>, Vec<String>)
     let summary_text = summary_message_text(&SummaryMessage {
         body: "1. Primary Request and Intent:\n   Read the file.".to_owned(),
         transcript_path: None,
+        history_tools: None,
         tools_used: tools_used(&view[..kept_from]),
         kept: KeptMessages::After,
     });

@@ -652,6 +652,7 @@ fn replay_compactions(
         let text = summary_message_text(&SummaryMessage {
             body,
             transcript_path: None,
+            history_tools: None,
             tools_used: Vec::new(),
             kept: KeptMessages::None,
         });

@@ -35,8 +35,8 @@ use std::sync::Arc;
 
 use ctxd_core::budget::EnvConfig;
 use ctxd_core::claude::{
-    ClaudeCompaction, FileNow, Prepared, files_read, offline_summary, plan_compaction_with, plan_slug, plan_undo,
-    prepare,
+    ClaudeCompaction, FileNow, Lookup, Prepared, files_read, offline_summary, plan_compaction_with, plan_slug,
+    plan_undo, prepare,
 };
 use ctxd_core::compact::{PlanFile, Trigger};
 use ctxd_core::record::Record;
@@ -349,7 +349,11 @@ pub async fn compact(
         let home = env.home();
         let allowed = Restorable::new(read.project.as_deref(), config.as_deref(), home.as_deref(), &imports);
         let found = Found { config: config.as_deref(), allowed: &allowed };
-        install(&target, found, read, written, instructions.as_deref(), problems)
+        let lookup = Lookup {
+            transcript_path: Some(target.display().to_string()),
+            history_tools: crate::mcp_config::history_tools(read.project.as_deref(), &env),
+        };
+        install(&target, found, &lookup, read, written, instructions.as_deref(), problems)
     })
     .await
     .map_err(|e| format!("claude compact task failed: {e}"))?
@@ -444,6 +448,7 @@ struct Found<'a> {
 fn install(
     path: &Path,
     found: Found<'_>,
+    lookup: &Lookup,
     read: Read,
     written: Option<(String, Summarizer)>,
     instructions: Option<&str>,
@@ -461,7 +466,7 @@ fn install(
     let files: Vec<FileNow> = files_read(&records).into_iter().map(|p| file_now(&p, found.allowed)).collect();
     let timestamp = crate::session::actor::now_rfc3339();
     let plan_file = plan_now(found.config, &records, found.allowed);
-    let plan = plan_compaction_with(&records, &prepared, &body, &files, plan_file, &timestamp, &mut || {
+    let plan = plan_compaction_with(&records, &prepared, &body, &files, plan_file, lookup, &timestamp, &mut || {
         uuid::Uuid::new_v4().to_string()
     })
     .map_err(|e| refuse(e.to_string()))?;

@@ -217,14 +217,19 @@ pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
     // The snapshot is not needed after this step: moved, not copied.
     let (transcript_path, records, kept_any) =
         (job.transcript_path.clone(), std::mem::take(&mut job.records), !kept.is_empty());
+    let (cwd, env) = (job.cwd.clone(), job.env.clone());
     // What the check appends stays within what the summary cap of this window leaves
     // beside the body (at least half of it).
     let appended = appended_budget(offline_cap_tokens(job.threshold), body.len());
     let (checked, summary_text) = crate::background::run(move || {
         let checked = check_fidelity(&body, &facts, appended);
+        // Read here, off the async threads: the closing line names the history tools
+        // when the session's project has `ctxd mcp` configured.
+        let project = Some(Path::new(&cwd)).filter(|dir| !dir.as_os_str().is_empty());
         let summary_text = summary_message_text(&SummaryMessage {
             body: checked.summary.clone(),
             transcript_path: Some(transcript_path),
+            history_tools: crate::mcp_config::history_tools(project, &env),
             tools_used: tools_used(&records),
             kept: if kept_any { KeptMessages::After } else { KeptMessages::None },
         });
