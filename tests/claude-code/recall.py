@@ -23,7 +23,9 @@ MCP server with `claude mcp add` (the command the README gives), and a scripted 
 Checks: the MCP server connects; the search's result reaches the model in the next
 request with the phrase, the hit's uuid and `before_compaction: true`, but not the end
 of the record; the read's result reaches it in the request after that with the
-record's full text, end marker included.
+record's full text, end marker included. Then `ctxd claude compact --offline`: the
+summary it appends names the history tools, `ctxd mcp` being configured for the
+project where `claude mcp add` put it.
 
 Standard library only.
 """
@@ -284,5 +286,17 @@ def run(claude, ctxd, work, check_with):
               (read[0][:1500] if read else f"no read result; calls {model.calls}"))
         check("recall: the model's last word after reading", "RECALL-READ-DONE" in str(recalled.get("result")),
               str(recalled)[:800])
+
+        # ctxd's own compaction of this session: its closing line names the tools.
+        size = os.path.getsize(transcript) if transcript else 0
+        ctxd_env = {k: v for k, v in env.items() if not k.startswith("ANTHROPIC_")}
+        compact = subprocess.run([ctxd, "--state-dir", state, "claude", "compact", sid, "--offline"], cwd=proj,
+                                 env=ctxd_env, capture_output=True, text=True, timeout=300)
+        appended = open(transcript, "rb").read()[size:].decode() if transcript else ""
+        summaries = [r["message"]["content"] for r in map(json.loads, appended.splitlines())
+                     if r.get("isCompactSummary")]
+        check("recall: ctxd's summary of the session names the history tools of `claude mcp add`",
+              compact.returncode == 0 and len(summaries) == 1 and SEARCH in str(summaries[0])
+              and READ in str(summaries[0]), compact.stderr[-1500:] + str(summaries)[-1500:])
     finally:
         server.shutdown()
