@@ -31,6 +31,8 @@ use crate::process_env::ProcessEnv;
 const CLAUDE_JSON: Cap = Cap { bytes: 16 << 20, what: "Claude Code's configuration" };
 /// A project's `.mcp.json`.
 const MCP_JSON: Cap = Cap { bytes: 1 << 20, what: "an MCP configuration" };
+/// Bytes of a server's name that go into a tool's name.
+const MAX_SERVER_NAME: usize = 64;
 
 /// The history tools as the model in `project` calls them, when `ctxd mcp` is
 /// configured there; `None` otherwise (or without a project).
@@ -52,10 +54,11 @@ pub fn history_tools(project: Option<&Path>, env: &ProcessEnv) -> Option<History
         add_servers(&mut servers, &global["projects"][key.to_string_lossy().as_ref()]["mcpServers"]);
     }
     // The conventional name first, else the first by name: the same answer every time.
+    // A name longer than any real one would only swell every summary: not used.
     let name = if servers.get("ctxd").is_some_and(is_ctxd_mcp) {
         "ctxd".to_owned()
     } else {
-        servers.iter().find(|(_, server)| is_ctxd_mcp(server))?.0.clone()
+        servers.iter().find(|(name, server)| name.len() <= MAX_SERVER_NAME && is_ctxd_mcp(server))?.0.clone()
     };
     Some(HistoryTools { search: tool_name(&name, SEARCH_TOOL), read: tool_name(&name, READ_TOOL) })
 }
@@ -161,8 +164,15 @@ mod tests {
         }
         assert!(is_ctxd_mcp(&serde_json::json!({"command": "ctxd", "args": ["mcp"]})));
         assert_eq!(tool_name("my history.{file}", "search_history"), "mcp__my_history__file___search_history");
+        let long = serde_json::json!({"mcpServers": {"h".repeat(65): {"command": "ctxd", "args": ["mcp"]}}});
+        std::fs::write(project.join(".mcp.json"), long.to_string()).unwrap();
+        assert_eq!(history_tools(Some(&project), &env(home.path())), None, "a name of 65 bytes");
+        let long = serde_json::json!({"mcpServers": {"h".repeat(64): {"command": "ctxd", "args": ["mcp"]}}});
+        std::fs::write(project.join(".mcp.json"), long.to_string()).unwrap();
+        assert!(history_tools(Some(&project), &env(home.path())).is_some(), "a name of 64 bytes");
         // Files that are not JSON, or not files, name nothing and fail nothing.
         std::fs::write(home.path().join(".claude.json"), "{not json").unwrap();
+        std::fs::remove_file(project.join(".mcp.json")).unwrap();
         std::fs::create_dir(project.join(".mcp.json")).unwrap();
         assert_eq!(history_tools(Some(&project), &env(home.path())), None);
         assert_eq!(history_tools(None, &env(home.path())), None);
