@@ -93,7 +93,7 @@ describe("ctxd against a scripted daemon", function()
     vim.cmd("CtxdContext")
     local buf = t.wait_for("the context float", float_buffer)
     local lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
-    local note = "This ctxd has no ctx/context yet; the breakdown is from ctx/usage."
+    local note = require("ctxd.commands").OLD_DAEMON_NOTE
     t.eq(note, lines[3])
     t.eq("ctx 62.6% · 16.9k to compact", lines[5])
     t.eq(render.context_lines("s-1", { usage = warning }, note), lines)
@@ -168,7 +168,7 @@ describe("ctxd against a scripted daemon", function()
       error(err, 0)
     end
     t.eq(nil, float_buffer())
-    t.eq({ { msg = 'ctx/context failed (error -33007): session "s-1" closed before answering', level = vim.log.levels.ERROR } }, seen)
+    t.eq({ { msg = "ctxd could not show the context: the session was closed.", level = vim.log.levels.ERROR } }, seen)
   end)
 
   it(":CtxdAutoCompactWindow shows -32601 from a daemon without it", function()
@@ -190,6 +190,6 @@ describe("ctxd against a scripted daemon", function()
     end
     t.eq({ method = "ctx/setAutoCompactWindow", params = { model = MODEL, window = 1500000 } }, fake.sent[#fake.sent])
     t.eq(vim.log.levels.ERROR, seen[1].level)
-    t.contains(seen[1].msg, "ctxd does not support ctx/setAutoCompactWindow yet (error -32601: ")
+    t.eq("ctxd could not save the auto-compact window: this ctxd is too old to do that. Update ctxd.", seen[1].msg)
   end)
 end)

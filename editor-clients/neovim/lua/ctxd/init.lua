@@ -30,6 +30,16 @@ function M.setup(opts)
   local config = config_mod.resolve(opts)
   define_highlights()
   require("ctxd.commands").register()
+  -- A later `:cd` (or `:tcd`, `:lcd`) into a project shows its Claude Code sessions.
+  vim.api.nvim_create_autocmd("DirChanged", {
+    group = vim.api.nvim_create_augroup("ctxd.directory", { clear = true }),
+    callback = function()
+      local current = client.state.config
+      if current and current.observe_claude_code and client.state.observing then
+        require("ctxd.claude").moved_to(client.request, vim.fn.getcwd())
+      end
+    end,
+  })
   client.start(config)
 end
 
