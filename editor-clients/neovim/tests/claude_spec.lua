@@ -296,6 +296,23 @@ describe("Claude Code sessions of the current directory", function()
     t.eq(older_text, ctxd.status())
   end)
 
+  it("setup() with observe_claude_code = false stops showing the sessions, and true shows them again", function()
+    observed_session()
+    local cmd = client.state.config.cmd
+    local function setup(on)
+      ctxd.setup({ cmd = cmd, settings = { autoCompactWindow = 100000, provider = "offline" }, observe_claude_code = on })
+      t.wait_for("the daemon to be ready", client.is_ready)
+    end
+    setup(false)
+    t.wait_for("nothing in the statusline", function()
+      return ctxd.status() == ""
+    end)
+    setup(true)
+    t.wait_for("the session again", function()
+      return ctxd.status() == "ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6"
+    end)
+  end)
+
   it("follows a later :cd into a project (DirChanged)", function()
     start_in_new_folder()
     -- Another project, whose session Claude Code writes; the editor moves there later.

@@ -468,7 +468,7 @@ export async function undoClaude(deps: CommandDeps, session: ObservedSession): P
         );
         const numbers =
             result?.preTokens !== undefined && result.postTokens !== undefined
-                ? ` ${formatCount(result.preTokens)} → ${formatCount(result.postTokens)} tokens`
+                ? `: ${formatCount(result.preTokens)} → ${formatCount(result.postTokens)} tokens`
                 : "";
         void vscode.window.showInformationMessage(`ctxd: the Claude Code session's last compaction is undone${numbers}; the transcript is as it was before it.`);
     } catch (error) {

@@ -49,6 +49,8 @@ const ACTIONS: Record<string, string> = {
     "ctx/setAutoCompactWindow": "save the auto-compact window",
     "ctx/clear": "clear the session",
     "ctx/observe": "follow the Claude Code sessions",
+    "ctx/searchHistory": "search the session's history",
+    "ctx/readHistory": "read the history record",
 };
 
 /** JSON-RPC codes the client's connection gives when the daemon went away mid-request. */

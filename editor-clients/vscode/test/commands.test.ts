@@ -11,7 +11,7 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { afterEach, beforeEach, describe, it } from "node:test";
 
-import { Commands, OLD_DAEMON_NOTE, parseWindow, registerCommands, reportCompactions } from "../src/commands";
+import { Commands, OLD_DAEMON_NOTE, parseWindow, registerCommands, reportCompactions, undoClaude } from "../src/commands";
 import { ContextView } from "../src/contextView";
 import type { CompactedParams, CompactResult, ContextChangedParams, ContextResult } from "../src/lsp_ext";
 import { formatCount, statusText, windowResultText } from "../src/render";
@@ -345,6 +345,19 @@ describe("commands against scripted answers (a future daemon, an older one)", ()
         await run(Commands.compact);
         assert.deepEqual(connection.sent.at(-1), { method: "ctx/compact", params: { sessionId: "s-1", instructions: "keep the plan" } });
         assert.deepEqual(fake.messages, [{ kind: "info", text: "ctxd: compacted 150,000 → 20,000 tokens." }]);
+    });
+
+    it("Undo on a Claude Code session gives the token figures when the answer has them", async () => {
+        const session = { sessionId: "observe-1", folder: "/w", projectDir: "/c/projects/-w", transcript: "/c/projects/-w/t.jsonl", claudeSessionId: "t", seen: 1 };
+        connection.answer("ctx/claudeUndo", () => ({ transcript: session.transcript, offset: 10, removedBytes: 5, preTokens: 12_000, postTokens: 110_700 }));
+        await undoClaude({ sessions, contextView: undefined as never, output: undefined as never, restart: async () => undefined, defaultModel: () => undefined }, session);
+        assert.deepEqual(connection.sent.at(-1), { method: "ctx/claudeUndo", params: { transcript: session.transcript, sessionId: "t" } });
+        assert.deepEqual(fake.messages, [{ kind: "info", text: "ctxd: the Claude Code session's last compaction is undone: 12,000 → 110,700 tokens; the transcript is as it was before it." }]);
+        // An answer without them (today's daemon) says what happened all the same.
+        fake.messages = [];
+        connection.answer("ctx/claudeUndo", () => ({ transcript: session.transcript, offset: 10, removedBytes: 5 }));
+        await undoClaude({ sessions, contextView: undefined as never, output: undefined as never, restart: async () => undefined, defaultModel: () => undefined }, session);
+        assert.deepEqual(fake.messages, [{ kind: "info", text: "ctxd: the Claude Code session's last compaction is undone; the transcript is as it was before it." }]);
     });
 
     it("Compact now with an empty focus sends no instructions", async () => {

@@ -94,7 +94,7 @@ function M.undo_compact(done)
       -- Token figures when the daemon's answer has them (older answers do not).
       local numbers = ""
       if type(result) == "table" and result.preTokens and result.postTokens then
-        numbers = string.format(" %s → %s tokens", render.format_count(result.preTokens), render.format_count(result.postTokens))
+        numbers = string.format(": %s → %s tokens", render.format_count(result.preTokens), render.format_count(result.postTokens))
       end
       vim.notify(
         "ctxd: the Claude Code session's last compaction is undone" .. numbers .. "; the transcript is as it was before it",

@@ -23,6 +23,8 @@ local ACTIONS = {
   ["ctx/setAutoCompactWindow"] = "save the auto-compact window",
   ["ctx/clear"] = "clear the session",
   ["ctx/observe"] = "follow the Claude Code sessions",
+  ["ctx/searchHistory"] = "search the session's history",
+  ["ctx/readHistory"] = "read the history record",
 }
 
 --- JSON-RPC codes a connection gives when the daemon went away mid-request.
