@@ -35,6 +35,8 @@ describe("a daemon that exits at start", function()
         level = vim.log.levels.ERROR,
       },
     }, seen)
+    -- The statusline keeps to the cause.
+    t.eq("ctxd down: exited with code 3 while starting", ctxd.status())
     vim.cmd("Ctxd log")
     local lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)
     vim.cmd("close")

@@ -26,7 +26,8 @@ local state = {
   restart_timer = nil,
   --- Set while the daemon is down after a failed start or an exit: why, and when the
   --- next start is due. Requests fail at once meanwhile.
-  down = nil, ---@type { reason: string, retry_at: integer }|nil
+  --- `cause`: the reason without the daemon's stderr, for the statusline.
+  down = nil, ---@type { reason: string, cause: string, retry_at: integer }|nil
   notified = false, -- the user was told of this down period
   last_exit = nil, ---@type { code: integer, signal: integer }|nil
   log = {}, ---@type string[] the client's own log of start attempts (`:CtxdLog`)
@@ -206,7 +207,7 @@ end
 
 --- The daemon is down for `reason`: requests fail at once, the user is told once, and
 --- the next start is scheduled with back-off.
-local function went_down(reason)
+local function went_down(reason, cause)
   state.client_id, state.ready, state.capabilities = nil, false, nil
   fail_inflight()
   local queued = state.queue
@@ -220,7 +221,7 @@ local function went_down(reason)
     return
   end
   local delay = next_delay()
-  state.down = { reason = reason, retry_at = vim.uv.now() + delay }
+  state.down = { reason = reason, cause = cause or reason, retry_at = vim.uv.now() + delay }
   M.log("%s; next start in %.1f s", reason, delay / 1000)
   for _, q in ipairs(queued) do
     q.callback({ message = M.down_text() }, nil)
@@ -283,12 +284,9 @@ local function on_exit(client_id)
   local exit = state.last_exit or { code = 0, signal = 0 }
   state.last_exit = nil
   local how = exit.signal ~= 0 and ("was killed by signal " .. exit.signal) or ("exited with code " .. exit.code)
-  local reason = state.ready and ("ctxd " .. how) or ("ctxd " .. how .. " while starting")
+  local cause = state.ready and ("ctxd " .. how) or ("ctxd " .. how .. " while starting")
   local tail = M.stderr_tail()
-  if #tail > 0 then
-    reason = reason .. ": " .. table.concat(tail, " | ")
-  end
-  went_down(reason)
+  went_down(#tail > 0 and (cause .. ": " .. table.concat(tail, " | ")) or cause, cause)
 end
 
 --- `cmd` for `vim.lsp.start`: the command, run so that its exit status is kept here and

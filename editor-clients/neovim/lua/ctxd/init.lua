@@ -82,7 +82,7 @@ end
 ---@return string
 function M.status(session_id)
   local session = sessions.get(session_id)
-  local down = client.state.down and ("ctxd down: " .. client.state.down.reason:gsub("^ctxd ", "")) or nil
+  local down = client.state.down and ("ctxd down: " .. client.state.down.cause:gsub("^ctxd ", "")) or nil
   if not session then
     local observed = not session_id and require("ctxd.claude").get() or nil
     if down then
