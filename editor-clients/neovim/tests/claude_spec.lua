@@ -77,10 +77,15 @@ end
 --- A working folder of the calling case's own (`my.app_1`, or `name`), made the current
 --- directory, and a daemon started in it that waits for the folder's first Claude Code
 --- transcript. Returns the folder and its Claude Code project folder.
-local function start_in_new_folder(name)
+local function new_folder(name)
   cases = cases + 1
   local folder = string.format("%s/%d/%s", scratch, cases, name or "my.app_1")
   vim.fn.mkdir(folder, "p")
+  return folder
+end
+
+--- Makes `folder` the current directory and starts a daemon of the case's own there.
+local function start_in(folder)
   vim.fn.chdir(folder)
   vim.env.CLAUDE_CONFIG_DIR = config_dir
   ctxd.setup({
@@ -88,10 +93,41 @@ local function start_in_new_folder(name)
     settings = { autoCompactWindow = 100000, provider = "offline" },
   })
   t.wait_for("the daemon to be ready", client.is_ready)
+end
+
+local function start_in_new_folder(name)
+  local folder = new_folder(name)
+  start_in(folder)
   t.wait_for("the project to wait for a transcript", function()
     return #claude.waiting() == 1
   end)
   return folder, claude.project_dir(folder)
+end
+
+--- Runs `:Ctxd sessions` and picks entry `index`: returns the entries offered and the
+--- text of the context float the pick opened (closed again), if it opened one.
+local function pick(index)
+  local offered, buf
+  local select = vim.ui.select
+  vim.ui.select = function(items, opts, on_choice)
+    offered = vim.tbl_map(opts.format_item, items)
+    on_choice(items[index])
+  end
+  local ok, err = pcall(function()
+    commands.pick_session(function(b)
+      buf = b or false
+    end)
+    t.wait_for("the pick to be done", function()
+      return buf ~= nil
+    end)
+  end)
+  vim.ui.select = select
+  t.truthy(ok, err)
+  local shown = buf and table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n")
+  if buf then
+    vim.cmd("close")
+  end
+  return offered, shown
 end
 
 local function transcript_named(project_dir, n)
@@ -212,19 +248,7 @@ describe("Claude Code sessions of the current directory", function()
     t.wait_for("the new session shown", function()
       return ctxd.status() == "ctx 25.0% · 47.0k to compact · 20.0k · claude-opus-4-6"
     end)
-    local offered
-    local select = vim.ui.select
-    vim.ui.select = function(items, opts, on_choice)
-      offered = vim.tbl_map(opts.format_item, items)
-      on_choice(items[2])
-    end
-    local buf
-    commands.pick_session(function(b)
-      buf = b
-    end)
-    vim.ui.select = select
-    local shown = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n")
-    vim.cmd("close")
+    local offered, shown = pick(2)
     t.eq(2, #offered)
     t.eq("ctx 25.0% · 47.0k to compact · 20.0k · claude-opus-4-6  20000000-0000-4000-8000-000000000002  (shown)", offered[1])
     t.eq("ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6  20000000-0000-4000-8000-000000000001", offered[2])
@@ -238,20 +262,13 @@ describe("Claude Code sessions of the current directory", function()
     end)
     t.eq("ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6", ctxd.status())
     -- The first entry follows the session that changed last again.
-    vim.ui.select = function(items, opts, on_choice)
-      offered = vim.tbl_map(opts.format_item, items)
-      on_choice(items[1])
-    end
-    commands.pick_session()
-    vim.ui.select = select
+    offered = pick(1)
     t.eq(commands.FOLLOW_NEWEST, offered[1])
     t.eq("ctx 37.5% · 37.0k to compact · 30.0k · claude-opus-4-6", ctxd.status())
   end)
 
   it("lists every transcript of the directory, also one the daemon does not follow, and shows it when picked", function()
-    cases = cases + 1
-    local folder = string.format("%s/%d/my.app_1", scratch, cases)
-    vim.fn.mkdir(folder, "p")
+    local folder = new_folder()
     local project_dir = expected_project_dir(folder)
     vim.fn.mkdir(project_dir, "p")
     -- An older session (Claude Code resumes it later) next to the newest one.
@@ -260,30 +277,12 @@ describe("Claude Code sessions of the current directory", function()
     local an_hour_ago = os.time() - 3600
     vim.uv.fs_utime(older, an_hour_ago, an_hour_ago)
     append(newer, { line("user"), line("assistant", 40000) })
-    vim.fn.chdir(folder)
-    vim.env.CLAUDE_CONFIG_DIR = config_dir
-    ctxd.setup({
-      cmd = { test_env.ctxd_bin, "serve", "--state-dir", scratch .. "/state-" .. cases, "--log-file", scratch .. "/ctxd-" .. cases .. ".log" },
-      settings = { autoCompactWindow = 100000, provider = "offline" },
-    })
+    start_in(folder)
     t.wait_for("the newest session", function()
       return ctxd.status() == "ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6"
     end)
-    local offered
-    local select = vim.ui.select
-    vim.ui.select = function(items, opts, on_choice)
-      offered = vim.tbl_map(opts.format_item, items)
-      on_choice(items[2])
-    end
-    local buf
-    commands.pick_session(function(b)
-      buf = b
-    end)
-    t.wait_for("the picked session's context", function()
-      return buf
-    end)
-    vim.ui.select = select
-    vim.cmd("close")
+    local offered, shown = pick(2)
+    t.contains(shown, "Claude Code session 20000000-0000-4000-8000-000000000001")
     local older_text = "ctx 12.5% · 57.0k to compact · 10.0k · claude-opus-4-6"
     t.eq(2, #offered)
     t.eq("ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6  20000000-0000-4000-8000-000000000002  (shown)", offered[1])
@@ -316,9 +315,7 @@ describe("Claude Code sessions of the current directory", function()
   it("follows a later :cd into a project (DirChanged)", function()
     start_in_new_folder()
     -- Another project, whose session Claude Code writes; the editor moves there later.
-    cases = cases + 1
-    local other = string.format("%s/%d/other.app", scratch, cases)
-    vim.fn.mkdir(other, "p")
+    local other = new_folder("other.app")
     local project_dir = expected_project_dir(other)
     vim.fn.mkdir(project_dir, "p")
     append(transcript_named(project_dir, 1), { line("user"), line("assistant", 40000) })

@@ -476,18 +476,7 @@ local function log_of_process(pid)
   end
   local args = vim.split(file:read("*a") or "", "\0", { plain = true })
   file:close()
-  for i, arg in ipairs(args) do
-    if arg == "--log-stderr" then
-      return nil, true
-    elseif arg == "--log-file" and args[i + 1] then
-      return args[i + 1]
-    end
-    local value = arg:match("^%-%-log%-file=(.+)$")
-    if value then
-      return value
-    end
-  end
-  return nil
+  return config_mod.log_file_arg(args), vim.tbl_contains(args, "--log-stderr")
 end
 
 ---@class ctxd.StoreHolder
