@@ -11,11 +11,15 @@ import type { ContextView } from "./contextView";
 import type { DaemonState } from "./daemon";
 import { observedText } from "./daemonStatus";
 import { describeError, isMethodNotFound } from "./errors";
+import { registerHistory, SEARCH_HISTORY_COMMAND } from "./history";
 import type { ClaudeCompactResult, ClaudeUndoResult } from "./lsp_ext";
 import { formatCount, statusText, windowReasonText, windowResultText } from "./render";
 import type { CtxdSessions, SessionInfo } from "./sessions";
 
-/** Command ids, as contributed in package.json. */
+/**
+ * Every command id the extension registers, as contributed in package.json: the one
+ * list `registerCommands` registers from (the test checks it against the manifest).
+ */
 export const Commands = {
     compact: "ctxd.compact",
     undoCompact: "ctxd.undoCompact",
@@ -26,7 +30,10 @@ export const Commands = {
     restart: "ctxd.restart",
     fixStart: "ctxd.fixStart",
     pickClaudeSession: "ctxd.pickClaudeSession",
+    searchHistory: SEARCH_HISTORY_COMMAND,
 } as const;
+
+type CommandId = (typeof Commands)[keyof typeof Commands];
 
 export interface CommandDeps {
     sessions: CtxdSessions;
@@ -42,9 +49,12 @@ export interface CommandDeps {
     defaultModel(): string | undefined;
 }
 
-/** Registers every command; dispose the result to unregister them. */
+/**
+ * Registers every command of `Commands` (the history search with its documents, from
+ * history.ts); dispose the result to unregister them.
+ */
 export function registerCommands(deps: CommandDeps): vscode.Disposable[] {
-    const handlers: Record<(typeof Commands)[keyof typeof Commands], (arg?: unknown) => Promise<unknown>> = {
+    const handlers: Record<Exclude<CommandId, typeof Commands.searchHistory>, (arg?: unknown) => Promise<unknown>> = {
         [Commands.compact]: (arg) => compactNow(deps, arg),
         [Commands.undoCompact]: (arg) => undoCompaction(deps, arg),
         [Commands.showContext]: (arg) => showContext(deps, arg),
@@ -55,7 +65,7 @@ export function registerCommands(deps: CommandDeps): vscode.Disposable[] {
         [Commands.fixStart]: () => fixStart(deps),
         [Commands.pickClaudeSession]: () => pickClaudeSession(deps),
     };
-    return Object.entries(handlers).map(([id, handler]) => vscode.commands.registerCommand(id, handler));
+    return [...Object.entries(handlers).map(([id, handler]) => vscode.commands.registerCommand(id, handler)), ...registerHistory(deps)];
 }
 
 /** The session a command acts on, or undefined when none is open or the pick was dismissed. */

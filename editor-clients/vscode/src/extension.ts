@@ -11,7 +11,6 @@ import { RESTART_KEYS, readConfig, type SettingKey } from "./config";
 import { CONTEXT_SCHEME, ContextView } from "./contextView";
 import { DaemonController, type DaemonState, sendSettings } from "./daemon";
 import { DaemonStatusItem } from "./daemonStatus";
-import { registerHistory } from "./history";
 import { CtxdSessions, type CtxdApi } from "./sessions";
 import { SessionStatusBar } from "./statusBar";
 
@@ -109,7 +108,6 @@ export async function activate(context: vscode.ExtensionContext): Promise<CtxdAp
             defaultModel: () => currentConfig().model,
         }),
         ...reportCompactions(sessions),
-        ...registerHistory({ sessions, observed }),
         { dispose: () => void daemon.dispose() },
     );
 
