@@ -36,7 +36,7 @@ function secondsUntil(at: number, now: number): number {
     return Math.max(0, Math.ceil((at - now) / 1000));
 }
 
-/** `$(dashboard) ctx 45.0% · 22.0k to compact · 90.0k · claude-sonnet-4-5` */
+/** `$(dashboard) ctx 50.0% · 77.0k to compact · 90.0k · claude-opus-4-6` */
 export function observedText(session: ObservedSession): string {
     const usage = session.usage;
     if (usage === undefined) {

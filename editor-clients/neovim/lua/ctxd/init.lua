@@ -63,7 +63,7 @@ function M.update_settings(settings)
   client.notify("workspace/didChangeConfiguration", { settings = settings })
 end
 
---- An observed Claude Code session's status: `ctx 50.0% · 27.0k to compact · 40.0k · claude-sonnet-4-5`.
+--- An observed Claude Code session's status: `ctx 50.0% · 77.0k to compact · 90.0k · claude-opus-4-6`.
 ---@param observed ctxd.ObservedSession
 ---@return string
 function M.observed_status(observed)
