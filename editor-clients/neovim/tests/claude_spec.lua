@@ -134,6 +134,25 @@ local function transcript_named(project_dir, n)
   return string.format("%s/20000000-0000-4000-8000-%012d.jsonl", project_dir, n)
 end
 
+--- The statusline of a session whose last turn is at 40,000 tokens.
+local FIRST_TURN = "ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6"
+
+--- Writes a first turn (40,000 tokens) to transcript 1 of `project_dir`, which it makes.
+--- Returns the transcript.
+local function first_turn(project_dir)
+  vim.fn.mkdir(project_dir, "p")
+  local transcript = transcript_named(project_dir, 1)
+  append(transcript, { line("user"), line("assistant", 40000) })
+  return transcript
+end
+
+--- Waits for the statusline to show the session of `first_turn()`.
+local function wait_for_first_turn(what)
+  t.wait_for(what, function()
+    return ctxd.status() == FIRST_TURN
+  end)
+end
+
 --- A folder of the calling case's own with one Claude Code session observed: two
 --- turns, the last at 60,000 tokens, shown in the statusline. Returns the transcript and
 --- the project folder.
@@ -186,12 +205,8 @@ describe("Claude Code sessions of the current directory", function()
   it("shows nothing until a transcript appears, then the newest session, following it", function()
     local _, project_dir = start_in_new_folder()
     t.eq("", ctxd.status())
-    vim.fn.mkdir(project_dir, "p")
-    local transcript = transcript_named(project_dir, 1)
-    append(transcript, { line("user"), line("assistant", 40000) })
-    t.wait_for("the observed session in the statusline", function()
-      return ctxd.status() == "ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6"
-    end)
+    local transcript = first_turn(project_dir)
+    wait_for_first_turn("the observed session in the statusline")
     t.eq(claude.observe_id(transcript), claude.get().session_id)
     append(transcript, { line("user"), line("assistant", 60000) })
     t.wait_for("the next turn", function()
@@ -278,14 +293,12 @@ describe("Claude Code sessions of the current directory", function()
     vim.uv.fs_utime(older, an_hour_ago, an_hour_ago)
     append(newer, { line("user"), line("assistant", 40000) })
     start_in(folder)
-    t.wait_for("the newest session", function()
-      return ctxd.status() == "ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6"
-    end)
+    wait_for_first_turn("the newest session")
     local offered, shown = pick(2)
     t.contains(shown, "Claude Code session 20000000-0000-4000-8000-000000000001")
     local older_text = "ctx 12.5% · 57.0k to compact · 10.0k · claude-opus-4-6"
     t.eq(2, #offered)
-    t.eq("ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6  20000000-0000-4000-8000-000000000002  (shown)", offered[1])
+    t.eq(FIRST_TURN .. "  20000000-0000-4000-8000-000000000002  (shown)", offered[1])
     -- A daemon that follows only the newest transcript has sent nothing for the older one.
     t.truthy(
       offered[2] == "not followed yet  20000000-0000-4000-8000-000000000001"
@@ -317,12 +330,9 @@ describe("Claude Code sessions of the current directory", function()
     -- Another project, whose session Claude Code writes; the editor moves there later.
     local other = new_folder("other.app")
     local project_dir = expected_project_dir(other)
-    vim.fn.mkdir(project_dir, "p")
-    append(transcript_named(project_dir, 1), { line("user"), line("assistant", 40000) })
+    first_turn(project_dir)
     vim.cmd.cd(vim.fn.fnameescape(other))
-    t.wait_for("the other project's session", function()
-      return ctxd.status() == "ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6"
-    end)
+    wait_for_first_turn("the other project's session")
     t.eq(project_dir, claude.get().project_dir)
     t.eq({}, claude.waiting(), "the first directory's wait is over")
   end)
@@ -331,11 +341,8 @@ describe("Claude Code sessions of the current directory", function()
     local folder = start_in_new_folder("café-😀")
     local project_dir = expected_project_dir(folder)
     t.truthy(vim.endswith(project_dir, "-caf----"), project_dir)
-    vim.fn.mkdir(project_dir, "p")
-    append(transcript_named(project_dir, 1), { line("user"), line("assistant", 40000) })
-    t.wait_for("the session in the statusline", function()
-      return ctxd.status() == "ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6"
-    end)
+    first_turn(project_dir)
+    wait_for_first_turn("the session in the statusline")
   end)
 
   it("shows the session of the folder a symlink points to, as Claude Code names it", function()
@@ -344,11 +351,8 @@ describe("Claude Code sessions of the current directory", function()
     vim.uv.fs_symlink(real, link)
     vim.cmd.cd(vim.fn.fnameescape(link))
     local project_dir = expected_project_dir(real)
-    vim.fn.mkdir(project_dir, "p")
-    append(transcript_named(project_dir, 1), { line("user"), line("assistant", 40000) })
-    t.wait_for("the real folder's session", function()
-      return ctxd.status() == "ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6"
-    end)
+    first_turn(project_dir)
+    wait_for_first_turn("the real folder's session")
   end)
 
   it(":Ctxd with no argument prints the usage line", function()
