@@ -76,7 +76,9 @@ end
 
 local function report(name, latencies, missed)
   table.sort(latencies)
-  if #latencies == 0 then
+  if missed == 0 and #latencies == 0 then
+    return
+  elseif #latencies == 0 then
     say(string.format("%-24s none of %d shown within %d ms", name, missed, MISS_MS))
     return
   end
