@@ -69,9 +69,13 @@ fn bullets(body: &str) -> Vec<String> {
     out.into_iter().map(|lines| lines.join("\n").trim_end().to_owned()).filter(|e| !e.is_empty()).collect()
 }
 
-/// The count of a "[… N more user messages cut …]" line (any noun), when `entry` is one.
+/// The count of a "[… N more user messages cut …]" line (any noun, and maybe a
+/// " (…)" note after it), when `entry` is one.
 pub(super) fn folded_count(entry: &str) -> Option<usize> {
-    let rest = entry.trim().strip_prefix("[… ")?.strip_suffix(" cut …]")?;
+    let (rest, note) = entry.trim().strip_prefix("[… ")?.split_once(" cut …]")?;
+    if !(note.is_empty() || note.starts_with(" (") && note.ends_with(')')) {
+        return None;
+    }
     let (number, noun) = rest.split_once(' ')?;
     let noun = noun.strip_prefix("more ")?;
     if noun.is_empty() || noun.contains(['[', ']']) {
@@ -126,6 +130,8 @@ mod tests {
         assert_eq!(folded_count("[… 1 more file cut …]"), Some(1));
         assert_eq!(folded_count("[… 12 characters cut …]"), None);
         assert_eq!(folded_count("text [… 3 more files cut …]"), None);
+        assert_eq!(folded_count("[… 3 more files cut …] (the oldest; the transcript has them)"), Some(3));
+        assert_eq!(folded_count("[… 3 more files cut …] and then some"), None);
         assert_eq!(split_times(&format!("{}hello", times_lead(1200))), (1200, "hello"));
         assert_eq!(split_times("(sent 1 times) x"), (1, "(sent 1 times) x"));
         assert_eq!(split_times("plain"), (1, "plain"));

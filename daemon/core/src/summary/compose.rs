@@ -36,6 +36,8 @@ const MAX_CARRIED: usize = 8;
 const EARLIER: &str = "Earlier: ";
 /// Lead of a task carried from an earlier summary.
 const EARLIER_TASK: &str = "From before the previous compaction (may be done by now): ";
+/// Said after the files section's marker: which files went, and where they are.
+const FILES_LEFT_OUT: &str = " (the oldest; the transcript has their reads and edits)";
 /// Earlier turns whose closing reply Problem Solving quotes.
 const MAX_EARLIER_TURNS: usize = 12;
 
@@ -93,7 +95,7 @@ fn focus_terms(focus: Option<&str>) -> Vec<String> {
 }
 
 fn section(number: usize, entries: Vec<Entry>, empty: &'static str, noun: (&'static str, &'static str)) -> Section {
-    Section { number, entries, empty, noun, folded: 0 }
+    Section { number, entries, empty, noun, folded: 0, marker_hint: "" }
 }
 
 /// An entry that only says a section was empty ("None recorded.").
@@ -328,6 +330,8 @@ impl Ctx<'_> {
         let mut section =
             section(3, entries, "- No file was read or changed in this part of the conversation.", ("file", "files"));
         section.folded = folded;
+        // Files are left out oldest first, and only past the file list's own room.
+        section.marker_hint = FILES_LEFT_OUT;
         section
     }
 

@@ -10,7 +10,12 @@
 //! rank first, behind one visible marker. Entries marked `keep` are never dropped, and
 //! headings are always written. Entries marked `named` (the files touched since the
 //! previous compaction) keep at least their brief form before any other section gives
-//! up its floor, and are dropped only after every other entry of their section.
+//! up its floor, and are dropped only after every other entry of their section. Their
+//! paths have room of their own on top of the cap (the file list's allowance, bounded
+//! by the caller): what they need of it, up to its bound, is added to the budget and
+//! held for them, so they do not take the user messages' room; only past that bound do
+//! they compete for the cap as before, the newest first, the oldest counted in a marker
+//! that says where to find them.
 //! Entries that match the caller's focus keep twice the room of the others, count
 //! towards their section's floor and are dropped last. If even the kept entries do not
 //! fit at their minimums, every minimum shrinks in steps (the "squeeze") before the
@@ -119,6 +124,9 @@ pub(super) struct Section {
     pub noun: (&'static str, &'static str),
     /// Entries an earlier summary already left out, counted in this section's marker.
     pub folded: usize,
+    /// Said after the marker: which entries went and where to find them (" (…)"), or
+    /// nothing.
+    pub marker_hint: &'static str,
 }
 
 const ENTRY_INDENT: &str = "   ";
@@ -167,9 +175,9 @@ fn entry_len(entry: &Entry, limit: usize, scratch: &mut String) -> usize {
     scratch.len()
 }
 
-fn dropped_line(count: usize, noun: (&str, &str)) -> String {
-    let noun = if count == 1 { noun.0 } else { noun.1 };
-    format!("{ENTRY_INDENT}- [… {} more {noun} cut …]\n", thousands(count))
+fn dropped_line(count: usize, section: &Section) -> String {
+    let noun = if count == 1 { section.noun.0 } else { section.noun.1 };
+    format!("{ENTRY_INDENT}- [… {} more {noun} cut …]{}\n", thousands(count), section.marker_hint)
 }
 
 /// Per-entry body limits (`None` = dropped) for one section.
@@ -190,20 +198,20 @@ fn write_section(section: &Section, limits: &Limits) -> String {
     let fold_at = if limits.iter().any(Option::is_none) { usize::MAX } else { 1.min(section.entries.len()) };
     for (i, (entry, limit)) in section.entries.iter().zip(limits).enumerate() {
         if i == fold_at && !marker_written {
-            out.push_str(&dropped_line(dropped, section.noun));
+            out.push_str(&dropped_line(dropped, section));
             marker_written = true;
         }
         match limit {
             Some(limit) => write_entry(&mut out, entry, *limit),
             None if !marker_written => {
-                out.push_str(&dropped_line(dropped, section.noun));
+                out.push_str(&dropped_line(dropped, section));
                 marker_written = true;
             }
             None => {}
         }
     }
     if !marker_written {
-        out.push_str(&dropped_line(dropped, section.noun));
+        out.push_str(&dropped_line(dropped, section));
     }
     out
 }
@@ -259,7 +267,7 @@ fn fit_section(section: &Section, allowance: usize, squeeze: usize) -> String {
     let mut dropped = section.folded;
     order.sort_by_key(|&i| entries[i].named);
     for i in order {
-        let marker = if dropped > 0 { dropped_line(dropped, section.noun).len() } else { 0 };
+        let marker = if dropped > 0 { dropped_line(dropped, section).len() } else { 0 };
         if total + marker <= allowance {
             break;
         }
@@ -267,7 +275,7 @@ fn fit_section(section: &Section, allowance: usize, squeeze: usize) -> String {
         total -= min_lens[i];
         dropped += 1;
     }
-    let marker = if dropped > 0 { dropped_line(dropped, section.noun).len() } else { 0 };
+    let marker = if dropped > 0 { dropped_line(dropped, section).len() } else { 0 };
 
     // Largest common level that fits: each body keeps min(len, max(min, weight × level)).
     let limit_at = |i: usize, level: usize| -> usize {
@@ -339,7 +347,7 @@ fn section_len_at(section: &Section, squeeze: usize, form: impl Fn(&Entry) -> Op
             None => left_out += 1,
         }
     }
-    let marker = if left_out > 0 { dropped_line(left_out, section.noun).len() } else { 0 };
+    let marker = if left_out > 0 { dropped_line(left_out, section).len() } else { 0 };
     heading(section.number).len() + mins + marker
 }
 
@@ -348,18 +356,22 @@ fn section_len_at(section: &Section, squeeze: usize, form: impl Fn(&Entry) -> Op
 /// - The others: their kept and focus-matching entries at their minimum, and some room
 ///   beyond the heading so the newest entries survive; that extra room is the first
 ///   thing given up when the floors do not fit.
-/// - Named entries at their brief form, in the room the protected section's brief forms
-///   and the others' kept entries leave (at most [`NAMED_SHARE`]), paid for by the
-///   others' extra room.
-fn floors(sections: &[Section], full_lens: &[usize], budget: usize, squeeze: usize) -> Vec<usize> {
+/// - Named entries at their brief form: first in `reserve`, the part of `budget` held
+///   for them (the file list's allowance), then in the room the protected section's
+///   brief forms and the others' kept entries leave of the rest (at most
+///   [`NAMED_SHARE`] of it), paid for by the others' extra room.
+fn floors(sections: &[Section], full_lens: &[usize], budget: usize, reserve: usize, squeeze: usize) -> Vec<usize> {
     let is_protected = |i: usize| sections[i].number == PROTECTED_SECTION;
     let lens: Vec<(usize, usize)> = sections.iter().map(|s| kept_len_of(s, squeeze)).collect();
+    let reserve = reserve.min(budget);
+    // Shares are of the budget the sections have in common, the reserve aside.
+    let shared = budget - reserve;
     // The protected section's floor: every entry at its minimum, within its share of
     // the budget. Past the share the oldest are counted in the marker rather than
     // squeezing files and current work out; the share is larger when that holds every
     // entry in its tiny form, or else in its brief form.
     let protected_floor = |s: &Section, full: usize, kept: usize| -> usize {
-        let (large, small) = (budget * PROTECTED_BRIEF_SHARE / 100, budget * PROTECTED_SHARE / 100);
+        let (large, small) = (shared * PROTECTED_BRIEF_SHARE / 100, shared * PROTECTED_SHARE / 100);
         let tiny = section_len_at(s, squeeze, |e| Some(if e.keep { e.min_body } else { e.tiny_body }));
         let brief = brief_len_of(s, squeeze);
         let share = if tiny <= large {
@@ -378,7 +390,7 @@ fn floors(sections: &[Section], full_lens: &[usize], budget: usize, squeeze: usi
         .map(|i| protected_floor(&sections[i], full_lens[i], lens[i].0))
         .sum();
     let kept_alone: usize = (0..sections.len()).filter(|&i| !is_protected(i)).map(|i| lens[i].0 - lens[i].1).sum();
-    let mut named_room = (budget * NAMED_SHARE / 100).min(budget.saturating_sub(promised + kept_alone));
+    let mut named_room = reserve + (shared * NAMED_SHARE / 100).min(shared.saturating_sub(promised + kept_alone));
     let mut named_total = 0;
     let kept: Vec<usize> = lens
         .iter()
@@ -402,12 +414,12 @@ fn floors(sections: &[Section], full_lens: &[usize], budget: usize, squeeze: usi
             }
         })
         .collect();
-    // The named entries are paid for by the room the other sections keep beyond their
-    // kept entries.
+    // Beyond the reserve, the named entries are paid for by the room the other sections
+    // keep beyond their kept entries.
     let unprotected: Vec<usize> = (0..sections.len()).filter(|&i| !is_protected(i)).collect();
     let extra = |i: usize, floors: &[usize]| floors[i].saturating_sub(kept[i]);
     let extras: usize = unprotected.iter().map(|&i| extra(i, &floors)).sum();
-    let paid = named_total.min(extras);
+    let paid = named_total.saturating_sub(reserve).min(extras);
     if paid > 0 {
         for &i in &unprotected {
             floors[i] -= extra(i, &floors) * paid / extras;
@@ -418,10 +430,10 @@ fn floors(sections: &[Section], full_lens: &[usize], budget: usize, squeeze: usi
     }
     let others = |floors: &[usize]| -> usize { unprotected.iter().map(|&i| floors[i]).sum() };
     // Not even the floors fit. The protected section takes what the others leave; if
-    // they would leave it less than half, or less than its promise, they keep only
-    // their kept (and named) entries.
+    // they would leave it less than half of the shared budget, or less than its
+    // promise, they keep only their kept (and named) entries.
     let left = budget.saturating_sub(others(&floors));
-    if others(&floors) > budget / 2 || left < promised {
+    if others(&floors).saturating_sub(reserve) > shared / 2 || left < promised {
         for &i in &unprotected {
             floors[i] = kept[i];
         }
@@ -444,17 +456,27 @@ const PROTECTED_SECTION: usize = 6;
 const PROTECTED_SHARE: usize = 60;
 /// Percent it may take when that is enough for all its entries in brief form.
 const PROTECTED_BRIEF_SHARE: usize = 80;
-/// Percent of the budget the named entries' brief forms may take in their section's
-/// floor.
+/// Percent of the shared budget (the reserve aside) the named entries' brief forms may
+/// take in their section's floor beyond the reserve.
 const NAMED_SHARE: usize = 40;
 
+/// Bytes of the named entries' brief forms (their paths), over all sections.
+fn named_len(sections: &[Section]) -> usize {
+    sections.iter().map(|s| kept_len_of(s, 100).1).sum()
+}
+
 /// Lays the sections out as the `<summary>` text within `cap_tokens` (estimated as
-/// bytes / 4, rounded up). Returns the text and whether anything was cut to fit.
+/// bytes / 4, rounded up), plus what the named entries' paths need of
+/// `allowance_tokens`. Returns the text and whether anything was cut to fit.
 ///
 /// A cap too small for the nine headings still yields the nine headings: the text is
 /// then over the cap, which the caller sees in the token count.
-pub(super) fn layout(sections: &[Section], cap_tokens: u64) -> (String, bool) {
-    let cap_bytes = usize::try_from(cap_tokens.saturating_mul(BYTES_PER_TOKEN)).unwrap_or(usize::MAX);
+pub(super) fn layout(sections: &[Section], cap_tokens: u64, allowance_tokens: u64) -> (String, bool) {
+    let to_bytes = |tokens: u64| usize::try_from(tokens.saturating_mul(BYTES_PER_TOKEN)).unwrap_or(usize::MAX);
+    let paths = u64::try_from(named_len(sections)).unwrap_or(u64::MAX).div_ceil(BYTES_PER_TOKEN);
+    let reserve_tokens = paths.min(allowance_tokens);
+    let cap_tokens = cap_tokens.saturating_add(reserve_tokens);
+    let (cap_bytes, reserve) = (to_bytes(cap_tokens), to_bytes(reserve_tokens));
     let full: Vec<String> = sections.iter().map(|s| write_section(s, &full_limits(s))).collect();
     let text = join(&full);
     if text.len() <= cap_bytes {
@@ -469,7 +491,7 @@ pub(super) fn layout(sections: &[Section], cap_tokens: u64) -> (String, bool) {
         // Cutting is not exact (markers, word boundaries): retry with the overshoot
         // taken off the budget.
         for _ in 0..4 {
-            let floors = floors(sections, &full_lens, budget, squeeze);
+            let floors = floors(sections, &full_lens, budget, reserve, squeeze);
             let fitted = fit_all(sections, &full_lens, &floors, budget, squeeze);
             let text = join(&fitted);
             if estimate_tokens(&text) <= cap_tokens {
@@ -530,12 +552,13 @@ mod tests {
             empty: "- none",
             noun: ("entry", "entries"),
             folded: 0,
+            marker_hint: "",
         }
     }
 
     #[test]
     fn everything_fits_uncut() {
-        let (text, trimmed) = layout(&[section(1, &["a", "b"]), section(2, &[])], 1000);
+        let (text, trimmed) = layout(&[section(1, &["a", "b"]), section(2, &[])], 1000, 0);
         assert!(!trimmed);
         assert_eq!(
             text,
@@ -547,7 +570,7 @@ mod tests {
     fn the_longest_section_gives_up_the_most() {
         let long = "x".repeat(4000);
         let sections = [section(1, &["short entry"]), section(2, &[&long])];
-        let (text, trimmed) = layout(&sections, 300);
+        let (text, trimmed) = layout(&sections, 300, 0);
         assert!(trimmed);
         assert!(estimate_tokens(&text) <= 300, "{}", text.len());
         assert!(text.contains("- short entry\n"));
@@ -560,7 +583,7 @@ mod tests {
         let refs: Vec<&str> = bodies.iter().map(String::as_str).collect();
         let mut s = section(3, &refs);
         s.entries[0].keep = true;
-        let (text, _) = layout(&[s], 200);
+        let (text, _) = layout(&[s], 200, 0);
         assert!(estimate_tokens(&text) <= 200);
         assert!(text.contains("entry number 0 "), "kept entry survives");
         assert!(text.contains("entry number 39"), "highest rank survives");
@@ -579,10 +602,11 @@ mod tests {
             empty: "- none",
             noun: ("message", "messages"),
             folded: 0,
+            marker_hint: "",
         };
         s.entries[39].keep = true;
         // Room for every entry's first words, not for their minimums.
-        let (text, trimmed) = layout(std::slice::from_ref(&s), 700);
+        let (text, trimmed) = layout(std::slice::from_ref(&s), 700, 0);
         assert!(trimmed && estimate_tokens(&text) <= 700);
         for i in 0..40 {
             assert!(text.contains(&format!("Request {i:02} names")), "{i} missing:\n{text}");
@@ -590,7 +614,7 @@ mod tests {
         assert!(!text.contains("more messages cut"), "{text}");
         assert!(text.contains("Request 39 names its task first. detail detail"), "the kept entry keeps its minimum");
         // Less room: the oldest go, counted; the newest stay.
-        let (text, _) = layout(&[s], 250);
+        let (text, _) = layout(&[s], 250, 0);
         assert!(estimate_tokens(&text) <= 250);
         assert!(
             text.contains("more messages cut …]") && text.contains("Request 38 names") && !text.contains("Request 00")
@@ -611,7 +635,7 @@ mod tests {
     #[test]
     fn a_cap_below_the_headings_leaves_the_headings() {
         let sections: Vec<Section> = (1..=9).map(|n| section(n, &["some body text here"])).collect();
-        let (text, trimmed) = layout(&sections, 5);
+        let (text, trimmed) = layout(&sections, 5, 0);
         assert!(trimmed);
         for n in 1..=9 {
             assert!(text.contains(&heading(n)), "{n}");
@@ -634,10 +658,10 @@ mod tests {
                     .rank(i + 1)
             })
             .collect();
-        let files = Section { number: 3, entries: files, empty: "- none", noun: ("file", "files"), folded: 0 };
+        let files = Section { number: 3, entries: files, empty: "- none", noun: ("file", "files"), folded: 0, marker_hint: "" };
         let long = "w".repeat(3000);
         let sections = [section(2, &[&long, &long]), files, section(5, &[&long])];
-        let (text, trimmed) = layout(&sections, 400);
+        let (text, trimmed) = layout(&sections, 400, 0);
         assert!(trimmed && estimate_tokens(&text) <= 400, "{}", text.len());
         for i in 0..20 {
             assert!(text.contains(&format!("- /p/src/file_{i:02}.rs")), "file {i}:\n{text}");
@@ -648,7 +672,7 @@ mod tests {
             assert!(line.ends_with(".rs") || line.contains("; edited ×"), "{line}");
         }
         // With less room than the paths need, the oldest files go first, counted.
-        let (text, _) = layout(&sections, 150);
+        let (text, _) = layout(&sections, 150, 0);
         assert!(estimate_tokens(&text) <= 150);
         assert!(text.contains("- /p/src/file_19.rs") && !text.contains("- /p/src/file_00.rs"), "{text}");
         assert!(text.contains("more files cut …]"), "{text}");

@@ -53,6 +53,17 @@ pub const MIN_OFFLINE_CAP_TOKENS: u64 = 1_000;
 /// Most cap [`offline_cap_tokens`] gives (a one-million-token window).
 pub const MAX_OFFLINE_CAP_TOKENS: u64 = 48_000;
 
+/// Room an offline summary may take beyond its cap for the paths of the files read or
+/// changed since the previous compaction: half the cap (1,595 tokens at a 100k window,
+/// 4k at 200k, 24k at most). Paths are short and the next turn cannot do without
+/// knowing which files are in play, so they do not compete with the user messages for
+/// the cap; bounded, so a part that touched thousands of files still gets a bounded
+/// summary, naming the newest and counting the rest. Only what the paths need is used:
+/// a summary is at most its cap plus the smaller of this and its paths' length.
+pub fn file_list_allowance_tokens(cap_tokens: u64) -> u64 {
+    cap_tokens / 2
+}
+
 /// Default longest user message kept whole, in characters.
 pub const DEFAULT_MAX_USER_MESSAGE_CHARS: usize = 2_000;
 
@@ -60,7 +71,8 @@ pub const DEFAULT_MAX_USER_MESSAGE_CHARS: usize = 2_000;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OfflineOptions {
     /// Cap on the summary's size in estimated tokens (bytes / 4, rounded up), tags
-    /// included. Met whenever it can hold the nine headings.
+    /// included, beside the files' paths: those may take up to
+    /// [`file_list_allowance_tokens`] more. Met whenever it can hold the nine headings.
     pub max_output_tokens: u64,
     /// The user's focus instructions (`/compact <focus>`), merged with any from hooks.
     /// Named in section 1; entries that mention its words are cut last.
@@ -85,8 +97,8 @@ impl Default for OfflineOptions {
 pub struct OfflineSummary {
     /// `<summary>…</summary>` with the nine numbered sections.
     pub text: String,
-    /// Estimated tokens of `text`. Above the cap only when the cap cannot hold the
-    /// nine headings.
+    /// Estimated tokens of `text`. Above the cap by at most the files' paths (within
+    /// [`file_list_allowance_tokens`]), or when the cap cannot hold the nine headings.
     pub tokens: u64,
     /// Every file read, changed or re-attached, newest first: also what post-compact
     /// restoration may want.
@@ -150,7 +162,8 @@ pub struct LineRange {
 pub fn summarize_offline(records: &[Record], options: &OfflineOptions) -> OfflineSummary {
     let facts = scan::scan(records);
     let sections = compose::sections(&facts, options);
-    let (text, trimmed) = layout::layout(&sections, options.max_output_tokens);
+    let (text, trimmed) =
+        layout::layout(&sections, options.max_output_tokens, file_list_allowance_tokens(options.max_output_tokens));
     OfflineSummary {
         tokens: estimate_tokens(&text),
         text,
