@@ -461,6 +461,7 @@ impl Ctx<'_> {
             .map(|(i, (times, text))| {
                 let lead = if times > 1 { format!("- {}", carry::times_lead(times)) } else { "- ".to_owned() };
                 let e = Entry::new(lead, text)
+                    .stands_for(times)
                     .min(MIN_USER_MESSAGE)
                     .tiny(TINY_USER_MESSAGE)
                     .brief(BRIEF_USER_MESSAGE)

@@ -55,6 +55,9 @@ pub(super) struct Entry {
     /// Bytes at the start of the body written whole or not at all (a file's actions,
     /// which a marker inside would make unreadable); the rest is cut as `style` says.
     pub whole_prefix: usize,
+    /// How many the entry stands for in its section's marker when it is dropped (a
+    /// message sent several times is one entry).
+    pub stands_for: usize,
 }
 
 impl Entry {
@@ -71,6 +74,7 @@ impl Entry {
             focus: false,
             named: false,
             whole_prefix: 0,
+            stands_for: 1,
         }
     }
     /// Sets the minimum body (and the tiny and brief forms to the same).
@@ -108,6 +112,10 @@ impl Entry {
     }
     pub(super) fn whole_prefix(mut self, bytes: usize) -> Entry {
         self.whole_prefix = bytes;
+        self
+    }
+    pub(super) fn stands_for(mut self, count: usize) -> Entry {
+        self.stands_for = count;
         self
     }
 }
@@ -191,7 +199,9 @@ fn write_section(section: &Section, limits: &Limits) -> String {
         out.push('\n');
         return out;
     }
-    let dropped = limits.iter().filter(|l| l.is_none()).count() + section.folded;
+    let dropped: usize =
+        section.entries.iter().zip(limits).filter(|(_, l)| l.is_none()).map(|(e, _)| e.stands_for).sum::<usize>()
+            + section.folded;
     // With nothing dropped now, what earlier summaries left out is marked after the
     // first entry (the oldest are left out first, and the first entry is kept).
     let mut marker_written = dropped == 0;
@@ -273,7 +283,7 @@ fn fit_section(section: &Section, allowance: usize, squeeze: usize) -> String {
         }
         alive[i] = false;
         total -= min_lens[i];
-        dropped += 1;
+        dropped += entries[i].stands_for;
     }
     let marker = if dropped > 0 { dropped_line(dropped, section).len() } else { 0 };
 
@@ -344,7 +354,7 @@ fn section_len_at(section: &Section, squeeze: usize, form: impl Fn(&Entry) -> Op
     for e in &section.entries {
         match form(e) {
             Some(body) => mins += entry_len(e, squeezed(body, squeeze).min(e.body.len()), &mut scratch),
-            None => left_out += 1,
+            None => left_out += e.stands_for,
         }
     }
     let marker = if left_out > 0 { dropped_line(left_out, section).len() } else { 0 };
@@ -658,7 +668,8 @@ mod tests {
                     .rank(i + 1)
             })
             .collect();
-        let files = Section { number: 3, entries: files, empty: "- none", noun: ("file", "files"), folded: 0, marker_hint: "" };
+        let files =
+            Section { number: 3, entries: files, empty: "- none", noun: ("file", "files"), folded: 0, marker_hint: "" };
         let long = "w".repeat(3000);
         let sections = [section(2, &[&long, &long]), files, section(5, &[&long])];
         let (text, trimmed) = layout(&sections, 400, 0);

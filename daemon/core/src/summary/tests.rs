@@ -40,6 +40,13 @@ fn with_cap(cap: u64) -> OfflineOptions {
     OfflineOptions { max_output_tokens: cap, ..OfflineOptions::default() }
 }
 
+/// The most a summary written under `cap` may take: the cap, plus what its files'
+/// paths ("   - path" lines) need of the file list's allowance.
+fn bound(summary: &OfflineSummary, cap: u64) -> u64 {
+    let paths: usize = summary.files.iter().map(|f| "   - \n".len() + f.path.len()).sum();
+    cap.saturating_add((paths as u64).div_ceil(4).min(file_list_allowance_tokens(cap)))
+}
+
 /// The body of section `n` in a summary text.
 fn section_body(text: &str, n: u8) -> String {
     let body = parse_summary_reply(text).unwrap();
@@ -477,8 +484,9 @@ fn generated_sessions_respect_every_cap() {
         for cap in [20_000, 4_000, 1_500, 600, 250] {
             let summary = summarize_offline(&recs, &with_cap(cap));
             assert_well_formed(&summary);
-            assert!(summary.tokens <= cap, "{name} cap {cap}: {} tokens", summary.tokens);
-            assert_eq!(summary.trimmed, full.tokens > cap, "{name} cap {cap}");
+            let bound = bound(&summary, cap);
+            assert!(summary.tokens <= bound, "{name} cap {cap}: {} tokens", summary.tokens);
+            assert_eq!(summary.trimmed, full.tokens > bound, "{name} cap {cap}");
             if !summary.trimmed {
                 assert_eq!(summary.text, full.text);
             }
@@ -536,7 +544,7 @@ fn focus_keeps_matching_entries_when_others_are_dropped() {
         .unwrap();
     let focused = OfflineOptions { focus: Some(format!("the file {oldest}")), ..with_cap(cap) };
     let summary = summarize_offline(&recs, &focused);
-    assert!(summary.tokens <= cap);
+    assert!(summary.tokens <= bound(&summary, cap));
     assert!(section_body(&summary.text, 3).contains(&format!("- {oldest}: ")), "cap {cap}:\n{}", summary.text);
     assert!(section_body(&summary.text, 1).contains(&oldest));
 }
@@ -600,7 +608,7 @@ fn real_transcript_before_its_compaction() {
     for cap in [300, 150] {
         let s = summarize_offline(&recs, &with_cap(cap));
         assert_well_formed(&s);
-        assert!(s.tokens <= cap, "{cap}: {}", s.tokens);
+        assert!(s.tokens <= bound(&s, cap), "{cap}: {}", s.tokens);
     }
 }
 
@@ -675,7 +683,11 @@ fn every_user_message_survives_many_compactions() {
         let mut sizes = Vec::new();
         replay_compactions(seed, turns, every, &options, |n, prompts, summary, _| {
             assert_well_formed(summary);
-            assert!(summary.tokens <= options.max_output_tokens, "seed {seed} #{n}: {}", summary.tokens);
+            assert!(
+                summary.tokens <= bound(summary, options.max_output_tokens),
+                "seed {seed} #{n}: {}",
+                summary.tokens
+            );
             assert!(!summary.text.contains("as summarized then"), "seed {seed} #{n}: nested");
             let messages = section_body(&summary.text, 6);
             assert_eq!(folded_in(&messages), 0, "seed {seed} #{n}: a message was left out\n{messages}");
@@ -699,7 +711,7 @@ fn a_tight_cap_counts_every_message_it_cannot_show() {
     // shown, and each one is either an entry of its own or counted in the marker.
     let options = with_cap(1_500);
     replay_compactions(5, 80, 4, &options, |n, prompts, summary, _| {
-        assert!(summary.tokens <= 1_500, "#{n}: {}", summary.tokens);
+        assert!(summary.tokens <= bound(summary, 1_500), "#{n}: {}", summary.tokens);
         let messages = section_body(&summary.text, 6);
         let entries: Vec<String> =
             carry::entries(&messages).into_iter().filter(|e| carry::folded_count(e).is_none()).collect();
@@ -723,13 +735,19 @@ fn a_tight_cap_counts_every_message_it_cannot_show() {
 fn summary_size_stays_flat_over_many_compactions() {
     let options = with_cap(offline_cap_tokens(167_000));
     let mut sizes = Vec::new();
-    replay_compactions(3, 120, 6, &options, |_, _, summary, _| sizes.push(summary.tokens));
+    let cap = options.max_output_tokens;
+    let mut bounded = true;
+    replay_compactions(3, 120, 6, &options, |_, _, summary, _| {
+        bounded &= summary.tokens <= bound(summary, cap);
+        sizes.push(summary.tokens);
+    });
     assert!(sizes.len() >= 15);
-    // Bounded by the cap whatever the number of compactions; late summaries are not
-    // much larger than those of the middle of the session.
+    // Bounded by the cap (and the file list's allowance) whatever the number of
+    // compactions; late summaries are not much larger than those of the middle of the
+    // session.
     let middle = sizes[sizes.len() / 2];
     let last = *sizes.last().unwrap();
-    assert!(sizes.iter().all(|&t| t <= options.max_output_tokens), "{sizes:?}");
+    assert!(bounded && sizes.iter().all(|&t| t <= cap + file_list_allowance_tokens(cap)), "{sizes:?}");
     assert!(last <= middle * 2, "{sizes:?}");
 }
 
@@ -756,6 +774,27 @@ fn identical_messages_are_one_counted_entry() {
 }
 
 #[test]
+fn a_message_sent_several_times_counts_as_many_when_left_out() {
+    // "Run the tests." three times early on, then many longer messages than the cap
+    // holds: the repeated message is one entry, and when it is left out the marker
+    // counts three messages, not one.
+    let prompt = |u: usize, text: &str| {
+        serde_json::json!({"type": "user", "uuid": format!("u{u}"), "message": {"role": "user", "content": text}})
+            .to_string()
+    };
+    let mut lines = vec![prompt(0, "Port the command-line parser to the new argument model.")];
+    lines.extend((1..=3).map(|u| prompt(u, "Run the tests.")));
+    lines.extend((4..200).map(|u| prompt(u, &format!("Message {u}: rename the field number {u} and update callers."))));
+    let summary = summarize_offline(&records(&lines.join("\n")), &with_cap(800));
+    let messages = section_body(&summary.text, 6);
+    assert!(!messages.contains("Run the tests."), "the cap leaves the repeated message out:\n{messages}");
+    let entries = carry::entries(&messages);
+    let shown: usize =
+        entries.iter().filter(|e| carry::folded_count(e).is_none()).map(|e| carry::split_times(e).0).sum();
+    assert_eq!(shown + folded_in(&messages), lines.len(), "{messages}");
+}
+
+#[test]
 fn a_large_session_accounts_for_every_user_message() {
     // Far more messages than the cap can show: each is shown (whole or cut, with its
     // own marker) or counted in the one marker, and the summary stays under the cap.
@@ -763,7 +802,7 @@ fn a_large_session_accounts_for_every_user_message() {
     let o = oracle(&jsonl);
     let summary = summarize_offline(&records(&jsonl), &with_cap(4_000));
     assert_well_formed(&summary);
-    assert!(summary.tokens <= 4_000, "{}", summary.tokens);
+    assert!(summary.tokens <= bound(&summary, 4_000), "{}", summary.tokens);
     let messages = section_body(&summary.text, 6);
     let entries: Vec<String> =
         carry::entries(&messages).into_iter().filter(|e| carry::folded_count(e).is_none()).collect();
@@ -852,9 +891,9 @@ fn touched_paths(records: &[Record]) -> BTreeSet<String> {
 }
 
 /// Over generated sessions of `turns` turns compacted every `every` at a 100k window's
-/// cap (3,190 tokens): files touched since the previous compaction, those of them the
-/// files section does not name (seed, compaction, path), and the user messages so far
-/// against those shown (whole, cut or brief).
+/// cap (3,190 tokens, and the file list's allowance): files touched since the previous
+/// compaction, those of them the files section does not name (seed, compaction, path),
+/// and the user messages so far against those shown (whole, cut or brief).
 struct FilesNamed {
     touched: usize,
     unnamed: Vec<(u64, usize, String)>,
@@ -867,7 +906,11 @@ fn files_named(turns: usize, every: usize) -> FilesNamed {
     let mut out = FilesNamed { touched: 0, unnamed: Vec::new(), prompts: 0, shown: 0 };
     for seed in [1, 4, 9] {
         replay_compactions(seed, turns, every, &options, |n, prompts, summary, summarized| {
-            assert!(summary.tokens <= options.max_output_tokens, "seed {seed} #{n}: {}", summary.tokens);
+            assert!(
+                summary.tokens <= bound(summary, options.max_output_tokens),
+                "seed {seed} #{n}: {}",
+                summary.tokens
+            );
             let files = section_body(&summary.text, 3);
             let touched = touched_paths(summarized);
             out.touched += touched.len();
@@ -902,10 +945,81 @@ fn every_file_touched_since_the_previous_compaction_is_named() {
     );
     assert_eq!(r.shown, r.prompts, "every user message is shown");
     assert!(r.touched > 400, "{} files checked", r.touched);
-    // 240 turns compacted every 30: late summaries hold more messages than 80 % of the
-    // cap holds even briefly. The messages keep their share first; the files still
-    // keep nearly all their paths (before: about a quarter).
-    let r = files_named(240, 30);
-    let named = r.touched - r.unnamed.len();
-    assert!(named * 10 >= r.touched * 9, "{named} of {} files named", r.touched);
+}
+
+#[test]
+fn every_file_is_named_in_long_sessions_too() {
+    // 240 turns compacted every 30, then 400 compacted every 40 (up to 94 files in one
+    // part): late summaries hold more messages than 80 % of the cap holds even briefly.
+    // The messages keep their share of the cap; the paths have their own room beside
+    // it (before it: 1,227 of 1,276 and 1,902 of 2,187 named).
+    for (turns, every) in [(240, 30), (400, 40)] {
+        let r = files_named(turns, every);
+        assert!(
+            r.unnamed.is_empty(),
+            "{turns} turns: {} of {} files not named, the first: {:?}",
+            r.unnamed.len(),
+            r.touched,
+            r.unnamed.first()
+        );
+        assert!(r.touched > 1_000, "{} files checked", r.touched);
+    }
+}
+
+/// One request, then `files` reads of as many files, each answered, and a closing reply.
+fn session_reading(files: usize) -> Vec<Record> {
+    let line = |v: Value| v.to_string();
+    let mut lines = vec![line(serde_json::json!({"type": "user", "uuid": "u0",
+        "message": {"role": "user", "content": "Read every source file and list what each one exports."}}))];
+    for i in 0..files {
+        lines.push(line(serde_json::json!({"type": "assistant", "uuid": format!("a{i}"),
+            "message": {"role": "assistant", "id": format!("m{i}"), "stop_reason": "tool_use", "content": [
+                {"type": "tool_use", "id": format!("t{i}"), "name": "Read",
+                    "input": {"file_path": format!("/home/dev/project/src/module_{i:05}.rs")}}]}})));
+        lines.push(line(serde_json::json!({"type": "user", "uuid": format!("r{i}"),
+            "message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": format!("t{i}"), "content": "pub fn run() {}"}]}})));
+    }
+    lines.push(line(serde_json::json!({"type": "assistant", "uuid": "end",
+        "message": {"role": "assistant", "id": "mend", "stop_reason": "end_turn",
+            "content": [{"type": "text", "text": "Each module exports `run`."}]}})));
+    records(&lines.join("\n"))
+}
+
+#[test]
+fn more_files_than_their_allowance_holds_name_the_newest_and_count_the_rest() {
+    // 10,000 files read since the previous compaction: more paths than the file list's
+    // room holds at a 100k window (threshold 67k) or a one-million-token one (967k).
+    let files = 10_000;
+    let recs = session_reading(files);
+    for threshold in [67_000, 967_000] {
+        let cap = offline_cap_tokens(threshold);
+        let summary = summarize_offline(&recs, &with_cap(cap));
+        assert_well_formed(&summary);
+        // Bounded: the cap plus the allowance, of which the paths took all.
+        assert!(summary.tokens <= cap + file_list_allowance_tokens(cap), "{threshold}: {} tokens", summary.tokens);
+        assert!(summary.tokens > cap + file_list_allowance_tokens(cap) * 9 / 10, "{threshold}: {}", summary.tokens);
+        let list = section_body(&summary.text, 3);
+        let named: Vec<usize> =
+            (0..files).filter(|i| list.contains(&format!("- /home/dev/project/src/module_{i:05}.rs"))).collect();
+        // The newest are named, every one of them down to the oldest named.
+        assert!(named.len() > 100, "{threshold}: {} named", named.len());
+        assert_eq!(named, (files - named.len()..files).collect::<Vec<_>>(), "{threshold}");
+        // The rest are counted, with where to find them, and read back as counted.
+        let left_out = files - named.len();
+        let marker = format!(
+            "- [… {} more files cut …] (the oldest; the transcript has their reads and edits)",
+            text::thousands(left_out)
+        );
+        assert!(list.contains(&marker), "{threshold}: {marker}");
+        let counted: usize = carry::entries(&list).iter().filter_map(|e| carry::folded_count(e)).sum();
+        assert_eq!(counted, left_out, "{threshold}");
+        // The request is still there in full.
+        assert!(section_body(&summary.text, 6).contains("- Read every source file and list what each one exports."));
+        println!(
+            "threshold {threshold}: cap {cap}, summary {} tokens, {} of {files} files named",
+            summary.tokens,
+            named.len()
+        );
+    }
 }
