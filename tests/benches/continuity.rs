@@ -745,8 +745,9 @@ fn after_compaction(host: &mut Host, report: &mut Report, context: &Context<'_>,
     report.since_in_summary += since.iter().filter(|f| summary.contains(f.as_str())).count();
     if std::env::var_os("CONTINUITY_DEBUG").is_some() {
         let missing: Vec<&String> = since.iter().filter(|f| !summary.contains(f.as_str())).collect();
+        let elsewhere = missing.iter().filter(|f| text.contains(f.as_str())).count();
         println!(
-            "  summary: {} tokens; files since the previous compaction not in it: {missing:?}",
+            "  summary: {} tokens; files since the previous compaction not in it: {missing:?} ({elsewhere} of them named elsewhere in the request, e.g. a kept tool round)",
             summary.len().div_ceil(4)
         );
     }
