@@ -10,6 +10,8 @@
 //! - [`compact`]: the compaction planner: summary prompts and requests (fork and
 //!   fallback), reply reading, prompt-too-long cuts, fidelity check, restoration,
 //!   post-compact records, undo, guards and the reduction ladder.
+//! - [`gateway`]: the gateway's decisions: routing a request, reading the session,
+//!   cache lifetime and usage from bodies as they stream past.
 //! - [`ledger`]: the file-read ledger (what the agent read, and whether it changed).
 //! - [`memory`]: which memory files (CLAUDE.md and friends) a session loads, over an
 //!   injected filesystem, and the user-context text they render to.
@@ -26,6 +28,7 @@ pub mod breakdown;
 pub mod budget;
 pub mod claude;
 pub mod compact;
+pub mod gateway;
 pub mod invoked;
 pub mod ledger;
 pub mod memory;

@@ -13,10 +13,12 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub mod gateway;
 pub mod schema;
 pub mod scrollback;
 pub mod settings;
 
+pub use gateway::{GatewaySession, GatewaySessions, GatewaySettings};
 pub use settings::Settings;
 
 /// A transcript record: one line of a Claude Code style JSONL transcript, as a JSON

@@ -349,6 +349,59 @@ export interface ForkParams {
     skipCacheWrite?: boolean;
 }
 
+/**
+ * One Claude Code session's last answered Messages request, as its answer's `usage`
+ * reported it (`message_start` and `message_delta` of a stream, or the JSON body).
+ */
+export interface GatewaySession {
+    /**
+     * Claude Code's session id (the `X-Claude-Code-Session-Id` header, else the
+     * `session_id` in `metadata.user_id`): the stem of its transcript file.
+     */
+    sessionId: string;
+    /** The model that answered. */
+    model: string;
+    inputTokens: number;
+    cacheReadInputTokens: number;
+    cacheCreationInputTokens: number;
+    outputTokens: number;
+    /** When the request's last byte was sent upstream (RFC 3339, UTC). */
+    sentAt: string;
+    /** When the answer's last byte arrived (RFC 3339, UTC). */
+    answeredAt: string;
+    /**
+     * How long the prompt cache the request wrote stays warm: 300, or 3600 when every
+     * cache marker asked for `ttl: "1h"`.
+     */
+    cacheTtlSeconds: number;
+    /** Messages requests of the session forwarded so far (answered or not). */
+    requests: number;
+}
+
+/**
+ * `GET /ctxd/sessions`: every session seen since the gateway started, newest answer
+ * first.
+ */
+export interface GatewaySessions {
+    sessions: GatewaySession[];
+}
+
+/**
+ * The gateway's settings (`gateway` in a settings file). Only the user's own files
+ * and the client may set them, as they choose where API keys are sent.
+ */
+export interface GatewaySettings {
+    /** Run the gateway inside the shared daemon (`ctxd serve`) too (default false). */
+    enabled?: boolean | null;
+    /**
+     * Address to listen on (default `127.0.0.1:8417`); loopback only unless
+     * `ctxd gateway --allow-remote`.
+     */
+    listen?: string | null;
+    /** Where requests are forwarded (default `https://api.anthropic.com`). */
+    upstream?: string | null;
+}
+
 /** Why the model does not see a message. */
 export type Hidden = {
     reason: "compacted";
@@ -698,6 +751,12 @@ export interface Settings {
      * user's settings and the client; a repository cannot trust itself. `~` is the home.
      */
     trustedFolders?: string[] | null;
+    /**
+     * The gateway on the Messages API path (`ctxd gateway`): `enabled` runs it inside
+     * the shared daemon, `listen` and `upstream` say where. A repository's own files
+     * may not set it (it chooses where API keys go).
+     */
+    gateway?: GatewaySettings | null;
 }
 
 /**
