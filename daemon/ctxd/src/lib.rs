@@ -12,6 +12,8 @@
 //! - [`store`]: transcripts on disk (the truth) and the rebuildable sled index.
 //! - [`provider`]: who writes compaction summaries: Anthropic and OpenAI-compatible
 //!   endpoints over HTTP (streaming, retries, typed failures).
+//! - [`gateway`]: the HTTP gateway on the Messages API path (`ctxd gateway`): forwards
+//!   Claude Code's requests and reads each answer's usage as it passes.
 //! - [`hooks`]: PreCompact, PostCompact and SessionStart(compact) commands.
 //! - [`interop`]: import and export of Claude Code transcripts.
 //! - [`replay`], [`client`]: `ctxd replay`, driving a daemon the way an editor would.
@@ -25,6 +27,7 @@ pub mod background;
 pub mod claude;
 pub mod client;
 pub mod context;
+pub mod gateway;
 pub mod hooks;
 pub mod interop;
 pub mod logging;

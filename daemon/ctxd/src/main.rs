@@ -1,4 +1,5 @@
-//! The `ctxd` command: the daemon (`ctxd`, `ctxd serve`) and the commands around it.
+//! The `ctxd` command: the daemon (`ctxd`, `ctxd serve`), the gateway (`ctxd gateway`)
+//! and the commands around it.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -52,6 +53,27 @@ enum Command {
     Claude {
         #[command(subcommand)]
         command: ClaudeCommand,
+    },
+    /// The gateway on the Messages API path: point Claude Code at it with
+    /// `ANTHROPIC_BASE_URL=http://127.0.0.1:8417`. Forwards every request unchanged to the
+    /// upstream and reads the live figures of each session from the answers; also hosts
+    /// the daemon (observes Claude Code's projects, idle compaction per the settings,
+    /// editors share it). Runs until SIGINT or SIGTERM.
+    Gateway {
+        /// Address to listen on (default: the setting `gateway.listen`, else 127.0.0.1:8417).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+        /// Where requests go (default: the setting `gateway.upstream`, else
+        /// https://api.anthropic.com).
+        #[arg(long, value_name = "URL")]
+        upstream: Option<String>,
+        /// Listen beyond loopback (API keys pass through the gateway: only on a network
+        /// you trust).
+        #[arg(long)]
+        allow_remote: bool,
+        /// Seconds a connection may wait before sending a request (tests).
+        #[arg(long, hide = true)]
+        idle_seconds: Option<f64>,
     },
     /// Drive a Claude Code style transcript through the daemon and print usage per turn.
     Replay {
@@ -164,7 +186,7 @@ fn main() -> ExitCode {
     // the transport turns it into an error reply for the request that caused it.
     std::panic::set_hook(Box::new(|info| tracing::error!(%info, "panic")));
     let state_dir = cli.state_dir.clone().unwrap_or_else(|| env.default_state_dir());
-    let serving = matches!(cli.command, None | Some(Command::Serve { .. }));
+    let serving = matches!(cli.command, None | Some(Command::Serve { .. }) | Some(Command::Gateway { .. }));
     let target = match (&cli.log_file, cli.log_stderr) {
         (Some(file), _) => LogTarget::File(file.clone()),
         (None, true) => LogTarget::Stderr,
@@ -202,6 +224,18 @@ fn main() -> ExitCode {
                 serve(state_dir, env, Limits { max_message_bytes, ..Limits::default() }).await
             }
             Some(Command::Statusline) => Ok(ExitCode::SUCCESS),
+            Some(Command::Gateway { listen, upstream, allow_remote, idle_seconds }) => {
+                let idle = idle_seconds.filter(|s| s.is_finite() && *s > 0.0).map(std::time::Duration::from_secs_f64);
+                let options = ctxd::gateway::host::Options { state_dir, env, listen, upstream, allow_remote, idle };
+                ctxd::gateway::host::run(options, |at| {
+                    // The one line on stdout: where to point Claude Code (scripts read it).
+                    let mut stdout = std::io::stdout().lock();
+                    let _ = writeln!(stdout, "ctxd gateway listening on http://{at}");
+                    let _ = stdout.flush();
+                })
+                .await
+                .map(|()| ExitCode::SUCCESS)
+            }
             Some(Command::Import { file, session_id }) => import(&state_dir, &file, session_id),
             Some(Command::Export { session_id }) => {
                 let mut stdout = std::io::stdout().lock();

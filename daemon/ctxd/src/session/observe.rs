@@ -80,6 +80,8 @@ enum Event {
     Idle,
     /// The settings changed (`false`: their sender is gone).
     Settings(bool),
+    /// The gateway passed an answer of this session (its exact figures).
+    Live(std::sync::Arc<crate::gateway::live::Live>),
 }
 
 /// Starts following `path`; returns the id and the first usage. The follower stops when
@@ -87,10 +89,12 @@ enum Event {
 /// `workspace/didChangeConfiguration` settings, which `settings` carries (and says
 /// when they change). `env` gives Claude Code's directory (where an idle compaction
 /// finds the session's plan) and the provider's key; `settings_for` the settings of the
-/// session's project.
+/// session's project. `live` follows the gateway's figures for the session: an
+/// answer's exact usage is published at once, before the program writes it down.
 #[allow(clippy::too_many_arguments)]
 pub async fn start(
     path: PathBuf,
+    mut live: Option<tokio::sync::watch::Receiver<Option<std::sync::Arc<crate::gateway::live::Live>>>>,
     policy_of: impl Fn(&ctxd_proto::Settings) -> Policy + Send + 'static,
     mut settings: tokio::sync::watch::Receiver<ctxd_proto::Settings>,
     env: std::sync::Arc<crate::process_env::ProcessEnv>,
@@ -129,18 +133,34 @@ pub async fn start(
         let mut attempts = 0u32;
         let mut ours = 0u64;
         let mut settings_live = true;
+        // The gateway's latest figures for this session, which the transcript's own
+        // lines of the same answer do not override.
+        let mut latest_live: Option<std::sync::Arc<crate::gateway::live::Live>> = None;
         loop {
             let deadline = policy.idle.filter(|_| !tried).map(|p| changed + p.after);
             let event = tokio::select! {
                 got = subscription.recv() => Event::Delivered(got.is_some()),
                 () = tokio::time::sleep_until(deadline.unwrap_or(changed)), if deadline.is_some() => Event::Idle,
                 live = settings.changed(), if settings_live => Event::Settings(live.is_ok()),
+                figures = crate::gateway::live::next(&mut live) => Event::Live(figures),
             };
             match event {
                 Event::Delivered(true) => {}
                 Event::Delivered(false) => break,
                 Event::Settings(false) => {
                     settings_live = false;
+                    continue;
+                }
+                Event::Live(figures) => {
+                    figures.apply(&mut tally);
+                    floor = None;
+                    latest_live = Some(figures);
+                    let usage =
+                        UsageSnapshot::compute(&floored(&tally, floor), &shape, &(policy.thresholds)(&model), false);
+                    if last.as_ref() != Some(&usage) {
+                        notifier.usage_changed(&task_id, usage.clone()).await;
+                        last = Some(usage);
+                    }
                     continue;
                 }
                 Event::Settings(true) => {
@@ -209,6 +229,9 @@ pub async fn start(
                 }
                 tally.observe(&record);
                 shape.composition.observe(&record);
+            }
+            if let Some(figures) = &latest_live {
+                figures.reconcile(&mut tally);
             }
             if tally.reported > 0 {
                 floor = None;
