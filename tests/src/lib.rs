@@ -6,6 +6,7 @@
 //! bytes ([`Daemon::send_raw`]) for the malformed-input cases.
 
 pub mod cache;
+pub mod gateway;
 pub mod load;
 pub mod stub;
 
