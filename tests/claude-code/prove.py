@@ -22,6 +22,9 @@ Checks (each prints "ok" or "FAIL", then a closing "N passed, N failed" line):
    `/compact`, ctxd's line shows the window, usage and percentage in the JSON the
    program piped to it, and the "just compacted" mark after the compaction.
 
+5. behind `ctxd gateway` (gateway.py): identical request bodies with and without it,
+   `/ctxd/sessions` figures equal to the stub's usage, and the 1M window.
+
 With --bench: a session of about --mb megabytes from `ctxd-gen-session` is resumed
 untouched and after the daemon compacted it while idle (`claudeIdleCompaction`, observed
 with `ctx/observe`); the time from launch to the first request reaching the stub and
@@ -684,6 +687,8 @@ def main():
                 export_and_resume(w, sid)
                 daemon_compaction_exported(w, sid)
                 interactive_statusline(w)
+                import gateway  # tests/claude-code/gateway.py: the program behind `ctxd gateway`
+                gateway.run(w, check)
     finally:
         w.close()
     passed = sum(RESULTS)
