@@ -5,7 +5,8 @@
 //! The upstream's answer is chosen by the request's `x-stub` header (which the gateway
 //! passes on like any other): `sse` (a Messages stream, its last events held until the
 //! test releases them), `json`, `echo` (the request body back), `big:N` (N MB of
-//! events), `error` (529 `overloaded_error`), `cut` (a stream that breaks off), `hang`
+//! events), `fast` (a whole stream at once), `count` (a `count_tokens` answer),
+//! `error` (529 `overloaded_error`), `cut` (a stream that breaks off), `hang`
 //! (never answers; says when the gateway drops the request), `redirect:URL` (307).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test support: a failed step is a failed test
@@ -194,6 +195,7 @@ async fn answer(request: hyper::Request<hyper::body::Incoming>, shared: Shared) 
             full(r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#),
         ),
         "count" => respond(200, "application/json", full(r#"{"input_tokens":42}"#)),
+        "fast" => respond(200, "text/event-stream", full(message_start() + &stream_tail("FAST"))),
         "hang" => {
             let _guard = OnDrop(dropped);
             arrived.notify_one();
