@@ -246,7 +246,7 @@ fn requests_that_could_go_elsewhere_or_are_malformed_get_400() {
             "absolute-form target",
             format!("POST http://evil.example/v1/messages HTTP/1.1\r\n{host}Content-Length: 0\r\n\r\n"),
         ),
-        ("CONNECT", format!("CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n")),
+        ("CONNECT", "CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n".to_owned()),
         ("a foreign Host", "POST /v1/messages HTTP/1.1\r\nHost: evil.example\r\nContent-Length: 0\r\n\r\n".to_owned()),
         ("two Hosts", format!("POST /v1/messages HTTP/1.1\r\n{host}{host}Content-Length: 0\r\n\r\n")),
         ("no Host", "POST /v1/messages HTTP/1.1\r\nContent-Length: 0\r\n\r\n".to_owned()),

@@ -55,6 +55,9 @@ pub struct TooLarge {
     pub limit: u64,
 }
 
+/// Told a request's facts once its last byte has passed.
+pub type OnRequestEnd = Box<dyn FnOnce(&RequestFacts) + Send + Sync>;
+
 /// The client's request body on its way upstream.
 pub struct UpBody {
     inner: Mutex<hyper::body::Incoming>,
@@ -65,7 +68,7 @@ pub struct UpBody {
     declared: Option<u64>,
     exchange: Arc<Exchange>,
     /// Called once with the request's facts when its last byte has passed.
-    on_end: Option<Box<dyn FnOnce(&RequestFacts) + Send + Sync>>,
+    on_end: Option<OnRequestEnd>,
 }
 
 impl UpBody {
@@ -75,7 +78,7 @@ impl UpBody {
         scan: bool,
         limit: u64,
         exchange: Arc<Exchange>,
-        on_end: Box<dyn FnOnce(&RequestFacts) + Send + Sync>,
+        on_end: OnRequestEnd,
     ) -> UpBody {
         let declared = inner.size_hint().exact();
         UpBody {

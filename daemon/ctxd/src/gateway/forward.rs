@@ -14,7 +14,7 @@ use ctxd_core::gateway::{self as decide, AnswerKind, Route};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 
-use super::body::{DownBody, Exchange, GatewayBody, Recorder, TooLarge, UpBody};
+use super::body::{DownBody, Exchange, GatewayBody, OnRequestEnd, Recorder, TooLarge, UpBody};
 use super::{Gateway, SESSION_HEADER};
 
 /// Answers one request; never fails (every failure is an answer).
@@ -85,7 +85,7 @@ async fn forward(
         request.headers().get(SESSION_HEADER).and_then(|v| decide::session_id(Some(v.as_bytes()), &Default::default()));
     let (parts, incoming) = request.into_parts();
     let exchange = Arc::new(Exchange::default());
-    let on_end: Box<dyn FnOnce(&decide::RequestFacts) + Send + Sync> = {
+    let on_end: OnRequestEnd = {
         let live = gateway.live.clone();
         let header_session = header_session.clone();
         Box::new(move |facts| {
