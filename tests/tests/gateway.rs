@@ -33,6 +33,15 @@ fn messages_body(session: &str, ttl: Option<&str>) -> String {
     .to_string()
 }
 
+/// A gateway in front of a fresh upstream, in a fresh directory.
+fn started() -> (tempfile::TempDir, tokio::runtime::Runtime, gateway::Upstream, Gateway) {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = gateway::runtime();
+    let upstream = gateway::upstream(&rt);
+    let gw = Gateway::start(dir.path(), &upstream.url(), &[], &[]).unwrap();
+    (dir, rt, upstream, gw)
+}
+
 /// Raw bytes to the gateway, and everything it answers until it closes or 5 s pass.
 fn raw(gateway: &Gateway, request: &[u8]) -> String {
     let mut stream = std::net::TcpStream::connect(gateway.addr).unwrap();
@@ -45,10 +54,7 @@ fn raw(gateway: &Gateway, request: &[u8]) -> String {
 
 #[test]
 fn bodies_and_headers_pass_byte_for_byte_both_ways() {
-    let dir = tempfile::tempdir().unwrap();
-    let rt = gateway::runtime();
-    let upstream = gateway::upstream(&rt);
-    let gw = Gateway::start(dir.path(), &upstream.url(), &[], &[]).unwrap();
+    let (dir, rt, upstream, gw) = started();
     let client = gateway::client();
     // Every byte value, not JSON at all: the gateway passes what it does not understand.
     let body: Vec<u8> = (0..3_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
@@ -87,10 +93,7 @@ fn bodies_and_headers_pass_byte_for_byte_both_ways() {
 
 #[test]
 fn a_stream_reaches_the_client_event_by_event_and_its_figures_are_exact() {
-    let dir = tempfile::tempdir().unwrap();
-    let rt = gateway::runtime();
-    let upstream = gateway::upstream(&rt);
-    let gw = Gateway::start(dir.path(), &upstream.url(), &[], &[]).unwrap();
+    let (_dir, rt, upstream, gw) = started();
     let client = gateway::client();
     let sessions = rt.block_on(async {
         let mut answer = client
@@ -140,10 +143,7 @@ fn a_stream_reaches_the_client_event_by_event_and_its_figures_are_exact() {
 
 #[test]
 fn json_answers_and_the_body_session_id_count_too() {
-    let dir = tempfile::tempdir().unwrap();
-    let rt = gateway::runtime();
-    let upstream = gateway::upstream(&rt);
-    let gw = Gateway::start(dir.path(), &upstream.url(), &[], &[]).unwrap();
+    let (_dir, rt, _upstream, gw) = started();
     let client = gateway::client();
     let listed = rt.block_on(async {
         for _ in 0..2 {
@@ -236,10 +236,7 @@ fn an_unreachable_upstream_is_a_502_in_the_apis_shape() {
 
 #[test]
 fn requests_that_could_go_elsewhere_or_are_malformed_get_400() {
-    let dir = tempfile::tempdir().unwrap();
-    let rt = gateway::runtime();
-    let upstream = gateway::upstream(&rt);
-    let gw = Gateway::start(dir.path(), &upstream.url(), &[], &[]).unwrap();
+    let (_dir, _rt, upstream, gw) = started();
     let host = format!("Host: {}\r\n", gw.addr);
     let cases: Vec<(&str, String)> = vec![
         (
@@ -277,10 +274,7 @@ fn requests_that_could_go_elsewhere_or_are_malformed_get_400() {
 
 #[test]
 fn a_chunked_body_past_32_mb_is_stopped_with_413() {
-    let dir = tempfile::tempdir().unwrap();
-    let rt = gateway::runtime();
-    let upstream = gateway::upstream(&rt);
-    let gw = Gateway::start(dir.path(), &upstream.url(), &[], &[]).unwrap();
+    let (_dir, rt, upstream, gw) = started();
     let status = rt.block_on(async {
         // No length declared: the gateway counts as it streams.
         let chunks =
@@ -307,10 +301,7 @@ fn a_chunked_body_past_32_mb_is_stopped_with_413() {
 
 #[test]
 fn a_client_that_goes_away_cancels_the_upstream_request() {
-    let dir = tempfile::tempdir().unwrap();
-    let rt = gateway::runtime();
-    let upstream = gateway::upstream(&rt);
-    let gw = Gateway::start(dir.path(), &upstream.url(), &[], &[]).unwrap();
+    let (_dir, rt, upstream, gw) = started();
     for trial in 0..5 {
         let request =
             format!("POST /v1/messages HTTP/1.1\r\nHost: {}\r\nx-stub: hang\r\nContent-Length: 2\r\n\r\n{{}}", gw.addr);
