@@ -12,12 +12,15 @@
 //! - [`forward`]: one request: route, refuse, answer or forward.
 //! - [`body`]: the request and answer bodies, streamed and read on the way.
 //! - [`live`]: the per-session figures and who follows them.
+//! - [`client`]: reading a running gateway's figures from another process (`ctxd
+//!   statusline`).
 //! - [`host`]: the foreground command, which also hosts the daemon's services.
 //!
 //! Bounds: header bytes, body bytes (the API's 32 MB), streams in flight, open
 //! connections, and how long a connection may sit without sending a request head.
 
 pub mod body;
+pub mod client;
 pub mod forward;
 pub mod host;
 pub mod live;
