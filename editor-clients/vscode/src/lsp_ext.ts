@@ -94,6 +94,16 @@ export interface ModelSettings {
     autoCompactWindow?: number;
 }
 
+/** `gateway` in the settings: the gateway on the Messages API path (`ctxd gateway`). */
+export interface GatewaySettings {
+    /** Run the gateway inside the shared daemon too (default false). */
+    enabled?: boolean;
+    /** Default `127.0.0.1:8417`; loopback only. */
+    listen?: string;
+    /** Default `https://api.anthropic.com`. */
+    upstream?: string;
+}
+
 /**
  * ctxd settings: the keys of a settings file (`schemas/settings.json`), as a client sends
  * them in `initializationOptions.settings` and `workspace/didChangeConfiguration`. Every
@@ -133,6 +143,8 @@ export interface Settings {
     trustedFolders?: string[];
     /** Folders memory-file `@imports` may read besides the project and `~/.claude`. */
     importFolders?: string[];
+    /** The gateway (user or client settings only: it chooses where API keys go). */
+    gateway?: GatewaySettings;
 }
 
 /** `initializationOptions` of `initialize`. */

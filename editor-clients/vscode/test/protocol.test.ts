@@ -80,8 +80,9 @@ const settingsKeys = {
     autoCompactWindow: true, autoCompactEnabled: true, idleCompaction: true, idleCompactAfterSeconds: true, modelSettings: true,
     hooks: true, provider: true, model: true, compactModel: true, largerModelRetry: true, compactFork: true, baseUrl: true, apiKeyEnv: true,
     memoryFileNames: true, observeClaudeProjects: true, claudeIdleCompaction: true, claudeIdleCompactAfterSeconds: true,
-    claudeIdleCompactPercent: true, trustedFolders: true, importFolders: true,
+    claudeIdleCompactPercent: true, trustedFolders: true, importFolders: true, gateway: true,
 } satisfies Keys<ext.Settings>;
+const gatewaySettingsKeys = { enabled: true, listen: true, upstream: true } satisfies Keys<ext.GatewaySettings>;
 const modelSettingsKeys = { autoCompactWindow: true } satisfies Keys<ext.ModelSettings>;
 
 type OptionalKeys<T> = { [K in keyof T]-?: undefined extends T[K] ? K : never }[keyof T];
@@ -171,6 +172,7 @@ describe("lsp_ext.ts against schemas/", () => {
             ["initializationOptions", initKeys],
             ["settings", settingsKeys],
             ["settings", modelSettingsKeys, "ModelSettings"],
+            ["settings", gatewaySettingsKeys, "GatewaySettings"],
         ];
         for (const [name, declared, def] of shapes) {
             assert.deepEqual(keys(declared), schemaKeys(name, def), `${name}${def !== undefined ? ` ${def}` : ""}`);
