@@ -316,6 +316,24 @@ fn a_client_that_goes_away_cancels_the_upstream_request() {
 }
 
 #[test]
+fn a_connection_that_sends_nothing_is_closed_after_the_idle_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(dir.path(), "http://127.0.0.1:9", &["--idle-seconds", "0.5"], &[]).unwrap();
+    let host = format!("Host: {}\r\n", gw.addr);
+    for first in ["", "GET /ctxd/sessions HTTP/1.1\r\n"] {
+        // Silent from the start, and kept alive after one answer.
+        let mut stream = std::net::TcpStream::connect(gw.addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        if !first.is_empty() {
+            stream.write_all(format!("{first}{host}\r\n").as_bytes()).unwrap();
+        }
+        let mut out = Vec::new();
+        let read = stream.read_to_end(&mut out);
+        assert!(read.is_ok(), "the gateway kept an idle connection open for 20 s ({first:?}): {read:?}");
+    }
+}
+
+#[test]
 fn a_listen_address_beyond_loopback_needs_allow_remote() {
     let dir = tempfile::tempdir().unwrap();
     let out = ctxd_e2e::ctxd_command()
