@@ -5,7 +5,7 @@
 //! The upstream's answer is chosen by the request's `x-stub` header (which the gateway
 //! passes on like any other): `sse` (a Messages stream, its last events held until the
 //! test releases them), `json`, `echo` (the request body back), `big:N` (N MB of
-//! events), `fast` (a whole stream at once), `count` (a `count_tokens` answer),
+//! events), `fast` (a whole stream at once), `gzip` (the same, gzip-encoded), `count` (a `count_tokens` answer),
 //! `error` (529 `overloaded_error`), `cut` (a stream that breaks off), `hang`
 //! (never answers; says when the gateway drops the request), `redirect:URL` (307).
 
@@ -196,6 +196,14 @@ async fn answer(request: hyper::Request<hyper::body::Incoming>, shared: Shared) 
         ),
         "count" => respond(200, "application/json", full(r#"{"input_tokens":42}"#)),
         "fast" => respond(200, "text/event-stream", full(message_start() + &stream_tail("FAST"))),
+        "gzip" => {
+            use std::io::Write;
+            let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            encoder.write_all((message_start() + &stream_tail("ZIPPED")).as_bytes()).unwrap();
+            let mut answer = respond(200, "text/event-stream", full(encoder.finish().unwrap()));
+            answer.headers_mut().insert("content-encoding", hyper::header::HeaderValue::from_static("gzip"));
+            answer
+        }
         "hang" => {
             let _guard = OnDrop(dropped);
             arrived.notify_one();

@@ -142,6 +142,31 @@ fn a_stream_reaches_the_client_event_by_event_and_its_figures_are_exact() {
 }
 
 #[test]
+fn a_gzip_answer_passes_as_sent_and_its_figures_are_read() {
+    let (_dir, rt, _upstream, gw) = started();
+    let (bytes, listed) = rt.block_on(async {
+        let answer = gateway::client()
+            .post(gw.url("/v1/messages"))
+            .header("x-stub", "gzip")
+            .header("accept-encoding", "gzip")
+            .body(messages_body("zipped-session", None))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.headers()["content-encoding"], "gzip");
+        let bytes = answer.bytes().await.unwrap();
+        (bytes, json_of(gateway::client().get(gw.url("/ctxd/sessions")).send().await.unwrap()).await)
+    });
+    assert_eq!(&bytes[..2], &[0x1f, 0x8b], "the client gets the compressed bytes, as sent");
+    let s = &listed["sessions"][0];
+    assert_eq!(s["sessionId"], "zipped-session", "{listed}");
+    assert_eq!(
+        (s["inputTokens"].as_u64(), s["outputTokens"].as_u64()),
+        (Some(usage("input_tokens")), Some(OUTPUT_TOKENS))
+    );
+}
+
+#[test]
 fn json_answers_and_the_body_session_id_count_too() {
     let (_dir, rt, _upstream, gw) = started();
     let client = gateway::client();

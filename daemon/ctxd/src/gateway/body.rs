@@ -5,7 +5,8 @@
 //! the size limit (the client then gets 413) and, for a Messages request, reads the
 //! session, model and cache markers ([`RequestScan`]). [`DownBody`] carries the
 //! upstream's answer to the client: for a Messages answer it reads the usage
-//! ([`AnswerScan`]) and, after the last byte, hands the figures to the live registry.
+//! ([`AnswerScan`], through a streaming gzip or deflate decoder when the answer is
+//! compressed) and, after the last byte, hands the figures to the live registry.
 //! Neither keeps more than the frame in hand and the scanners' bounded state. Dropping
 //! [`DownBody`] (the client went away) drops the upstream response with it, which
 //! closes that connection: the upstream request is cancelled.
@@ -195,10 +196,87 @@ fn rfc3339(at: SystemTime) -> String {
     ctxd_core::view::format_rfc3339_ms(i64::try_from(ms).unwrap_or(i64::MAX))
 }
 
+/// How the answer's bytes are encoded (`Content-Encoding`), as far as its usage can be
+/// read: the client always gets the bytes as they came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coding {
+    Identity,
+    Gzip,
+    /// HTTP's `deflate`: zlib-wrapped.
+    Deflate,
+}
+
+impl Coding {
+    /// `None` for a coding ctxd cannot read (`br`, `zstd`, several layered).
+    pub fn from_header(value: Option<&[u8]>) -> Option<Coding> {
+        let value = value.map(|v| String::from_utf8_lossy(v).trim().to_ascii_lowercase());
+        match value.as_deref() {
+            None | Some("" | "identity") => Some(Coding::Identity),
+            Some("gzip" | "x-gzip") => Some(Coding::Gzip),
+            Some("deflate") => Some(Coding::Deflate),
+            Some(_) => None,
+        }
+    }
+}
+
+/// The decoded bytes go straight to the scanner: nothing decoded is kept.
+struct ScanSink(AnswerScan);
+
+impl std::io::Write for ScanSink {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.feed(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The answer's reader: the scanner, behind a streaming decoder when it is compressed
+/// (the decoder holds its window, 32 KiB, and no more).
+enum Reader {
+    Plain(Box<AnswerScan>),
+    Gzip(Box<flate2::write::GzDecoder<ScanSink>>),
+    Deflate(Box<flate2::write::ZlibDecoder<ScanSink>>),
+}
+
+impl Reader {
+    fn new(kind: AnswerKind, coding: Coding) -> Reader {
+        let scan = AnswerScan::new(kind);
+        match coding {
+            Coding::Identity => Reader::Plain(Box::new(scan)),
+            Coding::Gzip => Reader::Gzip(Box::new(flate2::write::GzDecoder::new(ScanSink(scan)))),
+            Coding::Deflate => Reader::Deflate(Box::new(flate2::write::ZlibDecoder::new(ScanSink(scan)))),
+        }
+    }
+
+    /// Reads the next bytes; `false` when they do not decode (reading stops).
+    fn feed(&mut self, bytes: &[u8]) -> bool {
+        use std::io::Write;
+        match self {
+            Reader::Plain(scan) => {
+                scan.feed(bytes);
+                true
+            }
+            Reader::Gzip(decoder) => decoder.write_all(bytes).is_ok(),
+            Reader::Deflate(decoder) => decoder.write_all(bytes).is_ok(),
+        }
+    }
+
+    fn finish(self) -> Option<AnswerScan> {
+        match self {
+            Reader::Plain(scan) => Some(*scan),
+            Reader::Gzip(decoder) => decoder.finish().ok().map(|sink| sink.0),
+            Reader::Deflate(decoder) => decoder.finish().ok().map(|sink| sink.0),
+        }
+    }
+}
+
 /// The upstream's answer on its way to the client.
 pub struct DownBody {
     inner: reqwest::Body,
-    scan: Option<(AnswerScan, Recorder)>,
+    scan: Option<(Reader, Recorder)>,
     /// Bytes still to come when the answer declared its length: the server may stop
     /// polling once they are written, so the last byte is known by count.
     remaining: Option<u64>,
@@ -207,17 +285,17 @@ pub struct DownBody {
 }
 
 impl DownBody {
-    /// `read`: the answer's kind and where its figures go, for a Messages answer that
-    /// can be read (a success, not compressed).
+    /// `read`: the answer's kind and coding and where its figures go, for a Messages
+    /// answer that can be read (a success in a coding ctxd reads).
     pub fn new(
         inner: reqwest::Body,
-        read: Option<(AnswerKind, Recorder)>,
+        read: Option<(AnswerKind, Coding, Recorder)>,
         permit: tokio::sync::OwnedSemaphorePermit,
     ) -> DownBody {
         let remaining = inner.size_hint().exact();
         DownBody {
             inner,
-            scan: read.map(|(kind, recorder)| (AnswerScan::new(kind), recorder)),
+            scan: read.map(|(kind, coding, recorder)| (Reader::new(kind, coding), recorder)),
             remaining,
             _permit: permit,
         }
@@ -225,8 +303,11 @@ impl DownBody {
 
     /// The answer has passed whole: its figures go to the registry.
     fn finish(&mut self) {
-        if let Some((scan, recorder)) = self.scan.take() {
-            recorder.record(scan);
+        if let Some((reader, recorder)) = self.scan.take() {
+            match reader.finish() {
+                Some(scan) => recorder.record(scan),
+                None => tracing::debug!("a compressed answer did not decode; its figures are not read"),
+            }
         }
     }
 }
@@ -239,8 +320,12 @@ impl Body for DownBody {
         let this = &mut *self;
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
-                if let (Some(data), Some((scan, _))) = (frame.data_ref(), &mut this.scan) {
-                    scan.feed(data);
+                if let (Some(data), Some((reader, _))) = (frame.data_ref(), &mut this.scan) {
+                    if !reader.feed(data) {
+                        tracing::debug!("a compressed answer did not decode; its figures are not read");
+                        this.scan = None;
+                        return Poll::Ready(Some(Ok(frame)));
+                    }
                     if let Some(remaining) = &mut this.remaining {
                         *remaining = remaining.saturating_sub(data.len() as u64);
                         if *remaining == 0 {

@@ -14,7 +14,7 @@ use ctxd_core::gateway::{self as decide, AnswerKind, Route};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 
-use super::body::{DownBody, Exchange, GatewayBody, OnRequestEnd, Recorder, TooLarge, UpBody};
+use super::body::{Coding, DownBody, Exchange, GatewayBody, OnRequestEnd, Recorder, TooLarge, UpBody};
 use super::{Gateway, SESSION_HEADER};
 
 /// Answers one request; never fails (every failure is an answer).
@@ -113,15 +113,15 @@ async fn forward(
     };
     let status = answer.status();
     let headers = forwardable(answer.headers(), false);
-    let identity = headers.get(header::CONTENT_ENCODING).is_none_or(|v| v.as_bytes().eq_ignore_ascii_case(b"identity"));
+    let coding = Coding::from_header(headers.get(header::CONTENT_ENCODING).map(HeaderValue::as_bytes));
     let kind = AnswerKind::from_content_type(headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()));
     let read = (turn && status.is_success() && kind != AnswerKind::Other).then_some(kind);
-    if read.is_some() && !identity {
-        tracing::debug!("gateway: a compressed answer; its figures cannot be read");
+    if read.is_some() && coding.is_none() {
+        tracing::debug!("gateway: an answer in a coding ctxd does not read; its figures are not read");
     }
-    let recorder = read
-        .filter(|_| identity)
-        .map(|kind| (kind, Recorder { live: gateway.live.clone(), exchange: exchange.clone(), header_session }));
+    let recorder = read.zip(coding).map(|(kind, coding)| {
+        (kind, coding, Recorder { live: gateway.live.clone(), exchange: exchange.clone(), header_session })
+    });
     let upstream: Response<reqwest::Body> = answer.into();
     let body = DownBody::new(upstream.into_body(), recorder, permit);
     let mut response = Response::new(GatewayBody::Down(Box::new(body)));
