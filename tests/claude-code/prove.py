@@ -15,14 +15,18 @@ Checks (each prints "ok" or "FAIL", then a closing "N passed, N failed" line):
    claude undo` restores the file byte for byte, and, compacted again through the
    provider (the stub answers ctxd's summary request), the real program resumes the
    session: its first request carries the provider's summary, the kept last reply
-   right after it, and every message once.
+   right after it, and every message once, and is smaller than the session's last
+   request before the compaction (a 60 KB log the session read is named, not carried).
 3. a transcript exported by ctxd (after `ctxd import`) is resumed by the program.
 4. the program run interactively (in a pseudo-terminal) with `ctxd statusline` as its
    `statusLine` command: every time the program calls it, across turns and a
    `/compact`, ctxd's line shows the window, usage and percentage in the JSON the
    program piped to it, and the "just compacted" mark after the compaction.
-
-5. behind `ctxd gateway` (gateway.py): identical request bodies with and without it,
+5. a session whose TUI is running is left alone by idle compaction, and compacted once
+   the TUI quits (`live.py`).
+6. the history search (`recall.py`): with `ctxd mcp` added as its MCP server, the
+   program's model finds a phrase from before a compaction and reads its record whole.
+7. behind `ctxd gateway` (gateway.py): identical request bodies with and without it,
    `/ctxd/sessions` figures equal to the stub's usage, and the 1M window.
 
 With --bench: a session of about --mb megabytes from `ctxd-gen-session` is resumed
@@ -44,6 +48,10 @@ import subprocess
 import sys
 import time
 import uuid
+
+import gateway  # the program behind `ctxd gateway`
+import live
+import recall
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = []
@@ -158,6 +166,8 @@ def last_usage(path):
 
 
 SUMMARY_MARK = "This session picks up where an earlier conversation left off"
+# The system prompt of ctxd's summary requests (stub.py recognizes them by it too).
+CTXD_SUMMARY_SYSTEM = "You write handoff summaries of software engineering sessions"
 
 
 def scripted_session(w):
@@ -171,9 +181,14 @@ def scripted_session(w):
         turn_statusline(w, sid, window, 1)
     with open(os.path.join(w.proj, "notes.txt"), "w") as f:
         f.write("MARK-FILE-CONTENT: the notes of the proof project.\n")
+    # A build log of about 60 KB (15k tokens): more than a compaction restores of one
+    # file, so after one the session is smaller than before it.
+    with open(os.path.join(w.proj, "build.log"), "w") as f:
+        f.writelines(f"[{n:04d}] compiling unit {n * 7919 % 10007:05d} of the proof project: ok\n" for n in range(1000))
     for k in range(2, 5):
-        # Turn 2 reads a file with the Read tool, as a real session does.
-        read = f" [[READ:{os.path.join(w.proj, 'notes.txt')}]]" if k == 2 else ""
+        # Turns 2 and 3 read a file with the Read tool, as a real session does.
+        read = {2: f" [[READ:{os.path.join(w.proj, 'notes.txt')}]]",
+                3: f" [[READ:{os.path.join(w.proj, 'build.log')}]]"}.get(k, "")
         results.append(w.claude_p(f"Turn {k}: go on. MARK-PROMPT-{k}{read}", resume=sid))
         if sid:
             turn_statusline(w, sid, window, k)
@@ -211,9 +226,31 @@ def statusline_checks(w, sid, window, results):
     check("status line before the first turn", "ctx 0 /" in out.stdout, out.stdout)
 
 
+def program_request(requests, mark):
+    """The largest request of the program's own (ctxd's summary requests left out) whose
+    messages carry `mark`: the turn's model request with the whole conversation."""
+    carrying = [r for r in requests
+                if not is_summary_request(r) and mark in json.dumps(r["body"].get("messages"))]
+    return max(carrying, key=lambda r: r["bytes"]) if carrying else None
+
+
+def is_summary_request(request):
+    system = request["body"].get("system")
+    return CTXD_SUMMARY_SYSTEM in json.dumps(system)
+
+
+def repeated_messages(messages):
+    """Messages (system ones left out) sent more than once in one request, whatever their
+    length, with how often."""
+    bodies = [json.dumps(m, sort_keys=True) for m in messages if m["role"] != "system"]
+    return {b[:300]: bodies.count(b) for b in bodies if bodies.count(b) > 1}
+
+
 def compact_and_resume(w, sid, last_reply):
     path = w.transcript(sid)
     original = open(path, "rb").read()
+    # The program's own request of the last turn before the compaction, to compare with.
+    uncompacted = program_request(w.requests(), "MARK-PROMPT-4")
     # Offline first: no request reaches the stub, though a provider is configured (the
     # environment's ANTHROPIC_API_KEY and ANTHROPIC_BASE_URL).
     asked = len(w.requests())
@@ -259,13 +296,14 @@ def compact_and_resume(w, sid, last_reply):
     before = [i for i, t in enumerate(flat) if SUMMARY_MARK not in t and any(
         f"MARK-PROMPT-{k}" in t or f"STUB-REPLY-{k}." in t for k in (1, 2, 3, 4))]
     check("nothing summarized is sent again", not before, json.dumps([flat[i][:200] for i in before]))
-    bodies = [json.dumps(m, sort_keys=True) for m in messages if m["role"] != "system"]
-    dupes = {b for b in bodies if bodies.count(b) > 1 and len(b) > 200}
-    check("each message once", not dupes, str(list(dupes))[:800])
+    repeated = repeated_messages(messages)
+    check("each message once", not repeated, json.dumps(repeated)[:800])
     everything = json.dumps(messages)
     check("the file read before is re-attached once", everything.count("MARK-FILE-CONTENT") == 1,
           str(everything.count("MARK-FILE-CONTENT")))
-    check("the compacted request is smaller", new[0]["bytes"] > 0)
+    check("the compacted request is smaller than the last one before the compaction",
+          uncompacted is not None and new[0]["bytes"] < uncompacted["bytes"],
+          f"{new[0]['bytes']} bytes after, {uncompacted and uncompacted['bytes']} before")
 
 
 def export_and_resume(w, sid):
@@ -356,9 +394,8 @@ def daemon_compaction_exported(w, sid):
     messages = new[0]["body"]["messages"]
     flat = [" ".join(texts(m)) for m in messages]
     check("ctxd's newest summary once", sum(1 for t in flat if SUMMARY_MARK in t) == 1, json.dumps(flat)[:1500])
-    bodies = [json.dumps(m, sort_keys=True) for m in messages if m["role"] != "system"]
-    dupes = {b for b in bodies if bodies.count(b) > 1 and len(b) > 200}
-    check("each message once after ctxd's own compaction", not dupes, str(list(dupes))[:800])
+    repeated = repeated_messages(messages)
+    check("each message once after ctxd's own compaction", not repeated, json.dumps(repeated)[:800])
     replies = [t for t in flat if "STUB-REPLY-" in t and SUMMARY_MARK not in t]
     check("the kept reply once", len(replies) == len(set(replies)) and len(replies) >= 1, json.dumps(replies)[:800])
 
@@ -687,7 +724,8 @@ def main():
                 export_and_resume(w, sid)
                 daemon_compaction_exported(w, sid)
                 interactive_statusline(w)
-                import gateway  # tests/claude-code/gateway.py: the program behind `ctxd gateway`
+                live.live_session(w, check, Lsp, texts)
+                recall.run(w.claude, w.ctxd, os.path.join(w.work, "recall"), check)
                 gateway.run(w, check)
     finally:
         w.close()

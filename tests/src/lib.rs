@@ -16,7 +16,7 @@ use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, anyhow, bail, ensure};
 use serde_json::{Value, json};
 
 /// How long a test waits for one answer before failing.
@@ -47,9 +47,26 @@ pub fn ctxd_command() -> Command {
     command
 }
 
+/// Keeps the machine's and the user's files out of a `ctxd` command: HOME is `home`
+/// (so ~/.claude and ~/.config/ctxd are the test's), Claude Code's directory is
+/// ~/.claude, and the managed policy memory file is `home`/managed-policy/CLAUDE.md
+/// rather than /etc/claude-code/CLAUDE.md.
+pub fn hermetic<'a>(command: &'a mut Command, home: &Path) -> &'a mut Command {
+    command
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("CTXD_MANAGED_MEMORY", managed_memory(home))
+        .env_remove("CLAUDE_CONFIG_DIR")
+}
+
+/// The managed policy memory file of a [`hermetic`] command with HOME `home`.
+pub fn managed_memory(home: &Path) -> PathBuf {
+    home.join("managed-policy/CLAUDE.md")
+}
+
 /// `ctxd serve` on `state_dir` with piped stdio, logging at `log_level` to
-/// `<state_dir>.log`, and the user's own settings (~/.claude, ~/.config/ctxd) kept out:
-/// HOME is `<state_dir>.home`. `env` is set last.
+/// `<state_dir>.log`, and the machine's and the user's own files kept out
+/// ([`hermetic`]): HOME is `<state_dir>.home`. `env` is set last.
 pub fn serve_command(state_dir: &Path, log_level: &str, env: &[(&str, &str)]) -> anyhow::Result<Command> {
     let bin = ctxd_bin();
     if !bin.exists() {
@@ -57,15 +74,13 @@ pub fn serve_command(state_dir: &Path, log_level: &str, env: &[(&str, &str)]) ->
     }
     let home = state_dir.with_extension("home");
     let mut command = ctxd_command();
-    command
+    hermetic(&mut command, &home)
         .arg("--state-dir")
         .arg(state_dir)
         .arg("--log-file")
         .arg(state_dir.with_extension("log"))
         .arg("serve")
         .env("CTXD_LOG", log_level)
-        .env("HOME", &home)
-        .env("XDG_CONFIG_HOME", home.join(".config"))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
@@ -83,13 +98,23 @@ pub fn bounded_serve_command(state_dir: &Path, address_space: u64, env: &[(&str,
 
 /// [`serve_command`] under `prlimit` with `limits` (`--as=…`, `--nofile=soft:hard`).
 pub fn limited_serve_command(state_dir: &Path, limits: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Command> {
+    let wrapper: Vec<&str> = std::iter::once("prlimit").chain(limits.iter().copied()).chain(["--"]).collect();
+    wrapped_serve_command(state_dir, &wrapper, env)
+}
+
+/// [`serve_command`] run by `wrapper` (a program and its arguments, `--` last if it
+/// takes one), with the same environment: what it sets, and what it removes (the
+/// [`PROVIDER_VARS`] among them) removed from the wrapper's too.
+fn wrapped_serve_command(state_dir: &Path, wrapper: &[&str], env: &[(&str, &str)]) -> anyhow::Result<Command> {
     let inner = serve_command(state_dir, "debug", env)?;
-    let mut command = Command::new("prlimit");
-    command.args(limits).arg("--").arg(inner.get_program()).args(inner.get_args());
+    let (program, args) = wrapper.split_first().context("an empty wrapper")?;
+    let mut command = Command::new(program);
+    command.args(args).arg(inner.get_program()).args(inner.get_args());
     for (key, value) in inner.get_envs() {
-        if let Some(value) = value {
-            command.env(key, value);
-        }
+        match value {
+            Some(value) => command.env(key, value),
+            None => command.env_remove(key),
+        };
     }
     command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
     Ok(command)
@@ -144,6 +169,50 @@ pub fn claude_code_fixture(name: &str) -> PathBuf {
     transcript(&format!("claude-code-2.1.332/{name}"))
 }
 
+/// A Claude Code home under `dir` with one project, `dir/proj`: the real program's
+/// transcript (`manual-compact.jsonl`) up to the reply before its own `/compact`, as
+/// `<home>/.claude/projects/-proj/<its session id>.jsonl`, each line passed through
+/// `edit` and its `cwd` moved to the project. Returns (home, transcript, project).
+#[allow(clippy::expect_used)] // test harness: a folder it cannot make or a broken fixture fails the test
+pub fn claude_code_home(dir: &Path, edit: impl Fn(&str) -> String) -> (PathBuf, PathBuf, PathBuf) {
+    let home = dir.join("home");
+    let project = dir.join("proj");
+    let folder = home.join(".claude/projects/-proj");
+    for made in [&project, &folder] {
+        std::fs::create_dir_all(made).expect("a folder of the test's Claude Code home");
+    }
+    let fixture = std::fs::read_to_string(claude_code_fixture("manual-compact.jsonl")).expect("the fixture");
+    let text: String = fixture
+        .lines()
+        .take(57)
+        .map(|line| {
+            let mut record: Value = serde_json::from_str(&edit(line)).expect("a fixture line");
+            if record.get("cwd").is_some() {
+                record["cwd"] = json!(project);
+            }
+            format!("{record}\n")
+        })
+        .collect();
+    let path = folder.join("b7d55388-c9ad-4169-a8d1-459fc6bdb46f.jsonl");
+    std::fs::write(&path, text).expect("the test's transcript");
+    (home, path, project)
+}
+
+/// `ctxd claude ARGS` against a test's Claude Code home: HOME is `home` (no
+/// `CLAUDE_CONFIG_DIR`), the state in `<dir>/cli-state`, the log on stderr.
+pub fn claude_command(dir: &Path, home: &Path, args: &[&str]) -> Command {
+    let mut command = ctxd_command();
+    command
+        .arg("--state-dir")
+        .arg(dir.join("cli-state"))
+        .arg("--log-stderr")
+        .arg("claude")
+        .args(args)
+        .env("HOME", home)
+        .env_remove("CLAUDE_CONFIG_DIR");
+    command
+}
+
 /// A running daemon.
 pub struct Daemon {
     child: Child,
@@ -193,6 +262,17 @@ impl Daemon {
     /// Starts `ctxd serve` under `prlimit` with `limits` (see [`limited_serve_command`]).
     pub fn start_limited(state_dir: &Path, limits: &[&str]) -> anyhow::Result<Daemon> {
         Daemon::spawned(state_dir, limited_serve_command(state_dir, limits, &[])?)
+    }
+
+    /// Starts `ctxd serve` in a user namespace of its own where it is root for the files
+    /// root owns and nobody for the rest (`unshare --user --map-root-user`): a file of
+    /// another owner with mode 000 is then unreadable to it even when the tests run as
+    /// root.
+    pub fn start_in_user_namespace(state_dir: &Path) -> anyhow::Result<Daemon> {
+        Daemon::spawned(
+            state_dir,
+            wrapped_serve_command(state_dir, &["unshare", "--user", "--map-root-user", "--"], &[])?,
+        )
     }
 
     /// Starts and initializes a daemon.
@@ -319,6 +399,65 @@ impl Daemon {
             let message = self.messages.recv_timeout(left).map_err(|e| anyhow!("waiting for {method}: {e}"))?;
             self.backlog.push(message);
         }
+    }
+
+    /// The daemon's log file (`<state_dir>.log`, where [`serve_command`] sends it).
+    pub fn log_path(&self) -> PathBuf {
+        self.state_dir.with_extension("log")
+    }
+
+    /// Waits until a whole line of the daemon's log satisfies `pred` and returns it. One
+    /// thread writes the log, in the order the lines were logged: once a line is in the
+    /// file, so is every line logged before it.
+    pub fn wait_log(&self, what: &str, pred: impl Fn(&str) -> bool) -> anyhow::Result<String> {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+            // A line being written is not read until its end is there.
+            let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+            if let Some(line) = whole.lines().find(|line| pred(line)) {
+                return Ok(line.to_owned());
+            }
+            if Instant::now() > deadline {
+                bail!("no log line for {what} within {TIMEOUT:?}:\n{text}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Checks that session `id` runs no compaction and that no `ctx/compacted` of it is
+    /// among the messages not taken yet; returns its usage. The proof is an answer:
+    /// `ctx/usage` is answered by the session's actor after everything the earlier
+    /// commands started there, and a session sends its notifications before the answers
+    /// that follow them. So a compaction those commands started shows here, as
+    /// `level: compacting` while it runs or as a `ctx/compacted` read before this answer.
+    pub fn assert_no_compaction(&mut self, id: &str) -> anyhow::Result<Value> {
+        let usage = self.request("ctx/usage", json!({"sessionId": id}))?["usage"].clone();
+        ensure!(usage["level"].is_string(), "no level in the usage of {id}: {usage}");
+        ensure!(usage["level"] != "compacting", "{id} is compacting: {usage}");
+        let compacted: Vec<&Value> =
+            self.backlog.iter().filter(|m| m["method"] == "ctx/compacted" && m["params"]["sessionId"] == id).collect();
+        ensure!(compacted.is_empty(), "{id} compacted: {compacted:?}");
+        Ok(usage)
+    }
+
+    /// Waits until session `session` has heard of every change made to its files before
+    /// the call: writes `marker` (a memory file of the session, which it watches and no
+    /// read of the agent's names) and waits for the `ctx/contextChanged` naming it. The
+    /// watcher tells a session of its paths once they have all been quiet, in the order
+    /// they changed, so an earlier change is in that notification or in one before it.
+    /// Returns the session's `ctx/contextChanged` params taken meanwhile, the marker's last.
+    pub fn settle_watcher(&mut self, session: &str, marker: &Path) -> anyhow::Result<Vec<Value>> {
+        std::fs::write(marker, "Written by the test to know that the watcher caught up.\n")?;
+        let want = json!(marker.display().to_string());
+        let last = self.wait_notification("ctx/contextChanged", |p| {
+            p["sessionId"] == session && p["paths"].as_array().is_some_and(|paths| paths.contains(&want))
+        })?;
+        let (taken, rest): (Vec<Value>, Vec<Value>) = std::mem::take(&mut self.backlog)
+            .into_iter()
+            .partition(|m| m["method"] == "ctx/contextChanged" && m["params"]["sessionId"] == session);
+        self.backlog = rest;
+        Ok(taken.into_iter().map(|m| m["params"].clone()).chain([last]).collect())
     }
 
     /// `shutdown`, `exit`, and the exit status.
@@ -510,4 +649,25 @@ pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// [`claude_code_home`] with the fixture unchanged, and the session's id.
+pub fn claude_home(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf, String)> {
+    let (home, path, _project) = claude_code_home(dir, str::to_owned);
+    Ok((home, path, "b7d55388-c9ad-4169-a8d1-459fc6bdb46f".to_owned()))
+}
+
+/// `ctxd claude ARGS` run to its end ([`claude_command`]).
+pub fn ctxd_claude(dir: &Path, home: &Path, args: &[&str]) -> std::io::Result<std::process::Output> {
+    claude_command(dir, home, args).output()
+}
+
+/// Polls `check` every 50 ms until it holds; fails after `secs` (a guard against a hang,
+/// not a measurement).
+pub fn eventually(secs: u64, what: &str, mut check: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while !check() {
+        assert!(Instant::now() < end, "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

@@ -272,6 +272,9 @@ pub struct Background {
     stop: Arc<AtomicBool>,
     gate: Arc<Gate>,
     threads: Vec<JoinHandle<anyhow::Result<SessionLog>>>,
+    /// Threads that pass the gate: one client per session, and a compacting thread per
+    /// session that compacts continuously.
+    gated: usize,
 }
 
 /// Where the client threads wait while the background is paused, and how many of them
@@ -288,6 +291,8 @@ struct Gate {
 struct GateState {
     paused: bool,
     busy: usize,
+    /// Threads waiting at the gate for the pause to end.
+    parked: usize,
 }
 
 /// One client's operation under way; leaving it (by any path) lets a pause complete.
@@ -324,10 +329,13 @@ impl Gate {
                 state.busy += 1;
                 return Some(Busy(self));
             }
+            state.parked += 1;
+            self.changed.notify_all();
             state = self
                 .changed
                 .wait_while(state, |s| s.paused && !stop.load(Ordering::SeqCst))
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
+            state.parked -= 1;
             drop(state);
             std::thread::sleep(after_pause);
             state = self.lock();
@@ -344,6 +352,15 @@ impl Gate {
         self.lock().paused = false;
         self.changed.notify_all();
     }
+
+    /// Waits until `threads` threads wait at the gate; false after `timeout`.
+    fn wait_parked(&self, threads: usize, timeout: Duration) -> bool {
+        let (_state, waited) = self
+            .changed
+            .wait_timeout_while(self.lock(), timeout, |s| s.parked < threads)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        !waited.timed_out()
+    }
 }
 
 /// Session ids of the background workload (the first `compacting` compact).
@@ -359,6 +376,11 @@ impl Background {
         let stop = Arc::new(AtomicBool::new(false));
         let gate = Arc::new(Gate::default());
         let sessions = seeded.len().max(1) as u32;
+        let compacting = match workload.compactions {
+            Compactions::Continuous => workload.compacting.min(seeded.len()),
+            Compactions::EveryAppends(_) => 0,
+        };
+        let gated = seeded.len() + compacting;
         let threads = seeded
             .into_iter()
             .enumerate()
@@ -389,13 +411,20 @@ impl Background {
                 })
             })
             .collect();
-        Background { stop, gate, threads }
+        Background { stop, gate, threads, gated }
     }
 
     /// Holds every client before its next operation and returns once none is in one:
     /// every request the background sent has its answer (a compaction is installed).
     pub fn pause(&self) {
         self.gate.pause();
+    }
+
+    /// After [`Background::pause`]: waits until every thread of the background waits at
+    /// the gate (none is between passing it and sending), failing after `timeout`.
+    pub fn wait_parked(&self, timeout: Duration) -> anyhow::Result<()> {
+        ensure!(self.gate.wait_parked(self.gated, timeout), "not every client waits at the gate after {timeout:?}");
+        Ok(())
     }
 
     /// Lets the clients go on after [`Background::pause`].

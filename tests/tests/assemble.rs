@@ -338,7 +338,9 @@ fn snips_and_collapses_leave_the_request_and_the_count() {
     assert!(collapsed["tokensFreed"].as_u64().unwrap() > 0, "{collapsed}");
     let last = assemble(&mut daemon, json!({}));
     check_valid(&last["request"]);
-    assert!(last["requestTokens"].as_u64() < after["requestTokens"].as_u64());
+    let (collapsed_tokens, snipped_tokens) =
+        (last["requestTokens"].as_u64().unwrap(), after["requestTokens"].as_u64().unwrap());
+    assert!(collapsed_tokens < snipped_tokens, "{collapsed_tokens} after the collapse, {snipped_tokens} before");
     let error = daemon.request_error("ctx/snip", json!({"sessionId": "s", "uuids": ["nope"]})).unwrap();
     assert_eq!(error["code"], -32602);
 }

@@ -230,10 +230,15 @@ fn a_thrashing_stop_holds_for_appends_requests_and_idle_until_a_manual_compactio
         .unwrap();
     assert_ne!(assembled["compact"], true, "{}", assembled["applied"]);
     assert_ne!(usage(&mut daemon, "t")["level"], "compacting");
-    // Nor does the idle timer, a second after the last activity.
-    std::thread::sleep(std::time::Duration::from_millis(2_500));
-    assert_ne!(usage(&mut daemon, "t")["level"], "compacting");
-    assert!(daemon.drain_notifications("ctx/compacted").is_empty(), "a stopped session compacted on its own");
+    // Nor does the idle timer, a second after the last activity: once the session says
+    // it went idle, a later request's answer shows no compaction running or reported.
+    let idle = daemon
+        .wait_log("the idle timer of session t", |line| {
+            line.contains("session{id=t}") && line.contains("session idle;")
+        })
+        .unwrap();
+    assert!(idle.contains("automatic compaction is stopped, so no idle compaction"), "{idle}");
+    daemon.assert_no_compaction("t").expect("a stopped session compacted on its own");
     // A manual compaction lifts the stop: the next refill compacts automatically again.
     daemon.request("ctx/compact", json!({"sessionId": "t"})).unwrap();
     daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "t" && p["trigger"] == "manual").unwrap();

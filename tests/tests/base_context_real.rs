@@ -10,7 +10,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use ctxd_e2e::{Daemon, user_record};
 use serde_json::{Value, json};
@@ -63,8 +62,8 @@ fn first_message(request: &Value) -> String {
     }
 }
 
-/// Memory files listed by `ctx/context` below `under` (a machine may have a managed
-/// policy file of its own), as (path relative to `under`, kind, status).
+/// Memory files listed by `ctx/context` below `under`, as (path relative to `under`,
+/// kind, status).
 fn memory_files(view: &Value, under: &Path) -> Vec<(String, String, String)> {
     view["memoryFiles"]
         .as_array()
@@ -111,6 +110,8 @@ fn sources_are_placed_lowest_precedence_first() {
     let state = root.join("state");
     let home = home_of(&state);
     let cwd = root.join("top/project");
+    // The managed policy file where the harness points the daemon, not the machine's.
+    write(&ctxd_e2e::managed_memory(&home), "MANAGED-POLICY\n");
     write(&home.join(".claude/CLAUDE.md"), "USER-MEMORY\n");
     // Project files from the outermost folder down to the working directory.
     write(&root.join("CLAUDE.md"), "OUTER-CLAUDE\n");
@@ -127,11 +128,13 @@ fn sources_are_placed_lowest_precedence_first() {
     open(&mut daemon, "s", &cwd);
     let view = context(&mut daemon, "s");
     let files = memory_files(&view, root);
+    assert_eq!(files.len(), view["memoryFiles"].as_array().unwrap().len(), "a memory file of the machine's: {view}");
     let listed: Vec<(&str, &str)> = files.iter().map(|(p, k, _)| (p.as_str(), k.as_str())).collect();
     let memory = format!("state.home/.claude/projects/{}/memory/MEMORY.md", claude_folder(&cwd));
     assert_eq!(
         listed,
         [
+            ("state.home/managed-policy/CLAUDE.md", "managed"),
             ("state.home/.claude/CLAUDE.md", "user"),
             ("CLAUDE.md", "project"),
             ("top/.claude/CLAUDE.md", "project"),
@@ -153,6 +156,7 @@ fn sources_are_placed_lowest_precedence_first() {
     let text = first_message(&request);
     assert!(text.contains("<system-reminder>"), "{text}");
     let order = [
+        "MANAGED-POLICY",
         "USER-MEMORY",
         "OUTER-CLAUDE",
         "TOP-DOT-CLAUDE",
@@ -408,8 +412,8 @@ fn one_external_edit_of_a_read_file_is_exactly_one_changed_file_attachment() {
         std::fs::set_permissions(&source, std::fs::Permissions::from_mode(0o640)).unwrap();
     }
     wait_changed(&mut daemon, &source);
-    std::thread::sleep(Duration::from_millis(400));
-    daemon.drain_notifications("ctx/contextChanged");
+    // Every notification of the save is in before the requests.
+    daemon.settle_watcher("s", &cwd.join("CLAUDE.md")).unwrap();
 
     let first = assemble(&mut daemon, "s").to_string();
     assert_eq!(first.matches("changed on disk after you read it").count(), 1, "{first}");
@@ -420,7 +424,6 @@ fn one_external_edit_of_a_read_file_is_exactly_one_changed_file_attachment() {
     assert_eq!(context(&mut daemon, "s")["staleFiles"], Value::Null, "told, so no longer stale");
 
     // A later edit is a new change: one more.
-    std::thread::sleep(Duration::from_millis(20));
     std::fs::write(&source, "pub fn three() {}\n").unwrap();
     wait_changed(&mut daemon, &source);
     let third = assemble(&mut daemon, "s").to_string();
@@ -442,9 +445,16 @@ fn unreadable_and_non_utf8_memory_files_are_diagnostics_not_a_failed_session() {
     let locked = cwd.join(".claude/CLAUDE.md");
     write(&locked, "LOCKED\n");
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
-    let mode_000_blocks = std::fs::read(&locked).is_err();
-
-    let mut daemon = Daemon::started(&state).unwrap();
+    // Mode 000 keeps an ordinary user out. Root reads it all the same, so as root the
+    // file goes to another owner and the daemon runs where root's power stops at the
+    // files root owns: either way the daemon cannot read it.
+    let mut daemon = if std::fs::read(&locked).is_err() {
+        Daemon::start(&state).unwrap()
+    } else {
+        std::os::unix::fs::chown(&locked, Some(65_534), Some(65_534)).unwrap();
+        Daemon::start_in_user_namespace(&state).unwrap()
+    };
+    daemon.initialize().unwrap();
     open(&mut daemon, "s", &cwd);
     let view = context(&mut daemon, "s");
     let problems = diagnostics(&view);
@@ -463,24 +473,10 @@ fn unreadable_and_non_utf8_memory_files_are_diagnostics_not_a_failed_session() {
         )]
     );
     let files = memory_files(&view, &cwd);
-    if mode_000_blocks {
-        let locked_problems = about(&locked);
-        assert_eq!(locked_problems.len(), 1, "{problems:?}");
-        assert!(locked_problems[0].contains("cannot read: permission denied"), "{problems:?}");
-        assert_eq!(files, [("AGENTS.md".into(), "project".into(), "loaded".into())]);
-    } else {
-        println!(
-            "mode 000 does not block reads here (running as root); the folder-in-place case covers an unreadable file"
-        );
-        assert!(about(&locked).is_empty());
-        assert_eq!(
-            files,
-            [
-                ("AGENTS.md".into(), "project".into(), "loaded".into()),
-                (".claude/CLAUDE.md".into(), "project".into(), "loaded".into())
-            ]
-        );
-    }
+    let locked_problems = about(&locked);
+    assert_eq!(locked_problems.len(), 1, "{problems:?}");
+    assert!(locked_problems[0].contains("cannot read: permission denied"), "{problems:?}");
+    assert_eq!(files, [("AGENTS.md".into(), "project".into(), "loaded".into())]);
     // The rest of the session goes on.
     let request = first_message(&assemble(&mut daemon, "s"));
     assert!(request.contains("GOOD-AGENTS"), "{request}");

@@ -183,7 +183,8 @@ fn an_install_cut_by_a_crash_is_not_half_applied() {
     assert_eq!(stored_uuids(&state, "t").unwrap().len(), 60);
     // And compacting again works.
     let again = daemon.request("ctx/compact", json!({"sessionId": "t"})).unwrap();
-    assert!(again["postTokens"].as_u64() < before["tokens"].as_u64());
+    let (post, pre) = (again["postTokens"].as_u64().unwrap(), before["tokens"].as_u64().unwrap());
+    assert!(post < pre, "{post} after compacting again, {pre} before: {again}");
 }
 
 #[test]

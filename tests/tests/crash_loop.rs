@@ -172,7 +172,9 @@ fn sigkill_at_random_moments_loses_no_acknowledged_record_and_never_half_install
             // A session past its threshold compacts before the stream goes on. Otherwise
             // a compaction that takes longer than a round is killed every time, and the
             // view (and with it each round) grows without end.
-            if opened["usage"]["tokens"].as_u64() >= opened["usage"]["threshold"].as_u64() {
+            let (tokens, threshold) =
+                (opened["usage"]["tokens"].as_u64().unwrap(), opened["usage"]["threshold"].as_u64().unwrap());
+            if tokens >= threshold {
                 known[s].boundaries.push(settle(&mut daemon, id));
                 totals.compactions_settling += 1;
             }
@@ -318,10 +320,8 @@ fn resume_past_the_blocked_level_without_a_boundary() {
     daemon.initialize().unwrap();
     let opened = daemon.request("ctx/openSession", json!({"cwd": "/p", "model": MODEL, "sessionId": id})).unwrap();
     let usage = &opened["usage"];
-    assert!(
-        usage["tokens"].as_u64() >= usage["blocked"].as_u64(),
-        "the transcript built is not past the blocked level: {usage}"
-    );
+    let (tokens, blocked) = (usage["tokens"].as_u64().unwrap(), usage["blocked"].as_u64().unwrap());
+    assert!(tokens >= blocked, "the transcript built is not past the blocked level: {usage}");
     check_session(&mut daemon, &state, id, &opened, &mut known, &mut Totals::default(), 0, 0);
 }
 

@@ -4,7 +4,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
 use std::io::Write;
-use std::time::Duration;
 
 use ctxd_e2e::{Daemon, log_field, stored_uuids, user_record};
 use serde_json::json;
@@ -140,7 +139,6 @@ fn deleting_or_damaging_the_index_loses_nothing() {
         .filter_map(Result::ok)
         .any(|e| e.file_name().to_string_lossy().starts_with("index.damaged-"));
     assert!(aside, "damaged index should be moved aside");
-    std::thread::sleep(Duration::from_millis(10));
 }
 
 #[test]

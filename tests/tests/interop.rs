@@ -95,27 +95,44 @@ fn observe_follows_a_transcript_another_program_appends_to() {
     // Claude Code 2.1.332 makes no auto-compact decision for claude-sonnet-4-5: an
     // observed session of it shows none.
     assert_eq!(observed["usage"]["autoCompactEnabled"], false, "{observed}");
-    // Another program appends a turn, in two writes, the second cut mid-line first.
+    // The example's own usage after its first `n` records: its last reply's report.
+    let reported_after = |n: usize| -> u64 {
+        lines[..n]
+            .iter()
+            .rev()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|r| r["type"] == "assistant")
+            .map(|r| {
+                ["input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens"]
+                    .iter()
+                    .map(|k| r["message"]["usage"][k].as_u64().unwrap())
+                    .sum()
+            })
+            .unwrap()
+    };
+    // Another program appends a turn, in two writes, the first ending in the middle of
+    // the turn's last reply: the figure the daemon reaches needs that line put together.
     let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    let last_reply = (100..150).rfind(|&i| lines[i].contains(r#""type":"assistant""#)).unwrap();
     let more = format!("{}\n", lines[100..150].join("\n"));
-    let (head, tail) = more.split_at(more.len() / 2);
+    let cut = lines[100..last_reply].iter().map(|l| l.len() + 1).sum::<usize>() + lines[last_reply].len() / 2;
+    let (head, tail) = more.split_at(cut);
+    let whole_in_head = 100 + head.matches('\n').count();
+    assert_eq!(whole_in_head, last_reply);
+    assert_ne!(reported_after(whole_in_head), reported_after(100), "the first write holds a report of its own");
     file.write_all(head.as_bytes()).unwrap();
     file.flush().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(150));
-    file.write_all(tail.as_bytes()).unwrap();
-    // The figure the daemon reaches is the example's own usage after 150 records.
-    let want: u64 = lines[..150]
-        .iter()
-        .rev()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|r| r["type"] == "assistant")
-        .map(|r| {
-            ["input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens"]
-                .iter()
-                .map(|k| r["message"]["usage"][k].as_u64().unwrap())
-                .sum()
+    // The daemon has read the first write, the cut line with it, once it shows the
+    // report among its whole lines.
+    daemon
+        .wait_notification("ctx/usageChanged", |p| {
+            p["sessionId"] == id.as_str() && p["usage"]["reportedTokens"] == reported_after(whole_in_head)
         })
         .unwrap();
+    file.write_all(tail.as_bytes()).unwrap();
+    // The figure the daemon reaches is the example's own usage after 150 records.
+    let want = reported_after(150);
+    assert_ne!(want, reported_after(whole_in_head), "the line cut in two holds the last report");
     let pushed = daemon
         .wait_notification("ctx/usageChanged", |p| {
             p["sessionId"] == id.as_str() && p["usage"]["reportedTokens"] == want
@@ -188,8 +205,15 @@ fn observe_claude_projects_follows_every_project_and_new_transcripts() {
     let projects = state.with_extension("home").join(".claude/projects");
     std::fs::create_dir_all(projects.join("-work-alpha")).unwrap();
     std::fs::write(projects.join("-work-alpha/older.jsonl"), exchange(1_000)).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(20));
     std::fs::write(projects.join("-work-alpha/newest.jsonl"), exchange(2_000)).unwrap();
+    // Which is newer is set, not left to the clock's resolution.
+    let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3_600);
+    std::fs::File::options()
+        .write(true)
+        .open(projects.join("-work-alpha/older.jsonl"))
+        .unwrap()
+        .set_modified(an_hour_ago)
+        .unwrap();
     let mut daemon = Daemon::start_with(&state, &[], &[("CTXD_LOG", "ctxd=debug")]).unwrap();
     daemon
         .request(
@@ -203,9 +227,13 @@ fn observe_claude_projects_follows_every_project_and_new_transcripts() {
     daemon
         .wait_notification("ctx/usageChanged", |p| p["usage"]["reportedTokens"] == 2_010)
         .unwrap_or_else(|e| panic!("{e}: {}", std::fs::read_to_string(&log).unwrap_or_default()));
-    // A project that appears later, and a transcript started in it.
+    // A project that appears later, and a transcript started in it once the daemon
+    // watches the project for new transcripts.
     std::fs::create_dir_all(projects.join("-work-beta")).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    let watched = format!("dir={}", projects.join("-work-beta").display());
+    daemon
+        .wait_log("a watch on the new project", |line| line.contains("watching") && line.ends_with(&watched))
+        .unwrap();
     let beta = projects.join("-work-beta/session.jsonl");
     std::fs::write(&beta, exchange(3_000)).unwrap();
     let first = daemon.wait_notification("ctx/usageChanged", |p| p["usage"]["reportedTokens"] == 3_010).unwrap();

@@ -34,12 +34,18 @@ fn the_answer_pipe_is_widened_to_a_mebibyte() {
     // The pipe the answer to `initialize` came through, seen via the daemon's descriptor 1.
     let pipe = std::fs::File::open(format!("/proc/{}/fd/1", daemon.pid())).unwrap();
     let size = rustix::pipe::fcntl_getpipe_size(&pipe).unwrap();
-    let limit: usize = std::fs::read_to_string("/proc/sys/fs/pipe-max-size").unwrap().trim().parse().unwrap();
-    if limit >= 1 << 20 {
-        assert_eq!(size, 1 << 20);
-    } else {
-        assert!(size <= limit, "{size} over the system's limit {limit}");
-    }
+    // Checked for exactly 1 MiB on every machine: one where no process of ours may have
+    // a pipe that wide (pipe-max-size lowered, no CAP_SYS_RESOURCE) fails here and says
+    // so, rather than passing on a weaker check.
+    let limit = std::fs::read_to_string("/proc/sys/fs/pipe-max-size").unwrap();
+    let (_probe_read, probe) = rustix::pipe::pipe().unwrap();
+    let allowed = rustix::pipe::fcntl_setpipe_size(&probe, 1 << 20);
+    assert!(
+        allowed.is_ok(),
+        "this machine lets this process have no 1 MiB pipe (pipe-max-size {}, {allowed:?}): the test cannot check the widening here",
+        limit.trim()
+    );
+    assert_eq!(size, 1 << 20, "the daemon's stdout pipe, widened");
     drop(pipe);
     assert!(daemon.stop().unwrap().success());
 }
@@ -152,31 +158,6 @@ fn a_second_editor_on_the_same_store_shares_the_first_daemon() {
         .request("ctx/openSession", json!({"sessionId": id, "cwd": "/tmp", "model": "claude-sonnet-4-5"}))
         .unwrap();
     assert_eq!(opened["usage"]["tokens"], usage["tokens"], "{opened}");
-}
-
-#[test]
-fn a_store_too_deep_for_a_socket_still_serves_its_own_editor() {
-    // A Unix socket's path holds at most 107 bytes: past that the daemon cannot listen,
-    // says so in its log, and serves its own editor all the same.
-    let dir = tempfile::tempdir().unwrap();
-    let state = dir.path().join("d".repeat(60)).join("e".repeat(60));
-    let mut daemon = Daemon::started(&state).unwrap();
-    let opened = daemon.request("ctx/openSession", json!({"cwd": "/tmp", "model": "claude-sonnet-4-5"})).unwrap();
-    let id = opened["sessionId"].as_str().unwrap().to_owned();
-    let records = json!([ctxd_e2e::user_record("u1", None, "still served")]);
-    daemon.request("ctx/append", json!({"sessionId": id, "records": records})).unwrap();
-    assert!(!state.join("ctxd.sock").exists());
-    // The log is written by a thread of its own: give it a moment.
-    let said = |log: &str| log.contains("cannot listen for other editors");
-    let mut log = String::new();
-    for _ in 0..100 {
-        log = std::fs::read_to_string(state.with_extension("log")).unwrap_or_default();
-        if said(&log) {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    assert!(said(&log), "{log}");
 }
 
 #[test]

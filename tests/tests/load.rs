@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ctxd_e2e::load::{Background, Compactions, Mux, Workload, check_stored, open_and_seed, session_id};
 use ctxd_e2e::stored_uuids;
@@ -104,21 +104,33 @@ fn a_paused_background_sends_nothing_until_resumed() {
     let records = || -> Vec<usize> {
         (0..workload.sessions).map(|i| stored_uuids(&state, &session_id(i, &workload)).unwrap().len()).collect()
     };
+    // Every session goes on past `before`: waited for, failing after a minute.
+    let every_session_grows = |before: &[usize]| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let now = records();
+            if before.iter().zip(&now).all(|(b, n)| n > b) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "not every session went on: {before:?} -> {now:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let mut before = records();
     let background = Background::start(&mux, &workload, seeded);
-    std::thread::sleep(Duration::from_millis(200));
     for _ in 0..3 {
+        every_session_grows(&before);
         background.pause();
-        let before = records();
+        // Every client and compacting thread waits at the gate: none is about to send.
+        background.wait_parked(Duration::from_secs(60)).unwrap();
+        let paused = records();
+        // Nothing is stored over the next 150 ms either.
         std::thread::sleep(Duration::from_millis(150));
-        assert_eq!(records(), before, "records were appended while paused");
+        assert_eq!(records(), paused, "records were appended while paused");
         background.resume();
-        std::thread::sleep(Duration::from_millis(300));
-        let after = records();
-        assert!(
-            before.iter().zip(&after).all(|(b, a)| a > b),
-            "not every session went on after the resume: {before:?} -> {after:?}"
-        );
+        before = paused;
     }
+    every_session_grows(&before);
     let logs = background.stop().unwrap();
     assert!(logs[..2].iter().all(|l| l.compactions >= 1), "the compacting sessions did not compact");
     check_stored(&state, &logs).unwrap();

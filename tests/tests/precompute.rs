@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 /// A 200,000-token model: threshold 167,000, precompute start 160,000.
 const MODEL: &str = "claude-sonnet-4-5-20250929";
+const PRECOMPUTE_START: u64 = 160_000;
 
 /// About `tokens` tokens of varied prose (the estimate counts bytes).
 fn text(n: usize, tokens: usize) -> String {
@@ -88,14 +89,18 @@ fn a_summary_prepared_ahead_is_installed_at_the_threshold_with_what_came_since()
     assert_eq!(threshold, 167_000);
     // Below the precompute start nothing is prepared.
     s.fill_to(150_000, 4_000);
-    std::thread::sleep(Duration::from_millis(200));
     assert_eq!(s.prepared_ahead(), None, "prepared before the precompute start");
     // Past it, a summary is prepared in the background; the session is not shown as
     // compacting meanwhile and nothing is written to the transcript.
     let stored_before = stored_uuids(&state, "p").unwrap().len();
-    let at = s.fill_to(160_000, 1_000);
+    let at = s.fill_to(PRECOMPUTE_START, 1_000);
     assert!(at < threshold, "{at}");
     let estimated = s.wait_prepared();
+    // The first preparation began at the precompute start, not below it: the log says
+    // at how many tokens each began, in order, so an earlier one would come first.
+    let began = s.daemon.wait_log("a preparation ahead", |line| line.contains("preparing a summary ahead")).unwrap();
+    let began_at: u64 = ctxd_e2e::log_field(&began, "tokens").unwrap().parse().unwrap();
+    assert!((PRECOMPUTE_START..threshold).contains(&began_at), "{began}");
     assert!(estimated < threshold / 2, "the prepared summary leaves room: {estimated}");
     let usage = s.daemon.request("ctx/usage", json!({"sessionId": "p"})).unwrap()["usage"].clone();
     assert_ne!(usage["level"], "compacting", "{usage}");

@@ -8,11 +8,11 @@ use ctxd_e2e::repo_root;
 
 #[test]
 fn the_bundled_example_shows_levels_and_a_compaction() {
-    let out = ctxd_e2e::ctxd_command()
+    let home = tempfile::tempdir().unwrap();
+    let out = ctxd_e2e::hermetic(&mut ctxd_e2e::ctxd_command(), home.path())
         .arg("replay")
         .arg(repo_root().join("examples/session.jsonl"))
         .env_remove("CLAUDE_CODE_AUTO_COMPACT_WINDOW")
-        .env("HOME", std::env::temp_dir().join("ctxd-replay-test-home"))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -90,10 +90,9 @@ fn undo_brings_back_the_view_the_compaction_replaced() {
     assert_eq!(record["cwd"], CWD);
 
     // `ctxd replay` of this transcript goes through the undo as the live session did.
-    let out = ctxd_e2e::ctxd_command()
+    let out = ctxd_e2e::hermetic(&mut ctxd_e2e::ctxd_command(), &dir.path().join("replay-home"))
         .arg("replay")
         .arg(state.join("sessions/u.jsonl"))
-        .env("HOME", dir.path().join("replay-home"))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -14,8 +14,11 @@
 //!   endpoints over HTTP (streaming, retries, typed failures).
 //! - [`gateway`]: the HTTP gateway on the Messages API path (`ctxd gateway`): forwards
 //!   Claude Code's requests and reads each answer's usage as it passes.
+//! - [`history`]: the history index (tantivy) over every transcript, for `ctxd mcp`
+//!   ([`mcp`]) and `ctx/searchHistory`/`ctx/readHistory`.
 //! - [`hooks`]: PreCompact, PostCompact and SessionStart(compact) commands.
 //! - [`interop`]: import and export of Claude Code transcripts.
+//! - [`live`]: whether Claude Code is running for a session, so its transcript is left alone.
 //! - [`replay`], [`client`]: `ctxd replay`, driving a daemon the way an editor would.
 //! - [`statusline`]: `ctxd statusline`, Claude Code's status line from the transcript tail.
 //! - [`background`]: low-priority threads for compaction's CPU-heavy parts.
@@ -28,9 +31,12 @@ pub mod claude;
 pub mod client;
 pub mod context;
 pub mod gateway;
+pub mod history;
 pub mod hooks;
 pub mod interop;
+pub mod live;
 pub mod logging;
+pub mod mcp;
 pub mod outside;
 pub mod process_env;
 pub mod provider;

@@ -32,6 +32,11 @@ pub const NO_WATCH_ENV: &str = "CTXD_NO_WATCH";
 pub const DISABLE_FORK_ENV: &str = "CTXD_DISABLE_COMPACT_FORK";
 /// Claude Code's own directory, instead of `~/.claude`.
 pub const CLAUDE_CONFIG_DIR_ENV: &str = "CLAUDE_CONFIG_DIR";
+/// The managed policy memory file, instead of [`MANAGED_MEMORY_PATH`] (tests point it
+/// into their own directories; an unusual install can move it).
+pub const MANAGED_MEMORY_ENV: &str = "CTXD_MANAGED_MEMORY";
+/// Where Claude Code reads the organization's managed policy memory file on Linux.
+pub const MANAGED_MEMORY_PATH: &str = "/etc/claude-code/CLAUDE.md";
 
 /// The environment ctxd was started with: what it uses, typed, and the rest for lookups
 /// by name. Built once; shared behind an `Arc`.
@@ -125,6 +130,12 @@ impl ProcessEnv {
         Some(self.claude_config_dir()?.join("projects"))
     }
 
+    /// The managed policy memory file: `$CTXD_MANAGED_MEMORY`, else
+    /// [`MANAGED_MEMORY_PATH`].
+    pub fn managed_memory_path(&self) -> PathBuf {
+        self.non_empty(MANAGED_MEMORY_ENV).map_or_else(|| PathBuf::from(MANAGED_MEMORY_PATH), PathBuf::from)
+    }
+
     /// `$CTXD_LOG`, the log filter, when set.
     pub fn log_filter(&self) -> Option<&str> {
         self.var(LOG_ENV).filter(|v| !v.trim().is_empty())
@@ -172,6 +183,9 @@ mod tests {
         assert_eq!(env.budget().auto_compact_window, Some(50_000));
         assert_eq!(env.config_home(), Some(PathBuf::from("/home/u/.config")));
         assert_eq!(env.claude_projects_dir(), Some(PathBuf::from("/home/u/.claude/projects")));
+        assert_eq!(env.managed_memory_path(), PathBuf::from("/etc/claude-code/CLAUDE.md"));
+        let moved = ProcessEnv::from_pairs([(MANAGED_MEMORY_ENV, "/srv/policy/CLAUDE.md")]);
+        assert_eq!(moved.managed_memory_path(), PathBuf::from("/srv/policy/CLAUDE.md"));
         // Nothing leaked in from the real environment of the test process.
         assert_eq!(env.var("PATH"), None);
         assert_eq!(env.temp_dir(), PathBuf::from("/tmp"));

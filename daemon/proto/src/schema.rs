@@ -67,6 +67,10 @@ pub fn all() -> Vec<SchemaFile> {
         file::<SetPlanParams>("ctx.setPlan.params"),
         file::<UsageResult>("ctx.setPlan.result"),
         file::<GatewaySessions>("gateway.sessions"),
+        file::<SearchHistoryParams>("ctx.searchHistory.params"),
+        file::<SearchHistoryResult>("ctx.searchHistory.result"),
+        file::<ReadHistoryParams>("ctx.readHistory.params"),
+        file::<ReadHistoryResult>("ctx.readHistory.result"),
     ]
 }
 

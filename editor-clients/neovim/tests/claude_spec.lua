@@ -44,13 +44,73 @@ end
 local scratch = vim.uv.fs_realpath(vim.fn.tempname()) or vim.fn.tempname()
 vim.fn.mkdir(scratch, "p")
 scratch = vim.uv.fs_realpath(scratch)
-local folder = scratch .. "/my.app_1"
 local config_dir = scratch .. "/claude"
-local project_dir, transcript
 local old_cwd = vim.fn.getcwd()
+local cases = 0
 
+--- Stops the daemon a case started and forgets what the plugin observed.
+local function stop()
+  local stopped = false
+  ctxd.stop(function()
+    stopped = true
+  end)
+  t.wait_for("the daemon to stop", function()
+    return stopped
+  end)
+  claude.reset()
+  client.state.observing = false
+  vim.env.CLAUDE_CONFIG_DIR = nil
+  vim.fn.chdir(old_cwd)
+end
+
+--- A working folder of the calling case's own (`my.app_N`), made the current directory,
+--- and a daemon started in it that waits for the folder's first Claude Code transcript.
+--- Returns the folder and its Claude Code project folder.
+local function start_in_new_folder()
+  cases = cases + 1
+  local folder = string.format("%s/%d/my.app_1", scratch, cases)
+  vim.fn.mkdir(folder, "p")
+  vim.fn.chdir(folder)
+  vim.env.CLAUDE_CONFIG_DIR = config_dir
+  ctxd.setup({
+    cmd = { test_env.ctxd_bin, "serve", "--state-dir", scratch .. "/state-" .. cases, "--log-file", scratch .. "/ctxd-" .. cases .. ".log" },
+    settings = { autoCompactWindow = 100000, provider = "offline" },
+  })
+  t.wait_for("the daemon to be ready", client.is_ready)
+  t.wait_for("the project to wait for a transcript", function()
+    return #claude.waiting() == 1
+  end)
+  return folder, claude.project_dir(folder)
+end
+
+local function transcript_named(project_dir, n)
+  return string.format("%s/20000000-0000-4000-8000-%012d.jsonl", project_dir, n)
+end
+
+--- A folder of the calling case's own with one Claude Code session observed: two
+--- turns, the last at 60,000 tokens, shown in the statusline. Returns the transcript and
+--- the project folder.
+local function observed_session()
+  local _, project_dir = start_in_new_folder()
+  vim.fn.mkdir(project_dir, "p")
+  local transcript = transcript_named(project_dir, 1)
+  append(transcript, { line("user"), line("assistant", 40000), line("user"), line("assistant", 60000) })
+  t.wait_for("the observed session in the statusline", function()
+    return ctxd.status() == "ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6"
+  end)
+  return transcript, project_dir
+end
+
+-- Each case starts its own daemon in a folder of its own and stops it after.
 describe("Claude Code sessions of the current directory", function()
+  after_each(function()
+    if client.state.client_id then
+      stop()
+    end
+  end)
+
   it("names the project folder as Claude Code does, and the id as the daemon does", function()
+    local folder = scratch .. "/my.app_1"
     t.eq(config_dir .. "/projects/" .. folder:gsub("[^%w]", "-"), claude.project_dir(folder, config_dir))
     t.truthy(vim.endswith(claude.project_dir(folder, config_dir), "-my-app-1"))
     -- One `-` per character, as the VS Code client (and Claude Code) write it.
@@ -61,21 +121,10 @@ describe("Claude Code sessions of the current directory", function()
   end)
 
   it("shows nothing until a transcript appears, then the newest session, following it", function()
-    vim.fn.mkdir(folder, "p")
-    vim.fn.chdir(folder)
-    vim.env.CLAUDE_CONFIG_DIR = config_dir
-    project_dir = claude.project_dir(folder)
-    ctxd.setup({
-      cmd = { test_env.ctxd_bin, "serve", "--state-dir", scratch .. "/state", "--log-file", scratch .. "/ctxd.log" },
-      settings = { autoCompactWindow = 100000, provider = "offline" },
-    })
-    t.wait_for("the daemon to be ready", client.is_ready)
-    t.wait_for("the project to wait for a transcript", function()
-      return #claude.waiting() == 1
-    end)
+    local _, project_dir = start_in_new_folder()
     t.eq("", ctxd.status())
     vim.fn.mkdir(project_dir, "p")
-    transcript = project_dir .. "/20000000-0000-4000-8000-000000000001.jsonl"
+    local transcript = transcript_named(project_dir, 1)
     append(transcript, { line("user"), line("assistant", 40000) })
     t.wait_for("the observed session in the statusline", function()
       return ctxd.status() == "ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6"
@@ -89,6 +138,7 @@ describe("Claude Code sessions of the current directory", function()
   end)
 
   it(":Ctxd context shows the observed session", function()
+    local transcript = observed_session()
     vim.cmd("Ctxd context")
     local lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)
     local text = table.concat(lines, "\n")
@@ -98,6 +148,7 @@ describe("Claude Code sessions of the current directory", function()
   end)
 
   it(":Ctxd compact asks first, then says clearly when the daemon cannot compact a Claude Code session", function()
+    local transcript = observed_session()
     local prompts, messages = {}, {}
     local select, notify = vim.ui.select, vim.notify
     vim.ui.select = function(items, opts, on_choice)
@@ -128,7 +179,8 @@ describe("Claude Code sessions of the current directory", function()
   end)
 
   it("shows the newest active session when there are several, with a picker", function()
-    local second = project_dir .. "/20000000-0000-4000-8000-000000000002.jsonl"
+    local _, project_dir = observed_session()
+    local second = transcript_named(project_dir, 2)
     append(second, { line("user"), line("assistant", 20000) })
     t.wait_for("the new session shown", function()
       return ctxd.status() == "ctx 25.0% · 47.0k to compact · 20.0k · claude-opus-4-6"
@@ -148,18 +200,18 @@ describe("Claude Code sessions of the current directory", function()
     vim.cmd("close")
     t.eq(2, #offered)
     t.eq("ctx 25.0% · 47.0k to compact · 20.0k · claude-opus-4-6  20000000-0000-4000-8000-000000000002", offered[1])
-    -- The first session was compacted by the test before: its figures are the summary's.
-    t.truthy(offered[2]:match("^ctx [%d.]+%% · [%d.]+k to compact · [%d.]+k · claude%-opus%-4%-6  20000000%-0000%-4000%-8000%-000000000001$"), offered[2])
+    t.eq("ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6  20000000-0000-4000-8000-000000000001", offered[2])
     t.contains(shown, "Claude Code session 20000000-0000-4000-8000-000000000001")
   end)
 
   it("completes :Ctxd subcommands and windows", function()
     t.eq({ "compact", "context" }, vim.fn.getcompletion("Ctxd co", "cmdline"))
-    t.eq({ "compact", "context", "log", "restart", "sessions", "undo", "window" }, vim.fn.getcompletion("Ctxd ", "cmdline"))
+    t.eq({ "compact", "context", "history", "log", "restart", "sessions", "undo", "window" }, vim.fn.getcompletion("Ctxd ", "cmdline"))
     t.eq({ "200k" }, vim.fn.getcompletion("Ctxd window 2", "cmdline"))
   end)
 
   it(":Ctxd window explains a window the model cannot take", function()
+    observed_session()
     local messages = {}
     local notify = vim.notify
     vim.notify = function(msg, level)
@@ -175,26 +227,12 @@ describe("Claude Code sessions of the current directory", function()
     vim.notify = notify
     t.truthy(ok, err)
     t.eq(MODEL, result.model, "the observed session's model")
-    if result.reason then
-      t.eq({ msg = "ctxd: window 200,000, not 500,000: " .. result.reason .. ".", level = vim.log.levels.WARN }, messages[1])
-      t.contains(result.reason, "at most 200000")
-    end
+    t.truthy(result.reason, "the answer says why: " .. vim.inspect(result))
+    t.eq({ msg = "ctxd: window 200,000, not 500,000: " .. result.reason .. ".", level = vim.log.levels.WARN }, messages[1])
+    t.contains(result.reason, "at most 200000")
     t.contains(messages[#messages].msg, "ctxd: auto-compact window for " .. MODEL .. " is 200,000 tokens")
   end)
 
-  it("stops", function()
-    local stopped = false
-    ctxd.stop(function()
-      stopped = true
-    end)
-    t.wait_for("the daemon to stop", function()
-      return stopped
-    end)
-    claude.reset()
-    client.state.observing = false
-    vim.env.CLAUDE_CONFIG_DIR = nil
-    vim.fn.chdir(old_cwd)
-  end)
 end)
 
 describe("observing while the daemon refuses", function()
@@ -213,10 +251,19 @@ describe("observing while the daemon refuses", function()
     end
     vim.env.CLAUDE_CONFIG_DIR = config_dir
     claude.observe(refuse, dir)
-    t.wait_for("the refusal recorded", function()
-      return #claude.waiting() == 1
+    -- The client gives up until the next daemon start, and says so in its log.
+    local gave_up = "cannot observe the Claude Code sessions of " .. dir .. ": cannot read the project"
+    t.wait_for("the client to give up", function()
+      for _, entry in ipairs(require("ctxd.client").state.log) do
+        if entry:find(gave_up, 1, true) then
+          return true
+        end
+      end
     end)
-    -- Give a runaway retry loop time to show itself.
+    t.eq(2, asked)
+    -- Nor does it ask again over the next 200 ms, while the transcript grows (a watcher
+    -- on the project would fire).
+    append(refused_project .. "/s.jsonl", { line("user") })
     vim.wait(200)
     vim.env.CLAUDE_CONFIG_DIR = nil
     t.eq(2, asked)

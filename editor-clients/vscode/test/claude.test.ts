@@ -69,11 +69,19 @@ describe("ObservedSessions", () => {
     it("asks at most twice while the daemon is down and a transcript exists, then waits for the next start", async () => {
         const { configDir, folder, projectDir } = project();
         fs.mkdirSync(projectDir, { recursive: true });
-        fs.writeFileSync(path.join(projectDir, "s.jsonl"), "");
+        const transcript = path.join(projectDir, "s.jsonl");
+        fs.writeFileSync(transcript, "");
         const down = connection(() => Promise.reject(new Error("Client is not running")));
-        const observed = new ObservedSessions(down, () => configDir);
+        const logged: string[] = [];
+        const observed = new ObservedSessions(down, () => configDir, (line) => logged.push(line));
         await observed.observe([folder]);
-        // Anything the watcher would start happens within a few turns of the event loop.
+        // The client gives up until the next daemon start, and says so.
+        const gaveUp = `[ctxd client] cannot observe the Claude Code sessions of ${folder}: Client is not running`;
+        assert.ok(logged.includes(gaveUp), JSON.stringify(logged));
+        assert.equal(down.asked.length, 2);
+        // Nor does it ask again over the next 200 ms, while the transcript grows (a watcher
+        // on the project would fire).
+        fs.appendFileSync(transcript, "{}\n");
         await new Promise((resolve) => setTimeout(resolve, 200));
         assert.equal(down.asked.length, 2);
         assert.deepEqual(observed.unobserved(), [{ folder, projectDir, reason: "Client is not running" }]);

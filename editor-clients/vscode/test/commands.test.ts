@@ -16,13 +16,13 @@ import { ContextView } from "../src/contextView";
 import type { CompactedParams, CompactResult, ContextChangedParams, ContextResult } from "../src/lsp_ext";
 import { formatCount, statusText, windowResultText } from "../src/render";
 import { CtxdSessions } from "../src/sessions";
-import { startDaemon, TEST_SETTINGS, tempStateDir, type TestDaemon } from "./support/daemon";
+import { packageRoot, startDaemon, TEST_SETTINGS, tempStateDir, type TestDaemon } from "./support/daemon";
 import { FakeConnection } from "./support/fakeConnection";
 import { renderCases, usageCase } from "./support/fixtures";
 import { makeProject, type TestProject, writeAtomically } from "./support/project";
 import { assistantRecord, userRecord } from "./support/records";
 import { fake, window, workspace } from "./support/vscode";
-import { waitFor } from "./support/wait";
+import { settled, waitFor } from "./support/wait";
 
 const MODEL = "claude-sonnet-4-5-20250929";
 
@@ -93,7 +93,13 @@ describe("commands on a real ctxd", () => {
     });
 
     it("registers every command package.json contributes", () => {
-        assert.deepEqual([...fake.commands.keys()].sort(), Object.values(Commands).sort());
+        const manifest = JSON.parse(fs.readFileSync(path.join(packageRoot, "package.json"), "utf8")) as {
+            contributes: { commands: { command: string }[] };
+        };
+        const contributed = manifest.contributes.commands.map((c) => c.command).sort();
+        assert.ok(contributed.length > 0, "package.json contributes commands");
+        assert.deepEqual([...fake.commands.keys()].sort(), contributed);
+        assert.deepEqual(Object.values(Commands).sort(), contributed);
     });
 
     it("Compact now asks for a focus, compacts, and reports the token drop; the session follows", async () => {
@@ -428,7 +434,8 @@ describe("commands against scripted answers (a future daemon, an older one)", ()
         answers[1](grown);
         await waitFor("the newest answer drawn", () => (doc.getText().includes("| project | 2,000 | loaded |") ? true : undefined));
         answers[0](stale);
-        await new Promise((r) => setTimeout(r, 20));
+        // The older answer has been handled once what its resolution set off has run.
+        await settled();
         assert.ok(doc.getText().includes("| project | 2,000 | loaded |"), "an older answer does not overwrite a newer one");
     });
 

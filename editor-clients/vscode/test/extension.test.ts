@@ -7,7 +7,7 @@ import "./support/installVscode";
 
 import * as assert from "node:assert/strict";
 import * as path from "node:path";
-import { after, before, describe, it } from "node:test";
+import { after, afterEach, before, describe, it } from "node:test";
 
 import type { CtxdApi } from "../src/extension";
 import * as extension from "../src/extension";
@@ -27,6 +27,8 @@ describe("activate() on a real ctxd", () => {
     const subscriptions: { dispose(): unknown }[] = [];
     let api: CtxdApi;
     let changes: UsageChangedParams[];
+    /** The sessions the current case opened: each case opens its own and closes them after. */
+    let opened: string[] = [];
 
     before(async () => {
         fake.reset();
@@ -36,11 +38,32 @@ describe("activate() on a real ctxd", () => {
         changes = [];
         api.onUsageChanged((c) => changes.push(c));
     });
+    afterEach(async () => {
+        for (const sessionId of opened) {
+            await api.closeSession(sessionId);
+        }
+        opened = [];
+    });
     after(async () => {
         for (const s of subscriptions) {
             await s.dispose();
         }
     });
+
+    /**
+     * A session of this case's own, whose transcript's last reply reported `tokens`, once
+     * its status bar item shows `text`.
+     */
+    async function sessionAt(tokens: number, text: string): Promise<{ sessionId: string; item: (typeof fake.statusBarItems)[number] }> {
+        const { sessionId } = await api.openSession({ cwd: EMPTY_CWD, model: MODEL });
+        opened.push(sessionId);
+        const user = userRecord("hi");
+        await api.append(sessionId, [user, assistantRecord(tokens, user.uuid as string)]);
+        const item = await waitFor(`the status bar of ${sessionId} at "${text}"`, () =>
+            fake.statusBarItems.find((i) => i.id === `ctxd.session.${sessionId}` && i.text === text),
+        );
+        return { sessionId, item };
+    }
 
     it("starts the daemon with the settings and returns the API", () => {
         assert.deepEqual(fake.messages, [], "no error on start");
@@ -53,6 +76,7 @@ describe("activate() on a real ctxd", () => {
 
     it("opens a session, shows its status bar item, and follows ctx/usageChanged", async () => {
         const { sessionId, usage } = await api.openSession({ cwd: EMPTY_CWD, model: MODEL });
+        opened.push(sessionId);
         assert.equal(usage.window, 100_000, "autoCompactWindow reached the daemon");
         const item = fake.statusBarItems.find((i) => i.id === `ctxd.session.${sessionId}`);
         assert.ok(item);
@@ -64,9 +88,7 @@ describe("activate() on a real ctxd", () => {
     });
 
     it("sends changed settings with workspace/didChangeConfiguration; the open session follows", async () => {
-        const [sessionId] = api.sessions().map((s) => s.sessionId);
-        const item = fake.statusBarItems.find((i) => i.id === `ctxd.session.${sessionId}`);
-        assert.ok(item);
+        const { item } = await sessionAt(50_060, "$(warning) ctx 62.6% · 16.9k to compact");
         const changeSetting = (value: boolean) => {
             fake.config.autoCompactEnabled = value;
             fake.configurationChanged.fire({ affectsConfiguration: (section) => section === "ctxd" || section === "ctxd.autoCompactEnabled" });
@@ -85,14 +107,16 @@ describe("activate() on a real ctxd", () => {
     });
 
     it("shows the log on command", async () => {
+        const shown = fake.outputShown;
         await fake.commands.get("ctxd.showLog")?.();
-        assert.equal(fake.outputShown, 1);
+        assert.equal(fake.outputShown, shown + 1);
     });
 
     it("restarts a crashed daemon and resumes the session; the status bar follows again", async () => {
-        const [sessionId] = api.sessions().map((s) => s.sessionId);
-        const item = fake.statusBarItems.find((i) => i.id === `ctxd.session.${sessionId}`);
-        assert.ok(item);
+        const { sessionId, item } = await sessionAt(50_060, "$(warning) ctx 62.6% · 16.9k to compact");
+        const status = fake.statusBarItems.find((i) => i.id === "ctxd.status");
+        assert.ok(status);
+        const statusBefore = status.texts.length;
         const [pid] = childPids(daemonName);
         process.kill(pid, "SIGKILL");
         await waitFor("a new daemon", () => {
@@ -104,23 +128,20 @@ describe("activate() on a real ctxd", () => {
             return down >= 0 && item.texts.slice(down).some((t) => t.includes("62.6%")) ? true : undefined;
         });
         // The daemon's own item counted down to the restart, then said ready again.
-        const status = fake.statusBarItems.find((i) => i.id === "ctxd.status");
-        assert.ok(status);
-        const restarting = status.texts.findIndex((t) => /^\$\(debug-disconnect\) ctxd restarting in \d+ s$/.test(t));
-        assert.ok(restarting >= 0, JSON.stringify(status.texts));
-        assert.ok(status.texts.slice(restarting).includes("$(pulse) ctxd ready"), JSON.stringify(status.texts));
+        const texts = status.texts.slice(statusBefore);
+        const restarting = texts.findIndex((t) => /^\$\(debug-disconnect\) ctxd restarting in \d+ s$/.test(t));
+        assert.ok(restarting >= 0, JSON.stringify(texts));
+        assert.ok(texts.slice(restarting).includes("$(pulse) ctxd ready"), JSON.stringify(texts));
         const before = changes.length;
         const user = userRecord("after the crash");
         await api.append(sessionId, [user, assistantRecord(60_000, user.uuid as string)]);
         await waitFor("the status bar at 75.0%", () => (item.text.includes("75.0%") ? true : undefined));
-        assert.ok(changes.length > before);
+        assert.ok(changes.slice(before).some((c) => c.sessionId === sessionId));
         assert.equal(item.text, "$(warning) ctx 75.0% · 7.0k to compact");
     });
 
     it("reports an automatic compaction at the threshold; the status bar follows", async () => {
-        const [sessionId] = api.sessions().map((s) => s.sessionId);
-        const item = fake.statusBarItems.find((i) => i.id === `ctxd.session.${sessionId}`);
-        assert.ok(item);
+        const { sessionId, item } = await sessionAt(60_000, "$(warning) ctx 75.0% · 7.0k to compact");
         fake.messages = [];
         const user = userRecord("past the threshold");
         await api.append(sessionId, [user, assistantRecord(70_000, user.uuid as string)]);
@@ -128,6 +149,6 @@ describe("activate() on a real ctxd", () => {
         assert.equal(message.kind, "info");
         assert.match(message.text, /^ctxd: compacted \(auto\) 70,\d{3} → [\d,]+ tokens\.$/);
         await waitFor("the status bar after the compaction", () => (item.text.startsWith("$(dashboard) ctx ") ? true : undefined));
-        assert.equal(api.sessions()[0].usage?.level, "ok");
+        assert.equal(api.sessions().find((s) => s.sessionId === sessionId)?.usage?.level, "ok");
     });
 });

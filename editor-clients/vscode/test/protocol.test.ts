@@ -274,14 +274,17 @@ describe("protocol.ts", () => {
 
     it("has a type for every schema file and every method", () => {
         const text = fs.readFileSync(path.join(packageRoot, "src", "protocol.ts"), "utf8");
+        let methods = 0;
         for (const file of fs.readdirSync(path.join(packageRoot, "../../schemas"))) {
             const title = JSON.parse(fs.readFileSync(path.join(packageRoot, "../../schemas", file), "utf8")).title as string;
             assert.match(text, new RegExp(`export (interface|type) ${title}\\b`), file);
             const method = /^ctx\.(\w+)\.params\.json$/.exec(file);
             if (method) {
+                methods += 1;
                 assert.ok(text.includes(`"ctx/${method[1]}": `), method[1]);
             }
         }
+        assert.ok(methods > 0, "no ctx.<method>.params.json among the schemas: the methods went unchecked");
     });
 });
 
@@ -313,6 +316,7 @@ describe("lsp_ext.ts against the running daemon", () => {
             ext.openSession, ext.append, ext.usage, ext.closeSession, ext.setAutoCompactWindow, ext.fileRead, ext.context, ext.compact,
             ext.clear, ext.reportProviderError, ext.assemble, ext.snip, ext.collapse, ext.observe,
             ext.skillInvoked, ext.setPlan, ext.undoCompact, ext.claudeCompact, ext.claudeUndo,
+            ext.searchHistory, ext.readHistory,
         ].map((t) => t.method);
         const notifications = [ext.usageChanged, ext.contextChanged, ext.compacted, ext.compactFailed].map((t) => t.method);
         for (const m of daemon.capabilities.methods) {

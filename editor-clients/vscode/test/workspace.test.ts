@@ -11,7 +11,7 @@ import { randomUUID } from "node:crypto";
 import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
-import { after, before, describe, it } from "node:test";
+import { after, afterEach, before, describe, it } from "node:test";
 
 import { claudeProjectDir, observeId } from "../src/claude";
 import type { CtxdApi } from "../src/extension";
@@ -61,36 +61,65 @@ function changeSetting(key: string, value: unknown): void {
 }
 
 describe("a new user's workspace on a real ctxd", () => {
-    const subscriptions: { dispose(): unknown }[] = [];
     const scratch = fs.mkdtempSync(path.join(os.tmpdir(), "ctxd-vscode-workspace-"));
     const claudeDir = path.join(scratch, "claude");
-    // Characters Claude Code replaces in a project folder's name: `/`, `.` and `_`.
-    const folder = path.join(EMPTY_CWD, "my.project_1");
-    const projectDir = claudeProjectDir(folder, claudeDir);
-    const transcript = path.join(projectDir, `${randomUUID()}.jsonl`);
-    let api: CtxdApi;
+    /** The extension each case activates for itself, disposed after it. */
+    let subscriptions: { dispose(): unknown }[] = [];
+    let cases = 0;
 
     before(() => {
-        fs.mkdirSync(folder, { recursive: true });
         process.env.CLAUDE_CONFIG_DIR = claudeDir;
-        fake.reset();
-        fake.workspaceFolders = [folder];
-        fake.config = { path: path.join(scratch, "no-such-ctxd"), stateDir: tempStateDir(), autoCompactWindow: 100_000, provider: "offline" };
     });
-    after(async () => {
+    afterEach(async () => {
         for (const s of subscriptions) {
             await s.dispose();
         }
+        subscriptions = [];
+    });
+    after(() => {
         delete process.env.CLAUDE_CONFIG_DIR;
     });
 
+    /**
+     * A workspace folder of the calling case's own (its name has characters Claude Code
+     * replaces in a project folder's name: `/`, `.` and `_`), and the extension activated
+     * on it with the daemon at `binary`.
+     */
+    async function activated(binary: string): Promise<{ api: CtxdApi; folder: string; projectDir: string }> {
+        cases += 1;
+        const folder = path.join(scratch, `case-${cases}`, "my.project_1");
+        fs.mkdirSync(folder, { recursive: true });
+        fake.reset();
+        fake.workspaceFolders = [folder];
+        fake.config = { path: binary, stateDir: tempStateDir(), autoCompactWindow: 100_000, provider: "offline" };
+        const api = await extension.activate({ subscriptions } as never);
+        return { api, folder, projectDir: claudeProjectDir(folder, claudeDir) };
+    }
+
+    /**
+     * The extension on the real daemon with one Claude Code session of the workspace
+     * observed: two turns, the last at 60,000 tokens, shown in the status item.
+     */
+    async function observedSession(): Promise<{ api: CtxdApi; projectDir: string; transcript: string }> {
+        const { api, projectDir } = await activated(ctxdBin());
+        await waitFor("the daemon ready", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 10_000, recent);
+        fs.mkdirSync(projectDir, { recursive: true });
+        const transcript = path.join(projectDir, `${randomUUID()}.jsonl`);
+        const turns = [claudeLine("user"), claudeLine("assistant", 40_000), claudeLine("user"), claudeLine("assistant", 60_000)];
+        fs.writeFileSync(transcript, `${turns.join("\n")}\n`);
+        await waitFor("the observed session", () => (status().text === "$(warning) ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6" ? true : undefined), 10_000, recent);
+        return { api, projectDir, transcript };
+    }
+
     it("names the project folder as Claude Code does", () => {
+        const folder = path.join(scratch, "my.project_1");
+        const projectDir = claudeProjectDir(folder, claudeDir);
         assert.equal(path.basename(projectDir), folder.replace(/[^A-Za-z0-9]/g, "-"));
         assert.ok(path.basename(projectDir).endsWith("-my-project-1"));
     });
 
     it("says the binary was not found, in the status item and in one message", async () => {
-        api = await extension.activate({ subscriptions } as never);
+        await activated(path.join(scratch, "no-such-ctxd"));
         assert.equal(status().text, "$(error) ctxd failed: not found");
         assert.equal(status().tooltip, `ctxd could not start: not found: ${path.join(scratch, "no-such-ctxd")} does not exist\n\nClick to fix.`);
         assert.equal((status().command as { command: string }).command, "ctxd.fixStart");
@@ -100,6 +129,7 @@ describe("a new user's workspace on a real ctxd", () => {
     });
 
     it("says a file is not executable", async () => {
+        await activated(path.join(scratch, "no-such-ctxd"));
         const notExecutable = path.join(scratch, "ctxd-no-x");
         fs.writeFileSync(notExecutable, "#!/bin/sh\n", { mode: 0o644 });
         fake.config.path = notExecutable;
@@ -109,6 +139,7 @@ describe("a new user's workspace on a real ctxd", () => {
     });
 
     it("names the exit code and the last stderr lines of a daemon that exits at start", async () => {
+        await activated(path.join(scratch, "no-such-ctxd"));
         const failing = path.join(scratch, "ctxd-exits");
         fs.writeFileSync(failing, "#!/bin/sh\necho 'first line' >&2\necho 'error: cannot open the state directory' >&2\nexit 3\n", { mode: 0o755 });
         fake.config.path = failing;
@@ -119,6 +150,8 @@ describe("a new user's workspace on a real ctxd", () => {
     });
 
     it("starts a fresh client when the path is fixed, from the failed state, without a reload", async () => {
+        await activated(path.join(scratch, "no-such-ctxd"));
+        assert.equal(status().text, "$(error) ctxd failed: not found");
         changeSetting("path", ctxdBin());
         await waitFor("the daemon ready", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 10_000, recent);
         // The folder's Claude Code project has no transcript yet: the tooltip says so.
@@ -134,8 +167,7 @@ describe("a new user's workspace on a real ctxd", () => {
         const moved = path.join(scratch, "ctxd-moved-away");
         fs.copyFileSync(ctxdBin(), moved);
         fs.chmodSync(moved, 0o755);
-        changeSetting("path", moved);
-        await fake.commands.get("ctxd.restart")?.();
+        await activated(moved);
         await waitFor("ready on the copy", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 30_000, recent);
         const [pid] = childPids(path.basename(moved).slice(0, 15));
         fs.rmSync(moved);
@@ -148,7 +180,10 @@ describe("a new user's workspace on a real ctxd", () => {
     });
 
     it("shows the workspace's Claude Code session once its transcript appears, and follows it", async () => {
+        const { projectDir } = await activated(ctxdBin());
+        await waitFor("the daemon ready", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 10_000, recent);
         fs.mkdirSync(projectDir, { recursive: true });
+        const transcript = path.join(projectDir, `${randomUUID()}.jsonl`);
         fs.writeFileSync(transcript, `${claudeLine("user")}\n${claudeLine("assistant", 40_000)}\n`);
         const first = await waitFor("the observed session", () => (status().text.includes("ctx 50.0%") ? status().text : undefined));
         assert.equal(first, "$(dashboard) ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6");
@@ -160,6 +195,7 @@ describe("a new user's workspace on a real ctxd", () => {
     });
 
     it("opens the context view of the observed session from the item", async () => {
+        const { transcript } = await observedSession();
         const command = status().command as { command: string; arguments: unknown[] };
         await fake.commands.get(command.command)?.(...command.arguments);
         const document = fake.shownDocuments.at(-1);
@@ -171,6 +207,7 @@ describe("a new user's workspace on a real ctxd", () => {
     });
 
     it("offers the Claude Code compaction with a confirmation, and compacts once confirmed", async () => {
+        await observedSession();
         fake.messages = [];
         fake.messageAnswer = undefined; // the confirmation dismissed: nothing is sent
         await fake.commands.get("ctxd.compact")?.();
@@ -188,6 +225,7 @@ describe("a new user's workspace on a real ctxd", () => {
     });
 
     it("shows the newest active session when there are several, with a picker", async () => {
+        const { projectDir, transcript } = await observedSession();
         const second = path.join(projectDir, `${randomUUID()}.jsonl`);
         fs.writeFileSync(second, `${claudeLine("user")}\n${claudeLine("assistant", 20_000)}\n`);
         await waitFor("the new session shown", () => (status().text.includes("ctx 25.0%") ? true : undefined));
@@ -199,16 +237,15 @@ describe("a new user's workspace on a real ctxd", () => {
         await fake.commands.get("ctxd.pickClaudeSession")?.();
         assert.equal(offered.length, 2);
         assert.deepEqual([offered[0].label, offered[0].description], ["ctx 25.0% · 47.0k to compact · 20.0k · claude-opus-4-6", "newest active"]);
-        // The first session was compacted by the test before: its figures are the summary's.
-        assert.match(offered[1].label, /^ctx [\d.]+% · [\d.]+k to compact · [\d.]+k · claude-opus-4-6$/);
-        assert.equal(offered[1].description, undefined);
+        assert.deepEqual([offered[1].label, offered[1].description], ["ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6", undefined]);
         assert.match(fake.shownDocuments.at(-1)?.getText() ?? "", new RegExp(`# ctxd context: ${observeId(transcript)}`));
     });
 
     it("gives way to an agent extension's own session", async () => {
+        const { api } = await observedSession();
         const { sessionId } = await api.openSession({ cwd: EMPTY_CWD, model: MODEL });
         await waitFor("the item back to the daemon state", () => (status().text === "$(pulse) ctxd ready" ? true : undefined));
         await api.closeSession(sessionId);
-        await waitFor("the Claude Code session again", () => (status().text.includes("ctx 25.0%") ? true : undefined));
+        await waitFor("the Claude Code session again", () => (status().text.includes("ctx 75.0%") ? true : undefined));
     });
 });

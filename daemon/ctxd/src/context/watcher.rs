@@ -692,6 +692,9 @@ impl State {
         };
         match backend.watch(dir, RecursiveMode::NonRecursive) {
             Ok(()) => {
+                // From here on a change in `dir` is delivered: what a test waits for
+                // before it makes one.
+                tracing::debug!(dir = %dir.display(), "watching");
                 self.armed.insert(dir.to_path_buf(), 1);
                 Armed::Yes
             }

@@ -109,7 +109,7 @@ async fn host_services(options: &Options) -> Option<(Arc<Sessions>, Arc<Sharing>
     let sharing = Arc::new(Sharing::default());
     let serve =
         ServeOptions { state_dir: options.state_dir.clone(), env: process.clone(), sharing: Some(sharing.clone()) };
-    crate::shared::listen(&options.state_dir, sessions.clone(), serve);
+    crate::shared::serve_others(&sharing, &options.state_dir, sessions.clone(), serve);
     match sessions.claude_projects_dir() {
         Some(root) => {
             tracing::info!(root = %root.display(), "observing Claude Code projects");

@@ -330,12 +330,15 @@ pub struct Sessions {
     changed: tokio::sync::watch::Sender<ctxd_proto::Settings>,
     notifier: Notifier,
     open: Mutex<HashMap<String, Handle>>,
+    /// Transcripts of other programs followed (`ctx/observe`), one follower each.
+    followers: observe::Followers,
 }
 
 impl Sessions {
     pub fn new(store: Arc<Store>, environment: Environment, notifier: Notifier) -> Sessions {
         let (changed, _) = tokio::sync::watch::channel(ctxd_proto::Settings::default());
-        Sessions { store, environment, changed, notifier, open: Mutex::new(HashMap::new()) }
+        let followers = observe::Followers::default();
+        Sessions { store, environment, changed, notifier, open: Mutex::new(HashMap::new()), followers }
     }
 
     /// Where notifications go: clients attach and detach as they connect and leave.
@@ -418,7 +421,7 @@ impl Sessions {
         }
         let home = self.environment.sources.home.clone().unwrap_or_else(|| std::path::PathBuf::from("/"));
         let mut memory = ctxd_core::memory::MemoryConfig::new(home);
-        memory.managed_path = Some(std::path::PathBuf::from("/etc/claude-code/CLAUDE.md"));
+        memory.managed_path = Some(self.environment.process.managed_memory_path());
         if let Some(names) = &layered.settings.memory_file_names {
             // Names, not paths: `../../etc/passwd` would load a file from anywhere.
             let (plain, paths): (Vec<_>, Vec<_>) = names
@@ -516,7 +519,7 @@ impl Sessions {
     }
 
     /// `ctx/observe`: follows a transcript written by another program, with the settings
-    /// in force as they change.
+    /// in force as they change; a transcript followed already answers from its follower.
     pub async fn observe(&self, path: std::path::PathBuf) -> Result<(String, UsageSnapshot), SessionError> {
         let environment = self.environment.clone();
         let policy_of = move |changed: &ctxd_proto::Settings| {
@@ -542,20 +545,23 @@ impl Sessions {
             };
             observe::Policy { idle, thresholds: Box::new(thresholds_for) }
         };
-        // The transcript's file stem is Claude Code's session id, as the gateway reads it.
-        let live = path.file_stem().and_then(|s| s.to_str()).map(|id| self.environment.services.live.watch(id));
-        observe::start(
-            path.clone(),
-            live,
-            policy_of,
-            self.changed.subscribe(),
-            self.environment.process.clone(),
-            self.claude_settings_for(),
-            self.environment.services.watcher.clone(),
-            self.notifier.clone(),
-        )
-        .await
-        .map_err(|e| SessionError::InvalidParams(format!("cannot observe {}: {e}", path.display())))
+        let start = |names, idle_gate| {
+            // The transcript's file stem is Claude Code's session id, as the gateway reads it.
+            let live = path.file_stem().and_then(|s| s.to_str()).map(|id| self.environment.services.live.watch(id));
+            observe::start(
+                path.clone(),
+                names,
+                idle_gate,
+                live,
+                policy_of,
+                self.changed.subscribe(),
+                self.environment.process.clone(),
+                self.claude_settings_for(),
+                self.environment.services.watcher.clone(),
+                self.notifier.clone(),
+            )
+        };
+        self.followers.follow(&path, start).await.map_err(SessionError::InvalidParams)
     }
 
     /// `ctx/observe` with a project directory: its newest transcript now, and every

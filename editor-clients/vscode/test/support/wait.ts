@@ -15,3 +15,12 @@ export async function waitFor<T>(what: string, probe: () => T | undefined, timeo
         await new Promise((resolve) => setTimeout(resolve, 10));
     }
 }
+
+/**
+ * Resolves once every promise continuation queued before the call has run, and those they
+ * queued in turn: a macrotask (`setImmediate`) runs only when the microtask queue is empty.
+ * What a resolved promise sets off without timers or I/O is done by then.
+ */
+export function settled(): Promise<void> {
+    return new Promise((resolve) => setImmediate(resolve));
+}

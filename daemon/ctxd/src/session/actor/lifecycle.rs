@@ -603,6 +603,7 @@ impl Session {
         if !ctxd_core::compact::ahead::should_prepare(tokens, &self.thresholds) {
             return;
         }
+        tracing::info!(tokens, "preparing a summary ahead");
         self.start_compaction(Trigger::Precomputed, None, None, None);
         if let Some(running) = &mut self.compaction {
             running.ahead = true;
