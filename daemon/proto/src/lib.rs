@@ -272,7 +272,8 @@ pub struct Usage {
     pub warning: u64,
     /// Requests are refused from here unless compaction recovers.
     pub blocked: u64,
-    /// `tokens` as a percentage of `effectiveWindow`, one decimal.
+    /// `tokens` as a percentage of `window`, one decimal (Claude Code's rule: 700,000 of
+    /// 1,000,000 is 70.0).
     pub percent_used: f64,
     /// Percentage of the threshold still free before auto compaction, one decimal.
     pub percent_until_compact: f64,

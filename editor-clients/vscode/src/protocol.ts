@@ -789,7 +789,10 @@ export interface Usage {
     warning: number;
     /** Requests are refused from here unless compaction recovers. */
     blocked: number;
-    /** `tokens` as a percentage of `effectiveWindow`, one decimal. */
+    /**
+     * `tokens` as a percentage of `window`, one decimal (Claude Code's rule: 700,000 of
+     * 1,000,000 is 70.0).
+     */
     percentUsed: number;
     /** Percentage of the threshold still free before auto compaction, one decimal. */
     percentUntilCompact: number;
