@@ -32,7 +32,8 @@ fn real_claude_code_transcript_after_a_manual_compaction() {
     let line =
         statusline(&json!({"transcript_path": path, "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"}}));
     assert_eq!(line, "Opus 5.5 · ctx 13.9k / 1.00M (1.4%) · 953.0k to compact · ok");
-    // With the program's own figures on stdin, they are the line.
+    // With the program's own figures on stdin, they are the line; the percent is of the
+    // window printed, to a tenth (the program rounds its own to a whole percent: 1).
     let line = statusline(&json!({
         "transcript_path": path,
         "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"},
@@ -42,7 +43,7 @@ fn real_claude_code_transcript_after_a_manual_compaction() {
             "used_percentage": 1,
         },
     }));
-    assert_eq!(line, "Opus 5.5 · ctx 13.9k / 1.00M (1.0%) · 953.1k to compact · ok");
+    assert_eq!(line, "Opus 5.5 · ctx 13.9k / 1.00M (1.4%) · 953.1k to compact · ok");
 }
 
 #[test]

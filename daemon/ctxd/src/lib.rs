@@ -16,6 +16,8 @@
 //! - [`interop`]: import and export of Claude Code transcripts.
 //! - [`replay`], [`client`]: `ctxd replay`, driving a daemon the way an editor would.
 //! - [`statusline`]: `ctxd statusline`, Claude Code's status line from the transcript tail.
+//! - [`gateway_client`]: a running gateway seen from outside: its address, its owner,
+//!   its live sessions, within a deadline.
 //! - [`background`]: low-priority threads for compaction's CPU-heavy parts.
 //! - [`outside`]: the one bounded, non-blocking reader of files ctxd did not write.
 //! - [`process_env`]: the environment, read once by `main` and passed down.
@@ -25,6 +27,7 @@ pub mod background;
 pub mod claude;
 pub mod client;
 pub mod context;
+pub mod gateway_client;
 pub mod hooks;
 pub mod interop;
 pub mod logging;

@@ -156,8 +156,7 @@ fn main() -> ExitCode {
         // costs at most a second and a megabyte.
         let whole = |b: &[u8]| serde_json::from_slice::<serde::de::IgnoredAny>(b).is_ok();
         let input = ctxd::outside::read_stream(std::io::stdin(), 1 << 20, std::time::Duration::from_secs(1), whole);
-        let _ =
-            writeln!(std::io::stdout(), "{}", ctxd::statusline::run(&String::from_utf8_lossy(&input), env.budget()));
+        let _ = writeln!(std::io::stdout(), "{}", ctxd::statusline::run(&String::from_utf8_lossy(&input), &env));
         return ExitCode::SUCCESS;
     }
     // A panic is logged (stderr is not the protocol, but the log is where people look);
