@@ -231,7 +231,8 @@ mod tests {
     fn warm_until_the_lifetime_ends_then_cold() {
         let last = 1_000 * MIN;
         // (minutes after the last request, warm, seconds left)
-        let cases: &[(i64, bool, u64)] = &[(0, true, 300), (1, true, 240), (4, true, 60), (5, false, 0), (60, false, 0)];
+        let cases: &[(i64, bool, u64)] =
+            &[(0, true, 300), (1, true, 240), (4, true, 60), (5, false, 0), (60, false, 0)];
         for &(after, warm, left) in cases {
             let state = cache_state(last + after * MIN, last, FIVE_MINUTES_SECS, Some(1_000), None);
             assert_eq!((state.warm, state.seconds_left), (warm, left), "{after} min");
