@@ -158,7 +158,7 @@ pub fn price_table() -> &'static PriceTable {
 /// since a newer model of a family is often priced differently.
 pub fn prices_for(model_id: &str) -> Option<&'static ModelPrices> {
     let id = base_id(model_id)?;
-    price_table().models.iter().find(|row| row.ids.iter().any(|known| *known == id))
+    price_table().models.iter().find(|row| row.ids.contains(&id))
 }
 
 /// `model_id` without the spellings [`prices_for`] sets aside.

@@ -8,6 +8,8 @@
 //! - [`session`]: one actor per open session; the registry that routes commands to them.
 //! - [`shared`]: one daemon for every editor on a store (a socket, and relays to it).
 //! - [`settings`]: settings files, stacked per working directory.
+//! - [`setup`]: `ctxd claude setup` (status line and `claude` shell function, undone byte
+//!   for byte), `ctxd claude run` and `ctxd claude env`.
 //! - [`context`]: the real filesystem for memory files, git facts, the file watcher.
 //! - [`store`]: transcripts on disk (the truth) and the rebuildable sled index.
 //! - [`provider`]: who writes compaction summaries: Anthropic and OpenAI-compatible
@@ -38,6 +40,7 @@ pub mod replay;
 pub mod server;
 pub mod session;
 pub mod settings;
+pub mod setup;
 pub mod shared;
 pub mod statusline;
 pub mod store;

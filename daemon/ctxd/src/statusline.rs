@@ -422,7 +422,7 @@ fn sibling_baseline(transcript: &Path, model_id: &str) -> Option<u64> {
         .filter(|entry| entry.file_name() != own && entry.path().extension().is_some_and(|e| e == "jsonl"))
         .filter_map(|entry| Some((entry.metadata().ok()?.modified().ok()?, entry.path())))
         .collect();
-    siblings.sort_by(|a, b| b.0.cmp(&a.0));
+    siblings.sort_by_key(|entry| std::cmp::Reverse(entry.0));
     siblings.into_iter().take(BASELINE_SIBLINGS).find_map(|(_, path)| first_request_baseline(&path, model_id))
 }
 
