@@ -55,7 +55,7 @@ local function percent(p)
   return string.format("%.1f", p)
 end
 
---- The status text shared by both editors, e.g. `ctx 62.6% · 16.9k to compact`.
+--- The status text shared by both editors, e.g. `ctx 50.1% · 16.9k to compact`.
 ---@param usage ctxd.Usage
 ---@return string
 function M.status_text(usage)
@@ -93,7 +93,7 @@ function M.summary_rows(usage)
       "Tokens",
       string.format("%s (reported %s, estimated %s)", f(usage.tokens), f(usage.reportedTokens), f(usage.estimatedTokens)),
     },
-    { "Used", percent(usage.percentUsed) .. "% of the effective window" },
+    { "Used", percent(usage.percentUsed) .. "% of the window" },
     { "Window", string.format("%s (effective %s)", f(usage.window), f(usage.effectiveWindow)) },
     { "Warning at", f(usage.warning) },
     { "Auto-compact at", auto_compact_at },
