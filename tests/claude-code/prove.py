@@ -20,7 +20,8 @@ Checks (each prints "ok" or "FAIL", then a closing "N passed, N failed" line):
 4. the program run interactively (in a pseudo-terminal) with `ctxd statusline` as its
    `statusLine` command: every time the program calls it, across turns and a
    `/compact`, ctxd's line shows the window, usage and percentage in the JSON the
-   program piped to it, and the "just compacted" mark after the compaction.
+   program piped to it, and the "just compacted" mark after the compaction, with the
+   tokens the compaction kept where the program's usage is all zeros.
 
 With --bench: a session of about --mb megabytes from `ctxd-gen-session` is resumed
 untouched and after the daemon compacted it while idle (`claudeIdleCompaction`, observed
@@ -645,6 +646,7 @@ def interactive_statusline(w):
     check("interactive: the program calls ctxd statusline on every turn", len(with_usage()) >= 3,
           f"{len(seen)} calls; screen tail: {term.screen[-600:]!r}")
     wrong = []
+    compacted_lines = []
     for call in seen:
         given = json.loads(call["in"])
         cw = given.get("context_window") or {}
@@ -652,7 +654,13 @@ def interactive_statusline(w):
         total = sum(usage.get(k, 0) for k in ("input_tokens", "cache_creation_input_tokens",
                                               "cache_read_input_tokens", "output_tokens"))
         line = call["out"].strip()
-        ok = f"ctx {short(total)} / {short(cw.get('context_window_size') or 0)}" in line
+        if total == 0 and usage and "just compacted" in line:
+            # Right after /compact the program sends zeros; ctxd shows what the
+            # boundary kept instead.
+            ok = f"/ {short(cw.get('context_window_size') or 0)}" in line and "ctx 0 /" not in line
+            compacted_lines.append(line)
+        else:
+            ok = f"ctx {short(total)} / {short(cw.get('context_window_size') or 0)}" in line
         if cw.get("used_percentage") is not None:
             shown = float(line.split("(")[1].split("%")[0]) if "(" in line else -1
             ok = ok and abs(shown - cw["used_percentage"]) <= 1
@@ -662,6 +670,8 @@ def interactive_statusline(w):
           seen and not wrong, str(wrong[:3]))
     check("interactive: the status line marks the compaction", any("just compacted" in c["out"] for c in seen),
           str([c["out"] for c in seen]))
+    check("interactive: right after /compact (the program's usage all zeros) the line shows what was kept, not 0",
+          bool(compacted_lines), str([c["out"] for c in seen]))
 
 
 def main():

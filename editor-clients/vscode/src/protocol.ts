@@ -481,6 +481,38 @@ export interface PendingRule {
     paths: string[];
 }
 
+/**
+ * Whether a session's prompt cache is warm and for how long, and what the next turn
+ * writes to it again once it is cold.
+ */
+export interface PromptCache {
+    /** The cached prefix is still there: the next turn reads it. */
+    warm: boolean;
+    /** Whole seconds until it goes cold; 0 once cold. */
+    secondsLeft: number;
+    /** When it goes (or went) cold, RFC 3339. */
+    expiresAt: string;
+    /** Its lifetime, in seconds (300, or 3,600 when the requests ask for an hour). */
+    ttlSeconds: number;
+    /**
+     * Tokens the next turn writes to the cache again if it is cold; absent when not
+     * known (right after a compaction).
+     */
+    recacheTokens?: number | null;
+    /**
+     * The estimated price of that, in US dollars, at the model's cache-write price;
+     * absent for a model the price table does not list.
+     */
+    recacheCostUsd?: number | null;
+    /** The date of the price table (YYYY-MM-DD), beside a price. */
+    pricesDate?: string | null;
+    /** Whose figures these are. */
+    source: PromptCacheSource;
+}
+
+/** Who saw the traffic the cache state comes from. */
+export type PromptCacheSource = "program" | "gateway";
+
 /** What ctxd did about a provider error (`ctx/reportProviderError`). */
 export type ProviderErrorAction = "compacted" | "none";
 
@@ -802,6 +834,11 @@ export interface Usage {
     /** Whether automatic compaction will run at the threshold. */
     autoCompactEnabled: boolean;
     breakdown: Breakdown;
+    /**
+     * The session's prompt cache, when ctxd knows it (a live Claude Code session: the
+     * program's own figures or the gateway's). Absent otherwise.
+     */
+    cache?: PromptCache | null;
 }
 
 /** `ctx/usageChanged` notification params. */

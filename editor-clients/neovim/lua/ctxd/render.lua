@@ -24,6 +24,7 @@ local M = {}
 ---@field level ctxd.Level
 ---@field autoCompactEnabled boolean
 ---@field breakdown table
+---@field cache? table the prompt cache when the daemon knows it (warm, secondsLeft, recacheTokens, …)
 
 --- `50060` -> `50,060`.
 ---@param n number
