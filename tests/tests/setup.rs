@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
@@ -323,21 +323,7 @@ fn stub_upstream() -> (SocketAddr, mpsc::Receiver<String>) {
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { return };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut head = String::new();
-            let mut length = 0usize;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = value.trim().parse().unwrap_or(0);
-                }
-                head.push_str(&line);
-            }
-            let mut body = vec![0u8; length];
-            reader.read_exact(&mut body).unwrap();
+            let (head, body) = ctxd_e2e::read_http_request(&mut BufReader::new(stream.try_clone().unwrap()));
             let _ = tx.send(format!("{head}\r\n{}", String::from_utf8_lossy(&body)));
             let answer = r#"{"id":"msg_stub","type":"message","role":"assistant","model":"claude-opus-5-5","content":[{"type":"text","text":"STUB"}],"stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":1}}"#;
             let mut stream = stream;

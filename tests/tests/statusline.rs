@@ -3,25 +3,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
-use std::io::Write;
-use std::process::Stdio;
-
 use ctxd_e2e::{claude_code_fixture, transcript};
 use serde_json::json;
 
 fn statusline(input: &serde_json::Value) -> String {
-    let mut child = ctxd_e2e::ctxd_command()
-        .arg("statusline")
-        .env_remove("CLAUDE_CODE_AUTO_COMPACT_WINDOW")
-        .env_remove("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(input.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().trim_end().to_owned()
+    ctxd_e2e::statusline_output(&[], &input.to_string())
 }
 
 #[test]

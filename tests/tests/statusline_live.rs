@@ -5,9 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::process::Stdio;
 use std::sync::mpsc;
 
 use ctxd_e2e::claude_code_fixture;
@@ -33,20 +32,11 @@ impl Home {
     }
 
     fn statusline(&self, stdin: &str) -> String {
-        let mut child = ctxd_e2e::ctxd_command()
-            .arg("statusline")
-            .env("HOME", self.dir.path())
-            .env_remove("XDG_CONFIG_HOME")
-            .env_remove("CLAUDE_CODE_AUTO_COMPACT_WINDOW")
-            .env_remove("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success());
-        String::from_utf8(out.stdout).unwrap().trim_end().to_owned()
+        let config = self.dir.path().join(".config");
+        ctxd_e2e::statusline_output(
+            &[("HOME", self.dir.path().as_os_str()), ("XDG_CONFIG_HOME", config.as_os_str())],
+            stdin,
+        )
     }
 }
 
@@ -83,16 +73,8 @@ fn gateway(behaviour: Gateway, sessions: Value) -> (SocketAddr, mpsc::Receiver<S
         let mut held = Vec::new();
         for stream in listener.incoming() {
             let Ok(stream) = stream else { return };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut request_line = String::new();
-            reader.read_line(&mut request_line).unwrap();
-            // The rest of the head.
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
-                    break;
-                }
-            }
+            let (head, _) = ctxd_e2e::read_http_request(&mut BufReader::new(stream.try_clone().unwrap()));
+            let request_line = head.lines().next().unwrap_or_default().to_owned();
             let _ = tx.send(request_line.trim_end().to_owned());
             match behaviour {
                 Gateway::Hangs => held.push(stream),
