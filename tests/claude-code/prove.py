@@ -202,11 +202,35 @@ def statusline_checks(w, sid, window, results):
     line = out.stdout.strip()
     check("status line shows the program's window", window == 1_000_000 and f"/ {short(window)}" in line, f"{window} {line}")
     check("status line shows the program's last usage", want is not None and f"ctx {short(want)} /" in line, f"{want} {line}")
-    # Before the first turn: a zero state, never an error.
+    # Before the first turn of a new session in the same project: the baseline the
+    # program reported for the session before (its first request, less its prompt).
     payload["transcript_path"] = os.path.join(os.path.dirname(path), "not-yet.jsonl")
     out = subprocess.run([w.ctxd, "statusline"], input=json.dumps(payload), capture_output=True, text=True,
                          env=w.env, timeout=60)
-    check("status line before the first turn", "ctx 0 /" in out.stdout, out.stdout)
+    first = first_request_tokens(path)
+    shown = {f"ctx {short(first - cut)} /" for cut in range(0, 501)}
+    check("status line before the first turn: the project's baseline, marked as a new session",
+          first is not None and any(s in out.stdout for s in shown) and "new session" in out.stdout,
+          f"{first} {out.stdout}")
+    # In a project with no earlier session: a zero state, never an error.
+    empty = os.path.join(w.work, "empty-project")
+    os.makedirs(empty, exist_ok=True)
+    payload["transcript_path"] = os.path.join(empty, "not-yet.jsonl")
+    out = subprocess.run([w.ctxd, "statusline"], input=json.dumps(payload), capture_output=True, text=True,
+                         env=w.env, timeout=60)
+    check("status line before the first turn of a new project", "ctx 0 /" in out.stdout, out.stdout)
+
+
+def first_request_tokens(path):
+    """What the first main-chain response of a transcript reported reading."""
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            u = r.get("message", {}).get("usage") if r.get("type") == "assistant" else None
+            if u and not r.get("isSidechain"):
+                return sum(u.get(k, 0) for k in ("input_tokens", "cache_creation_input_tokens",
+                                                   "cache_read_input_tokens"))
+    return None
 
 
 def compact_and_resume(w, sid, last_reply):
