@@ -493,10 +493,14 @@ fn undo_status_line(text: &str, before: &str) -> anyhow::Result<Option<String>> 
     }))
 }
 
-/// `text` with the shell block appended; `None` when it is there already.
+/// `text` with the shell block in it: appended, or in place of an older one (setup run
+/// again from a ctxd installed elsewhere); `None` when it is there already.
 fn add_block(text: &str, block: &str) -> Option<String> {
     if text.contains(block) {
         return None;
+    }
+    if let Some((start, end)) = block_span(text) {
+        return Some(format!("{}{block}{}", &text[..start], &text[end..]));
     }
     let mut out = text.to_owned();
     if !out.is_empty() && !out.ends_with('\n') {
@@ -509,19 +513,24 @@ fn add_block(text: &str, block: &str) -> Option<String> {
     Some(out)
 }
 
-/// `text` without the one shell block between the markers (and the blank line setup
-/// put before it); `None` when there is not exactly one.
-fn remove_block(text: &str) -> Option<String> {
+/// Where the one shell block between the markers is (its final line break included);
+/// `None` when there is not exactly one.
+fn block_span(text: &str) -> Option<(usize, usize)> {
     let start = text.find(BLOCK_START)?;
     if text[start + 1..].contains(BLOCK_START) {
         return None;
     }
-    let end_marker = start + text[start..].find(BLOCK_END)?;
-    let mut end = end_marker + BLOCK_END.len();
+    let mut end = start + text[start..].find(BLOCK_END)? + BLOCK_END.len();
     if text[end..].starts_with('\n') {
         end += 1;
     }
-    let mut begin = start;
+    Some((start, end))
+}
+
+/// `text` without the one shell block (and the blank line setup put before it); `None`
+/// when there is not exactly one.
+fn remove_block(text: &str) -> Option<String> {
+    let (mut begin, end) = block_span(text)?;
     if text[..begin].ends_with("\n\n") {
         begin -= 1;
     }
@@ -818,13 +827,13 @@ fn ensure_gateway(addr: SocketAddr, state_dir: &Path, ctxd: &Path) -> Result<(),
     let mut child = start_gateway(addr, state_dir, ctxd, &log)?;
     let started = Instant::now();
     while started.elapsed() < GATEWAY_START_WAIT {
-        if gateway_client::listener_is_ours(addr) && gateway_client::answers(addr, PROBE) {
+        if gateway_client::answers(addr, PROBE) && gateway_client::listener_is_ours(addr) {
             return Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {
             // Another one may have won the address meanwhile (two `claude` started at
             // once): then it answers.
-            if gateway_client::listener_is_ours(addr) && gateway_client::answers(addr, PROBE) {
+            if gateway_client::answers(addr, PROBE) && gateway_client::listener_is_ours(addr) {
                 return Ok(());
             }
             return Err(format!("ctxd's gateway stopped at once ({status}; its log: {})", log.display()));
@@ -966,6 +975,15 @@ mod tests {
         let with = add_block(rc, &block).unwrap();
         assert!(with.starts_with("export PATH=$HOME/bin:$PATH\nalias ll='ls -l'\n\n# >>> ctxd"), "{with}");
         assert_eq!(add_block(&with, &block), None);
+        // Set up again from a ctxd installed elsewhere: the block is replaced, not doubled.
+        let moved = shell_block(Path::new("/opt/ctxd"), Path::new("/u/state"));
+        let again = add_block(&format!("{with}export AFTER=1\n"), &moved).unwrap();
+        assert_eq!(again.matches(BLOCK_START).count(), 1);
+        assert!(
+            again.contains("'/opt/ctxd' --state-dir")
+                && again.ends_with("# <<< ctxd claude setup <<<\nexport AFTER=1\n"),
+            "{again}"
+        );
         // The user added a line after it: the block comes out, their line stays.
         let edited = format!("{with}echo hi\n");
         assert_eq!(remove_block(&edited).unwrap(), "export PATH=$HOME/bin:$PATH\nalias ll='ls -l'\necho hi\n");

@@ -476,12 +476,11 @@ pub fn run(stdin: &str, env: &ProcessEnv) -> String {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    // No owner check here (it reads /proc/net/tcp, ~10 ms on a busy machine, on every
+    // refresh): the request names nothing (the session is picked from the list here),
+    // and the answer is only shown.
     let mut gateway = |session_id: &str| {
         let (addr, _) = gateway_client::listen_address(env);
-        // Only the user's own gateway is believed.
-        if !gateway_client::listener_is_ours(addr) {
-            return None;
-        }
         gateway_client::session(addr, session_id, GATEWAY_DEADLINE)
     };
     render(&input, env.budget(), now_ms, &mut gateway)
