@@ -436,7 +436,7 @@ fn sibling_baseline(transcript: &Path, model_id: &str) -> Option<u64> {
 /// [`sibling_baseline`] of one transcript.
 fn first_request_baseline(path: &Path, model_id: &str) -> Option<u64> {
     let (file, _) = crate::outside::open_regular(path).ok()?;
-    let mut head = Vec::new();
+    let mut head = Vec::with_capacity(BASELINE_HEAD as usize);
     file.take(BASELINE_HEAD).read_to_end(&mut head).ok()?;
     let mut prompts = 0u64;
     // The last line may be cut by the read: only whole lines count.
