@@ -22,6 +22,8 @@ Checks (each prints "ok" or "FAIL", then a closing "N passed, N failed" line):
    `/compact`, ctxd's line shows the window, usage and percentage in the JSON the
    program piped to it, and the "just compacted" mark after the compaction, with the
    tokens the compaction kept where the program's usage is all zeros.
+5. `ctxd claude setup --no-shell` in a fresh home: the program runs the status line it
+   set and shows ctxd's line with the 1M window; `--undo` takes it out again.
 
 With --bench: a session of about --mb megabytes from `ctxd-gen-session` is resumed
 untouched and after the daemon compacted it while idle (`claudeIdleCompaction`, observed
@@ -621,6 +623,55 @@ class Terminal:
         os.waitpid(self.pid, 0)
 
 
+def onboarded(w, home, proj):
+    """A user who has been through the first-run screens, trusts `proj` and approved the key."""
+    with open(os.path.join(home, ".claude.json"), "w") as f:
+        json.dump({"hasCompletedOnboarding": True, "numStartups": 5, "theme": "dark",
+                   "customApiKeyResponses": {"approved": [w.env["ANTHROPIC_API_KEY"][-20:]], "rejected": []},
+                   "projects": {proj: {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}}}, f)
+
+
+def plain(screen):
+    """A terminal's bytes without escape sequences."""
+    import re
+    return re.sub(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07", "", screen.decode("utf-8", "replace"))
+
+
+def setup_statusline(w):
+    """Check 5: `ctxd claude setup` sets the program's status line; the program runs it and
+    shows ctxd's line with its 1M window; `--undo` leaves the home as it was."""
+    home = os.path.join(w.work, "home-setup")
+    proj = os.path.join(w.work, "proj-setup")
+    os.makedirs(home)
+    os.makedirs(proj)
+    onboarded(w, home, proj)
+    before = sorted(os.listdir(home))
+    state = os.path.join(w.work, "setup-state")
+    env = {**w.env, "HOME": home}
+    out = subprocess.run([w.ctxd, "--state-dir", state, "claude", "setup", "--no-shell"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    settings = os.path.join(home, ".claude", "settings.json")
+    check("setup: ctxd claude setup sets the status line", out.returncode == 0 and os.path.exists(settings),
+          out.stdout + out.stderr)
+    term = Terminal(w, proj, home)
+    try:
+        term.pump(30, until=lambda: "to compact" in plain(term.screen))
+        term.type("Setup turn: say hello.")
+        term.pump(60, until=lambda: "STUB-REPLY" in plain(term.screen) and "ctx 0 /" not in plain(term.screen)[-400:])
+        term.pump(3)
+    finally:
+        term.close()
+    screen = plain(term.screen)
+    check("setup: the program shows ctxd's status line, with the 1M window",
+          "to compact" in screen and "/ 1.00M" in screen, screen[-800:])
+    out = subprocess.run([w.ctxd, "--state-dir", state, "claude", "setup", "--undo"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    # What the program itself wrote meanwhile (its own files under ~/.claude) stays.
+    settings_gone = not os.path.exists(settings)
+    check("setup --undo takes the status line out", out.returncode == 0 and settings_gone,
+          out.stdout + out.stderr + str(sorted(os.listdir(home))) + str(before))
+
+
 def interactive_statusline(w):
     """Check 4: the program's own statusLine calls, answered by ctxd."""
     home = os.path.join(w.work, "home-tty")
@@ -634,12 +685,7 @@ def interactive_statusline(w):
     os.chmod(wrapper, 0o755)
     with open(os.path.join(home, ".claude", "settings.json"), "w") as f:
         json.dump({"statusLine": {"type": "command", "command": wrapper}}, f)
-    # A user who has been through the first-run screens, trusts this folder and
-    # approved the key.
-    with open(os.path.join(home, ".claude.json"), "w") as f:
-        json.dump({"hasCompletedOnboarding": True, "numStartups": 5, "theme": "dark",
-                   "customApiKeyResponses": {"approved": [w.env["ANTHROPIC_API_KEY"][-20:]], "rejected": []},
-                   "projects": {proj: {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}}}, f)
+    onboarded(w, home, proj)
 
     def calls():
         if not os.path.exists(log):
@@ -718,6 +764,7 @@ def main():
                 export_and_resume(w, sid)
                 daemon_compaction_exported(w, sid)
                 interactive_statusline(w)
+                setup_statusline(w)
     finally:
         w.close()
     passed = sum(RESULTS)
