@@ -389,7 +389,7 @@ fn the_wrapper_starts_the_gateway_and_the_program_goes_through_it() {
         assert_eq!(out.status.code(), Some(7), "{}", text(&out));
         assert_eq!(processes_naming(&state_arg), gateways);
         let mut stream = TcpStream::connect(listen).unwrap();
-        stream.write_all(b"GET /ctxd/sessions HTTP/1.0\r\n\r\n").unwrap();
+        write!(stream, "GET /ctxd/sessions HTTP/1.0\r\nHost: {listen}\r\n\r\n").unwrap();
         let mut sessions = String::new();
         stream.read_to_string(&mut sessions).unwrap();
         assert!(sessions.starts_with("HTTP/1.1 200") || sessions.starts_with("HTTP/1.0 200"), "{sessions}");
