@@ -7,6 +7,8 @@
 //!
 //! - [`admit`]: what ctxd accepts from outside (strict JSON, none of its own records).
 //! - [`budget`]: windows, thresholds and levels (what "full" means for a model).
+//! - [`cache_state`]: a session's prompt cache (warm, time left, what a cold turn
+//!   re-writes and its estimated price from the dated table `prices.json`).
 //! - [`compact`]: the compaction planner: summary prompts and requests (fork and
 //!   fallback), reply reading, prompt-too-long cuts, fidelity check, restoration,
 //!   post-compact records, undo, guards and the reduction ladder.
@@ -28,6 +30,7 @@
 pub mod admit;
 pub mod breakdown;
 pub mod budget;
+pub mod cache_state;
 pub mod claude;
 pub mod compact;
 pub mod gateway;

@@ -96,7 +96,7 @@ local function observed_session()
   local transcript = transcript_named(project_dir, 1)
   append(transcript, { line("user"), line("assistant", 40000), line("user"), line("assistant", 60000) })
   t.wait_for("the observed session in the statusline", function()
-    return ctxd.status() == "ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6"
+    return ctxd.status() == "ctx 60.0% · 7.0k to compact · 60.0k · claude-opus-4-6"
   end)
   return transcript, project_dir
 end
@@ -127,12 +127,12 @@ describe("Claude Code sessions of the current directory", function()
     local transcript = transcript_named(project_dir, 1)
     append(transcript, { line("user"), line("assistant", 40000) })
     t.wait_for("the observed session in the statusline", function()
-      return ctxd.status() == "ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6"
+      return ctxd.status() == "ctx 40.0% · 27.0k to compact · 40.0k · claude-opus-4-6"
     end)
     t.eq(claude.observe_id(transcript), claude.get().session_id)
     append(transcript, { line("user"), line("assistant", 60000) })
     t.wait_for("the next turn", function()
-      return ctxd.status() == "ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6"
+      return ctxd.status() == "ctx 60.0% · 7.0k to compact · 60.0k · claude-opus-4-6"
     end)
     t.eq("CtxdWarning", ctxd.status_highlight())
   end)
@@ -143,7 +143,7 @@ describe("Claude Code sessions of the current directory", function()
     local lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)
     local text = table.concat(lines, "\n")
     t.contains(text, "Claude Code session 20000000-0000-4000-8000-000000000001 (" .. transcript .. ", model " .. MODEL .. "), observed by ctxd.")
-    t.contains(text, "ctx 75.0% · 7.0k to compact")
+    t.contains(text, "ctx 60.0% · 7.0k to compact")
     vim.cmd("close")
   end)
 
@@ -183,7 +183,7 @@ describe("Claude Code sessions of the current directory", function()
     local second = transcript_named(project_dir, 2)
     append(second, { line("user"), line("assistant", 20000) })
     t.wait_for("the new session shown", function()
-      return ctxd.status() == "ctx 25.0% · 47.0k to compact · 20.0k · claude-opus-4-6"
+      return ctxd.status() == "ctx 20.0% · 47.0k to compact · 20.0k · claude-opus-4-6"
     end)
     local offered
     local select = vim.ui.select
@@ -199,8 +199,8 @@ describe("Claude Code sessions of the current directory", function()
     local shown = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n")
     vim.cmd("close")
     t.eq(2, #offered)
-    t.eq("ctx 25.0% · 47.0k to compact · 20.0k · claude-opus-4-6  20000000-0000-4000-8000-000000000002", offered[1])
-    t.eq("ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6  20000000-0000-4000-8000-000000000001", offered[2])
+    t.eq("ctx 20.0% · 47.0k to compact · 20.0k · claude-opus-4-6  20000000-0000-4000-8000-000000000002", offered[1])
+    t.eq("ctx 60.0% · 7.0k to compact · 60.0k · claude-opus-4-6  20000000-0000-4000-8000-000000000001", offered[2])
     t.contains(shown, "Claude Code session 20000000-0000-4000-8000-000000000001")
   end)
 

@@ -2,7 +2,7 @@
  * The one status item shown from activation on: the daemon's state (starting, ready,
  * restarting in N s, failed: reason) and, once ready with no session of an agent
  * extension open, the newest active Claude Code session of the workspace (model,
- * tokens, percent of the effective window, tokens until compaction, level).
+ * tokens, percent of the window, tokens until compaction, level).
  *
  * Clicking it opens what helps: the fix for a failed start, the context view of the
  * shown session, or the log.

@@ -71,6 +71,25 @@ export interface Usage {
     level: Level;
     autoCompactEnabled: boolean;
     breakdown: Breakdown;
+    /** The session's prompt cache, when the daemon knows it (a live Claude Code session). */
+    cache?: PromptCache | null;
+}
+
+/** Whose figures a prompt cache state is. */
+export type PromptCacheSource = "program" | "gateway";
+
+/** Whether a session's prompt cache is warm and for how long, and what a cold turn re-writes. */
+export interface PromptCache {
+    warm: boolean;
+    secondsLeft: number;
+    /** RFC 3339. */
+    expiresAt: string;
+    ttlSeconds: number;
+    recacheTokens?: number | null;
+    recacheCostUsd?: number | null;
+    /** The price table's date (YYYY-MM-DD), beside a price. */
+    pricesDate?: string | null;
+    source: PromptCacheSource;
 }
 
 /** A transcript record: one line of a Claude Code style JSONL transcript. */

@@ -564,6 +564,38 @@ export interface PendingRule {
     paths: string[];
 }
 
+/**
+ * Whether a session's prompt cache is warm and for how long, and what the next turn
+ * writes to it again once it is cold.
+ */
+export interface PromptCache {
+    /** The cached prefix is still there: the next turn reads it. */
+    warm: boolean;
+    /** Whole seconds until it goes cold; 0 once cold. */
+    secondsLeft: number;
+    /** When it goes (or went) cold, RFC 3339. */
+    expiresAt: string;
+    /** Its lifetime, in seconds (300, or 3,600 when the requests ask for an hour). */
+    ttlSeconds: number;
+    /**
+     * Tokens the next turn writes to the cache again if it is cold; absent when not
+     * known (right after a compaction).
+     */
+    recacheTokens?: number | null;
+    /**
+     * The estimated price of that, in US dollars, at the model's cache-write price;
+     * absent for a model the price table does not list.
+     */
+    recacheCostUsd?: number | null;
+    /** The date of the price table (YYYY-MM-DD), beside a price. */
+    pricesDate?: string | null;
+    /** Whose figures these are. */
+    source: PromptCacheSource;
+}
+
+/** Who saw the traffic the cache state comes from. */
+export type PromptCacheSource = "program" | "gateway";
+
 /** What ctxd did about a provider error (`ctx/reportProviderError`). */
 export type ProviderErrorAction = "compacted" | "none";
 
@@ -940,7 +972,10 @@ export interface Usage {
     warning: number;
     /** Requests are refused from here unless compaction recovers. */
     blocked: number;
-    /** `tokens` as a percentage of `effectiveWindow`, one decimal. */
+    /**
+     * `tokens` as a percentage of `window`, one decimal (Claude Code's rule: 700,000 of
+     * 1,000,000 is 70.0).
+     */
     percentUsed: number;
     /** Percentage of the threshold still free before auto compaction, one decimal. */
     percentUntilCompact: number;
@@ -950,6 +985,11 @@ export interface Usage {
     /** Whether automatic compaction will run at the threshold. */
     autoCompactEnabled: boolean;
     breakdown: Breakdown;
+    /**
+     * The session's prompt cache, when ctxd knows it (a live Claude Code session: the
+     * program's own figures or the gateway's). Absent otherwise.
+     */
+    cache?: PromptCache | null;
 }
 
 /** `ctx/usageChanged` notification params. */

@@ -107,7 +107,7 @@ describe("a new user's workspace on a real ctxd", () => {
         const transcript = path.join(projectDir, `${randomUUID()}.jsonl`);
         const turns = [claudeLine("user"), claudeLine("assistant", 40_000), claudeLine("user"), claudeLine("assistant", 60_000)];
         fs.writeFileSync(transcript, `${turns.join("\n")}\n`);
-        await waitFor("the observed session", () => (status().text === "$(warning) ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6" ? true : undefined), 10_000, recent);
+        await waitFor("the observed session", () => (status().text === "$(warning) ctx 60.0% · 7.0k to compact · 60.0k · claude-opus-4-6" ? true : undefined), 10_000, recent);
         return { api, projectDir, transcript };
     }
 
@@ -185,13 +185,13 @@ describe("a new user's workspace on a real ctxd", () => {
         fs.mkdirSync(projectDir, { recursive: true });
         const transcript = path.join(projectDir, `${randomUUID()}.jsonl`);
         fs.writeFileSync(transcript, `${claudeLine("user")}\n${claudeLine("assistant", 40_000)}\n`);
-        const first = await waitFor("the observed session", () => (status().text.includes("ctx 50.0%") ? status().text : undefined));
-        assert.equal(first, "$(dashboard) ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6");
+        const first = await waitFor("the observed session", () => (status().text.includes("ctx 40.0%") ? status().text : undefined));
+        assert.equal(first, "$(dashboard) ctx 40.0% · 27.0k to compact · 40.0k · claude-opus-4-6");
         assert.equal((status().command as { arguments: unknown[] }).arguments[0], observeId(transcript));
         // Claude Code appends a turn: the item follows.
         fs.appendFileSync(transcript, `${claudeLine("user")}\n${claudeLine("assistant", 60_000)}\n`);
-        const next = await waitFor("the next turn", () => (status().text.includes("ctx 75.0%") ? status().text : undefined));
-        assert.equal(next, "$(warning) ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6");
+        const next = await waitFor("the next turn", () => (status().text.includes("ctx 60.0%") ? status().text : undefined));
+        assert.equal(next, "$(warning) ctx 60.0% · 7.0k to compact · 60.0k · claude-opus-4-6");
     });
 
     it("opens the context view of the observed session from the item", async () => {
@@ -203,7 +203,7 @@ describe("a new user's workspace on a real ctxd", () => {
         const text = document.getText();
         assert.match(text, /^# ctxd context: observe-[0-9a-f]{16}/);
         assert.ok(text.includes(`Claude Code session ${path.basename(transcript, ".jsonl")}`), text);
-        assert.ok(text.includes("**ctx 75.0% · 7.0k to compact**"), text);
+        assert.ok(text.includes("**ctx 60.0% · 7.0k to compact**"), text);
     });
 
     it("offers the Claude Code compaction with a confirmation, and compacts once confirmed", async () => {
@@ -228,7 +228,7 @@ describe("a new user's workspace on a real ctxd", () => {
         const { projectDir, transcript } = await observedSession();
         const second = path.join(projectDir, `${randomUUID()}.jsonl`);
         fs.writeFileSync(second, `${claudeLine("user")}\n${claudeLine("assistant", 20_000)}\n`);
-        await waitFor("the new session shown", () => (status().text.includes("ctx 25.0%") ? true : undefined));
+        await waitFor("the new session shown", () => (status().text.includes("ctx 20.0%") ? true : undefined));
         let offered: { label: string; description?: string }[] = [];
         fake.quickPick = (items) => {
             offered = items as typeof offered;
@@ -236,8 +236,8 @@ describe("a new user's workspace on a real ctxd", () => {
         };
         await fake.commands.get("ctxd.pickClaudeSession")?.();
         assert.equal(offered.length, 2);
-        assert.deepEqual([offered[0].label, offered[0].description], ["ctx 25.0% · 47.0k to compact · 20.0k · claude-opus-4-6", "newest active"]);
-        assert.deepEqual([offered[1].label, offered[1].description], ["ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6", undefined]);
+        assert.deepEqual([offered[0].label, offered[0].description], ["ctx 20.0% · 47.0k to compact · 20.0k · claude-opus-4-6", "newest active"]);
+        assert.deepEqual([offered[1].label, offered[1].description], ["ctx 60.0% · 7.0k to compact · 60.0k · claude-opus-4-6", undefined]);
         assert.match(fake.shownDocuments.at(-1)?.getText() ?? "", new RegExp(`# ctxd context: ${observeId(transcript)}`));
     });
 
@@ -246,6 +246,6 @@ describe("a new user's workspace on a real ctxd", () => {
         const { sessionId } = await api.openSession({ cwd: EMPTY_CWD, model: MODEL });
         await waitFor("the item back to the daemon state", () => (status().text === "$(pulse) ctxd ready" ? true : undefined));
         await api.closeSession(sessionId);
-        await waitFor("the Claude Code session again", () => (status().text.includes("ctx 75.0%") ? true : undefined));
+        await waitFor("the Claude Code session again", () => (status().text.includes("ctx 60.0%") ? true : undefined));
     });
 });

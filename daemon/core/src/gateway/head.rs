@@ -40,6 +40,9 @@ pub struct Head<'a> {
     pub hosts: &'a [&'a [u8]],
 }
 
+/// The gateway's read-only list of live sessions, answered on its own port.
+pub const SESSIONS_PATH: &str = "/ctxd/sessions";
+
 /// Routes a request. `remote_allowed`: the gateway listens beyond loopback
 /// (`--allow-remote`), so any well-formed `Host` is accepted.
 pub fn route(head: &Head<'_>, remote_allowed: bool) -> Result<Route, Refusal> {
@@ -63,8 +66,8 @@ pub fn route(head: &Head<'_>, remote_allowed: bool) -> Result<Route, Refusal> {
     let path = head.target.split(['?', '#']).next().unwrap_or("");
     if path == "/ctxd" || path.starts_with("/ctxd/") {
         return match path {
-            "/ctxd/sessions" if head.method == "GET" || head.method == "HEAD" => Ok(Route::Sessions),
-            "/ctxd/sessions" => Err(refuse(405, "/ctxd/sessions answers GET only")),
+            SESSIONS_PATH if head.method == "GET" || head.method == "HEAD" => Ok(Route::Sessions),
+            SESSIONS_PATH => Err(refuse(405, "/ctxd/sessions answers GET only")),
             _ => Err(refuse(404, format!("no such path of ctxd's own: {path}"))),
         };
     }

@@ -14,7 +14,7 @@ pub mod json_scan;
 pub mod request;
 
 pub use answer::{AnswerFacts, AnswerKind, AnswerScan};
-pub use head::{Head, Refusal, Route, error_body, route, upstream_url};
+pub use head::{Head, Refusal, Route, SESSIONS_PATH, error_body, route, upstream_url};
 pub use request::{RequestFacts, RequestScan, session_id, valid_session_id};
 
 /// Whether a request's answer reports the figures of a conversation turn: a Messages

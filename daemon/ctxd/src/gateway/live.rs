@@ -29,12 +29,7 @@ pub struct Live {
 
 impl Live {
     pub fn usage(&self) -> TokenUsage {
-        TokenUsage {
-            input_tokens: self.figures.input_tokens,
-            cache_creation_input_tokens: self.figures.cache_creation_input_tokens,
-            cache_read_input_tokens: self.figures.cache_read_input_tokens,
-            output_tokens: self.figures.output_tokens,
-        }
+        super::client::token_usage(&self.figures)
     }
 
     /// An answer newer than what the tally has read: its figure becomes the tally's
