@@ -278,6 +278,8 @@ pub struct Services {
     pub watcher: crate::context::watcher::Watcher,
     pub memory_cache: Arc<crate::context::base::MemoryCache>,
     pub fs: Arc<crate::context::fs::RealFs>,
+    /// The gateway's live figures per Claude Code session (observed transcripts follow them).
+    pub live: crate::gateway::LiveFigures,
 }
 
 impl Services {
@@ -291,6 +293,7 @@ impl Services {
             },
             memory_cache: Arc::default(),
             fs: Arc::default(),
+            live: crate::gateway::LiveFigures::default(),
         }
     }
 }
@@ -345,6 +348,11 @@ impl Sessions {
 
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// The gateway's live figures, which observed Claude Code transcripts follow.
+    pub fn live_figures(&self) -> crate::gateway::LiveFigures {
+        self.environment.services.live.clone()
     }
 
     fn open_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Handle>> {
@@ -538,10 +546,13 @@ impl Sessions {
             observe::Policy { idle, thresholds: Box::new(thresholds_for) }
         };
         let start = |names, idle_gate| {
+            // The transcript's file stem is Claude Code's session id, as the gateway reads it.
+            let live = path.file_stem().and_then(|s| s.to_str()).map(|id| self.environment.services.live.watch(id));
             observe::start(
                 path.clone(),
                 names,
                 idle_gate,
+                live,
                 policy_of,
                 self.changed.subscribe(),
                 self.environment.process.clone(),

@@ -30,6 +30,11 @@
 //! most one idle compaction runs in the daemon at a time (each reads and summarizes a
 //! whole transcript); one that finds another running waits a moment and tries again.
 //! Each one installed is announced with `ctx/compacted`.
+//!
+//! When the session's requests pass through ctxd's gateway, the follower also watches
+//! the gateway's figures for it ([`crate::gateway::live`]): an answer's exact usage is
+//! published as soon as its last byte passed, and the transcript's own lines of the
+//! same answer do not override it.
 
 use std::collections::HashMap;
 use std::io::{Read, Seek, SeekFrom};
@@ -192,6 +197,8 @@ enum Event {
     Idle,
     /// The settings changed (`false`: their sender is gone).
     Settings(bool),
+    /// The gateway passed an answer of this session (its exact figures).
+    Live(Arc<crate::gateway::live::Live>),
 }
 
 /// Starts following `path`, publishing under `names`; returns its figures (the first
@@ -200,12 +207,15 @@ enum Event {
 /// `settings` carries (and says when they change). `env` gives Claude Code's directory
 /// (where an idle compaction finds the session's plan) and the provider's key;
 /// `settings_for` the settings of the session's project; `idle_gate` is the daemon's
-/// one idle compaction at a time.
+/// one idle compaction at a time. `live` follows the gateway's figures for the
+/// session: an answer's exact usage is published at once, before the program writes
+/// it down.
 #[allow(clippy::too_many_arguments)]
 pub async fn start(
     path: PathBuf,
     names: Names,
     idle_gate: Arc<Semaphore>,
+    mut live: Option<watch::Receiver<Option<Arc<crate::gateway::live::Live>>>>,
     policy_of: impl Fn(&ctxd_proto::Settings) -> Policy + Send + 'static,
     mut settings: tokio::sync::watch::Receiver<ctxd_proto::Settings>,
     env: std::sync::Arc<crate::process_env::ProcessEnv>,
@@ -257,6 +267,9 @@ pub async fn start(
         let mut attempts = 0u32;
         let mut ours = 0u64;
         let mut settings_live = true;
+        // The gateway's latest figures for this session, which the transcript's own
+        // lines of the same answer do not override.
+        let mut latest_live: Option<Arc<crate::gateway::live::Live>> = None;
         loop {
             let deadline =
                 policy.idle.filter(|_| !tried).and_then(|p| changed.checked_add(p.after)).map(|d| d.max(not_before));
@@ -264,12 +277,24 @@ pub async fn start(
                 got = subscription.recv() => Event::Delivered(got.is_some()),
                 () = tokio::time::sleep_until(deadline.unwrap_or(changed)), if deadline.is_some() => Event::Idle,
                 live = settings.changed(), if settings_live => Event::Settings(live.is_ok()),
+                figures = crate::gateway::live::next(&mut live) => Event::Live(figures),
             };
             match event {
                 Event::Delivered(true) => {}
                 Event::Delivered(false) => break,
                 Event::Settings(false) => {
                     settings_live = false;
+                    continue;
+                }
+                Event::Live(figures) => {
+                    figures.apply(&mut reading.tally);
+                    reading.floor = None;
+                    latest_live = Some(figures);
+                    let usage = reading.usage(&policy);
+                    if last.as_ref() != Some(&usage) {
+                        publish(usage.clone()).await;
+                        last = Some(usage);
+                    }
                     continue;
                 }
                 Event::Settings(true) => {
@@ -338,6 +363,9 @@ pub async fn start(
                 break;
             };
             reading = back;
+            if let Some(figures) = &latest_live {
+                figures.reconcile(&mut reading.tally);
+            }
             if reading.offset > before && reading.offset > ours {
                 changed = Instant::now();
                 tried = false;
