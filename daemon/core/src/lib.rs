@@ -13,6 +13,7 @@
 //! - [`ledger`]: the file-read ledger (what the agent read, and whether it changed).
 //! - [`memory`]: which memory files (CLAUDE.md and friends) a session loads, over an
 //!   injected filesystem, and the user-context text they render to.
+//! - [`observed`]: the count of a transcript another program writes (`ctx/observe`).
 //! - [`record`]: one transcript line, its exact text and the fields ctxd decides on.
 //! - [`summary`]: the offline summarizer (nine sections from the transcript itself) and
 //!   the parser for a model's `<summary>` reply.
@@ -29,6 +30,7 @@ pub mod compact;
 pub mod invoked;
 pub mod ledger;
 pub mod memory;
+pub mod observed;
 pub mod preserved;
 pub mod record;
 pub mod summary;
