@@ -14,6 +14,8 @@
 //! - [`memory`]: which memory files (CLAUDE.md and friends) a session loads, over an
 //!   injected filesystem, and the user-context text they render to.
 //! - [`observed`]: the count of a transcript another program writes (`ctx/observe`).
+//! - [`recall`]: what the history search reads from a transcript line (text, role,
+//!   boundaries), its snippets and the final order of its hits.
 //! - [`record`]: one transcript line, its exact text and the fields ctxd decides on.
 //! - [`summary`]: the offline summarizer (nine sections from the transcript itself) and
 //!   the parser for a model's `<summary>` reply.
@@ -32,6 +34,7 @@ pub mod ledger;
 pub mod memory;
 pub mod observed;
 pub mod preserved;
+pub mod recall;
 pub mod record;
 pub mod summary;
 pub mod tally;

@@ -12,6 +12,8 @@
 //! - [`store`]: transcripts on disk (the truth) and the rebuildable sled index.
 //! - [`provider`]: who writes compaction summaries: Anthropic and OpenAI-compatible
 //!   endpoints over HTTP (streaming, retries, typed failures).
+//! - [`history`]: the history index (tantivy) over every transcript, for `ctxd mcp`
+//!   ([`mcp`]) and `ctx/searchHistory`/`ctx/readHistory`.
 //! - [`hooks`]: PreCompact, PostCompact and SessionStart(compact) commands.
 //! - [`interop`]: import and export of Claude Code transcripts.
 //! - [`live`]: whether Claude Code is running for a session, so its transcript is left alone.
@@ -26,10 +28,12 @@ pub mod background;
 pub mod claude;
 pub mod client;
 pub mod context;
+pub mod history;
 pub mod hooks;
 pub mod interop;
 pub mod live;
 pub mod logging;
+pub mod mcp;
 pub mod outside;
 pub mod process_env;
 pub mod provider;

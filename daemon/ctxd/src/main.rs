@@ -53,6 +53,8 @@ enum Command {
         #[command(subcommand)]
         command: ClaudeCommand,
     },
+    /// MCP server on stdio: the history search for an agent (`claude mcp add ctxd -- ctxd mcp`).
+    Mcp,
     /// Drive a Claude Code style transcript through the daemon and print usage per turn.
     Replay {
         /// The transcript (JSONL).
@@ -104,17 +106,18 @@ async fn claude(state_dir: &std::path::Path, env: Arc<ProcessEnv>, command: Clau
     match command {
         ClaudeCommand::Compact { session, instructions, offline } => {
             let path = claude_target(&env, &session)?;
+            // The user's own settings files and the project's (as a session there would
+            // have them); no client here.
+            let sources = ctxd::settings::SettingsSources::standard(state_dir, &env);
+            let settings_for: ctxd::claude::SettingsFor = std::sync::Arc::new(move |project| {
+                let home = sources.home.clone().unwrap_or_else(|| PathBuf::from("/"));
+                let none = ctxd_proto::Settings::default();
+                ctxd::settings::resolve(&sources, project.unwrap_or(&home), &none, &none).settings
+            });
             let source = if offline {
-                ctxd::claude::SummarySource::Offline
+                ctxd::claude::SummarySource::Offline(settings_for)
             } else {
-                // The user's own settings files and the project's (as a session there
-                // would have them); no client here.
-                let sources = ctxd::settings::SettingsSources::standard(state_dir, &env);
-                ctxd::claude::SummarySource::Configured(std::sync::Arc::new(move |project| {
-                    let home = sources.home.clone().unwrap_or_else(|| PathBuf::from("/"));
-                    let none = ctxd_proto::Settings::default();
-                    ctxd::settings::resolve(&sources, project.unwrap_or(&home), &none, &none).settings
-                }))
+                ctxd::claude::SummarySource::Configured(settings_for)
             };
             let done =
                 ctxd::claude::compact(env.clone(), path, instructions, source).await.map_err(|e| anyhow::anyhow!(e))?;
@@ -213,6 +216,7 @@ fn main() -> ExitCode {
                 Ok(ExitCode::SUCCESS)
             }
             Some(Command::Claude { command }) => claude(&state_dir, env, command).await,
+            Some(Command::Mcp) => ctxd::mcp::run(state_dir, env).await.map(|()| ExitCode::SUCCESS),
             Some(Command::Replay { file, model }) => {
                 let options = ReplayOptions { transcript: file, model, state_dir: cli.state_dir, env };
                 let mut stdout = std::io::stdout().lock();

@@ -15,6 +15,7 @@
 
 mod dispatch;
 mod handlers;
+mod history;
 mod latency;
 mod lifecycle;
 
@@ -163,6 +164,8 @@ impl Server {
             methods::SET_PLAN => on(b, id, params, Backend::set_plan, small),
             methods::CLAUDE_COMPACT => on(b, id, params, Backend::claude_compact, small),
             methods::CLAUDE_UNDO => on(b, id, params, Backend::claude_undo, small),
+            methods::SEARCH_HISTORY => on(b, id, params, Backend::search_history, small),
+            methods::READ_HISTORY => on(b, id, params, Backend::read_history, small),
             // An LSP extension ctxd does not know (`$/…`) is ignored, even as a request.
             _ if method.starts_with("$/") => return Routed::Nothing,
             _ => {
