@@ -84,9 +84,9 @@ pub struct Observed {
 
 impl Observed {
     /// Starts from what is known before the first record: the model the transcript
-    /// named before the point it is read from.
-    pub fn new(model: Option<String>) -> Observed {
-        Observed { model, ..Observed::default() }
+    /// named and the shape of the program's request before the point it is read from.
+    pub fn new(model: Option<String>, shape: Option<RequestShape>) -> Observed {
+        Observed { model, shape, ..Observed::default() }
     }
 
     /// Folds one record in. A compact boundary met here keeps nothing from before it;

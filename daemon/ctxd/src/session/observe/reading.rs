@@ -11,8 +11,8 @@
 //! boundary in force now.
 //!
 //! Reading again costs one pass over the file that parses only compaction records,
-//! file reads and replies (to find that boundary, the files read before it, and the
-//! model named before it), and one that folds every record from the boundary on. Both
+//! file reads, replies and request shapes (to find that boundary, the files read before
+//! it, and the model and request shape named before it), and one that folds every record from the boundary on. Both
 //! go a chunk ([`CHUNK`]) at a time with [`Lines`]' cap on a line, so memory stays
 //! bounded whatever the file holds.
 
@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use ctxd_core::compact::compaction_view;
 use ctxd_core::ledger::Ledger;
-use ctxd_core::observed::Observed;
+use ctxd_core::observed::{Observed, REQUEST_SHAPE_TYPE, RequestShape};
 use ctxd_core::record::{Kind, Record};
 
 use super::CHUNK;
@@ -66,12 +66,12 @@ impl Reading {
         let (mut file, len) = crate::outside::open_regular(path)?;
         let scan = Scan::of(&mut file, len)?;
         let view = compaction_view(&scan.records);
-        let (from, model) = match view.boundary {
-            Some(i) => (scan.offsets[i], scan.model_before[i].clone()),
-            None => (0, None),
+        let (from, model, shape) = match view.boundary {
+            Some(i) => (scan.offsets[i], scan.model_before[i].clone(), scan.shape_before[i]),
+            None => (0, None, None),
         };
         let undone = view.skipped.iter().map(|span| scan.offsets[span.start]..=scan.offsets[span.end - 1]).collect();
-        let mut observed = Observed::new(model);
+        let mut observed = Observed::new(model, shape);
         observed.ledger = scan.ledger;
         let mut reading = Reading {
             path: path.to_owned(),
@@ -199,11 +199,13 @@ fn parse(line: &[u8]) -> Option<Record> {
 /// What one pass over a whole transcript finds without parsing most of it.
 #[derive(Default)]
 struct Scan {
-    /// Compact boundaries and undo records, with where each starts and the model the
-    /// latest reply before it named.
+    /// Compact boundaries and undo records, with where each starts, the model the
+    /// latest reply before it named and the latest request shape before it (the system
+    /// prompt and tools stay known when reading starts at a boundary).
     records: Vec<Record>,
     offsets: Vec<u64>,
     model_before: Vec<Option<String>>,
+    shape_before: Vec<Option<RequestShape>>,
     /// Every file read in the file.
     ledger: Ledger,
 }
@@ -212,6 +214,7 @@ impl Scan {
     fn of(file: &mut std::fs::File, len: u64) -> std::io::Result<Scan> {
         let mut scan = Scan::default();
         let mut model: Option<String> = None;
+        let mut shape: Option<RequestShape> = None;
         LineReader::at(0).read(
             file,
             0,
@@ -223,6 +226,11 @@ impl Scan {
                     scan.records.push(record);
                     scan.offsets.push(start);
                     scan.model_before.push(model.clone());
+                    scan.shape_before.push(shape);
+                } else if memchr::memmem::find(line, REQUEST_SHAPE_TYPE.as_bytes()).is_some()
+                    && let Some(found) = parse(line).as_ref().and_then(RequestShape::of)
+                {
+                    shape = Some(found);
                 } else if may_carry_read(line) {
                     if let Some(record) = parse(line) {
                         ctxd_core::observed::note_read(&mut scan.ledger, &record);
@@ -457,6 +465,20 @@ mod tests {
         assert_eq!(reading.catch_up().unwrap(), Caught::Reread);
         assert_eq!(reading.observed.shown_tally().total(), 5_010);
         assert_eq!(reading.catch_up().unwrap(), Caught::Nothing);
+    }
+
+    #[test]
+    fn the_request_shape_before_the_boundary_is_known_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let shape = serde_json::json!({"type": "api-request-shape", "shape": {
+            "system": [{"type": "text", "text": "you are ".repeat(100)}], "tools": [{"name": "Read"}]}})
+        .to_string();
+        append(&path, &[user("u1", "hello"), shape, reply("a1", 40_000), boundary("b1", 3_000)]);
+        let reading = Reading::load(&path).unwrap();
+        assert_eq!(reading.offset, std::fs::metadata(&path).unwrap().len());
+        let prefix = reading.observed.prefix(0, 0);
+        assert!(prefix.system_prompt > 0 && prefix.tools > 0, "{prefix:?}");
     }
 
     #[test]
