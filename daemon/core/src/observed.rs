@@ -19,7 +19,7 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::breakdown::{Composition, Prefix};
+use crate::breakdown::{Breakdown, Composition, Prefix};
 use crate::invoked::Invoked;
 use crate::ledger::{Ledger, ReadMarker, file_read_in};
 use crate::record::{Kind, Record};
@@ -174,6 +174,28 @@ impl Observed {
     }
 }
 
+impl Observed {
+    /// Where the `tokens` of the next request go, with `prefix` its fixed parts: as for
+    /// a session of ctxd's own ([`crate::breakdown::split`]), except that summaries and
+    /// tool results count no more than their size says. The program's figure holds
+    /// more than its records show (its reminders, the first message's context, a
+    /// boundary's `postTokens` reckoned another way); shared out by size, that excess
+    /// would make a 5 kB summary tens of thousands of tokens. It is "other" instead.
+    pub fn split(&self, tokens: u64, prefix: &Prefix) -> Breakdown {
+        let mut parts = crate::breakdown::split(tokens, prefix, &self.composition);
+        let rate = self.tally.calibration;
+        let Breakdown { summaries, tool_results, other_messages, .. } = &mut parts;
+        for (part, bytes) in [(summaries, self.composition.summaries), (tool_results, self.composition.tool_results)] {
+            let by_size = rate.tokens(bytes);
+            if *part > by_size {
+                *other_messages += *part - by_size;
+                *part = by_size;
+            }
+        }
+        parts
+    }
+}
+
 /// Notes in `ledger` the file read `record` carries (a Read result or ctxd's read
 /// marker), if any.
 pub fn note_read(ledger: &mut Ledger, record: &Record) {
@@ -214,7 +236,6 @@ fn cwd_of(record: &Record) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::breakdown::split;
 
     fn rec(line: &str) -> Record {
         Record::parse(line).unwrap()
@@ -291,9 +312,15 @@ mod tests {
             "message": {"role": "user", "content": "s".repeat(4_000)}});
         observed.observe(&rec(&summary.to_string()));
         let prefix = Prefix { system_prompt: 1_500, tools: 500, ..Prefix::default() };
-        let parts = split(observed.shown_tally().total(), &prefix, &observed.composition);
+        let parts = observed.split(observed.shown_tally().total(), &prefix);
         assert_eq!(parts.total(), 12_000);
         assert!((900..=1_100).contains(&parts.summaries), "{parts:?}");
+        // The program's own prefix unknown: the 10,000 tokens that leaves unexplained do
+        // not make the summary bigger than its 4 kB.
+        let parts = observed.split(observed.shown_tally().total(), &Prefix::default());
+        assert_eq!(parts.total(), 12_000);
+        assert!((900..=1_100).contains(&parts.summaries), "{parts:?}");
+        assert!(parts.other_messages > 10_000, "{parts:?}");
     }
 
     #[test]

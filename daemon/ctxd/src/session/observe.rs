@@ -285,7 +285,7 @@ pub async fn start(path: PathBuf, names: Names, idle_gate: Arc<Semaphore>, deps:
     let load_path = path.clone();
     let (mut reading, modified) = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
         let modified = std::fs::metadata(&load_path)?.modified().ok();
-        Ok((Reading::load(&load_path)?, modified))
+        Ok((Reading::load_when_free(&load_path)?, modified))
     })
     .await
     .map_err(std::io::Error::other)??;
@@ -320,6 +320,8 @@ pub async fn start(path: PathBuf, names: Names, idle_gate: Arc<Semaphore>, deps:
         let mut attempts = 0u32;
         let mut ours = 0u64;
         let (mut settings_live, mut asks_live) = (true, true);
+        // When to read again a file that was under a write lease.
+        let mut leased: Option<Instant> = None;
         loop {
             let deadline =
                 policy.idle.filter(|_| !tried).and_then(|p| changed.checked_add(p.after)).map(|d| d.max(not_before));
@@ -329,21 +331,35 @@ pub async fn start(path: PathBuf, names: Names, idle_gate: Arc<Semaphore>, deps:
                 live = settings.changed(), if settings_live => Event::Settings(live.is_ok()),
                 ask = asks.recv(), if asks_live => Event::Asked(ask),
                 _ = base.loaded(), if base.is_loading() => Event::BaseLoaded,
+                () = tokio::time::sleep_until(leased.unwrap_or(changed)), if leased.is_some() => Event::Delivered(true),
             };
             // Whether to publish even an unchanged figure.
             let mut always = false;
             match event {
                 Event::Delivered(true) => {
+                    leased = None;
                     let read = tokio::task::spawn_blocking(move || {
                         let caught = reading.catch_up();
                         (reading, caught)
                     })
                     .await;
-                    let Ok((back, Ok(caught))) = read else {
-                        tracing::info!(path = %path.display(), "observed transcript is gone; stopping");
+                    let Ok((back, caught)) = read else {
+                        tracing::warn!(path = %path.display(), "reading an observed transcript failed; stopping");
                         break;
                     };
                     reading = back;
+                    let caught = match caught {
+                        Ok(caught) => caught,
+                        // ctxd compacting or undoing it: read once the lease is let go.
+                        Err(e) if reading::is_leased(&e) => {
+                            leased = Some(Instant::now() + reading::LEASED_PAUSE);
+                            continue;
+                        }
+                        Err(e) => {
+                            tracing::info!(path = %path.display(), error = %e, "observed transcript is gone; stopping");
+                            break;
+                        }
+                    };
                     let program_wrote = match caught {
                         Caught::Nothing => false,
                         Caught::Appended => reading.offset > ours,
@@ -448,7 +464,9 @@ fn usage_of(observed: &Observed, base: &ObservedBase, policy: &Policy) -> UsageS
         composition: observed.composition,
     };
     let model = observed.model.as_deref().unwrap_or(UNKNOWN_MODEL);
-    UsageSnapshot::compute(&observed.shown_tally(), &shape, &(policy.thresholds)(model), false)
+    let mut usage = UsageSnapshot::compute(&observed.shown_tally(), &shape, &(policy.thresholds)(model), false);
+    usage.parts = observed.split(usage.tokens, &shape.prefix);
+    usage
 }
 
 /// The moment `ago` before now (the earliest the clock can tell when that is too far).

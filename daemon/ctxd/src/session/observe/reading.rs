@@ -60,7 +60,36 @@ pub struct Reading {
     undone: Vec<RangeInclusive<u64>>,
 }
 
+/// How long to wait before looking again at a transcript under a write lease.
+pub const LEASED_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Looks at a leased transcript this often before the first read gives up.
+const LEASED_TRIES: u32 = 40;
+
+/// Whether `error` says the file is under a write lease: ctxd holds one on a Claude Code
+/// transcript for the few writes of a compaction or an undo, and a read that does not
+/// wait on an open ([`crate::outside::open_regular`]) is refused meanwhile. The file is
+/// there; it is read once the lease is let go.
+pub fn is_leased(error: &std::io::Error) -> bool {
+    error.kind() == std::io::ErrorKind::WouldBlock
+}
+
 impl Reading {
+    /// [`Reading::load`], waiting (a couple of seconds at most) while the file is under
+    /// a write lease.
+    pub fn load_when_free(path: &Path) -> std::io::Result<Reading> {
+        let mut tries = 0;
+        loop {
+            match Reading::load(path) {
+                Err(e) if is_leased(&e) && tries < LEASED_TRIES => {
+                    tries += 1;
+                    std::thread::sleep(LEASED_PAUSE);
+                }
+                read => return read,
+            }
+        }
+    }
+
     /// Reads the transcript at `path` from the compact boundary in force to its end.
     pub fn load(path: &Path) -> std::io::Result<Reading> {
         let (mut file, len) = crate::outside::open_regular(path)?;
