@@ -204,8 +204,6 @@ fn ctx_context_of_an_observed_session_lists_memory_files_rules_and_files_read() 
 fn an_observed_compaction_counts_its_summary_by_its_size() {
     let dir = tempfile::tempdir().unwrap();
     let (path, _project) = project_with_memory(dir.path());
-    let kept = dir.keep();
-    eprintln!("DEBUGDIR {}", kept.display());
     let original = std::fs::read(&path).unwrap().len();
     let mut daemon = Daemon::started(&dir.path().join("state")).unwrap();
     let observed = daemon.request("ctx/observe", json!({"transcript": path})).unwrap();
