@@ -237,3 +237,36 @@ fn an_observed_compaction_counts_its_summary_by_its_size() {
     let view = daemon.request("ctx/context", json!({"sessionId": id})).unwrap();
     assert_eq!(view["usage"]["breakdown"]["messages"]["summaries"], summaries, "{view}");
 }
+
+/// Compactions and undos in a row, each read by the follower while ctxd may still hold
+/// its write lease on the file (a read then is refused at the open): the follower waits
+/// the lease out and shows every figure. 20 trials, none may fail.
+#[test]
+fn compactions_and_undos_in_a_row_are_all_followed() {
+    const TRIALS: usize = 20;
+    let dir = tempfile::tempdir().unwrap();
+    let (_home, path, _id) = claude_home(dir.path()).unwrap();
+    let state = dir.path().join("state");
+    let mut daemon = Daemon::started(&state).unwrap();
+    let observed = daemon.request("ctx/observe", json!({"transcript": path})).unwrap();
+    let id = observed["sessionId"].as_str().unwrap().to_owned();
+    let before = observed["usage"]["tokens"].as_u64().unwrap();
+    let mut failed = Vec::new();
+    for trial in 0..TRIALS {
+        daemon.drain_notifications("ctx/usageChanged");
+        daemon.request("ctx/claudeCompact", json!({"transcript": path})).unwrap();
+        let compacted = daemon.wait_notification("ctx/usageChanged", |p| {
+            p["sessionId"] == id.as_str() && p["usage"]["tokens"].as_u64().is_some_and(|t| t < before)
+        });
+        daemon.drain_notifications("ctx/usageChanged");
+        daemon.request("ctx/claudeUndo", json!({"transcript": path})).unwrap();
+        let undone = daemon
+            .wait_notification("ctx/usageChanged", |p| p["sessionId"] == id.as_str() && p["usage"]["tokens"] == before);
+        if compacted.is_err() || undone.is_err() {
+            failed.push(trial);
+        }
+    }
+    let log = std::fs::read_to_string(state.with_extension("log")).unwrap();
+    assert!(!log.contains("observed transcript is gone"), "the follower stopped");
+    assert!(failed.is_empty(), "{} of {TRIALS} trials failed: {failed:?}", failed.len());
+}
