@@ -17,6 +17,7 @@
 //! - [`ledger`]: the file-read ledger (what the agent read, and whether it changed).
 //! - [`memory`]: which memory files (CLAUDE.md and friends) a session loads, over an
 //!   injected filesystem, and the user-context text they render to.
+//! - [`observed`]: the count of a transcript another program writes (`ctx/observe`).
 //! - [`recall`]: what the history search reads from a transcript line (text, role,
 //!   boundaries), its snippets and the final order of its hits.
 //! - [`record`]: one transcript line, its exact text and the fields ctxd decides on.
@@ -37,6 +38,7 @@ pub mod gateway;
 pub mod invoked;
 pub mod ledger;
 pub mod memory;
+pub mod observed;
 pub mod preserved;
 pub mod recall;
 pub mod record;

@@ -209,21 +209,6 @@ enum Stop {
     Boundary(Option<u64>),
 }
 
-/// `compactMetadata.postTokens` of a boundary line.
-pub fn post_tokens(line: &str) -> Option<u64> {
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Boundary {
-        compact_metadata: Option<Metadata>,
-    }
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Metadata {
-        post_tokens: Option<u64>,
-    }
-    serde_json::from_str::<Boundary>(line).ok()?.compact_metadata?.post_tokens
-}
-
 /// Looks at one line (newest first); says when the walk can stop.
 fn consider(line: &[u8], newest_first: &mut Vec<Record>, model: &mut Option<String>) -> Option<Stop> {
     if line.iter().all(u8::is_ascii_whitespace) {
@@ -232,7 +217,7 @@ fn consider(line: &[u8], newest_first: &mut Vec<Record>, model: &mut Option<Stri
     let record = std::str::from_utf8(line).ok().and_then(|t| Record::parse(t).ok())?;
     let head = record.head();
     if record.is_compact_boundary() {
-        return Some(Stop::Boundary(post_tokens(record.line())));
+        return Some(Stop::Boundary(ctxd_core::observed::post_tokens(record.line())));
     }
     let reported = is_reported_response(&record);
     if reported && model.is_none() {

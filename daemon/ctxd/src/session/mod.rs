@@ -419,32 +419,7 @@ impl Sessions {
         for problem in &problems {
             tracing::warn!(%problem, cwd, "settings");
         }
-        let home = self.environment.sources.home.clone().unwrap_or_else(|| std::path::PathBuf::from("/"));
-        let mut memory = ctxd_core::memory::MemoryConfig::new(home);
-        memory.managed_path = Some(self.environment.process.managed_memory_path());
-        if let Some(names) = &layered.settings.memory_file_names {
-            // Names, not paths: `../../etc/passwd` would load a file from anywhere.
-            let (plain, paths): (Vec<_>, Vec<_>) = names
-                .iter()
-                .cloned()
-                .partition(|name| !name.is_empty() && name != "." && name != ".." && !name.contains('/'));
-            for name in paths {
-                let problem = format!("memoryFileNames: {name:?} ignored: a memory file name is a plain file name");
-                tracing::warn!(%problem, cwd, "settings");
-                problems.push(problem);
-            }
-            memory.file_names = plain;
-        }
-        for folder in layered.settings.import_folders.iter().flatten() {
-            match folder.strip_prefix("~") {
-                Some(rest) if rest.is_empty() || rest.starts_with('/') => {
-                    memory.import_roots.push(memory.home.join(rest.trim_start_matches('/')))
-                }
-                _ if folder.starts_with('/') => memory.import_roots.push(std::path::PathBuf::from(folder)),
-                _ => problems
-                    .push(format!("importFolders: {folder:?} ignored: an absolute path or one starting with ~/")),
-            }
-        }
+        let memory = memory_config(&self.environment, &layered.settings, cwd, &mut problems);
         SessionSetup {
             cwd: cwd.to_owned(),
             model: model.to_owned(),
@@ -545,69 +520,44 @@ impl Sessions {
             };
             observe::Policy { idle, thresholds: Box::new(thresholds_for) }
         };
-        let start = |names, idle_gate| {
-            // The transcript's file stem is Claude Code's session id, as the gateway reads it.
-            let live = path.file_stem().and_then(|s| s.to_str()).map(|id| self.environment.services.live.watch(id));
-            observe::start(
-                path.clone(),
-                names,
-                idle_gate,
-                live,
-                policy_of,
-                self.changed.subscribe(),
-                self.environment.process.clone(),
-                self.claude_settings_for(),
-                self.environment.services.watcher.clone(),
-                self.notifier.clone(),
-            )
+        let memory_for: observe::MemoryFor = {
+            let (environment, changed) = (self.environment.clone(), self.changed.subscribe());
+            Arc::new(move |cwd: &std::path::Path| {
+                let settings =
+                    settings::resolve(&environment.sources, cwd, &environment.client_settings, &changed.borrow())
+                        .settings;
+                memory_config(&environment, &settings, &cwd.display().to_string(), &mut Vec::new())
+            })
         };
+        let deps = observe::Deps {
+            policy_of: Box::new(policy_of),
+            settings: self.changed.subscribe(),
+            env: self.environment.process.clone(),
+            settings_for: self.claude_settings_for(),
+            services: self.environment.services.clone(),
+            memory_for,
+            notifier: self.notifier.clone(),
+        };
+        let start = |names, idle_gate| observe::start(path.clone(), names, idle_gate, deps);
         self.followers.follow(&path, start).await.map_err(SessionError::InvalidParams)
     }
 
     /// `ctx/observe` with a project directory: its newest transcript now, and every
-    /// transcript that appears in it later (followed in the background).
+    /// transcript in it that appears or changes later (followed in the background).
     pub async fn observe_project(
         self: &Arc<Self>,
         dir: std::path::PathBuf,
     ) -> Result<(String, UsageSnapshot), SessionError> {
-        let listed = dir.clone();
-        let transcripts =
-            tokio::task::spawn_blocking(move || observe::transcripts_in(&listed)).await.unwrap_or_default();
+        let transcripts = self.follow_folder(dir.clone()).await;
         let Some(newest) = transcripts.first().cloned() else {
             return Err(SessionError::InvalidParams(format!("no transcript (*.jsonl) in {} yet", dir.display())));
         };
-        let first = self.observe(newest).await?;
-        self.follow_new_transcripts(dir, transcripts.into_iter().collect());
-        Ok(first)
-    }
-
-    /// Observes each transcript that appears in `dir` and is not in `seen`.
-    fn follow_new_transcripts(self: &Arc<Self>, dir: std::path::PathBuf, mut seen: HashSet<std::path::PathBuf>) {
-        let sessions = self.clone();
-        let mut subscription =
-            self.environment.services.watcher.subscribe([crate::context::watcher::Target::dir(dir.clone())]);
-        tokio::spawn(async move {
-            while subscription.recv().await.is_some() {
-                let listed = dir.clone();
-                let now =
-                    tokio::task::spawn_blocking(move || observe::transcripts_in(&listed)).await.unwrap_or_default();
-                for path in now {
-                    if seen.insert(path.clone()) {
-                        match sessions.observe(path.clone()).await {
-                            Ok((id, usage)) => {
-                                tracing::info!(path = %path.display(), id, "observing a new transcript");
-                                sessions.notifier.usage_changed(&id, usage).await;
-                            }
-                            Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot observe"),
-                        }
-                    }
-                }
-            }
-        });
+        self.observe(newest).await
     }
 
     /// `observeClaudeProjects`: every project under `root` (`~/.claude/projects`), now
-    /// and as they appear; in each, the newest transcript and every new one.
+    /// and as they appear; in each, the newest transcript now and every transcript that
+    /// appears or changes.
     pub fn follow_claude_projects(self: &Arc<Self>, root: std::path::PathBuf) {
         let sessions = self.clone();
         let mut subscription =
@@ -622,9 +572,7 @@ impl Sessions {
                     if !followed.insert(project.clone()) {
                         continue;
                     }
-                    let listed = project.clone();
-                    let transcripts =
-                        tokio::task::spawn_blocking(move || observe::transcripts_in(&listed)).await.unwrap_or_default();
+                    let transcripts = sessions.follow_folder(project).await;
                     if let Some(newest) = transcripts.first() {
                         // Clients learn of a followed session from its first usage.
                         match sessions.observe(newest.clone()).await {
@@ -632,7 +580,6 @@ impl Sessions {
                             Err(e) => tracing::warn!(path = %newest.display(), error = %e, "cannot observe"),
                         }
                     }
-                    sessions.follow_new_transcripts(project, transcripts.into_iter().collect());
                 }
                 if subscription.recv().await.is_none() {
                     break;
@@ -804,6 +751,9 @@ impl Sessions {
     }
 
     pub fn context(&self, id: &str) -> Result<oneshot::Receiver<actor::ContextView>, SessionError> {
+        if let Some(answer) = self.followers.context(id) {
+            return Ok(answer);
+        }
         let tx = self.sender(id)?;
         let (reply, rx) = oneshot::channel();
         tx.send(Command::Context { reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
@@ -811,6 +761,11 @@ impl Sessions {
     }
 
     pub fn usage(&self, id: &str) -> Result<oneshot::Receiver<UsageSnapshot>, SessionError> {
+        if let Some(usage) = self.followers.usage(id) {
+            let (reply, rx) = oneshot::channel();
+            let _ = reply.send(usage);
+            return Ok(rx);
+        }
         let tx = self.sender(id)?;
         let (reply, rx) = oneshot::channel();
         tx.send(Command::Usage { reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
@@ -842,6 +797,42 @@ impl Sessions {
         }
         self.store.index().flush();
     }
+}
+
+/// Where memory files are looked for by a session in `cwd` under `settings`; what the
+/// settings name that cannot be used is added to `problems`.
+fn memory_config(
+    environment: &Environment,
+    settings: &ctxd_proto::Settings,
+    cwd: &str,
+    problems: &mut Vec<String>,
+) -> ctxd_core::memory::MemoryConfig {
+    let home = environment.sources.home.clone().unwrap_or_else(|| std::path::PathBuf::from("/"));
+    let mut memory = ctxd_core::memory::MemoryConfig::new(home);
+    memory.managed_path = Some(environment.process.managed_memory_path());
+    if let Some(names) = &settings.memory_file_names {
+        // Names, not paths: `../../etc/passwd` would load a file from anywhere.
+        let (plain, paths): (Vec<_>, Vec<_>) = names
+            .iter()
+            .cloned()
+            .partition(|name| !name.is_empty() && name != "." && name != ".." && !name.contains('/'));
+        for name in paths {
+            let problem = format!("memoryFileNames: {name:?} ignored: a memory file name is a plain file name");
+            tracing::warn!(%problem, cwd, "settings");
+            problems.push(problem);
+        }
+        memory.file_names = plain;
+    }
+    for folder in settings.import_folders.iter().flatten() {
+        match folder.strip_prefix("~") {
+            Some(rest) if rest.is_empty() || rest.starts_with('/') => {
+                memory.import_roots.push(memory.home.join(rest.trim_start_matches('/')))
+            }
+            _ if folder.starts_with('/') => memory.import_roots.push(std::path::PathBuf::from(folder)),
+            _ => problems.push(format!("importFolders: {folder:?} ignored: an absolute path or one starting with ~/")),
+        }
+    }
+    memory
 }
 
 /// Says where an unknown model's window came from, once per model for the process
