@@ -843,19 +843,8 @@ mod tests {
         (Asker { name, gone: gone.clone() }, gone)
     }
 
-    /// A 200,000-token window: threshold 167,000, precompute start 160,000, blocked 177,000.
     fn thresholds() -> Thresholds {
-        Thresholds {
-            window: 200_000,
-            effective_window: 180_000,
-            threshold: 167_000,
-            warning: 147_000,
-            blocked: 177_000,
-            auto_compact_enabled: true,
-            compact_enabled: true,
-            shows_compact_figure: true,
-            enforce_window: true,
-        }
+        crate::compact::tests::levels()
     }
 
     /// A user record of about `tokens` tokens (four bytes each at the default rate).
