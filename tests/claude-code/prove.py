@@ -22,6 +22,10 @@ Checks (each prints "ok" or "FAIL", then a closing "N passed, N failed" line):
    `statusLine` command: every time the program calls it, across turns and a
    `/compact`, ctxd's line shows the window, usage and percentage in the JSON the
    program piped to it, and the "just compacted" mark after the compaction.
+5. a session whose TUI is running is left alone by idle compaction, and compacted once
+   the TUI quits (`live.py`).
+6. the history search (`recall.py`): with `ctxd mcp` added as its MCP server, the
+   program's model finds a phrase from before a compaction and reads its record whole.
 
 With --bench: a session of about --mb megabytes from `ctxd-gen-session` is resumed
 untouched and after the daemon compacted it while idle (`claudeIdleCompaction`, observed
@@ -42,6 +46,9 @@ import subprocess
 import sys
 import time
 import uuid
+
+import live
+import recall
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = []
@@ -714,6 +721,8 @@ def main():
                 export_and_resume(w, sid)
                 daemon_compaction_exported(w, sid)
                 interactive_statusline(w)
+                live.live_session(w, check, Lsp, texts)
+                recall.run(w.claude, w.ctxd, os.path.join(w.work, "recall"), check)
     finally:
         w.close()
     passed = sum(RESULTS)

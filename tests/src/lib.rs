@@ -168,6 +168,50 @@ pub fn claude_code_fixture(name: &str) -> PathBuf {
     transcript(&format!("claude-code-2.1.332/{name}"))
 }
 
+/// A Claude Code home under `dir` with one project, `dir/proj`: the real program's
+/// transcript (`manual-compact.jsonl`) up to the reply before its own `/compact`, as
+/// `<home>/.claude/projects/-proj/<its session id>.jsonl`, each line passed through
+/// `edit` and its `cwd` moved to the project. Returns (home, transcript, project).
+#[allow(clippy::expect_used)] // test harness: a folder it cannot make or a broken fixture fails the test
+pub fn claude_code_home(dir: &Path, edit: impl Fn(&str) -> String) -> (PathBuf, PathBuf, PathBuf) {
+    let home = dir.join("home");
+    let project = dir.join("proj");
+    let folder = home.join(".claude/projects/-proj");
+    for made in [&project, &folder] {
+        std::fs::create_dir_all(made).expect("a folder of the test's Claude Code home");
+    }
+    let fixture = std::fs::read_to_string(claude_code_fixture("manual-compact.jsonl")).expect("the fixture");
+    let text: String = fixture
+        .lines()
+        .take(57)
+        .map(|line| {
+            let mut record: Value = serde_json::from_str(&edit(line)).expect("a fixture line");
+            if record.get("cwd").is_some() {
+                record["cwd"] = json!(project);
+            }
+            format!("{record}\n")
+        })
+        .collect();
+    let path = folder.join("b7d55388-c9ad-4169-a8d1-459fc6bdb46f.jsonl");
+    std::fs::write(&path, text).expect("the test's transcript");
+    (home, path, project)
+}
+
+/// `ctxd claude ARGS` against a test's Claude Code home: HOME is `home` (no
+/// `CLAUDE_CONFIG_DIR`), the state in `<dir>/cli-state`, the log on stderr.
+pub fn claude_command(dir: &Path, home: &Path, args: &[&str]) -> Command {
+    let mut command = ctxd_command();
+    command
+        .arg("--state-dir")
+        .arg(dir.join("cli-state"))
+        .arg("--log-stderr")
+        .arg("claude")
+        .args(args)
+        .env("HOME", home)
+        .env_remove("CLAUDE_CONFIG_DIR");
+    command
+}
+
 /// A running daemon.
 pub struct Daemon {
     child: Child,
@@ -604,4 +648,25 @@ pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// [`claude_code_home`] with the fixture unchanged, and the session's id.
+pub fn claude_home(dir: &Path) -> anyhow::Result<(PathBuf, PathBuf, String)> {
+    let (home, path, _project) = claude_code_home(dir, str::to_owned);
+    Ok((home, path, "b7d55388-c9ad-4169-a8d1-459fc6bdb46f".to_owned()))
+}
+
+/// `ctxd claude ARGS` run to its end ([`claude_command`]).
+pub fn ctxd_claude(dir: &Path, home: &Path, args: &[&str]) -> std::io::Result<std::process::Output> {
+    claude_command(dir, home, args).output()
+}
+
+/// Polls `check` every 50 ms until it holds; fails after `secs` (a guard against a hang,
+/// not a measurement).
+pub fn eventually(secs: u64, what: &str, mut check: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while !check() {
+        assert!(Instant::now() < end, "{what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

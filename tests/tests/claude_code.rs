@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
-use ctxd_e2e::{Daemon, claude_code_fixture};
+use ctxd_e2e::{Daemon, claude_code_fixture, eventually};
 use serde_json::{Value, json};
 
 const MODEL: &str = "claude-opus-5-5";
@@ -202,41 +202,12 @@ fn ctxds_own_compaction_keeps_each_message_once_through_export_and_import() {
     assert_eq!(all.matches(KEPT).count(), 1, "{back:#?}");
 }
 
-/// The captured session up to the reply before its own `/compact`, as a Claude Code
-/// project under `home/.claude/projects`, with its working directory made real.
 fn claude_home(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf, String) {
-    let home = dir.join("home");
-    let project = dir.join("proj");
-    std::fs::create_dir_all(&project).unwrap();
-    let folder = home.join(".claude/projects/-proj");
-    std::fs::create_dir_all(&folder).unwrap();
-    let id = "b7d55388-c9ad-4169-a8d1-459fc6bdb46f";
-    let text: String = fixture_lines()[..57]
-        .iter()
-        .map(|r| {
-            let mut r = r.clone();
-            if r.get("cwd").is_some() {
-                r["cwd"] = json!(project);
-            }
-            format!("{r}\n")
-        })
-        .collect();
-    let path = folder.join(format!("{id}.jsonl"));
-    std::fs::write(&path, text).unwrap();
-    (home, path, id.to_owned())
+    ctxd_e2e::claude_home(dir).unwrap()
 }
 
 fn ctxd_claude(dir: &std::path::Path, home: &std::path::Path, args: &[&str]) -> std::process::Output {
-    ctxd_e2e::ctxd_command()
-        .arg("--state-dir")
-        .arg(dir.join("cli-state"))
-        .arg("--log-stderr")
-        .arg("claude")
-        .args(args)
-        .env("HOME", home)
-        .env_remove("CLAUDE_CONFIG_DIR")
-        .output()
-        .unwrap()
+    ctxd_e2e::ctxd_claude(dir, home, args).unwrap()
 }
 
 #[test]
@@ -391,16 +362,6 @@ fn the_daemon_methods_compact_and_undo_a_claude_code_session() {
     assert_eq!(error["code"], -33010, "{error}");
     let error = daemon.request_error("ctx/claudeCompact", json!({})).unwrap();
     assert_eq!(error["code"], -32602, "{error}");
-}
-
-/// Polls `check` every 50 ms until it holds; fails after `secs` (a guard against a hang,
-/// not a measurement).
-fn eventually(secs: u64, what: &str, mut check: impl FnMut() -> bool) {
-    let end = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    while !check() {
-        assert!(std::time::Instant::now() < end, "{what}");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
 }
 
 #[test]

@@ -13,6 +13,8 @@
 //! - [`ledger`]: the file-read ledger (what the agent read, and whether it changed).
 //! - [`memory`]: which memory files (CLAUDE.md and friends) a session loads, over an
 //!   injected filesystem, and the user-context text they render to.
+//! - [`recall`]: what the history search reads from a transcript line (text, role,
+//!   boundaries), its snippets and the final order of its hits.
 //! - [`record`]: one transcript line, its exact text and the fields ctxd decides on.
 //! - [`summary`]: the offline summarizer (nine sections from the transcript itself) and
 //!   the parser for a model's `<summary>` reply.
@@ -30,6 +32,7 @@ pub mod invoked;
 pub mod ledger;
 pub mod memory;
 pub mod preserved;
+pub mod recall;
 pub mod record;
 pub mod summary;
 pub mod tally;

@@ -12,8 +12,11 @@
 //! - [`store`]: transcripts on disk (the truth) and the rebuildable sled index.
 //! - [`provider`]: who writes compaction summaries: Anthropic and OpenAI-compatible
 //!   endpoints over HTTP (streaming, retries, typed failures).
+//! - [`history`]: the history index (tantivy) over every transcript, for `ctxd mcp`
+//!   ([`mcp`]) and `ctx/searchHistory`/`ctx/readHistory`.
 //! - [`hooks`]: PreCompact, PostCompact and SessionStart(compact) commands.
 //! - [`interop`]: import and export of Claude Code transcripts.
+//! - [`live`]: whether Claude Code is running for a session, so its transcript is left alone.
 //! - [`replay`], [`client`]: `ctxd replay`, driving a daemon the way an editor would.
 //! - [`statusline`]: `ctxd statusline`, Claude Code's status line from the transcript tail.
 //! - [`background`]: low-priority threads for compaction's CPU-heavy parts.
@@ -25,9 +28,12 @@ pub mod background;
 pub mod claude;
 pub mod client;
 pub mod context;
+pub mod history;
 pub mod hooks;
 pub mod interop;
+pub mod live;
 pub mod logging;
+pub mod mcp;
 pub mod outside;
 pub mod process_env;
 pub mod provider;

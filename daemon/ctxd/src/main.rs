@@ -53,6 +53,8 @@ enum Command {
         #[command(subcommand)]
         command: ClaudeCommand,
     },
+    /// MCP server on stdio: the history search for an agent (`claude mcp add ctxd -- ctxd mcp`).
+    Mcp,
     /// Drive a Claude Code style transcript through the daemon and print usage per turn.
     Replay {
         /// The transcript (JSONL).
@@ -104,17 +106,18 @@ async fn claude(state_dir: &std::path::Path, env: Arc<ProcessEnv>, command: Clau
     match command {
         ClaudeCommand::Compact { session, instructions, offline } => {
             let path = claude_target(&env, &session)?;
+            // The user's own settings files and the project's (as a session there would
+            // have them); no client here.
+            let sources = ctxd::settings::SettingsSources::standard(state_dir, &env);
+            let settings_for: ctxd::claude::SettingsFor = std::sync::Arc::new(move |project| {
+                let home = sources.home.clone().unwrap_or_else(|| PathBuf::from("/"));
+                let none = ctxd_proto::Settings::default();
+                ctxd::settings::resolve(&sources, project.unwrap_or(&home), &none, &none).settings
+            });
             let source = if offline {
-                ctxd::claude::SummarySource::Offline
+                ctxd::claude::SummarySource::Offline(settings_for)
             } else {
-                // The user's own settings files and the project's (as a session there
-                // would have them); no client here.
-                let sources = ctxd::settings::SettingsSources::standard(state_dir, &env);
-                ctxd::claude::SummarySource::Configured(std::sync::Arc::new(move |project| {
-                    let home = sources.home.clone().unwrap_or_else(|| PathBuf::from("/"));
-                    let none = ctxd_proto::Settings::default();
-                    ctxd::settings::resolve(&sources, project.unwrap_or(&home), &none, &none).settings
-                }))
+                ctxd::claude::SummarySource::Configured(settings_for)
             };
             let done =
                 ctxd::claude::compact(env.clone(), path, instructions, source).await.map_err(|e| anyhow::anyhow!(e))?;
@@ -169,7 +172,11 @@ fn main() -> ExitCode {
         (Some(file), _) => LogTarget::File(file.clone()),
         (None, true) => LogTarget::Stderr,
         // Commands other than the daemon log to stderr unless told otherwise.
-        (None, false) if serving => LogTarget::File(state_dir.join("logs").join("ctxd.log")),
+        // Only in a state directory that is this user's alone (else `initialize` says why).
+        (None, false) if serving && ctxd::store::StateDir::open(&state_dir).is_ok() => {
+            LogTarget::File(state_dir.join("logs").join("ctxd.log"))
+        }
+        (None, false) if serving => LogTarget::Stderr,
         (None, false) => LogTarget::Stderr,
     };
     let default_level = if serving { "info" } else { "warn" };
@@ -209,6 +216,7 @@ fn main() -> ExitCode {
                 Ok(ExitCode::SUCCESS)
             }
             Some(Command::Claude { command }) => claude(&state_dir, env, command).await,
+            Some(Command::Mcp) => ctxd::mcp::run(state_dir, env).await.map(|()| ExitCode::SUCCESS),
             Some(Command::Replay { file, model }) => {
                 let options = ReplayOptions { transcript: file, model, state_dir: cli.state_dir, env };
                 let mut stdout = std::io::stdout().lock();
@@ -242,7 +250,11 @@ async fn serve(state_dir: PathBuf, env: Arc<ProcessEnv>, limits: Limits) -> anyh
             return Ok(if daemon_left { ExitCode::from(1) } else { ExitCode::SUCCESS });
         }
     };
-    let sharing = Arc::new(server::Sharing { lock: std::sync::Mutex::new(lock), ..server::Sharing::default() });
+    // Other editors may connect from now on; they wait for this one's `initialize`.
+    let guests = ServeOptions { state_dir: state_dir.clone(), env: env.clone(), sharing: None };
+    let listener = lock.as_ref().and_then(|lock| ctxd::shared::Listener::start(lock.dir(), guests));
+    let sharing =
+        Arc::new(server::Sharing { lock: std::sync::Mutex::new(lock), listener: std::sync::Mutex::new(listener) });
     let options = ServeOptions { state_dir, env, sharing: Some(sharing.clone()) };
     let (server, outflow) = server::Server::new(options);
     let ending = transport::serve_stdio(std::sync::Arc::new(server), limits, outflow).await;

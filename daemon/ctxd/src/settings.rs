@@ -6,7 +6,8 @@
 //! (`.ctxd/settings.json`) and local (`.ctxd/settings.local.json`) files, the client's
 //! `initializationOptions.settings`, then `workspace/didChangeConfiguration`. A file that
 //! is missing is skipped; a file that is not JSON, or a key of the wrong type, is reported
-//! by path and key and the rest still loads. Hooks are taken from files only.
+//! by path and key and the rest still loads. Hooks are taken from files only, and
+//! `trustedFolders` from the user's own file only.
 
 use std::path::{Path, PathBuf};
 
@@ -49,7 +50,8 @@ pub struct Layered {
 /// The project's own files (`.claude/settings*.json`, `.ctxd/settings*.json` under
 /// `cwd`) come from the repository, which may be anyone's: they may set the keys in
 /// [`Settings::TRUST_KEYS`] only when `cwd` lies in a folder listed in `trustedFolders`
-/// by the user's own settings or the client, and never `trustedFolders` itself.
+/// by the user's own settings file, and never `trustedFolders` itself; a client's
+/// `trustedFolders` is ignored (and said so).
 pub fn resolve(sources: &SettingsSources, cwd: &Path, client: &Settings, changed: &Settings) -> Layered {
     let mut out = Layered::default();
     let claude = Some(Settings::CLAUDE_KEYS);
@@ -69,14 +71,20 @@ pub fn resolve(sources: &SettingsSources, cwd: &Path, client: &Settings, changed
         if layer.hooks.take().is_some() {
             out.problems.push(format!("{name}: `hooks` ignored: hook commands are read from settings files only"));
         }
+        // A client (or anything that reaches the daemon's socket) trusting a folder would
+        // turn on the hooks of any repository: trust is the user's.
+        if layer.trusted_folders.take().is_some() {
+            out.problems.push(format!(
+                "{name}: `trustedFolders` ignored: trust is the user's, read from ~/.config/ctxd/settings.json only"
+            ));
+        }
     }
 
-    // Trust is decided by the user's layers alone, before any project file is applied.
+    // Trust is decided by the user's own files alone, before any project file is applied.
     let trust_lists = [home_claude.as_ref(), user.as_ref()]
         .into_iter()
         .flatten()
-        .filter_map(|layer| layer.settings.trusted_folders.as_deref())
-        .chain(clients.iter().filter_map(|(_, layer)| layer.trusted_folders.as_deref()));
+        .filter_map(|layer| layer.settings.trusted_folders.as_deref());
     let trusted = trust_lists.flatten().any(|folder| is_within(cwd, folder, sources.home.as_deref()));
 
     let mut apply = |layer: Layered| {
@@ -317,11 +325,16 @@ mod tests {
         let s = resolve(&sources, &sibling, &Settings::default(), &Settings::default()).settings;
         assert_eq!(s.base_url, None);
 
-        // The client may trust a folder too.
+        // A client cannot trust a folder: by its initialization or by a later change.
         std::fs::remove_file(home.join(".config/ctxd/settings.json")).unwrap();
         let client = Settings { trusted_folders: Some(vec![cwd.display().to_string()]), ..Settings::default() };
-        let s = resolve(&sources, &cwd, &client, &Settings::default()).settings;
-        assert_eq!(s.api_key_env.as_deref(), Some("AWS_SECRET_ACCESS_KEY"));
+        for (initial, changed) in [(&client, &Settings::default()), (&Settings::default(), &client)] {
+            let layered = resolve(&sources, &cwd, initial, changed);
+            let s = &layered.settings;
+            assert_eq!((s.api_key_env.as_deref(), s.hooks.as_ref(), s.trusted_folders.as_ref()), (None, None, None));
+            let problems = layered.problems.join("\n");
+            assert!(problems.contains("`trustedFolders` ignored: trust is the user's"), "{problems}");
+        }
     }
 
     #[test]

@@ -62,9 +62,15 @@ const MAX_BLOCK: u64 = 1024 * 1024;
 /// Give up looking for a reported usage after this much of the tail (then estimate).
 const MAX_TAIL: u64 = 64 * 1024 * 1024;
 /// A line longer than this is not parsed: its bytes are counted as message content
-/// (an estimate) and the walk goes on before it, so one giant message cannot hide the
-/// usage reported before it.
-const MAX_LINE: usize = 16 * 1024 * 1024;
+/// (an estimate, [`count_unparsed`]) and the walk goes on before it, so one giant
+/// message cannot hide the usage reported before it. The observer's follower keeps no
+/// more of a line either.
+pub(crate) const MAX_LINE: usize = 16 * 1024 * 1024;
+
+/// Counts a line too long to parse ([`MAX_LINE`]) by its size, as message content.
+pub(crate) fn count_unparsed(tally: &mut Tally, bytes: u64) {
+    tally.bytes_after += bytes;
+}
 
 /// What the tail of a transcript says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,7 +155,7 @@ pub fn tail_usage(path: &Path) -> std::io::Result<TailUsage> {
         tally.observe(record);
     }
     // A skipped giant line came after the last report (the walk stops at a report).
-    tally.bytes_after += skipped;
+    count_unparsed(&mut tally, skipped);
     Ok(TailUsage { tally, after_compaction, post_tokens, model })
 }
 

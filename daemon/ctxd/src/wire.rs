@@ -349,6 +349,19 @@ pub fn window_source(source: WindowSource) -> proto::WindowSource {
     }
 }
 
+/// A history record's role.
+pub fn history_role(role: ctxd_core::recall::Role) -> proto::HistoryRole {
+    use ctxd_core::recall::Role;
+    match role {
+        Role::User => proto::HistoryRole::User,
+        Role::Assistant => proto::HistoryRole::Assistant,
+        Role::ToolResult => proto::HistoryRole::ToolResult,
+        Role::Attachment => proto::HistoryRole::Attachment,
+        Role::Summary => proto::HistoryRole::Summary,
+        Role::Meta => proto::HistoryRole::Meta,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -13,10 +13,12 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub mod history;
 pub mod schema;
 pub mod scrollback;
 pub mod settings;
 
+pub use history::*;
 pub use settings::Settings;
 
 /// A transcript record: one line of a Claude Code style JSONL transcript, as a JSON
@@ -46,6 +48,8 @@ pub mod methods {
     pub const SET_PLAN: &str = "ctx/setPlan";
     pub const CLAUDE_COMPACT: &str = "ctx/claudeCompact";
     pub const CLAUDE_UNDO: &str = "ctx/claudeUndo";
+    pub const SEARCH_HISTORY: &str = "ctx/searchHistory";
+    pub const READ_HISTORY: &str = "ctx/readHistory";
     pub const COMPACTED: &str = "ctx/compacted";
     pub const COMPACT_FAILED: &str = "ctx/compactFailed";
     pub const CONTEXT_CHANGED: &str = "ctx/contextChanged";
@@ -72,6 +76,8 @@ pub mod methods {
         UNDO_COMPACT,
         CLAUDE_COMPACT,
         CLAUDE_UNDO,
+        SEARCH_HISTORY,
+        READ_HISTORY,
     ];
     /// Every `ctx/` notification this build of ctxd sends.
     pub const NOTIFICATIONS: &[&str] = &[USAGE_CHANGED, CONTEXT_CHANGED, COMPACTED, COMPACT_FAILED];

@@ -96,7 +96,8 @@ pub struct Settings {
     pub observe_claude_projects: Option<bool>,
     /// Folders whose own settings files (`.ctxd/settings*.json`, `.claude/settings*.json`)
     /// may choose the provider, its URL, its key variable and hooks. Read only from the
-    /// user's settings and the client; a repository cannot trust itself. `~` is the home.
+    /// user's settings file: a client's is ignored, and a repository cannot trust itself.
+    /// `~` is the home.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trusted_folders: Option<Vec<String>>,
 }

@@ -206,7 +206,7 @@ describe("Claude Code sessions of the current directory", function()
 
   it("completes :Ctxd subcommands and windows", function()
     t.eq({ "compact", "context" }, vim.fn.getcompletion("Ctxd co", "cmdline"))
-    t.eq({ "compact", "context", "log", "restart", "sessions", "undo", "window" }, vim.fn.getcompletion("Ctxd ", "cmdline"))
+    t.eq({ "compact", "context", "history", "log", "restart", "sessions", "undo", "window" }, vim.fn.getcompletion("Ctxd ", "cmdline"))
     t.eq({ "200k" }, vim.fn.getcompletion("Ctxd window 2", "cmdline"))
   end)
 

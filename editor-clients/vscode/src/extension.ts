@@ -11,6 +11,7 @@ import { RESTART_KEYS, readConfig, type SettingKey } from "./config";
 import { CONTEXT_SCHEME, ContextView } from "./contextView";
 import { DaemonController, sendSettings } from "./daemon";
 import { DaemonStatusItem } from "./daemonStatus";
+import { registerHistory } from "./history";
 import { CtxdSessions, type CtxdApi } from "./sessions";
 import { SessionStatusBar } from "./statusBar";
 
@@ -92,6 +93,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<CtxdAp
             defaultModel: () => currentConfig().model,
         }),
         ...reportCompactions(sessions),
+        ...registerHistory({ sessions, observed }),
         { dispose: () => void daemon.dispose() },
     );
 

@@ -16,6 +16,10 @@ import type {
     ClaudeCompactResult,
     ClaudeSessionParams,
     ClaudeUndoResult,
+    ReadHistoryParams,
+    ReadHistoryResult,
+    SearchHistoryParams,
+    SearchHistoryResult,
     CompactOrigin,
     Decision,
     MemoryKind,
@@ -445,10 +449,23 @@ export interface ObserveResult {
 export const observe = new RequestType<ObserveParams, ObserveResult, void>("ctx/observe");
 
 export type { ClaudeCompactResult, ClaudeSessionParams, ClaudeUndoResult } from "./protocol";
+export type {
+    HistoryHit,
+    HistoryRecord,
+    HistoryRole,
+    ReadHistoryParams,
+    ReadHistoryResult,
+    SearchHistoryParams,
+    SearchHistoryResult,
+} from "./protocol";
 /** Compacts a Claude Code transcript in place, in the program's own record shapes. */
 export const claudeCompact = new RequestType<ClaudeSessionParams, ClaudeCompactResult, void>("ctx/claudeCompact");
 /** Takes ctxd's last compaction of a Claude Code transcript back, byte for byte. */
 export const claudeUndo = new RequestType<ClaudeSessionParams, ClaudeUndoResult, void>("ctx/claudeUndo");
+/** Searches a session's history (its compacted past included), or every session of a project. */
+export const searchHistory = new RequestType<SearchHistoryParams, SearchHistoryResult, void>("ctx/searchHistory");
+/** One record of a session's history in full, with its neighbours on the chain. */
+export const readHistory = new RequestType<ReadHistoryParams, ReadHistoryResult, void>("ctx/readHistory");
 
 /** A skill ran and the model was given `content` (restored after a compaction). */
 export interface SkillInvokedParams {

@@ -360,6 +360,36 @@ export type Hidden = {
     summaryEntry: number;
 };
 
+/** One record that matched. */
+export interface HistoryHit {
+    /** The session (as `ctx/readHistory` takes it). */
+    sessionId: string;
+    /** The record's uuid. */
+    uuid: string;
+    timestamp?: string | null;
+    role: HistoryRole;
+    /** Up to about 300 characters of the record's text around the match. */
+    snippet: string;
+    /** The record stands before the session's latest compaction. */
+    beforeCompaction: boolean;
+    /** The transcript file the record is in. */
+    transcript: string;
+}
+
+/** A record's text. */
+export interface HistoryRecord {
+    uuid: string;
+    timestamp?: string | null;
+    role: HistoryRole;
+    text: string;
+    /** The record asked for (the others are its neighbours). */
+    target: boolean;
+    beforeCompaction: boolean;
+}
+
+/** What kind of record a hit is. */
+export type HistoryRole = "user" | "assistant" | "tool_result" | "attachment" | "summary" | "meta";
+
 /** One hook command: run with JSON on stdin, its stdout read back. */
 export interface HookCommand {
     /** Always `command`. */
@@ -496,6 +526,28 @@ export interface ProviderErrorReport {
 /** Which provider writes summaries. */
 export type ProviderKind = "anthropic" | "openai" | "offline";
 
+/** `ctx/readHistory` params: one record in full, with its neighbours on the chain. */
+export interface ReadHistoryParams {
+    /** As a hit names it. */
+    sessionId: string;
+    uuid: string;
+    /** Records with text before it on its chain (default 2, at most 50). */
+    before?: number | null;
+    /** Records with text after it on its chain (default 2, at most 50). */
+    after?: number | null;
+    /** Most characters of text returned in all (default 20,000, at most 200,000). */
+    maxChars?: number | null;
+}
+
+/** `ctx/readHistory` result: the records in chain order. */
+export interface ReadHistoryResult {
+    sessionId: string;
+    transcript: string;
+    records: HistoryRecord[];
+    /** Set when text was cut to stay within `maxChars`: says what was left out. */
+    truncated?: string | null;
+}
+
 /**
  * `ctx/reportProviderError` params: the host's model request failed; ctxd compacts when
  * the refusal is one compaction answers (prompt too long, long-context credits).
@@ -564,6 +616,45 @@ export interface ScrollbackEntry {
     results?: ResultMark[];
     /** For a collapse summary: the first and last record of the span it stands for. */
     span?: Span | null;
+}
+
+/** `ctx/searchHistory` params: a full-text search over session transcripts. */
+export interface SearchHistoryParams {
+    /**
+     * Words to find (a phrase in double quotes; `role:user` narrows to a role). Text
+     * the query syntax cannot read is searched as plain words.
+     */
+    query: string;
+    /**
+     * The session to search: a session of the store, an `observe-…` id from
+     * `ctx/usageChanged`, or a Claude Code session id. With `projectDir` and no
+     * `sessionId` (or `"all"`), every session of that project.
+     */
+    sessionId?: string | null;
+    /**
+     * The project's directory (a working directory, as the host runs in it), for
+     * `sessionId: "all"` or none.
+     */
+    projectDir?: string | null;
+    /** Most hits returned (default 10, at most 50). */
+    limit?: number | null;
+    /**
+     * Only records that stand before their session's latest compaction (what the
+     * model no longer sees).
+     */
+    beforeCompactionOnly?: boolean | null;
+}
+
+/** `ctx/searchHistory` result: hits, best first. */
+export interface SearchHistoryResult {
+    hits: HistoryHit[];
+    /** Sessions searched. */
+    sessions: number;
+    /**
+     * What the search could not do as asked (a query read as plain words, a
+     * transcript left out), one sentence each.
+     */
+    notes?: string[];
 }
 
 /** Params naming one session (`ctx/usage`, `ctx/closeSession`). */
@@ -695,7 +786,8 @@ export interface Settings {
     /**
      * Folders whose own settings files (`.ctxd/settings*.json`, `.claude/settings*.json`)
      * may choose the provider, its URL, its key variable and hooks. Read only from the
-     * user's settings and the client; a repository cannot trust itself. `~` is the home.
+     * user's settings file: a client's is ignored, and a repository cannot trust itself.
+     * `~` is the home.
      */
     trustedFolders?: string[] | null;
 }
@@ -836,7 +928,9 @@ export interface CtxRequests {
     "ctx/fileRead": { params: FileReadParams; result: FileReadResult };
     "ctx/observe": { params: ObserveParams; result: ObserveResult };
     "ctx/openSession": { params: OpenSessionParams; result: OpenSessionResult };
+    "ctx/readHistory": { params: ReadHistoryParams; result: ReadHistoryResult };
     "ctx/reportProviderError": { params: ReportProviderErrorParams; result: ReportProviderErrorResult };
+    "ctx/searchHistory": { params: SearchHistoryParams; result: SearchHistoryResult };
     "ctx/setAutoCompactWindow": { params: SetAutoCompactWindowParams; result: SetAutoCompactWindowResult };
     "ctx/setPlan": { params: SetPlanParams; result: UsageResult };
     "ctx/skillInvoked": { params: SkillInvokedParams; result: UsageResult };

@@ -314,6 +314,7 @@ describe("lsp_ext.ts against the running daemon", () => {
             ext.openSession, ext.append, ext.usage, ext.closeSession, ext.setAutoCompactWindow, ext.fileRead, ext.context, ext.compact,
             ext.clear, ext.reportProviderError, ext.assemble, ext.snip, ext.collapse, ext.observe,
             ext.skillInvoked, ext.setPlan, ext.undoCompact, ext.claudeCompact, ext.claudeUndo,
+            ext.searchHistory, ext.readHistory,
         ].map((t) => t.method);
         const notifications = [ext.usageChanged, ext.contextChanged, ext.compacted, ext.compactFailed].map((t) => t.method);
         for (const m of daemon.capabilities.methods) {

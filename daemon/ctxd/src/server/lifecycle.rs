@@ -98,9 +98,14 @@ impl Backend {
         }
         let state_dir = options.state_dir.as_ref().map_or_else(|| self.options.state_dir.clone(), PathBuf::from);
         let dir = state_dir.clone();
-        // The lock taken at start is for the command line's store; another one is taken here.
+        // The lock taken at start is for the command line's store; another one is taken
+        // here, and the command line's store is let go (its socket first).
         let claimed = self.options.sharing.as_ref().and_then(|s| s.lock.lock().ok()?.take());
-        let claimed = claimed.filter(|_| state_dir == self.options.state_dir);
+        let same_store = state_dir == self.options.state_dir;
+        if !same_store && let Some(sharing) = &self.options.sharing {
+            crate::shared::stop_listening(sharing);
+        }
+        let claimed = claimed.filter(|_| same_store);
         let store = tokio::task::spawn_blocking(move || Store::open_with(&dir, claimed))
             .await
             .map_err(|e| internal(format!("opening the store: {e}")))?
@@ -130,8 +135,8 @@ impl Backend {
         // Notifications reach the client from a successful `initialize` on; no session
         // exists before it to send one.
         self.outbound.start_notifications();
-        if self.options.sharing.is_some() {
-            crate::shared::listen(&state_dir, sessions, self.options.clone());
+        if let Some(sharing) = &self.options.sharing {
+            crate::shared::serve_others(sharing, &state_dir, sessions, self.options.clone());
         }
 
         tracing::info!(state_dir = %state_dir.display(), "initialized");

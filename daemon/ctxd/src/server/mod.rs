@@ -15,6 +15,7 @@
 
 mod dispatch;
 mod handlers;
+mod history;
 mod latency;
 mod lifecycle;
 
@@ -50,8 +51,9 @@ pub struct Sharing {
     /// The lock of `state_dir`'s store, taken at start; `initialize` opens the store
     /// with it (or drops it for another `stateDir`).
     pub lock: std::sync::Mutex<Option<crate::store::StoreLock>>,
-    /// The socket this daemon listens on, removed when it ends.
-    pub listening: std::sync::Mutex<Option<PathBuf>>,
+    /// The socket other editors reach this daemon by (from the start, for the lock's
+    /// store), removed when it ends.
+    pub listener: std::sync::Mutex<Option<crate::shared::Listener>>,
 }
 
 /// A client that reached the daemon through its socket (another editor): the sessions
@@ -162,6 +164,8 @@ impl Server {
             methods::SET_PLAN => on(b, id, params, Backend::set_plan, small),
             methods::CLAUDE_COMPACT => on(b, id, params, Backend::claude_compact, small),
             methods::CLAUDE_UNDO => on(b, id, params, Backend::claude_undo, small),
+            methods::SEARCH_HISTORY => on(b, id, params, Backend::search_history, small),
+            methods::READ_HISTORY => on(b, id, params, Backend::read_history, small),
             // An LSP extension ctxd does not know (`$/…`) is ignored, even as a request.
             _ if method.starts_with("$/") => return Routed::Nothing,
             _ => {

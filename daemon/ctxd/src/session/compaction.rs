@@ -256,6 +256,7 @@ pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
     let cwd = job.cwd.clone();
     let skills = job.skills.clone();
     let plan_path = job.plan_path.clone();
+    let (env, imports) = (job.env.clone(), job.settings.import_folders.clone());
     let (fixed_prefix, threshold, summary_tokens) = (job.fixed_prefix, job.threshold, estimate_tokens(&summary_text));
     let hook_tokens = hook_outputs.iter().map(|h| estimate_tokens(h)).sum();
     let plan = crate::background::run(move || {
@@ -264,10 +265,13 @@ pub async fn prepare(mut job: Job) -> Result<Prepared, CompactFailure> {
         let sizes =
             PostCompactSizes { fixed_prefix, summary: summary_tokens, kept: kept_tokens, hook_output: hook_tokens };
         let budget = RestoreBudget::fitted(threshold, &sizes);
-        let files = restoration_candidates(&ledger, &kept_uuids, budget.max_tokens_per_file);
-        // The plan as it is on disk now; a plan file that is gone is simply not restored.
+        let allowed = restorable(&cwd, &env, imports.as_deref());
+        let files = restoration_candidates(&ledger, &kept_uuids, budget.max_tokens_per_file, &allowed);
+        // The plan as it is on disk now; a plan file that is gone, or not one that may
+        // be put back into a transcript, is not restored.
         let plan = plan_path.and_then(|path| {
-            let content = crate::outside::read_text(Path::new(&path), crate::outside::PLAN_FILE).ok()?;
+            let content =
+                crate::outside::read_restorable(Path::new(&path), &allowed, crate::outside::PLAN_FILE).ok()?;
             Some(ctxd_core::compact::PlanFile { path, content })
         });
         let plan = plan_restoration(&RestoreInput { files, skills, plan, budget, cwd: Some(cwd) });
@@ -547,13 +551,29 @@ pub(crate) async fn provider_summary(
     Ok(Some((body, Summarizer { name, path: Some(path) })))
 }
 
+/// The folders a session's files may be put back into its transcript from: its
+/// project `cwd`, Claude Code's folder and the `importFolders` its settings allow.
+pub(crate) fn restorable(
+    cwd: &str,
+    env: &crate::process_env::ProcessEnv,
+    import_folders: Option<&[String]>,
+) -> crate::outside::Restorable {
+    crate::outside::Restorable::new(
+        Some(Path::new(cwd)),
+        env.claude_config_dir().as_deref(),
+        env.home().as_deref(),
+        import_folders.unwrap_or_default(),
+    )
+}
+
 /// The ledger as restoration sees it: the newest reads, with their current content when
-/// small enough to restore (a larger file comes back as its path). Reads at most a few
-/// files from disk.
+/// small enough to restore and allowed to be (`allowed`; any other file comes back as its
+/// path). Reads at most a few files from disk.
 fn restoration_candidates(
     ledger: &[LedgerEntry],
     kept_uuids: &[String],
     max_tokens_per_file: u64,
+    allowed: &crate::outside::Restorable,
 ) -> Vec<FileReadEntry> {
     let mut newest: Vec<&LedgerEntry> = ledger.iter().collect();
     newest.sort_by_key(|e| std::cmp::Reverse(e.sequence));
@@ -568,7 +588,7 @@ fn restoration_candidates(
             let tokens = size.map_or(entry.tokens, |s| s.div_ceil(4));
             let content = match size {
                 Some(s) if s.div_ceil(4) <= max_tokens_per_file.max(1) => {
-                    crate::outside::read_text(path, crate::outside::READ_FILE).ok()
+                    crate::outside::read_restorable(path, allowed, crate::outside::READ_FILE).ok()
                 }
                 _ => None,
             };

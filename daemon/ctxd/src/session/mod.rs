@@ -327,12 +327,15 @@ pub struct Sessions {
     changed: tokio::sync::watch::Sender<ctxd_proto::Settings>,
     notifier: Notifier,
     open: Mutex<HashMap<String, Handle>>,
+    /// Transcripts of other programs followed (`ctx/observe`), one follower each.
+    followers: observe::Followers,
 }
 
 impl Sessions {
     pub fn new(store: Arc<Store>, environment: Environment, notifier: Notifier) -> Sessions {
         let (changed, _) = tokio::sync::watch::channel(ctxd_proto::Settings::default());
-        Sessions { store, environment, changed, notifier, open: Mutex::new(HashMap::new()) }
+        let followers = observe::Followers::default();
+        Sessions { store, environment, changed, notifier, open: Mutex::new(HashMap::new()), followers }
     }
 
     /// Where notifications go: clients attach and detach as they connect and leave.
@@ -508,7 +511,7 @@ impl Sessions {
     }
 
     /// `ctx/observe`: follows a transcript written by another program, with the settings
-    /// in force as they change.
+    /// in force as they change; a transcript followed already answers from its follower.
     pub async fn observe(&self, path: std::path::PathBuf) -> Result<(String, UsageSnapshot), SessionError> {
         let environment = self.environment.clone();
         let policy_of = move |changed: &ctxd_proto::Settings| {
@@ -534,17 +537,20 @@ impl Sessions {
             };
             observe::Policy { idle, thresholds: Box::new(thresholds_for) }
         };
-        observe::start(
-            path.clone(),
-            policy_of,
-            self.changed.subscribe(),
-            self.environment.process.clone(),
-            self.claude_settings_for(),
-            self.environment.services.watcher.clone(),
-            self.notifier.clone(),
-        )
-        .await
-        .map_err(|e| SessionError::InvalidParams(format!("cannot observe {}: {e}", path.display())))
+        let start = |names, idle_gate| {
+            observe::start(
+                path.clone(),
+                names,
+                idle_gate,
+                policy_of,
+                self.changed.subscribe(),
+                self.environment.process.clone(),
+                self.claude_settings_for(),
+                self.environment.services.watcher.clone(),
+                self.notifier.clone(),
+            )
+        };
+        self.followers.follow(&path, start).await.map_err(SessionError::InvalidParams)
     }
 
     /// `ctx/observe` with a project directory: its newest transcript now, and every

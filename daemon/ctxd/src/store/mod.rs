@@ -21,7 +21,7 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 pub use self::index::{Index, SessionEntry};
-pub use self::lock::StoreLock;
+pub use self::lock::{StateDir, StoreLock};
 
 /// Store failures. Each names the path involved.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +38,10 @@ pub enum StoreError {
     Index { path: PathBuf, message: String },
     #[error("invalid session id {0:?}: use 1 to 128 letters, digits, '-' or '_'")]
     InvalidSessionId(String),
+    /// The state directory or the lock in it is not this user's alone (see
+    /// [`lock::StateDir`]); nothing in it was used or changed.
+    #[error("{cause}: {path}: {detail}")]
+    NotOurs { cause: &'static str, path: PathBuf, detail: String },
 }
 
 impl StoreError {
@@ -64,11 +68,13 @@ impl Store {
 
     /// [`Store::open`] with the store's lock when the caller took it already.
     pub fn open_with(root: &Path, lock: Option<StoreLock>) -> Result<Store, StoreError> {
-        create_private_dir(root)?;
+        // The lock first: it checks that the directory is this user's before anything
+        // in it is made or changed.
         let lock = match lock {
             Some(lock) => lock,
             None => StoreLock::acquire(root)?,
         };
+        create_private_dir(root)?;
         let sessions = root.join("sessions");
         create_private_dir(&sessions)?;
         let index = Index::open_or_rebuild(&root.join("index"))?;

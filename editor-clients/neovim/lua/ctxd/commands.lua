@@ -1,5 +1,5 @@
 --- The user commands: `:Ctxd {subcommand}` (compact, undo, context, window, sessions,
---- log, restart), with the older `:CtxdCompact [focus]`, `:CtxdUndoCompact`,
+--- history, log, restart), with the older `:CtxdCompact [focus]`, `:CtxdUndoCompact`,
 --- `:CtxdContext`, `:CtxdAutoCompactWindow {window} [model]`, `:CtxdLog`,
 --- `:CtxdRestart` kept as aliases. Each acts on the current session (an agent plugin's
 --- session whose usage changed last; with none open, the newest active Claude Code
@@ -452,6 +452,7 @@ local SUBCOMMANDS = {
     complete = { "auto", "200k", "500k", "1M" },
   },
   sessions = { run = function() M.pick_session() end, desc = "pick a Claude Code session of this directory" },
+  history = { run = function(rest) require("ctxd.history").search(rest) end, desc = "search the current session's history [query]" },
   log = { run = function() M.log() end, desc = "the client's start log and the daemon's log" },
   restart = { run = function() require("ctxd").restart() end, desc = "restart the daemon" },
 }
@@ -483,7 +484,7 @@ function M.register()
       return vim.notify("ctxd: :Ctxd {subcommand}, one of: " .. table.concat(names, ", "), vim.log.levels.ERROR)
     end
     sub.run(vim.trim(args.args:sub(#name + 1)), args.fargs)
-  end, { nargs = "+", complete = M.complete, desc = "ctxd: compact, undo, context, window, sessions, log, restart" })
+  end, { nargs = "+", complete = M.complete, desc = "ctxd: compact, undo, context, window, sessions, history, log, restart" })
   command("CtxdCompact", function(args)
     M.compact(args.args)
   end, { nargs = "?", desc = "ctxd: compact the current session, with optional focus instructions" })

@@ -287,10 +287,17 @@ impl Session {
             })
             .collect();
         let reads = stale.clone();
+        let (cwd, env) = (self.setup.cwd.clone(), self.setup.process.clone());
+        let imports = self.setup.settings.import_folders.clone();
+        // The new text goes into the transcript: read as restored files are.
         let texts = tokio::task::spawn_blocking(move || {
+            let allowed = crate::session::compaction::restorable(&cwd, &env, imports.as_deref());
             reads
                 .iter()
-                .map(|e| crate::outside::read_text(std::path::Path::new(&e.path), crate::outside::READ_FILE).ok())
+                .map(|e| {
+                    let path = std::path::Path::new(&e.path);
+                    crate::outside::read_restorable(path, &allowed, crate::outside::READ_FILE)
+                })
                 .collect::<Vec<_>>()
         })
         .await
@@ -298,10 +305,13 @@ impl Session {
         for ((entry, old), new) in stale.iter().zip(old_texts).zip(texts) {
             self.context.reads.clear_stale(&entry.path);
             let text = match new {
-                Some(new) => {
+                Ok(new) => {
                     ctxd_core::ledger::changed_file_note(&entry.path, old.as_deref(), &new, CHANGED_FILE_BUDGET_TOKENS)
                 }
-                None => format!("The file {} was deleted or can no longer be read since you read it.", entry.path),
+                Err(crate::outside::OutsideError::NotAllowed(_)) => {
+                    format!("The file {} changed since you read it.", entry.path)
+                }
+                Err(_) => format!("The file {} was deleted or can no longer be read since you read it.", entry.path),
             };
             notes.push(("edited_text_file", text));
         }

@@ -1,33 +1,37 @@
 //! Compacting a Claude Code session in its own transcript (`ctxd claude compact`,
 //! `ctx/claudeCompact`) and taking that back (`ctxd claude undo`, `ctx/claudeUndo`).
 //!
-//! The planning is `ctxd_core::claude`; this file does the checks and the I/O. Every
-//! step that could go wrong for the user's session refuses and writes nothing, with the
-//! reason in the answer and in one log line:
+//! The transcript is the user's, and the program writes to it whenever it likes (it
+//! opens the file, appends one line and closes it, and takes no lock). So the planning
+//! is `ctxd_core::claude`, and this module does the checks and the I/O, in three parts:
 //!
-//! - the file is not a Claude Code transcript, has a damaged line, or ends in a line
-//!   still being written;
-//! - the session's project directory is gone;
-//! - the file or its folder is read-only (by its mode bits, so also when ctxd runs as
-//!   root, which the system would let write anyway);
-//! - a running process has the file open (`/proc/*/fd`; `lsof` where there is no
-//!   `/proc`, and nothing is written when it cannot answer): the program is writing to it;
-//! - the file changed between reading it and writing (its length or modification time
-//!   moved, or a process opened it meanwhile);
-//! - the program appended a line in the moment between those checks and ctxd's write
-//!   (read back after the write): ctxd's lines are cut off again when they are still the
-//!   file's end, so no line of the program's stands before the boundary unsummarized.
+//! - [`window`] reads the transcript with bounded memory: the newest 128 MiB as records,
+//!   and of the older part only the prompts and the last boundary the summary needs.
+//!   Every path a client names is opened as [`crate::outside`] opens files: a FIFO, a
+//!   device or a directory is refused at once, and nothing waits.
+//! - [`write`] changes the file only under a write lease ([`lease`]): while ctxd holds
+//!   it no other process can open the file, and it can be taken only when no process
+//!   has the file open. Under it the file is checked once more, and ctxd's lines are
+//!   appended, or cut off again by an undo only when the bytes after the cut are exactly
+//!   the install ctxd wrote.
+//! - Files the session read are re-attached after the summary only from the session's
+//!   project, Claude Code's folder and the user's `importFolders`, never from `/proc`,
+//!   `/sys` or `/dev` ([`crate::outside::Restorable`]); others are named.
 //!
-//! Records are appended in one write and synced; no existing line is rewritten or
-//! removed. Undo cuts the file back to the length it had before ctxd's install, only
-//! when the last lines are exactly that install (the boundary's `ctxdBatch` counts
-//! them) and nothing came after it.
+//! Every step that could go wrong for the user's session refuses and writes nothing,
+//! with the reason in the answer and in one log line: the file is not a Claude Code
+//! transcript, has a damaged line, or ends in a line still being written; the session's
+//! project directory is gone; the file or its folder is read-only (by its mode bits, so
+//! also when ctxd runs as root); a process has the file open; the file changed between
+//! reading it and writing; no lease can be taken on it (another system's fallback is in
+//! [`write`]).
 
-use std::fs::OpenOptions;
-use std::io::Write;
+mod lease;
+mod window;
+mod write;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use ctxd_core::budget::EnvConfig;
 use ctxd_core::claude::{
@@ -37,8 +41,10 @@ use ctxd_core::claude::{
 use ctxd_core::compact::{PlanFile, Trigger};
 use ctxd_core::record::Record;
 
+use crate::outside::{self, OutsideError, Restorable};
 use crate::process_env::ProcessEnv;
 use crate::session::compaction::{Job, Summarizer};
+use window::{Older, Stamp};
 
 /// A compaction installed in a Claude Code transcript.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,7 +55,8 @@ pub struct Compacted {
     pub offset: u64,
     /// Who wrote the summary.
     pub summarizer: Summarizer,
-    /// Why the configured provider did not write it, when it did not.
+    /// Why the configured provider did not write it, when it did not, and what of a
+    /// very long transcript the summary could not see.
     pub problems: Vec<String>,
 }
 
@@ -64,11 +71,11 @@ pub struct Undone {
 /// The session's plan as it is on disk now (`<config>/plans/<slug>.md`, `config` being
 /// Claude Code's directory), when it has one. A plan that cannot be read is left out,
 /// with the reason in the log.
-fn plan_now(config: Option<&Path>, records: &[Record]) -> Option<PlanFile> {
+fn plan_now(config: Option<&Path>, records: &[Record], allowed: &Restorable) -> Option<PlanFile> {
     let path = config?.join("plans").join(format!("{}.md", plan_slug(records)?));
-    match crate::outside::read_text(&path, crate::outside::PLAN_FILE) {
+    match outside::read_restorable(&path, allowed, outside::PLAN_FILE) {
         Ok(content) => Some(PlanFile { path: path.display().to_string(), content }),
-        Err(crate::outside::OutsideError::Missing) => None,
+        Err(OutsideError::Missing) => None,
         Err(e) => {
             tracing::warn!(plan = %path.display(), "claude compact: the plan is not re-attached: {e}");
             None
@@ -98,7 +105,8 @@ pub fn resolve(projects: Option<&Path>, transcript: Option<&str>, session_id: Op
     Err(format!("no transcript {name} under {}", projects.display()))
 }
 
-/// A process (other than this one) with `path` open, as `(pid, command)`.
+/// A process (other than this one) with `path` open, as `(pid, command)`, as far as
+/// `/proc` tells.
 pub fn opened_by(path: &Path) -> Option<(u32, String)> {
     let target = std::fs::canonicalize(path).ok()?;
     let me = std::process::id();
@@ -120,36 +128,15 @@ pub fn opened_by(path: &Path) -> Option<(u32, String)> {
     None
 }
 
-/// What identifies the file's content for "has it changed": length and modification
-/// time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stamp {
-    len: u64,
-    modified: Option<SystemTime>,
-}
-
-fn stamp(path: &Path) -> Result<Stamp, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(Stamp { len: meta.len(), modified: meta.modified().ok() })
-}
-
-/// The file's lines as records, with their offsets; refused when one is damaged or the
-/// last has no line break (the program may be writing it).
-fn read_records(path: &Path) -> Result<(Stamp, Vec<(u64, Record)>), String> {
-    let before = stamp(path)?;
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if bytes.last().is_some_and(|b| *b != b'\n') {
-        return Err("its last line is incomplete (the program may be writing it)".to_owned());
-    }
-    let mut loaded = crate::store::transcript::Loaded::default();
-    crate::store::transcript::parse_lines(&bytes, 0, &mut loaded);
-    if let Some(damaged) = loaded.damaged.first() {
-        return Err(format!("it has a line that is not a record ({damaged})"));
-    }
-    if bytes.len() as u64 != before.len {
-        return Err("it changed while being read".to_owned());
-    }
-    Ok((before, loaded.records))
+/// Opens a transcript a client named for reading, as every file ctxd did not write is
+/// opened: a FIFO, device, socket or directory is refused at once, nothing waits.
+fn open_transcript(path: &Path) -> Result<(std::fs::File, Stamp), String> {
+    let (file, _) = outside::open_regular(path).map_err(|e| match e {
+        OutsideError::Missing => "no such file".to_owned(),
+        other => format!("it {other}"),
+    })?;
+    let stamp = Stamp::of(&file)?;
+    Ok((file, stamp))
 }
 
 /// Refuses a transcript its owner made read-only, or whose folder is.
@@ -165,13 +152,14 @@ fn writable(path: &Path) -> Result<(), String> {
 }
 
 fn not_open(path: &Path) -> Result<(), String> {
+    crate::live::not_running_for(path)?;
     match opened_by(path) {
         Some((pid, comm)) => Err(format!("process {pid} ({comm}) has it open")),
         None => not_open_elsewhere(path),
     }
 }
 
-/// Linux: `/proc` answered in full ([`opened_by`]).
+/// Linux: `/proc` answered in full ([`opened_by`]); the lease is the check that counts.
 #[cfg(target_os = "linux")]
 fn not_open_elsewhere(_path: &Path) -> Result<(), String> {
     Ok(())
@@ -203,8 +191,8 @@ fn not_open_elsewhere(path: &Path) -> Result<(), String> {
 }
 
 /// The working directory the session ran in, when its records name one.
-fn project_dir(records: &[(u64, Record)]) -> Option<PathBuf> {
-    records.iter().rev().find_map(|(_, r)| {
+fn project_dir(records: &[Record]) -> Option<PathBuf> {
+    records.iter().rev().find_map(|r| {
         if !r.line().contains("\"cwd\"") {
             return None;
         }
@@ -213,16 +201,19 @@ fn project_dir(records: &[(u64, Record)]) -> Option<PathBuf> {
 }
 
 /// Largest file re-attached after a compaction; a larger one is named instead.
-const MAX_RESTORED_FILE_BYTES: u64 = 256 * 1024;
+const RESTORED_FILE: outside::Cap = outside::Cap { bytes: 256 * 1024, what: "a file to re-attach" };
 
-/// A file the session read, as it is on disk now.
-fn file_now(path: &str) -> FileNow {
-    let meta = std::fs::metadata(path);
-    let exists = meta.as_ref().is_ok_and(|m| m.is_file());
-    let content = meta
-        .ok()
-        .filter(|m| m.is_file() && m.len() <= MAX_RESTORED_FILE_BYTES)
-        .and_then(|_| crate::outside::read_text(Path::new(path), crate::outside::READ_FILE).ok());
+/// A file the session read, as it is on disk now: its text when it may be re-attached,
+/// else only its name.
+fn file_now(path: &str, allowed: &Restorable) -> FileNow {
+    let (exists, content) = match outside::read_restorable(Path::new(path), allowed, RESTORED_FILE) {
+        Ok(content) => (true, Some(content)),
+        Err(OutsideError::Missing | OutsideError::NotRegular(_)) => (false, None),
+        Err(why) => {
+            tracing::debug!(path, "claude compact: named, not re-attached: {why}");
+            (true, None)
+        }
+    };
     FileNow { path: path.to_owned(), exists, content }
 }
 
@@ -231,11 +222,13 @@ fn refused(path: &Path, what: &str, why: String) -> String {
     format!("{}: {why}; nothing was written", path.display())
 }
 
-/// Who writes the summary of an in-place compaction.
+/// Who writes the summary of an in-place compaction. Both carry the settings that
+/// apply to the session's project directory: they also say which folders files may be
+/// re-attached from (`importFolders`).
 #[derive(Clone)]
 pub enum SummarySource {
     /// ctxd's own summarizer, no network (`ctxd claude compact --offline`).
-    Offline,
+    Offline(SettingsFor),
     /// The provider chosen by the settings that apply to the session's project
     /// directory, which this function gives (`None`: the records name no directory);
     /// the offline summarizer when they choose none.
@@ -245,10 +238,18 @@ pub enum SummarySource {
 /// The settings that apply to a session working in a directory.
 pub type SettingsFor = Arc<dyn Fn(Option<&Path>) -> ctxd_proto::Settings + Send + Sync>;
 
+impl SummarySource {
+    fn settings_for(&self) -> &SettingsFor {
+        match self {
+            SummarySource::Offline(settings_for) | SummarySource::Configured(settings_for) => settings_for,
+        }
+    }
+}
+
 impl std::fmt::Debug for SummarySource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            SummarySource::Offline => "Offline",
+            SummarySource::Offline(_) => "Offline",
             SummarySource::Configured(_) => "Configured",
         })
     }
@@ -261,29 +262,53 @@ struct Read {
     records: Vec<Record>,
     prepared: Prepared,
     project: Option<PathBuf>,
+    /// What of a very long transcript the summary cannot see, for the answer.
+    unseen: Option<String>,
 }
 
 /// The checks and the planning before the summary: refuses what cannot be compacted.
 fn read_and_prepare(path: &Path, budget: &EnvConfig) -> Result<Read, String> {
+    let (file, before) = open_transcript(path)?;
     writable(path)?;
     not_open(path)?;
-    let (before, records) = read_records(path)?;
+    let read = window::read(&file, before.len, Older::Read)?;
+    if Stamp::of(&file)? != before {
+        return Err("it changed while being read".to_owned());
+    }
+    drop(file);
+    let unseen = (read.window_from > 0).then(|| {
+        tracing::info!(
+            transcript = %path.display(),
+            window_from = read.window_from,
+            prompts_left_out = read.prompts_left_out,
+            long_lines_skipped = read.lines_skipped,
+            "claude compact: a long transcript; its older part gives the summary its prompts and last boundary only"
+        );
+        let mut unseen = format!(
+            "the transcript is {} MB: the summary is written from its newest {} MiB and the prompts before them",
+            before.len / 1_000_000,
+            window::WINDOW_BYTES >> 20
+        );
+        if read.prompts_left_out > 0 {
+            unseen.push_str(&format!(" ({} of the oldest prompts left out)", read.prompts_left_out));
+        }
+        unseen
+    });
+    let records = read.records();
     let project = project_dir(&records);
     if let Some(dir) = &project
         && !dir.is_dir()
     {
         return Err(format!("its project directory {} no longer exists", dir.display()));
     }
-    let records: Vec<Record> = records.into_iter().map(|(_, r)| r).collect();
     let prepared = prepare(&records, budget).map_err(|e| e.to_string())?;
-    Ok(Read { before, records, prepared, project })
+    Ok(Read { before, records, prepared, project, unseen })
 }
 
 /// Compacts the Claude Code session in `path`: appends a boundary and the summary.
 ///
-/// Read → prepare → summary (a provider's may take minutes) → re-check → append: the
-/// file's stamp and the `/proc` open check are taken again after the summary, so a
-/// session the program wrote to, or opened, meanwhile is left as it is. A provider that
+/// Read → prepare → summary (a provider's may take minutes) → under the lease: re-check
+/// → append: a session the program wrote to meanwhile is left as it is. A provider that
 /// fails in any way gives way to the offline summarizer, said in the log and in
 /// [`Compacted::problems`].
 ///
@@ -297,15 +322,16 @@ pub async fn compact(
 ) -> Result<Compacted, String> {
     let target = path.clone();
     let budget = *env.budget();
-    let read = tokio::task::spawn_blocking(move || read_and_prepare(&target, &budget))
+    let mut read = tokio::task::spawn_blocking(move || read_and_prepare(&target, &budget))
         .await
         .map_err(|e| format!("claude compact task failed: {e}"))?
         .map_err(|why| refused(&path, "compact", why))?;
-    let mut problems = Vec::new();
+    let settings = source.settings_for()(read.project.as_deref());
+    let imports = settings.import_folders.clone().unwrap_or_default();
+    let mut problems: Vec<String> = read.unseen.take().into_iter().collect();
     let asked = match &source {
-        SummarySource::Offline => Ok(None),
-        SummarySource::Configured(settings_for) => {
-            let settings = settings_for(read.project.as_deref());
+        SummarySource::Offline(_) => Ok(None),
+        SummarySource::Configured(_) => {
             ask_provider(&read, settings, env.clone(), instructions.as_deref(), &mut problems).await
         }
     };
@@ -318,9 +344,12 @@ pub async fn compact(
         }
     };
     let target = path.clone();
-    let config = env.claude_config_dir();
     tokio::task::spawn_blocking(move || {
-        install(&target, config.as_deref(), read, written, instructions.as_deref(), problems)
+        let config = env.claude_config_dir();
+        let home = env.home();
+        let allowed = Restorable::new(read.project.as_deref(), config.as_deref(), home.as_deref(), &imports);
+        let found = Found { config: config.as_deref(), allowed: &allowed };
+        install(&target, found, read, written, instructions.as_deref(), problems)
     })
     .await
     .map_err(|e| format!("claude compact task failed: {e}"))?
@@ -400,11 +429,21 @@ fn session_id_of(record: &Record) -> Option<String> {
     record.to_value()["sessionId"].as_str().map(str::to_owned)
 }
 
+/// Where the files re-attached after the summary are looked up.
+#[derive(Clone, Copy)]
+struct Found<'a> {
+    /// Claude Code's directory (the session's plan).
+    config: Option<&'a Path>,
+    /// The folders files may be re-attached from.
+    allowed: &'a Restorable,
+}
+
 /// Plans the records with the summary written (the offline one when `written` is
-/// `None`), checks that nothing moved since [`read_and_prepare`], and appends them.
+/// `None`), and appends them, under the lease, if nothing moved since
+/// [`read_and_prepare`].
 fn install(
     path: &Path,
-    config: Option<&Path>,
+    found: Found<'_>,
     read: Read,
     written: Option<(String, Summarizer)>,
     instructions: Option<&str>,
@@ -419,42 +458,16 @@ fn install(
             Summarizer { name: "offline", path: None },
         ),
     };
-    let files: Vec<FileNow> = files_read(&records).into_iter().map(|p| file_now(&p)).collect();
+    let files: Vec<FileNow> = files_read(&records).into_iter().map(|p| file_now(&p, found.allowed)).collect();
     let timestamp = crate::session::actor::now_rfc3339();
-    let plan =
-        plan_compaction_with(&records, &prepared, &body, &files, plan_now(config, &records), &timestamp, &mut || {
-            uuid::Uuid::new_v4().to_string()
-        })
-        .map_err(|e| refuse(e.to_string()))?;
-    // Nothing may have moved since the file was read: the summary may have taken minutes.
-    if stamp(path).map_err(refuse)? != before {
-        return Err(refuse("it changed while the summary was being written".to_owned()));
-    }
-    not_open(path).map_err(refuse)?;
+    let plan_file = plan_now(found.config, &records, found.allowed);
+    let plan = plan_compaction_with(&records, &prepared, &body, &files, plan_file, &timestamp, &mut || {
+        uuid::Uuid::new_v4().to_string()
+    })
+    .map_err(|e| refuse(e.to_string()))?;
     let mut text = plan.lines.join("\n");
     text.push('\n');
-    let mut file = OpenOptions::new()
-        .read(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| refuse(format!("cannot open it for appending: {e}")))?;
-    let written = file.write_all(text.as_bytes()).and_then(|()| file.sync_data());
-    if let Err(e) = written {
-        // A short write is cut off, if nothing came after it: the file is as it was.
-        let back = take_back(&file, before.len, text.as_bytes());
-        return Err(refuse(format!("the write failed: {e}; {back}")));
-    }
-    // The checks above leave a moment before the write: a line the program appended in
-    // it would stand before the boundary, in no summary. Then ctxd's lines are taken
-    // back (when they are still the file's end) and the compaction is refused.
-    match landed_at(&file, before.len, text.as_bytes()) {
-        Ok(true) => {}
-        Ok(false) => {
-            let back = take_back(&file, before.len, text.as_bytes());
-            return Err(refuse(format!("the program wrote to it at the moment of the install; {back}")));
-        }
-        Err(e) => tracing::warn!(transcript = %path.display(), "claude compact: cannot read back the install: {e}"),
-    }
+    write::append(path, before, text.as_bytes()).map_err(refuse)?;
     tracing::info!(
         transcript = %path.display(),
         offset = before.len,
@@ -468,56 +481,22 @@ fn install(
     Ok(Compacted { transcript: path.to_owned(), plan, offset: before.len, summarizer, problems })
 }
 
-/// Whether the file holds `ours` at `offset`: nothing was appended between the checks
-/// and ctxd's write.
-fn landed_at(file: &std::fs::File, offset: u64, ours: &[u8]) -> std::io::Result<bool> {
-    use std::os::unix::fs::FileExt;
-    let mut there = vec![0; ours.len()];
-    match file.read_exact_at(&mut there, offset) {
-        Ok(()) => Ok(there == ours),
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-/// Cuts ctxd's bytes (`ours`, or the start of them after a short write) off the end of
-/// the file, when they are still its end; says what was done. Never cuts a byte that
-/// is not ctxd's.
-fn take_back(file: &std::fs::File, offset: u64, ours: &[u8]) -> String {
-    use std::os::unix::fs::FileExt;
-    let Ok(len) = file.metadata().map(|m| m.len()) else { return "its length cannot be read".to_owned() };
-    // Where ctxd's bytes would start if they are the file's end: right after what was
-    // there (a short write), or at the end minus all of them.
-    let starts = [offset, len.saturating_sub(ours.len() as u64)];
-    for start in starts.into_iter().filter(|&start| start >= offset && start <= len) {
-        let tail_len = usize::try_from(len - start).unwrap_or(usize::MAX);
-        if tail_len > ours.len() {
-            continue;
-        }
-        let mut tail = vec![0; tail_len];
-        if file.read_exact_at(&mut tail, start).is_ok() && ours.starts_with(&tail) {
-            return match file.set_len(start).and_then(|()| file.sync_data()) {
-                Ok(()) => "ctxd's lines were taken back; the file is as the program left it".to_owned(),
-                Err(e) => format!("ctxd's lines could not be taken back ({e})"),
-            };
-        }
-    }
-    "a line came after ctxd's lines, so they were left in place".to_owned()
-}
-
-/// Takes back ctxd's compaction of the session in `path`.
+/// Takes back ctxd's compaction of the session in `path`: cuts the file back to the
+/// length it had before, under the lease, only when everything after that length is
+/// exactly the install ctxd wrote (its lines, each with its line break).
 pub fn undo(path: &Path) -> Result<Undone, String> {
     let refuse = |why: String| refused(path, "undo", why);
+    let (file, before) = open_transcript(path).map_err(refuse)?;
     writable(path).map_err(refuse)?;
-    not_open(path).map_err(refuse)?;
-    let (before, records) = read_records(path).map_err(refuse)?;
-    let offset = plan_undo(&records).map_err(|e| refuse(e.to_string()))?;
-    if stamp(path).map_err(refuse)? != before {
-        return Err(refuse("it changed since it was read".to_owned()));
+    let read = window::read(&file, before.len, Older::Skip).map_err(refuse)?;
+    drop(file);
+    let offset = plan_undo(&read.window).map_err(|e| refuse(e.to_string()))?;
+    let mut ours: Vec<u8> = Vec::new();
+    for (_, record) in read.window.iter().filter(|(at, _)| *at >= offset) {
+        ours.extend_from_slice(record.line().as_bytes());
+        ours.push(b'\n');
     }
-    not_open(path).map_err(refuse)?;
-    let file = OpenOptions::new().write(true).open(path).map_err(|e| refuse(format!("cannot open it: {e}")))?;
-    file.set_len(offset).and_then(|()| file.sync_data()).map_err(|e| refuse(format!("cannot cut it back: {e}")))?;
+    write::cut_back(path, before, offset, &ours).map_err(refuse)?;
     tracing::info!(transcript = %path.display(), offset, removed = before.len - offset, "claude undo: done");
     Ok(Undone { transcript: path.to_owned(), offset, removed_bytes: before.len - offset })
 }
@@ -536,38 +515,5 @@ mod tests {
         assert_eq!(newest_within(&records, 3 * line), 7);
         assert_eq!(newest_within(&records, 3 * line + 1), 7);
         assert_eq!(newest_within(&records, 0), 10);
-    }
-
-    /// The file as a race would leave it, opened as the install opens it.
-    fn raced(bytes: &[u8]) -> (tempfile::TempDir, std::path::PathBuf, std::fs::File) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.jsonl");
-        std::fs::write(&path, bytes).unwrap();
-        let file = OpenOptions::new().read(true).append(true).open(&path).unwrap();
-        (dir, path, file)
-    }
-
-    #[test]
-    fn an_install_raced_by_the_program_takes_back_only_its_own_bytes() {
-        let ours = b"{\"boundary\":1}\n{\"summary\":2}\n";
-        let before = b"{\"old\":0}\n".len() as u64;
-        // The program's line slipped in before ctxd's: ctxd's lines go, the program's stays.
-        let (_d, path, file) = raced(b"{\"old\":0}\n{\"program\":1}\n{\"boundary\":1}\n{\"summary\":2}\n");
-        assert!(!landed_at(&file, before, ours).unwrap());
-        assert!(take_back(&file, before, ours).contains("taken back"));
-        assert_eq!(std::fs::read(&path).unwrap(), b"{\"old\":0}\n{\"program\":1}\n");
-        // The program's line came after ctxd's: the install stands.
-        let (_d, _path, file) = raced(b"{\"old\":0}\n{\"boundary\":1}\n{\"summary\":2}\n{\"program\":1}\n");
-        assert!(landed_at(&file, before, ours).unwrap());
-        // Lines on both sides: nothing that is not ctxd's is ever cut, so nothing is.
-        let both = b"{\"old\":0}\n{\"program\":1}\n{\"boundary\":1}\n{\"summary\":2}\n{\"program\":2}\n";
-        let (_d, path, file) = raced(both);
-        assert!(!landed_at(&file, before, ours).unwrap());
-        assert!(take_back(&file, before, ours).contains("left in place"));
-        assert_eq!(std::fs::read(&path).unwrap(), both);
-        // A short write: its start is cut off, the file is as it was.
-        let (_d, path, file) = raced(b"{\"old\":0}\n{\"bound");
-        assert!(take_back(&file, before, ours).contains("taken back"));
-        assert_eq!(std::fs::read(&path).unwrap(), b"{\"old\":0}\n");
     }
 }
