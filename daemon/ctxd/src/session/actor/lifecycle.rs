@@ -178,7 +178,8 @@ impl Session {
     }
 
     /// The client gave up on a compaction it asked for (`$/cancelRequest`, or it went
-    /// away): stopped if everyone who asked for it is gone.
+    /// away): stopped if everyone who asked for it is gone. Requests held at the blocked
+    /// level for it go then: no `CompactionDone` of it will come to let them go.
     pub(super) async fn cancel_compaction(&mut self) {
         let effects = self.compaction.lifecycle.cancel();
         self.carry_out(effects).await;
@@ -197,6 +198,7 @@ impl Session {
             let answer = self.assemble(request, true).await;
             let _ = reply.send(answer);
         } else {
+            tracing::info!("the request is at the blocked level while a compaction runs; it waits for the compaction");
             self.compaction.waiting.push((request, reply));
         }
     }
