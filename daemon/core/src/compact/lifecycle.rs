@@ -1127,6 +1127,68 @@ mod tests {
         assert_eq!(said(&machine.request(manual(a), Origin::Requested, &s.now())), ["save guards", "start 4 Manual"]);
     }
 
+    #[test]
+    fn a_failed_install_is_told_as_a_failure_and_the_queued_request_runs_next() {
+        let s = Session::new();
+        let mut machine = Lifecycle::<Test>::default();
+        let ((a, _), (b, _), (c, _)) = (asker("a"), asker("b"), asker("c"));
+        machine.request(manual(a), Origin::Requested, &s.now());
+        machine.request(manual(b), Origin::Requested, &s.now());
+        let focused = Request { instructions: Some("the parser".into()), ..manual(c) };
+        machine.request(focused, Origin::Requested, &s.now());
+        take_install(machine.done(1, Ok(1_000), &s.now()));
+        assert_eq!(
+            said(&machine.installed(Err("the transcript could not be written".into()), &s.now())),
+            [
+                "reply b Joined error the transcript could not be written",
+                "save guards",
+                "finished Manual Requested error the transcript could not be written to a",
+                "usage",
+                // The queued request is manual too: it lifts the failure just recorded.
+                "save guards",
+                "start 2 Manual",
+            ],
+            "no follow-up after a failure, and the queued request is not lost"
+        );
+        assert_eq!(machine.guards().consecutive_failures, 0, "a manual failure does not count toward the breaker");
+    }
+
+    #[test]
+    fn a_refused_queued_request_lets_the_one_after_it_run() {
+        let mut s = Session::new();
+        let mut machine = Lifecycle::<Test>::default();
+        let ((a, _), (b, _), (c, _)) = (asker("a"), asker("b"), asker("c"));
+        machine.request(manual(a), Origin::Requested, &s.now());
+        let nowhere = Request { partial: Some((SplitDirection::UpTo, "nowhere".into())), ..manual(b) };
+        machine.request(nowhere, Origin::Requested, &s.now());
+        let focused = Request { instructions: Some("the parser".into()), ..manual(c) };
+        machine.request(focused, Origin::Requested, &s.now());
+        machine.done(1, Ok(1_000), &s.now());
+        let after = said(&machine.installed(Ok("x"), &s.at(40_000).now()));
+        assert_eq!(after[3..], ["refuse b NoSuchRecord(\"nowhere\")", "start 2 Manual"], "{after:?}");
+        machine.done(2, Ok(1_000), &s.now());
+        assert_eq!(said(&machine.installed(Ok("y"), &s.now()))[0], "finished Manual Queued ok y to c");
+    }
+
+    #[test]
+    fn a_refusal_as_too_long_compacts_normally_when_the_ready_summary_no_longer_fits() {
+        let mut s = Session::new();
+        let mut machine = Lifecycle::<Test>::default();
+        machine.threshold(161_000, &s.at(161_000).now());
+        machine.done(1, Ok(40_000), &s.now());
+        s.view.push(user("since", 80_000));
+        let (a, _) = asker("a");
+        let reactive = Request { trigger: Trigger::Reactive, ..manual(a) };
+        let fx = said(&machine.request(reactive, Origin::Requested, &s.now()));
+        assert!(fx[0].starts_with("note AheadNotUsed(TooMuchSince"), "{fx:?}");
+        assert_eq!(fx[1..], ["start 2 Reactive"]);
+        take_install(machine.done(2, Ok(2_000), &s.now()));
+        assert_eq!(
+            said(&machine.installed(Ok("reactive"), &s.at(40_000).now()))[0],
+            "finished Reactive Requested ok reactive to a"
+        );
+    }
+
     // --- The other transitions. ---
 
     #[test]
