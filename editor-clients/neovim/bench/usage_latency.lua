@@ -10,22 +10,21 @@
 -- that includes append i (a coalesced push may skip straight to a later append's
 -- state). Times come from vim.uv.hrtime(); the start is taken just before the request
 -- is written to the daemon's stdin.
-local plugin_root = vim.fs.dirname(vim.fs.dirname(vim.fs.normalize(vim.fn.fnamemodify(arg[0], ":p"))))
+local bench_dir = vim.fs.dirname(vim.fs.normalize(vim.fn.fnamemodify(arg[0], ":p")))
+local plugin_root = vim.fs.dirname(bench_dir)
 vim.opt.runtimepath:prepend(plugin_root)
 vim.opt.shadafile = "NONE"
 
 local ctxd = require("ctxd")
 local client = require("ctxd.client")
 local sessions = require("ctxd.sessions")
+local common = dofile(bench_dir .. "/bench_common.lua")
+local now_ms, say, percentile = common.now_ms, common.say, common.percentile
 
 local COUNT = tonumber(vim.env.BENCH_APPENDS) or 50
 local bin = vim.env.CTXD_BIN or vim.fs.normalize(plugin_root .. "/../../target/debug/ctxd")
 local state_dir = vim.fn.tempname()
 vim.fn.mkdir(state_dir, "p")
-
-local function now_ms()
-  return vim.uv.hrtime() / 1e6
-end
 
 local function wait(what, probe)
   if not vim.wait(20000, probe, 1) then
@@ -68,15 +67,6 @@ local function uuid()
   return string.format("00000000-0000-4000-8000-%012d", uuid_n)
 end
 
-local function say(text)
-  io.stdout:write(text .. "\n")
-end
-
-local function percentile(sorted, p)
-  local index = math.max(1, math.ceil(p / 100 * #sorted))
-  return sorted[index]
-end
-
 local function run(name, interval_ms)
   local opened = request("ctx/openSession", { cwd = vim.fn.getcwd(), model = "claude-sonnet-4-5-20250929" })
   local session_id = opened.sessionId
@@ -101,9 +91,7 @@ local function run(name, interval_ms)
       answered[i] = result.usage.tokens
     end)
     local next_at = sent[i] + interval_ms
-    vim.wait(math.max(0, next_at - now_ms()), function()
-      return false
-    end, 1)
+    common.pause(math.max(0, next_at - now_ms()))
   end
   wait("every append's answer", function()
     return #vim.tbl_keys(answered) == COUNT
@@ -147,12 +135,4 @@ say("from ctx/append written to the daemon to require('ctxd').status() changing:
 run("paced", 150)
 run("burst", 10)
 
-local stopped = false
-ctxd.stop(function()
-  stopped = true
-end)
-vim.wait(5000, function()
-  return stopped
-end, 10)
-vim.fn.delete(state_dir, "rf")
-os.exit(0)
+common.finish(state_dir)

@@ -63,13 +63,29 @@ local function stop()
   vim.fn.chdir(old_cwd)
 end
 
---- A working folder of the calling case's own (`my.app_N`), made the current directory,
---- and a daemon started in it that waits for the folder's first Claude Code transcript.
---- Returns the folder and its Claude Code project folder.
-local function start_in_new_folder()
+--- The Claude Code project folder of `dir`, worked out here on its own (not with the
+--- plugin's code): one `-` per UTF-16 unit of each character that is not an ASCII letter
+--- or digit, under the real path (names past 200 units are not used in these tests).
+local function expected_project_dir(dir)
+  local name = {}
+  for _, c in ipairs(vim.fn.split(vim.uv.fs_realpath(dir) or dir, "\\zs")) do
+    table.insert(name, c:match("^[A-Za-z0-9]$") and c or string.rep("-", vim.str_utfindex(c, "utf-16")))
+  end
+  return config_dir .. "/projects/" .. table.concat(name)
+end
+
+--- A working folder of the calling case's own (`my.app_1`, or `name`), made the current
+--- directory, and a daemon started in it that waits for the folder's first Claude Code
+--- transcript. Returns the folder and its Claude Code project folder.
+local function new_folder(name)
   cases = cases + 1
-  local folder = string.format("%s/%d/my.app_1", scratch, cases)
+  local folder = string.format("%s/%d/%s", scratch, cases, name or "my.app_1")
   vim.fn.mkdir(folder, "p")
+  return folder
+end
+
+--- Makes `folder` the current directory and starts a daemon of the case's own there.
+local function start_in(folder)
   vim.fn.chdir(folder)
   vim.env.CLAUDE_CONFIG_DIR = config_dir
   ctxd.setup({
@@ -77,14 +93,64 @@ local function start_in_new_folder()
     settings = { autoCompactWindow = 100000, provider = "offline" },
   })
   t.wait_for("the daemon to be ready", client.is_ready)
+end
+
+local function start_in_new_folder(name)
+  local folder = new_folder(name)
+  start_in(folder)
   t.wait_for("the project to wait for a transcript", function()
     return #claude.waiting() == 1
   end)
   return folder, claude.project_dir(folder)
 end
 
+--- Runs `:Ctxd sessions` and picks entry `index`: returns the entries offered and the
+--- text of the context float the pick opened (closed again), if it opened one.
+local function pick(index)
+  local offered, buf
+  local select = vim.ui.select
+  vim.ui.select = function(items, opts, on_choice)
+    offered = vim.tbl_map(opts.format_item, items)
+    on_choice(items[index])
+  end
+  local ok, err = pcall(function()
+    commands.pick_session(function(b)
+      buf = b or false
+    end)
+    t.wait_for("the pick to be done", function()
+      return buf ~= nil
+    end)
+  end)
+  vim.ui.select = select
+  t.truthy(ok, err)
+  local shown = buf and table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n")
+  if buf then
+    vim.cmd("close")
+  end
+  return offered, shown
+end
+
 local function transcript_named(project_dir, n)
   return string.format("%s/20000000-0000-4000-8000-%012d.jsonl", project_dir, n)
+end
+
+--- The statusline of a session whose last turn is at 40,000 tokens.
+local FIRST_TURN = "ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6"
+
+--- Writes a first turn (40,000 tokens) to transcript 1 of `project_dir`, which it makes.
+--- Returns the transcript.
+local function first_turn(project_dir)
+  vim.fn.mkdir(project_dir, "p")
+  local transcript = transcript_named(project_dir, 1)
+  append(transcript, { line("user"), line("assistant", 40000) })
+  return transcript
+end
+
+--- Waits for the statusline to show the session of `first_turn()`.
+local function wait_for_first_turn(what)
+  t.wait_for(what, function()
+    return ctxd.status() == FIRST_TURN
+  end)
 end
 
 --- A folder of the calling case's own with one Claude Code session observed: two
@@ -109,6 +175,22 @@ describe("Claude Code sessions of the current directory", function()
     end
   end)
 
+  it("names project folders as the real Claude Code program did, in every pinned case", function()
+    local pinned = vim.json.decode(table.concat(vim.fn.readfile(test_env.fixtures .. "/claude-project-folders.json"), "\n"))
+    t.truthy(#pinned.cases >= 9)
+    for _, case in ipairs(pinned.cases) do
+      t.eq(case.folder, claude.project_folder_name(case.cwd), case.cwd)
+    end
+    t.eq(pinned.symlink.folder, claude.project_folder_name(pinned.symlink.target))
+    -- A character outside the Basic Multilingual Plane is two UTF-16 units: two dashes.
+    t.eq("-w-caf----", claude.project_folder_name("/w/café-😀"))
+    -- A folder reached through a symlink is named after the real path.
+    local real = scratch .. "/names/café-😀"
+    vim.fn.mkdir(real, "p")
+    vim.uv.fs_symlink(real, scratch .. "/names/link")
+    t.eq(claude.project_dir(real, "/c"), claude.project_dir(scratch .. "/names/link", "/c"))
+  end)
+
   it("names the project folder as Claude Code does, and the id as the daemon does", function()
     local folder = scratch .. "/my.app_1"
     t.eq(config_dir .. "/projects/" .. folder:gsub("[^%w]", "-"), claude.project_dir(folder, config_dir))
@@ -123,12 +205,8 @@ describe("Claude Code sessions of the current directory", function()
   it("shows nothing until a transcript appears, then the newest session, following it", function()
     local _, project_dir = start_in_new_folder()
     t.eq("", ctxd.status())
-    vim.fn.mkdir(project_dir, "p")
-    local transcript = transcript_named(project_dir, 1)
-    append(transcript, { line("user"), line("assistant", 40000) })
-    t.wait_for("the observed session in the statusline", function()
-      return ctxd.status() == "ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6"
-    end)
+    local transcript = first_turn(project_dir)
+    wait_for_first_turn("the observed session in the statusline")
     t.eq(claude.observe_id(transcript), claude.get().session_id)
     append(transcript, { line("user"), line("assistant", 60000) })
     t.wait_for("the next turn", function()
@@ -185,23 +263,113 @@ describe("Claude Code sessions of the current directory", function()
     t.wait_for("the new session shown", function()
       return ctxd.status() == "ctx 25.0% · 47.0k to compact · 20.0k · claude-opus-4-6"
     end)
-    local offered
-    local select = vim.ui.select
-    vim.ui.select = function(items, opts, on_choice)
-      offered = vim.tbl_map(opts.format_item, items)
-      on_choice(items[2])
-    end
-    local buf
-    commands.pick_session(function(b)
-      buf = b
-    end)
-    vim.ui.select = select
-    local shown = table.concat(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "\n")
-    vim.cmd("close")
+    local offered, shown = pick(2)
     t.eq(2, #offered)
-    t.eq("ctx 25.0% · 47.0k to compact · 20.0k · claude-opus-4-6  20000000-0000-4000-8000-000000000002", offered[1])
+    t.eq("ctx 25.0% · 47.0k to compact · 20.0k · claude-opus-4-6  20000000-0000-4000-8000-000000000002  (shown)", offered[1])
     t.eq("ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6  20000000-0000-4000-8000-000000000001", offered[2])
     t.contains(shown, "Claude Code session 20000000-0000-4000-8000-000000000001")
+    -- The picked session is pinned to the statusline, and stays while the other changes.
+    t.eq("ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6", ctxd.status())
+    append(second, { line("user"), line("assistant", 30000) })
+    t.wait_for("the other session's turn read", function()
+      local other = claude.get(claude.observe_id(second))
+      return other and other.usage and other.usage.tokens == 30000
+    end)
+    t.eq("ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6", ctxd.status())
+    -- The first entry follows the session that changed last again.
+    offered = pick(1)
+    t.eq(commands.FOLLOW_NEWEST, offered[1])
+    t.eq("ctx 37.5% · 37.0k to compact · 30.0k · claude-opus-4-6", ctxd.status())
+  end)
+
+  it("lists every transcript of the directory, also one the daemon does not follow, and shows it when picked", function()
+    local folder = new_folder()
+    local project_dir = expected_project_dir(folder)
+    vim.fn.mkdir(project_dir, "p")
+    -- An older session (Claude Code resumes it later) next to the newest one.
+    local older, newer = transcript_named(project_dir, 1), transcript_named(project_dir, 2)
+    append(older, { line("user"), line("assistant", 10000) })
+    local an_hour_ago = os.time() - 3600
+    vim.uv.fs_utime(older, an_hour_ago, an_hour_ago)
+    append(newer, { line("user"), line("assistant", 40000) })
+    start_in(folder)
+    wait_for_first_turn("the newest session")
+    local offered, shown = pick(2)
+    t.contains(shown, "Claude Code session 20000000-0000-4000-8000-000000000001")
+    local older_text = "ctx 12.5% · 57.0k to compact · 10.0k · claude-opus-4-6"
+    t.eq(2, #offered)
+    t.eq(FIRST_TURN .. "  20000000-0000-4000-8000-000000000002  (shown)", offered[1])
+    -- A daemon that follows only the newest transcript has sent nothing for the older one.
+    t.truthy(
+      offered[2] == "not followed yet  20000000-0000-4000-8000-000000000001"
+        or offered[2] == older_text .. "  20000000-0000-4000-8000-000000000001",
+      offered[2]
+    )
+    t.eq(older_text, ctxd.status())
+  end)
+
+  it("setup() with observe_claude_code = false stops showing the sessions, and true shows them again", function()
+    observed_session()
+    local cmd = client.state.config.cmd
+    local function setup(on)
+      ctxd.setup({ cmd = cmd, settings = { autoCompactWindow = 100000, provider = "offline" }, observe_claude_code = on })
+      t.wait_for("the daemon to be ready", client.is_ready)
+    end
+    setup(false)
+    t.wait_for("nothing in the statusline", function()
+      return ctxd.status() == ""
+    end)
+    setup(true)
+    t.wait_for("the session again", function()
+      return ctxd.status() == "ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6"
+    end)
+  end)
+
+  it("follows a later :cd into a project (DirChanged)", function()
+    start_in_new_folder()
+    -- Another project, whose session Claude Code writes; the editor moves there later.
+    local other = new_folder("other.app")
+    local project_dir = expected_project_dir(other)
+    first_turn(project_dir)
+    vim.cmd.cd(vim.fn.fnameescape(other))
+    wait_for_first_turn("the other project's session")
+    t.eq(project_dir, claude.get().project_dir)
+    t.eq({}, claude.waiting(), "the first directory's wait is over")
+  end)
+
+  it("shows the session of a folder named with characters outside the Basic Multilingual Plane", function()
+    local folder = start_in_new_folder("café-😀")
+    local project_dir = expected_project_dir(folder)
+    t.truthy(vim.endswith(project_dir, "-caf----"), project_dir)
+    first_turn(project_dir)
+    wait_for_first_turn("the session in the statusline")
+  end)
+
+  it("shows the session of the folder a symlink points to, as Claude Code names it", function()
+    local real = start_in_new_folder("real.app")
+    local link = vim.fs.dirname(real) .. "/link"
+    vim.uv.fs_symlink(real, link)
+    vim.cmd.cd(vim.fn.fnameescape(link))
+    local project_dir = expected_project_dir(real)
+    first_turn(project_dir)
+    wait_for_first_turn("the real folder's session")
+  end)
+
+  it(":Ctxd with no argument prints the usage line", function()
+    require("ctxd.commands").register()
+    local messages = {}
+    local notify = vim.notify
+    vim.notify = function(msg, level)
+      table.insert(messages, { msg = msg, level = level })
+    end
+    local ok, err = pcall(vim.cmd, "Ctxd")
+    vim.notify = notify
+    t.truthy(ok, err)
+    t.eq(1, #messages)
+    t.eq(vim.log.levels.INFO, messages[1].level)
+    local names = vim.fn.getcompletion("Ctxd ", "cmdline")
+    t.truthy(vim.startswith(messages[1].msg, "Usage: :Ctxd {" .. table.concat(names, "|") .. "}\n"), messages[1].msg)
+    t.contains(messages[1].msg, "compact the current session")
   end)
 
   it("completes :Ctxd subcommands and windows", function()

@@ -103,7 +103,7 @@ describe(":Ctxd history", function()
     t.eq(nil, buf)
     t.eq(1, #said)
     t.eq(vim.log.levels.ERROR, said[1].level)
-    t.truthy(vim.startswith(said[1].msg, "ctx/readHistory failed"), said[1].msg)
+    t.truthy(vim.startswith(said[1].msg, "ctxd could not read the history record: "), said[1].msg)
   end)
 
   it("renders a read, the record found marked and a cut said", function()

@@ -83,6 +83,57 @@ end
 describe("ctxd against a scripted daemon", function()
   after_each(stop)
 
+  it(":Ctxd undo on a Claude Code session gives the token figures when the answer has them", function()
+    local undone = { transcript = "", offset = 10, removedBytes = 5 }
+    start({
+      ["ctx/claudeUndo"] = function(p)
+        return vim.tbl_extend("force", undone, { transcript = p.transcript })
+      end,
+    })
+    -- No agent plugin's session: the command acts on the Claude Code session shown.
+    sessions.reset()
+    local claude = require("ctxd.claude")
+    claude.reset()
+    local folder = vim.fn.tempname()
+    vim.fn.mkdir(folder, "p")
+    local project = claude.project_dir(folder)
+    vim.fn.mkdir(project, "p")
+    local transcript = project .. "/t.jsonl"
+    vim.fn.writefile({}, transcript)
+    claude.observe(function(_, _, callback)
+      callback(nil, { sessionId = claude.observe_id(transcript), usage = usage_at("ok") })
+    end, folder)
+    t.eq(transcript, claude.get().transcript)
+    local function undo()
+      local seen, done = {}, false
+      local notify = vim.notify
+      vim.notify = function(msg, level)
+        table.insert(seen, { msg = msg, level = level })
+      end
+      local ok, err = pcall(function()
+        require("ctxd.commands").undo_compact(function()
+          done = true
+        end)
+        t.wait_for("the answer", function()
+          return done
+        end)
+      end)
+      vim.notify = notify
+      t.truthy(ok, err)
+      return seen
+    end
+    undone.preTokens, undone.postTokens = 12000, 110700
+    t.eq({
+      { msg = "ctxd: the Claude Code session's last compaction is undone: 12,000 → 110,700 tokens; the transcript is as it was before it", level = vim.log.levels.INFO },
+    }, undo())
+    -- An answer without them (today's daemon) says what happened all the same.
+    undone.preTokens, undone.postTokens = nil, nil
+    t.eq({
+      { msg = "ctxd: the Claude Code session's last compaction is undone; the transcript is as it was before it", level = vim.log.levels.INFO },
+    }, undo())
+    claude.reset()
+  end)
+
   it(":CtxdContext falls back to the ctx/usage breakdown and says why (a daemon without ctx/context)", function()
     local warning = usage_at("warning")
     local fake = start({
@@ -93,7 +144,7 @@ describe("ctxd against a scripted daemon", function()
     vim.cmd("CtxdContext")
     local buf = t.wait_for("the context float", float_buffer)
     local lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
-    local note = "This ctxd has no ctx/context yet; the breakdown is from ctx/usage."
+    local note = require("ctxd.commands").OLD_DAEMON_NOTE
     t.eq(note, lines[3])
     t.eq("ctx 62.6% · 16.9k to compact", lines[5])
     t.eq(render.context_lines("s-1", { usage = warning }, note), lines)
@@ -168,7 +219,7 @@ describe("ctxd against a scripted daemon", function()
       error(err, 0)
     end
     t.eq(nil, float_buffer())
-    t.eq({ { msg = 'ctx/context failed (error -33007): session "s-1" closed before answering', level = vim.log.levels.ERROR } }, seen)
+    t.eq({ { msg = "ctxd could not show the context: the session was closed.", level = vim.log.levels.ERROR } }, seen)
   end)
 
   it(":CtxdAutoCompactWindow shows -32601 from a daemon without it", function()
@@ -190,6 +241,6 @@ describe("ctxd against a scripted daemon", function()
     end
     t.eq({ method = "ctx/setAutoCompactWindow", params = { model = MODEL, window = 1500000 } }, fake.sent[#fake.sent])
     t.eq(vim.log.levels.ERROR, seen[1].level)
-    t.contains(seen[1].msg, "ctxd does not support ctx/setAutoCompactWindow yet (error -32601: ")
+    t.eq("ctxd could not save the auto-compact window: this ctxd is too old to do that. Update ctxd.", seen[1].msg)
   end)
 end)

@@ -17,6 +17,11 @@ export class Backoff {
 
     constructor(private readonly options: BackoffOptions = defaultBackoff) {}
 
+    /** Starts over from `initialMs` (the user asked for a restart). */
+    reset(): void {
+        this.failures = 0;
+    }
+
     /** The daemon started (or restarted) at `now`. */
     started(now: number): void {
         this.startedAt = now;

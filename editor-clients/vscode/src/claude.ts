@@ -22,12 +22,41 @@ export function claudeConfigDir(env: NodeJS.ProcessEnv = process.env, home: stri
     return configured !== undefined && configured !== "" ? configured : path.join(home, ".claude");
 }
 
+/** Claude Code cuts a project folder's name at this many UTF-16 units (and adds a hash). */
+const FOLDER_NAME_MAX = 200;
+
 /**
- * The folder where Claude Code writes the transcripts of sessions started in `cwd`: its
- * path with every character that is not an ASCII letter or digit replaced by `-`.
+ * The name Claude Code gives the folder of the transcripts of sessions started in `cwd`:
+ * each UTF-16 unit of the path that is not an ASCII letter or digit becomes `-` (two for a
+ * character outside the Basic Multilingual Plane); past 200 units the name is cut and
+ * given `-` and the base-36 of the path's 32-bit string hash. The cases the real program
+ * gave are pinned in `editor-clients/fixtures/claude-project-folders.json`.
+ */
+export function claudeProjectFolderName(cwd: string): string {
+    const name = cwd.replace(/[^A-Za-z0-9]/g, "-");
+    if (name.length <= FOLDER_NAME_MAX) {
+        return name;
+    }
+    let hash = 0;
+    for (let i = 0; i < cwd.length; i++) {
+        hash = ((hash << 5) - hash + cwd.charCodeAt(i)) | 0;
+    }
+    return `${name.slice(0, FOLDER_NAME_MAX)}-${Math.abs(hash).toString(36)}`;
+}
+
+/**
+ * The folder where Claude Code writes the transcripts of sessions started in `cwd`. The
+ * program names it after the real path, so a workspace opened through a symlink finds
+ * the sessions started in the folder it points to.
  */
 export function claudeProjectDir(cwd: string, configDir: string = claudeConfigDir()): string {
-    return path.join(configDir, "projects", cwd.replace(/[^A-Za-z0-9]/g, "-"));
+    let real = cwd;
+    try {
+        real = fs.realpathSync(cwd);
+    } catch {
+        // A folder that does not exist (any more): named as given.
+    }
+    return path.join(configDir, "projects", claudeProjectFolderName(real));
 }
 
 /** The id the daemon publishes an observed transcript under (FNV-1a of its path). */
@@ -40,12 +69,17 @@ export function observeId(transcript: string): string {
     return `observe-${hash.toString(16).padStart(16, "0")}`;
 }
 
-function hasTranscript(dir: string): boolean {
+/** The transcripts' file names in a project folder (none when it cannot be read). */
+function transcriptNames(dir: string): string[] {
     try {
-        return fs.readdirSync(dir).some((f) => f.endsWith(".jsonl"));
+        return fs.readdirSync(dir).filter((f) => f.endsWith(".jsonl"));
     } catch {
-        return false;
+        return [];
     }
+}
+
+function hasTranscript(dir: string): boolean {
+    return transcriptNames(dir).length > 0;
 }
 
 export function isObservedId(sessionId: string): boolean {
@@ -107,6 +141,21 @@ export interface ObserveConnection {
     onUsageChanged(listener: (params: ext.UsageChangedParams) => void): { dispose(): unknown };
 }
 
+/**
+ * A transcript in one of the observed project folders, for the session picker: the
+ * files on disk, so that every editor on the workspace lists the same sessions, with
+ * the observed session when the daemon has sent its usage.
+ */
+export interface ListedTranscript {
+    transcript: string;
+    folder: string;
+    projectDir: string;
+    claudeSessionId: string;
+    /** Last written (ms since the epoch): the list is newest first. */
+    modified: number;
+    session?: ObservedSession;
+}
+
 /** A folder whose Claude Code project could not be observed (yet), and why. */
 export interface Unobserved {
     folder: string;
@@ -120,6 +169,8 @@ export class ObservedSessions {
     private readonly waiting = new Map<string, Unobserved>();
     private readonly watchers = new Map<string, fs.FSWatcher>();
     private counter = 0;
+    /** The session the user chose to show, whatever changes later; none: the newest. */
+    private pinnedId: string | undefined;
     private readonly subscription: { dispose(): unknown };
     private readonly changed = new Emitter<void>();
     /** The set or the newest session changed, or one's usage did. */
@@ -160,9 +211,88 @@ export class ObservedSessions {
         return this.sessions()[0];
     }
 
+    /** The session the status item shows: the one the user pinned, else the newest active. */
+    shown(): ObservedSession | undefined {
+        return (this.pinnedId !== undefined ? this.get(this.pinnedId) : undefined) ?? this.newest();
+    }
+
+    /** The pinned session's id, if the user pinned one. */
+    pinned(): string | undefined {
+        return this.pinnedId;
+    }
+
+    /** Shows `sessionId` from now on, whichever session changes; `undefined` follows the newest again. */
+    pin(sessionId: string | undefined): void {
+        this.pinnedId = sessionId;
+        this.changed.fire();
+    }
+
     get(sessionId: string): ObservedSession | undefined {
         const s = this.byId.get(sessionId);
         return s === undefined ? undefined : { ...s };
+    }
+
+    /** Every transcript of the observed project folders, newest written first. */
+    listed(): ListedTranscript[] {
+        const listed: ListedTranscript[] = [];
+        for (const [projectDir, folder] of this.folders) {
+            for (const name of transcriptNames(projectDir)) {
+                const transcript = path.join(projectDir, name);
+                let modified = 0;
+                try {
+                    modified = fs.statSync(transcript).mtimeMs;
+                } catch {
+                    continue; // Gone since the listing.
+                }
+                const session = this.get(observeId(transcript));
+                listed.push({ transcript, folder, projectDir, claudeSessionId: name.slice(0, -".jsonl".length), modified, session });
+            }
+        }
+        return listed.sort((a, b) => b.modified - a.modified || a.transcript.localeCompare(b.transcript));
+    }
+
+    /**
+     * The observed session of a listed transcript: asks the daemon to follow that one
+     * transcript when it has sent no usage for it yet (an older session it does not follow).
+     */
+    async follow(listed: ListedTranscript): Promise<ObservedSession> {
+        const known = this.get(observeId(listed.transcript));
+        if (known?.usage !== undefined) {
+            return known;
+        }
+        const result = await this.connection.request<ext.ObserveResult>("ctx/observe", { transcript: listed.transcript });
+        this.update(result.sessionId, result.usage);
+        const session = this.get(result.sessionId);
+        if (session === undefined) {
+            throw new Error(`the daemon followed ${listed.transcript} under an id this editor cannot place`);
+        }
+        return session;
+    }
+
+    /**
+     * Forgets the folders not in `keep` (a workspace folder removed, or observing turned
+     * off): their sessions, watchers and reasons, and the pin if it was one of theirs. The
+     * daemon keeps following them; their usage is ignored from now on.
+     */
+    forget(keep: readonly string[] = []): void {
+        const kept = new Set(keep);
+        for (const [projectDir, folder] of [...this.folders]) {
+            if (kept.has(folder)) {
+                continue;
+            }
+            this.folders.delete(projectDir);
+            this.waiting.delete(projectDir);
+            this.stopWatching(projectDir);
+            for (const [id, session] of [...this.byId]) {
+                if (session.projectDir === projectDir) {
+                    this.byId.delete(id);
+                }
+            }
+        }
+        if (this.pinnedId !== undefined && !this.byId.has(this.pinnedId)) {
+            this.pinnedId = undefined;
+        }
+        this.changed.fire();
     }
 
     /** Folders with no observed session, and why. */
@@ -190,11 +320,17 @@ export class ObservedSessions {
         this.folders.set(projectDir, folder);
         try {
             const result = await this.connection.request<ext.ObserveResult>("ctx/observe", { projectDir });
+            if (this.folders.get(projectDir) !== folder) {
+                return; // Forgotten meanwhile.
+            }
             this.waiting.delete(projectDir);
             this.stopWatching(projectDir);
             this.log(`[ctxd client] observing Claude Code sessions of ${folder} (${projectDir})`);
             this.update(result.sessionId, result.usage);
         } catch (error) {
+            if (this.folders.get(projectDir) !== folder) {
+                return;
+            }
             const reason = error instanceof Error ? error.message : String(error);
             this.waiting.set(projectDir, { folder, projectDir, reason });
             this.changed.fire();
@@ -265,13 +401,7 @@ export class ObservedSessions {
     /** Finds which of this workspace's projects holds the transcript published as `sessionId`. */
     private locate(sessionId: string): ObservedSession | undefined {
         for (const [projectDir, folder] of this.folders) {
-            let names: string[] = [];
-            try {
-                names = fs.readdirSync(projectDir).filter((n) => n.endsWith(".jsonl"));
-            } catch {
-                continue;
-            }
-            for (const name of names) {
+            for (const name of transcriptNames(projectDir)) {
                 const transcript = path.join(projectDir, name);
                 if (observeId(transcript) === sessionId) {
                     return { sessionId, folder, projectDir, transcript, claudeSessionId: name.slice(0, -".jsonl".length), seen: 0 };

@@ -6,16 +6,20 @@
  */
 import * as vscode from "vscode";
 
-import { type ObservedSession, type ObservedSessions, isObservedId } from "./claude";
+import { type ListedTranscript, type ObservedSession, type ObservedSessions, isObservedId } from "./claude";
 import type { ContextView } from "./contextView";
 import type { DaemonState } from "./daemon";
 import { observedText } from "./daemonStatus";
 import { describeError, isMethodNotFound } from "./errors";
-import type { ClaudeCompactResult } from "./lsp_ext";
+import { registerHistory, SEARCH_HISTORY_COMMAND } from "./history";
+import type { ClaudeCompactResult, ClaudeUndoResult } from "./lsp_ext";
 import { formatCount, statusText, windowReasonText, windowResultText } from "./render";
 import type { CtxdSessions, SessionInfo } from "./sessions";
 
-/** Command ids, as contributed in package.json. */
+/**
+ * Every command id the extension registers, as contributed in package.json: the one
+ * list `registerCommands` registers from (the test checks it against the manifest).
+ */
 export const Commands = {
     compact: "ctxd.compact",
     undoCompact: "ctxd.undoCompact",
@@ -26,7 +30,10 @@ export const Commands = {
     restart: "ctxd.restart",
     fixStart: "ctxd.fixStart",
     pickClaudeSession: "ctxd.pickClaudeSession",
+    searchHistory: SEARCH_HISTORY_COMMAND,
 } as const;
+
+type CommandId = (typeof Commands)[keyof typeof Commands];
 
 export interface CommandDeps {
     sessions: CtxdSessions;
@@ -42,9 +49,12 @@ export interface CommandDeps {
     defaultModel(): string | undefined;
 }
 
-/** Registers every command; dispose the result to unregister them. */
+/**
+ * Registers every command of `Commands` (the history search with its documents, from
+ * history.ts); dispose the result to unregister them.
+ */
 export function registerCommands(deps: CommandDeps): vscode.Disposable[] {
-    const handlers: Record<(typeof Commands)[keyof typeof Commands], (arg?: unknown) => Promise<unknown>> = {
+    const handlers: Record<Exclude<CommandId, typeof Commands.searchHistory>, (arg?: unknown) => Promise<unknown>> = {
         [Commands.compact]: (arg) => compactNow(deps, arg),
         [Commands.undoCompact]: (arg) => undoCompaction(deps, arg),
         [Commands.showContext]: (arg) => showContext(deps, arg),
@@ -55,7 +65,7 @@ export function registerCommands(deps: CommandDeps): vscode.Disposable[] {
         [Commands.fixStart]: () => fixStart(deps),
         [Commands.pickClaudeSession]: () => pickClaudeSession(deps),
     };
-    return Object.entries(handlers).map(([id, handler]) => vscode.commands.registerCommand(id, handler));
+    return [...Object.entries(handlers).map(([id, handler]) => vscode.commands.registerCommand(id, handler)), ...registerHistory(deps)];
 }
 
 /** The session a command acts on, or undefined when none is open or the pick was dismissed. */
@@ -161,13 +171,17 @@ export async function showContext(deps: CommandDeps, arg?: unknown): Promise<voi
         // A daemon older than ctx/context: show the breakdown ctx/usage gives.
         try {
             const usage = await deps.sessions.usage(session.sessionId);
-            const note = `This ctxd has no ctx/context yet (${describeError("ctx/context", error)}) The breakdown below is from ctx/usage; memory files appear once the daemon answers ctx/context.`;
+            const note = OLD_DAEMON_NOTE;
             await deps.contextView.show(session.sessionId, { usage, note });
         } catch (usageError) {
             void vscode.window.showErrorMessage(describeError("ctx/usage", usageError));
         }
     }
 }
+
+/** Shown above the breakdown when the daemon is too old to give the whole context view. */
+export const OLD_DAEMON_NOTE =
+    "This ctxd is too old to list memory files, rules and files read: the breakdown below is all it reports. Update ctxd for the whole view.";
 
 /**
  * Parses the window input: a positive token count (`200000`, `200k`, `1m`) or `auto`.
@@ -191,7 +205,7 @@ export function parseWindow(input: string): number | "auto" | undefined {
 export async function setAutoCompactWindow(deps: CommandDeps, arg?: unknown): Promise<void> {
     const open = deps.sessions.sessions();
     const named = typeof arg === "string" ? open.find((s) => s.sessionId === arg) : undefined;
-    const shownClaude = open.length === 0 ? deps.observed?.newest()?.model : undefined;
+    const shownClaude = open.length === 0 ? deps.observed?.shown()?.model : undefined;
     const model = named?.model ?? (open.length === 1 ? open[0].model : undefined) ?? shownClaude ?? deps.defaultModel();
     const modelInput =
         model ??
@@ -227,6 +241,10 @@ export async function setAutoCompactWindow(deps: CommandDeps, arg?: unknown): Pr
 }
 
 export async function clearSession(deps: CommandDeps, arg?: unknown): Promise<void> {
+    const claude = claudeShown(deps, arg);
+    if (claude !== undefined) {
+        return explainClaudeClear(deps, claude);
+    }
     const session = await pickSession(deps.sessions, arg);
     if (session === undefined) {
         return;
@@ -244,6 +262,34 @@ export async function clearSession(deps: CommandDeps, arg?: unknown): Promise<vo
         void vscode.window.showInformationMessage(`ctxd: cleared; the new session is ${newId}.`);
     } catch (error) {
         void vscode.window.showErrorMessage(describeError("ctx/clear", error));
+    }
+}
+
+/**
+ * The Claude Code session "Clear session" is about: the one named, or, with no agent
+ * extension's session open, the one the status item shows.
+ */
+function claudeShown(deps: CommandDeps, arg: unknown): ObservedSession | undefined {
+    if (typeof arg === "string") {
+        return isObservedId(arg) ? deps.observed?.get(arg) : undefined;
+    }
+    return deps.sessions.sessions().length === 0 ? deps.observed?.shown() : undefined;
+}
+
+/** The button that compacts the Claude Code session instead of clearing it. */
+export const COMPACT_INSTEAD = "Compact it instead";
+
+/**
+ * A Claude Code session is Claude Code's to clear: says how (its own /clear), that the
+ * status item follows the new session, and offers what ctxd can do (compact it).
+ */
+async function explainClaudeClear(deps: CommandDeps, session: ObservedSession): Promise<void> {
+    const choice = await vscode.window.showInformationMessage(
+        `ctxd: the status bar shows the Claude Code session ${session.claudeSessionId ?? session.sessionId}, which Claude Code keeps, so ctxd does not clear it. Type /clear in Claude Code to start a new conversation: the status bar follows the new session on its own. To make this one smaller, compact it.`,
+        COMPACT_INSTEAD,
+    );
+    if (choice === COMPACT_INSTEAD) {
+        await compactClaude(deps, session);
     }
 }
 
@@ -284,7 +330,9 @@ async function claudeTarget(deps: CommandDeps, arg: unknown): Promise<ObservedSe
     if (deps.sessions.sessions().length > 0) {
         return undefined;
     }
-    const all = observed.sessions();
+    // The session the status item shows first.
+    const shown = observed.shown();
+    const all = observed.sessions().sort((a, b) => Number(b.sessionId === shown?.sessionId) - Number(a.sessionId === shown?.sessionId));
     if (all.length === 0) {
         return undefined;
     }
@@ -298,7 +346,7 @@ async function pickObserved(all: ObservedSession[]): Promise<ObservedSession | u
     const picked = await vscode.window.showQuickPick(
         all.map((s, i) => ({
             label: observedText(s).replace(/^\$\([^)]*\) /, ""),
-            description: i === 0 ? "newest active" : undefined,
+            description: i === 0 ? "in the status bar" : undefined,
             detail: `${s.claudeSessionId ?? s.sessionId}  ${s.folder}`,
             session: s,
         })),
@@ -307,17 +355,56 @@ async function pickObserved(all: ObservedSession[]): Promise<ObservedSession | u
     return picked?.session;
 }
 
-/** The session picker: shows the context of the chosen Claude Code session. */
+/** The picker's entry that unpins the status item. */
+export const FOLLOW_NEWEST = "Follow the session that changed last";
+
+/**
+ * The session picker: every transcript of the workspace's Claude Code project folders,
+ * newest written first (the files on disk, so every editor lists the same). The chosen
+ * session is pinned to the status item and its context shown; a session the daemon does
+ * not follow yet is followed first. When one is pinned, the first entry follows the
+ * session that changed last again.
+ */
 export async function pickClaudeSession(deps: CommandDeps): Promise<void> {
-    const all = deps.observed?.sessions() ?? [];
-    if (all.length === 0) {
+    const observed = deps.observed;
+    const listed = observed?.listed() ?? [];
+    if (observed === undefined || listed.length === 0) {
         void vscode.window.showInformationMessage("ctxd: no Claude Code session found for this workspace's folders yet.");
         return;
     }
-    const picked = await pickObserved(all);
-    if (picked !== undefined) {
-        await showClaudeContext(deps, picked);
+    const shown = observed.shown()?.sessionId;
+    const pinned = observed.pinned();
+    type Item = { label: string; description?: string; detail?: string; listed?: ListedTranscript };
+    const items: Item[] = [];
+    if (pinned !== undefined) {
+        items.push({ label: FOLLOW_NEWEST, description: "unpin the status bar" });
     }
+    for (const l of listed) {
+        const here = l.session?.sessionId === shown && shown !== undefined;
+        items.push({
+            label: l.session?.usage !== undefined ? observedText(l.session).replace(/^\$\([^)]*\) /, "") : "not followed yet",
+            description: here ? (pinned !== undefined ? "pinned in the status bar" : "in the status bar") : undefined,
+            detail: `${l.claudeSessionId}  ${l.folder}`,
+            listed: l,
+        });
+    }
+    const picked = await vscode.window.showQuickPick(items, { placeHolder: "Which Claude Code session? (shown in the status bar from now on)" });
+    if (picked === undefined) {
+        return;
+    }
+    if (picked.listed === undefined) {
+        observed.pin(undefined);
+        return;
+    }
+    let session: ObservedSession;
+    try {
+        session = await observed.follow(picked.listed);
+    } catch (error) {
+        void vscode.window.showErrorMessage(describeError("ctx/observe", error));
+        return;
+    }
+    observed.pin(session.sessionId);
+    await showClaudeContext(deps, session);
 }
 
 export async function showClaudeContext(deps: CommandDeps, session: ObservedSession): Promise<void> {
@@ -343,11 +430,6 @@ function claudeParams(session: ObservedSession, instructions?: string): Record<s
         params.instructions = instructions;
     }
     return params;
-}
-
-/** What the user reads when the daemon has no Claude Code compaction yet. */
-export function claudeMethodMissing(method: string): string {
-    return `ctxd: this ctxd cannot ${method === "ctx/claudeUndo" ? "undo a compaction of" : "compact"} a Claude Code session yet (it does not have ${method}). Update ctxd, or run /compact in Claude Code.`;
 }
 
 export async function compactClaude(deps: CommandDeps, session: ObservedSession): Promise<void> {
@@ -383,16 +465,24 @@ export async function compactClaude(deps: CommandDeps, session: ObservedSession)
             void vscode.window.showWarningMessage(`ctxd: ${problem}`);
         }
     } catch (error) {
-        void vscode.window.showErrorMessage(isMethodNotFound(error) ? claudeMethodMissing("ctx/claudeCompact") : describeError("ctx/claudeCompact", error));
+        void vscode.window.showErrorMessage(describeError("ctx/claudeCompact", error));
     }
 }
 
 export async function undoClaude(deps: CommandDeps, session: ObservedSession): Promise<void> {
     try {
-        await deps.sessions.request("ctx/claudeUndo", claudeParams(session));
-        void vscode.window.showInformationMessage("ctxd: the Claude Code session's last compaction is undone.");
+        // Token figures when the daemon's answer has them (older answers do not).
+        const result = await deps.sessions.request<Partial<ClaudeUndoResult> & { preTokens?: number; postTokens?: number }>(
+            "ctx/claudeUndo",
+            claudeParams(session),
+        );
+        const numbers =
+            result?.preTokens !== undefined && result.postTokens !== undefined
+                ? `: ${formatCount(result.preTokens)} → ${formatCount(result.postTokens)} tokens`
+                : "";
+        void vscode.window.showInformationMessage(`ctxd: the Claude Code session's last compaction is undone${numbers}; the transcript is as it was before it.`);
     } catch (error) {
-        void vscode.window.showErrorMessage(isMethodNotFound(error) ? claudeMethodMissing("ctx/claudeUndo") : describeError("ctx/claudeUndo", error));
+        void vscode.window.showErrorMessage(describeError("ctx/claudeUndo", error));
     }
 }
 

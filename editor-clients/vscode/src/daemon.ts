@@ -3,10 +3,14 @@
  * stderr (the daemon's log) to the output channel, and restarts it with back-off when
  * it dies. The client syncs no documents: ctxd is reached only through `ctx/` methods.
  *
- * `DaemonController` owns the client. A restart (the command, or a fixed `ctxd.path`)
- * builds a fresh `LanguageClient` whatever state the old one is in: a client whose start
- * failed cannot be stopped nor started again, so it is left alone and its process, if
- * any, is killed. Every state change, with the cause of a failure, goes to listeners.
+ * `DaemonController` owns the client. Every start (the first, a restart after a crash, a
+ * retry after a failed start, the Restart command, a fixed `ctxd.path`) builds a fresh
+ * `LanguageClient` whatever state the old one is in: a client whose start failed cannot
+ * be stopped nor started again, so it is left alone and its process, if any, is killed.
+ * The retries are the controller's own, with back-off, and every state change, with the
+ * cause of a failure and the time of the next try, goes to listeners. The language
+ * client's own messages (raw transport errors, "will not be restarted") never reach the
+ * user: its notifications are off and its log lines go to the log at debug level.
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import * as fs from "node:fs";
@@ -19,6 +23,7 @@ import {
     ErrorAction,
     LanguageClient,
     type LanguageClientOptions,
+    RevealOutputChannelOn,
     type ServerOptions,
     State,
 } from "vscode-languageclient/node";
@@ -28,16 +33,16 @@ import { type CtxdConfig, daemonEnv, daemonSettings, findExecutable, initializat
 import { parseLogLine } from "./daemonLog";
 import type { Connection } from "./sessions";
 
-function sleep(ms: number): Promise<void> {
-    return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-/** What the daemon is doing, as the status item shows it. */
+/**
+ * What the daemon is doing, as the status item shows it. `restarting`: it exited after
+ * running (`reason`), the next start is at `at`; `failed`: it could not start, and is
+ * tried again at `retryAt` (each failure waits longer).
+ */
 export type DaemonState =
     | { kind: "starting" }
     | { kind: "ready" }
-    | { kind: "restarting"; at: number }
-    | { kind: "failed"; reason: string; fix: "path" | "restart" };
+    | { kind: "restarting"; at: number; reason: string }
+    | { kind: "failed"; reason: string; fix: "path" | "restart"; retryAt: number };
 
 /** How many of the daemon's last stderr lines a failure message quotes. */
 const STDERR_LINES = 5;
@@ -94,13 +99,19 @@ export class DaemonController implements vscode.Disposable {
     private ran = false;
     /** Why the executable could not be started at the latest attempt, if that was why. */
     private startError: string | undefined;
+    /** The next start after a crash or a failed start. */
+    private retry: NodeJS.Timeout | undefined;
+    /** The log the language client writes to: its own lines at debug level. */
+    private readonly libraryLog: vscode.LogOutputChannel;
 
     constructor(
         private readonly config: () => CtxdConfig,
         private readonly output: vscode.LogOutputChannel,
         /** Called with each new client's connection before it starts. */
         private readonly attach: (connection: Connection) => void,
-    ) {}
+    ) {
+        this.libraryLog = quietLog(output);
+    }
 
     get state(): DaemonState {
         return this.current;
@@ -119,6 +130,7 @@ export class DaemonController implements vscode.Disposable {
     /** Starts a fresh client (from any state); resolves once it is running or has failed. */
     async start(): Promise<void> {
         const generation = ++this.generation;
+        this.cancelRetry();
         await this.retire();
         if (this.disposed || generation !== this.generation) {
             return;
@@ -126,8 +138,7 @@ export class DaemonController implements vscode.Disposable {
         this.setState({ kind: "starting" });
         const problem = executableProblem(this.config().serverPath, process.env.PATH ?? "");
         if (problem !== undefined) {
-            this.output.appendLine(`[ctxd client] ${problem}`);
-            this.setState({ kind: "failed", reason: problem, fix: "path" });
+            this.failed(generation, problem, "path");
             return;
         }
         this.ran = false;
@@ -138,22 +149,9 @@ export class DaemonController implements vscode.Disposable {
             onNotification: (method, handler) => client.onNotification(method, handler),
         });
         client.onDidChangeState(({ newState }) => {
-            if (generation !== this.generation) {
-                return;
-            }
-            if (newState === State.Running) {
+            if (generation === this.generation && newState === State.Running) {
                 this.ran = true;
                 this.setState({ kind: "ready" });
-            } else if (newState === State.StartFailed && this.ran) {
-                // A restart after a crash failed (the first start's failure is `start`'s to
-                // report): the client is done, the user restarts it.
-                void this.exited(1000).then(() => {
-                    if (generation === this.generation) {
-                        const reason = this.startError ?? this.failureReason(new Error("the daemon could not be restarted"));
-                        this.output.appendLine(`[ctxd client] restart failed: ${reason}`);
-                        this.setState({ kind: "failed", reason, fix: this.startError !== undefined ? "path" : "restart" });
-                    }
-                });
             }
         });
         try {
@@ -163,22 +161,63 @@ export class DaemonController implements vscode.Disposable {
                 return;
             }
             await this.exited(1000);
-            const reason = this.failureReason(error);
-            this.output.appendLine(`[ctxd client] start failed: ${reason}`);
-            this.setState({ kind: "failed", reason, fix: "restart" });
+            this.failed(generation, this.startError ?? this.failureReason(error), this.startError !== undefined ? "path" : "restart");
         }
     }
 
-    /** Same as `start`: named for the command. */
+    /**
+     * The user's restart (the command, the fix of a failed start, a new `ctxd.path`): at
+     * once, and the back-off starts over.
+     */
     restart(): Promise<void> {
         this.output.appendLine("[ctxd client] restart requested");
+        this.backoff.reset();
         return this.start();
     }
 
     async dispose(): Promise<void> {
         this.disposed = true;
         this.generation++;
+        this.cancelRetry();
         await this.retire();
+    }
+
+    /** A start failed: said, and tried again after the back-off. */
+    private failed(generation: number, reason: string, fix: "path" | "restart"): void {
+        const delay = this.backoff.nextDelay(Date.now());
+        this.output.appendLine(`[ctxd client] start failed: ${reason}; trying again in ${seconds(delay)}`);
+        this.setState({ kind: "failed", reason, fix, retryAt: Date.now() + delay });
+        this.startAfter(generation, delay);
+    }
+
+    /** The daemon exited after it ran: restarted after the back-off. */
+    private async crashed(generation: number): Promise<void> {
+        await this.exited(1000);
+        if (generation !== this.generation || this.disposed) {
+            return;
+        }
+        const delay = this.backoff.nextDelay(Date.now());
+        const reason = `ctxd exited${this.exitText()}`;
+        this.output.appendLine(`[ctxd client] ${reason}; restarting in ${seconds(delay)}`);
+        this.setState({ kind: "restarting", at: Date.now() + delay, reason });
+        this.startAfter(generation, delay);
+    }
+
+    private startAfter(generation: number, delay: number): void {
+        this.cancelRetry();
+        this.retry = setTimeout(() => {
+            this.retry = undefined;
+            if (generation === this.generation && !this.disposed) {
+                void this.start();
+            }
+        }, delay);
+    }
+
+    private cancelRetry(): void {
+        if (this.retry !== undefined) {
+            clearTimeout(this.retry);
+            this.retry = undefined;
+        }
     }
 
     /** Stops the current client if it runs, or abandons it; kills its process either way. */
@@ -230,14 +269,18 @@ export class DaemonController implements vscode.Disposable {
         };
         const clientOptions: LanguageClientOptions = {
             documentSelector: [],
-            outputChannel: this.output,
+            outputChannel: this.libraryLog,
+            // Failures reach the user through the status item and one notification of
+            // the extension's own, never as the client's raw toasts.
+            revealOutputChannelOn: RevealOutputChannelOn.Never,
+            initializationFailedHandler: () => false,
             stdioOptions: {
                 // stdout carries the protocol; nothing else is read from it.
                 stdout: () => undefined,
-                stderr: (input, channel) => {
+                stderr: (input) => {
                     readline.createInterface({ input, crlfDelay: Infinity, terminal: false }).on("line", (line) => {
                         const { level, text } = parseLogLine(line);
-                        channel[level](text);
+                        this.output[level](text);
                         this.stderrTail.push(line);
                         if (this.stderrTail.length > STDERR_LINES) {
                             this.stderrTail.shift();
@@ -247,25 +290,19 @@ export class DaemonController implements vscode.Disposable {
             },
             initializationOptions: () => initializationOptions(this.config()),
             errorHandler: {
-                error: () => ({ action: ErrorAction.Continue }),
-                closed: async () => {
-                    if (generation !== this.generation || this.disposed || !this.ran) {
-                        // A start that failed is reported by `start`, and restarted by the user.
-                        return { action: CloseAction.DoNotRestart, handled: true };
+                // A write to a daemon that exited (EPIPE): its close follows, and is handled there.
+                error: () => ({ action: ErrorAction.Continue, handled: true }),
+                closed: () => {
+                    // A start that failed is `start`'s to report; a daemon that ran and
+                    // exited is restarted by the controller with a fresh client.
+                    if (generation === this.generation && !this.disposed && this.ran) {
+                        void this.crashed(generation);
                     }
-                    const delay = this.backoff.nextDelay(Date.now());
-                    this.output.appendLine(`[ctxd client] ctxd exited${this.exitText()}; restarting in ${delay} ms`);
-                    this.setState({ kind: "restarting", at: Date.now() + delay });
-                    await sleep(delay);
-                    if (generation !== this.generation || this.disposed) {
-                        return { action: CloseAction.DoNotRestart, handled: true };
-                    }
-                    this.setState({ kind: "starting" });
-                    return { action: CloseAction.Restart, handled: true };
+                    return { action: CloseAction.DoNotRestart, handled: true };
                 },
             },
         };
-        return new LanguageClient("ctxd", "ctxd", serverOptions, clientOptions);
+        return new QuietLanguageClient("ctxd", "ctxd", serverOptions, clientOptions);
     }
 
     /** Waits up to `ms` for the current process to exit (a failed start's exit status). */
@@ -300,6 +337,45 @@ export class DaemonController implements vscode.Disposable {
             l(state);
         }
     }
+}
+
+/**
+ * A `LanguageClient` that never shows a notification of its own: some of its errors
+ * ("couldn't create connection to server … Code: -32099") are shown whatever
+ * `revealOutputChannelOn` says. They are logged, and the controller reports the failure.
+ */
+class QuietLanguageClient extends LanguageClient {
+    override error(message: string, data?: unknown): void {
+        super.error(message, data, false);
+    }
+
+    override warn(message: string, data?: unknown): void {
+        super.warn(message, data, false);
+    }
+}
+
+function seconds(ms: number): string {
+    return `${Math.ceil(ms / 1000)} s`;
+}
+
+/**
+ * The log the language client writes to: the extension's own, with the client's error
+ * and warning lines at debug level. The controller says in plain words what happened
+ * (start failed, exited, restarting); the client's own lines ("Connection to server got
+ * closed. Server will not be restarted.", "Stopping server failed" with a stack) speak
+ * of a restart policy that is not the one in force.
+ */
+function quietLog(output: vscode.LogOutputChannel): vscode.LogOutputChannel {
+    return new Proxy(output, {
+        get(target, property, receiver) {
+            if (property === "error" || property === "warn") {
+                return (message: string | Error, ...rest: unknown[]) =>
+                    target.debug(`[language client] ${message instanceof Error ? message.message : message}`, ...rest);
+            }
+            const value = Reflect.get(target, property, receiver);
+            return typeof value === "function" ? value.bind(target) : value;
+        },
+    });
 }
 
 /**

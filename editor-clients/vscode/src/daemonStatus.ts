@@ -1,8 +1,9 @@
 /**
  * The one status item shown from activation on: the daemon's state (starting, ready,
- * restarting in N s, failed: reason) and, once ready with no session of an agent
- * extension open, the newest active Claude Code session of the workspace (model,
- * tokens, percent of the effective window, tokens until compaction, level).
+ * restarting in N s, failed: reason · retrying in N s) and, once ready with no session
+ * of an agent extension open, a Claude Code session of the workspace (model, tokens,
+ * percent of the effective window, tokens until compaction, level): the one pinned from
+ * the picker, else the one that changed last.
  *
  * Clicking it opens what helps: the fix for a failed start, the context view of the
  * shown session, or the log.
@@ -20,9 +21,9 @@ export function daemonStatusText(state: DaemonState, shown: ObservedSession | un
         case "starting":
             return "$(loading~spin) ctxd starting";
         case "restarting":
-            return `$(debug-disconnect) ctxd restarting in ${Math.max(0, Math.ceil((state.at - now) / 1000))} s`;
+            return `$(debug-disconnect) ctxd restarting in ${secondsUntil(state.at, now)} s`;
         case "failed":
-            return `$(error) ctxd failed: ${failureCause(state.reason)}`;
+            return `$(error) ctxd failed: ${failureCause(state.reason)} · retrying in ${secondsUntil(state.retryAt, now)} s`;
         case "ready":
             if (shown?.usage === undefined) {
                 return "$(pulse) ctxd ready";
@@ -31,7 +32,11 @@ export function daemonStatusText(state: DaemonState, shown: ObservedSession | un
     }
 }
 
-/** `$(dashboard) ctx 45.0% · 22.0k to compact · 90.0k · claude-sonnet-4-5` */
+function secondsUntil(at: number, now: number): number {
+    return Math.max(0, Math.ceil((at - now) / 1000));
+}
+
+/** `$(dashboard) ctx 50.0% · 77.0k to compact · 90.0k · claude-opus-4-6` */
 export function observedText(session: ObservedSession): string {
     const usage = session.usage;
     if (usage === undefined) {
@@ -73,7 +78,7 @@ export class DaemonStatusItem implements vscode.Disposable {
             clearInterval(this.timer);
             this.timer = undefined;
         }
-        if (state.kind === "restarting") {
+        if (state.kind === "restarting" || state.kind === "failed") {
             // The countdown: redrawn each second until the client starts again.
             this.timer = setInterval(() => this.draw(), 1000);
         }
@@ -82,7 +87,7 @@ export class DaemonStatusItem implements vscode.Disposable {
 
     /** The observed session the item shows (none while an agent extension has sessions open). */
     shown(): ObservedSession | undefined {
-        return this.sessions.sessions().length > 0 ? undefined : this.observed.newest();
+        return this.sessions.sessions().length > 0 ? undefined : this.observed.shown();
     }
 
     dispose(): void {
@@ -101,15 +106,19 @@ export class DaemonStatusItem implements vscode.Disposable {
         this.item.backgroundColor = undefined;
         switch (this.state.kind) {
             case "failed":
-                this.item.tooltip = `ctxd could not start: ${this.state.reason}\n\nClick to fix.`;
+                this.item.tooltip = `ctxd could not start: ${this.state.reason}\n\nIt tries again in ${secondsUntil(this.state.retryAt, Date.now())} s on its own (waiting longer after each failure, up to 30 s). Click to fix it now: set ctxd.path, restart, or read the log.`;
                 this.item.command = { title: "Fix ctxd", command: "ctxd.fixStart" };
                 this.item.backgroundColor = new vscode.ThemeColor("statusBarItem.errorBackground");
                 break;
             case "ready":
                 if (shown?.usage !== undefined) {
                     const where = shown.transcript ?? shown.projectDir;
+                    const which =
+                        this.observed.pinned() !== undefined
+                            ? "pinned from *Show a Claude Code session of the workspace* (its first entry follows the session that changed last again)"
+                            : "the one that changed last";
                     this.item.tooltip = new vscode.MarkdownString(
-                        `${statusTooltip(shown.sessionId, shown.usage)}\n\nClaude Code session \`${where}\``,
+                        `${statusTooltip(shown.sessionId, shown.usage)}\n\nClaude Code session \`${where}\`, ${which}`,
                     );
                     this.item.command = { title: "Show context", command: "ctxd.showContext", arguments: [shown.sessionId] };
                     const background = levelBackground(shown.usage.level);
@@ -119,6 +128,10 @@ export class DaemonStatusItem implements vscode.Disposable {
                     this.item.tooltip = ["ctxd is running.", ...(waiting.length > 0 ? ["", "No Claude Code session yet:", ...waiting] : []), "", "Click for the log."].join("\n");
                     this.item.command = { title: "Show log", command: "ctxd.showLog" };
                 }
+                break;
+            case "restarting":
+                this.item.tooltip = `${this.state.reason}; it starts again in ${secondsUntil(this.state.at, Date.now())} s (waiting longer after each exit, up to 30 s). Click for the log.`;
+                this.item.command = { title: "Show log", command: "ctxd.showLog" };
                 break;
             default:
                 this.item.tooltip = "ctxd: click for the log";

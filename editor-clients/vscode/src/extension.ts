@@ -9,9 +9,8 @@ import { ObservedSessions } from "./claude";
 import { registerCommands, reportCompactions } from "./commands";
 import { RESTART_KEYS, readConfig, type SettingKey } from "./config";
 import { CONTEXT_SCHEME, ContextView } from "./contextView";
-import { DaemonController, sendSettings } from "./daemon";
+import { DaemonController, type DaemonState, sendSettings } from "./daemon";
 import { DaemonStatusItem } from "./daemonStatus";
-import { registerHistory } from "./history";
 import { CtxdSessions, type CtxdApi } from "./sessions";
 import { SessionStatusBar } from "./statusBar";
 
@@ -40,6 +39,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<CtxdAp
     const contextView = new ContextView(sessions);
 
     let readyOnce = false;
+    const notice = new FailureNotice();
     context.subscriptions.push(
         output,
         { dispose: () => sessions.dispose() },
@@ -47,10 +47,12 @@ export async function activate(context: vscode.ExtensionContext): Promise<CtxdAp
         statusBar,
         status,
         contextView,
+        notice,
         vscode.workspace.registerTextDocumentContentProvider(CONTEXT_SCHEME, contextView),
         daemon.onDidChangeState((state) => {
             status.setState(state);
             statusBar.setDaemonRunning(state.kind === "ready");
+            notice.update(state);
             if (state.kind !== "ready") {
                 return;
             }
@@ -63,6 +65,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<CtxdAp
             readyOnce = true;
         }),
         vscode.workspace.onDidChangeWorkspaceFolders((event) => {
+            if (event.removed.length > 0) {
+                observed.forget(workspaceFolders());
+            }
             if (daemon.state.kind === "ready" && currentConfig().observeClaudeCode) {
                 void observed.observe(event.added.filter((f) => f.uri.scheme === "file").map((f) => f.uri.fsPath));
             }
@@ -72,6 +77,16 @@ export async function activate(context: vscode.ExtensionContext): Promise<CtxdAp
                 return;
             }
             void sendSettings(daemon.running(), currentConfig());
+            if (event.affectsConfiguration("ctxd.observeClaudeCode")) {
+                // At once: off forgets the workspace's Claude Code sessions (the status
+                // item shows the daemon's state), on observes the folders now, or at the
+                // next start when the daemon is down.
+                if (!currentConfig().observeClaudeCode) {
+                    observed.forget();
+                } else if (daemon.state.kind === "ready") {
+                    void observed.observe(workspaceFolders());
+                }
+            }
             if (event.affectsConfiguration("ctxd.path") && daemon.state.kind === "failed") {
                 // The fix for a failed start: try the new path at once.
                 void daemon.restart();
@@ -79,8 +94,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<CtxdAp
             }
             if (RESTART_KEYS.some((key) => event.affectsConfiguration(`ctxd.${key}`))) {
                 void vscode.window
-                    .showInformationMessage("ctxd: restart the daemon to apply the new path, state dir or log level.", "Restart")
-                    .then((choice) => (choice === "Restart" ? daemon.restart() : undefined));
+                    .showInformationMessage("ctxd: the new path, state folder or log level takes effect when the daemon restarts.", "Restart now")
+                    .then((choice) => (choice === "Restart now" ? daemon.restart() : undefined));
             }
         }),
         ...registerCommands({
@@ -93,25 +108,47 @@ export async function activate(context: vscode.ExtensionContext): Promise<CtxdAp
             defaultModel: () => currentConfig().model,
         }),
         ...reportCompactions(sessions),
-        ...registerHistory({ sessions, observed }),
         { dispose: () => void daemon.dispose() },
     );
 
     await daemon.start();
-    const state = daemon.state;
-    if (state.kind === "failed") {
-        const fix = state.fix === "path" ? "Set ctxd.path" : "Restart";
-        void vscode.window.showErrorMessage(`ctxd did not start: ${state.reason}`, fix, "Show log").then((choice) => {
-            if (choice === "Show log") {
-                output.show(true);
-            } else if (choice === "Restart") {
-                void daemon.restart();
-            } else if (choice === "Set ctxd.path") {
-                void vscode.commands.executeCommand("workbench.action.openSettings", "ctxd.path");
-            }
-        });
-    }
     return sessions;
+}
+
+/**
+ * The one notification of a daemon that cannot start: shown when a start fails (once
+ * per down period), and gone by itself once the daemon runs again. A progress
+ * notification, the kind an extension can close; the status item keeps the state and
+ * the next retry, and its click opens the fixes.
+ */
+class FailureNotice implements vscode.Disposable {
+    private close: (() => void) | undefined;
+    private told = false;
+
+    update(state: DaemonState): void {
+        if (state.kind === "ready") {
+            this.dispose();
+            this.told = false;
+        } else if (state.kind === "failed" && !this.told) {
+            this.told = true;
+            const fix = state.fix === "path" ? "set ctxd.path to the ctxd binary" : "read the log (ctxd: Show daemon log)";
+            const message = `${state.reason}. It tries again on its own; to fix it, ${fix}, or click the ctxd item in the status bar.`;
+            void vscode.window.withProgress(
+                { location: vscode.ProgressLocation.Notification, title: "ctxd did not start", cancellable: true },
+                (progress, token) =>
+                    new Promise<void>((resolve) => {
+                        progress.report({ message });
+                        this.close = resolve;
+                        token.onCancellationRequested(() => resolve());
+                    }),
+            );
+        }
+    }
+
+    dispose(): void {
+        this.close?.();
+        this.close = undefined;
+    }
 }
 
 export function deactivate(): void {

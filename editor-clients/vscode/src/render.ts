@@ -107,7 +107,8 @@ export function summaryRows(usage: Usage): Row[] {
         ["Warning at", formatCount(usage.warning)],
         ["Auto-compact at", autoCompactAt],
         ["Blocked at", formatCount(usage.blocked)],
-        ["Until compaction", `${formatCount(usage.tokensUntilCompact)} (${percent(usage.percentUntilCompact)}%)`],
+        // With auto-compact off nothing compacts at the threshold: no count-down to show.
+        ["Until compaction", usage.autoCompactEnabled ? `${formatCount(usage.tokensUntilCompact)} (${percent(usage.percentUntilCompact)}%)` : "none (auto-compact off)"],
     ];
 }
 

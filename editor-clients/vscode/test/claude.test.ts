@@ -8,8 +8,14 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { describe, it } from "node:test";
 
-import { claudeConfigDir, claudeProjectDir, isObservedId, ObservedSessions, observeId, transcriptModel } from "../src/claude";
+import { claudeConfigDir, claudeProjectDir, claudeProjectFolderName, isObservedId, ObservedSessions, observeId, transcriptModel } from "../src/claude";
+import { packageRoot } from "./support/daemon";
 import { usageCase } from "./support/fixtures";
+
+/** What the real Claude Code program named each folder (editor-clients/scripts/claude-project-folders). */
+const folderCases: { cases: { cwd: string; folder: string }[]; symlink: { link: string; target: string; folder: string } } = JSON.parse(
+    fs.readFileSync(path.join(packageRoot, "../fixtures/claude-project-folders.json"), "utf8"),
+);
 
 describe("Claude Code's project folders", () => {
     it("is $CLAUDE_CONFIG_DIR, else ~/.claude", () => {
@@ -18,9 +24,25 @@ describe("Claude Code's project folders", () => {
         assert.equal(claudeConfigDir({}, "/home/u"), "/home/u/.claude");
     });
 
-    it("names a folder's project with every character but ASCII letters and digits as -", () => {
+    it("names a folder's project as the real program did, in every pinned case", () => {
+        assert.ok(folderCases.cases.length >= 9);
+        for (const { cwd, folder } of folderCases.cases) {
+            assert.equal(claudeProjectFolderName(cwd), folder, cwd);
+        }
+        // A character outside the Basic Multilingual Plane is two UTF-16 units: two dashes.
+        assert.equal(claudeProjectFolderName("/w/café-😀"), "-w-caf----");
         assert.equal(claudeProjectDir("/home/u/my.app_1", "/c"), "/c/projects/-home-u-my-app-1");
-        assert.equal(claudeProjectDir("/srv/a b/Ünï", "/c"), "/c/projects/-srv-a-b--n-");
+    });
+
+    it("names the project after the real path of a folder opened through a symlink, as the program does", () => {
+        assert.equal(folderCases.symlink.folder, claudeProjectFolderName(folderCases.symlink.target), "the pinned case");
+        const dir = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "ctxd-link-")));
+        const target = path.join(dir, "café-😀");
+        fs.mkdirSync(target);
+        fs.symlinkSync(target, path.join(dir, "link"));
+        assert.equal(claudeProjectDir(path.join(dir, "link"), "/c"), path.join("/c/projects", claudeProjectFolderName(target)));
+        // A folder that does not exist is named as given.
+        assert.equal(claudeProjectDir(path.join(dir, "gone"), "/c"), path.join("/c/projects", claudeProjectFolderName(path.join(dir, "gone"))));
     });
 });
 
@@ -103,6 +125,80 @@ describe("ObservedSessions", () => {
         }
         assert.equal(observed.newest()?.transcript, transcript);
         assert.deepEqual(observed.unobserved(), []);
+        observed.dispose();
+    });
+
+    /** A daemon stand-in that answers ctx/observe and pushes usage when told. */
+    function daemon(): {
+        asked: unknown[];
+        push(sessionId: string, level: "ok" | "warning"): void;
+        request<R>(method: string, params: unknown): Promise<R>;
+        onUsageChanged(listener: (p: { sessionId: string; usage: ReturnType<typeof usageCase>["usage"] }) => void): { dispose(): void };
+    } {
+        const listeners: ((p: { sessionId: string; usage: ReturnType<typeof usageCase>["usage"] }) => void)[] = [];
+        const asked: unknown[] = [];
+        return {
+            asked,
+            push: (sessionId, level) => listeners.forEach((l) => l({ sessionId, usage: usageCase(level).usage })),
+            request: <R>(_method: string, params: unknown) => {
+                asked.push(params);
+                const { projectDir, transcript } = params as { projectDir?: string; transcript?: string };
+                const newest = transcript ?? path.join(projectDir ?? "", fs.readdirSync(projectDir ?? "").sort().at(-1) ?? "");
+                return Promise.resolve({ sessionId: observeId(newest), usage: usageCase("ok").usage } as R);
+            },
+            onUsageChanged: (listener) => {
+                listeners.push(listener);
+                return { dispose: () => undefined };
+            },
+        };
+    }
+
+    it("shows the session that changed last, or the one pinned; lists every transcript on disk", async () => {
+        const { configDir, folder, projectDir } = project();
+        fs.mkdirSync(projectDir, { recursive: true });
+        const older = path.join(projectDir, "a-older.jsonl");
+        const newer = path.join(projectDir, "b-newer.jsonl");
+        fs.writeFileSync(older, "");
+        fs.utimesSync(older, new Date(1_000_000), new Date(1_000_000));
+        fs.writeFileSync(newer, "");
+        const d = daemon();
+        const observed = new ObservedSessions(d, () => configDir);
+        await observed.observe([folder]);
+        assert.equal(observed.shown()?.transcript, newer);
+        // The older session is listed though the daemon sent nothing for it.
+        const listed = observed.listed();
+        assert.deepEqual(listed.map((l) => [l.claudeSessionId, l.session?.sessionId]), [["b-newer", observeId(newer)], ["a-older", undefined]]);
+        // Picking it follows it (one ctx/observe of that transcript) and pins it.
+        const followed = await observed.follow(listed[1]);
+        assert.deepEqual(d.asked.at(-1), { transcript: older });
+        observed.pin(followed.sessionId);
+        d.push(observeId(newer), "warning");
+        assert.equal(observed.shown()?.transcript, older, "pinned: the newer one's change does not take the item");
+        assert.equal(observed.newest()?.transcript, newer);
+        // Following a session already followed asks nothing.
+        const before = d.asked.length;
+        await observed.follow(observed.listed()[0]);
+        assert.equal(d.asked.length, before);
+        observed.pin(undefined);
+        assert.equal(observed.shown()?.transcript, newer, "unpinned: the one that changed last");
+        observed.dispose();
+    });
+
+    it("forgets a folder's sessions, reasons and pin, and ignores their usage after", async () => {
+        const { configDir, folder, projectDir } = project();
+        fs.mkdirSync(projectDir, { recursive: true });
+        const transcript = path.join(projectDir, "s.jsonl");
+        fs.writeFileSync(transcript, "");
+        const d = daemon();
+        const observed = new ObservedSessions(d, () => configDir);
+        await observed.observe([folder]);
+        observed.pin(observeId(transcript));
+        observed.forget();
+        assert.equal(observed.shown(), undefined);
+        assert.equal(observed.pinned(), undefined);
+        assert.deepEqual(observed.listed(), []);
+        d.push(observeId(transcript), "warning");
+        assert.equal(observed.shown(), undefined, "a forgotten folder's usage is not shown");
         observed.dispose();
     });
 });

@@ -6,6 +6,7 @@
 import "./support/installVscode";
 
 import * as assert from "node:assert/strict";
+import * as fs from "node:fs";
 import * as path from "node:path";
 import { after, afterEach, before, describe, it } from "node:test";
 
@@ -13,7 +14,7 @@ import type { CtxdApi } from "../src/extension";
 import * as extension from "../src/extension";
 import type { UsageChangedParams } from "../src/lsp_ext";
 import { DAEMON_DOWN_TEXT } from "../src/render";
-import { ctxdBin, tempStateDir, EMPTY_CWD } from "./support/daemon";
+import { ctxdBin, EMPTY_CWD, packageRoot, tempStateDir } from "./support/daemon";
 import { childPids } from "./support/processes";
 import { assistantRecord, userRecord } from "./support/records";
 import { fake } from "./support/vscode";
@@ -104,6 +105,17 @@ describe("activate() on a real ctxd", () => {
             [],
             "the daemon took every key the extension sent",
         );
+    });
+
+    it("registers every command package.json contributes, and no other", () => {
+        // What activate() registers, whichever module registers it (a command missing
+        // here is one the palette shows and VS Code cannot run).
+        const manifest = JSON.parse(fs.readFileSync(path.join(packageRoot, "package.json"), "utf8")) as {
+            contributes: { commands: { command: string }[] };
+        };
+        const contributed = manifest.contributes.commands.map((c) => c.command).sort();
+        assert.ok(contributed.includes("ctxd.searchHistory"), "package.json contributes ctxd.searchHistory");
+        assert.deepEqual([...fake.commands.keys()].sort(), contributed);
     });
 
     it("shows the log on command", async () => {

@@ -91,7 +91,7 @@ describe("Search this session's history, on a real ctxd", () => {
         await run("no-such-session");
         assert.equal(fake.messages.length, 2);
         assert.equal(fake.messages[1].kind, "error");
-        assert.ok(fake.messages[1].text.startsWith("ctx/searchHistory failed"), fake.messages[1].text);
+        assert.ok(fake.messages[1].text.startsWith("ctxd could not search the session's history: "), fake.messages[1].text);
 
         // A dismissed box asks nothing.
         fake.inputAnswers.push(undefined);

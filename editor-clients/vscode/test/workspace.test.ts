@@ -14,6 +14,7 @@ import * as path from "node:path";
 import { after, afterEach, before, describe, it } from "node:test";
 
 import { claudeProjectDir, observeId } from "../src/claude";
+import { COMPACT_INSTEAD, FOLLOW_NEWEST } from "../src/commands";
 import type { CtxdApi } from "../src/extension";
 import * as extension from "../src/extension";
 import { ctxdBin, tempStateDir, EMPTY_CWD } from "./support/daemon";
@@ -55,6 +56,12 @@ function recent(): string {
     return [`status texts: ${JSON.stringify(status().texts.slice(-6))}`, "log:", ...log].join("\n");
 }
 
+/** The tokens of the latest usage the daemon pushed for the observed `transcript`, per the log of usage seen. */
+const seenUsage = new Map<string, number>();
+function observedUsage(transcript: string): number | undefined {
+    return seenUsage.get(observeId(transcript));
+}
+
 function changeSetting(key: string, value: unknown): void {
     fake.config[key] = value;
     fake.configurationChanged.fire({ affectsConfiguration: (section) => section === "ctxd" || section === `ctxd.${key}` });
@@ -85,15 +92,22 @@ describe("a new user's workspace on a real ctxd", () => {
      * replaces in a project folder's name: `/`, `.` and `_`), and the extension activated
      * on it with the daemon at `binary`.
      */
-    async function activated(binary: string): Promise<{ api: CtxdApi; folder: string; projectDir: string }> {
-        cases += 1;
-        const folder = path.join(scratch, `case-${cases}`, "my.project_1");
-        fs.mkdirSync(folder, { recursive: true });
+    async function activated(binary: string, folder = newFolder()): Promise<{ api: CtxdApi; folder: string; projectDir: string }> {
         fake.reset();
         fake.workspaceFolders = [folder];
         fake.config = { path: binary, stateDir: tempStateDir(), autoCompactWindow: 100_000, provider: "offline" };
         const api = await extension.activate({ subscriptions } as never);
+        seenUsage.clear();
+        api.onUsageChanged(({ sessionId, usage }) => seenUsage.set(sessionId, usage.tokens));
         return { api, folder, projectDir: claudeProjectDir(folder, claudeDir) };
+    }
+
+    /** A workspace folder of the calling case's own, `my.project_1` unless named. */
+    function newFolder(name = "my.project_1"): string {
+        cases += 1;
+        const folder = path.join(scratch, `case-${cases}`, name);
+        fs.mkdirSync(folder, { recursive: true });
+        return folder;
     }
 
     /**
@@ -118,14 +132,22 @@ describe("a new user's workspace on a real ctxd", () => {
         assert.ok(path.basename(projectDir).endsWith("-my-project-1"));
     });
 
-    it("says the binary was not found, in the status item and in one message", async () => {
+    it("says the binary was not found in the status item and one notification, which goes once the daemon runs", async () => {
         await activated(path.join(scratch, "no-such-ctxd"));
-        assert.equal(status().text, "$(error) ctxd failed: not found");
-        assert.equal(status().tooltip, `ctxd could not start: not found: ${path.join(scratch, "no-such-ctxd")} does not exist\n\nClick to fix.`);
+        assert.match(status().text, /^\$\(error\) ctxd failed: not found · retrying in 1 s$/);
+        assert.match(String(status().tooltip), new RegExp(`^ctxd could not start: not found: ${path.join(scratch, "no-such-ctxd")} does not exist\n\nIt tries again in 1 s on its own`));
         assert.equal((status().command as { command: string }).command, "ctxd.fixStart");
-        assert.equal(fake.messages.length, 1);
-        assert.match(fake.messages[0].text, /^ctxd did not start: not found: .*no-such-ctxd does not exist$/);
         assert.ok(status().texts.includes("$(loading~spin) ctxd starting"), "starting was shown first");
+        // One notification, not an error toast that outlives the failure.
+        assert.deepEqual(fake.messages, []);
+        const open = fake.notifications.filter((n) => n.open);
+        assert.equal(open.length, 1);
+        assert.equal(open[0].title, "ctxd did not start");
+        assert.match(open[0].message, /^not found: .*no-such-ctxd does not exist\. It tries again on its own; to fix it, set ctxd\.path to the ctxd binary/);
+        changeSetting("path", ctxdBin());
+        await waitFor("the daemon ready", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 10_000, recent);
+        assert.deepEqual(fake.notifications.filter((n) => n.open), [], "the notification went away");
+        assert.equal(fake.notifications.length, 1, "and it was shown once, through the retries");
     });
 
     it("says a file is not executable", async () => {
@@ -134,24 +156,49 @@ describe("a new user's workspace on a real ctxd", () => {
         fs.writeFileSync(notExecutable, "#!/bin/sh\n", { mode: 0o644 });
         fake.config.path = notExecutable;
         await fake.commands.get("ctxd.restart")?.();
-        assert.equal(status().text, "$(error) ctxd failed: not executable");
+        assert.match(status().text, /^\$\(error\) ctxd failed: not executable · retrying in \d+ s$/);
         assert.match(String(status().tooltip), new RegExp(`not executable: ${notExecutable} \\(chmod \\+x it`));
     });
 
-    it("names the exit code and the last stderr lines of a daemon that exits at start", async () => {
+    it("names the exit code and the last stderr lines of a daemon that exits at start, with no raw toast", async () => {
         await activated(path.join(scratch, "no-such-ctxd"));
         const failing = path.join(scratch, "ctxd-exits");
         fs.writeFileSync(failing, "#!/bin/sh\necho 'first line' >&2\necho 'error: cannot open the state directory' >&2\nexit 3\n", { mode: 0o755 });
         fake.config.path = failing;
         await fake.commands.get("ctxd.restart")?.();
         const item = status();
-        assert.equal(item.text, "$(error) ctxd failed: exited with code 3");
+        assert.match(item.text, /^\$\(error\) ctxd failed: exited with code 3 · retrying in \d+ s$/);
         assert.match(String(item.tooltip), /exited with code 3: first line \| error: cannot open the state directory/);
+        // The language client's own words (write EPIPE, "connection to server is erroring",
+        // "Server initialization failed") never reach the user.
+        assert.deepEqual(fake.messages, []);
+    });
+
+    it("retries a failed start on its own, counting down in the item, and recovers with no command", async () => {
+        const later = path.join(scratch, "ctxd-installed-later");
+        await activated(later);
+        assert.match(status().text, /^\$\(error\) ctxd failed: not found · retrying in 1 s$/);
+        // The binary appears where the setting points: the next retry finds it.
+        fs.copyFileSync(ctxdBin(), later);
+        fs.chmodSync(later, 0o755);
+        await waitFor("ready without a command", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 30_000, recent);
+        assert.deepEqual(fake.notifications.filter((n) => n.open), []);
+        assert.deepEqual(fake.messages, []);
+    });
+
+    it("starts the back-off over on a manual restart", async () => {
+        const failing = path.join(scratch, "ctxd-fails-fast");
+        fs.writeFileSync(failing, "#!/bin/sh\nexit 4\n", { mode: 0o755 });
+        await activated(failing);
+        // 0.5 s, 1 s, 2 s, then 4 s: the back-off has grown.
+        await waitFor("a 4 s wait", () => (status().texts.some((t) => t.endsWith("· retrying in 4 s")) ? true : undefined), 30_000, recent);
+        await fake.commands.get("ctxd.restart")?.();
+        assert.match(status().text, /^\$\(error\) ctxd failed: exited with code 4 · retrying in 1 s$/, "half a second again, shown as 1 s");
     });
 
     it("starts a fresh client when the path is fixed, from the failed state, without a reload", async () => {
         await activated(path.join(scratch, "no-such-ctxd"));
-        assert.equal(status().text, "$(error) ctxd failed: not found");
+        assert.match(status().text, /^\$\(error\) ctxd failed: not found · /);
         changeSetting("path", ctxdBin());
         await waitFor("the daemon ready", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 10_000, recent);
         // The folder's Claude Code project has no transcript yet: the tooltip says so.
@@ -172,11 +219,16 @@ describe("a new user's workspace on a real ctxd", () => {
         const [pid] = childPids(path.basename(moved).slice(0, 15));
         fs.rmSync(moved);
         process.kill(pid, "SIGKILL");
-        await waitFor("the restart to fail", () => (status().text === "$(error) ctxd failed: not found" ? true : undefined), 10_000, recent);
+        await waitFor("the restart to fail", () => (status().text.startsWith("$(error) ctxd failed: not found · retrying in ") ? true : undefined), 10_000, recent);
         assert.ok(status().texts.some((t) => /^\$\(debug-disconnect\) ctxd restarting in \d+ s$/.test(t)), "the countdown came first");
         assert.match(String(status().tooltip), new RegExp(`not found: ${moved} does not exist`));
         changeSetting("path", ctxdBin());
         await waitFor("ready again", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 30_000, recent);
+        // Neither the crash nor the failed restart showed the language client's raw
+        // toasts, nor logged its "will not be restarted" as an error.
+        assert.deepEqual(fake.messages, []);
+        const log = fake.outputChannels.flatMap((c) => c.lines);
+        assert.deepEqual(log.filter((l) => l.startsWith("[error]") && /Server will not be restarted|Stopping server failed|connection to server is erroring|initialization failed/i.test(l)), []);
     });
 
     it("shows the workspace's Claude Code session once its transcript appears, and follows it", async () => {
@@ -224,7 +276,7 @@ describe("a new user's workspace on a real ctxd", () => {
         fake.messageAnswer = undefined;
     });
 
-    it("shows the newest active session when there are several, with a picker", async () => {
+    it("shows the session that changed last; picking one pins it to the item, and the first entry unpins", async () => {
         const { projectDir, transcript } = await observedSession();
         const second = path.join(projectDir, `${randomUUID()}.jsonl`);
         fs.writeFileSync(second, `${claudeLine("user")}\n${claudeLine("assistant", 20_000)}\n`);
@@ -236,9 +288,89 @@ describe("a new user's workspace on a real ctxd", () => {
         };
         await fake.commands.get("ctxd.pickClaudeSession")?.();
         assert.equal(offered.length, 2);
-        assert.deepEqual([offered[0].label, offered[0].description], ["ctx 25.0% · 47.0k to compact · 20.0k · claude-opus-4-6", "newest active"]);
+        assert.deepEqual([offered[0].label, offered[0].description], ["ctx 25.0% · 47.0k to compact · 20.0k · claude-opus-4-6", "in the status bar"]);
         assert.deepEqual([offered[1].label, offered[1].description], ["ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6", undefined]);
         assert.match(fake.shownDocuments.at(-1)?.getText() ?? "", new RegExp(`# ctxd context: ${observeId(transcript)}`));
+        // The picked session is in the status item now, and stays while the other changes.
+        assert.equal(status().text, "$(warning) ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6");
+        fs.appendFileSync(second, `${claudeLine("user")}\n${claudeLine("assistant", 30_000)}\n`);
+        await waitFor("the other session's turn read", () => (observedUsage(second) === 30_000 ? true : undefined), 10_000, recent);
+        assert.equal(status().text, "$(warning) ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6");
+        // The first entry follows the session that changed last again.
+        fake.quickPick = (items) => {
+            offered = items as typeof offered;
+            return items[0];
+        };
+        await fake.commands.get("ctxd.pickClaudeSession")?.();
+        assert.equal(offered[0].label, FOLLOW_NEWEST);
+        await waitFor("the newest again", () => (status().text.includes("ctx 37.5%") ? true : undefined), 10_000, recent);
+    });
+
+    it("lists every transcript of the folder, also one the daemon does not follow, and shows it when picked", async () => {
+        // An older session (Claude Code resumes it later) next to the newest one.
+        const folder = newFolder();
+        const projectDir = claudeProjectDir(folder, claudeDir);
+        fs.mkdirSync(projectDir, { recursive: true });
+        const older = path.join(projectDir, `${randomUUID()}.jsonl`);
+        fs.writeFileSync(older, `${claudeLine("user")}\n${claudeLine("assistant", 10_000)}\n`);
+        fs.utimesSync(older, new Date(Date.now() - 3_600_000), new Date(Date.now() - 3_600_000));
+        const newer = path.join(projectDir, `${randomUUID()}.jsonl`);
+        fs.writeFileSync(newer, `${claudeLine("user")}\n${claudeLine("assistant", 40_000)}\n`);
+        await activated(ctxdBin(), folder);
+        await waitFor("the newest session", () => (status().text.includes("ctx 50.0%") ? true : undefined), 10_000, recent);
+        let offered: { label: string; detail?: string }[] = [];
+        fake.quickPick = (items) => {
+            offered = items as typeof offered;
+            return items[1];
+        };
+        await fake.commands.get("ctxd.pickClaudeSession")?.();
+        const olderText = "ctx 12.5% · 57.0k to compact · 10.0k · claude-opus-4-6";
+        assert.deepEqual(
+            offered.map((o) => o.detail?.split("  ")[0]),
+            [path.basename(newer, ".jsonl"), path.basename(older, ".jsonl")],
+        );
+        assert.equal(offered[0].label, "ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6");
+        // A daemon that follows only the newest transcript has sent nothing for the older one.
+        assert.ok(["not followed yet", olderText].includes(offered[1].label), offered[1].label);
+        await waitFor("the older session in the item", () => (status().text === `$(dashboard) ${olderText}` ? true : undefined), 10_000, recent);
+        assert.match(fake.shownDocuments.at(-1)?.getText() ?? "", new RegExp(`# ctxd context: ${observeId(older)}`));
+    });
+
+    it("turns observing Claude Code off and on at once, no reload", async () => {
+        await observedSession();
+        changeSetting("observeClaudeCode", false);
+        await waitFor("the item back to the daemon", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 10_000, recent);
+        changeSetting("observeClaudeCode", true);
+        await waitFor("the session again", () => (status().text.includes("ctx 75.0%") ? true : undefined), 10_000, recent);
+        assert.deepEqual(fake.messages, [], "nothing asked for a reload");
+    });
+
+    it("explains Clear session on a Claude Code session, and offers to compact it instead", async () => {
+        const { transcript } = await observedSession();
+        fake.messages = [];
+        await fake.commands.get("ctxd.clear")?.();
+        assert.equal(fake.messages.length, 1);
+        assert.equal(fake.messages[0].kind, "info");
+        assert.match(fake.messages[0].text, new RegExp(`Claude Code session ${path.basename(transcript, ".jsonl")}, which Claude Code keeps, so ctxd does not clear it\\. Type /clear in Claude Code`));
+        assert.doesNotMatch(fake.messages[0].text, /no session is open|was found/);
+        // "Compact it instead" leads to the Claude Code compaction's confirmation.
+        fake.messages = [];
+        fake.messageAnswer = COMPACT_INSTEAD;
+        await fake.commands.get("ctxd.clear")?.();
+        fake.messageAnswer = undefined;
+        assert.match(fake.messages.at(-1)?.text ?? "", /^Compact the Claude Code session .*appends a compact boundary/);
+    });
+
+    it("shows the sessions of the folder a symlinked workspace folder points to, as Claude Code names them", async () => {
+        const real = newFolder("café-😀");
+        const link = path.join(path.dirname(real), "link");
+        fs.symlinkSync(real, link);
+        // Claude Code started in the link names the project after the real path.
+        const projectDir = path.join(claudeDir, "projects", fs.realpathSync(real).replace(/[^A-Za-z0-9]/g, "-"));
+        fs.mkdirSync(projectDir, { recursive: true });
+        fs.writeFileSync(path.join(projectDir, `${randomUUID()}.jsonl`), `${claudeLine("user")}\n${claudeLine("assistant", 40_000)}\n`);
+        await activated(ctxdBin(), link);
+        await waitFor("the session of the real folder", () => (status().text.includes("ctx 50.0%") ? true : undefined), 10_000, recent);
     });
 
     it("gives way to an agent extension's own session", async () => {

@@ -1,10 +1,11 @@
 --- Claude Code sessions of the current directory, with no agent plugin: the daemon is
 --- asked to observe the Claude Code project folder of the working directory
---- (`ctx/observe` with a `projectDir`) and publishes `ctx/usageChanged` for its newest
---- transcript and every one that appears later, under ids `observe-…`.
+--- (`ctx/observe` with a `projectDir`) and publishes `ctx/usageChanged` for its
+--- transcripts under ids `observe-…`. A later `:cd` moves to the new directory's project.
 ---
 --- This module knows where Claude Code keeps a folder's transcripts, which observed id
---- is which transcript, and which observed session is the newest active one.
+--- is which transcript, and which observed session is shown: the one the user pinned
+--- from the picker, else the one whose usage changed last.
 local M = {}
 
 ---@class ctxd.ObservedSession
@@ -26,6 +27,8 @@ local waiting = {}
 ---@type table<string, uv.uv_fs_event_t>
 local watchers = {}
 local counter = 0
+---@type string|nil the session the user pinned from the picker
+local pinned = nil
 
 --- Claude Code's configuration folder: `$CLAUDE_CONFIG_DIR`, else `~/.claude`.
 ---@return string
@@ -37,17 +40,86 @@ function M.config_dir()
   return vim.fs.joinpath(vim.uv.os_homedir(), ".claude")
 end
 
---- Where Claude Code writes the transcripts of sessions started in `cwd`: the path with
---- every character that is not an ASCII letter or digit replaced by `-`.
+--- The UTF-16 code units of a UTF-8 string, as the program's JavaScript sees a path: two
+--- for a character outside the Basic Multilingual Plane; a byte that starts no valid
+--- sequence counts as U+FFFD, one unit.
+---@param s string
+---@return integer[]
+local function utf16_units(s)
+  local units, i, n = {}, 1, #s
+  while i <= n do
+    local b = s:byte(i)
+    local len = b < 0x80 and 1 or (b >= 0xC2 and b <= 0xDF) and 2 or (b >= 0xE0 and b <= 0xEF) and 3 or (b >= 0xF0 and b <= 0xF4) and 4 or 0
+    local cp = len == 1 and b or nil
+    if len > 1 and i + len - 1 <= n then
+      cp = bit.band(b, bit.rshift(0x7F, len))
+      for k = i + 1, i + len - 1 do
+        local c = s:byte(k)
+        if bit.band(c, 0xC0) ~= 0x80 then
+          cp = nil
+          break
+        end
+        cp = cp * 64 + bit.band(c, 0x3F)
+      end
+    end
+    if not cp then
+      table.insert(units, 0xFFFD)
+      i = i + 1
+    elseif cp >= 0x10000 then
+      cp = cp - 0x10000
+      table.insert(units, 0xD800 + math.floor(cp / 0x400))
+      table.insert(units, 0xDC00 + cp % 0x400)
+      i = i + len
+    else
+      table.insert(units, cp)
+      i = i + len
+    end
+  end
+  return units
+end
+
+--- Claude Code cuts a project folder's name at this many UTF-16 units (and adds a hash).
+local FOLDER_NAME_MAX = 200
+
+--- The name Claude Code gives the folder of the transcripts of sessions started in `cwd`:
+--- each UTF-16 unit of the path that is not an ASCII letter or digit becomes `-` (two for
+--- a character outside the Basic Multilingual Plane); past 200 units the name is cut and
+--- given `-` and the base-36 of the path's 32-bit string hash. The cases the real program
+--- gave are pinned in `editor-clients/fixtures/claude-project-folders.json`.
+---@param cwd string
+---@return string
+function M.project_folder_name(cwd)
+  local units = utf16_units(cwd)
+  local chars = {}
+  for i, u in ipairs(units) do
+    local ascii_alnum = (u >= 48 and u <= 57) or (u >= 65 and u <= 90) or (u >= 97 and u <= 122)
+    chars[i] = ascii_alnum and string.char(u) or "-"
+  end
+  if #units <= FOLDER_NAME_MAX then
+    return table.concat(chars)
+  end
+  local hash = 0
+  for _, u in ipairs(units) do
+    hash = bit.tobit(hash * 31 + u)
+  end
+  local rest, digits = math.abs(hash), {}
+  repeat
+    local d = rest % 36
+    table.insert(digits, 1, string.sub("0123456789abcdefghijklmnopqrstuvwxyz", d + 1, d + 1))
+    rest = math.floor(rest / 36)
+  until rest == 0
+  return table.concat(chars, "", 1, FOLDER_NAME_MAX) .. "-" .. table.concat(digits)
+end
+
+--- Where Claude Code writes the transcripts of sessions started in `cwd`. The program
+--- names the folder after the real path, so a directory entered through a symlink finds
+--- the sessions started in the one it points to.
 ---@param cwd string
 ---@param config_dir? string
 ---@return string
 function M.project_dir(cwd, config_dir)
-  -- One `-` per character (not per byte) of a non-ASCII name.
-  local name = cwd:gsub("[%z\1-\127\194-\244][\128-\191]*", function(c)
-    return c:match("^%w$") and c or "-"
-  end)
-  return vim.fs.joinpath(config_dir or M.config_dir(), "projects", name)
+  local real = vim.uv.fs_realpath(cwd) or cwd
+  return vim.fs.joinpath(config_dir or M.config_dir(), "projects", M.project_folder_name(real))
 end
 
 --- The id the daemon publishes an observed transcript under: FNV-1a (64-bit) of its path.
@@ -203,6 +275,9 @@ observe_folder = function(request, folder, retried)
   local project_dir = M.project_dir(folder)
   folders[project_dir] = folder
   request("ctx/observe", { projectDir = project_dir }, function(err, result)
+    if folders[project_dir] ~= folder then
+      return -- forgotten meanwhile (the directory changed)
+    end
     if err then
       local reason = err.message or vim.inspect(err)
       waiting[project_dir] = { folder = folder, project_dir = project_dir, reason = reason }
@@ -253,13 +328,124 @@ function M.list()
   return list
 end
 
----@param session_id? string default: the newest active
+---@param session_id? string default: the shown one (pinned, else the newest active)
 ---@return ctxd.ObservedSession|nil
 function M.get(session_id)
   if session_id then
     return observed[session_id]
   end
-  return M.list()[1]
+  return (pinned and observed[pinned]) or M.list()[1]
+end
+
+--- Shows `session_id` from now on, whichever session changes; nil follows the newest again.
+---@param session_id string|nil
+function M.pin(session_id)
+  pinned = session_id
+  changed()
+end
+
+---@return string|nil the pinned session's id
+function M.pinned()
+  return pinned
+end
+
+---@class ctxd.ListedTranscript
+---@field transcript string
+---@field folder string
+---@field project_dir string
+---@field claude_session_id string
+---@field modified number last written (seconds since the epoch, with fractions)
+---@field session? ctxd.ObservedSession
+
+--- Every transcript of the observed project folders, newest written first: the files on
+--- disk, so that every editor on the folder lists the same sessions.
+---@return ctxd.ListedTranscript[]
+function M.listed()
+  local list = {}
+  for project_dir, folder in pairs(folders) do
+    for _, name in ipairs(transcripts(project_dir)) do
+      local transcript = vim.fs.joinpath(project_dir, name)
+      local stat = vim.uv.fs_stat(transcript)
+      if stat then
+        table.insert(list, {
+          transcript = transcript,
+          folder = folder,
+          project_dir = project_dir,
+          claude_session_id = (name:gsub("%.jsonl$", "")),
+          modified = stat.mtime.sec + stat.mtime.nsec / 1e9,
+          session = observed[M.observe_id(transcript)],
+        })
+      end
+    end
+  end
+  table.sort(list, function(a, b)
+    if a.modified ~= b.modified then
+      return a.modified > b.modified
+    end
+    return a.transcript < b.transcript
+  end)
+  return list
+end
+
+--- The observed session of a listed transcript: asks the daemon to follow that one
+--- transcript when it has sent no usage for it yet (an older session it does not follow).
+---@param request fun(method: string, params: table, callback: fun(err: table|nil, result: any))
+---@param listed ctxd.ListedTranscript
+---@param callback fun(err: table|nil, session: ctxd.ObservedSession|nil)
+function M.follow(request, listed, callback)
+  local known = observed[M.observe_id(listed.transcript)]
+  if known and known.usage then
+    return callback(nil, known)
+  end
+  request("ctx/observe", { transcript = listed.transcript }, function(err, result)
+    if err then
+      return callback(err, nil)
+    end
+    M.set_usage(result.sessionId, result.usage)
+    local session = observed[result.sessionId]
+    if not session then
+      return callback({ message = "the daemon followed " .. listed.transcript .. " under an id this editor cannot place" }, nil)
+    end
+    callback(nil, session)
+  end)
+end
+
+--- Forgets every folder but those in `keep` (the directory changed, or observing was
+--- turned off): their sessions, watchers and reasons, and the pin if it was one of
+--- theirs. The daemon keeps following them; their usage is ignored from now on.
+---@param keep? string[]
+function M.forget(keep)
+  local kept = {}
+  for _, f in ipairs(keep or {}) do
+    kept[f] = true
+  end
+  for project_dir, folder in pairs(vim.deepcopy(folders)) do
+    if not kept[folder] then
+      folders[project_dir], waiting[project_dir] = nil, nil
+      stop_watching(project_dir)
+      for id, session in pairs(vim.deepcopy(observed)) do
+        if session.project_dir == project_dir then
+          observed[id] = nil
+        end
+      end
+    end
+  end
+  if pinned and not observed[pinned] then
+    pinned = nil
+  end
+  changed()
+end
+
+--- The current directory became `dir` (`DirChanged`): its Claude Code project is observed
+--- in place of the one before.
+---@param request fun(method: string, params: table, callback: fun(err: table|nil, result: any))
+---@param dir string
+function M.moved_to(request, dir)
+  if folders[M.project_dir(dir)] == dir then
+    return
+  end
+  M.forget({})
+  observe_folder(request, dir)
 end
 
 --- Folders with no observed session, and why.
@@ -272,7 +458,7 @@ function M.reset()
   for dir in pairs(watchers) do
     stop_watching(dir)
   end
-  observed, folders, waiting, counter = {}, {}, {}, 0
+  observed, folders, waiting, counter, pinned = {}, {}, {}, 0, nil
 end
 
 return M

@@ -26,11 +26,15 @@ local state = {
   restart_timer = nil,
   --- Set while the daemon is down after a failed start or an exit: why, and when the
   --- next start is due. Requests fail at once meanwhile.
-  down = nil, ---@type { reason: string, retry_at: integer }|nil
+  --- `cause`: the reason without the daemon's stderr, for the statusline.
+  down = nil, ---@type { reason: string, cause: string, retry_at: integer }|nil
   notified = false, -- the user was told of this down period
   last_exit = nil, ---@type { code: integer, signal: integer }|nil
   log = {}, ---@type string[] the client's own log of start attempts (`:CtxdLog`)
   observing = false, -- Claude Code projects were asked for once
+  --- The file the daemon's stderr goes to (its messages before its log is set up, a
+  --- panic): quoted in failure messages and shown by `:CtxdLog`. Truncated at each start.
+  stderr_file = nil, ---@type string|nil
 }
 M.state = state
 
@@ -123,6 +127,10 @@ local function became_ready()
   if state.config.observe_claude_code then
     require("ctxd.claude").observe(M.request, not state.observing and vim.fn.getcwd() or nil)
     state.observing = true
+  else
+    -- Turned off by a later setup(): what was shown before goes.
+    require("ctxd.claude").forget({})
+    state.observing = false
   end
   vim.cmd.redrawstatus({ bang = true })
 end
@@ -199,7 +207,7 @@ end
 
 --- The daemon is down for `reason`: requests fail at once, the user is told once, and
 --- the next start is scheduled with back-off.
-local function went_down(reason)
+local function went_down(reason, cause)
   state.client_id, state.ready, state.capabilities = nil, false, nil
   fail_inflight()
   local queued = state.queue
@@ -213,7 +221,7 @@ local function went_down(reason)
     return
   end
   local delay = next_delay()
-  state.down = { reason = reason, retry_at = vim.uv.now() + delay }
+  state.down = { reason = reason, cause = cause or reason, retry_at = vim.uv.now() + delay }
   M.log("%s; next start in %.1f s", reason, delay / 1000)
   for _, q in ipairs(queued) do
     q.callback({ message = M.down_text() }, nil)
@@ -234,6 +242,31 @@ local function went_down(reason)
   end, delay)
 end
 
+--- How many of the daemon's last stderr lines a failure message quotes.
+local STDERR_LINES = 5
+
+--- The daemon's last stderr lines (none when it wrote nothing there).
+---@param count? integer default: the lines a failure message quotes
+---@return string[]
+function M.stderr_tail(count)
+  count = count or STDERR_LINES
+  local file = state.stderr_file and io.open(state.stderr_file, "r")
+  if not file then
+    return {}
+  end
+  local lines = {}
+  for line in file:lines() do
+    if line ~= "" then
+      table.insert(lines, line)
+      if #lines > count then
+        table.remove(lines, 1)
+      end
+    end
+  end
+  file:close()
+  return lines
+end
+
 --- Why the daemon is down and when it starts again, in one line (nil while it is not down).
 ---@return string|nil
 function M.down_text()
@@ -251,16 +284,23 @@ local function on_exit(client_id)
   local exit = state.last_exit or { code = 0, signal = 0 }
   state.last_exit = nil
   local how = exit.signal ~= 0 and ("was killed by signal " .. exit.signal) or ("exited with code " .. exit.code)
-  went_down(state.ready and ("ctxd " .. how) or ("ctxd " .. how .. " while starting"))
+  local cause = state.ready and ("ctxd " .. how) or ("ctxd " .. how .. " while starting")
+  local tail = M.stderr_tail()
+  went_down(#tail > 0 and (cause .. ": " .. table.concat(tail, " | ")) or cause, cause)
 end
 
 --- `cmd` for `vim.lsp.start`: the command, run so that its exit status is kept here and
 --- Neovim's own exit warning (which points at an lsp.log the user may not have) is not
---- shown; the reason goes to one message of ours instead.
+--- shown; the reason goes to one message of ours instead. Its stderr goes to a file of
+--- this editor's (`vim.lsp` would put it in lsp.log only): `sh` opens the file and
+--- `exec`s the daemon, which keeps the process id.
 local function lsp_cmd(config)
   if type(config.cmd) ~= "table" then
     return config.cmd
   end
+  state.stderr_file = state.stderr_file or vim.fn.tempname()
+  local cmd = { "/bin/sh", "-c", 'f=$1; shift; exec "$@" 2>"$f"', "sh", state.stderr_file }
+  vim.list_extend(cmd, config.cmd)
   return function(dispatchers)
     local mine = setmetatable({
       on_exit = function(code, signal)
@@ -268,7 +308,7 @@ local function lsp_cmd(config)
         dispatchers.on_exit(0, 0)
       end,
     }, { __index = dispatchers })
-    return vim.lsp.rpc.start(config.cmd, mine, { env = config.cmd_env })
+    return vim.lsp.rpc.start(cmd, mine, { env = config.cmd_env })
   end
 end
 
@@ -423,6 +463,57 @@ function M.pid()
     end
   end
   return nil
+end
+
+--- The daemon's log file named on a process's command line (`--log-file`), read from
+--- `/proc` (nil elsewhere, or when it logs to stderr or to its default file).
+---@param pid integer
+---@return string|nil path, boolean|nil to_stderr
+local function log_of_process(pid)
+  local file = io.open("/proc/" .. pid .. "/cmdline", "rb")
+  if not file then
+    return nil
+  end
+  local args = vim.split(file:read("*a") or "", "\0", { plain = true })
+  file:close()
+  return config_mod.log_file_arg(args), vim.tbl_contains(args, "--log-stderr")
+end
+
+---@class ctxd.StoreHolder
+---@field pid integer the daemon holding the store
+---@field log? string its log file, when known
+---@field log_to_stderr? boolean it logs to the editor that started it
+
+--- When this editor's `ctxd serve` relays to a daemon another editor started on the same
+--- store (the store's lock is held by another process): that daemon. Its pid comes from
+--- `<state dir>/ctxd.lock`, else from the relay's log line; its log from its command line.
+---@return ctxd.StoreHolder|nil
+function M.store_holder()
+  local caps = state.capabilities
+  if not caps or type(caps.stateDir) ~= "string" then
+    return nil
+  end
+  local mine = type(caps.processId) == "number" and caps.processId or M.pid()
+  local holder
+  local lock = io.open(vim.fs.joinpath(caps.stateDir, "ctxd.lock"), "r")
+  if lock then
+    holder = tonumber(vim.trim(lock:read("*a") or ""))
+    lock:close()
+  end
+  if not holder then
+    local log = config_mod.log_path(state.config, caps.stateDir)
+    for _, line in ipairs(log and vim.fn.filereadable(log) == 1 and vim.fn.readfile(log) or {}) do
+      holder = tonumber(line:match("relaying to it.*holder=Some%((%d+)%)") or line:match("holder=Some%((%d+)%).*relaying to it") or "") or holder
+    end
+  end
+  if not holder or holder == mine then
+    return nil
+  end
+  local log, to_stderr = log_of_process(holder)
+  if not log and not to_stderr and vim.uv.fs_stat("/proc/" .. holder) then
+    log = vim.fs.joinpath(caps.stateDir, "logs", "ctxd.log") -- its default
+  end
+  return { pid = holder, log = log, log_to_stderr = to_stderr }
 end
 
 M.describe_error = errors.describe

@@ -90,8 +90,16 @@ end
 function M.undo_compact(done)
   local observed = claude_session()
   if observed then
-    return M.claude_request("ctx/claudeUndo", observed, nil, function()
-      vim.notify("ctxd: the Claude Code session's last compaction is undone", vim.log.levels.INFO)
+    return M.claude_request("ctx/claudeUndo", observed, nil, function(result)
+      -- Token figures when the daemon's answer has them (older answers do not).
+      local numbers = ""
+      if type(result) == "table" and result.preTokens and result.postTokens then
+        numbers = string.format(": %s → %s tokens", render.format_count(result.preTokens), render.format_count(result.postTokens))
+      end
+      vim.notify(
+        "ctxd: the Claude Code session's last compaction is undone" .. numbers .. "; the transcript is as it was before it",
+        vim.log.levels.INFO
+      )
     end, done)
   end
   session_request("ctx/undoCompact", {}, function(result)
@@ -213,6 +221,10 @@ function M.refresh(session_id, usage)
   end)
 end
 
+--- Shown above the breakdown when the daemon is too old to give the whole context view.
+M.OLD_DAEMON_NOTE =
+  "This ctxd is too old to list memory files, rules and files read: the breakdown below is all it reports. Update ctxd for the whole view."
+
 --- Shows the current session's context in a float: `ctx/context` (memory files with
 --- their sizes, rules waiting for a read, read files), or the breakdown from
 --- `ctx/usage` with a note when the daemon does not have `ctx/context`. The float
@@ -248,7 +260,7 @@ function M.context(done)
         vim.notify(errors.describe("ctx/usage", usage_err), vim.log.levels.ERROR)
         return done(nil)
       end
-      local note = "This ctxd has no ctx/context yet; the breakdown is from ctx/usage."
+      local note = M.OLD_DAEMON_NOTE
       done(show(id, { usage = usage_result.usage }, note))
     end)
   end)
@@ -342,6 +354,23 @@ function M.log_lines()
     table.insert(lines, string.format("The daemon's own log (%s), last lines:", path))
     vim.list_extend(lines, vim.list_slice(content, math.max(1, #content - 199)))
   end
+  local stderr = client.stderr_tail(50)
+  if #stderr > 0 then
+    table.insert(lines, "")
+    table.insert(lines, "The daemon's stderr (what it said before its log was open, and panics), last lines:")
+    vim.list_extend(lines, stderr)
+  end
+  local holder = client.is_ready() and client.store_holder() or nil
+  if holder then
+    table.insert(lines, "")
+    if holder.log and vim.fn.filereadable(holder.log) == 1 then
+      local content = vim.fn.readfile(holder.log)
+      table.insert(lines, string.format("This editor's ctxd relays to the daemon that holds the store (pid %d); its log (%s), last lines:", holder.pid, holder.log))
+      vim.list_extend(lines, vim.list_slice(content, math.max(1, #content - 199)))
+    else
+      table.insert(lines, string.format("This editor's ctxd relays to the daemon that holds the store (pid %d), which logs to the editor that started it.", holder.pid))
+    end
+  end
   return lines
 end
 
@@ -370,22 +399,12 @@ function M.claude_request(method, observed, instructions, report, done)
   end
   client.request(method, params, function(err, result)
     if err then
-      vim.notify(errors.is_method_not_found(err) and M.claude_method_missing(method) or errors.describe(method, err), vim.log.levels.ERROR)
+      vim.notify(errors.describe(method, err), vim.log.levels.ERROR)
     else
       report(result)
     end
     done(err, result)
   end)
-end
-
----@param method string
----@return string
-function M.claude_method_missing(method)
-  return string.format(
-    "ctxd: this ctxd cannot %s a Claude Code session yet (it does not have %s). Update ctxd, or run /compact in Claude Code.",
-    method == "ctx/claudeUndo" and "undo a compaction of" or "compact",
-    method
-  )
 end
 
 --- Compacts an observed Claude Code session after a confirmation that says what is written.
@@ -420,25 +439,59 @@ function M.compact_claude(observed, focus, done)
   end)
 end
 
---- Picks one of the observed Claude Code sessions (newest active first) and shows its context.
+--- The picker's entry that unpins the statusline.
+M.FOLLOW_NEWEST = "Follow the session that changed last"
+
+--- Picks one of the Claude Code sessions of the current directory (every transcript of
+--- its project folder, newest written first: the files on disk, so every editor lists the
+--- same), pins it to the statusline and shows its context. A session the daemon does not
+--- follow yet is followed first. When one is pinned, the first entry unpins.
+---@param done? fun(buf: integer|nil)
 function M.pick_session(done)
   done = done or function() end
-  local list = claude.list()
-  if #list == 0 then
+  local listed = claude.listed()
+  if #listed == 0 then
     vim.notify("ctxd: no Claude Code session found for this directory yet", vim.log.levels.INFO)
     return done(nil)
   end
-  vim.ui.select(list, {
-    prompt = "Claude Code session",
-    format_item = function(s)
-      return require("ctxd").observed_status(s) .. "  " .. (s.claude_session_id or s.session_id)
+  local shown = claude.get()
+  local pinned = claude.pinned()
+  local items = {}
+  if pinned then
+    table.insert(items, { follow_newest = true })
+  end
+  vim.list_extend(items, listed)
+  vim.ui.select(items, {
+    prompt = "Claude Code session (shown in the statusline from now on)",
+    format_item = function(item)
+      if item.follow_newest then
+        return M.FOLLOW_NEWEST
+      end
+      local text = item.session and item.session.usage and require("ctxd").observed_status(item.session) or "not followed yet"
+      local here = shown and item.session and item.session.session_id == shown.session_id
+      return text .. "  " .. item.claude_session_id .. (here and (pinned and "  (pinned)" or "  (shown)") or "")
     end,
   }, function(choice)
     if not choice then
       return done(nil)
     end
-    local note = string.format("Claude Code session %s (%s), observed by ctxd.", choice.claude_session_id or choice.session_id, choice.transcript or choice.project_dir)
-    done(show(choice.session_id, { usage = choice.usage }, note))
+    if choice.follow_newest then
+      claude.pin(nil)
+      return done(nil)
+    end
+    claude.follow(client.request, choice, function(err, session)
+      if err or not session then
+        vim.notify(errors.describe("ctx/observe", err or {}), vim.log.levels.ERROR)
+        return done(nil)
+      end
+      claude.pin(session.session_id)
+      local note = string.format(
+        "Claude Code session %s (%s), observed by ctxd.",
+        session.claude_session_id or session.session_id,
+        session.transcript or session.project_dir
+      )
+      done(show(session.session_id, { usage = session.usage }, note))
+    end)
   end)
 end
 
@@ -456,6 +509,18 @@ local SUBCOMMANDS = {
   log = { run = function() M.log() end, desc = "the client's start log and the daemon's log" },
   restart = { run = function() require("ctxd").restart() end, desc = "restart the daemon" },
 }
+
+--- The usage line `:Ctxd` with no argument prints.
+---@return string
+function M.usage()
+  local names = vim.tbl_keys(SUBCOMMANDS)
+  table.sort(names)
+  local lines = { "Usage: :Ctxd {" .. table.concat(names, "|") .. "}" }
+  for _, name in ipairs(names) do
+    table.insert(lines, string.format("  %-9s %s", name, SUBCOMMANDS[name].desc))
+  end
+  return table.concat(lines, "\n")
+end
 
 --- `:Ctxd` completion: the subcommands, then the windows after `window`.
 function M.complete(lead, line)
@@ -478,13 +543,13 @@ function M.register()
   command("Ctxd", function(args)
     local name = args.fargs[1]
     local sub = name and SUBCOMMANDS[name]
-    if not sub then
-      local names = vim.tbl_keys(SUBCOMMANDS)
-      table.sort(names)
-      return vim.notify("ctxd: :Ctxd {subcommand}, one of: " .. table.concat(names, ", "), vim.log.levels.ERROR)
+    if not name then
+      return vim.notify(M.usage(), vim.log.levels.INFO)
+    elseif not sub then
+      return vim.notify("ctxd: no subcommand " .. name .. ". " .. M.usage(), vim.log.levels.ERROR)
     end
     sub.run(vim.trim(args.args:sub(#name + 1)), args.fargs)
-  end, { nargs = "+", complete = M.complete, desc = "ctxd: compact, undo, context, window, sessions, history, log, restart" })
+  end, { nargs = "*", complete = M.complete, desc = "ctxd: compact, undo, context, window, sessions, history, log, restart" })
   command("CtxdCompact", function(args)
     M.compact(args.args)
   end, { nargs = "?", desc = "ctxd: compact the current session, with optional focus instructions" })

@@ -55,20 +55,31 @@ function M.init_options(config)
   return next(options) ~= nil and options or nil
 end
 
+--- The log file a `ctxd` command line names (`--log-file FILE` or `--log-file=FILE`).
+---@param args string[]
+---@return string|nil
+function M.log_file_arg(args)
+  for i, arg in ipairs(args) do
+    if arg == "--log-file" and args[i + 1] then
+      return args[i + 1]
+    end
+    local value = arg:match("^%-%-log%-file=(.+)$")
+    if value then
+      return value
+    end
+  end
+  return nil
+end
+
 --- The daemon's log file: `--log-file` of `cmd` (or `log_file` for the default
 --- command), else `<stateDir>/logs/ctxd.log` as the daemon announced its state dir.
 ---@param config ctxd.Config
 ---@param state_dir? string the `stateDir` from the daemon's capabilities
 ---@return string|nil
 function M.log_path(config, state_dir)
-  for i, arg in ipairs(type(config.cmd) == "table" and config.cmd or {}) do
-    if arg == "--log-file" and config.cmd[i + 1] then
-      return config.cmd[i + 1]
-    end
-    local value = arg:match("^%-%-log%-file=(.+)$")
-    if value then
-      return value
-    end
+  local named = M.log_file_arg(type(config.cmd) == "table" and config.cmd or {})
+  if named then
+    return named
   end
   if state_dir then
     return vim.fs.joinpath(state_dir, "logs", "ctxd.log")

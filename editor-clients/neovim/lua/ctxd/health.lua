@@ -33,7 +33,22 @@ function M.check()
 
   health.start("ctxd: daemon")
   local caps = state.capabilities
-  if client.is_ready() and caps then
+  local holder = client.is_ready() and client.store_holder() or nil
+  if client.is_ready() and caps and holder then
+    -- Another editor's daemon holds the store: this one only relays to it.
+    health.ok(string.format(
+      "running: this editor's ctxd (pid %s) relays to the daemon that holds the store, pid %d (started by another editor), ctxd %s, protocol %s",
+      tostring(client.pid()),
+      holder.pid,
+      caps.version,
+      caps.protocol
+    ))
+    health.info(
+      holder.log and ("that daemon's log: " .. holder.log .. " (:CtxdLog shows its end)")
+        or "that daemon logs to the editor that started it (VS Code: the ctxd output channel)"
+    )
+    health.info("state dir: " .. caps.stateDir)
+  elseif client.is_ready() and caps then
     health.ok(string.format("running (pid %s), ctxd %s, protocol %s", tostring(client.pid()), caps.version, caps.protocol))
     health.info("state dir: " .. caps.stateDir)
     health.info("methods: " .. table.concat(caps.methods, ", "))
@@ -54,7 +69,7 @@ function M.check()
   end
   local log = config_mod.log_path(state.config, caps and caps.stateDir)
   if log and vim.fn.filereadable(log) == 1 then
-    health.ok("log: " .. log .. " (:CtxdLog)")
+    health.ok((holder and "the relay's log: " or "log: ") .. log .. " (:CtxdLog)")
   else
     health.warn("no log file found" .. (log and (" at " .. log) or ""))
   end

@@ -30,6 +30,16 @@ function M.setup(opts)
   local config = config_mod.resolve(opts)
   define_highlights()
   require("ctxd.commands").register()
+  -- A later `:cd` (or `:tcd`, `:lcd`) into a project shows its Claude Code sessions.
+  vim.api.nvim_create_autocmd("DirChanged", {
+    group = vim.api.nvim_create_augroup("ctxd.directory", { clear = true }),
+    callback = function()
+      local current = client.state.config
+      if current and current.observe_claude_code and client.state.observing then
+        require("ctxd.claude").moved_to(client.request, vim.fn.getcwd())
+      end
+    end,
+  })
   client.start(config)
 end
 
@@ -53,7 +63,7 @@ function M.update_settings(settings)
   client.notify("workspace/didChangeConfiguration", { settings = settings })
 end
 
---- An observed Claude Code session's status: `ctx 50.0% · 27.0k to compact · 40.0k · claude-sonnet-4-5`.
+--- An observed Claude Code session's status: `ctx 50.0% · 77.0k to compact · 90.0k · claude-opus-4-6`.
 ---@param observed ctxd.ObservedSession
 ---@return string
 function M.observed_status(observed)
@@ -72,7 +82,7 @@ end
 ---@return string
 function M.status(session_id)
   local session = sessions.get(session_id)
-  local down = client.state.down and ("ctxd down: " .. client.state.down.reason:gsub("^ctxd ", "")) or nil
+  local down = client.state.down and ("ctxd down: " .. client.state.down.cause:gsub("^ctxd ", "")) or nil
   if not session then
     local observed = not session_id and require("ctxd.claude").get() or nil
     if down then

@@ -98,7 +98,12 @@ function M.summary_rows(usage)
     { "Warning at", f(usage.warning) },
     { "Auto-compact at", auto_compact_at },
     { "Blocked at", f(usage.blocked) },
-    { "Until compaction", string.format("%s (%s%%)", f(usage.tokensUntilCompact), percent(usage.percentUntilCompact)) },
+    {
+      "Until compaction",
+      -- With auto-compact off nothing compacts at the threshold: no count-down to show.
+      usage.autoCompactEnabled and string.format("%s (%s%%)", f(usage.tokensUntilCompact), percent(usage.percentUntilCompact))
+        or "none (auto-compact off)",
+    },
   }
 end
 

@@ -109,6 +109,14 @@ export class FakeStatusBarItem {
     }
 }
 
+export interface FakeNotification {
+    title: string;
+    message: string;
+    open: boolean;
+    /** The user closes it (its Cancel button). */
+    cancel(): void;
+}
+
 export interface FakeDocument {
     uri: Uri;
     getText(): string;
@@ -133,6 +141,8 @@ export const fake = {
     contentProviders: new Map<string, ContentProvider>(),
     commands: new Map<string, (...args: unknown[]) => unknown>(),
     progressTitles: [] as string[],
+    /** Progress notifications: their title, last message, and whether still on screen. */
+    notifications: [] as FakeNotification[],
     outputShown: 0,
     config: {} as Record<string, unknown>,
     outputChannels: [] as { name: string; lines: string[] }[],
@@ -151,6 +161,7 @@ export const fake = {
         this.contentProviders = new Map();
         this.commands = new Map();
         this.progressTitles = [];
+        this.notifications = [];
         this.outputShown = 0;
         this.config = {};
         this.outputChannels = [];
@@ -217,9 +228,24 @@ export const window = {
     showInformationMessage: message("info"),
     showWarningMessage: message("warning"),
     showErrorMessage: message("error"),
-    async withProgress<R>(options: { title?: string }, task: (progress: { report(v: unknown): void }) => Promise<R>): Promise<R> {
+    async withProgress<R>(
+        options: { title?: string; location?: ProgressLocation },
+        task: (progress: { report(v: { message?: string }): void }, token: { onCancellationRequested(l: () => void): Disposable }) => Promise<R>,
+    ): Promise<R> {
         fake.progressTitles.push(options.title ?? "");
-        return task({ report() {} });
+        const cancelled = new EventEmitter<void>();
+        const notification: FakeNotification = {
+            title: options.title ?? "",
+            message: "",
+            open: options.location === ProgressLocation.Notification,
+            cancel: () => cancelled.fire(),
+        };
+        fake.notifications.push(notification);
+        try {
+            return await task({ report: (v) => (notification.message = v.message ?? notification.message) }, { onCancellationRequested: (l) => cancelled.event(l) });
+        } finally {
+            notification.open = false;
+        }
     },
     async showTextDocument(document: FakeDocument): Promise<void> {
         fake.shownDocuments.push(document);
