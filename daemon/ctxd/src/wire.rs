@@ -133,9 +133,18 @@ pub fn compacted(done: CompactAnswer, after: &UsageSnapshot) -> Result<proto::Co
         summary_path: done.summarizer.path.map(summary_path),
         fidelity_appended: done.fidelity_appended as u64,
         problems: done.problems,
-        origin: done.origin,
+        origin: compact_origin(done.origin),
         usage: usage(after),
     })
+}
+
+fn compact_origin(origin: ctxd_core::compact::lifecycle::Origin) -> proto::CompactOrigin {
+    use ctxd_core::compact::lifecycle::Origin;
+    match origin {
+        Origin::Requested => proto::CompactOrigin::Requested,
+        Origin::Joined => proto::CompactOrigin::Joined,
+        Origin::Queued => proto::CompactOrigin::Queued,
+    }
 }
 
 pub fn undone(done: UndoAnswer) -> proto::UndoCompactResult {
