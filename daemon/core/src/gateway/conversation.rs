@@ -27,7 +27,7 @@ use sha2::{Digest, Sha256};
 pub type Hash = [u8; 32];
 
 /// How Claude Code's summary instruction opens.
-const INSTRUCTION_OPENING: &str = "CRITICAL: Respond with TEXT ONLY";
+pub const INSTRUCTION_OPENING: &str = "CRITICAL: Respond with TEXT ONLY";
 /// What the instruction asks for, somewhere in it.
 const INSTRUCTION_ASKS_FOR: &str = "<summary>";
 

@@ -112,6 +112,36 @@ pub fn answer_text(prepared: &str, covered: usize, delta: &[Value]) -> Result<St
     Ok(format!("<analysis>\n{analysis}\n</analysis>\n\n<summary>\n{}\n</summary>", outcome.summary))
 }
 
+/// The text and usage of a whole Messages answer (the preparation's), streamed or JSON.
+/// `None` when it reports no usage (an error, or not an answer at all).
+pub fn reply_of(kind: super::AnswerKind, bytes: &[u8]) -> Option<(String, TokenUsage)> {
+    let mut scan = super::AnswerScan::new(kind);
+    scan.feed(bytes);
+    let usage = scan.into_facts().usage?;
+    let mut text = String::new();
+    match kind {
+        super::AnswerKind::EventStream => {
+            for line in bytes.split(|b| *b == b'\n') {
+                let Some(data) = line.strip_prefix(b"data:") else { continue };
+                let Ok(event) = serde_json::from_slice::<Value>(data) else { continue };
+                if event["type"] == "content_block_delta" && event["delta"]["type"] == "text_delta" {
+                    text.push_str(event["delta"]["text"].as_str().unwrap_or(""));
+                }
+            }
+        }
+        super::AnswerKind::Json => {
+            let answer: Value = serde_json::from_slice(bytes).ok()?;
+            for block in answer["content"].as_array().into_iter().flatten() {
+                if block["type"] == "text" {
+                    text.push_str(block["text"].as_str().unwrap_or(""));
+                }
+            }
+        }
+        super::AnswerKind::Other => return None,
+    }
+    Some((text, usage))
+}
+
 /// One server-sent event.
 fn event(out: &mut String, name: &str, data: &Value) {
     out.push_str("event: ");
@@ -215,6 +245,17 @@ mod tests {
         let body = parse_summary_reply(&checked).unwrap();
         assert!(body.contains("unicode identifiers"), "{body}");
         assert!(checked.starts_with("<analysis>\nthe model's draft"));
+    }
+
+    #[test]
+    fn a_preparations_reply_is_read_from_a_stream_or_json() {
+        let usage = TokenUsage { input_tokens: 5, output_tokens: 9, ..TokenUsage::default() };
+        let stream = event_stream("m", "claude-opus-5-5", REPLY, &usage);
+        assert_eq!(reply_of(AnswerKind::EventStream, stream.as_bytes()), Some((REPLY.to_owned(), usage)));
+        let json = json!({"content": [{"type": "text", "text": "a"}, {"type": "tool_use"}, {"type": "text", "text": "b"}],
+            "usage": {"input_tokens": 5, "output_tokens": 9}});
+        assert_eq!(reply_of(AnswerKind::Json, json.to_string().as_bytes()), Some(("ab".to_owned(), usage)));
+        assert_eq!(reply_of(AnswerKind::Json, br#"{"type":"error","error":{"type":"overloaded_error"}}"#), None);
     }
 
     #[test]
