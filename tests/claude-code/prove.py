@@ -689,6 +689,8 @@ def main():
                 interactive_statusline(w)
                 import gateway  # tests/claude-code/gateway.py: the program behind `ctxd gateway`
                 gateway.run(w, check)
+                import instant  # tests/claude-code/instant.py: `/compact` answered by the gateway
+                instant.run(w, check)
     finally:
         w.close()
     passed = sum(RESULTS)

@@ -43,6 +43,9 @@ pub struct Conversation<'a> {
     pub messages_end: usize,
     /// Hash of the model, system blocks and tools.
     pub shape: Hash,
+    /// The request offers tools: a turn of the agent's loop, not a side request (a
+    /// title, a classification) that Claude Code sends with the same session id.
+    pub has_tools: bool,
 }
 
 /// Why a body is not a conversation the gateway can compare.
@@ -89,6 +92,7 @@ pub fn read(body: &[u8]) -> Result<Conversation<'_>, Unreadable> {
     if text.as_bytes().get(messages_end) != Some(&b']') {
         return Err(Unreadable::NotJson("the messages list does not end where its last message does".into()));
     }
+    let has_tools = top.tools.is_some_and(|t| !matches!(t.get().trim(), "[]" | "null"));
     let mut shape = Sha256::new();
     for (name, part) in [("system", top.system), ("tools", top.tools)] {
         shape.update(name.as_bytes());
@@ -101,7 +105,15 @@ pub fn read(body: &[u8]) -> Result<Conversation<'_>, Unreadable> {
     }
     shape.update(b"model\0");
     shape.update(model.as_bytes());
-    Ok(Conversation { body: text, model, stream: top.stream, messages, messages_end, shape: shape.finalize().into() })
+    Ok(Conversation {
+        body: text,
+        model,
+        stream: top.stream,
+        messages,
+        messages_end,
+        shape: shape.finalize().into(),
+        has_tools,
+    })
 }
 
 impl Conversation<'_> {
@@ -292,8 +304,10 @@ mod tests {
         let text = body(&turn()).replace("]}],\"", "]} ] ,\"");
         let conversation = read(text.as_bytes()).unwrap();
         assert_eq!(conversation.model, "claude-opus-5-5");
-        assert!(conversation.stream);
+        assert!(conversation.stream && conversation.has_tools);
         assert_eq!(conversation.messages.len(), 3);
+        let side = text.replace(r#""tools":[{"name":"Read","input_schema":{"type":"object"}}]"#, r#""tools":[]"#);
+        assert!(!read(side.as_bytes()).unwrap().has_tools, "a side request offers no tools");
         assert_eq!(&text[conversation.messages_end..conversation.messages_end + 1], "]");
         let last = conversation.messages[2].get();
         assert!(text[..conversation.messages_end].trim_end().ends_with(last));

@@ -112,8 +112,9 @@ pub async fn intercept(
         Intercepted::Forward(Inbound::Read(Some(body)), guard)
     };
     let Some(session) = session else { return forward("it names no session", None, None, body) };
-    let read = conversation::read(&body).and_then(|c| Ok((c.values()?, c.model.clone(), c.shape, c.stream)));
-    let (values, model, shape, stream) = match read {
+    let read =
+        conversation::read(&body).and_then(|c| Ok((c.values()?, c.model.clone(), c.shape, c.stream, c.has_tools)));
+    let (values, model, shape, stream, has_tools) = match read {
         Ok(read) => read,
         Err(e) => {
             let guard = preparer.sent(&session, None);
@@ -121,6 +122,11 @@ pub async fn intercept(
         }
     };
     let Some(ask) = conversation::compaction_ask(values) else {
+        if !has_tools {
+            // A side request (title, classification): not the conversation to fork.
+            let guard = preparer.sent(&session, None);
+            return Intercepted::Forward(Inbound::Read(Some(body)), Some(guard));
+        }
         let newest = Newest {
             body: body.clone(),
             headers: super::forward::forwardable(&parts.headers, true),

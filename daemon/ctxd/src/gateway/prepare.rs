@@ -61,11 +61,19 @@ struct Slot {
     touched: u64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Inner {
     slots: HashMap<String, Slot>,
     kept_bytes: usize,
+    /// [`MAX_KEPT_BYTES`] but in tests.
+    max_kept_bytes: usize,
     clock: u64,
+}
+
+impl Default for Inner {
+    fn default() -> Inner {
+        Inner { slots: HashMap::new(), kept_bytes: 0, max_kept_bytes: MAX_KEPT_BYTES, clock: 0 }
+    }
 }
 
 /// See the module docs.
@@ -111,7 +119,7 @@ impl Inner {
 
     /// Drops the least recently used kept bodies until `more` bytes fit.
     fn make_room(&mut self, more: usize) {
-        while self.kept_bytes + more > MAX_KEPT_BYTES {
+        while self.kept_bytes + more > self.max_kept_bytes {
             let oldest = self
                 .slots
                 .iter()
@@ -136,17 +144,20 @@ impl Preparer {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A Messages request of `session` goes upstream; `newest` when it is an ordinary
-    /// turn whose body may be forked later.
+    /// A Messages request of `session` goes upstream; `newest` when it is a turn of the
+    /// agent's loop whose body may be forked later (it replaces the one kept; other
+    /// requests leave it).
     pub fn sent(&self, session: &str, newest: Option<Newest>) -> InFlight {
         let mut inner = self.lock();
-        let size = newest.as_ref().map_or(0, |n| n.body.len());
-        let old = inner.slot(session).newest.take().map_or(0, |n| n.body.len());
-        inner.kept_bytes -= old;
-        if let Some(newest) = newest.filter(|_| size <= MAX_KEPT_BYTES) {
-            inner.make_room(size);
-            inner.kept_bytes += size;
-            inner.slot(session).newest = Some(newest);
+        if let Some(newest) = newest {
+            let size = newest.body.len();
+            let old = inner.slot(session).newest.take().map_or(0, |n| n.body.len());
+            inner.kept_bytes -= old;
+            if size <= inner.max_kept_bytes {
+                inner.make_room(size);
+                inner.kept_bytes += size;
+                inner.slot(session).newest = Some(newest);
+            }
         }
         inner.slot(session).in_flight += 1;
         InFlight { inner: self.inner.clone(), session: session.to_owned() }
@@ -310,5 +321,40 @@ impl Preparer {
             tracing::warn!(session, error = %e, "gateway: a prepared summary cannot be saved; kept in memory only");
         }
         Ok(prepared)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn newest(bytes: usize) -> Option<Newest> {
+        Some(Newest { body: Bytes::from(vec![b'x'; bytes]), headers: HeaderMap::new(), target: "/v1/messages".into() })
+    }
+
+    #[test]
+    fn kept_bodies_stay_within_the_cap_and_in_flight_marks_count_down() {
+        let preparer = Preparer::new(PrepareSettings::default(), None, LiveFigures::default());
+        preparer.lock().max_kept_bytes = 1000;
+        let a = preparer.sent("a", newest(400));
+        let b = preparer.sent("b", newest(400));
+        let side = preparer.sent("a", None);
+        assert!(preparer.lock().slots["a"].newest.is_some(), "a side request leaves the kept one");
+        let c = preparer.sent("c", newest(400));
+        {
+            let inner = preparer.lock();
+            assert_eq!(inner.kept_bytes, 800);
+            assert!(inner.slots["b"].newest.is_none(), "the least recently used body went first");
+            assert_eq!(inner.slots["a"].in_flight, 2);
+        }
+        let too_big = preparer.sent("d", newest(2000));
+        assert!(preparer.lock().slots["d"].newest.is_none(), "a body alone past the cap is not kept");
+        drop((a, b, side, c, too_big));
+        let inner = preparer.lock();
+        assert!(inner.slots.values().all(|s| s.in_flight == 0 && s.answered_at.is_some()));
+        assert_eq!(inner.kept_bytes, 800);
+        drop(inner);
+        preparer.compacting("a");
+        assert_eq!(preparer.lock().kept_bytes, 400, "a compacting session's request is let go");
     }
 }
