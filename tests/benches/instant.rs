@@ -42,7 +42,8 @@ fn body(messages: &[Value]) -> String {
     let user_id = json!({"device_id": "d", "account_uuid": "", "session_id": SESSION}).to_string();
     json!({"model": "claude-opus-5-5", "stream": true, "max_tokens": 32000,
         "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],
-        "tools": [], "messages": messages, "metadata": {"user_id": user_id}})
+        "tools": [{"name": "Read", "description": "read a file", "input_schema": {"type": "object"}}],
+        "messages": messages, "metadata": {"user_id": user_id}})
     .to_string()
 }
 
@@ -70,8 +71,8 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     let rt = gateway::runtime();
     let upstream = gateway::upstream(&rt);
-    let gw = Gateway::start(dir.path(), &upstream.url(), &["--precompute-idle", "1", "--precompute-at", "10"], &[])
-        .unwrap();
+    let gw =
+        Gateway::start(dir.path(), &upstream.url(), &["--precompute-idle", "1", "--precompute-at", "10"], &[]).unwrap();
     println!("instant compaction bench: ctxd {}", ctxd_e2e::ctxd_bin().display());
 
     // ~600k tokens of conversation, ending with a user message: the session's turn.
@@ -84,7 +85,8 @@ fn main() {
         assert!(Instant::now() < deadline, "no preparation");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let instruction = json!({"type": "text", "text": format!("{CLAUDE_INSTRUCTION}. Write an <analysis>, then a <summary>.")});
+    let instruction =
+        json!({"type": "text", "text": format!("{CLAUDE_INSTRUCTION}. Write an <analysis>, then a <summary>.")});
 
     // Full cover: the instruction appended to the last user message.
     let mut full = prefix.clone();
@@ -100,7 +102,11 @@ fn main() {
         let mut times = Vec::new();
         for _ in 0..rounds {
             let (ms, answer) = time_one(&gw, &request);
-            assert!(answer.contains("x-ctxd-instant-compaction"), "not answered by the gateway: {}", &answer[..answer.len().min(400)]);
+            assert!(
+                answer.contains("x-ctxd-instant-compaction"),
+                "not answered by the gateway: {}",
+                &answer[..answer.len().min(400)]
+            );
             times.push(ms);
         }
         println!(
@@ -112,10 +118,7 @@ fn main() {
             times.iter().copied().fold(0.0, f64::max),
         );
     }
-    let forwarded = upstream
-        .received()
-        .iter()
-        .filter(|r| String::from_utf8_lossy(&r.body).contains(CLAUDE_INSTRUCTION))
-        .count();
+    let forwarded =
+        upstream.received().iter().filter(|r| String::from_utf8_lossy(&r.body).contains(CLAUDE_INSTRUCTION)).count();
     println!("compaction requests that reached the upstream: {forwarded}");
 }

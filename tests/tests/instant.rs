@@ -245,7 +245,8 @@ fn two_compaction_requests_of_one_session_at_once_are_both_answered() {
                 let request = client.post(&url).header("x-stub", "fast").body(compact_request(SESSION, MODEL, &[]));
                 async move {
                     let answer = request.send().await.unwrap();
-                    let instant = answer.headers().get("x-ctxd-instant-compaction").map(|v| v.to_str().unwrap().to_owned());
+                    let instant =
+                        answer.headers().get("x-ctxd-instant-compaction").map(|v| v.to_str().unwrap().to_owned());
                     (instant, stream_text(&answer.bytes().await.unwrap()))
                 }
             };

@@ -41,8 +41,8 @@ pub struct Conversation<'a> {
     pub messages: Vec<&'a RawValue>,
     /// Byte offset in `body` of the `]` that closes `messages`.
     pub messages_end: usize,
-    /// Hash of the model, system blocks and tools.
-    pub shape: Hash,
+    system: Option<&'a RawValue>,
+    tools: Option<&'a RawValue>,
     /// The request offers tools: a turn of the agent's loop, not a side request (a
     /// title, a classification) that Claude Code sends with the same session id.
     pub has_tools: bool,
@@ -93,30 +93,45 @@ pub fn read(body: &[u8]) -> Result<Conversation<'_>, Unreadable> {
         return Err(Unreadable::NotJson("the messages list does not end where its last message does".into()));
     }
     let has_tools = top.tools.is_some_and(|t| !matches!(t.get().trim(), "[]" | "null"));
-    let mut shape = Sha256::new();
-    for (name, part) in [("system", top.system), ("tools", top.tools)] {
-        shape.update(name.as_bytes());
-        shape.update([0]);
-        if let Some(raw) = part {
-            let value: Value = serde_json::from_str(raw.get()).map_err(|e| Unreadable::NotJson(e.to_string()))?;
-            shape.update(canonical(&value));
-        }
-        shape.update([0]);
-    }
-    shape.update(b"model\0");
-    shape.update(model.as_bytes());
     Ok(Conversation {
         body: text,
         model,
         stream: top.stream,
         messages,
         messages_end,
-        shape: shape.finalize().into(),
+        system: top.system,
+        tools: top.tools,
         has_tools,
     })
 }
 
 impl Conversation<'_> {
+    /// Hash of the model, system blocks and tools (what must be equal for the upstream
+    /// to read the same cache, and for a summary to be of this conversation).
+    pub fn shape(&self) -> Result<Hash, Unreadable> {
+        let mut shape = Sha256::new();
+        for (name, part) in [("system", self.system), ("tools", self.tools)] {
+            shape.update(name.as_bytes());
+            shape.update([0]);
+            if let Some(raw) = part {
+                let value: Value = serde_json::from_str(raw.get()).map_err(|e| Unreadable::NotJson(e.to_string()))?;
+                shape.update(canonical(&value));
+            }
+            shape.update([0]);
+        }
+        shape.update(b"model\0");
+        shape.update(self.model.as_bytes());
+        Ok(shape.finalize().into())
+    }
+
+    /// Whether the last message ends with Claude Code's summary instruction: one parse
+    /// of that message, so an ordinary turn costs no more.
+    pub fn asks_for_summary(&self) -> bool {
+        let Some(last) = self.messages.last() else { return false };
+        let Ok(last) = serde_json::from_str::<Value>(last.get()) else { return false };
+        compaction_ask(vec![last]).is_some()
+    }
+
     /// The messages as values (one parse of each).
     pub fn values(&self) -> Result<Vec<Value>, Unreadable> {
         self.messages
@@ -325,16 +340,16 @@ mod tests {
 
     #[test]
     fn the_shape_is_model_system_and_tools_but_not_cache_markers() {
-        let base = read(body(&turn()).as_bytes()).unwrap().shape;
+        let base = read(body(&turn()).as_bytes()).unwrap().shape().unwrap();
         let moved = body(&turn()).replace(r#","cache_control":{"type":"ephemeral"}}],"tools""#, r#"}],"tools""#);
         assert_ne!(moved, body(&turn()));
-        assert_eq!(read(moved.as_bytes()).unwrap().shape, base, "a cache marker moved");
+        assert_eq!(read(moved.as_bytes()).unwrap().shape().unwrap(), base, "a cache marker moved");
         for other in [
             body(&turn()).replace("claude-opus-5-5", "claude-sonnet-4-5"),
             body(&turn()).replace("\"sys\"", "\"other system\""),
             body(&turn()).replace("\"Read\"", "\"Write\""),
         ] {
-            assert_ne!(read(other.as_bytes()).unwrap().shape, base, "{other}");
+            assert_ne!(read(other.as_bytes()).unwrap().shape().unwrap(), base, "{other}");
         }
     }
 
@@ -363,6 +378,9 @@ mod tests {
         let ask = compaction_ask(messages.clone()).unwrap();
         assert_eq!(ask.form, CompactionForm::Separate);
         assert_eq!(ask.covered, messages[..4]);
+        let text = body(&Value::Array(messages.clone()));
+        assert!(read(text.as_bytes()).unwrap().asks_for_summary());
+        assert!(!read(body(&turn()).as_bytes()).unwrap().asks_for_summary());
         messages[4] = json!({"role": "user", "content": INSTRUCTION});
         assert_eq!(compaction_ask(messages).unwrap().covered.len(), 4, "string content");
     }

@@ -15,7 +15,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use ctxd_core::gateway::conversation::{self, PrefixHash};
+use ctxd_core::gateway::conversation::{self, CompactionForm, PrefixHash};
 use ctxd_core::gateway::{RequestScan, instant as answer};
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, SizeHint};
@@ -26,6 +26,7 @@ use hyper::{Response, StatusCode};
 use super::Gateway;
 use super::body::GatewayBody;
 use super::prepare::{InFlight, Newest, Preparer};
+use super::prepared::Prepared;
 
 /// Request bytes being read whole at once, all requests together.
 pub const MAX_READING_BYTES: usize = 256 << 20;
@@ -112,16 +113,17 @@ pub async fn intercept(
         Intercepted::Forward(Inbound::Read(Some(body)), guard)
     };
     let Some(session) = session else { return forward("it names no session", None, None, body) };
-    let read =
-        conversation::read(&body).and_then(|c| Ok((c.values()?, c.model.clone(), c.shape, c.stream, c.has_tools)));
-    let (values, model, shape, stream, has_tools) = match read {
-        Ok(read) => read,
+    // An ordinary turn costs one scan of the body and one parse of its last message; a
+    // compaction request is read whole, off the runtime's workers.
+    let glance = conversation::read(&body).map(|c| (c.asks_for_summary(), c.has_tools));
+    let (asks, has_tools) = match glance {
+        Ok(glance) => glance,
         Err(e) => {
             let guard = preparer.sent(&session, None);
             return forward(&format!("not read as a conversation ({e})"), Some(&session), Some(guard), body);
         }
     };
-    let Some(ask) = conversation::compaction_ask(values) else {
+    if !asks {
         if !has_tools {
             // A side request (title, classification): not the conversation to fork.
             let guard = preparer.sent(&session, None);
@@ -134,7 +136,7 @@ pub async fn intercept(
         };
         let guard = preparer.sent(&session, Some(newest));
         return Intercepted::Forward(Inbound::Read(Some(body)), Some(guard));
-    };
+    }
     preparer.compacting(&session);
     let (prepared, preparing) = preparer.prepared(&session);
     let refuse = |why: String| {
@@ -146,32 +148,14 @@ pub async fn intercept(
             if preparing { "its preparation is still running" } else { "nothing prepared for the session" }.into(),
         );
     };
-    if !stream {
-        return refuse("it does not ask for a stream".into());
-    }
-    if prepared.model != model {
-        return refuse(format!("prepared for {}, asked of {model}", prepared.model));
-    }
-    if prepared.shape != shape {
-        return refuse("its system blocks or tools differ from the prepared summary's".into());
-    }
-    if ask.covered.len() < prepared.covered {
-        return refuse(format!(
-            "it covers {} messages, fewer than the {} the summary was prepared for",
-            ask.covered.len(),
-            prepared.covered
-        ));
-    }
-    if PrefixHash::of(&ask.covered, prepared.covered).hash() != prepared.prefix {
-        return refuse(format!(
-            "its first {} messages differ from those the summary was prepared for",
-            prepared.covered
-        ));
-    }
-    let delta = ask.covered.len() - prepared.covered;
-    let text = match answer::answer_text(&prepared.reply, prepared.covered, &ask.covered[prepared.covered..]) {
-        Ok(text) => text,
-        Err(e) => return refuse(e.to_string()),
+    let decided = {
+        let (body, prepared) = (body.clone(), prepared.clone());
+        tokio::task::spawn_blocking(move || decide(&body, &prepared)).await
+    };
+    let (text, model, delta, form) = match decided {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(why)) => return refuse(why),
+        Err(e) => return refuse(format!("its reading failed ({e})")),
     };
     let id = format!("msg_ctxd_{}", uuid::Uuid::new_v4().simple());
     let stream = answer::event_stream(&id, &model, &text, &prepared.usage);
@@ -179,7 +163,7 @@ pub async fn intercept(
         session = %session,
         covered = prepared.covered,
         delta,
-        form = ?ask.form,
+        form = ?form,
         "gateway: compaction answered from the prepared summary"
     );
     let mut response = Response::new(GatewayBody::full(stream));
@@ -190,4 +174,37 @@ pub async fn intercept(
         headers.insert("x-ctxd-instant-compaction", value);
     }
     Intercepted::Answered(response)
+}
+
+/// Whether `prepared` stands for the compaction request `body`, and if so the answer's
+/// text, the model, the number of messages past the prepared prefix and the form; else
+/// why not.
+fn decide(body: &[u8], prepared: &Prepared) -> Result<(String, String, usize, CompactionForm), String> {
+    let conversation = conversation::read(body).map_err(|e| format!("not read as a conversation ({e})"))?;
+    let (model, stream) = (conversation.model.clone(), conversation.stream);
+    let shape = conversation.shape().map_err(|e| format!("not read as a conversation ({e})"))?;
+    let values = conversation.values().map_err(|e| format!("not read as a conversation ({e})"))?;
+    let ask = conversation::compaction_ask(values).ok_or("its instruction is not where Claude Code puts it")?;
+    if !stream {
+        return Err("it does not ask for a stream".into());
+    }
+    if prepared.model != model {
+        return Err(format!("prepared for {}, asked of {model}", prepared.model));
+    }
+    if prepared.shape != shape {
+        return Err("its system blocks or tools differ from the prepared summary's".into());
+    }
+    if ask.covered.len() < prepared.covered {
+        return Err(format!(
+            "it covers {} messages, fewer than the {} the summary was prepared for",
+            ask.covered.len(),
+            prepared.covered
+        ));
+    }
+    if PrefixHash::of(&ask.covered, prepared.covered).hash() != prepared.prefix {
+        return Err(format!("its first {} messages differ from those the summary was prepared for", prepared.covered));
+    }
+    let delta = &ask.covered[prepared.covered..];
+    let text = answer::answer_text(&prepared.reply, prepared.covered, delta).map_err(|e| e.to_string())?;
+    Ok((text, model, delta.len(), ask.form))
 }

@@ -308,7 +308,7 @@ impl Preparer {
         let prepared = Prepared {
             session_id: session.to_owned(),
             model: conversation.model.clone(),
-            shape: conversation.shape,
+            shape: conversation.shape().map_err(|e| e.to_string())?,
             covered: values.len(),
             prefix: PrefixHash::of(&values, values.len()).hash(),
             reply,
