@@ -76,7 +76,7 @@ fn main() {
     println!("instant compaction bench: ctxd {}", ctxd_e2e::ctxd_bin().display());
 
     // ~600k tokens of conversation, ending with a user message: the session's turn.
-    let prefix_messages = 600_000 * BYTES_PER_TOKEN / MESSAGE_BYTES | 1;
+    let prefix_messages = (600_000 * BYTES_PER_TOKEN / MESSAGE_BYTES) | 1;
     let prefix = turns(0, prefix_messages);
     let (_, answer) = time_one(&gw, &body(&prefix));
     assert!(answer.contains("FAST"), "{answer}");
