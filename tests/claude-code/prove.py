@@ -25,6 +25,10 @@ Checks (each prints "ok" or "FAIL", then a closing "N passed, N failed" line):
 5. behind `ctxd gateway` (gateway.py): identical request bodies with and without it,
    `/ctxd/sessions` figures equal to the stub's usage, and the 1M window.
 
+6. instant compaction behind `ctxd gateway` (instant.py): a summary prepared through a
+   fork of the idle session's last request answers the program's `/compact` at once
+   (the stub would take 20 s), and `--resume` sends each message once.
+
 With --bench: a session of about --mb megabytes from `ctxd-gen-session` is resumed
 untouched and after the daemon compacted it while idle (`claudeIdleCompaction`, observed
 with `ctx/observe`); the time from launch to the first request reaching the stub and
