@@ -35,6 +35,10 @@ Checks (each prints "ok" or "FAIL", then a closing "N passed, N failed" line):
 9. `ctxd claude setup --no-shell` in a fresh home: the program runs the status line it
    set and shows ctxd's line with the 1M window; `--undo` takes it out again.
 
+6. instant compaction behind `ctxd gateway` (instant.py): a summary prepared through a
+   fork of the idle session's last request answers the program's `/compact` at once
+   (the stub would take 20 s), and `--resume` sends each message once.
+
 With --bench: a session of about --mb megabytes from `ctxd-gen-session` is resumed
 untouched and after the daemon compacted it while idle (`claudeIdleCompaction`, observed
 with `ctx/observe`); the time from launch to the first request reaching the stub and
@@ -837,6 +841,8 @@ def main():
                 live.live_session(w, check, Lsp, texts)
                 recall.run(w.claude, w.ctxd, os.path.join(w.work, "recall"), check)
                 gateway.run(w, check)
+                import instant  # tests/claude-code/instant.py: `/compact` answered by the gateway
+                instant.run(w, check)
     finally:
         w.close()
     passed = sum(RESULTS)

@@ -8,6 +8,10 @@
 //! events), `fast` (a whole stream at once), `gzip` (the same, gzip-encoded), `count` (a `count_tokens` answer),
 //! `error` (529 `overloaded_error`), `cut` (a stream that breaks off), `hang`
 //! (never answers; says when the gateway drops the request), `redirect:URL` (307).
+//!
+//! Whatever the mode, a summary request gets a summary: ctxd's preparation fork (its
+//! instruction) at once, Claude Code's own compaction request after [`SLOW_SUMMARY`], as
+//! a model takes its time to write one (see [`summary_answer`]).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test support: a failed step is a failed test
 
@@ -178,6 +182,15 @@ async fn answer(request: hyper::Request<hyper::body::Incoming>, shared: Shared) 
         headers: parts.headers.iter().map(|(n, v)| (n.as_str().to_owned(), v.as_bytes().to_vec())).collect(),
         body: body.clone(),
     });
+    if let Some(delay) = summary_delay(&body) {
+        tokio::time::sleep(delay).await;
+        let answer = message_start() + &stream_tail(&summary_answer(&body));
+        return hyper::Response::builder()
+            .status(200)
+            .header("content-type", "text/event-stream")
+            .body(full(answer))
+            .unwrap();
+    }
     let respond = |status: u16, kind: &str, body: StubBody| {
         hyper::Response::builder()
             .status(status)
@@ -257,6 +270,45 @@ async fn answer(request: hyper::Request<hyper::body::Incoming>, shared: Shared) 
             respond(200, "text/event-stream", body)
         }
     }
+}
+
+/// How ctxd's summary instruction (the preparation fork's) begins.
+pub const CTXD_INSTRUCTION: &str = "This conversation is about to be replaced by a written summary";
+/// How Claude Code's summary instruction begins (its compaction request).
+pub const CLAUDE_INSTRUCTION: &str = "CRITICAL: Respond with TEXT ONLY";
+/// How long the stub takes to write Claude Code's summary.
+pub const SLOW_SUMMARY: Duration = Duration::from_secs(3);
+
+/// `Some(delay)` for a summary request: none for ctxd's fork, [`SLOW_SUMMARY`] for
+/// Claude Code's.
+fn summary_delay(body: &[u8]) -> Option<Duration> {
+    let has = |needle: &str| body.windows(needle.len()).any(|w| w == needle.as_bytes());
+    if has(CTXD_INSTRUCTION) {
+        Some(Duration::ZERO)
+    } else if has(CLAUDE_INSTRUCTION) {
+        Some(SLOW_SUMMARY)
+    } else {
+        None
+    }
+}
+
+/// The stub's summary: an analysis and a `<summary>` that names every `MARK-…` word of
+/// the request, as a model's summary names what the user asked.
+pub fn summary_answer(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let mut marks: Vec<&str> = text
+        .match_indices("MARK-")
+        .map(|(at, _)| {
+            let end = text[at + 5..].find(|c: char| !c.is_ascii_alphanumeric()).map_or(text.len(), |e| at + 5 + e);
+            &text[at..end]
+        })
+        .collect();
+    marks.sort_unstable();
+    marks.dedup();
+    format!(
+        "<analysis>STUB-DRAFT</analysis>\n<summary>\n1. Primary Request and Intent:\n   STUB-SUMMARY of {}\n</summary>",
+        marks.join(", ")
+    )
 }
 
 /// `ctxd gateway` in front of an upstream.

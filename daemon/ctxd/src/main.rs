@@ -74,6 +74,14 @@ enum Command {
         /// Seconds a connection may wait before sending a request (tests).
         #[arg(long, hide = true)]
         idle_seconds: Option<f64>,
+        /// Prepare a session's summary once it has been idle this long (default: the
+        /// setting `gateway.precomputeIdleSeconds`, else 120).
+        #[arg(long = "precompute-idle", value_name = "SECONDS")]
+        precompute_idle: Option<u64>,
+        /// ... when its context is at least this percent of Claude Code's auto-compact
+        /// threshold (default: `gateway.precomputeAtPercent`, else 60).
+        #[arg(long = "precompute-at", value_name = "PERCENT", value_parser = clap::value_parser!(u64).range(0..=100))]
+        precompute_at: Option<u64>,
     },
     /// MCP server on stdio: the history search for an agent (`claude mcp add ctxd -- ctxd mcp`).
     Mcp,
@@ -290,9 +298,18 @@ fn main() -> ExitCode {
                 serve(state_dir, env, Limits { max_message_bytes, ..Limits::default() }).await
             }
             Some(Command::Statusline) => Ok(ExitCode::SUCCESS),
-            Some(Command::Gateway { listen, upstream, allow_remote, idle_seconds }) => {
+            Some(Command::Gateway { listen, upstream, allow_remote, idle_seconds, precompute_idle, precompute_at }) => {
                 let idle = idle_seconds.filter(|s| s.is_finite() && *s > 0.0).map(std::time::Duration::from_secs_f64);
-                let options = ctxd::gateway::host::Options { state_dir, env, listen, upstream, allow_remote, idle };
+                let options = ctxd::gateway::host::Options {
+                    state_dir,
+                    env,
+                    listen,
+                    upstream,
+                    allow_remote,
+                    idle,
+                    precompute_idle,
+                    precompute_at,
+                };
                 ctxd::gateway::host::run(options, |at| {
                     // The one line on stdout: where to point Claude Code (scripts read it).
                     let mut stdout = std::io::stdout().lock();

@@ -53,6 +53,18 @@ pub struct GatewaySettings {
     /// Where requests are forwarded (default `https://api.anthropic.com`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream: Option<String>,
+    /// Prepare live sessions' summaries in the background and answer Claude Code's
+    /// compaction from them at once (default true; off for models ctxd's model table
+    /// does not know).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precompute: Option<bool>,
+    /// Seconds a session must be idle before its summary is prepared (default 120).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precompute_idle_seconds: Option<u64>,
+    /// Least context, in percent of Claude Code's auto-compact threshold, for an idle
+    /// session to be prepared (default 60; from 90 % it is prepared between turns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub precompute_at_percent: Option<u64>,
 }
 
 impl GatewaySettings {
@@ -69,6 +81,15 @@ impl GatewaySettings {
         }
         if upper.upstream.is_some() {
             self.upstream = upper.upstream;
+        }
+        if upper.precompute.is_some() {
+            self.precompute = upper.precompute;
+        }
+        if upper.precompute_idle_seconds.is_some() {
+            self.precompute_idle_seconds = upper.precompute_idle_seconds;
+        }
+        if upper.precompute_at_percent.is_some() {
+            self.precompute_at_percent = upper.precompute_at_percent;
         }
     }
 

@@ -125,6 +125,12 @@ export interface GatewaySettings {
     listen?: string;
     /** Default `https://api.anthropic.com`. */
     upstream?: string;
+    /** Prepare live sessions' summaries so Claude Code's compaction is answered at once (default true). */
+    precompute?: boolean;
+    /** Idle seconds before a session's summary is prepared (default 120). */
+    precomputeIdleSeconds?: number;
+    /** Least context, in percent of Claude Code's auto-compact threshold (default 60). */
+    precomputeAtPercent?: number;
 }
 
 /**

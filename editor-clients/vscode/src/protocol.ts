@@ -400,6 +400,19 @@ export interface GatewaySettings {
     listen?: string | null;
     /** Where requests are forwarded (default `https://api.anthropic.com`). */
     upstream?: string | null;
+    /**
+     * Prepare live sessions' summaries in the background and answer Claude Code's
+     * compaction from them at once (default true; off for models ctxd's model table
+     * does not know).
+     */
+    precompute?: boolean | null;
+    /** Seconds a session must be idle before its summary is prepared (default 120). */
+    precomputeIdleSeconds?: number | null;
+    /**
+     * Least context, in percent of Claude Code's auto-compact threshold, for an idle
+     * session to be prepared (default 60; from 90 % it is prepared between turns).
+     */
+    precomputeAtPercent?: number | null;
 }
 
 /** Why the model does not see a message. */

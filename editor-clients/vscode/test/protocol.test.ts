@@ -85,7 +85,7 @@ const settingsKeys = {
     memoryFileNames: true, observeClaudeProjects: true, claudeIdleCompaction: true, claudeIdleCompactAfterSeconds: true,
     claudeIdleCompactPercent: true, trustedFolders: true, importFolders: true, gateway: true,
 } satisfies Keys<ext.Settings>;
-const gatewaySettingsKeys = { enabled: true, listen: true, upstream: true } satisfies Keys<ext.GatewaySettings>;
+const gatewaySettingsKeys = { enabled: true, listen: true, upstream: true, precompute: true, precomputeIdleSeconds: true, precomputeAtPercent: true } satisfies Keys<ext.GatewaySettings>;
 const modelSettingsKeys = { autoCompactWindow: true } satisfies Keys<ext.ModelSettings>;
 
 type OptionalKeys<T> = { [K in keyof T]-?: undefined extends T[K] ? K : never }[keyof T];

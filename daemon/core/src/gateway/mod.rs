@@ -7,10 +7,17 @@
 //!   lifetime).
 //! - [`answer`]: the usage an answer reports, streamed (SSE) or whole (JSON).
 //! - [`json_scan`]: the bounded streaming JSON scanner both readers use.
+//! - Instant compaction: [`conversation`] (a request as a conversation: Claude Code's
+//!   compaction request, the prefix and shape hashes), [`fork`] (the preparation
+//!   request), [`prepare`] (when to prepare), [`instant`] (the answer and its stream).
 
 pub mod answer;
+pub mod conversation;
+pub mod fork;
 pub mod head;
+pub mod instant;
 pub mod json_scan;
+pub mod prepare;
 pub mod request;
 
 pub use answer::{AnswerFacts, AnswerKind, AnswerScan};

@@ -61,7 +61,7 @@ pub type OnRequestEnd = Box<dyn FnOnce(&RequestFacts) + Send + Sync>;
 
 /// The client's request body on its way upstream.
 pub struct UpBody {
-    inner: Mutex<hyper::body::Incoming>,
+    inner: Mutex<super::instant::Inbound>,
     scan: Option<RequestScan>,
     seen: u64,
     limit: u64,
@@ -75,7 +75,7 @@ pub struct UpBody {
 impl UpBody {
     /// `scan`: read the body as a Messages request; `on_end` runs when it has passed.
     pub fn new(
-        inner: hyper::body::Incoming,
+        inner: super::instant::Inbound,
         scan: bool,
         limit: u64,
         exchange: Arc<Exchange>,
@@ -282,6 +282,8 @@ pub struct DownBody {
     remaining: Option<u64>,
     /// Held until the answer has passed: the gateway's limit on streams in flight.
     _permit: tokio::sync::OwnedSemaphorePermit,
+    /// The session's in-flight mark (instant compaction), held as long.
+    _in_flight: Option<super::prepare::InFlight>,
 }
 
 impl DownBody {
@@ -298,7 +300,13 @@ impl DownBody {
             scan: read.map(|(kind, coding, recorder)| (Reader::new(kind, coding), recorder)),
             remaining,
             _permit: permit,
+            _in_flight: None,
         }
+    }
+
+    /// Holds the session's in-flight mark until the answer has passed.
+    pub fn hold(&mut self, in_flight: Option<super::prepare::InFlight>) {
+        self._in_flight = in_flight;
     }
 
     /// The answer has passed whole: its figures go to the registry.

@@ -252,6 +252,8 @@ mod tests {
             upstream: "http://127.0.0.1:9".into(),
             allow_remote: false,
             limits: crate::gateway::Limits::default(),
+            prepare: Default::default(),
+            state_dir: None,
         };
         let bound = runtime.block_on(crate::gateway::bind(config, live)).unwrap();
         let addr = bound.local_addr().unwrap();

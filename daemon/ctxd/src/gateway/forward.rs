@@ -84,6 +84,17 @@ async fn forward(
     let header_session =
         request.headers().get(SESSION_HEADER).and_then(|v| decide::session_id(Some(v.as_bytes()), &Default::default()));
     let (parts, incoming) = request.into_parts();
+    // Instant compaction reads a Messages request whole first (see `instant`).
+    let (inbound, in_flight) = match &gateway.preparer {
+        Some(preparer) if turn => {
+            match super::instant::intercept(&gateway, preparer, &parts, incoming, target, header_session.clone()).await
+            {
+                super::instant::Intercepted::Answered(response) => return response,
+                super::instant::Intercepted::Forward(inbound, in_flight) => (inbound, in_flight),
+            }
+        }
+        _ => (super::instant::Inbound::Streaming(incoming), None),
+    };
     let exchange = Arc::new(Exchange::default());
     let on_end: OnRequestEnd = {
         let live = gateway.live.clone();
@@ -94,7 +105,7 @@ async fn forward(
             }
         })
     };
-    let body = UpBody::new(incoming, turn, limits.max_body_bytes, exchange.clone(), on_end);
+    let body = UpBody::new(inbound, turn, limits.max_body_bytes, exchange.clone(), on_end);
     let Ok(method_up) = reqwest::Method::from_bytes(method.as_bytes()) else {
         return error(StatusCode::BAD_REQUEST, "invalid_request_error", "ctxd gateway: a method HTTP does not know");
     };
@@ -123,7 +134,8 @@ async fn forward(
         (kind, coding, Recorder { live: gateway.live.clone(), exchange: exchange.clone(), header_session })
     });
     let upstream: Response<reqwest::Body> = answer.into();
-    let body = DownBody::new(upstream.into_body(), recorder, permit);
+    let mut body = DownBody::new(upstream.into_body(), recorder, permit);
+    body.hold(in_flight);
     let mut response = Response::new(GatewayBody::Down(Box::new(body)));
     *response.status_mut() = status;
     *response.headers_mut() = headers;
@@ -132,7 +144,7 @@ async fn forward(
 
 /// The headers to pass on: all but the hop-by-hop ones and those `Connection` names;
 /// a request also loses `Host` (the upstream's is set from its URL) and `Expect`.
-fn forwardable(headers: &HeaderMap, request: bool) -> HeaderMap {
+pub(super) fn forwardable(headers: &HeaderMap, request: bool) -> HeaderMap {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
@@ -162,7 +174,7 @@ fn forwardable(headers: &HeaderMap, request: bool) -> HeaderMap {
     out
 }
 
-fn error(status: StatusCode, kind: &str, message: &str) -> Response<GatewayBody> {
+pub(super) fn error(status: StatusCode, kind: &str, message: &str) -> Response<GatewayBody> {
     let mut response = Response::new(GatewayBody::full(decide::error_body(kind, message)));
     *response.status_mut() = status;
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -31,6 +31,10 @@ pub struct Options {
     pub allow_remote: bool,
     /// Overrides [`Limits::idle`] (tests).
     pub idle: Option<Duration>,
+    /// `--precompute-idle`, `--precompute-at`: over `gateway.precomputeIdleSeconds`
+    /// and `gateway.precomputeAtPercent`.
+    pub precompute_idle: Option<u64>,
+    pub precompute_at: Option<u64>,
 }
 
 /// Runs until SIGINT or SIGTERM. `announce` is told the bound address once the
@@ -51,7 +55,15 @@ pub async fn run(options: Options, announce: impl FnOnce(SocketAddr)) -> anyhow:
     if let Some(idle) = options.idle {
         limits.idle = idle;
     }
-    let config = Config { listen, upstream, allow_remote: options.allow_remote, limits };
+    let prepare = super::prepare_settings(&settings, options.precompute_idle, options.precompute_at);
+    let config = Config {
+        listen,
+        upstream,
+        allow_remote: options.allow_remote,
+        limits,
+        prepare,
+        state_dir: Some(options.state_dir.clone()),
+    };
 
     let hosted = host_services(&options).await;
     let live = hosted.as_ref().map_or_else(LiveFigures::default, |(sessions, _)| sessions.live_figures());

@@ -115,6 +115,11 @@ impl LiveFigures {
         entry.live.send_replace(Some(Arc::new(live)));
     }
 
+    /// The session's newest figures, if it has an answer (the registry is not touched).
+    pub fn latest(&self, session_id: &str) -> Option<Arc<Live>> {
+        self.lock().sessions.get(session_id).and_then(|e| e.live.borrow().clone())
+    }
+
     /// Follows a session's figures (the current ones, if any, are there at once).
     pub fn watch(&self, session_id: &str) -> watch::Receiver<Option<Arc<Live>>> {
         let mut inner = self.lock();

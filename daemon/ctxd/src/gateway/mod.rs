@@ -15,6 +15,9 @@
 //! - [`client`]: reading a running gateway's figures from another process (`ctxd
 //!   statusline`).
 //! - [`host`]: the foreground command, which also hosts the daemon's services.
+//! - Instant compaction: [`prepare`] (summaries prepared in the background through a
+//!   fork of each session's newest request), [`prepared`] (kept on disk), [`instant`]
+//!   (a compaction request answered from one, or forwarded saying why).
 //!
 //! Bounds: header bytes, body bytes (the API's 32 MB), streams in flight, open
 //! connections, and how long a connection may sit without sending a request head.
@@ -23,9 +26,13 @@ pub mod body;
 pub mod client;
 pub mod forward;
 pub mod host;
+pub mod instant;
 pub mod live;
+pub mod prepare;
+pub mod prepared;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -76,6 +83,11 @@ pub struct Config {
     /// Clients beyond loopback (`--allow-remote`).
     pub allow_remote: bool,
     pub limits: Limits,
+    /// Instant compaction: when to prepare summaries (`enabled: false` turns preparation
+    /// and instant answers off).
+    pub prepare: ctxd_core::gateway::prepare::PrepareSettings,
+    /// Where prepared summaries are kept across restarts (memory only without one).
+    pub state_dir: Option<PathBuf>,
 }
 
 /// What a request handler reaches.
@@ -86,6 +98,10 @@ pub struct Gateway {
     pub client: reqwest::Client,
     pub live: LiveFigures,
     pub streams: Arc<Semaphore>,
+    /// Instant compaction, when on.
+    pub preparer: Option<Arc<prepare::Preparer>>,
+    /// KiB of request bodies being read whole (see [`instant::MAX_READING_BYTES`]).
+    pub reading: Arc<Semaphore>,
 }
 
 /// A listen address: `host:port` of an IP (a name would resolve to who knows what).
@@ -136,6 +152,9 @@ impl Bound {
     /// Accepts and serves connections until the task is dropped or the runtime ends.
     pub async fn serve(self) {
         let Bound { listener, gateway } = self;
+        // Preparations run while the gateway serves, and stop with it.
+        let _preparing =
+            gateway.preparer.clone().map(|preparer| AbortOnDrop(tokio::spawn(preparer.run(gateway.clone()))));
         let connections = Arc::new(Semaphore::new(gateway.config.limits.max_connections));
         loop {
             let Ok(permit) = connections.clone().acquire_owned().await else { return };
@@ -176,6 +195,15 @@ impl Bound {
     }
 }
 
+/// Ends a background task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Builds the gateway and binds its socket (so a port in use is an error here, before
 /// anything is announced).
 pub async fn bind(config: Config, live: LiveFigures) -> Result<Bound, String> {
@@ -196,12 +224,17 @@ pub async fn bind(config: Config, live: LiveFigures) -> Result<Bound, String> {
         .await
         .map_err(|e| format!("gateway: cannot listen on {}: {e}", config.listen))?;
     let streams = Arc::new(Semaphore::new(config.limits.max_streams));
-    Ok(Bound { listener, gateway: Arc::new(Gateway { config, upstream, client, live, streams }) })
+    let preparer = config.prepare.enabled.then(|| {
+        let store = config.state_dir.as_deref().map(prepared::PreparedStore::new);
+        Arc::new(prepare::Preparer::new(config.prepare, store, live.clone()))
+    });
+    let reading = Arc::new(Semaphore::new(instant::MAX_READING_BYTES / 1024));
+    Ok(Bound { listener, gateway: Arc::new(Gateway { config, upstream, client, live, streams, preparer, reading }) })
 }
 
 /// The gateway the settings ask for inside the shared daemon (`gateway.enabled`): bound
 /// and serving in the background, or a warning in the log saying why not.
-pub fn start_in_daemon(settings: &ctxd_proto::GatewaySettings, live: LiveFigures) {
+pub fn start_in_daemon(settings: &ctxd_proto::GatewaySettings, live: LiveFigures, state_dir: PathBuf) {
     let listen = match listen_address(settings.listen_or_default(), false) {
         Ok(addr) => addr,
         Err(e) => {
@@ -214,6 +247,8 @@ pub fn start_in_daemon(settings: &ctxd_proto::GatewaySettings, live: LiveFigures
         upstream: settings.upstream_or_default().to_owned(),
         allow_remote: false,
         limits: Limits::default(),
+        prepare: prepare_settings(settings, None, None),
+        state_dir: Some(state_dir),
     };
     tokio::spawn(async move {
         match bind(config, live).await {
@@ -225,4 +260,19 @@ pub fn start_in_daemon(settings: &ctxd_proto::GatewaySettings, live: LiveFigures
             Err(e) => tracing::warn!("{e}; the daemon runs without its gateway"),
         }
     });
+}
+
+/// The preparation settings: the flags of `ctxd gateway` over `gateway.precompute*`
+/// over the defaults (120 s idle, 60 % of the threshold, on).
+pub fn prepare_settings(
+    settings: &ctxd_proto::GatewaySettings,
+    idle_seconds: Option<u64>,
+    at_percent: Option<u64>,
+) -> ctxd_core::gateway::prepare::PrepareSettings {
+    let defaults = ctxd_core::gateway::prepare::PrepareSettings::default();
+    ctxd_core::gateway::prepare::PrepareSettings {
+        enabled: settings.precompute.unwrap_or(defaults.enabled),
+        idle_seconds: idle_seconds.or(settings.precompute_idle_seconds).unwrap_or(defaults.idle_seconds),
+        at_percent: at_percent.or(settings.precompute_at_percent).unwrap_or(defaults.at_percent).min(100),
+    }
 }
