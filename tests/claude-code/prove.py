@@ -21,7 +21,8 @@ Checks (each prints "ok" or "FAIL", then a closing "N passed, N failed" line):
 4. the program run interactively (in a pseudo-terminal) with `ctxd statusline` as its
    `statusLine` command: every time the program calls it, across turns and a
    `/compact`, ctxd's line shows the window, usage and percentage in the JSON the
-   program piped to it, and the "just compacted" mark after the compaction.
+   program piped to it, and the "just compacted" mark after the compaction, with the
+   tokens the compaction kept where the program's usage is all zeros.
 5. a session the program rewound (`--resume-session-at` an earlier reply, then a new
    prompt) is compacted by `ctxd claude compact`: the program resumes the new branch,
    and nothing of the branch left behind comes back in its request.
@@ -29,6 +30,14 @@ Checks (each prints "ok" or "FAIL", then a closing "N passed, N failed" line):
    the TUI quits (`live.py`).
 7. the history search (`recall.py`): with `ctxd mcp` added as its MCP server, the
    program's model finds a phrase from before a compaction and reads its record whole.
+8. behind `ctxd gateway` (gateway.py): identical request bodies with and without it,
+   `/ctxd/sessions` figures equal to the stub's usage, and the 1M window.
+9. `ctxd claude setup --no-shell` in a fresh home: the program runs the status line it
+   set and shows ctxd's line with the 1M window; `--undo` takes it out again.
+
+6. instant compaction behind `ctxd gateway` (instant.py): a summary prepared through a
+   fork of the idle session's last request answers the program's `/compact` at once
+   (the stub would take 20 s), and `--resume` sends each message once.
 
 With --bench: a session of about --mb megabytes from `ctxd-gen-session` is resumed
 untouched and after the daemon compacted it while idle (`claudeIdleCompaction`, observed
@@ -50,6 +59,7 @@ import sys
 import time
 import uuid
 
+import gateway  # the program behind `ctxd gateway`
 import live
 import recall
 
@@ -219,11 +229,35 @@ def statusline_checks(w, sid, window, results):
     line = out.stdout.strip()
     check("status line shows the program's window", window == 1_000_000 and f"/ {short(window)}" in line, f"{window} {line}")
     check("status line shows the program's last usage", want is not None and f"ctx {short(want)} /" in line, f"{want} {line}")
-    # Before the first turn: a zero state, never an error.
+    # Before the first turn of a new session in the same project: the baseline the
+    # program reported for the session before (its first request, less its prompt).
     payload["transcript_path"] = os.path.join(os.path.dirname(path), "not-yet.jsonl")
     out = subprocess.run([w.ctxd, "statusline"], input=json.dumps(payload), capture_output=True, text=True,
                          env=w.env, timeout=60)
-    check("status line before the first turn", "ctx 0 /" in out.stdout, out.stdout)
+    first = first_request_tokens(path)
+    shown = {f"ctx {short(first - cut)} /" for cut in range(0, 501)}
+    check("status line before the first turn: the project's baseline, marked as a new session",
+          first is not None and any(s in out.stdout for s in shown) and "new session" in out.stdout,
+          f"{first} {out.stdout}")
+    # In a project with no earlier session: a zero state, never an error.
+    empty = os.path.join(w.work, "empty-project")
+    os.makedirs(empty, exist_ok=True)
+    payload["transcript_path"] = os.path.join(empty, "not-yet.jsonl")
+    out = subprocess.run([w.ctxd, "statusline"], input=json.dumps(payload), capture_output=True, text=True,
+                         env=w.env, timeout=60)
+    check("status line before the first turn of a new project", "ctx 0 /" in out.stdout, out.stdout)
+
+
+def first_request_tokens(path):
+    """What the first main-chain response of a transcript reported reading."""
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            u = r.get("message", {}).get("usage") if r.get("type") == "assistant" else None
+            if u and not r.get("isSidechain"):
+                return sum(u.get(k, 0) for k in ("input_tokens", "cache_creation_input_tokens",
+                                                   "cache_read_input_tokens"))
+    return None
 
 
 def program_request(requests, mark):
@@ -661,6 +695,55 @@ class Terminal:
         os.waitpid(self.pid, 0)
 
 
+def onboarded(w, home, proj):
+    """A user who has been through the first-run screens, trusts `proj` and approved the key."""
+    with open(os.path.join(home, ".claude.json"), "w") as f:
+        json.dump({"hasCompletedOnboarding": True, "numStartups": 5, "theme": "dark",
+                   "customApiKeyResponses": {"approved": [w.env["ANTHROPIC_API_KEY"][-20:]], "rejected": []},
+                   "projects": {proj: {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}}}, f)
+
+
+def plain(screen):
+    """A terminal's bytes without escape sequences."""
+    import re
+    return re.sub(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07", "", screen.decode("utf-8", "replace"))
+
+
+def setup_statusline(w):
+    """Check 8: `ctxd claude setup` sets the program's status line; the program runs it and
+    shows ctxd's line with its 1M window; `--undo` leaves the home as it was."""
+    home = os.path.join(w.work, "home-setup")
+    proj = os.path.join(w.work, "proj-setup")
+    os.makedirs(home)
+    os.makedirs(proj)
+    onboarded(w, home, proj)
+    before = sorted(os.listdir(home))
+    state = os.path.join(w.work, "setup-state")
+    env = {**w.env, "HOME": home}
+    out = subprocess.run([w.ctxd, "--state-dir", state, "claude", "setup", "--no-shell"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    settings = os.path.join(home, ".claude", "settings.json")
+    check("setup: ctxd claude setup sets the status line", out.returncode == 0 and os.path.exists(settings),
+          out.stdout + out.stderr)
+    term = Terminal(w, proj, home)
+    try:
+        term.pump(30, until=lambda: "to compact" in plain(term.screen))
+        term.type("Setup turn: say hello.")
+        term.pump(60, until=lambda: "STUB-REPLY" in plain(term.screen) and "ctx 0 /" not in plain(term.screen)[-400:])
+        term.pump(3)
+    finally:
+        term.close()
+    screen = plain(term.screen)
+    check("setup: the program shows ctxd's status line, with the 1M window",
+          "to compact" in screen and "/ 1.00M" in screen, screen[-800:])
+    out = subprocess.run([w.ctxd, "--state-dir", state, "claude", "setup", "--undo"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    # What the program itself wrote meanwhile (its own files under ~/.claude) stays.
+    settings_gone = not os.path.exists(settings)
+    check("setup --undo takes the status line out", out.returncode == 0 and settings_gone,
+          out.stdout + out.stderr + str(sorted(os.listdir(home))) + str(before))
+
+
 def interactive_statusline(w):
     """Check 4: the program's own statusLine calls, answered by ctxd."""
     home = os.path.join(w.work, "home-tty")
@@ -674,12 +757,7 @@ def interactive_statusline(w):
     os.chmod(wrapper, 0o755)
     with open(os.path.join(home, ".claude", "settings.json"), "w") as f:
         json.dump({"statusLine": {"type": "command", "command": wrapper}}, f)
-    # A user who has been through the first-run screens, trusts this folder and
-    # approved the key.
-    with open(os.path.join(home, ".claude.json"), "w") as f:
-        json.dump({"hasCompletedOnboarding": True, "numStartups": 5, "theme": "dark",
-                   "customApiKeyResponses": {"approved": [w.env["ANTHROPIC_API_KEY"][-20:]], "rejected": []},
-                   "projects": {proj: {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}}}, f)
+    onboarded(w, home, proj)
 
     def calls():
         if not os.path.exists(log):
@@ -710,6 +788,7 @@ def interactive_statusline(w):
     check("interactive: the program calls ctxd statusline on every turn", len(with_usage()) >= 3,
           f"{len(seen)} calls; screen tail: {term.screen[-600:]!r}")
     wrong = []
+    compacted_lines = []
     for call in seen:
         given = json.loads(call["in"])
         cw = given.get("context_window") or {}
@@ -717,7 +796,13 @@ def interactive_statusline(w):
         total = sum(usage.get(k, 0) for k in ("input_tokens", "cache_creation_input_tokens",
                                               "cache_read_input_tokens", "output_tokens"))
         line = call["out"].strip()
-        ok = f"ctx {short(total)} / {short(cw.get('context_window_size') or 0)}" in line
+        if total == 0 and usage and "just compacted" in line:
+            # Right after /compact the program sends zeros; ctxd shows what the
+            # boundary kept instead.
+            ok = f"/ {short(cw.get('context_window_size') or 0)}" in line and "ctx 0 /" not in line
+            compacted_lines.append(line)
+        else:
+            ok = f"ctx {short(total)} / {short(cw.get('context_window_size') or 0)}" in line
         if cw.get("used_percentage") is not None:
             shown = float(line.split("(")[1].split("%")[0]) if "(" in line else -1
             ok = ok and abs(shown - cw["used_percentage"]) <= 1
@@ -727,6 +812,8 @@ def interactive_statusline(w):
           seen and not wrong, str(wrong[:3]))
     check("interactive: the status line marks the compaction", any("just compacted" in c["out"] for c in seen),
           str([c["out"] for c in seen]))
+    check("interactive: right after /compact (the program's usage all zeros) the line shows what was kept, not 0",
+          bool(compacted_lines), str([c["out"] for c in seen]))
 
 
 def main():
@@ -750,8 +837,12 @@ def main():
                 daemon_compaction_exported(w, sid)
                 rewound_compact_and_resume(w)
                 interactive_statusline(w)
+                setup_statusline(w)
                 live.live_session(w, check, Lsp, texts)
                 recall.run(w.claude, w.ctxd, os.path.join(w.work, "recall"), check)
+                gateway.run(w, check)
+                import instant  # tests/claude-code/instant.py: `/compact` answered by the gateway
+                instant.run(w, check)
     finally:
         w.close()
     passed = sum(RESULTS)

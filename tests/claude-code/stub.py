@@ -14,7 +14,14 @@ a real one does. A summary request in ctxd's own form (its summary system prompt
 is answered with a `<summary>` that starts with STUB-PROVIDER-SUMMARY and names the
 MARK-PROMPT-n markers the request carried, as a model's summary would. Other paths get
 an empty JSON object. Standard library only.
+
+A summary request whose last message carries ctxd's own summary instruction (the
+gateway's preparation fork, which keeps the session's system prompt) is answered the
+same way, at once; with STUB_SLOW_COMPACT=N in the environment, the program's own
+compaction request (its instruction appended) is answered so too, after N seconds, as a
+model takes its time to write a summary.
 """
+import os
 import re
 import json
 import sys
@@ -68,7 +75,9 @@ class Handler(BaseHTTPRequestHandler):
         COUNT[0] += 1
         n = COUNT[0]
         text = f"STUB-REPLY-{n}. Done."
-        if is_ctxd_summary_request(body):
+        if is_program_compaction(body):
+            time.sleep(float(os.environ.get("STUB_SLOW_COMPACT") or 0))
+        if is_ctxd_summary_request(body) or is_ctxd_fork(body) or is_program_compaction(body):
             marks = sorted(set(re.findall(r"MARK-PROMPT-\d+", json.dumps(body.get("messages")))))
             text = ("<analysis>stub</analysis><summary>1. Primary Request and Intent:\n"
                     f"   STUB-PROVIDER-SUMMARY of the prompts {', '.join(marks)}.\n</summary>")
@@ -137,6 +146,27 @@ def is_ctxd_summary_request(body):
     system = body.get("system")
     blocks = system if isinstance(system, list) else [{"text": system or ""}]
     return any(isinstance(b, dict) and CTXD_SUMMARY_SYSTEM in str(b.get("text", "")) for b in blocks)
+
+
+CTXD_FORK_INSTRUCTION = "This conversation is about to be replaced by a written summary"
+PROGRAM_INSTRUCTION = "CRITICAL: Respond with TEXT ONLY"
+
+
+def last_texts(body):
+    """The text blocks of the request's last message."""
+    messages = body.get("messages") or [{}]
+    content = messages[-1].get("content")
+    blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+    return [b.get("text", "") for b in blocks if isinstance(b, dict) and isinstance(b.get("text"), str)]
+
+
+def is_ctxd_fork(body):
+    return any(CTXD_FORK_INSTRUCTION in t for t in last_texts(body))
+
+
+def is_program_compaction(body):
+    return os.environ.get("STUB_SLOW_COMPACT") is not None and any(
+        t.lstrip().startswith(PROGRAM_INSTRUCTION) for t in last_texts(body))
 
 
 def wants_read(messages):

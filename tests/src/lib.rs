@@ -6,6 +6,7 @@
 //! bytes ([`Daemon::send_raw`]) for the malformed-input cases.
 
 pub mod cache;
+pub mod gateway;
 pub mod load;
 pub mod stub;
 
@@ -544,6 +545,26 @@ pub fn read_frame(reader: &mut impl BufRead) -> std::io::Result<Option<Vec<u8>>>
     let mut body = vec![0; length.unwrap_or(0)];
     reader.read_exact(&mut body)?;
     Ok(Some(body))
+}
+
+/// What `ctxd statusline` prints for `stdin`, run with `env` set and without the budget
+/// overrides of the developer's shell; the test fails if it exits with an error.
+pub fn statusline_output(env: &[(&str, &std::ffi::OsStr)], stdin: &str) -> String {
+    let mut child = ctxd_command()
+        .arg("statusline")
+        .env_remove("CLAUDE_CODE_AUTO_COMPACT_WINDOW")
+        .env_remove("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE")
+        .envs(env.iter().copied())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", ctxd_bin().display()));
+    if let Some(mut input) = child.stdin.take() {
+        input.write_all(stdin.as_bytes()).unwrap_or_else(|e| panic!("cannot write the input: {e}"));
+    }
+    let out = child.wait_with_output().unwrap_or_else(|e| panic!("ctxd statusline: {e}"));
+    assert!(out.status.success(), "ctxd statusline failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim_end().to_owned()
 }
 
 /// One HTTP/1.1 request read from a local mock server's connection: its header lines

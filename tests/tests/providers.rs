@@ -174,6 +174,30 @@ fn cancel_request_stops_an_assemble_waiting_for_a_compaction_and_not_the_compact
     assert_eq!(response["result"]["appended"], 1, "{response}");
 }
 
+#[test]
+fn an_assemble_waiting_for_a_compaction_its_client_cancelled_is_answered() {
+    let (port, request_seen, connection_closed) = silent_provider();
+    // No automatic compaction and a blocked level every request passes: with a manual
+    // compaction running, an assemble waits for it.
+    let env = [("DISABLE_AUTO_COMPACT", "1"), ("CLAUDE_CODE_BLOCKING_LIMIT_OVERRIDE", "1000")];
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = opened_records(port, dir.path(), json!({}), &env, 30);
+    let compact = daemon.send_request("ctx/compact", json!({"sessionId": "p"})).unwrap();
+    request_seen.recv_timeout(std::time::Duration::from_secs(30)).expect("the provider got the summary request");
+    let assemble = daemon.send_request("ctx/assemble", json!({"sessionId": "p", "maxTokens": 8000})).unwrap();
+    daemon.wait_log("the assemble held for the compaction", |l| l.contains("waits for the compaction")).unwrap();
+
+    daemon.notify("$/cancelRequest", json!({"id": compact})).unwrap();
+    assert_eq!(daemon.response(compact).unwrap()["error"]["code"], -32800);
+    connection_closed.recv_timeout(std::time::Duration::from_secs(30)).expect("the HTTP request was aborted");
+    // The compaction it waited for will not come: it is answered from the view as it is
+    // (it used to wait until the next compaction ended, maybe never).
+    let answer = daemon.response(assemble).unwrap();
+    assert!(answer.get("result").is_some() || answer["error"]["code"] != -32800, "{answer}");
+    let usage = daemon.request("ctx/usage", json!({"sessionId": "p"})).unwrap();
+    assert_ne!(usage["usage"]["level"], "compacting", "{usage}");
+}
+
 fn too_long_unless_large(body: &str) -> (u16, String) {
     let body: Value = serde_json::from_str(body).unwrap();
     if body["model"] == "claude-large[1m]" {

@@ -3,25 +3,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)] // test code: a failed step is a failed test
 
-use std::io::Write;
-use std::process::Stdio;
-
 use ctxd_e2e::{claude_code_fixture, transcript};
 use serde_json::json;
 
 fn statusline(input: &serde_json::Value) -> String {
-    let mut child = ctxd_e2e::ctxd_command()
-        .arg("statusline")
-        .env_remove("CLAUDE_CODE_AUTO_COMPACT_WINDOW")
-        .env_remove("CLAUDE_AUTOCOMPACT_PCT_OVERRIDE")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(input.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().trim_end().to_owned()
+    ctxd_e2e::statusline_output(&[], &input.to_string())
 }
 
 #[test]
@@ -32,7 +18,8 @@ fn real_claude_code_transcript_after_a_manual_compaction() {
     let line =
         statusline(&json!({"transcript_path": path, "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"}}));
     assert_eq!(line, "Opus 5.5 · ctx 13.9k / 1.00M (1.4%) · 953.0k to compact · ok");
-    // With the program's own figures on stdin, they are the line.
+    // With the program's own figures on stdin, they are the line; the percent is of the
+    // window printed, to a tenth (the program rounds its own to a whole percent: 1).
     let line = statusline(&json!({
         "transcript_path": path,
         "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"},
@@ -42,7 +29,7 @@ fn real_claude_code_transcript_after_a_manual_compaction() {
             "used_percentage": 1,
         },
     }));
-    assert_eq!(line, "Opus 5.5 · ctx 13.9k / 1.00M (1.0%) · 953.1k to compact · ok");
+    assert_eq!(line, "Opus 5.5 · ctx 13.9k / 1.00M (1.4%) · 953.1k to compact · ok");
 }
 
 #[test]

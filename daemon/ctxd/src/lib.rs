@@ -8,10 +8,15 @@
 //! - [`session`]: one actor per open session; the registry that routes commands to them.
 //! - [`shared`]: one daemon for every editor on a store (a socket, and relays to it).
 //! - [`settings`]: settings files, stacked per working directory.
+//! - [`setup`]: `ctxd claude setup` (status line and `claude` shell function, undone byte
+//!   for byte), `ctxd claude run` and `ctxd claude env`.
 //! - [`context`]: the real filesystem for memory files, git facts, the file watcher.
 //! - [`store`]: transcripts on disk (the truth) and the rebuildable sled index.
 //! - [`provider`]: who writes compaction summaries: Anthropic and OpenAI-compatible
 //!   endpoints over HTTP (streaming, retries, typed failures).
+//! - [`gateway`]: the HTTP gateway on the Messages API path (`ctxd gateway`): forwards
+//!   Claude Code's requests and reads each answer's usage as it passes; its `client`
+//!   sees a running gateway from outside (its address, its owner, its live sessions).
 //! - [`history`]: the history index (tantivy) over every transcript, for `ctxd mcp`
 //!   ([`mcp`]) and `ctx/searchHistory`/`ctx/readHistory`.
 //! - [`hooks`]: PreCompact, PostCompact and SessionStart(compact) commands.
@@ -28,6 +33,7 @@ pub mod background;
 pub mod claude;
 pub mod client;
 pub mod context;
+pub mod gateway;
 pub mod history;
 pub mod hooks;
 pub mod interop;
@@ -42,6 +48,7 @@ pub mod replay;
 pub mod server;
 pub mod session;
 pub mod settings;
+pub mod setup;
 pub mod shared;
 pub mod statusline;
 pub mod store;

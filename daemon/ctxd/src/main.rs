@@ -1,4 +1,5 @@
-//! The `ctxd` command: the daemon (`ctxd`, `ctxd serve`) and the commands around it.
+//! The `ctxd` command: the daemon (`ctxd`, `ctxd serve`), the gateway (`ctxd gateway`)
+//! and the commands around it.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -53,6 +54,35 @@ enum Command {
         #[command(subcommand)]
         command: ClaudeCommand,
     },
+    /// The gateway on the Messages API path: point Claude Code at it with
+    /// `ANTHROPIC_BASE_URL=http://127.0.0.1:8417`. Forwards every request unchanged to the
+    /// upstream and reads the live figures of each session from the answers; also hosts
+    /// the daemon (observes Claude Code's projects, idle compaction per the settings,
+    /// editors share it). Runs until SIGINT or SIGTERM.
+    Gateway {
+        /// Address to listen on (default: the setting `gateway.listen`, else 127.0.0.1:8417).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+        /// Where requests go (default: the setting `gateway.upstream`, else
+        /// https://api.anthropic.com).
+        #[arg(long, value_name = "URL")]
+        upstream: Option<String>,
+        /// Listen beyond loopback (API keys pass through the gateway: only on a network
+        /// you trust).
+        #[arg(long)]
+        allow_remote: bool,
+        /// Seconds a connection may wait before sending a request (tests).
+        #[arg(long, hide = true)]
+        idle_seconds: Option<f64>,
+        /// Prepare a session's summary once it has been idle this long (default: the
+        /// setting `gateway.precomputeIdleSeconds`, else 120).
+        #[arg(long = "precompute-idle", value_name = "SECONDS")]
+        precompute_idle: Option<u64>,
+        /// ... when its context is at least this percent of Claude Code's auto-compact
+        /// threshold (default: `gateway.precomputeAtPercent`, else 60).
+        #[arg(long = "precompute-at", value_name = "PERCENT", value_parser = clap::value_parser!(u64).range(0..=100))]
+        precompute_at: Option<u64>,
+    },
     /// MCP server on stdio: the history search for an agent (`claude mcp add ctxd -- ctxd mcp`).
     Mcp,
     /// Drive a Claude Code style transcript through the daemon and print usage per turn.
@@ -88,6 +118,31 @@ enum ClaudeCommand {
         /// A session id or a transcript's path.
         session: String,
     },
+    /// Set up Claude Code for ctxd: its status line runs `ctxd statusline`, and a `claude`
+    /// shell function runs it through ctxd's gateway (the plain program when ctxd is
+    /// gone). Prints what it changed; every changed file is backed up first.
+    Setup {
+        /// Put every file setup changed back as it was.
+        #[arg(long)]
+        undo: bool,
+        /// Leave the shell's start-up files alone (run Claude Code as `ctxd claude run`).
+        #[arg(long, conflicts_with = "undo")]
+        no_shell: bool,
+        /// The shell start-up file for the `claude` function (default: ~/.bashrc or
+        /// ~/.zshrc, after $SHELL).
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["undo", "no_shell"])]
+        shell_rc: Option<PathBuf>,
+    },
+    /// Run Claude Code through ctxd's gateway, starting the gateway when it is not
+    /// running; without it (and saying why) when it cannot be had.
+    Run {
+        /// Arguments for `claude`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
+    /// Print the shell variables that send one `claude` through ctxd's gateway (starting
+    /// it when needed); nothing when it cannot be had. For the `claude` function.
+    Env,
 }
 
 /// A session named on the command line: a path when a file is there, else an id.
@@ -143,8 +198,43 @@ async fn claude(state_dir: &std::path::Path, env: Arc<ProcessEnv>, command: Clau
             let done = ctxd::claude::undo(&path).map_err(|e| anyhow::anyhow!(e))?;
             writeln!(stdout, "undone {}: cut back to {} bytes", done.transcript.display(), done.offset)?;
         }
+        ClaudeCommand::Setup { undo, no_shell, shell_rc } => {
+            let targets = ctxd::setup::Targets::standard(&env, state_dir, shell_rc, no_shell)?;
+            let said = if undo {
+                ctxd::setup::undo(&targets.record_dir)?
+            } else {
+                ctxd::setup::setup(&targets, &this_ctxd()?)?
+            };
+            let mut stdout = std::io::stdout().lock();
+            for line in said {
+                writeln!(stdout, "{line}")?;
+            }
+        }
+        ClaudeCommand::Run { args } => {
+            let vars = gateway_vars(&env, state_dir)?;
+            return Err(ctxd::setup::exec_claude(&env, &args, &vars));
+        }
+        ClaudeCommand::Env => {
+            let vars = gateway_vars(&env, state_dir)?;
+            write!(std::io::stdout(), "{}", ctxd::setup::shell_exports(&vars))?;
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The running ctxd, as the path the status line and the shell function name.
+fn this_ctxd() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    Ok(std::fs::canonicalize(&exe).unwrap_or(exe))
+}
+
+/// The variables for one `claude` through the gateway; none (said on stderr) when it
+/// cannot be had.
+fn gateway_vars(env: &ProcessEnv, state_dir: &std::path::Path) -> anyhow::Result<Vec<(String, String)>> {
+    let mut warn = |why: &str| {
+        let _ = writeln!(std::io::stderr(), "ctxd: {why}");
+    };
+    Ok(ctxd::setup::gateway_env(env, state_dir, &this_ctxd()?, &mut warn).unwrap_or_default())
 }
 
 fn main() -> ExitCode {
@@ -159,15 +249,14 @@ fn main() -> ExitCode {
         // costs at most a second and a megabyte.
         let whole = |b: &[u8]| serde_json::from_slice::<serde::de::IgnoredAny>(b).is_ok();
         let input = ctxd::outside::read_stream(std::io::stdin(), 1 << 20, std::time::Duration::from_secs(1), whole);
-        let _ =
-            writeln!(std::io::stdout(), "{}", ctxd::statusline::run(&String::from_utf8_lossy(&input), env.budget()));
+        let _ = writeln!(std::io::stdout(), "{}", ctxd::statusline::run(&String::from_utf8_lossy(&input), &env));
         return ExitCode::SUCCESS;
     }
     // A panic is logged (stderr is not the protocol, but the log is where people look);
     // the transport turns it into an error reply for the request that caused it.
     std::panic::set_hook(Box::new(|info| tracing::error!(%info, "panic")));
     let state_dir = cli.state_dir.clone().unwrap_or_else(|| env.default_state_dir());
-    let serving = matches!(cli.command, None | Some(Command::Serve { .. }));
+    let serving = matches!(cli.command, None | Some(Command::Serve { .. }) | Some(Command::Gateway { .. }));
     let target = match (&cli.log_file, cli.log_stderr) {
         (Some(file), _) => LogTarget::File(file.clone()),
         (None, true) => LogTarget::Stderr,
@@ -209,6 +298,27 @@ fn main() -> ExitCode {
                 serve(state_dir, env, Limits { max_message_bytes, ..Limits::default() }).await
             }
             Some(Command::Statusline) => Ok(ExitCode::SUCCESS),
+            Some(Command::Gateway { listen, upstream, allow_remote, idle_seconds, precompute_idle, precompute_at }) => {
+                let idle = idle_seconds.filter(|s| s.is_finite() && *s > 0.0).map(std::time::Duration::from_secs_f64);
+                let options = ctxd::gateway::host::Options {
+                    state_dir,
+                    env,
+                    listen,
+                    upstream,
+                    allow_remote,
+                    idle,
+                    precompute_idle,
+                    precompute_at,
+                };
+                ctxd::gateway::host::run(options, |at| {
+                    // The one line on stdout: where to point Claude Code (scripts read it).
+                    let mut stdout = std::io::stdout().lock();
+                    let _ = writeln!(stdout, "ctxd gateway listening on http://{at}");
+                    let _ = stdout.flush();
+                })
+                .await
+                .map(|()| ExitCode::SUCCESS)
+            }
             Some(Command::Import { file, session_id }) => import(&state_dir, &file, session_id),
             Some(Command::Export { session_id }) => {
                 let mut stdout = std::io::stdout().lock();

@@ -278,13 +278,13 @@ const REPLY_TOKENS: u64 = 32_000;
 
 fn report(out: &mut dyn Write, turn: usize, usage: &Value) -> anyhow::Result<()> {
     let tokens = usage["tokens"].as_u64().unwrap_or(0);
-    // `percentUsed` is of the window less the room kept for the reply.
-    let usable = usage["effectiveWindow"].as_u64().unwrap_or(0);
+    // `percentUsed` is of the whole window, as Claude Code counts.
+    let window = usage["window"].as_u64().unwrap_or(0);
     writeln!(
         out,
         "turn {turn:>4}  {:>9} / {} tokens  {:>5.1}% used  {:>9} until compact  {}",
         thousands(tokens),
-        thousands(usable),
+        thousands(window),
         usage["percentUsed"].as_f64().unwrap_or(0.0),
         thousands(usage["tokensUntilCompact"].as_u64().unwrap_or(0)),
         usage["level"].as_str().unwrap_or("?"),

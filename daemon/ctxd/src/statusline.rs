@@ -1,37 +1,61 @@
 //! `ctxd statusline`: Claude Code's `statusLine` command. Reads the JSON Claude Code
-//! passes on stdin (`transcript_path`, `model`, `context_window`, …) and prints one
-//! line: model, context used and percent, tokens until auto-compact, level.
+//! passes on stdin (`transcript_path`, `model`, `context_window`, `prompt_cache`, …) and
+//! prints one line: model, context used and percent, tokens until auto-compact, level,
+//! and the prompt cache (warm and for how long, or cold and what the next turn
+//! re-writes, with its estimated price).
 //!
 //! What the program says about itself wins: `context_window.context_window_size` is the
-//! window, `current_usage` the tokens and `used_percentage` the percent (of the whole
-//! window, as the program counts). The transcript fills in what the input lacks. Before
-//! the first turn there is no transcript yet: the line shows a zero state. Right after a
-//! compaction, the tokens are the boundary's `postTokens` (the program's own count of
-//! what it kept) unless the input carries a usage, and the line says "just compacted".
+//! window, `current_usage` the tokens, `prompt_cache` the cache. The percent is always of
+//! the window printed, by the program's rule (a share of the whole window). The
+//! transcript fills in what the input lacks; ctxd's gateway, when one runs for the
+//! user, fills in the cache (and the tokens when nothing else has them), asked within
+//! [`GATEWAY_DEADLINE`] and left out when it does not answer. Right after a compaction
+//! Claude Code sends a usage of zeros: the tokens are then the boundary's `postTokens`
+//! (the program's own count of what it kept) and the line says "just compacted". Before
+//! the first turn there is no transcript yet: the line shows the baseline (system
+//! prompt, tools, memory) the program reported for the newest earlier session of the
+//! project on the same model, else zero. Input that is not Claude Code's JSON is said to
+//! be so, never shown as a figure.
 //!
 //! It reads the transcript from its end, block by block, only until it meets the last
 //! main-chain response that reported usage (or a compact boundary: right after a
 //! compaction the old usage no longer counts, a mistake other status lines make). So its
 //! cost depends on the size of the last turn, not of the transcript. The numbers come
-//! from the same core functions as the daemon's (`Tally`, `budget`).
+//! from the same core functions as the daemon's (`Tally`, `budget`, `cache_state`).
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
+use std::time::Duration;
 
 use ctxd_core::budget::{EnvConfig, Level, WindowInputs, resolve_window, thresholds};
+use ctxd_core::cache_state::{CacheState, FIVE_MINUTES_SECS, cache_state, prices_for, ttl_seconds};
 use ctxd_core::record::{Kind, Record};
 use ctxd_core::tally::Tally;
 use serde::Deserialize;
 
+use crate::gateway::client;
+use crate::process_env::ProcessEnv;
+use ctxd_proto::GatewaySession;
+
+/// How long the status line waits for the gateway, connecting, asking and reading
+/// together. Loopback answers in well under a millisecond; a gateway that is stuck
+/// costs the line its cache figures, never Claude Code a pause.
+pub const GATEWAY_DEADLINE: Duration = Duration::from_millis(100);
+
 /// The part of Claude Code's status-line input ctxd reads.
 #[derive(Debug, Default, Deserialize)]
 pub struct StatusInput {
+    #[serde(default)]
+    pub session_id: Option<String>,
     #[serde(default)]
     pub transcript_path: Option<String>,
     #[serde(default)]
     pub model: Option<ModelField>,
     #[serde(default)]
     pub context_window: Option<ContextWindowField>,
+    /// Claude Code 2.1.332 and later, once the session has sent a request.
+    #[serde(default)]
+    pub prompt_cache: Option<PromptCacheField>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -46,12 +70,30 @@ pub struct ModelField {
 pub struct ContextWindowField {
     #[serde(default)]
     pub context_window_size: Option<u64>,
-    /// The last response's usage (null before the first response and right after a
-    /// compaction).
+    /// The last response's usage: null before the first response, all zeros right after
+    /// a compaction.
     #[serde(default)]
     pub current_usage: Option<ctxd_core::record::TokenUsage>,
+}
+
+/// Claude Code's own account of the session's prompt cache (`prompt_cache`).
+#[derive(Debug, Default, Deserialize)]
+pub struct PromptCacheField {
     #[serde(default)]
-    pub used_percentage: Option<f64>,
+    pub warm: Option<bool>,
+    /// `false` while no request has read or written the cache.
+    #[serde(default)]
+    pub caching_observed: Option<bool>,
+    /// `"5m"` or `"1h"`.
+    #[serde(default)]
+    pub ttl: Option<String>,
+    /// Unix seconds at which the cache goes cold; null without caching.
+    #[serde(default)]
+    pub expires_at: Option<i64>,
+    /// The last request's input tokens; null when the program expects the next prefix
+    /// to differ anyway (a compaction).
+    #[serde(default)]
+    pub recache_tokens_if_cold: Option<u64>,
 }
 
 /// Bytes read by the first step backwards: a status line is usually asked for right
@@ -82,6 +124,8 @@ pub struct TailUsage {
     pub post_tokens: Option<u64>,
     /// Model named by the last response, if any.
     pub model: Option<String>,
+    /// The walk found a response that reported usage (else the tally is all estimate).
+    pub reported: bool,
 }
 
 /// Reads the transcript backwards until the last main-chain usage or compact boundary.
@@ -151,32 +195,18 @@ pub fn tail_usage(path: &Path) -> std::io::Result<TailUsage> {
         Some(Stop::Boundary(post)) => (true, post),
         _ => (false, None),
     };
+    let reported = matches!(stop, Some(Stop::Usage));
     for record in newest_first.iter().rev() {
         tally.observe(record);
     }
     // A skipped giant line came after the last report (the walk stops at a report).
     count_unparsed(&mut tally, skipped);
-    Ok(TailUsage { tally, after_compaction, post_tokens, model })
+    Ok(TailUsage { tally, after_compaction, post_tokens, model, reported })
 }
 
 enum Stop {
     Usage,
     Boundary(Option<u64>),
-}
-
-/// `compactMetadata.postTokens` of a boundary line.
-pub fn post_tokens(line: &str) -> Option<u64> {
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Boundary {
-        compact_metadata: Option<Metadata>,
-    }
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Metadata {
-        post_tokens: Option<u64>,
-    }
-    serde_json::from_str::<Boundary>(line).ok()?.compact_metadata?.post_tokens
 }
 
 /// Looks at one line (newest first); says when the walk can stop.
@@ -187,13 +217,9 @@ fn consider(line: &[u8], newest_first: &mut Vec<Record>, model: &mut Option<Stri
     let record = std::str::from_utf8(line).ok().and_then(|t| Record::parse(t).ok())?;
     let head = record.head();
     if record.is_compact_boundary() {
-        return Some(Stop::Boundary(post_tokens(record.line())));
+        return Some(Stop::Boundary(ctxd_core::observed::post_tokens(record.line())));
     }
-    let reported = head.kind == Kind::Assistant
-        && head.usage.is_some()
-        && !head.is_sidechain
-        && !head.is_api_error
-        && head.model.as_deref() != Some("<synthetic>");
+    let reported = is_reported_response(&record);
     if reported && model.is_none() {
         *model = head.model.as_deref().map(str::to_owned);
     }
@@ -201,24 +227,67 @@ fn consider(line: &[u8], newest_first: &mut Vec<Record>, model: &mut Option<Stri
     reported.then_some(Stop::Usage)
 }
 
-/// Builds the status line from the input JSON and the environment's budget overrides.
-pub fn render(input: &StatusInput, env: &EnvConfig) -> String {
-    let tail = input.transcript_path.as_deref().map(|p| tail_usage(Path::new(p)));
-    let tail = match tail {
+/// Whether a line is a response whose usage counts for the main conversation.
+fn is_reported_response(record: &Record) -> bool {
+    let head = record.head();
+    head.kind == Kind::Assistant
+        && head.usage.is_some()
+        && !head.is_sidechain
+        && !head.is_api_error
+        && head.model.as_deref() != Some("<synthetic>")
+}
+
+/// Where the tokens on the line come from, when it matters to the reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TokensFrom {
+    /// The program's input, the transcript or the gateway: this session's own figure.
+    Session,
+    /// Nothing of this session yet: the baseline of an earlier session of the project.
+    Baseline,
+}
+
+/// Builds the status line. `now_ms` is the time (Unix milliseconds); `gateway` asks
+/// ctxd's gateway for a session's figures (called at most once, and only for what the
+/// input and the transcript lack).
+pub fn render(
+    input: &StatusInput,
+    env: &EnvConfig,
+    now_ms: i64,
+    gateway: &mut dyn FnMut(&str) -> Option<GatewaySession>,
+) -> String {
+    let path = input.transcript_path.as_deref().map(Path::new);
+    let tail = match path.map(tail_usage) {
         Some(Ok(t)) => Some(t),
         // Before the first turn Claude Code names a transcript it has not written yet.
         Some(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => None,
         Some(Err(e)) => return format!("ctx: cannot read transcript ({e})"),
         None => None,
     };
-    let (tally, after_compaction, post, transcript_model) = match tail {
-        Some(t) => (t.tally, t.after_compaction, t.post_tokens, t.model),
-        None => (Tally::default(), false, None, None),
-    };
-    let model_id =
-        input.model.as_ref().and_then(|m| m.id.clone()).or(transcript_model).unwrap_or_else(|| "unknown".to_owned());
-    let name = input.model.as_ref().and_then(|m| m.display_name.clone()).unwrap_or_else(|| model_id.clone());
+    let transcript_model = tail.as_ref().and_then(|t| t.model.clone());
     let host = input.context_window.as_ref();
+    // Zeros are no figure: the program sends them right after a compaction.
+    let host_tokens = host
+        .and_then(|c| c.current_usage.as_ref())
+        .map(ctxd_core::record::TokenUsage::request_tokens)
+        .filter(|&tokens| tokens > 0);
+    let after_compaction = tail.as_ref().is_some_and(|t| t.after_compaction);
+    let transcript_reported = tail.as_ref().is_some_and(|t| t.reported);
+
+    let session_id = input.session_id.as_deref().filter(|id| !id.is_empty());
+    let needs_gateway =
+        input.prompt_cache.is_none() || (host_tokens.is_none() && !after_compaction && !transcript_reported);
+    let live = match session_id {
+        Some(id) if needs_gateway => gateway(id),
+        _ => None,
+    };
+    let model_id = input
+        .model
+        .as_ref()
+        .and_then(|m| m.id.clone())
+        .or(transcript_model)
+        .or_else(|| live.as_ref().map(|l| l.model.clone()).filter(|m| !m.is_empty()))
+        .unwrap_or_else(|| "unknown".to_owned());
+    let name = input.model.as_ref().and_then(|m| m.display_name.clone()).unwrap_or_else(|| model_id.clone());
     let host_window = host.and_then(|c| c.context_window_size).filter(|&w| w > 0);
     let inputs = WindowInputs { host_model_window: host_window, ..WindowInputs::default() };
     let resolved = resolve_window(&model_id, &inputs, env);
@@ -226,24 +295,29 @@ pub fn render(input: &StatusInput, env: &EnvConfig) -> String {
         tracing::info!("{note}");
     }
     let levels = thresholds(&resolved, env, true);
-    let host_tokens = host.and_then(|c| c.current_usage.as_ref()).map(ctxd_core::record::TokenUsage::request_tokens);
-    let tokens = match (host_tokens, after_compaction) {
-        (Some(t), _) => t,
-        (None, true) => post.unwrap_or(0).max(tally.total()),
-        (None, false) => tally.total(),
+
+    let estimated_after = tail.as_ref().map_or(0, |t| t.tally.total());
+    let (tokens, from) = if let Some(tokens) = host_tokens {
+        (tokens, TokensFrom::Session)
+    } else if let Some(t) = tail.as_ref().filter(|t| t.after_compaction) {
+        (t.post_tokens.unwrap_or(0).max(t.tally.total()), TokensFrom::Session)
+    } else if transcript_reported {
+        (estimated_after, TokensFrom::Session)
+    } else if let Some(usage) = live.as_ref().map(client::token_usage).filter(|u| u.request_tokens() > 0) {
+        (usage.request_tokens().saturating_add(usage.output_tokens), TokensFrom::Session)
+    } else {
+        match path.and_then(|p| sibling_baseline(p, &model_id)) {
+            // What is already written of this session (its first prompt) comes on top.
+            Some(baseline) => (baseline.saturating_add(estimated_after), TokensFrom::Baseline),
+            None => (estimated_after, TokensFrom::Session),
+        }
     };
-    let percent = match (host.and_then(|c| c.used_percentage), host_window) {
-        (Some(p), _) if host_tokens.is_some() && p.is_finite() => p,
-        // The program's convention: a share of the whole window.
-        (_, Some(w)) => (tokens as f64 / w as f64 * 1000.0).round() / 10.0,
-        (_, None) => levels.percent_used(tokens),
-    };
+    let percent = levels.percent_used(tokens);
     let level = match levels.level(tokens) {
         Level::Ok => "ok",
         Level::Warning => "warning",
         Level::Blocked => "blocked",
     };
-    let compacted = if after_compaction { " · just compacted" } else { "" };
     let until = if levels.shows_compact_figure {
         format!(" · {} to compact", short(levels.tokens_until_compact(tokens)))
     } else if !levels.auto_compact_enabled {
@@ -252,7 +326,126 @@ pub fn render(input: &StatusInput, env: &EnvConfig) -> String {
         // The program makes no auto-compact decision for this model: no figure to show.
         String::new()
     };
-    format!("{name} · ctx {} / {} ({percent:.1}%){until} · {level}{compacted}", short(tokens), short(levels.window))
+    let mut line =
+        format!("{name} · ctx {} / {} ({percent:.1}%){until} · {level}", short(tokens), short(levels.window));
+    if after_compaction {
+        line.push_str(" · just compacted");
+    }
+    if from == TokensFrom::Baseline {
+        line.push_str(" · new session");
+    }
+    let cache = match &input.prompt_cache {
+        Some(program) => program_cache(program, now_ms, &model_id),
+        None => live.as_ref().and_then(|l| gateway_cache(l, now_ms, &model_id)),
+    };
+    if let Some(cache) = cache {
+        line.push_str(" · ");
+        line.push_str(&cache_text(&cache));
+    }
+    line
+}
+
+/// The cache state from Claude Code's own `prompt_cache`; `None` while no request has
+/// used the cache.
+fn program_cache(program: &PromptCacheField, now_ms: i64, model_id: &str) -> Option<CacheState> {
+    if program.caching_observed == Some(false) {
+        return None;
+    }
+    let expires_ms = program.expires_at?.checked_mul(1_000)?;
+    let ttl = program.ttl.as_deref().and_then(ttl_seconds).unwrap_or(FIVE_MINUTES_SECS);
+    let last_ms = expires_ms.saturating_sub(i64::try_from(ttl * 1_000).unwrap_or(i64::MAX));
+    // The program already found it cold: so it is, whatever the clocks say.
+    let now_ms = if program.warm == Some(false) { now_ms.max(expires_ms) } else { now_ms };
+    let tokens = program.recache_tokens_if_cold.filter(|&t| t > 0);
+    Some(cache_state(now_ms, last_ms, ttl, tokens, prices_for(model_id)))
+}
+
+/// The cache state from the gateway's last request of the session; `None` when that
+/// request neither read nor wrote the cache.
+fn gateway_cache(live: &GatewaySession, now_ms: i64, model_id: &str) -> Option<CacheState> {
+    if live.cache_read_input_tokens == 0 && live.cache_creation_input_tokens == 0 {
+        return None;
+    }
+    let answered_ms = ctxd_core::view::parse_rfc3339_ms(&live.answered_at)?;
+    let ttl = Some(live.cache_ttl_seconds).filter(|&t| t > 0).unwrap_or(FIVE_MINUTES_SECS);
+    let prices = prices_for(&live.model).or_else(|| prices_for(model_id));
+    let tokens = client::token_usage(live).request_tokens();
+    Some(cache_state(now_ms, answered_ms, ttl, Some(tokens).filter(|&t| t > 0), prices))
+}
+
+/// "cache warm (cold in 4m)", "cache cold: next turn re-writes 612.0k tokens (~$3.06)".
+fn cache_text(cache: &CacheState) -> String {
+    if cache.warm {
+        let minutes = cache.seconds_left / 60;
+        return if minutes == 0 {
+            "cache warm (cold in <1m)".to_owned()
+        } else {
+            format!("cache warm (cold in {minutes}m)")
+        };
+    }
+    match (cache.recache_tokens, cache.recache_cost_usd) {
+        (Some(tokens), Some(cost)) => {
+            format!("cache cold: next turn re-writes {} tokens ({})", short(tokens), dollars(cost))
+        }
+        (Some(tokens), None) => format!("cache cold: next turn re-writes {} tokens", short(tokens)),
+        (None, _) => "cache cold".to_owned(),
+    }
+}
+
+/// "~$3.06"; under a cent, "<$0.01".
+fn dollars(usd: f64) -> String {
+    if usd < 0.005 { "<$0.01".to_owned() } else { format!("~${usd:.2}") }
+}
+
+/// Most earlier transcripts of the project looked at for a baseline, newest first.
+const BASELINE_SIBLINGS: usize = 3;
+/// A project folder with more entries than this gets no baseline: finding the newest
+/// costs a `stat` per entry (about 10 ms per thousand here), on every refresh.
+const BASELINE_FOLDER_ENTRIES: usize = 2_000;
+/// Bytes of an earlier transcript's head read looking for its first response.
+const BASELINE_HEAD: u64 = 256 * 1024;
+
+/// The program's baseline for a new session (system prompt, tools, memory: what its
+/// first request carries before the first prompt): the first reported request of the
+/// newest earlier transcript in the same project folder on the same model, less that
+/// session's own prompts before it (estimated). `None` when no such transcript is there.
+fn sibling_baseline(transcript: &Path, model_id: &str) -> Option<u64> {
+    let folder = transcript.parent()?;
+    let own = transcript.file_name()?;
+    let entries: Vec<std::fs::DirEntry> =
+        std::fs::read_dir(folder).ok()?.filter_map(Result::ok).take(BASELINE_FOLDER_ENTRIES + 1).collect();
+    if entries.len() > BASELINE_FOLDER_ENTRIES {
+        return None;
+    }
+    let mut siblings: Vec<(std::time::SystemTime, std::path::PathBuf)> = entries
+        .into_iter()
+        .filter(|entry| entry.file_name() != own && entry.path().extension().is_some_and(|e| e == "jsonl"))
+        .filter_map(|entry| Some((entry.metadata().ok()?.modified().ok()?, entry.path())))
+        .collect();
+    siblings.sort_by_key(|entry| std::cmp::Reverse(entry.0));
+    siblings.into_iter().take(BASELINE_SIBLINGS).find_map(|(_, path)| first_request_baseline(&path, model_id))
+}
+
+/// [`sibling_baseline`] of one transcript.
+fn first_request_baseline(path: &Path, model_id: &str) -> Option<u64> {
+    let (file, _) = crate::outside::open_regular(path).ok()?;
+    let mut head = Vec::with_capacity(BASELINE_HEAD as usize);
+    file.take(BASELINE_HEAD).read_to_end(&mut head).ok()?;
+    let mut prompts = 0u64;
+    // The last line may be cut by the read: only whole lines count.
+    for line in head.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let Some(record) = std::str::from_utf8(line).ok().and_then(|t| Record::parse(t).ok()) else { continue };
+        let h = record.head();
+        if h.kind == Kind::User && !h.is_meta && !h.is_sidechain && !h.is_compact_summary {
+            prompts += u64::from(h.content_bytes).div_ceil(ctxd_core::tally::BYTES_PER_TOKEN);
+        }
+        if is_reported_response(&record) {
+            let same_model = h.model.as_deref().is_none_or(|m| m == model_id || model_id == "unknown");
+            let usage = h.usage?;
+            return same_model.then(|| usage.request_tokens().saturating_sub(prompts));
+        }
+    }
+    None
 }
 
 /// 1234 → "1.2k", 1234567 → "1.23M", under 1000 as is.
@@ -264,12 +457,33 @@ fn short(n: u64) -> String {
     }
 }
 
-/// Reads the input from `stdin` text; bad input still gives a line, never a failure,
-/// since Claude Code shows whatever the command prints. `env` is the budget overrides
-/// `main` read from the environment.
-pub fn run(stdin: &str, env: &EnvConfig) -> String {
-    let input: StatusInput = serde_json::from_str(stdin).unwrap_or_default();
-    render(&input, env)
+/// The input as Claude Code sends it, or the line that says it is not.
+pub fn parse_input(stdin: &str) -> Result<StatusInput, String> {
+    if stdin.trim().is_empty() {
+        return Err("ctx: no status line input (Claude Code passes the session as JSON on stdin)".to_owned());
+    }
+    serde_json::from_str(stdin).map_err(|e| format!("ctx: cannot read the status line input: {e}"))
+}
+
+/// The status line for `stdin`: a figure for Claude Code's input, a plain sentence for
+/// anything else, never a failure (Claude Code shows whatever the command prints).
+/// `env` gives the budget overrides and where the gateway listens.
+pub fn run(stdin: &str, env: &ProcessEnv) -> String {
+    let input = match parse_input(stdin) {
+        Ok(input) => input,
+        Err(line) => return line,
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    // No owner check here (it reads /proc/net/tcp, ~10 ms on a busy machine, on every
+    // refresh): the request names nothing (the session is picked from the list here),
+    // and the answer is only shown.
+    let mut gateway = |session_id: &str| {
+        let (addr, _) = client::listen_address(env);
+        client::session(addr, session_id, GATEWAY_DEADLINE)
+    };
+    render(&input, env.budget(), now_ms, &mut gateway)
 }
 
 #[cfg(test)]
@@ -296,6 +510,13 @@ mod tests {
         format!(r#"{{"type":"user","message":{{"role":"user","content":"{text}"}}}}"#)
     }
 
+    /// A fixed "now" for the tests (2026-11-29T21:20:00Z).
+    const NOW: i64 = 1_796_073_600_000;
+
+    fn status(input: &StatusInput) -> String {
+        render(input, &EnvConfig::default(), NOW, &mut |_| None)
+    }
+
     fn input_for(path: &Path) -> StatusInput {
         serde_json::from_value(serde_json::json!({"transcript_path": path, "model": {"id": "claude-opus-4-6", "display_name": "Opus 4.6"}})).unwrap()
     }
@@ -313,8 +534,8 @@ mod tests {
         assert_eq!(tail.tally.reported, 100_100);
         assert_eq!(tail.tally.estimated(), 1_000);
         assert!(!tail.after_compaction);
-        let line = render(&input_for(f.path()), &EnvConfig::default());
-        assert_eq!(line, "Opus 4.6 · ctx 101.1k / 200.0k (56.2%) · 65.9k to compact · ok");
+        let line = status(&input_for(f.path()));
+        assert_eq!(line, "Opus 4.6 · ctx 101.1k / 200.0k (50.6%) · 65.9k to compact · ok");
     }
 
     #[test]
@@ -328,7 +549,7 @@ mod tests {
         let tail = tail_usage(f.path()).unwrap();
         assert!(tail.after_compaction);
         assert_eq!(tail.tally.total(), 10_000);
-        let line = render(&input_for(f.path()), &EnvConfig::default());
+        let line = status(&input_for(f.path()));
         assert!(line.contains("ctx 10.0k / 200.0k"), "{line}");
         assert!(line.ends_with("just compacted"), "{line}");
     }
@@ -353,7 +574,7 @@ mod tests {
         let tail = tail_usage(f.path()).unwrap();
         assert_eq!(tail.tally.reported, 185_100);
         assert!(tail.tally.estimated() > 20_000_000, "{}", tail.tally.estimated());
-        let line = render(&input_for(f.path()), &EnvConfig::default());
+        let line = status(&input_for(f.path()));
         assert!(line.ends_with("blocked"), "{line}");
     }
 
@@ -376,16 +597,27 @@ mod tests {
         let side = r#"{"type":"assistant","isSidechain":true,"message":{"id":"s","model":"m","content":"x","usage":{"input_tokens":999999,"output_tokens":1}}}"#.to_owned();
         let f = transcript(&[assistant("m1", 30_000), assistant("m1", 30_000), "not json".to_owned(), side]);
         assert_eq!(tail_usage(f.path()).unwrap().tally.total(), 30_100);
-        // No input at all still prints a line.
-        assert!(
-            run("garbage", &EnvConfig::default()).starts_with("unknown · ctx 0"),
-            "{}",
-            run("garbage", &EnvConfig::default())
-        );
-        // A path that is not a readable file is still said plainly.
+        // A path that is not a readable file is said plainly.
         let dir = tempfile::tempdir().unwrap();
-        let not_a_file = run(&serde_json::json!({"transcript_path": dir.path()}).to_string(), &EnvConfig::default());
+        let not_a_file = status(&serde_json::from_value(serde_json::json!({"transcript_path": dir.path()})).unwrap());
         assert!(not_a_file.contains("cannot read transcript"), "{not_a_file}");
+    }
+
+    #[test]
+    fn input_that_is_not_claude_codes_json_is_said_to_be_so() {
+        let env = ProcessEnv::from_pairs([("HOME", "/nonexistent")]);
+        for (stdin, says) in [
+            ("", "ctx: no status line input"),
+            ("  \n", "ctx: no status line input"),
+            ("garbage", "ctx: cannot read the status line input"),
+            ("[1, 2]", "ctx: cannot read the status line input"),
+            ("{\"transcript_path\": ", "ctx: cannot read the status line input"),
+            ("{\"model\": 7}", "ctx: cannot read the status line input"),
+        ] {
+            let out = run(stdin, &env);
+            assert!(out.starts_with(says), "{stdin:?}: {out}");
+            assert!(!out.contains("ctx 0"), "{stdin:?}: {out}");
+        }
     }
 
     #[test]
@@ -395,7 +627,7 @@ mod tests {
             "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"},
             "context_window": {"context_window_size": 1_000_000, "current_usage": null, "used_percentage": null},
         });
-        let line = render(&serde_json::from_value(input).unwrap(), &EnvConfig::default());
+        let line = status(&serde_json::from_value(input).unwrap());
         assert_eq!(line, "Opus 5.5 · ctx 0 / 1.00M (0.0%) · 967.0k to compact · ok");
     }
 
@@ -412,19 +644,19 @@ mod tests {
                 "used_percentage": 15,
             },
         });
-        let line = render(&serde_json::from_value(input).unwrap(), &EnvConfig::default());
+        let line = status(&serde_json::from_value(input).unwrap());
         assert_eq!(line, "Opus 5.5 · ctx 150.0k / 1.00M (15.0%) · 817.0k to compact · ok");
         // Without the program's figures the table knows the model: the same window.
         let bare = serde_json::json!({"transcript_path": f.path(), "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"}});
-        let line = render(&serde_json::from_value(bare).unwrap(), &EnvConfig::default());
-        assert_eq!(line, "Opus 5.5 · ctx 149.1k / 1.00M (15.2%) · 817.9k to compact · ok");
+        let line = status(&serde_json::from_value(bare).unwrap());
+        assert_eq!(line, "Opus 5.5 · ctx 149.1k / 1.00M (14.9%) · 817.9k to compact · ok");
         // An unknown model takes the host's window.
         let unknown = serde_json::json!({
             "transcript_path": f.path(),
             "model": {"id": "claude-opus-7", "display_name": "Opus 7"},
             "context_window": {"context_window_size": 500_000},
         });
-        let line = render(&serde_json::from_value(unknown).unwrap(), &EnvConfig::default());
+        let line = status(&serde_json::from_value(unknown).unwrap());
         assert_eq!(line, "Opus 7 · ctx 149.1k / 500.0k (29.8%) · 317.9k to compact · ok");
     }
 
@@ -433,8 +665,8 @@ mod tests {
         let f = transcript(&[user("a"), assistant("m1", 50_000)]);
         for (id, name) in [("claude-sonnet-4-5-20250929", "Sonnet 4.5"), ("claude-haiku-4-5", "Haiku 4.5")] {
             let input = serde_json::json!({"transcript_path": f.path(), "model": {"id": id, "display_name": name}});
-            let line = render(&serde_json::from_value(input).unwrap(), &EnvConfig::default());
-            assert_eq!(line, format!("{name} · ctx 50.1k / 200.0k (27.8%) · ok"));
+            let line = status(&serde_json::from_value(input).unwrap());
+            assert_eq!(line, format!("{name} · ctx 50.1k / 200.0k (25.1%) · ok"));
         }
     }
 
@@ -444,17 +676,147 @@ mod tests {
         let summary =
             r#"{"type":"user","isCompactSummary":true,"message":{"role":"user","content":"short"}}"#.to_owned();
         let f = transcript(&[user("a"), assistant("m1", 25_000), boundary, summary]);
-        let line = render(&input_for(f.path()), &EnvConfig::default());
-        assert_eq!(line, "Opus 4.6 · ctx 3.3k / 200.0k (1.8%) · 163.7k to compact · ok · just compacted");
+        let line = status(&input_for(f.path()));
+        assert_eq!(line, "Opus 4.6 · ctx 3.3k / 200.0k (1.6%) · 163.7k to compact · ok · just compacted");
         // The program's current usage, when it gives one, wins.
         let mut input = input_for(f.path());
         input.context_window = Some(ContextWindowField {
             context_window_size: Some(200_000),
             current_usage: Some(ctxd_core::record::TokenUsage { input_tokens: 14_300, ..Default::default() }),
-            used_percentage: Some(7.0),
         });
-        let line = render(&input, &EnvConfig::default());
-        assert_eq!(line, "Opus 4.6 · ctx 14.3k / 200.0k (7.0%) · 152.7k to compact · ok · just compacted");
+        let line = status(&input);
+        assert_eq!(line, "Opus 4.6 · ctx 14.3k / 200.0k (7.2%) · 152.7k to compact · ok · just compacted");
+    }
+
+    /// Line `n` of the real program's status-line inputs (see `tests/fixtures/SOURCES.md`):
+    /// 0 a new session, 1 and 2 after turns, 3 right after `/compact`, 4 the turn after.
+    fn captured(n: usize) -> serde_json::Value {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/transcripts/claude-code-2.1.332/statusline-inputs.jsonl"
+        ))
+        .unwrap();
+        serde_json::from_str(text.lines().nth(n).unwrap()).unwrap()
+    }
+
+    fn manual_compact_fixture() -> String {
+        std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/fixtures/transcripts/claude-code-2.1.332/manual-compact.jsonl"
+        ))
+        .unwrap()
+    }
+
+    fn expires_ms(input: &serde_json::Value) -> i64 {
+        input["prompt_cache"]["expires_at"].as_i64().unwrap() * 1_000
+    }
+
+    fn no_gateway(_: &str) -> Option<GatewaySession> {
+        panic!("the gateway is asked only for what the input lacks")
+    }
+
+    #[test]
+    fn right_after_compact_the_programs_zeros_give_way_to_the_boundary() {
+        // The real program's input right after `/compact` (usage all zeros), beside the
+        // real transcript cut right after its `/compact`: the boundary's 3,0xx tokens,
+        // not "ctx 0".
+        let lines: Vec<String> = manual_compact_fixture().lines().take(79).map(str::to_owned).collect();
+        let f = transcript(&lines);
+        let mut input = captured(3);
+        assert_eq!(input["context_window"]["current_usage"]["input_tokens"], 0);
+        input["transcript_path"] = serde_json::json!(f.path());
+        let now = expires_ms(&input) - 240_000;
+        let line = render(&serde_json::from_value(input).unwrap(), &EnvConfig::default(), now, &mut no_gateway);
+        assert_eq!(
+            line,
+            "Opus 5.5 · ctx 3.0k / 1.00M (0.3%) · 964.0k to compact · ok · just compacted · cache warm (cold in 4m)"
+        );
+    }
+
+    #[test]
+    fn a_new_session_shows_the_programs_baseline_from_the_projects_last_session() {
+        // The project folder holds an earlier session whose first request reported
+        // 12,881 tokens for a prompt of 69 bytes (18 tokens): the baseline is 12,863.
+        let project = tempfile::tempdir().unwrap();
+        std::fs::write(project.path().join("earlier.jsonl"), manual_compact_fixture()).unwrap();
+        let mut input = captured(0);
+        assert!(input["context_window"]["current_usage"].is_null() && input.get("prompt_cache").is_none());
+        input["transcript_path"] = serde_json::json!(project.path().join("new-session.jsonl"));
+        let line = render(&serde_json::from_value(input.clone()).unwrap(), &EnvConfig::default(), NOW, &mut |_| None);
+        assert_eq!(line, "Opus 5.5 · ctx 12.9k / 1.00M (1.3%) · 954.1k to compact · ok · new session");
+        // The first prompt, once written, comes on top (20,000 bytes: 5,000 tokens).
+        std::fs::write(project.path().join("new-session.jsonl"), format!("{}\n", user(&"p".repeat(19_998)))).unwrap();
+        let line = render(&serde_json::from_value(input.clone()).unwrap(), &EnvConfig::default(), NOW, &mut |_| None);
+        assert!(line.starts_with("Opus 5.5 · ctx 17.9k / 1.00M (1.8%)"), "{line}");
+        std::fs::remove_file(project.path().join("new-session.jsonl")).unwrap();
+        // Another model's session is no baseline for this one.
+        input["model"] = serde_json::json!({"id": "claude-opus-4-6", "display_name": "Opus 4.6"});
+        let line = render(&serde_json::from_value(input).unwrap(), &EnvConfig::default(), NOW, &mut |_| None);
+        assert!(line.starts_with("Opus 4.6 · ctx 0 /"), "{line}");
+    }
+
+    #[test]
+    fn the_programs_cache_warm_then_cold_with_the_re_write_priced() {
+        let mut input = captured(2);
+        input.as_object_mut().unwrap().remove("transcript_path");
+        let expires = expires_ms(&input);
+        let at = |now: i64, input: &serde_json::Value| {
+            render(&serde_json::from_value(input.clone()).unwrap(), &EnvConfig::default(), now, &mut no_gateway)
+        };
+        // 14,268 tokens on the program's input, its 5-minute cache just written.
+        let warm = at(expires - 299_999, &input);
+        assert_eq!(warm, "Opus 5.5 · ctx 14.3k / 1.00M (1.4%) · 952.7k to compact · ok · cache warm (cold in 5m)");
+        assert!(at(expires - 239_000, &input).ends_with("cache warm (cold in 3m)"));
+        assert!(at(expires - 30_000, &input).ends_with("cache warm (cold in <1m)"));
+        // Cold: the whole prefix is written again at $5 per million (claude-opus-5-5).
+        assert!(
+            at(expires, &input).ends_with("cache cold: next turn re-writes 14.3k tokens (~$0.07)"),
+            "{}",
+            at(expires, &input)
+        );
+        // The program said cold: cold, whatever the clocks say.
+        input["prompt_cache"]["warm"] = serde_json::json!(false);
+        assert!(at(expires - 200_000, &input).contains("cache cold: next turn"), "{}", at(expires - 200_000, &input));
+        // A model without a price: the tokens alone.
+        input["model"] = serde_json::json!({"id": "claude-opus-9", "display_name": "Opus 9"});
+        assert!(
+            at(expires, &input).ends_with("cache cold: next turn re-writes 14.3k tokens"),
+            "{}",
+            at(expires, &input)
+        );
+        // Nothing cached yet: no cache figure.
+        input["prompt_cache"]["caching_observed"] = serde_json::json!(false);
+        assert!(!at(expires, &input).contains("cache"), "{}", at(expires, &input));
+    }
+
+    #[test]
+    fn the_gateways_cache_when_the_program_gives_none() {
+        let mut input = captured(1);
+        input.as_object_mut().unwrap().remove("prompt_cache");
+        input.as_object_mut().unwrap().remove("transcript_path");
+        let sid = input["session_id"].as_str().unwrap().to_owned();
+        let mut asked = Vec::new();
+        let answered = ctxd_core::view::format_rfc3339_ms(NOW - 6 * 60_000);
+        let mut gateway = |id: &str| {
+            asked.push(id.to_owned());
+            Some(GatewaySession {
+                session_id: id.to_owned(),
+                model: "claude-opus-5-5".to_owned(),
+                input_tokens: 1,
+                cache_read_input_tokens: 12_000,
+                cache_creation_input_tokens: 599_999,
+                output_tokens: 8,
+                answered_at: answered.clone(),
+                cache_ttl_seconds: 300,
+                requests: 3,
+                ..GatewaySession::default()
+            })
+        };
+        let line = render(&serde_json::from_value(input).unwrap(), &EnvConfig::default(), NOW, &mut gateway);
+        assert_eq!(asked, vec![sid]);
+        assert!(line.ends_with(" · cache cold: next turn re-writes 612.0k tokens (~$3.06)"), "{line}");
+        // The program's own tokens still make the figure.
+        assert!(line.starts_with("Opus 5.5 · ctx 14.2k / 1.00M"), "{line}");
     }
 
     #[test]
@@ -469,11 +831,11 @@ mod tests {
         let lines: Vec<String> = text.lines().take(79).map(str::to_owned).collect();
         let f = transcript(&lines);
         let input = serde_json::json!({"transcript_path": f.path(), "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"}, "context_window": {"context_window_size": 1_000_000}});
-        let line = render(&serde_json::from_value(input).unwrap(), &EnvConfig::default());
+        let line = status(&serde_json::from_value(input).unwrap());
         assert_eq!(line, "Opus 5.5 · ctx 3.0k / 1.00M (0.3%) · 964.0k to compact · ok · just compacted");
         // The whole file: the turn after the compaction reported its usage.
         let f = transcript(&text.lines().map(str::to_owned).collect::<Vec<_>>());
-        let line = render(&serde_json::from_value(serde_json::json!({"transcript_path": f.path(), "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"}})).unwrap(), &EnvConfig::default());
+        let line = status(&serde_json::from_value(serde_json::json!({"transcript_path": f.path(), "model": {"id": "claude-opus-5-5", "display_name": "Opus 5.5"}})).unwrap());
         assert_eq!(line, "Opus 5.5 · ctx 13.9k / 1.00M (1.4%) · 953.0k to compact · ok");
     }
 }

@@ -50,6 +50,25 @@ pub fn usage(snapshot: &UsageSnapshot) -> proto::Usage {
             free_space: free,
             autocompact_buffer: buffer,
         },
+        cache: None,
+    }
+}
+
+/// A session's prompt cache (`core::cache_state`) on the wire; `source` says whose
+/// figures they were.
+pub fn prompt_cache(
+    state: &ctxd_core::cache_state::CacheState,
+    source: proto::PromptCacheSource,
+) -> proto::PromptCache {
+    proto::PromptCache {
+        warm: state.warm,
+        seconds_left: state.seconds_left,
+        expires_at: ctxd_core::view::format_rfc3339_ms(state.expires_at_ms),
+        ttl_seconds: state.ttl_seconds,
+        recache_tokens: state.recache_tokens,
+        recache_cost_usd: state.recache_cost_usd,
+        prices_date: state.recache_cost_usd.map(|_| ctxd_core::cache_state::price_table().date.clone()),
+        source,
     }
 }
 
@@ -114,9 +133,18 @@ pub fn compacted(done: CompactAnswer, after: &UsageSnapshot) -> Result<proto::Co
         summary_path: done.summarizer.path.map(summary_path),
         fidelity_appended: done.fidelity_appended as u64,
         problems: done.problems,
-        origin: done.origin,
+        origin: compact_origin(done.origin),
         usage: usage(after),
     })
+}
+
+fn compact_origin(origin: ctxd_core::compact::lifecycle::Origin) -> proto::CompactOrigin {
+    use ctxd_core::compact::lifecycle::Origin;
+    match origin {
+        Origin::Requested => proto::CompactOrigin::Requested,
+        Origin::Joined => proto::CompactOrigin::Joined,
+        Origin::Queued => proto::CompactOrigin::Queued,
+    }
 }
 
 pub fn undone(done: UndoAnswer) -> proto::UndoCompactResult {
@@ -441,5 +469,24 @@ mod tests {
             assert_eq!(name(summarizer(&s).unwrap()), provider);
         }
         assert!(summarizer(&Summarizer { name: "someone else", path: None }).is_err());
+    }
+
+    #[test]
+    fn the_prompt_cache_on_the_wire() {
+        let opus = ctxd_core::cache_state::prices_for("claude-opus-5-5");
+        let cold = ctxd_core::cache_state::cache_state(600_000, 0, 300, Some(612_000), opus);
+        let wire = serde_json::to_value(prompt_cache(&cold, proto::PromptCacheSource::Gateway)).unwrap();
+        assert_eq!(
+            wire,
+            serde_json::json!({"warm": false, "secondsLeft": 0, "expiresAt": "1970-01-01T00:05:00.000Z", "ttlSeconds": 300,
+                "recacheTokens": 612_000, "recacheCostUsd": 3.06, "pricesDate": "2026-11-24", "source": "gateway"})
+        );
+        // Nothing known, nothing said.
+        let warm = ctxd_core::cache_state::cache_state(0, 0, 300, None, None);
+        let wire = serde_json::to_value(prompt_cache(&warm, proto::PromptCacheSource::Program)).unwrap();
+        assert_eq!(
+            wire.as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["warm", "secondsLeft", "expiresAt", "ttlSeconds", "source"]
+        );
     }
 }

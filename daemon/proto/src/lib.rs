@@ -13,11 +13,13 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub mod gateway;
 pub mod history;
 pub mod schema;
 pub mod scrollback;
 pub mod settings;
 
+pub use gateway::{GatewaySession, GatewaySessions, GatewaySettings};
 pub use history::*;
 pub use settings::Settings;
 
@@ -278,7 +280,8 @@ pub struct Usage {
     pub warning: u64,
     /// Requests are refused from here unless compaction recovers.
     pub blocked: u64,
-    /// `tokens` as a percentage of `effectiveWindow`, one decimal.
+    /// `tokens` as a percentage of `window`, one decimal (Claude Code's rule: 700,000 of
+    /// 1,000,000 is 70.0).
     pub percent_used: f64,
     /// Percentage of the threshold still free before auto compaction, one decimal.
     pub percent_until_compact: f64,
@@ -288,6 +291,48 @@ pub struct Usage {
     /// Whether automatic compaction will run at the threshold.
     pub auto_compact_enabled: bool,
     pub breakdown: Breakdown,
+    /// The session's prompt cache, when ctxd knows it (a live Claude Code session: the
+    /// program's own figures or the gateway's). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<PromptCache>,
+}
+
+/// Whether a session's prompt cache is warm and for how long, and what the next turn
+/// writes to it again once it is cold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptCache {
+    /// The cached prefix is still there: the next turn reads it.
+    pub warm: bool,
+    /// Whole seconds until it goes cold; 0 once cold.
+    pub seconds_left: u64,
+    /// When it goes (or went) cold, RFC 3339.
+    pub expires_at: String,
+    /// Its lifetime, in seconds (300, or 3,600 when the requests ask for an hour).
+    pub ttl_seconds: u64,
+    /// Tokens the next turn writes to the cache again if it is cold; absent when not
+    /// known (right after a compaction).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recache_tokens: Option<u64>,
+    /// The estimated price of that, in US dollars, at the model's cache-write price;
+    /// absent for a model the price table does not list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recache_cost_usd: Option<f64>,
+    /// The date of the price table (YYYY-MM-DD), beside a price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prices_date: Option<String>,
+    /// Whose figures these are.
+    pub source: PromptCacheSource,
+}
+
+/// Who saw the traffic the cache state comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum PromptCacheSource {
+    /// Claude Code's own account (its status-line `prompt_cache`).
+    Program,
+    /// ctxd's gateway, from the requests and answers it forwarded.
+    Gateway,
 }
 
 /// Usage level, for colouring a status bar.

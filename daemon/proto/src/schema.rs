@@ -66,6 +66,7 @@ pub fn all() -> Vec<SchemaFile> {
         file::<UsageResult>("ctx.skillInvoked.result"),
         file::<SetPlanParams>("ctx.setPlan.params"),
         file::<UsageResult>("ctx.setPlan.result"),
+        file::<GatewaySessions>("gateway.sessions"),
         file::<SearchHistoryParams>("ctx.searchHistory.params"),
         file::<SearchHistoryResult>("ctx.searchHistory.result"),
         file::<ReadHistoryParams>("ctx.readHistory.params"),

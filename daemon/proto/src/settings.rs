@@ -100,6 +100,11 @@ pub struct Settings {
     /// `~` is the home.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trusted_folders: Option<Vec<String>>,
+    /// The gateway on the Messages API path (`ctxd gateway`): `enabled` runs it inside
+    /// the shared daemon, `listen` and `upstream` say where. A repository's own files
+    /// may not set it (it chooses where API keys go).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<crate::gateway::GatewaySettings>,
 }
 
 /// Settings of one model.
@@ -169,6 +174,7 @@ impl Settings {
         "memoryFileNames",
         "importFolders",
         "observeClaudeProjects",
+        "gateway",
     ];
 
     /// The keys ctxd reads from Claude Code's settings files.
@@ -193,6 +199,9 @@ impl Settings {
         }
         if self.import_folders.take().is_some() {
             removed.push("importFolders");
+        }
+        if self.gateway.take().is_some() {
+            removed.push("gateway");
         }
         removed
     }
@@ -231,6 +240,9 @@ impl Settings {
                     entry.auto_compact_window = settings.auto_compact_window;
                 }
             }
+        }
+        if let Some(gateway) = upper.gateway {
+            self.gateway.get_or_insert_with(Default::default).overlay(gateway);
         }
         if let Some(hooks) = upper.hooks {
             let mine = self.hooks.get_or_insert_with(BTreeMap::new);

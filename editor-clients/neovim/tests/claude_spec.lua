@@ -135,7 +135,7 @@ local function transcript_named(project_dir, n)
 end
 
 --- The statusline of a session whose last turn is at 40,000 tokens.
-local FIRST_TURN = "ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6"
+local FIRST_TURN = "ctx 40.0% · 27.0k to compact · 40.0k · claude-opus-4-6"
 
 --- Writes a first turn (40,000 tokens) to transcript 1 of `project_dir`, which it makes.
 --- Returns the transcript.
@@ -162,7 +162,7 @@ local function observed_session()
   local transcript = transcript_named(project_dir, 1)
   append(transcript, { line("user"), line("assistant", 40000), line("user"), line("assistant", 60000) })
   t.wait_for("the observed session in the statusline", function()
-    return ctxd.status() == "ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6"
+    return ctxd.status() == "ctx 60.0% · 7.0k to compact · 60.0k · claude-opus-4-6"
   end)
   return transcript, project_dir
 end
@@ -210,7 +210,7 @@ describe("Claude Code sessions of the current directory", function()
     t.eq(claude.observe_id(transcript), claude.get().session_id)
     append(transcript, { line("user"), line("assistant", 60000) })
     t.wait_for("the next turn", function()
-      return ctxd.status() == "ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6"
+      return ctxd.status() == "ctx 60.0% · 7.0k to compact · 60.0k · claude-opus-4-6"
     end)
     t.eq("CtxdWarning", ctxd.status_highlight())
   end)
@@ -221,7 +221,7 @@ describe("Claude Code sessions of the current directory", function()
     local lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)
     local text = table.concat(lines, "\n")
     t.contains(text, "Claude Code session 20000000-0000-4000-8000-000000000001 (" .. transcript .. ", model " .. MODEL .. "), observed by ctxd.")
-    t.contains(text, "ctx 75.0% · 7.0k to compact")
+    t.contains(text, "ctx 60.0% · 7.0k to compact")
     vim.cmd("close")
   end)
 
@@ -261,25 +261,25 @@ describe("Claude Code sessions of the current directory", function()
     local second = transcript_named(project_dir, 2)
     append(second, { line("user"), line("assistant", 20000) })
     t.wait_for("the new session shown", function()
-      return ctxd.status() == "ctx 25.0% · 47.0k to compact · 20.0k · claude-opus-4-6"
+      return ctxd.status() == "ctx 20.0% · 47.0k to compact · 20.0k · claude-opus-4-6"
     end)
     local offered, shown = pick(2)
     t.eq(2, #offered)
-    t.eq("ctx 25.0% · 47.0k to compact · 20.0k · claude-opus-4-6  20000000-0000-4000-8000-000000000002  (shown)", offered[1])
-    t.eq("ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6  20000000-0000-4000-8000-000000000001", offered[2])
+    t.eq("ctx 20.0% · 47.0k to compact · 20.0k · claude-opus-4-6  20000000-0000-4000-8000-000000000002  (shown)", offered[1])
+    t.eq("ctx 60.0% · 7.0k to compact · 60.0k · claude-opus-4-6  20000000-0000-4000-8000-000000000001", offered[2])
     t.contains(shown, "Claude Code session 20000000-0000-4000-8000-000000000001")
     -- The picked session is pinned to the statusline, and stays while the other changes.
-    t.eq("ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6", ctxd.status())
+    t.eq("ctx 60.0% · 7.0k to compact · 60.0k · claude-opus-4-6", ctxd.status())
     append(second, { line("user"), line("assistant", 30000) })
     t.wait_for("the other session's turn read", function()
       local other = claude.get(claude.observe_id(second))
       return other and other.usage and other.usage.tokens == 30000
     end)
-    t.eq("ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6", ctxd.status())
+    t.eq("ctx 60.0% · 7.0k to compact · 60.0k · claude-opus-4-6", ctxd.status())
     -- The first entry follows the session that changed last again.
     offered = pick(1)
     t.eq(commands.FOLLOW_NEWEST, offered[1])
-    t.eq("ctx 37.5% · 37.0k to compact · 30.0k · claude-opus-4-6", ctxd.status())
+    t.eq("ctx 30.0% · 37.0k to compact · 30.0k · claude-opus-4-6", ctxd.status())
   end)
 
   it("lists every transcript of the directory, also one the daemon does not follow, and shows it when picked", function()
@@ -296,7 +296,7 @@ describe("Claude Code sessions of the current directory", function()
     wait_for_first_turn("the newest session")
     local offered, shown = pick(2)
     t.contains(shown, "Claude Code session 20000000-0000-4000-8000-000000000001")
-    local older_text = "ctx 12.5% · 57.0k to compact · 10.0k · claude-opus-4-6"
+    local older_text = "ctx 10.0% · 57.0k to compact · 10.0k · claude-opus-4-6"
     t.eq(2, #offered)
     t.eq(FIRST_TURN .. "  20000000-0000-4000-8000-000000000002  (shown)", offered[1])
     -- A daemon that follows only the newest transcript has sent nothing for the older one.
@@ -321,7 +321,7 @@ describe("Claude Code sessions of the current directory", function()
     end)
     setup(true)
     t.wait_for("the session again", function()
-      return ctxd.status() == "ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6"
+      return ctxd.status() == "ctx 60.0% · 7.0k to compact · 60.0k · claude-opus-4-6"
     end)
   end)
 

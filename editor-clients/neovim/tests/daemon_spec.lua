@@ -249,11 +249,11 @@ describe("ctxd on a real daemon", function()
     local err, result = request("ctx/append", { sessionId = session_id, records = { user, assistant } })
     t.eq(nil, err)
     t.eq(2, result.appended)
-    t.wait_for("the statusline at 62.6%", function()
-      return ctxd.status() == "ctx 62.6% · 16.9k to compact"
+    t.wait_for("the statusline at 50.1%", function()
+      return ctxd.status() == "ctx 50.1% · 16.9k to compact"
     end)
     t.eq("CtxdWarning", ctxd.status_highlight())
-    t.eq("%#CtxdWarning#ctx 62.6%% · 16.9k to compact%*", ctxd.statusline())
+    t.eq("%#CtxdWarning#ctx 50.1%% · 16.9k to compact%*", ctxd.statusline())
   end)
 
   it("fires User CtxdUsageChanged with the usage", function()
@@ -337,7 +337,7 @@ describe("ctxd on a real daemon", function()
     local user = records.user("in the project")
     request("ctx/append", { sessionId = project_id, records = { user, records.assistant(10000, user.uuid) } })
     t.wait_for("the float at 10,000 tokens", function()
-      return vim.api.nvim_buf_get_lines(buf, 2, 3, false)[1] == "ctx 12.5% · 57.0k to compact"
+      return vim.api.nvim_buf_get_lines(buf, 2, 3, false)[1] == "ctx 10.0% · 57.0k to compact"
     end)
     local loaded = 0
     for _, f in ipairs(context.memoryFiles) do
@@ -523,8 +523,8 @@ describe("ctxd on a real daemon", function()
     local assistant = records.assistant(60000, user.uuid)
     local err = request("ctx/append", { sessionId = session_id, records = { user, assistant } })
     t.eq(nil, err)
-    t.wait_for("the statusline at 75.0%", function()
-      return ctxd.status() == "ctx 75.0% · 7.0k to compact"
+    t.wait_for("the statusline at 60.0%", function()
+      return ctxd.status() == "ctx 60.0% · 7.0k to compact"
     end)
   end)
 
@@ -625,8 +625,8 @@ describe("ctxd on a real daemon", function()
         return #messages == 3
       end)
       t.eq({ msg = "ctxd: compaction failed: " .. failed.reason, level = vim.log.levels.WARN }, messages[3])
-      t.wait_for("the statusline at 87.5%", function()
-        return ctxd.status():match("^ctx 87%.5%% · ") ~= nil
+      t.wait_for("the statusline at 70.0%", function()
+        return ctxd.status():match("^ctx 70%.0%% · ") ~= nil
       end)
     end)
     vim.notify = original

@@ -146,7 +146,7 @@ describe("ctxd against a scripted daemon", function()
     local lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
     local note = require("ctxd.commands").OLD_DAEMON_NOTE
     t.eq(note, lines[3])
-    t.eq("ctx 62.6% · 16.9k to compact", lines[5])
+    t.eq("ctx 50.1% · 16.9k to compact", lines[5])
     t.eq(render.context_lines("s-1", { usage = warning }, note), lines)
     t.truthy(vim.tbl_contains(lines, "  Free space              16,940"), vim.inspect(lines))
     t.truthy(not vim.tbl_contains(lines, "Memory files"))
@@ -154,7 +154,7 @@ describe("ctxd against a scripted daemon", function()
     -- It redraws from the pushed usage, without asking for ctx/context again.
     fake.notify("ctx/usageChanged", { sessionId = "s-1", usage = usage_at("blocked") })
     t.wait_for("the float at the blocked level", function()
-      return vim.api.nvim_buf_get_lines(buf, 4, 5, false)[1] == "ctx 99.2% · blocked"
+      return vim.api.nvim_buf_get_lines(buf, 4, 5, false)[1] == "ctx 89.3% · blocked"
     end)
     t.eq(note, vim.api.nvim_buf_get_lines(buf, 2, 3, false)[1])
     t.eq({ "initialize", "ctx/openSession", "ctx/context", "ctx/usage" }, methods(fake))

@@ -158,7 +158,7 @@ class Smoke:
         return 1 if self.failed else 0
 
     def checks(self, page: Page, transcript: Path, installed: list[str]) -> None:
-        status = page.locator(".statusbar-item", has_text="ctx 50.0%")
+        status = page.locator(".statusbar-item", has_text="ctx 40.0%")
 
         def both_installed() -> None:
             assert any(n.startswith("ctxd.ctxd-") for n in installed), installed
@@ -166,15 +166,15 @@ class Smoke:
 
         def claude_session_in_status_bar() -> None:
             expect(status).to_have_count(1, timeout=WAIT_MS)
-            expect(status).to_contain_text("ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6")
+            expect(status).to_contain_text("ctx 40.0% · 27.0k to compact · 40.0k · claude-opus-4-6")
 
         def follows_the_transcript() -> None:
             with transcript.open("a") as f:
                 f.write(claude_line("user") + "\n" + claude_line("assistant", 60_000) + "\n")
-            expect(page.locator(".statusbar-item", has_text="ctx 75.0% · 7.0k to compact · 60.0k")).to_have_count(1, timeout=WAIT_MS)
+            expect(page.locator(".statusbar-item", has_text="ctx 60.0% · 7.0k to compact · 60.0k")).to_have_count(1, timeout=WAIT_MS)
 
         def context_view_from_the_item() -> None:
-            page.locator(".statusbar-item", has_text="ctx 75.0%").click()
+            page.locator(".statusbar-item", has_text="ctx 60.0%").click()
             expect(page.locator(".tab", has_text="observe-")).to_have_count(1, timeout=WAIT_MS)
             lines = page.locator(".editor-instance .view-lines")
             expect(lines).to_contain_text("ctxd context: observe-", timeout=WAIT_MS)
@@ -192,7 +192,7 @@ class Smoke:
         def example_host_session() -> None:
             run_palette(page, "ctxd example host: Run one agent turn")
             # The host's own session takes over: its item shows, the daemon item says ready.
-            expect(page.locator(".statusbar-item", has_text="ctx 15.0% · 55.0k to compact")).to_have_count(1, timeout=WAIT_MS)
+            expect(page.locator(".statusbar-item", has_text="ctx 12.0% · 55.0k to compact")).to_have_count(1, timeout=WAIT_MS)
             expect(page.locator(".statusbar-item", has_text="ctxd ready")).to_have_count(1, timeout=WAIT_MS)
 
         def set_setting(key: str, value) -> None:
@@ -232,7 +232,7 @@ class Smoke:
         toasts = page.locator(".notifications-toasts .notification-toast")
 
         def observe_setting_applies_at_once() -> None:
-            claude_item = page.locator(".statusbar-item", has_text="ctx 75.0% · 7.0k to compact · 60.0k")
+            claude_item = page.locator(".statusbar-item", has_text="ctx 60.0% · 7.0k to compact · 60.0k")
             expect(claude_item).to_have_count(1, timeout=WAIT_MS)
             set_setting("ctxd.observeClaudeCode", False)
             expect(claude_item).to_have_count(0, timeout=WAIT_MS)
@@ -264,7 +264,7 @@ class Smoke:
             for raw in ("EPIPE", "erroring", "-32099", "initialization failed", "will not be restarted", "couldn't create connection"):
                 expect(toasts.filter(has_text=raw)).to_have_count(0)
             set_setting("ctxd.path", self.args.ctxd)
-            expect(page.locator(".statusbar-item", has_text="ctx 75.0%")).to_have_count(1, timeout=WAIT_MS)
+            expect(page.locator(".statusbar-item", has_text="ctx 60.0%")).to_have_count(1, timeout=WAIT_MS)
             expect(notice).to_have_count(0, timeout=WAIT_MS)
 
         self.check("both .vsix files install", both_installed)

@@ -2,7 +2,7 @@
  * The one status item shown from activation on: the daemon's state (starting, ready,
  * restarting in N s, failed: reason · retrying in N s) and, once ready with no session
  * of an agent extension open, a Claude Code session of the workspace (model, tokens,
- * percent of the effective window, tokens until compaction, level): the one pinned from
+ * percent of the window, tokens until compaction, level): the one pinned from
  * the picker, else the one that changed last.
  *
  * Clicking it opens what helps: the fix for a failed start, the context view of the
@@ -36,7 +36,7 @@ function secondsUntil(at: number, now: number): number {
     return Math.max(0, Math.ceil((at - now) / 1000));
 }
 
-/** `$(dashboard) ctx 50.0% · 77.0k to compact · 90.0k · claude-opus-4-6` */
+/** `$(dashboard) ctx 45.0% · 77.0k to compact · 90.0k · claude-opus-4-6` */
 export function observedText(session: ObservedSession): string {
     const usage = session.usage;
     if (usage === undefined) {

@@ -71,6 +71,25 @@ export interface Usage {
     level: Level;
     autoCompactEnabled: boolean;
     breakdown: Breakdown;
+    /** The session's prompt cache, when the daemon knows it (a live Claude Code session). */
+    cache?: PromptCache | null;
+}
+
+/** Whose figures a prompt cache state is. */
+export type PromptCacheSource = "program" | "gateway";
+
+/** Whether a session's prompt cache is warm and for how long, and what a cold turn re-writes. */
+export interface PromptCache {
+    warm: boolean;
+    secondsLeft: number;
+    /** RFC 3339. */
+    expiresAt: string;
+    ttlSeconds: number;
+    recacheTokens?: number | null;
+    recacheCostUsd?: number | null;
+    /** The price table's date (YYYY-MM-DD), beside a price. */
+    pricesDate?: string | null;
+    source: PromptCacheSource;
 }
 
 /** A transcript record: one line of a Claude Code style JSONL transcript. */
@@ -96,6 +115,22 @@ export type ProviderKind = "anthropic" | "openai" | "offline";
 /** Settings of one model (`modelSettings` of a settings file). */
 export interface ModelSettings {
     autoCompactWindow?: number;
+}
+
+/** `gateway` in the settings: the gateway on the Messages API path (`ctxd gateway`). */
+export interface GatewaySettings {
+    /** Run the gateway inside the shared daemon too (default false). */
+    enabled?: boolean;
+    /** Default `127.0.0.1:8417`; loopback only. */
+    listen?: string;
+    /** Default `https://api.anthropic.com`. */
+    upstream?: string;
+    /** Prepare live sessions' summaries so Claude Code's compaction is answered at once (default true). */
+    precompute?: boolean;
+    /** Idle seconds before a session's summary is prepared (default 120). */
+    precomputeIdleSeconds?: number;
+    /** Least context, in percent of Claude Code's auto-compact threshold (default 60). */
+    precomputeAtPercent?: number;
 }
 
 /**
@@ -137,6 +172,8 @@ export interface Settings {
     trustedFolders?: string[];
     /** Folders memory-file `@imports` may read besides the project and `~/.claude`. */
     importFolders?: string[];
+    /** The gateway (user or client settings only: it chooses where API keys go). */
+    gateway?: GatewaySettings;
 }
 
 /** `initializationOptions` of `initialize`. */

@@ -349,6 +349,72 @@ export interface ForkParams {
     skipCacheWrite?: boolean;
 }
 
+/**
+ * One Claude Code session's last answered Messages request, as its answer's `usage`
+ * reported it (`message_start` and `message_delta` of a stream, or the JSON body).
+ */
+export interface GatewaySession {
+    /**
+     * Claude Code's session id (the `X-Claude-Code-Session-Id` header, else the
+     * `session_id` in `metadata.user_id`): the stem of its transcript file.
+     */
+    sessionId: string;
+    /** The model that answered. */
+    model: string;
+    inputTokens: number;
+    cacheReadInputTokens: number;
+    cacheCreationInputTokens: number;
+    outputTokens: number;
+    /** When the request's last byte was sent upstream (RFC 3339, UTC). */
+    sentAt: string;
+    /** When the answer's last byte arrived (RFC 3339, UTC). */
+    answeredAt: string;
+    /**
+     * How long the prompt cache the request wrote stays warm: 300, or 3600 when every
+     * cache marker asked for `ttl: "1h"`.
+     */
+    cacheTtlSeconds: number;
+    /** Messages requests of the session forwarded so far (answered or not). */
+    requests: number;
+}
+
+/**
+ * `GET /ctxd/sessions`: every session seen since the gateway started, newest answer
+ * first.
+ */
+export interface GatewaySessions {
+    sessions: GatewaySession[];
+}
+
+/**
+ * The gateway's settings (`gateway` in a settings file). Only the user's own files
+ * and the client may set them, as they choose where API keys are sent.
+ */
+export interface GatewaySettings {
+    /** Run the gateway inside the shared daemon (`ctxd serve`) too (default false). */
+    enabled?: boolean | null;
+    /**
+     * Address to listen on (default `127.0.0.1:8417`); loopback only unless
+     * `ctxd gateway --allow-remote`.
+     */
+    listen?: string | null;
+    /** Where requests are forwarded (default `https://api.anthropic.com`). */
+    upstream?: string | null;
+    /**
+     * Prepare live sessions' summaries in the background and answer Claude Code's
+     * compaction from them at once (default true; off for models ctxd's model table
+     * does not know).
+     */
+    precompute?: boolean | null;
+    /** Seconds a session must be idle before its summary is prepared (default 120). */
+    precomputeIdleSeconds?: number | null;
+    /**
+     * Least context, in percent of Claude Code's auto-compact threshold, for an idle
+     * session to be prepared (default 60; from 90 % it is prepared between turns).
+     */
+    precomputeAtPercent?: number | null;
+}
+
 /** Why the model does not see a message. */
 export type Hidden = {
     reason: "compacted";
@@ -510,6 +576,38 @@ export interface PendingRule {
     path: string;
     paths: string[];
 }
+
+/**
+ * Whether a session's prompt cache is warm and for how long, and what the next turn
+ * writes to it again once it is cold.
+ */
+export interface PromptCache {
+    /** The cached prefix is still there: the next turn reads it. */
+    warm: boolean;
+    /** Whole seconds until it goes cold; 0 once cold. */
+    secondsLeft: number;
+    /** When it goes (or went) cold, RFC 3339. */
+    expiresAt: string;
+    /** Its lifetime, in seconds (300, or 3,600 when the requests ask for an hour). */
+    ttlSeconds: number;
+    /**
+     * Tokens the next turn writes to the cache again if it is cold; absent when not
+     * known (right after a compaction).
+     */
+    recacheTokens?: number | null;
+    /**
+     * The estimated price of that, in US dollars, at the model's cache-write price;
+     * absent for a model the price table does not list.
+     */
+    recacheCostUsd?: number | null;
+    /** The date of the price table (YYYY-MM-DD), beside a price. */
+    pricesDate?: string | null;
+    /** Whose figures these are. */
+    source: PromptCacheSource;
+}
+
+/** Who saw the traffic the cache state comes from. */
+export type PromptCacheSource = "program" | "gateway";
 
 /** What ctxd did about a provider error (`ctx/reportProviderError`). */
 export type ProviderErrorAction = "compacted" | "none";
@@ -790,6 +888,12 @@ export interface Settings {
      * `~` is the home.
      */
     trustedFolders?: string[] | null;
+    /**
+     * The gateway on the Messages API path (`ctxd gateway`): `enabled` runs it inside
+     * the shared daemon, `listen` and `upstream` say where. A repository's own files
+     * may not set it (it chooses where API keys go).
+     */
+    gateway?: GatewaySettings | null;
 }
 
 /**
@@ -881,7 +985,10 @@ export interface Usage {
     warning: number;
     /** Requests are refused from here unless compaction recovers. */
     blocked: number;
-    /** `tokens` as a percentage of `effectiveWindow`, one decimal. */
+    /**
+     * `tokens` as a percentage of `window`, one decimal (Claude Code's rule: 700,000 of
+     * 1,000,000 is 70.0).
+     */
     percentUsed: number;
     /** Percentage of the threshold still free before auto compaction, one decimal. */
     percentUntilCompact: number;
@@ -891,6 +998,11 @@ export interface Usage {
     /** Whether automatic compaction will run at the threshold. */
     autoCompactEnabled: boolean;
     breakdown: Breakdown;
+    /**
+     * The session's prompt cache, when ctxd knows it (a live Claude Code session: the
+     * program's own figures or the gateway's). Absent otherwise.
+     */
+    cache?: PromptCache | null;
 }
 
 /** `ctx/usageChanged` notification params. */

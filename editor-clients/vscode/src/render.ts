@@ -39,7 +39,7 @@ function percent(p: number): string {
     return p.toFixed(1);
 }
 
-/** The status text shared by both editors, e.g. `ctx 62.6% · 16.9k to compact`. */
+/** The status text shared by both editors, e.g. `ctx 50.1% · 16.9k to compact`. */
 export function statusText(usage: Usage): string {
     const used = `ctx ${percent(usage.percentUsed)}%`;
     switch (usage.level) {
@@ -102,7 +102,7 @@ export function summaryRows(usage: Usage): Row[] {
             "Tokens",
             `${formatCount(usage.tokens)} (reported ${formatCount(usage.reportedTokens)}, estimated ${formatCount(usage.estimatedTokens)})`,
         ],
-        ["Used", `${percent(usage.percentUsed)}% of the effective window`],
+        ["Used", `${percent(usage.percentUsed)}% of the window`],
         ["Window", `${formatCount(usage.window)} (effective ${formatCount(usage.effectiveWindow)})`],
         ["Warning at", formatCount(usage.warning)],
         ["Auto-compact at", autoCompactAt],

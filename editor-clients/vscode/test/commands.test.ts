@@ -163,7 +163,7 @@ describe("commands on a real ctxd", () => {
         assert.equal(fake.shownDocuments.length, 1);
         const text = fake.shownDocuments[0].getText();
         const answer = await sessions.context(sessionId);
-        assert.match(text, new RegExp(`^# ctxd context: ${sessionId}\n\n\\*\\*ctx 62\\.6% · 16\\.9k to compact\\*\\*`), "no note");
+        assert.match(text, new RegExp(`^# ctxd context: ${sessionId}\n\n\\*\\*ctx 50\\.1% · 16\\.9k to compact\\*\\*`), "no note");
         const claudeMd = answer.memoryFiles.find((f) => f.path === project.claudeMd);
         assert.ok(claudeMd !== undefined && claudeMd.tokens > 0, JSON.stringify(answer.memoryFiles));
         assert.deepEqual([claudeMd.kind, claudeMd.status], ["project", "loaded"]);
@@ -220,7 +220,7 @@ describe("commands on a real ctxd", () => {
         const parent = userRecord("more");
         await sessions.append(sessionId, [parent, assistantRecord(60_000, parent.uuid as string)]);
         await waitFor("the view at 60,000 tokens", () => (doc.getText().includes("| Tokens | 60,000 ") ? true : undefined));
-        assert.match(doc.getText(), /\*\*ctx 75\.0% · 7\.0k to compact\*\*/);
+        assert.match(doc.getText(), /\*\*ctx 60\.0% · 7\.0k to compact\*\*/);
         assert.match(doc.getText(), /## Memory files/, "still the ctx/context view");
     });
 
@@ -238,7 +238,7 @@ describe("commands on a real ctxd", () => {
             const u = sessions.latestUsage(sessionId);
             return u?.window === 200_000 ? u : undefined;
         });
-        assert.equal(statusText(usage), "ctx 27.8% · 116.9k to compact");
+        assert.equal(statusText(usage), "ctx 25.0% · 116.9k to compact");
         const saved = JSON.parse(fs.readFileSync(path.join(daemon.stateDir, "saved-settings.json"), "utf8"));
         assert.deepEqual(saved.modelSettings[MODEL], { autoCompactWindow: 200_000 });
     });
@@ -260,7 +260,7 @@ describe("commands on a real ctxd", () => {
             { kind: "info", text: `ctxd: auto-compact window for ${MODEL} is 100,000 tokens (from settings).` },
         ]);
         await waitFor("the session at a 100,000 window", () => (sessions.latestUsage(sessionId)?.window === 100_000 ? true : undefined));
-        assert.equal(statusText(sessions.latestUsage(sessionId)!), "ctx 62.6% · 16.9k to compact");
+        assert.equal(statusText(sessions.latestUsage(sessionId)!), "ctx 50.1% · 16.9k to compact");
     });
 
     it("Set auto-compact window shows the daemon's error", async () => {
@@ -392,13 +392,13 @@ describe("commands against scripted answers (a future daemon, an older one)", ()
         const doc = fake.shownDocuments[0];
         const text = doc.getText();
         assert.ok(text.startsWith(`# ctxd context: s-1\n\n> ${OLD_DAEMON_NOTE}\n`), text);
-        assert.match(text, /\*\*ctx 62\.6% · 16\.9k to compact\*\*/);
+        assert.match(text, /\*\*ctx 50\.1% · 16\.9k to compact\*\*/);
         assert.match(text, /\| Free space \| 16,940 \|/);
         assert.doesNotMatch(text, /## Memory files/);
         // It redraws from the pushed usage, without asking for ctx/context again.
         const sent = connection.sent.length;
         connection.notify("ctx/usageChanged", { sessionId: "s-1", usage: usageCase("blocked").usage });
-        assert.match(doc.getText(), /\*\*ctx 99\.2% · blocked\*\*/);
+        assert.match(doc.getText(), /\*\*ctx 89\.3% · blocked\*\*/);
         assert.ok(doc.getText().includes(`> ${OLD_DAEMON_NOTE}`));
         assert.equal(connection.sent.length, sent);
     });

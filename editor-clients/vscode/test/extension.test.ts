@@ -84,21 +84,21 @@ describe("activate() on a real ctxd", () => {
         assert.equal(item.text, "$(dashboard) ctx 0.0% · 67.0k to compact");
         const user = userRecord("hi");
         await api.append(sessionId, [user, assistantRecord(50_060, user.uuid as string)]);
-        await waitFor("the status bar at 62.6%", () => (item.text.includes("62.6%") ? true : undefined));
-        assert.equal(item.text, "$(warning) ctx 62.6% · 16.9k to compact");
+        await waitFor("the status bar at 50.1%", () => (item.text.includes("50.1%") ? true : undefined));
+        assert.equal(item.text, "$(warning) ctx 50.1% · 16.9k to compact");
     });
 
     it("sends changed settings with workspace/didChangeConfiguration; the open session follows", async () => {
-        const { item } = await sessionAt(50_060, "$(warning) ctx 62.6% · 16.9k to compact");
+        const { item } = await sessionAt(50_060, "$(warning) ctx 50.1% · 16.9k to compact");
         const changeSetting = (value: boolean) => {
             fake.config.autoCompactEnabled = value;
             fake.configurationChanged.fire({ affectsConfiguration: (section) => section === "ctxd" || section === "ctxd.autoCompactEnabled" });
         };
         // The daemon recomputes the session's levels and pushes its usage.
         changeSetting(false);
-        await waitFor("auto-compact off", () => (item.text === "$(warning) ctx 62.6% · auto-compact off" ? true : undefined));
+        await waitFor("auto-compact off", () => (item.text === "$(warning) ctx 50.1% · auto-compact off" ? true : undefined));
         changeSetting(true);
-        await waitFor("auto-compact on again", () => (item.text === "$(warning) ctx 62.6% · 16.9k to compact" ? true : undefined));
+        await waitFor("auto-compact on again", () => (item.text === "$(warning) ctx 50.1% · 16.9k to compact" ? true : undefined));
         const [log] = fake.outputChannels;
         assert.deepEqual(
             log.lines.filter((l) => /unknown key|settings problem/.test(l)),
@@ -125,7 +125,7 @@ describe("activate() on a real ctxd", () => {
     });
 
     it("restarts a crashed daemon and resumes the session; the status bar follows again", async () => {
-        const { sessionId, item } = await sessionAt(50_060, "$(warning) ctx 62.6% · 16.9k to compact");
+        const { sessionId, item } = await sessionAt(50_060, "$(warning) ctx 50.1% · 16.9k to compact");
         const status = fake.statusBarItems.find((i) => i.id === "ctxd.status");
         assert.ok(status);
         const statusBefore = status.texts.length;
@@ -137,7 +137,7 @@ describe("activate() on a real ctxd", () => {
         });
         await waitFor("the session resumed", () => {
             const down = item.texts.lastIndexOf(DAEMON_DOWN_TEXT);
-            return down >= 0 && item.texts.slice(down).some((t) => t.includes("62.6%")) ? true : undefined;
+            return down >= 0 && item.texts.slice(down).some((t) => t.includes("50.1%")) ? true : undefined;
         });
         // The daemon's own item counted down to the restart, then said ready again.
         const texts = status.texts.slice(statusBefore);
@@ -147,13 +147,13 @@ describe("activate() on a real ctxd", () => {
         const before = changes.length;
         const user = userRecord("after the crash");
         await api.append(sessionId, [user, assistantRecord(60_000, user.uuid as string)]);
-        await waitFor("the status bar at 75.0%", () => (item.text.includes("75.0%") ? true : undefined));
+        await waitFor("the status bar at 60.0%", () => (item.text.includes("60.0%") ? true : undefined));
         assert.ok(changes.slice(before).some((c) => c.sessionId === sessionId));
-        assert.equal(item.text, "$(warning) ctx 75.0% · 7.0k to compact");
+        assert.equal(item.text, "$(warning) ctx 60.0% · 7.0k to compact");
     });
 
     it("reports an automatic compaction at the threshold; the status bar follows", async () => {
-        const { sessionId, item } = await sessionAt(60_000, "$(warning) ctx 75.0% · 7.0k to compact");
+        const { sessionId, item } = await sessionAt(60_000, "$(warning) ctx 60.0% · 7.0k to compact");
         fake.messages = [];
         const user = userRecord("past the threshold");
         await api.append(sessionId, [user, assistantRecord(70_000, user.uuid as string)]);

@@ -17,8 +17,11 @@ type Keys<T> = { [K in keyof Required<T>]: true };
 const usageKeys = {
     tokens: true, reportedTokens: true, estimatedTokens: true, window: true, effectiveWindow: true,
     threshold: true, warning: true, blocked: true, percentUsed: true, percentUntilCompact: true,
-    tokensUntilCompact: true, level: true, autoCompactEnabled: true, breakdown: true,
+    tokensUntilCompact: true, level: true, autoCompactEnabled: true, breakdown: true, cache: true,
 } satisfies Keys<ext.Usage>;
+const promptCacheKeys = {
+    warm: true, secondsLeft: true, expiresAt: true, ttlSeconds: true, recacheTokens: true, recacheCostUsd: true, pricesDate: true, source: true,
+} satisfies Keys<ext.PromptCache>;
 const breakdownKeys = {
     systemPrompt: true, tools: true, memoryFiles: true, skills: true, messages: true, freeSpace: true, autocompactBuffer: true,
 } satisfies Keys<ext.Breakdown>;
@@ -80,8 +83,9 @@ const settingsKeys = {
     autoCompactWindow: true, autoCompactEnabled: true, idleCompaction: true, idleCompactAfterSeconds: true, modelSettings: true,
     hooks: true, provider: true, model: true, compactModel: true, largerModelRetry: true, compactFork: true, baseUrl: true, apiKeyEnv: true,
     memoryFileNames: true, observeClaudeProjects: true, claudeIdleCompaction: true, claudeIdleCompactAfterSeconds: true,
-    claudeIdleCompactPercent: true, trustedFolders: true, importFolders: true,
+    claudeIdleCompactPercent: true, trustedFolders: true, importFolders: true, gateway: true,
 } satisfies Keys<ext.Settings>;
+const gatewaySettingsKeys = { enabled: true, listen: true, upstream: true, precompute: true, precomputeIdleSeconds: true, precomputeAtPercent: true } satisfies Keys<ext.GatewaySettings>;
 const modelSettingsKeys = { autoCompactWindow: true } satisfies Keys<ext.ModelSettings>;
 
 type OptionalKeys<T> = { [K in keyof T]-?: undefined extends T[K] ? K : never }[keyof T];
@@ -116,6 +120,7 @@ describe("lsp_ext.ts against schemas/", () => {
         assert.deepEqual(keys(usageKeys), schemaKeys("ctx.usage.result", "Usage"));
         assert.deepEqual(keys(breakdownKeys), schemaKeys("ctx.usage.result", "Breakdown"));
         assert.deepEqual(keys(messageKeys), schemaKeys("ctx.usage.result", "MessageBreakdown"));
+        assert.deepEqual(keys(promptCacheKeys), schemaKeys("ctx.usage.result", "PromptCache"));
     });
 
     it("has every field of the request and notification shapes", () => {
@@ -171,6 +176,7 @@ describe("lsp_ext.ts against schemas/", () => {
             ["initializationOptions", initKeys],
             ["settings", settingsKeys],
             ["settings", modelSettingsKeys, "ModelSettings"],
+            ["settings", gatewaySettingsKeys, "GatewaySettings"],
         ];
         for (const [name, declared, def] of shapes) {
             assert.deepEqual(keys(declared), schemaKeys(name, def), `${name}${def !== undefined ? ` ${def}` : ""}`);
@@ -186,6 +192,8 @@ describe("lsp_ext.ts against schemas/", () => {
             ["ctx.openSession.result", optionalOf<ext.OpenSessionResult>({ diagnostics: true })],
             ["ctx.append.result", optionalOf<ext.AppendResult>({})],
             ["ctx.usage.result", optionalOf<ext.UsageResult>({})],
+            ["ctx.usage.result", optionalOf<ext.Usage>({ cache: true }), "Usage"],
+            ["ctx.usage.result", optionalOf<ext.PromptCache>({ recacheTokens: true, recacheCostUsd: true, pricesDate: true }), "PromptCache"],
             ["ctx.setAutoCompactWindow.result", optionalOf<ext.SetAutoCompactWindowResult>({ warnings: true, requested: true, adjustment: true, reason: true })],
             ["ctx.fileRead.params", optionalOf<ext.FileReadParams>({ startLine: true, numLines: true })],
             ["ctx.fileRead.result", optionalOf<ext.FileReadResult>({ totalLines: true })],
@@ -223,6 +231,8 @@ describe("lsp_ext.ts against schemas/", () => {
     it("has every value of the string unions the schemas list", () => {
         const enumOf = (name: string, def: string) => [...((schema(name).$defs?.[def] as unknown as { enum?: string[] } | undefined)?.enum ?? [])].sort();
         assert.deepEqual(providers, enumOf("settings", "ProviderKind"));
+        const sources = (schema("ctx.usage.result").$defs?.["PromptCacheSource"] as unknown as { oneOf: { const: string }[] }).oneOf.map((o) => o.const);
+        assert.deepEqual(values<ext.PromptCacheSource>({ program: true, gateway: true }), sources.sort());
         assert.deepEqual(enumOf("ctx.setAutoCompactWindow.params", "AutoWord"), ["auto"]);
         // Closed sets are enums in the schemas, one `const` per value.
         const constsOf = (name: string, def: string) =>

@@ -86,10 +86,10 @@ describe("README", () => {
         };
         try {
             const opus = await shown("claude-opus-4-6", 90_000);
-            assert.equal(opus, "ctx 50.0% · 77.0k to compact · 90.0k · claude-opus-4-6");
+            assert.equal(opus, "ctx 45.0% · 77.0k to compact · 90.0k · claude-opus-4-6");
             // The docs say a model Claude Code does not auto-compact shows this.
             const sonnet = await shown("claude-sonnet-4-5", 90_000);
-            assert.equal(sonnet, "ctx 50.0% · auto-compact off · 90.0k · claude-sonnet-4-5");
+            assert.equal(sonnet, "ctx 45.0% · auto-compact off · 90.0k · claude-sonnet-4-5");
             for (const doc of DOCS) {
                 const text = fs.readFileSync(doc, "utf8");
                 const examples = [...text.matchAll(/ctx \d+\.\d% · [^`\n]* · claude-[a-z0-9-]+/g)].map((m) => m[0]);

@@ -69,7 +69,7 @@ describe("shared render cases", () => {
 describe("status bar rendering", () => {
     it("puts the level's icon before the shared text, spinning while compacting", () => {
         assert.equal(statusBarText(usageCase("ok").usage), `$(dashboard) ${usageCase("ok").statusText}`);
-        assert.equal(statusBarText(usageCase("compacting").usage), "$(sync~spin) ctx 94.4% · compacting");
+        assert.equal(statusBarText(usageCase("compacting").usage), "$(sync~spin) ctx 85.0% · compacting");
         assert.equal(levelIcon("warning"), "$(warning)");
         assert.equal(levelIcon("blocked"), "$(error)");
     });

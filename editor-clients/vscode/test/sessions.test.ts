@@ -55,7 +55,7 @@ describe("CtxdSessions on a real ctxd", () => {
         const change = await waitFor("a usage at 50,060 tokens", () => changes.find((c) => c.usage.tokens === 50_060));
         assert.equal(change.sessionId, sessionId);
         assert.equal(change.usage.level, "warning");
-        assert.equal(statusText(change.usage), "ctx 62.6% · 16.9k to compact");
+        assert.equal(statusText(change.usage), "ctx 50.1% · 16.9k to compact");
         assert.deepEqual(sessions.latestUsage(sessionId), change.usage);
         assert.deepEqual(await sessions.usage(sessionId), change.usage);
     });
@@ -250,7 +250,7 @@ describe("CtxdSessions on a real ctxd", () => {
         await sessions.append(sessionId, [second, assistantRecord(40_000, second.uuid as string)]);
         const change = await waitFor("usage after the restart", () => changes.find((c) => c.usage.tokens === 40_000));
         assert.equal(change.sessionId, sessionId);
-        assert.equal(statusText(change.usage), "ctx 50.0% · 27.0k to compact");
+        assert.equal(statusText(change.usage), "ctx 40.0% · 27.0k to compact");
     });
 });
 

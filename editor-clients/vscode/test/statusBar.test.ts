@@ -57,8 +57,8 @@ describe("status bar on a real ctxd", () => {
         const item = statusBar.item(sessionId) as unknown as FakeStatusBarItem;
         const user = userRecord("hi");
         await sessions.append(sessionId, [user, assistantRecord(50_060, user.uuid as string)]);
-        await waitFor("the warning level", () => (item.text.includes("62.6%") ? true : undefined));
-        assert.equal(item.text, "$(warning) ctx 62.6% · 16.9k to compact");
+        await waitFor("the warning level", () => (item.text.includes("50.1%") ? true : undefined));
+        assert.equal(item.text, "$(warning) ctx 50.1% · 16.9k to compact");
         assert.ok(item.backgroundColor instanceof ThemeColor);
         assert.equal(item.backgroundColor.id, "statusBarItem.warningBackground");
         const tooltip = tooltipText(item);
@@ -99,12 +99,12 @@ describe("status bar levels the daemon does not reach in a test", () => {
         const item = statusBar.item("s-1") as unknown as FakeStatusBarItem;
 
         connection.notify("ctx/usageChanged", { sessionId: "s-1", usage: usageCase("compacting").usage });
-        assert.equal(item.text, "$(sync~spin) ctx 94.4% · compacting");
+        assert.equal(item.text, "$(sync~spin) ctx 85.0% · compacting");
         assert.equal(item.text, statusBarText(usageCase("compacting").usage));
         assert.equal((item.backgroundColor as ThemeColor).id, "statusBarItem.warningBackground");
 
         connection.notify("ctx/usageChanged", { sessionId: "s-1", usage: usageCase("blocked").usage });
-        assert.equal(item.text, "$(error) ctx 99.2% · blocked");
+        assert.equal(item.text, "$(error) ctx 89.3% · blocked");
         assert.equal((item.backgroundColor as ThemeColor).id, "statusBarItem.errorBackground");
 
         connection.notify("ctx/usageChanged", { sessionId: "other", usage: usageCase("blocked").usage });

@@ -121,7 +121,7 @@ describe("a new user's workspace on a real ctxd", () => {
         const transcript = path.join(projectDir, `${randomUUID()}.jsonl`);
         const turns = [claudeLine("user"), claudeLine("assistant", 40_000), claudeLine("user"), claudeLine("assistant", 60_000)];
         fs.writeFileSync(transcript, `${turns.join("\n")}\n`);
-        await waitFor("the observed session", () => (status().text === "$(warning) ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6" ? true : undefined), 10_000, recent);
+        await waitFor("the observed session", () => (status().text === "$(warning) ctx 60.0% · 7.0k to compact · 60.0k · claude-opus-4-6" ? true : undefined), 10_000, recent);
         return { api, projectDir, transcript };
     }
 
@@ -237,13 +237,13 @@ describe("a new user's workspace on a real ctxd", () => {
         fs.mkdirSync(projectDir, { recursive: true });
         const transcript = path.join(projectDir, `${randomUUID()}.jsonl`);
         fs.writeFileSync(transcript, `${claudeLine("user")}\n${claudeLine("assistant", 40_000)}\n`);
-        const first = await waitFor("the observed session", () => (status().text.includes("ctx 50.0%") ? status().text : undefined));
-        assert.equal(first, "$(dashboard) ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6");
+        const first = await waitFor("the observed session", () => (status().text.includes("ctx 40.0%") ? status().text : undefined));
+        assert.equal(first, "$(dashboard) ctx 40.0% · 27.0k to compact · 40.0k · claude-opus-4-6");
         assert.equal((status().command as { arguments: unknown[] }).arguments[0], observeId(transcript));
         // Claude Code appends a turn: the item follows.
         fs.appendFileSync(transcript, `${claudeLine("user")}\n${claudeLine("assistant", 60_000)}\n`);
-        const next = await waitFor("the next turn", () => (status().text.includes("ctx 75.0%") ? status().text : undefined));
-        assert.equal(next, "$(warning) ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6");
+        const next = await waitFor("the next turn", () => (status().text.includes("ctx 60.0%") ? status().text : undefined));
+        assert.equal(next, "$(warning) ctx 60.0% · 7.0k to compact · 60.0k · claude-opus-4-6");
     });
 
     it("opens the context view of the observed session from the item", async () => {
@@ -255,7 +255,7 @@ describe("a new user's workspace on a real ctxd", () => {
         const text = document.getText();
         assert.match(text, /^# ctxd context: observe-[0-9a-f]{16}/);
         assert.ok(text.includes(`Claude Code session ${path.basename(transcript, ".jsonl")}`), text);
-        assert.ok(text.includes("**ctx 75.0% · 7.0k to compact**"), text);
+        assert.ok(text.includes("**ctx 60.0% · 7.0k to compact**"), text);
     });
 
     it("offers the Claude Code compaction with a confirmation, and compacts once confirmed", async () => {
@@ -280,7 +280,7 @@ describe("a new user's workspace on a real ctxd", () => {
         const { projectDir, transcript } = await observedSession();
         const second = path.join(projectDir, `${randomUUID()}.jsonl`);
         fs.writeFileSync(second, `${claudeLine("user")}\n${claudeLine("assistant", 20_000)}\n`);
-        await waitFor("the new session shown", () => (status().text.includes("ctx 25.0%") ? true : undefined));
+        await waitFor("the new session shown", () => (status().text.includes("ctx 20.0%") ? true : undefined));
         let offered: { label: string; description?: string }[] = [];
         fake.quickPick = (items) => {
             offered = items as typeof offered;
@@ -288,14 +288,14 @@ describe("a new user's workspace on a real ctxd", () => {
         };
         await fake.commands.get("ctxd.pickClaudeSession")?.();
         assert.equal(offered.length, 2);
-        assert.deepEqual([offered[0].label, offered[0].description], ["ctx 25.0% · 47.0k to compact · 20.0k · claude-opus-4-6", "in the status bar"]);
-        assert.deepEqual([offered[1].label, offered[1].description], ["ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6", undefined]);
+        assert.deepEqual([offered[0].label, offered[0].description], ["ctx 20.0% · 47.0k to compact · 20.0k · claude-opus-4-6", "in the status bar"]);
+        assert.deepEqual([offered[1].label, offered[1].description], ["ctx 60.0% · 7.0k to compact · 60.0k · claude-opus-4-6", undefined]);
         assert.match(fake.shownDocuments.at(-1)?.getText() ?? "", new RegExp(`# ctxd context: ${observeId(transcript)}`));
         // The picked session is in the status item now, and stays while the other changes.
-        assert.equal(status().text, "$(warning) ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6");
+        assert.equal(status().text, "$(warning) ctx 60.0% · 7.0k to compact · 60.0k · claude-opus-4-6");
         fs.appendFileSync(second, `${claudeLine("user")}\n${claudeLine("assistant", 30_000)}\n`);
         await waitFor("the other session's turn read", () => (observedUsage(second) === 30_000 ? true : undefined), 10_000, recent);
-        assert.equal(status().text, "$(warning) ctx 75.0% · 7.0k to compact · 60.0k · claude-opus-4-6");
+        assert.equal(status().text, "$(warning) ctx 60.0% · 7.0k to compact · 60.0k · claude-opus-4-6");
         // The first entry follows the session that changed last again.
         fake.quickPick = (items) => {
             offered = items as typeof offered;
@@ -303,7 +303,7 @@ describe("a new user's workspace on a real ctxd", () => {
         };
         await fake.commands.get("ctxd.pickClaudeSession")?.();
         assert.equal(offered[0].label, FOLLOW_NEWEST);
-        await waitFor("the newest again", () => (status().text.includes("ctx 37.5%") ? true : undefined), 10_000, recent);
+        await waitFor("the newest again", () => (status().text.includes("ctx 30.0%") ? true : undefined), 10_000, recent);
     });
 
     it("lists every transcript of the folder, also one the daemon does not follow, and shows it when picked", async () => {
@@ -317,19 +317,19 @@ describe("a new user's workspace on a real ctxd", () => {
         const newer = path.join(projectDir, `${randomUUID()}.jsonl`);
         fs.writeFileSync(newer, `${claudeLine("user")}\n${claudeLine("assistant", 40_000)}\n`);
         await activated(ctxdBin(), folder);
-        await waitFor("the newest session", () => (status().text.includes("ctx 50.0%") ? true : undefined), 10_000, recent);
+        await waitFor("the newest session", () => (status().text.includes("ctx 40.0%") ? true : undefined), 10_000, recent);
         let offered: { label: string; detail?: string }[] = [];
         fake.quickPick = (items) => {
             offered = items as typeof offered;
             return items[1];
         };
         await fake.commands.get("ctxd.pickClaudeSession")?.();
-        const olderText = "ctx 12.5% · 57.0k to compact · 10.0k · claude-opus-4-6";
+        const olderText = "ctx 10.0% · 57.0k to compact · 10.0k · claude-opus-4-6";
         assert.deepEqual(
             offered.map((o) => o.detail?.split("  ")[0]),
             [path.basename(newer, ".jsonl"), path.basename(older, ".jsonl")],
         );
-        assert.equal(offered[0].label, "ctx 50.0% · 27.0k to compact · 40.0k · claude-opus-4-6");
+        assert.equal(offered[0].label, "ctx 40.0% · 27.0k to compact · 40.0k · claude-opus-4-6");
         // A daemon that follows only the newest transcript has sent nothing for the older one.
         assert.ok(["not followed yet", olderText].includes(offered[1].label), offered[1].label);
         await waitFor("the older session in the item", () => (status().text === `$(dashboard) ${olderText}` ? true : undefined), 10_000, recent);
@@ -341,7 +341,7 @@ describe("a new user's workspace on a real ctxd", () => {
         changeSetting("observeClaudeCode", false);
         await waitFor("the item back to the daemon", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 10_000, recent);
         changeSetting("observeClaudeCode", true);
-        await waitFor("the session again", () => (status().text.includes("ctx 75.0%") ? true : undefined), 10_000, recent);
+        await waitFor("the session again", () => (status().text.includes("ctx 60.0%") ? true : undefined), 10_000, recent);
         assert.deepEqual(fake.messages, [], "nothing asked for a reload");
     });
 
@@ -370,7 +370,7 @@ describe("a new user's workspace on a real ctxd", () => {
         fs.mkdirSync(projectDir, { recursive: true });
         fs.writeFileSync(path.join(projectDir, `${randomUUID()}.jsonl`), `${claudeLine("user")}\n${claudeLine("assistant", 40_000)}\n`);
         await activated(ctxdBin(), link);
-        await waitFor("the session of the real folder", () => (status().text.includes("ctx 50.0%") ? true : undefined), 10_000, recent);
+        await waitFor("the session of the real folder", () => (status().text.includes("ctx 40.0%") ? true : undefined), 10_000, recent);
     });
 
     it("gives way to an agent extension's own session", async () => {
@@ -378,6 +378,6 @@ describe("a new user's workspace on a real ctxd", () => {
         const { sessionId } = await api.openSession({ cwd: EMPTY_CWD, model: MODEL });
         await waitFor("the item back to the daemon state", () => (status().text === "$(pulse) ctxd ready" ? true : undefined));
         await api.closeSession(sessionId);
-        await waitFor("the Claude Code session again", () => (status().text.includes("ctx 75.0%") ? true : undefined));
+        await waitFor("the Claude Code session again", () => (status().text.includes("ctx 60.0%") ? true : undefined));
     });
 });

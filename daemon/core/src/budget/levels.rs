@@ -126,16 +126,18 @@ impl Thresholds {
         self.threshold.saturating_sub(tokens)
     }
 
-    /// `tokens` as a percent of the effective window, to one decimal.
+    /// `tokens` as a percent of the whole window, to one decimal: Claude Code's rule (its
+    /// status-line `used_percentage` and `/context` divide by the window, so 700,000 of
+    /// 1,000,000 is 70 there and here; a share of the effective window said 71.4).
     ///
-    /// Not capped: the context can pass the effective window (the reported usage lags
-    /// behind), and showing 104.2 tells the user more than a flat 100. An effective
-    /// window of zero counts as full (100.0).
+    /// Not capped (the program stops at 100): the context can pass the window while the
+    /// reported usage lags behind, and showing 104.2 tells the user more than a flat 100.
+    /// A window of zero counts as full (100.0).
     pub fn percent_used(&self, tokens: u64) -> f64 {
-        if self.effective_window == 0 {
+        if self.window == 0 {
             return 100.0;
         }
-        one_decimal(tokens as f64 / self.effective_window as f64 * 100.0)
+        one_decimal(tokens as f64 / self.window as f64 * 100.0)
     }
 
     /// Share of the compact threshold still free, as a percent to one decimal, within
@@ -291,15 +293,18 @@ mod tests {
     #[test]
     fn percents_round_to_one_decimal() {
         let t = levels(1_000_000, 64_000);
-        // (tokens, used of 980,000, free of 967,000)
+        // (tokens, used of the 1,000,000 window, free of 967,000)
         let cases: &[(u64, f64, f64)] = &[
             (0, 0.0, 100.0),
-            (490_000, 50.0, 49.3),
-            (98, 0.0, 100.0),
-            (980, 0.1, 99.9),
-            (967_000, 98.7, 0.0),
-            (980_000, 100.0, 0.0),
-            (1_019_200, 104.0, 0.0),
+            (490_000, 49.0, 49.3),
+            // The program's figure at 700k of 1M is 70 (a share of the effective
+            // window, 980k, would be 71.4).
+            (700_000, 70.0, 27.6),
+            (49, 0.0, 100.0),
+            (1_000, 0.1, 99.9),
+            (967_000, 96.7, 0.0),
+            (1_000_000, 100.0, 0.0),
+            (1_042_000, 104.2, 0.0),
         ];
         for &(tokens, used, free) in cases {
             assert_eq!(t.percent_used(tokens), used, "used at {tokens}");

@@ -182,12 +182,10 @@ impl CompactGuards {
         let mut last_id: Option<&str> = None;
         for record in &records[from..] {
             let head = record.head();
-            let response = head.kind == Kind::Assistant
-                && !head.is_sidechain
-                && !head.is_api_error
-                && head.model.as_deref() != Some("<synthetic>");
             // The lines of one response split over several records are one turn.
-            if response && (head.message_id.is_none() || head.message_id.as_deref() != last_id) {
+            if super::lifecycle::is_model_response(record)
+                && (head.message_id.is_none() || head.message_id.as_deref() != last_id)
+            {
                 last_id = head.message_id.as_deref();
                 guards.record_turn();
             }

@@ -47,6 +47,7 @@ mod fidelity;
 mod guards;
 mod install;
 mod ladder;
+pub mod lifecycle;
 mod prompt;
 mod ptl;
 mod reply;

@@ -1335,7 +1335,8 @@ proptest::proptest! {
 // ---------------------------------------------------------------------------------
 // Guards.
 
-fn levels() -> Thresholds {
+/// A 200,000-token window: threshold 167,000, precompute start 160,000, blocked 177,000.
+pub(super) fn levels() -> Thresholds {
     Thresholds {
         window: 200_000,
         effective_window: 180_000,

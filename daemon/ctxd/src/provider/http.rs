@@ -60,7 +60,7 @@ fn same_origin_redirects() -> reqwest::redirect::Policy {
 
 /// reqwest is built without a default crypto provider (see the module docs of
 /// `provider`); rustls needs one installed before the first client is built.
-fn install_crypto_provider() {
+pub(crate) fn install_crypto_provider() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         // An error means another part of the process installed one first; that one

@@ -38,6 +38,8 @@ mod http;
 pub mod openai;
 pub mod sse;
 
+pub(crate) use self::http::install_crypto_provider;
+
 #[cfg(test)]
 mod tests;
 

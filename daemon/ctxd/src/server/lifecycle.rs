@@ -188,6 +188,13 @@ impl Backend {
 
     fn initialized(&self) {
         tracing::debug!("client initialized");
+        // `gateway.enabled`: this daemon serves the gateway too (the editor's, not a guest's).
+        if self.guest.is_none()
+            && let Ok(sessions) = self.sessions()
+            && let Some(gateway) = sessions.daemon_settings().gateway.filter(|g| g.enabled == Some(true))
+        {
+            crate::gateway::start_in_daemon(&gateway, sessions.live_figures(), sessions.store().root().to_path_buf());
+        }
         // The daemon's own editor started what its settings ask for; another's adds nothing.
         if self.guest.is_none()
             && let Ok(sessions) = self.sessions()

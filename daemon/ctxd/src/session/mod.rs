@@ -7,307 +7,27 @@
 
 pub mod actor;
 pub mod compaction;
+mod error;
+mod notify;
 pub mod observe;
+mod setup;
 pub mod usage;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::transport::Outbound;
 use ctxd_core::budget::{ResolvedWindow, Thresholds, WindowInputs, WindowSource, resolve_window, thresholds};
 use ctxd_core::record::Record;
 use ctxd_proto as proto;
 use tokio::sync::{mpsc, oneshot};
 
 use self::actor::{Appended, Command, Opened};
+pub use self::error::SessionError;
+pub use self::notify::{CompactFailed, Compacted, ContextChanged, Notifier, Progress, UsageChanged};
+pub use self::setup::{Environment, Services, SessionSetup};
 use self::usage::UsageSnapshot;
-use crate::process_env::ProcessEnv;
-use crate::settings::{self, SettingsSources};
-use crate::store::{Store, StoreError};
-
-/// Why a session command failed. Cloneable so one failure can answer many waiters.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum SessionError {
-    #[error("unknown session {0:?}: it is not open and not in the store; open it with ctx/openSession")]
-    NotOpen(String),
-    #[error("unknown session {0:?}: no transcript with this id in the store")]
-    UnknownSession(String),
-    #[error("{0}")]
-    InvalidSessionId(String),
-    #[error("{0}")]
-    InvalidParams(String),
-    #[error("{0}")]
-    Busy(String),
-    #[error("{0}")]
-    Cancelled(String),
-    #[error("compaction failed: {0}")]
-    CompactFailed(String),
-    /// `ctx/undoCompact` was refused; nothing was appended.
-    #[error("cannot undo: {0}")]
-    CannotUndo(ctxd_core::compact::UndoError),
-    #[error("store error: {0}")]
-    Store(String),
-    #[error("session {0:?} closed before answering")]
-    Closed(String),
-    #[error("internal error: {0}")]
-    Internal(String),
-}
-
-impl From<StoreError> for SessionError {
-    fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::InvalidSessionId(_) => SessionError::InvalidSessionId(e.to_string()),
-            other => SessionError::Store(other.to_string()),
-        }
-    }
-}
-
-/// What a session is opened with: where the agent works, which model, its stacked
-/// settings, and the levels that follow from them.
-#[derive(Debug, Clone)]
-pub struct SessionSetup {
-    pub cwd: String,
-    pub model: String,
-    /// A subagent's window ceiling (`ctx/openSession` `agent.autoCompactWindow`).
-    pub agent_window: Option<u64>,
-    pub settings: ctxd_proto::Settings,
-    pub thresholds: Thresholds,
-    /// Settings and window problems, reported when the session opens.
-    pub problems: Vec<String>,
-    /// A Claude Code transcript to import before loading (new sessions only).
-    pub import: Option<std::path::PathBuf>,
-    /// Where memory files are looked for.
-    pub memory: ctxd_core::memory::MemoryConfig,
-    /// Compact in the background after this long without activity (None: off).
-    pub idle_after: Option<std::time::Duration>,
-    /// Fewest tokens worth an idle compaction.
-    pub idle_floor: u64,
-    pub services: Services,
-    /// The environment `main` read (a compaction's provider keys, the fork switch).
-    pub process: Arc<ProcessEnv>,
-}
-
-/// Where a session's notifications go: every connected client (the editor that started
-/// the daemon, and those sharing it through its socket, see `crate::shared`). A
-/// client's id filter is its own: it shows the sessions it knows.
-///
-/// The daemon's own editor gets back-pressure as before (a notification waits for room
-/// in its queue); another editor's that is full misses the notification instead, so
-/// one that stopped reading cannot stall the sessions of all the others.
-#[derive(Debug, Clone, Default)]
-pub struct Notifier {
-    clients: Arc<std::sync::RwLock<Clients>>,
-}
-
-#[derive(Debug, Default)]
-struct Clients {
-    own: Option<Outbound>,
-    guests: Vec<Outbound>,
-}
-
-impl Notifier {
-    /// The notifier of the daemon's own editor.
-    pub fn new(outbound: Outbound) -> Notifier {
-        let notifier = Notifier::default();
-        notifier.write().own = Some(outbound);
-        notifier
-    }
-
-    /// Another editor that connected: it gets every notification from now on.
-    pub fn attach(&self, outbound: Outbound) {
-        self.write().guests.push(outbound);
-    }
-
-    /// Another editor that left.
-    pub fn detach(&self, outbound: &Outbound) {
-        self.write().guests.retain(|c| !c.same(outbound));
-    }
-
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Clients> {
-        self.clients.write().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    async fn notify<N>(&self, params: N::Params)
-    where
-        N: tower_lsp_server::ls_types::notification::Notification,
-        N::Params: Clone,
-    {
-        let (own, guests) = {
-            let clients = self.clients.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-            (clients.own.clone(), clients.guests.clone())
-        };
-        for guest in &guests {
-            if !guest.try_notify::<N>(params.clone()) {
-                tracing::debug!(method = N::METHOD, "another editor is not reading; a notification to it dropped");
-            }
-        }
-        if let Some(own) = own {
-            own.notify::<N>(params).await;
-        }
-    }
-
-    pub async fn context_changed(&self, session_id: &str, paths: Vec<String>) {
-        let params = proto::ContextChangedNotification { session_id: session_id.to_owned(), paths };
-        self.notify::<ContextChanged>(params).await;
-    }
-
-    pub async fn compacted(
-        &self,
-        session_id: &str,
-        trigger: ctxd_core::compact::Trigger,
-        pre_tokens: u64,
-        post_tokens: u64,
-    ) {
-        let params = proto::CompactedNotification {
-            session_id: session_id.to_owned(),
-            trigger: crate::wire::trigger(trigger),
-            pre_tokens,
-            post_tokens,
-        };
-        self.notify::<Compacted>(params).await;
-    }
-
-    pub async fn compact_failed(&self, session_id: &str, reason: &str) {
-        let params = proto::CompactFailedNotification { session_id: session_id.to_owned(), reason: reason.to_owned() };
-        self.notify::<CompactFailed>(params).await;
-    }
-
-    pub async fn usage_changed(&self, session_id: &str, usage: UsageSnapshot) {
-        let params =
-            proto::UsageChangedNotification { session_id: session_id.to_owned(), usage: crate::wire::usage(&usage) };
-        self.notify::<UsageChanged>(params).await;
-    }
-}
-
-/// `$/progress` for one work-done token the client passed with a request: a begin, any
-/// number of reports, one end, to that client only (the token is its own).
-#[derive(Debug, Clone)]
-pub struct Progress {
-    client: Outbound,
-    token: tower_lsp_server::ls_types::NumberOrString,
-}
-
-impl Progress {
-    /// `None` when the client sent no token, or one that is neither a number nor a string.
-    pub fn new(client: &Outbound, token: Option<&serde_json::Value>) -> Option<Progress> {
-        let token = match token? {
-            serde_json::Value::Number(n) => {
-                tower_lsp_server::ls_types::NumberOrString::Number(i32::try_from(n.as_i64()?).ok()?)
-            }
-            serde_json::Value::String(s) => tower_lsp_server::ls_types::NumberOrString::String(s.clone()),
-            _ => return None,
-        };
-        Some(Progress { client: client.clone(), token })
-    }
-
-    pub async fn begin(&self, title: &str, message: String) {
-        use tower_lsp_server::ls_types::{WorkDoneProgress, WorkDoneProgressBegin};
-        let begin = WorkDoneProgressBegin {
-            title: title.to_owned(),
-            cancellable: Some(true),
-            message: Some(message),
-            percentage: Some(0),
-        };
-        self.send(WorkDoneProgress::Begin(begin)).await;
-    }
-
-    pub async fn report(&self, message: &str, percentage: u32) {
-        use tower_lsp_server::ls_types::{WorkDoneProgress, WorkDoneProgressReport};
-        let report = WorkDoneProgressReport {
-            cancellable: Some(true),
-            message: Some(message.to_owned()),
-            percentage: Some(percentage),
-        };
-        self.send(WorkDoneProgress::Report(report)).await;
-    }
-
-    pub async fn end(&self, message: String) {
-        use tower_lsp_server::ls_types::{WorkDoneProgress, WorkDoneProgressEnd};
-        self.send(WorkDoneProgress::End(WorkDoneProgressEnd { message: Some(message) })).await;
-    }
-
-    async fn send(&self, value: tower_lsp_server::ls_types::WorkDoneProgress) {
-        use tower_lsp_server::ls_types::{
-            ProgressParams, ProgressParamsValue, notification::Progress as ProgressNotification,
-        };
-        let params = ProgressParams { token: self.token.clone(), value: ProgressParamsValue::WorkDone(value) };
-        self.client.notify::<ProgressNotification>(params).await;
-    }
-}
-
-/// `ctx/usageChanged` as an LSP notification type.
-#[derive(Debug)]
-pub enum UsageChanged {}
-
-impl tower_lsp_server::ls_types::notification::Notification for UsageChanged {
-    type Params = proto::UsageChangedNotification;
-    const METHOD: &'static str = proto::methods::USAGE_CHANGED;
-}
-
-/// `ctx/compacted` as an LSP notification type.
-#[derive(Debug)]
-pub enum Compacted {}
-
-impl tower_lsp_server::ls_types::notification::Notification for Compacted {
-    type Params = proto::CompactedNotification;
-    const METHOD: &'static str = proto::methods::COMPACTED;
-}
-
-/// `ctx/compactFailed` as an LSP notification type.
-#[derive(Debug)]
-pub enum CompactFailed {}
-
-impl tower_lsp_server::ls_types::notification::Notification for CompactFailed {
-    type Params = proto::CompactFailedNotification;
-    const METHOD: &'static str = proto::methods::COMPACT_FAILED;
-}
-
-/// `ctx/contextChanged` as an LSP notification type.
-#[derive(Debug)]
-pub enum ContextChanged {}
-
-impl tower_lsp_server::ls_types::notification::Notification for ContextChanged {
-    type Params = proto::ContextChangedNotification;
-    const METHOD: &'static str = proto::methods::CONTEXT_CHANGED;
-}
-
-/// Daemon-wide services every session uses: the file watcher, the shared memory-file
-/// discovery, the counted filesystem.
-#[derive(Debug, Clone)]
-pub struct Services {
-    pub watcher: crate::context::watcher::Watcher,
-    pub memory_cache: Arc<crate::context::base::MemoryCache>,
-    pub fs: Arc<crate::context::fs::RealFs>,
-}
-
-impl Services {
-    pub fn start(env: &ProcessEnv) -> Services {
-        Services {
-            // CTXD_NO_WATCH=1: no OS notifications; stamps are compared before each request.
-            watcher: if env.no_watch() {
-                crate::context::watcher::Watcher::disabled()
-            } else {
-                crate::context::watcher::Watcher::start(crate::context::watcher::DEFAULT_DEBOUNCE)
-            },
-            memory_cache: Arc::default(),
-            fs: Arc::default(),
-        }
-    }
-}
-
-/// Daemon-wide inputs every session needs.
-#[derive(Debug, Clone)]
-pub struct Environment {
-    /// The environment `main` read, with its budget overrides.
-    pub process: Arc<ProcessEnv>,
-    /// Client data: `initializationOptions.autoCompactWindow`.
-    pub client_window: Option<u64>,
-    /// `initializationOptions.settings`.
-    pub client_settings: ctxd_proto::Settings,
-    pub sources: SettingsSources,
-    pub services: Services,
-}
-
+use crate::settings;
+use crate::store::Store;
 /// An open session as the registry knows it.
 #[derive(Debug, Clone)]
 struct Handle {
@@ -345,6 +65,11 @@ impl Sessions {
 
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// The gateway's live figures, which observed Claude Code transcripts follow.
+    pub fn live_figures(&self) -> crate::gateway::LiveFigures {
+        self.environment.services.live.clone()
     }
 
     fn open_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Handle>> {
@@ -411,32 +136,7 @@ impl Sessions {
         for problem in &problems {
             tracing::warn!(%problem, cwd, "settings");
         }
-        let home = self.environment.sources.home.clone().unwrap_or_else(|| std::path::PathBuf::from("/"));
-        let mut memory = ctxd_core::memory::MemoryConfig::new(home);
-        memory.managed_path = Some(self.environment.process.managed_memory_path());
-        if let Some(names) = &layered.settings.memory_file_names {
-            // Names, not paths: `../../etc/passwd` would load a file from anywhere.
-            let (plain, paths): (Vec<_>, Vec<_>) = names
-                .iter()
-                .cloned()
-                .partition(|name| !name.is_empty() && name != "." && name != ".." && !name.contains('/'));
-            for name in paths {
-                let problem = format!("memoryFileNames: {name:?} ignored: a memory file name is a plain file name");
-                tracing::warn!(%problem, cwd, "settings");
-                problems.push(problem);
-            }
-            memory.file_names = plain;
-        }
-        for folder in layered.settings.import_folders.iter().flatten() {
-            match folder.strip_prefix("~") {
-                Some(rest) if rest.is_empty() || rest.starts_with('/') => {
-                    memory.import_roots.push(memory.home.join(rest.trim_start_matches('/')))
-                }
-                _ if folder.starts_with('/') => memory.import_roots.push(std::path::PathBuf::from(folder)),
-                _ => problems
-                    .push(format!("importFolders: {folder:?} ignored: an absolute path or one starting with ~/")),
-            }
-        }
+        let memory = memory_config(&self.environment, &layered.settings, cwd, &mut problems);
         SessionSetup {
             cwd: cwd.to_owned(),
             model: model.to_owned(),
@@ -537,66 +237,44 @@ impl Sessions {
             };
             observe::Policy { idle, thresholds: Box::new(thresholds_for) }
         };
-        let start = |names, idle_gate| {
-            observe::start(
-                path.clone(),
-                names,
-                idle_gate,
-                policy_of,
-                self.changed.subscribe(),
-                self.environment.process.clone(),
-                self.claude_settings_for(),
-                self.environment.services.watcher.clone(),
-                self.notifier.clone(),
-            )
+        let memory_for: observe::MemoryFor = {
+            let (environment, changed) = (self.environment.clone(), self.changed.subscribe());
+            Arc::new(move |cwd: &std::path::Path| {
+                let settings =
+                    settings::resolve(&environment.sources, cwd, &environment.client_settings, &changed.borrow())
+                        .settings;
+                memory_config(&environment, &settings, &cwd.display().to_string(), &mut Vec::new())
+            })
         };
+        let deps = observe::Deps {
+            policy_of: Box::new(policy_of),
+            settings: self.changed.subscribe(),
+            env: self.environment.process.clone(),
+            settings_for: self.claude_settings_for(),
+            services: self.environment.services.clone(),
+            memory_for,
+            notifier: self.notifier.clone(),
+        };
+        let start = |names, idle_gate| observe::start(path.clone(), names, idle_gate, deps);
         self.followers.follow(&path, start).await.map_err(SessionError::InvalidParams)
     }
 
     /// `ctx/observe` with a project directory: its newest transcript now, and every
-    /// transcript that appears in it later (followed in the background).
+    /// transcript in it that appears or changes later (followed in the background).
     pub async fn observe_project(
         self: &Arc<Self>,
         dir: std::path::PathBuf,
     ) -> Result<(String, UsageSnapshot), SessionError> {
-        let listed = dir.clone();
-        let transcripts =
-            tokio::task::spawn_blocking(move || observe::transcripts_in(&listed)).await.unwrap_or_default();
+        let transcripts = self.follow_folder(dir.clone()).await;
         let Some(newest) = transcripts.first().cloned() else {
             return Err(SessionError::InvalidParams(format!("no transcript (*.jsonl) in {} yet", dir.display())));
         };
-        let first = self.observe(newest).await?;
-        self.follow_new_transcripts(dir, transcripts.into_iter().collect());
-        Ok(first)
-    }
-
-    /// Observes each transcript that appears in `dir` and is not in `seen`.
-    fn follow_new_transcripts(self: &Arc<Self>, dir: std::path::PathBuf, mut seen: HashSet<std::path::PathBuf>) {
-        let sessions = self.clone();
-        let mut subscription =
-            self.environment.services.watcher.subscribe([crate::context::watcher::Target::dir(dir.clone())]);
-        tokio::spawn(async move {
-            while subscription.recv().await.is_some() {
-                let listed = dir.clone();
-                let now =
-                    tokio::task::spawn_blocking(move || observe::transcripts_in(&listed)).await.unwrap_or_default();
-                for path in now {
-                    if seen.insert(path.clone()) {
-                        match sessions.observe(path.clone()).await {
-                            Ok((id, usage)) => {
-                                tracing::info!(path = %path.display(), id, "observing a new transcript");
-                                sessions.notifier.usage_changed(&id, usage).await;
-                            }
-                            Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot observe"),
-                        }
-                    }
-                }
-            }
-        });
+        self.observe(newest).await
     }
 
     /// `observeClaudeProjects`: every project under `root` (`~/.claude/projects`), now
-    /// and as they appear; in each, the newest transcript and every new one.
+    /// and as they appear; in each, the newest transcript now and every transcript that
+    /// appears or changes.
     pub fn follow_claude_projects(self: &Arc<Self>, root: std::path::PathBuf) {
         let sessions = self.clone();
         let mut subscription =
@@ -611,9 +289,7 @@ impl Sessions {
                     if !followed.insert(project.clone()) {
                         continue;
                     }
-                    let listed = project.clone();
-                    let transcripts =
-                        tokio::task::spawn_blocking(move || observe::transcripts_in(&listed)).await.unwrap_or_default();
+                    let transcripts = sessions.follow_folder(project).await;
                     if let Some(newest) = transcripts.first() {
                         // Clients learn of a followed session from its first usage.
                         match sessions.observe(newest.clone()).await {
@@ -621,7 +297,6 @@ impl Sessions {
                             Err(e) => tracing::warn!(path = %newest.display(), error = %e, "cannot observe"),
                         }
                     }
-                    sessions.follow_new_transcripts(project, transcripts.into_iter().collect());
                 }
                 if subscription.recv().await.is_none() {
                     break;
@@ -793,6 +468,9 @@ impl Sessions {
     }
 
     pub fn context(&self, id: &str) -> Result<oneshot::Receiver<actor::ContextView>, SessionError> {
+        if let Some(answer) = self.followers.context(id) {
+            return Ok(answer);
+        }
         let tx = self.sender(id)?;
         let (reply, rx) = oneshot::channel();
         tx.send(Command::Context { reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
@@ -800,6 +478,11 @@ impl Sessions {
     }
 
     pub fn usage(&self, id: &str) -> Result<oneshot::Receiver<UsageSnapshot>, SessionError> {
+        if let Some(usage) = self.followers.usage(id) {
+            let (reply, rx) = oneshot::channel();
+            let _ = reply.send(usage);
+            return Ok(rx);
+        }
         let tx = self.sender(id)?;
         let (reply, rx) = oneshot::channel();
         tx.send(Command::Usage { reply }).map_err(|_| SessionError::Closed(id.to_owned()))?;
@@ -831,6 +514,42 @@ impl Sessions {
         }
         self.store.index().flush();
     }
+}
+
+/// Where memory files are looked for by a session in `cwd` under `settings`; what the
+/// settings name that cannot be used is added to `problems`.
+fn memory_config(
+    environment: &Environment,
+    settings: &ctxd_proto::Settings,
+    cwd: &str,
+    problems: &mut Vec<String>,
+) -> ctxd_core::memory::MemoryConfig {
+    let home = environment.sources.home.clone().unwrap_or_else(|| std::path::PathBuf::from("/"));
+    let mut memory = ctxd_core::memory::MemoryConfig::new(home);
+    memory.managed_path = Some(environment.process.managed_memory_path());
+    if let Some(names) = &settings.memory_file_names {
+        // Names, not paths: `../../etc/passwd` would load a file from anywhere.
+        let (plain, paths): (Vec<_>, Vec<_>) = names
+            .iter()
+            .cloned()
+            .partition(|name| !name.is_empty() && name != "." && name != ".." && !name.contains('/'));
+        for name in paths {
+            let problem = format!("memoryFileNames: {name:?} ignored: a memory file name is a plain file name");
+            tracing::warn!(%problem, cwd, "settings");
+            problems.push(problem);
+        }
+        memory.file_names = plain;
+    }
+    for folder in settings.import_folders.iter().flatten() {
+        match folder.strip_prefix("~") {
+            Some(rest) if rest.is_empty() || rest.starts_with('/') => {
+                memory.import_roots.push(memory.home.join(rest.trim_start_matches('/')))
+            }
+            _ if folder.starts_with('/') => memory.import_roots.push(std::path::PathBuf::from(folder)),
+            _ => problems.push(format!("importFolders: {folder:?} ignored: an absolute path or one starting with ~/")),
+        }
+    }
+    memory
 }
 
 /// Says where an unknown model's window came from, once per model for the process

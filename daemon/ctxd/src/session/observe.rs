@@ -1,12 +1,15 @@
 //! `ctx/observe`: follow a transcript another program (Claude Code) is appending to and
 //! publish `ctx/usageChanged` for it with ctxd's accounting.
 //!
-//! The first figure comes from the transcript's tail (as `ctxd statusline` reads it);
-//! after that only the bytes appended since are read, on each watcher delivery, and fed
-//! to the same `Tally`. A compact boundary in the new bytes restarts the count, as it does
-//! for a session of ctxd's own; until the next response reports usage, the boundary's
-//! `postTokens` (the program's own count of what it kept) is the floor of the figure,
-//! as in `ctxd statusline`.
+//! The follower reads the transcript from the compact boundary in force on and folds
+//! every record into the same count a session of ctxd's own keeps
+//! ([`ctxd_core::observed::Observed`]: tally, message kinds, skills, files read); after
+//! that only the bytes appended since are read, on each watcher delivery. A compact
+//! boundary in the new bytes restarts the count with the messages it keeps; until the
+//! next response reports usage, the boundary's `postTokens` (the program's own count of
+//! what it kept) is the floor of the figure, as in `ctxd statusline`. A file that got
+//! shorter (`ctxd claude undo`) or was rewritten is read again from its boundary and its
+//! figure pushed at once ([`reading`]).
 //!
 //! Memory stays bounded whatever the program appends: the new bytes are read a chunk
 //! at a time ([`CHUNK`]) and split into lines as they come, and a line longer than the
@@ -17,7 +20,10 @@
 //! One follower per transcript ([`Followers`], keyed by the file, not by how its path
 //! is spelled): observing it again answers from the follower that runs, under the id of
 //! the path asked with, so a client that observes a file a thousand times still has one
-//! follower and one idle clock.
+//! follower and one idle clock. `ctx/context` and `ctx/usage` for one of its ids are
+//! answered by it: memory files, rules and git facts of the working directory its
+//! records name ([`context`]), the files they read. A project folder is followed as a
+//! whole ([`folder`]): every transcript in it that appears or changes gets a follower.
 //!
 //! With [`IdlePolicy`] (the `claudeIdleCompaction` setting), a transcript that has not
 //! changed for the set time while standing above the set share of its compact
@@ -30,24 +36,34 @@
 //! most one idle compaction runs in the daemon at a time (each reads and summarizes a
 //! whole transcript); one that finds another running waits a moment and tries again.
 //! Each one installed is announced with `ctx/compacted`.
+//!
+//! When the session's requests pass through ctxd's gateway, the follower also watches
+//! the gateway's figures for it ([`crate::gateway::live`]): an answer's exact usage is
+//! published as soon as its last byte passed, and the transcript's own lines of the
+//! same answer do not override it.
 
-use std::collections::HashMap;
-use std::io::{Read, Seek, SeekFrom};
+mod context;
+mod folder;
+mod reading;
+
+pub use context::MemoryFor;
+
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use ctxd_core::budget::Thresholds;
-use ctxd_core::record::Record;
-use ctxd_core::tally::Tally;
-use tokio::sync::{OnceCell, Semaphore, watch};
+use ctxd_core::observed::Observed;
+use tokio::sync::{OnceCell, Semaphore, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::Notifier;
+use self::context::ObservedBase;
+use self::reading::{Caught, Reading};
+use super::actor::ContextView;
 use super::usage::{Shape, UsageSnapshot};
-use crate::context::watcher::{Target, Watcher};
-use crate::statusline::MAX_LINE;
-use ctxd_core::breakdown::Composition;
+use super::{Notifier, Services};
+use crate::context::watcher::Target;
 
 /// The id an observed transcript is published under.
 pub fn observe_id(path: &Path) -> String {
@@ -110,18 +126,23 @@ fn names_now(names: &Names) -> Vec<String> {
     names.lock().unwrap_or_else(PoisonError::into_inner).clone()
 }
 
-/// Every transcript the daemon follows, one follower per file, and the daemon's one
-/// idle compaction at a time.
+/// A `ctx/context` asked of a follower: where its answer goes.
+pub type Ask = oneshot::Sender<ContextView>;
+
+/// Every transcript the daemon follows, one follower per file, the project folders
+/// followed, and the daemon's one idle compaction at a time.
 #[derive(Debug)]
 pub struct Followers {
     /// By device and inode: the same file under two spellings is one follower.
     by_file: Mutex<HashMap<FileId, Arc<OnceCell<Follower>>>>,
     idle_gate: Arc<Semaphore>,
+    /// Project folders followed, each by one task, however often it is asked for.
+    folders: Mutex<HashSet<PathBuf>>,
 }
 
 impl Default for Followers {
     fn default() -> Followers {
-        Followers { by_file: Mutex::default(), idle_gate: Arc::new(Semaphore::new(1)) }
+        Followers { by_file: Mutex::default(), idle_gate: Arc::new(Semaphore::new(1)), folders: Mutex::default() }
     }
 }
 
@@ -134,16 +155,32 @@ struct Follower {
     names: Names,
     /// Its latest figure; closed once it stopped.
     usage: watch::Receiver<UsageSnapshot>,
+    /// Where `ctx/context` is asked of it.
+    asks: mpsc::UnboundedSender<Ask>,
+}
+
+impl Follower {
+    fn running(&self) -> bool {
+        self.usage.has_changed().is_ok()
+    }
+}
+
+/// A follower just started: its figures (the first one now) and where it is asked for
+/// its context.
+#[derive(Debug)]
+pub struct Started {
+    pub usage: watch::Receiver<UsageSnapshot>,
+    pub asks: mpsc::UnboundedSender<Ask>,
 }
 
 impl Followers {
     /// Follows the transcript at `path`: `start` starts a follower (given its names and
     /// the idle gate) when none runs for the file; returns the id for `path` and the
     /// figure now.
-    pub async fn follow<Start, Started>(&self, path: &Path, start: Start) -> Result<(String, UsageSnapshot), String>
+    pub async fn follow<Start, Starting>(&self, path: &Path, start: Start) -> Result<(String, UsageSnapshot), String>
     where
-        Start: FnOnce(Names, Arc<Semaphore>) -> Started,
-        Started: Future<Output = std::io::Result<watch::Receiver<UsageSnapshot>>>,
+        Start: FnOnce(Names, Arc<Semaphore>) -> Starting,
+        Starting: Future<Output = std::io::Result<Started>>,
     {
         use std::os::unix::fs::MetadataExt;
         let cannot = |e: &dyn std::fmt::Display| format!("cannot observe {}: {e}", path.display());
@@ -155,15 +192,15 @@ impl Followers {
         let cell = {
             let mut by_file = self.by_file.lock().unwrap_or_else(PoisonError::into_inner);
             // A follower that stopped (its file gone) makes way for a new one.
-            by_file.retain(|_, cell| cell.get().is_none_or(|f| f.usage.has_changed().is_ok()));
+            by_file.retain(|_, cell| cell.get().is_none_or(Follower::running));
             by_file.entry((meta.dev(), meta.ino())).or_default().clone()
         };
         let id = observe_id(path);
         let names: Names = Arc::new(Mutex::new(vec![id.clone()]));
         let follower = cell
             .get_or_try_init(|| async {
-                let usage = start(names.clone(), self.idle_gate.clone()).await?;
-                Ok::<_, std::io::Error>(Follower { names, usage })
+                let Started { usage, asks } = start(names.clone(), self.idle_gate.clone()).await?;
+                Ok::<_, std::io::Error>(Follower { names, usage, asks })
             })
             .await
             .map_err(|e| cannot(&e))?;
@@ -182,6 +219,51 @@ impl Followers {
         let usage = follower.usage.borrow().clone();
         Ok((id, usage))
     }
+
+    /// Calls `with` on the running follower that publishes under `id`, if any.
+    fn named<T>(&self, id: &str, with: impl FnOnce(&Follower) -> T) -> Option<T> {
+        let by_file = self.by_file.lock().unwrap_or_else(PoisonError::into_inner);
+        let follower = by_file
+            .values()
+            .filter_map(|cell| cell.get())
+            .find(|f| f.running() && f.names.lock().unwrap_or_else(PoisonError::into_inner).iter().any(|n| n == id))?;
+        Some(with(follower))
+    }
+
+    /// Whether a follower publishing under `id` runs.
+    pub fn running(&self, id: &str) -> bool {
+        self.named(id, |_| ()).is_some()
+    }
+
+    /// `ctx/context` of the observed session `id`, queued on its follower; `None` when
+    /// no follower publishes under that id.
+    pub fn context(&self, id: &str) -> Option<oneshot::Receiver<ContextView>> {
+        let (reply, answer) = oneshot::channel();
+        self.named(id, |f| f.asks.send(reply).is_ok()).filter(|sent| *sent)?;
+        Some(answer)
+    }
+
+    /// The latest figure of the observed session `id`.
+    pub fn usage(&self, id: &str) -> Option<UsageSnapshot> {
+        self.named(id, |f| f.usage.borrow().clone())
+    }
+}
+
+/// What a follower is started with besides its file.
+pub struct Deps {
+    /// Makes the [`Policy`] from the latest `workspace/didChangeConfiguration` settings,
+    /// which `settings` carries (and says when they change).
+    pub policy_of: Box<dyn Fn(&ctxd_proto::Settings) -> Policy + Send>,
+    pub settings: watch::Receiver<ctxd_proto::Settings>,
+    /// Claude Code's directory (where an idle compaction finds the session's plan) and
+    /// the provider's key.
+    pub env: Arc<crate::process_env::ProcessEnv>,
+    /// The settings of the session's project (for an idle compaction's provider).
+    pub settings_for: crate::claude::SettingsFor,
+    /// The watcher, and the memory discovery shared with ctxd's own sessions.
+    pub services: Services,
+    pub memory_for: MemoryFor,
+    pub notifier: Notifier,
 }
 
 /// What woke the follower.
@@ -192,46 +274,37 @@ enum Event {
     Idle,
     /// The settings changed (`false`: their sender is gone).
     Settings(bool),
+    /// The gateway passed an answer of this session (its exact figures).
+    Live(Arc<crate::gateway::live::Live>),
+    /// `ctx/context` was asked (`None`: nobody can ask any more).
+    Asked(Option<Ask>),
+    /// The base context finished loading (or failed to).
+    BaseLoaded,
 }
 
 /// Starts following `path`, publishing under `names`; returns its figures (the first
-/// one now). The follower stops when the file can no longer be read. `policy_of` makes
-/// the [`Policy`] from the latest `workspace/didChangeConfiguration` settings, which
-/// `settings` carries (and says when they change). `env` gives Claude Code's directory
-/// (where an idle compaction finds the session's plan) and the provider's key;
-/// `settings_for` the settings of the session's project; `idle_gate` is the daemon's
-/// one idle compaction at a time.
-#[allow(clippy::too_many_arguments)]
-pub async fn start(
-    path: PathBuf,
-    names: Names,
-    idle_gate: Arc<Semaphore>,
-    policy_of: impl Fn(&ctxd_proto::Settings) -> Policy + Send + 'static,
-    mut settings: tokio::sync::watch::Receiver<ctxd_proto::Settings>,
-    env: std::sync::Arc<crate::process_env::ProcessEnv>,
-    settings_for: crate::claude::SettingsFor,
-    watcher: Watcher,
-    notifier: Notifier,
-) -> std::io::Result<watch::Receiver<UsageSnapshot>> {
-    let tail_path = path.clone();
-    let (tail, len, modified) = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
-        let meta = std::fs::metadata(&tail_path)?;
-        Ok((crate::statusline::tail_usage(&tail_path)?, meta.len(), meta.modified().ok()))
+/// one now). The follower stops when the file can no longer be read. `idle_gate` is the
+/// daemon's one idle compaction at a time.
+pub async fn start(path: PathBuf, names: Names, idle_gate: Arc<Semaphore>, deps: Deps) -> std::io::Result<Started> {
+    let Deps { policy_of, mut settings, env, settings_for, services, memory_for, notifier } = deps;
+    // The gateway's figures for the session, when its requests pass through ctxd's
+    // gateway (the transcript's file stem is Claude Code's session id, as it reads it).
+    let mut live = path.file_stem().and_then(|s| s.to_str()).map(|id| services.live.watch(id));
+    // Subscribed before the first read: a write in between is delivered, not lost.
+    let mut subscription = services.watcher.subscribe([Target::file(path.clone())]);
+    let load_path = path.clone();
+    let (mut reading, modified) = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
+        let modified = std::fs::metadata(&load_path)?.modified().ok();
+        Ok((Reading::load_when_free(&load_path)?, modified))
     })
     .await
     .map_err(std::io::Error::other)??;
     let mut policy = policy_of(&settings.borrow_and_update());
-    let mut reading = Reading {
-        offset: len,
-        lines: Lines::default(),
-        tally: tail.tally,
-        shape: Shape::default(),
-        floor: if tail.after_compaction { tail.post_tokens } else { None },
-        model: tail.model.unwrap_or_else(|| "unknown".to_owned()),
-    };
-    let first = reading.usage(&policy);
+    let mut base = ObservedBase::new(services, memory_for);
+    base.start(reading.observed.cwd.as_deref(), &reading.observed.ledger);
+    let first = usage_of(&reading.observed, &base, &policy);
     let (figures, usage) = watch::channel(first.clone());
-    let mut subscription = watcher.subscribe([Target::file(path.clone())]);
+    let (asks_tx, mut asks) = mpsc::unbounded_channel::<Ask>();
     tracing::info!(path = %path.display(), ids = ?names_now(&names), "following an observed transcript");
     // What was last published; `None` until the first delivery, which always publishes
     // (a client may wait for it).
@@ -256,7 +329,12 @@ pub async fn start(
         let mut tried = false;
         let mut attempts = 0u32;
         let mut ours = 0u64;
-        let mut settings_live = true;
+        let (mut settings_live, mut asks_live) = (true, true);
+        // When to read again a file that was under a write lease.
+        let mut leased: Option<Instant> = None;
+        // The gateway's latest figures for this session, which the transcript's own
+        // lines of the same answer do not override.
+        let mut latest_live: Option<Arc<crate::gateway::live::Live>> = None;
         loop {
             let deadline =
                 policy.idle.filter(|_| !tried).and_then(|p| changed.checked_add(p.after)).map(|d| d.max(not_before));
@@ -264,26 +342,85 @@ pub async fn start(
                 got = subscription.recv() => Event::Delivered(got.is_some()),
                 () = tokio::time::sleep_until(deadline.unwrap_or(changed)), if deadline.is_some() => Event::Idle,
                 live = settings.changed(), if settings_live => Event::Settings(live.is_ok()),
+                figures = crate::gateway::live::next(&mut live) => Event::Live(figures),
+                ask = asks.recv(), if asks_live => Event::Asked(ask),
+                _ = base.loaded(), if base.is_loading() => Event::BaseLoaded,
+                () = tokio::time::sleep_until(leased.unwrap_or(changed)), if leased.is_some() => Event::Delivered(true),
             };
+            // Whether to publish even an unchanged figure.
+            let mut always = false;
             match event {
-                Event::Delivered(true) => {}
+                Event::Delivered(true) => {
+                    leased = None;
+                    let read = tokio::task::spawn_blocking(move || {
+                        let caught = reading.catch_up();
+                        (reading, caught)
+                    })
+                    .await;
+                    let Ok((back, caught)) = read else {
+                        tracing::warn!(path = %path.display(), "reading an observed transcript failed; stopping");
+                        break;
+                    };
+                    reading = back;
+                    if let Some(figures) = &latest_live {
+                        figures.reconcile(&mut reading.observed.tally);
+                    }
+                    let caught = match caught {
+                        Ok(caught) => caught,
+                        // ctxd compacting or undoing it: read once the lease is let go.
+                        Err(e) if reading::is_leased(&e) => {
+                            leased = Some(Instant::now() + reading::LEASED_PAUSE);
+                            continue;
+                        }
+                        Err(e) => {
+                            tracing::info!(path = %path.display(), error = %e, "observed transcript is gone; stopping");
+                            break;
+                        }
+                    };
+                    let program_wrote = match caught {
+                        Caught::Nothing => false,
+                        Caught::Appended => reading.offset > ours,
+                        Caught::Reread => {
+                            tracing::info!(path = %path.display(), "observed transcript got shorter or was rewritten; read again from its boundary");
+                            ours = 0;
+                            always = true;
+                            true
+                        }
+                    };
+                    if program_wrote {
+                        changed = Instant::now();
+                        tried = false;
+                        attempts = 0;
+                    }
+                    base.start(reading.observed.cwd.as_deref(), &reading.observed.ledger);
+                    // The first delivery always publishes.
+                    always |= last.is_none();
+                }
                 Event::Delivered(false) => break,
                 Event::Settings(false) => {
                     settings_live = false;
                     continue;
                 }
-                Event::Settings(true) => {
-                    policy = policy_of(&settings.borrow_and_update());
-                    let usage = reading.usage(&policy);
-                    if last.as_ref().unwrap_or(&shown_first) != &usage {
-                        publish(usage.clone()).await;
-                        last = Some(usage);
-                    }
+                Event::Live(figures) => {
+                    figures.apply(&mut reading.observed.tally);
+                    reading.observed.reported_outside();
+                    latest_live = Some(figures);
+                }
+                Event::Settings(true) => policy = policy_of(&settings.borrow_and_update()),
+                Event::Asked(None) => {
+                    asks_live = false;
                     continue;
                 }
+                Event::Asked(Some(reply)) => {
+                    let view =
+                        base.view(&reading.observed.ledger, |base| usage_of(&reading.observed, base, &policy)).await;
+                    let _ = reply.send(view);
+                }
+                Event::BaseLoaded => {}
                 Event::Idle => {
-                    let tokens = reading.tally.total();
-                    if !policy.idle.is_some_and(|p| p.worth(tokens, &(policy.thresholds)(&reading.model))) {
+                    let tokens = usage_of(&reading.observed, &base, &policy).tokens();
+                    let model = reading.observed.model.as_deref().unwrap_or(UNKNOWN_MODEL);
+                    if !policy.idle.is_some_and(|p| p.worth(tokens, &(policy.thresholds)(model))) {
                         tried = true;
                         continue;
                     }
@@ -326,31 +463,32 @@ pub async fn start(
                     continue;
                 }
             }
-            let read_path = path.clone();
-            let before = reading.offset;
-            let read = tokio::task::spawn_blocking(move || {
-                let read = reading.read_appended(&read_path);
-                (reading, read)
-            })
-            .await;
-            let Ok((back, Ok(()))) = read else {
-                tracing::info!(path = %path.display(), "observed transcript is gone; stopping");
-                break;
-            };
-            reading = back;
-            if reading.offset > before && reading.offset > ours {
-                changed = Instant::now();
-                tried = false;
-                attempts = 0;
-            }
-            let usage = reading.usage(&policy);
-            if last.as_ref() != Some(&usage) {
+            let usage = usage_of(&reading.observed, &base, &policy);
+            if always || last.as_ref().unwrap_or(&shown_first) != &usage {
                 publish(usage.clone()).await;
                 last = Some(usage);
             }
         }
     });
-    Ok(usage)
+    Ok(Started { usage, asks: asks_tx })
+}
+
+/// The model an observed session is counted for before its records name one.
+const UNKNOWN_MODEL: &str = "unknown";
+
+/// The figure of an observed session: its count, with the fixed parts its transcript
+/// and its working directory say, at the levels of its model.
+fn usage_of(observed: &Observed, base: &ObservedBase, policy: &Policy) -> UsageSnapshot {
+    let (memory_tokens, system_context_bytes) = base.fixed();
+    let shape = Shape {
+        prefix: observed.prefix(memory_tokens, system_context_bytes),
+        pending: 0,
+        composition: observed.composition,
+    };
+    let model = observed.model.as_deref().unwrap_or(UNKNOWN_MODEL);
+    let mut usage = UsageSnapshot::compute(&observed.shown_tally(), &shape, &(policy.thresholds)(model), false);
+    usage.parts = observed.split(usage.tokens, &shape.prefix);
+    usage
 }
 
 /// The moment `ago` before now (the earliest the clock can tell when that is too far).
@@ -361,139 +499,6 @@ fn instant_ago(mut ago: Duration) -> Instant {
             Some(then) => return then,
             None => ago /= 2,
         }
-    }
-}
-
-/// What the follower knows from the bytes read so far.
-struct Reading {
-    /// Where the next read starts.
-    offset: u64,
-    lines: Lines,
-    tally: Tally,
-    shape: Shape,
-    /// The last boundary's `postTokens`, until a response reports usage.
-    floor: Option<u64>,
-    model: String,
-}
-
-impl Reading {
-    /// Reads what was appended since `offset`, a chunk at a time, up to the length the
-    /// file had when opened.
-    fn read_appended(&mut self, path: &Path) -> std::io::Result<()> {
-        let (mut file, len) = crate::outside::open_regular(path)?;
-        if len <= self.offset {
-            // Nothing new, or truncated or replaced: nothing sensible to add.
-            return Ok(());
-        }
-        file.seek(SeekFrom::Start(self.offset))?;
-        let mut left = len - self.offset;
-        let mut chunk = vec![0u8; usize::try_from(left).unwrap_or(CHUNK).min(CHUNK)];
-        while left > 0 {
-            let want = usize::try_from(left).unwrap_or(CHUNK).min(CHUNK);
-            let n = match file.read(&mut chunk[..want]) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            self.offset += n as u64;
-            left -= n as u64;
-            self.feed(&chunk[..n]);
-        }
-        if self.tally.reported > 0 {
-            self.floor = None;
-        }
-        Ok(())
-    }
-
-    fn feed(&mut self, bytes: &[u8]) {
-        let Reading { lines, tally, shape, floor, model, .. } = self;
-        lines.split(bytes, |piece| match piece {
-            Piece::TooLong(size) => crate::statusline::count_unparsed(tally, size),
-            Piece::Line(line) => {
-                let Some(record) = std::str::from_utf8(line).ok().and_then(|t| Record::parse(t).ok()) else { return };
-                if record.is_compact_boundary() {
-                    tally.restart();
-                    shape.composition = Composition::default();
-                    *floor = crate::statusline::post_tokens(record.line());
-                }
-                if let Some(m) = record.head().model.as_deref().filter(|m| !m.starts_with('<')) {
-                    m.clone_into(model);
-                }
-                tally.observe(&record);
-                shape.composition.observe(&record);
-            }
-        });
-    }
-
-    fn usage(&self, policy: &Policy) -> UsageSnapshot {
-        UsageSnapshot::compute(&floored(&self.tally, self.floor), &self.shape, &(policy.thresholds)(&self.model), false)
-    }
-}
-
-/// A piece of the appended bytes: a whole line (without its line break), or the size
-/// of one too long to keep.
-enum Piece<'a> {
-    Line(&'a [u8]),
-    TooLong(u64),
-}
-
-/// Splits appended bytes into lines as they come, keeping at most [`MAX_LINE`] bytes of
-/// a line not finished yet: past that the line is only measured.
-#[derive(Debug, Default)]
-struct Lines {
-    /// The start of the line not finished yet.
-    unfinished: Vec<u8>,
-    /// Bytes so far of a line too long to keep (its start was let go).
-    too_long: Option<u64>,
-}
-
-impl Lines {
-    fn split(&mut self, mut bytes: &[u8], mut each: impl FnMut(Piece<'_>)) {
-        while let Some(nl) = memchr::memchr(b'\n', bytes) {
-            let end = &bytes[..nl];
-            bytes = &bytes[nl + 1..];
-            let size = self.unfinished.len() + end.len();
-            if let Some(so_far) = self.too_long.take() {
-                each(Piece::TooLong(so_far + end.len() as u64));
-            } else if size > MAX_LINE {
-                each(Piece::TooLong(size as u64));
-                self.let_go();
-            } else if self.unfinished.is_empty() {
-                each(Piece::Line(end));
-            } else {
-                self.unfinished.extend_from_slice(end);
-                each(Piece::Line(&self.unfinished));
-                self.let_go();
-            }
-        }
-        let size = self.unfinished.len() + bytes.len();
-        if let Some(so_far) = &mut self.too_long {
-            *so_far += bytes.len() as u64;
-        } else if size > MAX_LINE {
-            self.too_long = Some(size as u64);
-            self.let_go();
-        } else {
-            self.unfinished.extend_from_slice(bytes);
-        }
-    }
-
-    /// Empties the unfinished line, giving back a large buffer.
-    fn let_go(&mut self) {
-        self.unfinished.clear();
-        if self.unfinished.capacity() > CHUNK {
-            self.unfinished = Vec::new();
-        }
-    }
-}
-
-/// The tally as shown: right after a boundary, no less than its `postTokens`.
-fn floored(tally: &Tally, floor: Option<u64>) -> Tally {
-    match floor {
-        Some(post) if tally.reported == 0 && post > tally.total() => {
-            Tally { reported: post, bytes_after: 0, ..tally.clone() }
-        }
-        _ => tally.clone(),
     }
 }
 
@@ -521,50 +526,6 @@ pub fn folders_in(dir: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The pieces `bytes` gives when fed in `pieces` parts.
-    fn split_in(bytes: &[u8], pieces: usize) -> (Vec<String>, Vec<u64>, Lines) {
-        let mut lines = Lines::default();
-        let (mut whole, mut too_long) = (Vec::new(), Vec::new());
-        for part in bytes.chunks(bytes.len().div_ceil(pieces).max(1)) {
-            lines.split(part, |piece| match piece {
-                Piece::Line(l) => whole.push(String::from_utf8_lossy(l).into_owned()),
-                Piece::TooLong(n) => too_long.push(n),
-            });
-        }
-        (whole, too_long, lines)
-    }
-
-    #[test]
-    fn lines_come_whole_however_the_bytes_are_cut() {
-        let text = b"one\ntwo\n\nthree\nunfinished";
-        for pieces in [1, 2, 3, 7, text.len()] {
-            let (whole, too_long, lines) = split_in(text, pieces);
-            assert_eq!(whole, ["one", "two", "", "three"], "{pieces} pieces");
-            assert!(too_long.is_empty());
-            assert_eq!(lines.unfinished, b"unfinished");
-        }
-    }
-
-    #[test]
-    fn a_line_over_the_cap_is_counted_by_its_size_not_kept() {
-        let mut text = vec![b'x'; MAX_LINE + 10];
-        text.extend_from_slice(b"\nafter\n");
-        text.extend(std::iter::repeat_n(b'y', MAX_LINE + 1));
-        for pieces in [1, 5, 64] {
-            let (whole, too_long, lines) = split_in(&text, pieces);
-            assert_eq!(whole, ["after"], "{pieces} pieces");
-            assert_eq!(too_long, [(MAX_LINE + 10) as u64]);
-            // The endless last line: measured, nothing of it kept.
-            assert_eq!(lines.too_long, Some(MAX_LINE as u64 + 1));
-            assert!(lines.unfinished.capacity() <= CHUNK, "{}", lines.unfinished.capacity());
-        }
-        // At the cap exactly, a line is still read.
-        let mut text = vec![b'z'; MAX_LINE];
-        text.push(b'\n');
-        let (whole, too_long, _) = split_in(&text, 3);
-        assert_eq!((whole.len(), too_long.len()), (1, 0));
-    }
 
     #[test]
     fn the_idle_clock_can_start_before_the_process() {

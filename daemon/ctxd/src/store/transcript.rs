@@ -208,14 +208,7 @@ pub fn scan_compactions(path: &Path) -> Result<Compactions, StoreError> {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        // Cheap pre-check before parsing: both kinds name their subtype.
-        let candidate = memchr::memmem::find(line, b"compact_boundary").is_some()
-            || memchr::memmem::find(line, ctxd_core::compact::UNDO_SUBTYPE.as_bytes()).is_some();
-        if candidate
-            && let Ok(text) = std::str::from_utf8(line)
-            && let Ok(record) = Record::parse(text)
-            && (record.is_compact_boundary() || ctxd_core::compact::is_undo_record(&record))
-        {
+        if let Some(record) = compaction_record(line) {
             found.records.push(record);
             found.offsets.push(offset);
             found.before.push(found.total);
@@ -223,6 +216,26 @@ pub fn scan_compactions(path: &Path) -> Result<Compactions, StoreError> {
         found.total += 1;
     }
     Ok(found)
+}
+
+/// The record `line` holds when it is a compaction record (a compact boundary or an
+/// undo record); every other line costs two substring searches, no parse.
+pub fn compaction_record(line: &[u8]) -> Option<Record> {
+    // Cheap pre-check before parsing: both kinds name their subtype.
+    let candidate = memchr::memmem::find(line, b"compact_boundary").is_some()
+        || memchr::memmem::find(line, ctxd_core::compact::UNDO_SUBTYPE.as_bytes()).is_some();
+    if !candidate {
+        return None;
+    }
+    let record = Record::parse(std::str::from_utf8(line).ok()?).ok()?;
+    (record.is_compact_boundary() || ctxd_core::compact::is_undo_record(&record)).then_some(record)
+}
+
+/// Whether `line` may carry a file read (a Read result or an explicit read marker):
+/// only those are parsed to rebuild a ledger.
+pub fn may_carry_read(line: &[u8]) -> bool {
+    memchr::memmem::find(line, b"\"filePath\"").is_some()
+        || memchr::memmem::find(line, ctxd_core::ledger::READ_MARKER_TYPE.as_bytes()).is_some()
 }
 
 /// Reads the records from byte `from` (a line start) to the end, without opening the
@@ -281,9 +294,7 @@ pub fn records_with_reads(path: &Path, end: u64) -> Result<Vec<Record>, StoreErr
     (&mut file).take(end).read_to_end(&mut bytes).map_err(|e| StoreError::io(path, e))?;
     let mut out = Vec::new();
     for line in bytes.split(|b| *b == b'\n') {
-        let is_candidate = memchr::memmem::find(line, b"\"filePath\"").is_some()
-            || memchr::memmem::find(line, ctxd_core::ledger::READ_MARKER_TYPE.as_bytes()).is_some();
-        if is_candidate
+        if may_carry_read(line)
             && let Ok(text) = std::str::from_utf8(line)
             && let Ok(record) = Record::parse(text)
         {

@@ -63,7 +63,7 @@ function M.update_settings(settings)
   client.notify("workspace/didChangeConfiguration", { settings = settings })
 end
 
---- An observed Claude Code session's status: `ctx 50.0% · 77.0k to compact · 90.0k · claude-opus-4-6`.
+--- An observed Claude Code session's status: `ctx 45.0% · 77.0k to compact · 90.0k · claude-opus-4-6`.
 ---@param observed ctxd.ObservedSession
 ---@return string
 function M.observed_status(observed)
@@ -76,7 +76,7 @@ end
 
 --- The status of a session (default: the one whose usage changed last; with no agent
 --- plugin's session open, the newest active Claude Code session of the current
---- directory), e.g. `ctx 62.6% · 16.9k to compact`; while the daemon is down after a
+--- directory), e.g. `ctx 50.1% · 16.9k to compact`; while the daemon is down after a
 --- failure, why; `""` when there is nothing to show.
 ---@param session_id? string
 ---@return string

@@ -24,6 +24,7 @@ local M = {}
 ---@field level ctxd.Level
 ---@field autoCompactEnabled boolean
 ---@field breakdown table
+---@field cache? table the prompt cache when the daemon knows it (warm, secondsLeft, recacheTokens, …)
 
 --- `50060` -> `50,060`.
 ---@param n number
@@ -55,7 +56,7 @@ local function percent(p)
   return string.format("%.1f", p)
 end
 
---- The status text shared by both editors, e.g. `ctx 62.6% · 16.9k to compact`.
+--- The status text shared by both editors, e.g. `ctx 50.1% · 16.9k to compact`.
 ---@param usage ctxd.Usage
 ---@return string
 function M.status_text(usage)
@@ -93,7 +94,7 @@ function M.summary_rows(usage)
       "Tokens",
       string.format("%s (reported %s, estimated %s)", f(usage.tokens), f(usage.reportedTokens), f(usage.estimatedTokens)),
     },
-    { "Used", percent(usage.percentUsed) .. "% of the effective window" },
+    { "Used", percent(usage.percentUsed) .. "% of the window" },
     { "Window", string.format("%s (effective %s)", f(usage.window), f(usage.effectiveWindow)) },
     { "Warning at", f(usage.warning) },
     { "Auto-compact at", auto_compact_at },

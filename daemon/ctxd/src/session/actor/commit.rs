@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ctxd_core::compact::{build_undo_record, common_fields, is_undo_record, undo_target};
+use ctxd_core::compact::{CompactGuards, build_undo_record, common_fields, is_undo_record, undo_target};
 use ctxd_core::ledger::{ReadMarker, ReadOutcome};
 use ctxd_core::record::Record;
 
@@ -28,15 +28,26 @@ impl Session {
         for (ack, reply) in written.acks.into_iter().zip(replies) {
             let _ = reply.send(ack);
         }
-        self.after_commit(written.turns, written.undo_seen).await;
+        self.after_commit(written.undo_seen).await;
     }
 
-    /// Appends records ctxd made itself (an attachment, the pipeline's state, an undo, a
-    /// compaction's install) as one group, with what a host's append sets off.
+    /// Appends records ctxd made itself (an attachment, the pipeline's state, an undo, an
+    /// explicit read) as one group, with what a host's append sets off.
     pub(super) async fn commit_own(&mut self, records: Vec<Record>) -> Result<(), SessionError> {
         let written = self.write_group(vec![records]).await;
         let ack = written.acks.into_iter().next().unwrap_or_else(|| Err(SessionError::Closed(self.id.clone())));
-        self.after_commit(written.turns, written.undo_seen).await;
+        self.after_commit(written.undo_seen).await;
+        ack.map(drop)
+    }
+
+    /// Appends records of compaction's own (its install, the guard state) as one group:
+    /// the status bars hear of them, and no threshold check follows (what follows an
+    /// install is the lifecycle's to decide).
+    pub(super) async fn write_own(&mut self, records: Vec<Record>) -> Result<(), SessionError> {
+        let written = self.write_group(vec![records]).await;
+        let ack = written.acks.into_iter().next().unwrap_or_else(|| Err(SessionError::Closed(self.id.clone())));
+        let usage = self.usage();
+        self.usage_changed(usage).await;
         ack.map(drop)
     }
 
@@ -51,7 +62,7 @@ impl Session {
             let mut fresh = Vec::with_capacity(records.len());
             let mut duplicates = 0u64;
             for record in records {
-                let dup = record.uuid().is_some_and(|u| self.uuids.contains(u) || !seen.insert(Arc::from(u)));
+                let dup = record.uuid().is_some_and(|u| self.view.uuids.contains(u) || !seen.insert(Arc::from(u)));
                 if dup {
                     duplicates += 1;
                 } else {
@@ -63,7 +74,6 @@ impl Session {
         }
         let failed = |plan: &[(usize, u64)], error: SessionError| Written {
             acks: plan.iter().map(|_| Err(error.clone())).collect(),
-            turns: 0,
             undo_seen: false,
         };
         let Some(mut transcript) = self.transcript.take() else {
@@ -93,17 +103,17 @@ impl Session {
         };
         let mut boundary_seen = false;
         let mut undo_seen = false;
-        let mut turns = 0;
         let mut records = lines.into_iter().zip(offsets);
         let mut counts = Vec::with_capacity(plan.len());
         for (count, duplicates) in plan {
             for (record, offset) in records.by_ref().take(count) {
-                turns += usize::from(self.is_new_response(&record));
+                // A new model response is a turn for the guards.
+                self.compaction.observe(&record);
                 boundary_seen |= record.is_compact_boundary();
                 undo_seen |= is_undo_record(&record);
                 self.apply(record, Some(offset));
             }
-            counts.push((count as u64, duplicates, self.total_records));
+            counts.push((count as u64, duplicates, self.view.total_records));
         }
         if boundary_seen {
             self.flush_index();
@@ -121,7 +131,7 @@ impl Session {
                 ))),
             })
             .collect();
-        Written { acks, turns, undo_seen }
+        Written { acks, undo_seen }
     }
 
     /// Tells the tally what a snip, collapse or time-gap microcompact record takes out of
@@ -137,16 +147,16 @@ impl Session {
         match StateRecord::from_record(record) {
             Some(StateRecord::Snip(snip)) => {
                 let freed = self.snipped_tokens(&snip.removed_uuids);
-                self.tally.freed(freed);
+                self.view.tally.freed(freed);
             }
             Some(StateRecord::Collapse(collapse)) => {
                 if let Some(freed) = self.collapsed_tokens(&collapse.from, &collapse.to, &collapse.summary) {
-                    self.tally.freed(freed);
+                    self.view.tally.freed(freed);
                 }
             }
             Some(StateRecord::Microcompact(mc)) if mc.trigger == Trigger::TimeGap => {
                 let cleared = self.cleared_tokens(&mc.cleared_tool_use_ids);
-                self.tally.cleared(cleared);
+                self.view.tally.cleared(cleared);
             }
             _ => {}
         }
@@ -154,8 +164,9 @@ impl Session {
 
     /// Tokens the view's records with these uuids carry.
     fn snipped_tokens(&self, uuids: &[String]) -> u64 {
-        let rate = self.tally.calibration;
+        let rate = self.view.tally.calibration;
         self.view
+            .records
             .iter()
             .filter(|r| r.uuid().is_some_and(|u| uuids.iter().any(|k| k == u)))
             .map(|r| rate.tokens(carried_bytes(r)))
@@ -165,10 +176,10 @@ impl Session {
     /// Tokens a collapse of the view's span `from`..=`to` (either order) into `summary`
     /// frees; `None` when an end is not in the view.
     fn collapsed_tokens(&self, from: &str, to: &str, summary: &str) -> Option<u64> {
-        let position = |uuid: &str| self.view.iter().position(|r| r.uuid() == Some(uuid));
+        let position = |uuid: &str| self.view.records.iter().position(|r| r.uuid() == Some(uuid));
         let (a, b) = (position(from)?, position(to)?);
-        let span_bytes = self.view[a.min(b)..=a.max(b)].iter().map(carried_bytes).sum();
-        Some(self.tally.calibration.collapse_freed(span_bytes, summary))
+        let span_bytes = self.view.records[a.min(b)..=a.max(b)].iter().map(carried_bytes).sum();
+        Some(self.view.tally.calibration.collapse_freed(span_bytes, summary))
     }
 
     /// Tokens clearing these tool results takes out, less their placeholders. A walk of
@@ -179,6 +190,7 @@ impl Session {
         }
         let ids: HashSet<&str> = ids.iter().map(String::as_str).collect();
         self.view
+            .records
             .iter()
             .filter(|r| r.head().kind == ctxd_core::record::Kind::User && r.line().contains("tool_result"))
             .filter_map(ctxd_core::view::Item::from_record)
@@ -188,30 +200,13 @@ impl Session {
             .sum()
     }
 
-    /// Whether `record` is a model response the guards have not counted yet: one turn.
-    fn is_new_response(&mut self, record: &Record) -> bool {
-        let head = record.head();
-        let response = head.kind == ctxd_core::record::Kind::Assistant
-            && !head.is_sidechain
-            && !head.is_api_error
-            && head.model.as_deref() != Some("<synthetic>");
-        if !response || (head.message_id.is_some() && head.message_id == self.last_response_id) {
-            return false;
-        }
-        self.last_response_id = head.message_id.clone();
-        true
-    }
-
-    /// What follows stored records: the guards count the turns, the threshold is checked,
-    /// the status bars hear of the new usage.
-    async fn after_commit(&mut self, turns: usize, undo_seen: bool) {
-        for _ in 0..turns {
-            self.guards.record_turn();
-        }
+    /// What follows stored records: the threshold is checked, the status bars hear of
+    /// the new usage.
+    async fn after_commit(&mut self, undo_seen: bool) {
         // Compacting the view an undo brought back would take the undo back at once; the
-        // next append or request decides. An install is checked once it is all in.
-        if !undo_seen && !self.installing {
-            self.maybe_auto_compact().await;
+        // next append or request decides.
+        if !undo_seen {
+            self.check_threshold().await;
         }
         let usage = self.usage();
         self.usage_changed(usage).await;
@@ -221,19 +216,18 @@ impl Session {
     /// yet, as long as no new turn followed it; [`Session::commit`] then brings back the
     /// view it replaced and pushes the usage.
     pub(super) async fn undo_compact(&mut self) -> Result<UndoAnswer, SessionError> {
-        self.drop_precompute();
-        if self.compaction.is_some() {
+        if !self.before_undo().await {
             return Err(SessionError::Busy(
                 "a compaction of this session is running; undo after it is installed".into(),
             ));
         }
-        let boundary = undo_target(&self.view).map_err(SessionError::CannotUndo)?;
+        let boundary = undo_target(&self.view.records).map_err(SessionError::CannotUndo)?;
         let Some(undone) = boundary.uuid().map(str::to_owned) else {
             return Err(SessionError::InvalidParams(
                 "the latest compact boundary has no uuid, so no record can name it".into(),
             ));
         };
-        let common = self.view.iter().rev().find(|r| r.uuid().is_some()).map(common_fields).unwrap_or_default();
+        let common = self.view.records.iter().rev().find(|r| r.uuid().is_some()).map(common_fields).unwrap_or_default();
         let uuid = uuid::Uuid::new_v4().to_string();
         let record = build_undo_record(boundary, &common, &uuid, &now_rfc3339())
             .map_err(|e| SessionError::Internal(e.to_string()))?;
@@ -241,7 +235,7 @@ impl Session {
         self.commit_own(vec![record]).await?;
         // The undone compaction's bookkeeping goes with it (a refill it counted, a failure
         // after it): the guards are the restored view's, as a restart would read them.
-        self.guards = ctxd_core::compact::CompactGuards::restore(&self.view);
+        self.compaction.restore_guards(CompactGuards::restore(&self.view.records));
         tracing::info!(boundary = %undone, pre_tokens, post_tokens = self.next_tokens(), "compaction undone");
         Ok(UndoAnswer {
             boundary: undone,
@@ -269,12 +263,12 @@ impl Session {
         .map_err(|e| SessionError::InvalidParams(format!("cannot read {path}: {e}")))?;
         let text = String::from_utf8_lossy(&text);
         let marker = ReadMarker::measure(&path, &text, start_line, num_lines, Some(now_rfc3339()));
-        let before = self.ledger.get(&path).cloned();
+        let before = self.context.reads.ledger().get(&path).cloned();
         let record = Record::from_object(&marker.to_record(&uuid::Uuid::new_v4().to_string()))
             .map_err(|e| SessionError::Internal(format!("marker record: {e}")))?;
         self.commit_own(vec![record]).await?;
-        let entry =
-            self.ledger.get(&path).cloned().ok_or_else(|| SessionError::Internal("ledger entry missing".into()))?;
+        let entry = self.context.reads.ledger().get(&path).cloned();
+        let entry = entry.ok_or_else(|| SessionError::Internal("ledger entry missing".into()))?;
         let outcome = match before {
             None => ReadOutcome::New,
             Some(old) => ReadOutcome::Reread {
@@ -289,7 +283,7 @@ impl Session {
     /// Appends a snip or collapse record; the pipeline applies it at read time and the
     /// tally stops counting what it removed.
     pub(super) async fn reduce(&mut self, reduction: Reduction) -> Result<Reduced, SessionError> {
-        let position = |uuid: &str| self.view.iter().position(|r| r.uuid() == Some(uuid));
+        let position = |uuid: &str| self.view.records.iter().position(|r| r.uuid() == Some(uuid));
         let (object, freed, unknown) = match reduction {
             Reduction::Snip { uuids } => {
                 let (known, unknown): (Vec<String>, Vec<String>) =
@@ -311,7 +305,7 @@ impl Session {
                 let summary = match summary {
                     Some(s) => s,
                     None => {
-                        let span = &self.view[a.min(b)..=a.max(b)];
+                        let span = &self.view.records[a.min(b)..=a.max(b)];
                         let options =
                             ctxd_core::summary::OfflineOptions { max_output_tokens: 2_000, ..Default::default() };
                         let written = ctxd_core::summary::summarize_offline(span, &options);
@@ -364,7 +358,5 @@ pub(super) fn own_record(
 struct Written {
     /// One per batch, in order.
     acks: Vec<Result<Appended, SessionError>>,
-    /// Model responses among the records stored (the guards' turns).
-    turns: usize,
     undo_seen: bool,
 }

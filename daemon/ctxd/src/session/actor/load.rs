@@ -1,22 +1,65 @@
 //! Loading a session: the transcript from the boundary in force on (a torn install cut,
 //! the messages a boundary keeps read back), the ledger of file reads, the base context; and
-//! folding records into the in-memory view.
+//! folding records into the in-memory [`View`].
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use ctxd_core::breakdown::Composition;
-use ctxd_core::compact::{boundary_rate, compaction_view, is_undo_record, torn_install};
+use ctxd_core::compact::{CompactGuards, boundary_rate, compaction_view, is_undo_record, torn_install};
 use ctxd_core::invoked::Invoked;
-use ctxd_core::ledger::{Ledger, LedgerEntry, ReadMarker, file_read_in};
 use ctxd_core::record::Record;
 use ctxd_core::tally::Tally;
 
-use super::{Session, now_rfc3339};
-use crate::context::base::BaseContext;
-use crate::context::watcher::Target;
+use super::Session;
 use crate::session::SessionError;
 use crate::store::transcript::Transcript;
 use crate::store::{SessionEntry, Store};
+
+/// The records the model sees, and what the session counts of them.
+#[derive(Default)]
+pub(super) struct View {
+    /// Records from the boundary in force (the latest one not undone) on, without the
+    /// compactions undone after it (everything else is only on disk).
+    pub(super) records: Vec<Record>,
+    /// Uuids in `records`, to drop records a host re-sends after a lost acknowledgement.
+    pub(super) uuids: HashSet<Arc<str>>,
+    /// Records in the transcript, before the boundary included.
+    pub(super) total_records: u64,
+    pub(super) records_before: u64,
+    /// Where the boundary the view starts at begins in the file (none: at its start).
+    pub(super) offset: Option<u64>,
+    pub(super) tally: Tally,
+    /// Bytes of the view's messages by kind, for the breakdown.
+    pub(super) composition: Composition,
+    /// Skills and plan file of the view, restored after a compaction.
+    pub(super) invoked: Invoked,
+    /// Bumped at every boundary and every rebuild, so a compaction prepared on an older
+    /// view is not installed.
+    pub(super) generation: u64,
+}
+
+impl View {
+    /// Empties the view for records that start it afresh (a boundary, a rebuild).
+    fn restart(&mut self) {
+        self.records.clear();
+        self.uuids.clear();
+        self.composition = Composition::default();
+        self.invoked = Invoked::default();
+    }
+
+    /// Adds `record` at the end, counted as the next request carries it.
+    fn push(&mut self, record: Record) {
+        let bytes = carried_bytes(&record);
+        self.tally.observe_sized(&record, bytes);
+        self.composition.observe_sized(&record, bytes);
+        self.invoked.observe(&record);
+        if let Some(uuid) = record.uuid() {
+            self.uuids.insert(Arc::from(uuid));
+        }
+        self.records.push(record);
+    }
+}
 
 impl Session {
     /// Loads the transcript from the latest compact boundary on. The index says where
@@ -76,12 +119,7 @@ impl Session {
         self.transcript = Some(transcript);
         // The ledger: what the index kept of reads before the boundary (or, when the
         // index is new, what a scan of that part found), then the reads in the view.
-        self.ledger = Ledger::default();
-        self.ledger_stale_unsaved.clear();
-        for entry in self.store.index().ledger_entries(&self.id) {
-            self.ledger.restore(entry);
-        }
-        self.ledger_saved_through = self.ledger.last_sequence();
+        self.context.reads.restore(self.store.index().ledger_entries(&self.id));
         for record in &earlier {
             self.note_read(record, true);
         }
@@ -92,10 +130,11 @@ impl Session {
         self.fold_loaded(records, records_before, view_offset, true);
         // A stop (thrashing, circuit breaker) outlives the daemon: the view holds the
         // guard state as it was last written, and the turns since.
-        self.guards = ctxd_core::compact::CompactGuards::restore(&self.view);
-        if let Some(stopped) = &self.guards.stopped {
+        let guards = CompactGuards::restore(&self.view.records);
+        if let Some(stopped) = &guards.stopped {
             tracing::info!(reason = %stopped.message(), "automatic compaction stays stopped for this session");
         }
+        self.compaction.restore_guards(guards);
         let entry = self.index_entry();
         if self.store.index().get(&self.id).as_ref() != Some(&entry) {
             // New or rebuilt: flushed now, so a client can resume the session by id
@@ -105,90 +144,18 @@ impl Session {
         }
         self.load_base().await;
         tracing::info!(
-            records = self.total_records,
-            in_view = self.view.len(),
+            records = self.view.total_records,
+            in_view = self.view.records.len(),
             resumed = self.resumed,
             "session loaded"
         );
         Ok(())
     }
 
-    /// Loads the base context (shared discovery, git snapshot), replays this session's
-    /// reads so their activations hold, and subscribes to changes of its sources.
-    pub(super) async fn load_base(&mut self) {
-        let (cwd, config, services) = (self.setup.cwd.clone(), self.setup.memory.clone(), self.setup.services.clone());
-        let reads: Vec<std::path::PathBuf> =
-            self.ledger.newest_first().iter().rev().map(|e| std::path::PathBuf::from(&e.path)).collect();
-        let today = now_rfc3339()[..10].to_owned();
-        let loaded = tokio::task::spawn_blocking(move || {
-            let mut base =
-                BaseContext::load(std::path::Path::new(&cwd), config, &services.memory_cache, &services.fs, today);
-            for path in &reads {
-                base.on_file_read(path, &services.fs);
-            }
-            base
-        })
-        .await;
-        match loaded {
-            Ok(base) => {
-                self.base = Some(base);
-                self.resubscribe();
-            }
-            Err(e) => tracing::error!(error = %e, "base context could not be loaded"),
-        }
-    }
-
-    /// Points the watcher at the memory sources and every read file.
-    pub(super) fn resubscribe(&mut self) {
-        let mut targets: Vec<Target> = match &self.base {
-            Some(base) => base.watch_targets().into_iter().map(Target::from).collect(),
-            None => Vec::new(),
-        };
-        targets.extend(self.ledger.paths().map(Target::file));
-        match &self.subscription {
-            Some(sub) => sub.update(targets),
-            None => self.subscription = Some(self.setup.services.watcher.subscribe(targets)),
-        }
-    }
-
-    /// Writes the ledger entries the index lacks, in one batch off the actor.
-    pub(super) fn save_ledger(&mut self) -> tokio::task::JoinHandle<()> {
-        let entries = self.unsaved_ledger_entries();
-        let (store, id) = (self.store.clone(), self.id.clone());
-        tokio::task::spawn_blocking(move || {
-            if !entries.is_empty() {
-                store.index().put_ledger_batch(&id, &entries);
-            }
-        })
-    }
-
-    /// Files read since the last post-compact reload, oldest first.
-    pub(super) fn reads_since_compaction(&self) -> Vec<std::path::PathBuf> {
-        let mut reads: Vec<&LedgerEntry> = self.ledger.read_after(self.base_reads_from).collect();
-        reads.sort_by_key(|e| e.sequence);
-        reads.into_iter().map(|e| std::path::PathBuf::from(&e.path)).collect()
-    }
-
-    pub(super) fn ledger_unsaved(&self) -> bool {
-        self.ledger.last_sequence() > self.ledger_saved_through || !self.ledger_stale_unsaved.is_empty()
-    }
-
-    /// The ledger entries the index lacks; from then on it is taken to have them.
-    pub(super) fn unsaved_ledger_entries(&mut self) -> Vec<LedgerEntry> {
-        let mut entries: Vec<LedgerEntry> = self.ledger.read_after(self.ledger_saved_through).cloned().collect();
-        for path in self.ledger_stale_unsaved.drain(..) {
-            if let Some(entry) = self.ledger.get(&path).filter(|e| e.sequence <= self.ledger_saved_through) {
-                entries.push(entry.clone());
-            }
-        }
-        self.ledger_saved_through = self.ledger.last_sequence();
-        entries
-    }
-
     pub(super) fn index_entry(&self) -> SessionEntry {
         SessionEntry {
-            boundary_offset: self.view_offset,
-            records_before_boundary: self.records_before_view,
+            boundary_offset: self.view.offset,
+            records_before_boundary: self.view.records_before,
             cwd: self.setup.cwd.clone(),
             model: self.setup.model.clone(),
             agent_window: self.setup.agent_window,
@@ -219,21 +186,17 @@ impl Session {
         view_offset: Option<u64>,
         note_reads: bool,
     ) {
-        self.view.clear();
-        self.uuids.clear();
-        self.tally = Tally::default();
-        self.composition = Composition::default();
-        self.invoked = Invoked::default();
-        self.view_cache = ctxd_core::view::ViewCache::new();
-        self.last_sent = None;
+        self.view.restart();
+        self.view.tally = Tally::default();
+        self.requests.view_replaced();
         // A compaction prepared on the view this replaces is not installed.
-        self.view_generation += 1;
-        self.view_offset = view_offset;
+        self.view.generation += 1;
+        self.view.offset = view_offset;
         // Records before the boundary the view starts at are the messages it keeps
         // (read back by `with_preserved`): already counted, their reads already noted.
         let earlier = view_offset.map_or(0, |v| records.iter().take_while(|(o, _)| *o < v).count());
-        self.records_before_view = records_before.saturating_sub(earlier as u64);
-        self.total_records = self.records_before_view;
+        self.view.records_before = records_before.saturating_sub(earlier as u64);
+        self.view.total_records = self.view.records_before;
         let (offsets, records): (Vec<u64>, Vec<Record>) = records.into_iter().unzip();
         let spans = compaction_view(&records);
         for (i, (offset, record)) in offsets.into_iter().zip(records).enumerate() {
@@ -241,7 +204,7 @@ impl Session {
                 self.note_read(&record, false);
             }
             if spans.skipped.iter().any(|undone| undone.contains(&i)) {
-                self.total_records += 1;
+                self.view.total_records += 1;
             } else {
                 self.fold(record, Some(offset));
             }
@@ -252,92 +215,52 @@ impl Session {
     /// is where a boundary starts, for the index.
     pub(super) fn fold(&mut self, record: Record, offset: Option<u64>) {
         if record.is_compact_boundary() {
-            if offset.is_some() && self.ledger_unsaved() {
+            if offset.is_some() && self.context.reads.unsaved() {
                 // The reads before a new boundary are no longer replayed on resume: the
                 // index must have them (before the session entry points past them).
-                let entries = self.unsaved_ledger_entries();
+                let entries = self.context.reads.take_unsaved();
                 self.store.index().put_ledger_batch(&self.id, &entries);
             }
             // The model sees nothing before the latest boundary but the messages the
             // boundary keeps (Claude Code's `preservedSegment`): they stay in the view,
             // before the boundary, where the slice relinks them after its anchor.
-            let found = ctxd_core::preserved::preserved(&record, &self.view);
-            let kept: Vec<Record> = found.kept.iter().map(|&i| self.view[i].clone()).collect();
+            let found = ctxd_core::preserved::preserved(&record, &self.view.records);
+            let kept: Vec<Record> = found.kept.iter().map(|&i| self.view.records[i].clone()).collect();
             if let Some(note) = found.note {
                 tracing::warn!(boundary = ?record.uuid(), "a compact boundary {note}; its kept messages are left out");
             }
-            self.records_before_view = self.total_records;
-            self.view.clear();
-            self.uuids.clear();
-            self.tally.restart();
-            self.composition = Composition::default();
-            self.invoked = Invoked::default();
+            self.view.records_before = self.view.total_records;
+            self.view.restart();
+            self.view.tally.restart();
             for kept in kept {
                 if let Some(uuid) = kept.uuid() {
-                    self.uuids.insert(Arc::from(uuid));
+                    self.view.uuids.insert(Arc::from(uuid));
                 }
                 // Counted as part of the new context; their usage measured the old one.
                 let counted = ctxd_core::preserved::without_usage(&kept);
                 let bytes = carried_bytes(&counted);
-                self.tally.observe_sized(&counted, bytes);
-                self.composition.observe_sized(&counted, bytes);
-                self.view.push(kept);
+                self.view.tally.observe_sized(&counted, bytes);
+                self.view.composition.observe_sized(&counted, bytes);
+                self.view.records.push(kept);
             }
             // The request handed out last shows the old view: no later one shares with it
             // more than a message, and it would keep the old view's messages alive.
-            self.last_sent = None;
+            self.requests.boundary_folded();
             if let Some(rate) = boundary_rate(&record) {
-                self.tally.calibration.tokens_per_kib = rate;
+                self.view.tally.calibration.tokens_per_kib = rate;
             }
             // Until the next report, the usage is the request assembled over the install.
             if let Some((tokens, batch)) = ctxd_core::compact::boundary_request_tokens(&record) {
-                self.tally.anchor_install(tokens, batch);
+                self.view.tally.anchor_install(tokens, batch);
             }
-            self.view_generation += 1;
+            self.view.generation += 1;
             if offset.is_some() {
-                self.view_offset = offset;
+                self.view.offset = offset;
             }
         }
-        self.total_records += 1;
+        self.view.total_records += 1;
         self.count_reduction(&record);
-        let bytes = carried_bytes(&record);
-        self.tally.observe_sized(&record, bytes);
-        self.composition.observe_sized(&record, bytes);
-        self.invoked.observe(&record);
-        if let Some(uuid) = record.uuid() {
-            self.uuids.insert(Arc::from(uuid));
-        }
         self.view.push(record);
-    }
-
-    /// Records a file read carried by `record`, if any; `persist` writes the entry to the
-    /// index (for records just appended, or found by a rebuild scan).
-    pub(super) fn note_read(&mut self, record: &Record, persist: bool) {
-        let path = if let Some(read) = file_read_in(record) {
-            self.ledger.record(&read);
-            read.path
-        } else if let Some(marker) = ReadMarker::from_record(record) {
-            self.ledger.record_marker(&marker);
-            marker.path
-        } else {
-            return;
-        };
-        // A new read (not a replay while loading): rules and nested memory files may
-        // activate, and the file joins the watched set.
-        if persist && let Some(base) = &mut self.base {
-            if let Some(note) = base.on_file_read(std::path::Path::new(&path), &self.setup.services.fs) {
-                self.pending_notes.push(note);
-            }
-            self.ledger.clear_stale(&path);
-            // Only what this read added: handing over every read path again would make
-            // each read cost O(reads so far).
-            let added: Vec<Target> =
-                base.new_watch_targets().into_iter().map(Target::from).chain([Target::file(path)]).collect();
-            match &self.subscription {
-                Some(sub) => sub.add(added),
-                None => self.resubscribe(),
-            }
-        }
     }
 
     /// Rebuilds the view after an undo record was stored. The boundary now in force lies
@@ -352,7 +275,7 @@ impl Session {
         let offset = read.view_offset;
         self.fold_loaded(read.records, read.records_before, offset, false);
         self.flush_index();
-        tracing::info!(records = self.view.len(), boundary_offset = ?offset, "view restored after an undo");
+        tracing::info!(records = self.view.records.len(), boundary_offset = ?offset, "view restored after an undo");
         Ok(())
     }
 }

@@ -10,17 +10,21 @@
 //! get an error, the state is reloaded from disk, and the actor serves on. A slow disk
 //! stalls only this session.
 //!
-//! One `impl Session` spread over a file per concern:
-//! - this file: the commands and answers, the session's state, the loop that batches;
-//! - `load`: the transcript from the boundary in force, the ledger, the base context,
-//!   and folding records into the view (each counted as the next request carries it);
+//! One `impl Session` spread over a file per concern, each owning one part of the state:
+//! - this file: the commands and answers, [`Session`], the loop that batches;
+//! - `load`: the [`View`](load::View) (the transcript from the boundary in force, each
+//!   record counted as the next request carries it) and folding records into it;
 //! - `commit`: group commit for the host's appends and ctxd's own records alike
 //!   (`commit_own`, `own_record`), undo, explicit reads, snips and collapses;
-//! - `assemble`: the request pipeline and the answer cut to what changed;
-//! - `context`: changed files, activated memory files, the budget notice, the context view;
-//! - `lifecycle`: when a compaction starts, joins or queues behind another, and how it is
-//!   installed and followed up (the driver in `session::compaction` does the slow part);
-//! - `push`: the usage and its rate-limited `ctx/usageChanged`.
+//! - `assemble`: the request pipeline, its memo and the requests handed out
+//!   ([`Requests`](assemble::Requests)), and the answer cut to what changed;
+//! - `context`: what the model sees besides the transcript ([`Context`](context::Context):
+//!   the ledger of reads and what of it the index has, memory files, changed files, the
+//!   budget notice);
+//! - `lifecycle`: carries out what `ctxd_core::compact::lifecycle` decides about
+//!   compaction ([`Compaction`](lifecycle::Compaction)); the driver in
+//!   `session::compaction` does the slow part;
+//! - `push`: the usage and its rate-limited `ctx/usageChanged` ([`PushState`](push::PushState)).
 
 mod assemble;
 mod commit;
@@ -29,30 +33,30 @@ mod lifecycle;
 mod load;
 mod push;
 
-use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ctxd_core::breakdown::Composition;
-use ctxd_core::budget::{BudgetNotice, Thresholds};
-use ctxd_core::invoked::Invoked;
-use ctxd_core::ledger::{Ledger, LedgerEntry, ReadOutcome};
+use ctxd_core::compact::Trigger;
+use ctxd_core::compact::lifecycle::Origin;
+use ctxd_core::ledger::{LedgerEntry, ReadOutcome};
 use ctxd_core::record::Record;
-use ctxd_core::tally::Tally;
 use futures::FutureExt;
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
-use self::assemble::SentRequest;
+use self::assemble::Requests;
+use self::context::Context;
+use self::lifecycle::Compaction;
+use self::load::View;
+use self::push::PushState;
 use super::compaction::{self, CompactFailure, Prepared};
 use super::usage::UsageSnapshot;
 use super::{Notifier, SessionError, SessionSetup};
-use crate::context::base::{BaseContext, MemoryFileInfo};
+use crate::context::base::MemoryFileInfo;
 use crate::context::watcher::Subscription;
 use crate::store::Store;
 use crate::store::transcript::Transcript;
-use ctxd_core::compact::{CompactGuards, Trigger};
 
 /// Most commands taken from the queue in one batch.
 const MAX_BATCH: usize = 1024;
@@ -248,19 +252,7 @@ pub struct CompactAnswer {
     pub fidelity_appended: usize,
     pub problems: Vec<String>,
     /// Which compaction this answers (the request's own, or one it waited for).
-    pub origin: ctxd_proto::CompactOrigin,
-}
-
-/// Where a `ctx/compact` answer goes.
-type CompactReply = oneshot::Sender<Result<CompactAnswer, SessionError>>;
-
-/// A `ctx/compact` request: manual, reactive or partial.
-struct CompactRequest {
-    trigger: Trigger,
-    instructions: Option<String>,
-    partial: Option<(ctxd_core::compact::SplitDirection, String)>,
-    progress: Option<crate::session::Progress>,
-    reply: oneshot::Sender<Result<CompactAnswer, SessionError>>,
+    pub origin: Origin,
 }
 
 /// Answer to [`Command::UndoCompact`].
@@ -272,42 +264,6 @@ pub struct UndoAnswer {
     pub pre_tokens: u64,
     pub post_tokens: u64,
     pub usage: UsageSnapshot,
-}
-
-/// A compaction under way.
-struct Running {
-    generation: u64,
-    trigger: Trigger,
-    started: Instant,
-    pre_tokens: u64,
-    /// The view's boundary generation when it started: a new boundary makes it stale.
-    view_generation: u64,
-    reply: Option<oneshot::Sender<Result<CompactAnswer, SessionError>>>,
-    /// The focus instructions it summarizes with.
-    focus: Option<String>,
-    /// What its answer reports ([`CompactAnswer::origin`]).
-    origin: ctxd_proto::CompactOrigin,
-    /// `ctx/compact` requests that came while it ran and wait for its result.
-    joiners: Vec<(CompactReply, Option<crate::session::Progress>)>,
-    /// The background task; aborting it drops the provider's HTTP request.
-    task: Option<tokio::task::AbortHandle>,
-    progress: Option<crate::session::Progress>,
-    /// Records in the view when the compaction started.
-    snapshot_len: usize,
-    /// Writing the ledger entries the index lacked at the start; done before installing.
-    ledger_saved: Option<tokio::task::JoinHandle<()>>,
-    /// Preparing a summary ahead of the threshold: kept when done, installed when the
-    /// threshold comes (see `ctxd_core::compact::ahead`). Not shown as compacting.
-    ahead: bool,
-}
-
-/// A summary prepared ahead of the threshold, waiting for it.
-struct Ahead {
-    prepared: Prepared,
-    /// The view it was prepared on; a boundary or an undo since makes it stale.
-    view_generation: u64,
-    /// Records of the view it covers; those appended since are kept after it.
-    snapshot_len: usize,
 }
 
 /// Answer to [`Command::Context`].
@@ -325,144 +281,31 @@ pub struct ContextView {
     pub prepared_ahead: Option<u64>,
 }
 
-/// The state of one session, owned by its actor.
+/// The state of one session, owned by its actor: a few handles, and one part per file.
 struct Session {
     id: String,
+    /// Where the agent works, its model and settings, and the levels they give.
     setup: SessionSetup,
     store: Arc<Store>,
     transcript: Option<Transcript>,
-    /// Records from the boundary in force (the latest one not undone) on, without the
-    /// compactions undone after it (everything else is only on disk).
-    view: Vec<Record>,
-    /// Uuids in `view`, to drop records a host re-sends after a lost acknowledgement.
-    uuids: HashSet<Arc<str>>,
-    /// Records in the transcript, before the boundary included.
-    total_records: u64,
-    records_before_view: u64,
-    view_offset: Option<u64>,
-    tally: Tally,
-    /// Bytes of the view's messages by kind, for the breakdown.
-    composition: Composition,
-    /// Skills and plan file of the view, restored after a compaction.
-    invoked: Invoked,
-    /// Token estimates of the host's own system blocks and tool definitions, from its
-    /// latest `ctx/assemble` (the host sends them with every request).
-    host_prefix: HostPrefix,
-    /// The host's own part of its latest `ctx/assemble` (not a fork's), so a compaction
-    /// can rebuild the request the host would be sent and fork it to share its cache.
-    /// `None` until the host assembles in this daemon's lifetime.
-    host_request: Option<Arc<HostRequest>>,
-    /// Every file the agent read in this session (before the boundary too).
-    ledger: Ledger,
-    /// The index has the ledger's reads up to this sequence number. Resume reads the
-    /// index only for reads before the boundary (the view's own reads are replayed), so
-    /// newer reads are written in one batch when a compaction starts and at a boundary,
-    /// not per read.
-    ledger_saved_through: u64,
-    /// Read files marked stale since the ledger was last persisted (rare).
-    ledger_stale_unsaved: Vec<String>,
-    /// Reads after this sequence number came after the last post-compact reload: a
-    /// rebuilt base context replays them so what they activated stays.
-    base_reads_from: u64,
-    thresholds: Thresholds,
     resumed: bool,
     diagnostics: Vec<String>,
     notifier: Notifier,
-    push: PushState,
-    /// Memory files and git snapshot, memoized.
-    base: Option<BaseContext>,
-    /// The watcher's deliveries for this session's memory sources and read files.
-    subscription: Option<Subscription>,
-    /// Memory-file text activated by reads, for the next request.
-    pending_notes: Vec<String>,
     /// The actor's own queue, for its background tasks to report back.
     self_tx: mpsc::UnboundedSender<Command>,
-    compaction: Option<Running>,
-    /// `ctx/compact` requests with other focus instructions than the running compaction's
-    /// (or partial ones): each runs once the one before it is done.
-    queued_compacts: std::collections::VecDeque<CompactRequest>,
-    compaction_generation: u64,
-    /// A summary prepared ahead of the threshold.
-    ahead: Option<Ahead>,
-    /// The view generation on which preparing ahead failed: not tried again on it.
-    ahead_failed: Option<u64>,
-    /// Bumped at every boundary, so a compaction prepared on an older view is not installed.
-    view_generation: u64,
-    guards: CompactGuards,
-    /// A compaction's records are being appended: the threshold is checked once they
-    /// are all in (a follow-up), not in the middle of the install.
-    installing: bool,
-    /// `message.id` of the latest model response stored: a new one is a new turn for
-    /// the guards (a response split over several lines, or appended a line at a time,
-    /// is one).
-    last_response_id: Option<Box<str>>,
-    /// The request pipeline's memo: extended with what was appended, rebuilt when a
-    /// stage's inputs changed.
-    view_cache: ctxd_core::view::ViewCache,
-    /// The budget notices the model was given (70, 85, 95 % of the threshold).
-    notice: BudgetNotice,
-    /// Last append or request, for idle compaction.
-    last_activity: tokio::time::Instant,
-    /// An idle compaction already ran since the last activity.
-    idle_done: bool,
-    /// Stamps of every watched path when it was last seen, for when the OS watch limit
-    /// is hit and changes are found by comparing stamps before each request instead.
-    stamps: Vec<(std::path::PathBuf, Option<crate::context::watcher::FileStamp>)>,
-    /// Assemble requests waiting for a compaction (the session was at the blocked level).
-    waiting_assembles: Vec<(AssembleRequest, oneshot::Sender<Result<AssembleAnswer, SessionError>>)>,
-    /// The last request handed out, for an assemble `since` it.
-    last_sent: Option<SentRequest>,
-    /// The latest requests the host was handed to send, whole: an automatic compaction
-    /// forks the newest one already answered, whose prefix the provider has cached.
-    fork_parents: assemble::ForkParents,
+    /// The records the model sees and their counts (`load`).
+    view: View,
+    /// Reads, memory files and what changed on disk (`context`).
+    context: Context,
+    /// The request pipeline's memo and the requests handed out (`assemble`).
+    requests: Requests,
+    /// Compaction: the core's lifecycle, the job running, who waits (`lifecycle`).
+    compaction: Compaction,
+    push: PushState,
     /// `ctx/closeSession` requests, answered once the actor is gone (its file closed, its
     /// queue dropped), so that a request sent after the answer opens the session anew
     /// instead of reaching the actor on its way out.
     close_replies: Vec<oneshot::Sender<()>>,
-}
-
-/// What the host sends with every request besides the view: its system blocks, tools,
-/// reply cap and thinking settings. Moved out of the assemble request, never copied.
-#[derive(Debug)]
-struct HostRequest {
-    system: Vec<serde_json::Value>,
-    tools: Vec<serde_json::Value>,
-    max_tokens: u64,
-    thinking: Option<serde_json::Value>,
-}
-
-impl HostRequest {
-    fn blocks(&self) -> HostBlocks<'_> {
-        HostBlocks {
-            system: &self.system,
-            tools: &self.tools,
-            max_tokens: self.max_tokens,
-            thinking: self.thinking.as_ref(),
-        }
-    }
-}
-
-/// The host's part of a request, borrowed: from `ctx/assemble`'s params or from the
-/// latest [`HostRequest`].
-#[derive(Debug, Clone, Copy)]
-struct HostBlocks<'a> {
-    system: &'a [serde_json::Value],
-    tools: &'a [serde_json::Value],
-    max_tokens: u64,
-    thinking: Option<&'a serde_json::Value>,
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-struct HostPrefix {
-    system: u64,
-    tools: u64,
-}
-
-#[derive(Default)]
-struct PushState {
-    last_sent: Option<Instant>,
-    last_usage: Option<UsageSnapshot>,
-    due: Option<tokio::time::Instant>,
 }
 
 /// Spawns the actor for a session; it loads (or creates) the transcript first.
@@ -494,52 +337,20 @@ async fn run(
     self_tx: mpsc::UnboundedSender<Command>,
     mut rx: mpsc::UnboundedReceiver<Command>,
 ) {
-    let thresholds = setup.thresholds;
     let mut session = Session {
         id,
         setup,
         store,
         transcript: None,
-        view: Vec::new(),
-        uuids: HashSet::new(),
-        total_records: 0,
-        records_before_view: 0,
-        view_offset: None,
-        tally: Tally::default(),
-        composition: Composition::default(),
-        invoked: Invoked::default(),
-        host_prefix: HostPrefix::default(),
-        host_request: None,
-        ledger: Ledger::default(),
-        ledger_saved_through: 0,
-        ledger_stale_unsaved: Vec::new(),
-        base_reads_from: 0,
-        thresholds,
         resumed: false,
         diagnostics: Vec::new(),
         notifier,
-        push: PushState::default(),
-        base: None,
-        subscription: None,
-        pending_notes: Vec::new(),
         self_tx,
-        compaction: None,
-        queued_compacts: std::collections::VecDeque::new(),
-        compaction_generation: 0,
-        ahead: None,
-        ahead_failed: None,
-        view_generation: 0,
-        guards: CompactGuards::default(),
-        installing: false,
-        last_response_id: None,
-        view_cache: ctxd_core::view::ViewCache::new(),
-        stamps: Vec::new(),
-        last_activity: tokio::time::Instant::now(),
-        idle_done: false,
-        notice: BudgetNotice::default(),
-        waiting_assembles: Vec::new(),
-        last_sent: None,
-        fork_parents: assemble::ForkParents::default(),
+        view: View::default(),
+        context: Context::default(),
+        requests: Requests::default(),
+        compaction: Compaction::new(),
+        push: PushState::default(),
         close_replies: Vec::new(),
     };
     if let Err(e) = session.load(create).await {
@@ -567,7 +378,7 @@ async fn run(
                 session.push_usage_now().await;
                 continue;
             }
-            Some(paths) = next_change(&mut session.subscription) => {
+            Some(paths) = next_change(&mut session.context.subscription) => {
                 session.files_changed(paths).await;
                 continue;
             }
@@ -582,8 +393,7 @@ async fn run(
         }
         let closing = batch.iter().any(|c| matches!(c, Command::Close { .. }));
         if batch.iter().any(|c| matches!(c, Command::Append { .. } | Command::Assemble { .. })) {
-            session.last_activity = tokio::time::Instant::now();
-            session.idle_done = false;
+            session.compaction.active();
         }
         let outcome = AssertUnwindSafe(session.handle_batch(batch)).catch_unwind().await;
         if outcome.is_err() {
@@ -662,7 +472,7 @@ impl Session {
             Command::Open { reply } => {
                 let opened = Opened {
                     resumed: self.resumed,
-                    records: self.total_records,
+                    records: self.view.total_records,
                     diagnostics: self.diagnostics.clone(),
                     usage: self.usage(),
                 };
@@ -675,62 +485,20 @@ impl Session {
                 let _ = reply.send(self.usage());
             }
             Command::Compact { trigger, instructions, partial, progress, reply } => {
-                let request = CompactRequest { trigger, instructions, partial, progress, reply };
-                self.compact_requested(request, ctxd_proto::CompactOrigin::Requested).await;
+                let requester = lifecycle::Requester { reply, progress };
+                self.compact_requested(trigger, instructions, partial, requester).await;
             }
             Command::UndoCompact { reply } => {
                 let answer = self.undo_compact().await;
                 let _ = reply.send(answer);
             }
-            Command::CancelCompaction => {
-                // Only a compaction whose requesters are all gone; an automatic one has none.
-                let abandoned = self.compaction.as_ref().is_some_and(|r| {
-                    r.reply.as_ref().is_some_and(oneshot::Sender::is_closed)
-                        && r.joiners.iter().all(|(reply, _)| reply.is_closed())
-                });
-                if abandoned && let Some(running) = self.compaction.take() {
-                    if let Some(task) = running.task {
-                        task.abort();
-                    }
-                    tracing::info!(trigger = ?running.trigger, "compaction cancelled by the client; nothing installed");
-                    if let Some(progress) = &running.progress {
-                        progress.end("cancelled; nothing was installed".to_owned()).await;
-                    }
-                    self.push_usage_now().await;
-                }
-            }
-            Command::CompactionDone { generation, result } => {
-                self.compaction_done(generation, result).await;
-                // Requests held at the blocked level go now, from the new view (unless a
-                // follow-up compaction must bring it under that level first).
-                let still_blocked = self.compaction.is_some() && self.next_tokens() >= self.thresholds.blocked;
-                let waiting = if still_blocked { Vec::new() } else { std::mem::take(&mut self.waiting_assembles) };
-                for (request, reply) in waiting {
-                    let answer = self.assemble(request, false).await;
-                    let _ = reply.send(answer);
-                }
-            }
+            Command::CancelCompaction => self.cancel_compaction().await,
+            Command::CompactionDone { generation, result } => self.compaction_done(generation, result).await,
             Command::Reduce { reduction, reply } => {
                 let answer = self.reduce(reduction).await;
                 let _ = reply.send(answer);
             }
-            Command::Assemble { request, reply } => {
-                // A request at the blocked level would be refused (an imported session,
-                // a burst of appends): compact first, then answer from the new view.
-                if self.thresholds.enforce_window && self.next_tokens() >= self.thresholds.blocked {
-                    self.maybe_auto_compact().await;
-                }
-                let at_blocked = self.compaction.is_some() && self.thresholds.rejects_request(self.tally.total());
-                let blocked = self.compaction.is_some() && self.next_tokens() >= self.thresholds.blocked;
-                if blocked || at_blocked {
-                    // Over the blocked level with a compaction running: answer from the
-                    // compacted view, not with a request the provider would refuse.
-                    self.waiting_assembles.push((request, reply));
-                } else {
-                    let answer = self.assemble(request, true).await;
-                    let _ = reply.send(answer);
-                }
-            }
+            Command::Assemble { request, reply } => self.assemble_or_wait(request, reply).await,
             Command::Context { reply } => {
                 let view = self.context_view().await;
                 let _ = reply.send(view);
@@ -740,13 +508,12 @@ impl Session {
                 let _ = reply.send(answer);
             }
             Command::Reconfigure { setup } => {
-                self.thresholds = setup.thresholds;
                 self.setup = setup;
                 let usage = self.usage();
                 self.usage_changed(usage).await;
                 // A window lowered below what the session already holds compacts now, not
                 // at the next append (which may never come while the user waits).
-                self.maybe_auto_compact().await;
+                self.check_threshold().await;
             }
             Command::Close { reply } => {
                 self.flush_index();

@@ -5,10 +5,19 @@ use std::time::Instant;
 use super::{Session, USAGE_PUSH_INTERVAL};
 use crate::session::usage::UsageSnapshot;
 
+/// What was pushed last, and when the next push is due.
+#[derive(Default)]
+pub(super) struct PushState {
+    last_sent: Option<Instant>,
+    last_usage: Option<UsageSnapshot>,
+    /// A change inside the interval goes out then.
+    pub(super) due: Option<tokio::time::Instant>,
+}
+
 impl Session {
     pub(super) fn usage(&self) -> UsageSnapshot {
-        let compacting = self.compaction.as_ref().is_some_and(|r| !r.ahead);
-        UsageSnapshot::compute(&self.tally, &self.shape(), &self.thresholds, compacting)
+        let compacting = self.compaction.compacting();
+        UsageSnapshot::compute(&self.view.tally, &self.shape(), &self.setup.thresholds, compacting)
     }
 
     /// Pushes `ctx/usageChanged` when the usage changed, at most once per

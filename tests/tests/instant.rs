@@ -1,0 +1,282 @@
+//! Instant compaction on the gateway, end to end: the real `ctxd gateway` between a
+//! real HTTP client and the local upstream (`ctxd_e2e::gateway`), which answers ctxd's
+//! preparation fork at once and Claude Code's own compaction request only after
+//! `SLOW_SUMMARY`. Nothing is timed: each test asserts on what the upstream saw (did the
+//! compaction request reach it?) and on what the client got.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use ctxd_e2e::gateway::{self, CLAUDE_INSTRUCTION, CTXD_INSTRUCTION, Gateway, Upstream};
+use serde_json::{Value, json};
+
+const SESSION: &str = "6f1d2c3b-0000-4000-8000-0000000000a1";
+const MODEL: &str = "claude-opus-5-5";
+/// The session's preparation starts after one idle second, from 10 % of the threshold
+/// (the stub reports about 115k tokens; the threshold of claude-opus-5-5 is 967k).
+const FLAGS: [&str; 4] = ["--precompute-idle", "1", "--precompute-at", "10"];
+
+fn user(text: &str) -> Value {
+    json!({"role": "user", "content": [{"type": "text", "text": text}]})
+}
+
+fn assistant(text: &str) -> Value {
+    json!({"role": "assistant", "content": [{"type": "text", "text": text}]})
+}
+
+/// A Messages body in Claude Code's shape (cache markers on the system and the newest
+/// message, the session in `metadata.user_id`).
+fn body(session: &str, model: &str, messages: &[Value]) -> String {
+    let mut messages = messages.to_vec();
+    if let Some(last) = messages.last_mut().and_then(|m| m["content"].as_array_mut()).and_then(|c| c.last_mut()) {
+        last["cache_control"] = json!({"type": "ephemeral"});
+    }
+    let user_id = json!({"device_id": "d", "account_uuid": "", "session_id": session}).to_string();
+    json!({"model": model, "stream": true, "max_tokens": 32000,
+        "system": [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}}],
+        "tools": [{"name": "Read", "description": "read a file", "input_schema": {"type": "object"}}],
+        "messages": messages, "metadata": {"user_id": user_id}})
+    .to_string()
+}
+
+/// Claude Code's instruction, as its `/compact` appends it (a stand-in text with its
+/// recognisable opening).
+fn instruction() -> String {
+    format!("{CLAUDE_INSTRUCTION}. Do not call tools. Write an <analysis> draft, then a <summary> block.")
+}
+
+/// The conversation of the session's one turn: what its request carried.
+fn first_turn() -> Vec<Value> {
+    vec![user("Build the tokenizer for the quill language. MARK-1")]
+}
+
+/// POSTs a body; the status, the `x-ctxd-instant-compaction` header and the text of the
+/// stream's text deltas.
+fn post(rt: &tokio::runtime::Runtime, gw: &Gateway, body: String) -> (u16, Option<String>, String) {
+    let client = gateway::client();
+    rt.block_on(async {
+        let answer = client
+            .post(gw.url("/v1/messages?beta=true"))
+            .header("x-stub", "fast")
+            .header("x-api-key", "sk-ant-test")
+            .header("anthropic-version", "2023-06-01")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = answer.status().as_u16();
+        let instant = answer.headers().get("x-ctxd-instant-compaction").map(|v| v.to_str().unwrap().to_owned());
+        let bytes = answer.bytes().await.unwrap();
+        (status, instant, stream_text(&bytes))
+    })
+}
+
+/// The text of an SSE answer's text deltas; every event must parse.
+fn stream_text(bytes: &[u8]) -> String {
+    let text = String::from_utf8(bytes.to_vec()).unwrap();
+    let mut out = String::new();
+    let mut events = Vec::new();
+    for block in text.split("\n\n").filter(|b| !b.trim().is_empty()) {
+        let mut name = "";
+        for line in block.lines() {
+            if let Some(n) = line.strip_prefix("event: ") {
+                name = n;
+            } else if let Some(data) = line.strip_prefix("data: ") {
+                let data: Value = serde_json::from_str(data).unwrap_or_else(|e| panic!("{e}: {data}"));
+                assert_eq!(data["type"], name, "the event name is its data's type");
+                if let Some(piece) = data["delta"]["text"].as_str() {
+                    out.push_str(piece);
+                }
+            }
+        }
+        events.push(name.to_owned());
+    }
+    assert_eq!(events.first().map(String::as_str), Some("message_start"), "{text}");
+    assert_eq!(events.last().map(String::as_str), Some("message_stop"), "{text}");
+    out
+}
+
+/// Requests the upstream received that carry `needle`.
+fn seen_with(upstream: &Upstream, needle: &str) -> Vec<String> {
+    upstream
+        .received()
+        .into_iter()
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .filter(|b| b.contains(needle))
+        .collect()
+}
+
+/// Waits (up to a minute) until the gateway's log has `line` `count` times (the log is
+/// written on a thread of its own, behind the answers).
+fn wait_log(gw: &Gateway, line: &str, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let log = std::fs::read_to_string(&gw.log).unwrap_or_default();
+        if log.matches(line).count() >= count {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no {line:?} ×{count} in the log:\n{log}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn log(gw: &Gateway) -> String {
+    std::fs::read_to_string(&gw.log).unwrap_or_default()
+}
+
+/// A gateway whose session has had one turn and then idled until its summary was
+/// prepared.
+fn prepared() -> (tempfile::TempDir, tokio::runtime::Runtime, Upstream, Gateway) {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = gateway::runtime();
+    let upstream = gateway::upstream(&rt);
+    let gw = Gateway::start(dir.path(), &upstream.url(), &FLAGS, &[]).unwrap();
+    let (status, _, text) = post(&rt, &gw, body(SESSION, MODEL, &first_turn()));
+    assert_eq!((status, text.as_str()), (200, "FAST"));
+    wait_log(&gw, "gateway: summary prepared", 1);
+    (dir, rt, upstream, gw)
+}
+
+/// The session's `/compact` after its turn: the turn, its answer, the instruction.
+fn compact_request(session: &str, model: &str, extra: &[Value]) -> String {
+    let mut messages = first_turn();
+    messages.push(assistant("FAST"));
+    messages.extend_from_slice(extra);
+    messages.push(user(&instruction()));
+    body(session, model, &messages)
+}
+
+#[test]
+fn a_summary_prepared_while_idle_answers_compact_at_once_and_the_fork_shares_the_prefix() {
+    let (_dir, rt, upstream, gw) = prepared();
+    // The fork: the session's request byte for byte up to its last message, with
+    // ctxd's instruction after it.
+    let forks = seen_with(&upstream, CTXD_INSTRUCTION);
+    assert_eq!(forks.len(), 1, "one preparation");
+    let turn = body(SESSION, MODEL, &first_turn());
+    let messages_end = turn.find("}]}]").unwrap() + 3;
+    assert_eq!(&forks[0][..messages_end], &turn[..messages_end], "the fork's prefix is the request's");
+    assert!(forks[0][messages_end..].starts_with(",{\"role\":\"user\""));
+
+    let (status, instant, text) = post(&rt, &gw, compact_request(SESSION, MODEL, &[]));
+    assert_eq!(status, 200);
+    assert!(instant.is_some(), "answered by the gateway: {}", log(&gw));
+    assert!(text.contains("<summary>") && text.contains("STUB-SUMMARY of MARK-1"), "{text}");
+    assert!(text.contains("<analysis>"), "{text}");
+    assert!(seen_with(&upstream, CLAUDE_INSTRUCTION).is_empty(), "the compaction request never reached the upstream");
+}
+
+#[test]
+fn a_delta_past_the_prepared_prefix_is_folded_in_without_a_model_call() {
+    let (_dir, rt, upstream, gw) = prepared();
+    let later = [user("Now add golden tests for the tokenizer. MARK-2"), assistant("Added tests/golden.rs.")];
+    let before = upstream.received().len();
+    let (status, instant, text) = post(&rt, &gw, compact_request(SESSION, MODEL, &later));
+    assert_eq!(status, 200);
+    assert!(instant.is_some(), "{}", log(&gw));
+    assert!(text.contains("STUB-SUMMARY of MARK-1"), "the prepared part: {text}");
+    assert!(text.contains("golden tests for the tokenizer"), "the delta's user message is named: {text}");
+    assert_eq!(upstream.received().len(), before, "no model call for the delta");
+    // The answer and the two later messages (the log is written behind the answer).
+    wait_log(&gw, "delta=3", 1);
+}
+
+#[test]
+fn a_compaction_that_matches_nothing_prepared_is_forwarded_unchanged() {
+    let (_dir, rt, upstream, gw) = prepared();
+    let mut changed_start = first_turn();
+    changed_start[0] = user("Build the parser instead. MARK-9");
+    changed_start.push(assistant("FAST"));
+    changed_start.push(user(&instruction()));
+    let cases = [
+        ("another session", compact_request("77777777-0000-4000-8000-000000000002", MODEL, &[]), "nothing prepared"),
+        ("another model", compact_request(SESSION, "claude-sonnet-4-5", &[]), "prepared for claude-opus-5-5"),
+        ("another prefix", body(SESSION, MODEL, &changed_start), "differ from those the summary was prepared for"),
+        (
+            "another system",
+            compact_request(SESSION, MODEL, &[]).replace("You are Claude Code.", "You are someone else."),
+            "system blocks or tools differ",
+        ),
+    ];
+    for (n, (what, request, why)) in cases.into_iter().enumerate() {
+        let (status, instant, text) = post(&rt, &gw, request.clone());
+        assert_eq!(status, 200, "{what}");
+        assert_eq!(instant, None, "{what}: never answered with another conversation's summary");
+        assert!(text.contains("STUB-SUMMARY"), "{what}: the upstream's own summary: {text}");
+        let reached = seen_with(&upstream, CLAUDE_INSTRUCTION);
+        assert_eq!(reached.len(), n + 1, "{what}: forwarded");
+        assert_eq!(reached[n], request, "{what}: byte for byte");
+        wait_log(&gw, why, 1);
+    }
+}
+
+#[test]
+fn a_restarted_gateway_answers_from_the_record_and_ignores_a_damaged_one() {
+    let (dir, rt, upstream, gw) = prepared();
+    drop(gw);
+    let gw = Gateway::start(dir.path(), &upstream.url(), &FLAGS, &[]).unwrap();
+    let (_, instant, text) = post(&rt, &gw, compact_request(SESSION, MODEL, &[]));
+    assert!(instant.is_some(), "answered from the record on disk: {}", log(&gw));
+    assert!(text.contains("STUB-SUMMARY of MARK-1"), "{text}");
+    drop(gw);
+
+    let records = dir.path().join("state/gateway/prepared");
+    let files: Vec<_> = std::fs::read_dir(&records).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let record = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(!record.contains("sk-ant-test"), "no key in the record");
+    std::fs::write(&files[0], record.replace("STUB-SUMMARY", "EDITED-SUMMARY")).unwrap();
+    let gw = Gateway::start(dir.path(), &upstream.url(), &FLAGS, &[]).unwrap();
+    let (_, instant, text) = post(&rt, &gw, compact_request(SESSION, MODEL, &[]));
+    assert_eq!(instant, None, "a damaged record answers nothing");
+    assert!(!text.contains("EDITED-SUMMARY"), "{text}");
+    wait_log(&gw, "record is damaged; ignored", 1);
+    wait_log(&gw, "nothing prepared for the session", 1);
+}
+
+#[test]
+fn two_compaction_requests_of_one_session_at_once_are_both_answered() {
+    let (_dir, rt, upstream, gw) = prepared();
+    // 20 trials of two at once: 0 of 20 may fail.
+    for trial in 0..20 {
+        let client = gateway::client();
+        let url = gw.url("/v1/messages");
+        let texts: Vec<(Option<String>, String)> = rt.block_on(async {
+            let send = || {
+                let request = client.post(&url).header("x-stub", "fast").body(compact_request(SESSION, MODEL, &[]));
+                async move {
+                    let answer = request.send().await.unwrap();
+                    let instant =
+                        answer.headers().get("x-ctxd-instant-compaction").map(|v| v.to_str().unwrap().to_owned());
+                    (instant, stream_text(&answer.bytes().await.unwrap()))
+                }
+            };
+            let (a, b) = tokio::join!(send(), send());
+            vec![a, b]
+        });
+        for (instant, text) in texts {
+            assert!(instant.is_some(), "trial {trial}: {}", log(&gw));
+            assert!(text.contains("STUB-SUMMARY of MARK-1"), "trial {trial}: {text}");
+        }
+    }
+    assert!(seen_with(&upstream, CLAUDE_INSTRUCTION).is_empty());
+}
+
+#[test]
+fn preparation_turned_off_forwards_every_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = gateway::runtime();
+    let upstream = gateway::upstream(&rt);
+    let config = dir.path().join("home/.config/ctxd");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(config.join("settings.json"), r#"{"gateway": {"precompute": false}}"#).unwrap();
+    let gw = Gateway::start(dir.path(), &upstream.url(), &FLAGS, &[]).unwrap();
+    post(&rt, &gw, body(SESSION, MODEL, &first_turn()));
+    // Wait for a later request's answer, then look: no fork was sent meanwhile.
+    std::thread::sleep(Duration::from_secs(3));
+    let (_, instant, _) = post(&rt, &gw, compact_request(SESSION, MODEL, &[]));
+    assert_eq!(instant, None);
+    assert!(seen_with(&upstream, CTXD_INSTRUCTION).is_empty(), "no preparation over the 3 s and the compaction");
+    assert_eq!(seen_with(&upstream, CLAUDE_INSTRUCTION).len(), 1);
+}
