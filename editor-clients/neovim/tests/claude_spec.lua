@@ -167,6 +167,33 @@ local function observed_session()
   return transcript, project_dir
 end
 
+--- Runs `command(done)` (a `:Ctxd` command's function) answering its confirmation with
+--- the first choice, and waits for it to be done. Returns the prompts shown and the
+--- messages it notified.
+local function run_confirmed(command)
+  local prompts, messages = {}, {}
+  local select, notify = vim.ui.select, vim.notify
+  vim.ui.select = function(items, opts, on_choice)
+    table.insert(prompts, opts.prompt)
+    on_choice(items[1])
+  end
+  vim.notify = function(msg, level)
+    table.insert(messages, { msg = msg, level = level })
+  end
+  local done = false
+  local ok, err = pcall(function()
+    command(function()
+      done = true
+    end)
+    t.wait_for("the answer", function()
+      return done
+    end)
+  end)
+  vim.ui.select, vim.notify = select, notify
+  t.truthy(ok, err)
+  return prompts, messages
+end
+
 -- Each case starts its own daemon in a folder of its own and stops it after.
 describe("Claude Code sessions of the current directory", function()
   after_each(function()
@@ -227,26 +254,9 @@ describe("Claude Code sessions of the current directory", function()
 
   it(":Ctxd compact asks first, then says clearly when the daemon cannot compact a Claude Code session", function()
     local transcript = observed_session()
-    local prompts, messages = {}, {}
-    local select, notify = vim.ui.select, vim.notify
-    vim.ui.select = function(items, opts, on_choice)
-      table.insert(prompts, opts.prompt)
-      on_choice(items[1])
-    end
-    vim.notify = function(msg, level)
-      table.insert(messages, { msg = msg, level = level })
-    end
-    local done = false
-    local ok, err = pcall(function()
-      commands.compact("", function()
-        done = true
-      end)
-      t.wait_for("the answer", function()
-        return done
-      end)
+    local prompts, messages = run_confirmed(function(done)
+      commands.compact("", done)
     end)
-    vim.ui.select, vim.notify = select, notify
-    t.truthy(ok, err)
     t.eq(1, #prompts)
     t.contains(prompts[1], "appends a compact boundary and a summary to " .. transcript)
     t.contains(prompts[1], ":Ctxd undo takes it back")
@@ -306,6 +316,73 @@ describe("Claude Code sessions of the current directory", function()
       offered[2]
     )
     t.eq(older_text, ctxd.status())
+  end)
+
+  -- Issue #37 item 1: a follower that reads on from the old end of a file cut back shows
+  -- the compacted figure after undo and misses the turns written after it.
+  it("after :Ctxd compact then :Ctxd undo, shows the figure from before the compaction, then the next turn", function()
+    local transcript = observed_session()
+    local before = "ctx 60.0% · 7.0k to compact · 60.0k · claude-opus-4-6"
+    local _, compacted = run_confirmed(function(done)
+      commands.compact("", done)
+    end)
+    t.truthy(vim.startswith(compacted[1].msg, "ctxd: Claude Code session compacted"), compacted[1].msg)
+    t.wait_for("the compacted figure in the statusline", function()
+      local shown = claude.get()
+      return shown and shown.usage and shown.usage.tokens < 60000 and ctxd.status() ~= before
+    end)
+    local size_compacted = vim.uv.fs_stat(transcript).size
+
+    local _, undone = run_confirmed(commands.undo_compact)
+    t.contains(undone[1].msg, "last compaction is undone")
+    t.truthy(vim.uv.fs_stat(transcript).size < size_compacted, "undo cut the transcript back")
+    t.wait_for("the figure from before the compaction again", function()
+      return ctxd.status() == before
+    end)
+
+    -- Claude Code goes on from the restored transcript: its next turn is shown.
+    append(transcript, { line("user"), line("assistant", 50000) })
+    t.wait_for("the turn after the undo", function()
+      return ctxd.status() == "ctx 50.0% · 17.0k to compact · 50.0k · claude-opus-4-6"
+    end)
+    t.eq(claude.observe_id(transcript), claude.get().session_id)
+  end)
+
+  -- Issue #37 item 2: `claude --resume` appends to an older transcript of the folder; a
+  -- daemon that follows only the newest at start sends nothing for it.
+  it("shows an older session of the folder that Claude Code resumes, unless another is pinned", function()
+    local folder = new_folder()
+    local project_dir = expected_project_dir(folder)
+    vim.fn.mkdir(project_dir, "p")
+    local older, newer = transcript_named(project_dir, 1), transcript_named(project_dir, 2)
+    append(older, { line("user"), line("assistant", 10000) })
+    local an_hour_ago = os.time() - 3600
+    vim.uv.fs_utime(older, an_hour_ago, an_hour_ago)
+    append(newer, { line("user"), line("assistant", 40000) })
+    start_in(folder)
+    wait_for_first_turn("the newest session")
+
+    -- Resumed: the older session is written to, and the statusline follows it.
+    append(older, { line("user"), line("assistant", 20000) })
+    t.wait_for("the resumed session in the statusline", function()
+      return ctxd.status() == "ctx 20.0% · 47.0k to compact · 20.0k · claude-opus-4-6"
+    end)
+    t.eq(claude.observe_id(older), claude.get().session_id)
+    -- And stays followed: its next turn shows too.
+    append(older, { line("user"), line("assistant", 30000) })
+    t.wait_for("the resumed session's next turn", function()
+      return ctxd.status() == "ctx 30.0% · 37.0k to compact · 30.0k · claude-opus-4-6"
+    end)
+
+    -- The user pins the newer session: a turn of the resumed one is read, not shown.
+    claude.pin(claude.observe_id(newer))
+    t.eq(FIRST_TURN, ctxd.status())
+    append(older, { line("user"), line("assistant", 35000) })
+    t.wait_for("the resumed session's turn read", function()
+      local resumed = claude.get(claude.observe_id(older))
+      return resumed and resumed.usage and resumed.usage.tokens == 35000
+    end)
+    t.eq(FIRST_TURN, ctxd.status())
   end)
 
   it("setup() with observe_claude_code = false stops showing the sessions, and true shows them again", function()

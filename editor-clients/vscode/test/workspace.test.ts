@@ -336,6 +336,64 @@ describe("a new user's workspace on a real ctxd", () => {
         assert.match(fake.shownDocuments.at(-1)?.getText() ?? "", new RegExp(`# ctxd context: ${observeId(older)}`));
     });
 
+    // Issue #37 item 1: a follower that reads on from the old end of a file cut back shows
+    // the compacted figure after undo and misses the turns written after it.
+    it("after Compact then Undo last compaction, shows the figure from before the compaction, then the next turn", async () => {
+        const { transcript } = await observedSession();
+        const before = "$(warning) ctx 60.0% · 7.0k to compact · 60.0k · claude-opus-4-6";
+        fake.messages = [];
+        fake.messageAnswer = "Compact";
+        fake.inputAnswers = [""];
+        await fake.commands.get("ctxd.compact")?.();
+        fake.messageAnswer = undefined;
+        assert.match(fake.messages.at(-1)?.text ?? "", /^ctxd: Claude Code session compacted /);
+        await waitFor("the compacted figure in the item", () => ((observedUsage(transcript) ?? 60_000) < 60_000 && status().text !== before ? true : undefined), 10_000, recent);
+        const compactedSize = fs.statSync(transcript).size;
+
+        await fake.commands.get("ctxd.undoCompact")?.();
+        assert.match(fake.messages.at(-1)?.text ?? "", /^ctxd: the Claude Code session's last compaction is undone/);
+        assert.ok(fs.statSync(transcript).size < compactedSize, "undo cut the transcript back");
+        await waitFor("the figure from before the compaction again", () => (status().text === before ? true : undefined), 10_000, recent);
+
+        // Claude Code goes on from the restored transcript: its next turn is shown.
+        fs.appendFileSync(transcript, `${claudeLine("user")}\n${claudeLine("assistant", 50_000)}\n`);
+        await waitFor("the turn after the undo", () => (status().text.endsWith(" ctx 50.0% · 17.0k to compact · 50.0k · claude-opus-4-6") ? true : undefined), 10_000, recent);
+        assert.equal((status().command as { arguments: unknown[] }).arguments[0], observeId(transcript));
+    });
+
+    // Issue #37 item 2: `claude --resume` appends to an older transcript of the folder; a
+    // daemon that follows only the newest at start sends nothing for it.
+    it("shows an older session of the folder that Claude Code resumes, unless another is pinned", async () => {
+        const folder = newFolder();
+        const projectDir = claudeProjectDir(folder, claudeDir);
+        fs.mkdirSync(projectDir, { recursive: true });
+        const older = path.join(projectDir, `${randomUUID()}.jsonl`);
+        fs.writeFileSync(older, `${claudeLine("user")}\n${claudeLine("assistant", 10_000)}\n`);
+        fs.utimesSync(older, new Date(Date.now() - 3_600_000), new Date(Date.now() - 3_600_000));
+        const newer = path.join(projectDir, `${randomUUID()}.jsonl`);
+        fs.writeFileSync(newer, `${claudeLine("user")}\n${claudeLine("assistant", 40_000)}\n`);
+        await activated(ctxdBin(), folder);
+        const newest = "$(dashboard) ctx 40.0% · 27.0k to compact · 40.0k · claude-opus-4-6";
+        await waitFor("the newest session", () => (status().text === newest ? true : undefined), 10_000, recent);
+
+        // Resumed: the older session is written to, and the item follows it.
+        fs.appendFileSync(older, `${claudeLine("user")}\n${claudeLine("assistant", 20_000)}\n`);
+        await waitFor("the resumed session in the item", () => (status().text === "$(dashboard) ctx 20.0% · 47.0k to compact · 20.0k · claude-opus-4-6" ? true : undefined), 10_000, recent);
+        assert.equal((status().command as { arguments: unknown[] }).arguments[0], observeId(older));
+        // And stays followed: its next turn shows too.
+        fs.appendFileSync(older, `${claudeLine("user")}\n${claudeLine("assistant", 30_000)}\n`);
+        await waitFor("the resumed session's next turn", () => (status().text === "$(dashboard) ctx 30.0% · 37.0k to compact · 30.0k · claude-opus-4-6" ? true : undefined), 10_000, recent);
+
+        // The user picks the newer session (listed second now): a turn of the resumed one
+        // is read, not shown.
+        fake.quickPick = (items) => items.find((i) => (i as { detail?: string }).detail?.startsWith(path.basename(newer, ".jsonl")));
+        await fake.commands.get("ctxd.pickClaudeSession")?.();
+        await waitFor("the picked session in the item", () => (status().text === newest ? true : undefined), 10_000, recent);
+        fs.appendFileSync(older, `${claudeLine("user")}\n${claudeLine("assistant", 35_000)}\n`);
+        await waitFor("the resumed session's turn read", () => (observedUsage(older) === 35_000 ? true : undefined), 10_000, recent);
+        assert.equal(status().text, newest);
+    });
+
     it("turns observing Claude Code off and on at once, no reload", async () => {
         await observedSession();
         changeSetting("observeClaudeCode", false);
