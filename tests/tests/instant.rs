@@ -280,3 +280,41 @@ fn preparation_turned_off_forwards_every_compaction() {
     assert!(seen_with(&upstream, CTXD_INSTRUCTION).is_empty(), "no preparation over the 3 s and the compaction");
     assert_eq!(seen_with(&upstream, CLAUDE_INSTRUCTION).len(), 1);
 }
+
+/// A Messages body whose system prompt names `project` as the working directory, as
+/// Claude Code's environment section does.
+fn body_in(project: &std::path::Path, messages: &[Value]) -> String {
+    let mut value: Value = serde_json::from_str(&body(SESSION, MODEL, messages)).unwrap();
+    value["system"][0]["text"] = json!(format!(
+        "You are Claude Code.\nPrimary working directory: {}\n - Is a git repository",
+        project.display()
+    ));
+    value.to_string()
+}
+
+#[test]
+fn an_instant_answer_names_the_history_tools_when_ctxd_mcp_is_configured_for_the_project() {
+    for configured in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let project = dir.path().join("proj");
+        std::fs::create_dir_all(&project).unwrap();
+        if configured {
+            let servers = json!({"mcpServers": {"ctxd": {"type": "stdio", "command": "ctxd", "args": ["mcp"]}}});
+            std::fs::write(project.join(".mcp.json"), servers.to_string()).unwrap();
+        }
+        let rt = gateway::runtime();
+        let upstream = gateway::upstream(&rt);
+        let gw = Gateway::start(dir.path(), &upstream.url(), &FLAGS, &[]).unwrap();
+        let (status, _, text) = post(&rt, &gw, body_in(&project, &first_turn()));
+        assert_eq!((status, text.as_str()), (200, "FAST"));
+        wait_log(&gw, "gateway: summary prepared", 1);
+        let mut messages = first_turn();
+        messages.push(assistant("FAST"));
+        messages.push(user(&instruction()));
+        let (status, instant, text) = post(&rt, &gw, body_in(&project, &messages));
+        assert_eq!(status, 200);
+        assert!(instant.is_some(), "answered by the gateway: {}", log(&gw));
+        assert!(text.contains("STUB-SUMMARY of MARK-1"), "{text}");
+        assert_eq!(text.contains("mcp__ctxd__search_history"), configured, "configured: {configured}: {text}");
+    }
+}

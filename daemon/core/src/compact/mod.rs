@@ -77,8 +77,8 @@ pub use ladder::{
     DEFAULT_MIN_CUT_PERCENT, Ladder, LadderError, LadderPolicy, LadderStep, Rung, RungAttempt, RungOutcome, RungVerdict,
 };
 pub use prompt::{
-    HistoryTools, KeptMessages, PromptForm, PromptSpec, SummaryMessage, fallback_system_prompt, merge_instructions,
-    reask_note, summary_instruction, summary_message_text,
+    HistoryTools, KeptMessages, PromptForm, PromptSpec, SummaryMessage, fallback_system_prompt, history_tools_line,
+    merge_instructions, reask_note, summary_instruction, summary_message_text,
 };
 pub use ptl::{MAX_PTL_RETRIES, Overflow, PtlCut, truncate_for_retry};
 pub use reply::{ReplyAttempt, ReplyError, ReplyVerdict, read_summary_reply};

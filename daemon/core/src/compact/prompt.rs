@@ -140,6 +140,17 @@ pub struct HistoryTools {
     pub read: String,
 }
 
+/// The closing line that points the model at the history tools, and at the
+/// transcript's file when one is named.
+pub fn history_tools_line(tools: &HistoryTools, transcript_path: Option<&str>) -> String {
+    let file = transcript_path.map(|p| format!(" (it is the file {p})")).unwrap_or_default();
+    MESSAGE_HISTORY_TOOLS
+        .trim_end()
+        .replace("{search}", &tools.search)
+        .replace("{read}", &tools.read)
+        .replace("{file}", &file)
+}
+
 /// What the installed summary message says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SummaryMessage {
@@ -168,15 +179,8 @@ pub fn summary_message_text(message: &SummaryMessage) -> String {
     out.push_str(message.body.trim());
     let path = message.transcript_path.as_deref().filter(|p| !p.is_empty());
     if let Some(tools) = &message.history_tools {
-        let file = path.map(|p| format!(" (it is the file {p})")).unwrap_or_default();
         out.push_str("\n\n");
-        out.push_str(
-            &MESSAGE_HISTORY_TOOLS
-                .trim_end()
-                .replace("{search}", &tools.search)
-                .replace("{read}", &tools.read)
-                .replace("{file}", &file),
-        );
+        out.push_str(&history_tools_line(tools, path));
     } else if let Some(path) = path {
         out.push_str("\n\n");
         out.push_str(&MESSAGE_TRANSCRIPT.trim_end().replace("{path}", path));

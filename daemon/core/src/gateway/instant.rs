@@ -17,7 +17,7 @@
 
 use serde_json::{Value, json};
 
-use crate::compact::{FidelityFacts, appended_budget, check_fidelity};
+use crate::compact::{FidelityFacts, HistoryTools, appended_budget, check_fidelity, history_tools_line};
 use crate::record::{Record, TokenUsage};
 use crate::summary::{OfflineOptions, parse_summary_reply, summarize_offline};
 
@@ -82,8 +82,18 @@ fn analysis_of(reply: &str) -> Option<&str> {
 
 /// The answer's text: the prepared reply (already checked), and `delta`, the messages
 /// after those it covers, folded in offline.
-pub fn answer_text(prepared: &str, covered: usize, delta: &[Value]) -> Result<String, NoAnswer> {
-    let body = parse_summary_reply(prepared)?;
+pub fn answer_text(
+    prepared: &str,
+    covered: usize,
+    delta: &[Value],
+    tools: Option<&HistoryTools>,
+) -> Result<String, NoAnswer> {
+    let mut body = parse_summary_reply(prepared)?;
+    // The program puts its own line with the transcript's path after the summary; the
+    // tools that search it are ctxd's to name.
+    if let Some(tools) = tools {
+        body = format!("{body}\n\n{}", history_tools_line(tools, None));
+    }
     let draft = analysis_of(prepared).unwrap_or("");
     let note = if delta.is_empty() {
         format!(
@@ -110,6 +120,24 @@ pub fn answer_text(prepared: &str, covered: usize, delta: &[Value]) -> Result<St
     let facts = FidelityFacts::from_records(&records, crate::compact::DEFAULT_RECENT_TURNS);
     let outcome = check_fidelity(&combined, &facts, appended_budget(DELTA_CAP_TOKENS, 0));
     Ok(format!("<analysis>\n{analysis}\n</analysis>\n\n<summary>\n{}\n</summary>", outcome.summary))
+}
+
+/// What Claude Code's system prompt names as the session's working directory
+/// ("Primary working directory: …" in its environment section), read from the request
+/// body's JSON text; `None` when the body names none.
+pub fn working_directory(body: &[u8]) -> Option<String> {
+    const MARKER: &[u8] = b"Primary working directory: ";
+    let start = memchr::memmem::find(body, MARKER)? + MARKER.len();
+    // The rest of that JSON string, up to its closing quote (not an escaped one).
+    let rest = &body[start..];
+    let mut end = 0;
+    while end < rest.len() && rest[end] != b'"' {
+        end += if rest[end] == b'\\' { 2 } else { 1 };
+    }
+    let quoted = [&b"\""[..], rest.get(..end)?, &b"\""[..]].concat();
+    let text: String = serde_json::from_slice(&quoted).ok()?;
+    let line = text.lines().next()?.trim();
+    (line.starts_with('/')).then(|| line.to_owned())
 }
 
 /// The text and usage of a whole Messages answer (the preparation's), streamed or JSON.
@@ -210,7 +238,7 @@ mod tests {
 
     #[test]
     fn a_full_cover_is_the_prepared_summary_with_a_note() {
-        let text = answer_text(REPLY, 3, &[]).unwrap();
+        let text = answer_text(REPLY, 3, &[], None).unwrap();
         assert!(text.starts_with("<analysis>\nthe model's draft"));
         assert!(text.contains("covering all 3 messages"));
         assert_eq!(parse_summary_reply(&text).unwrap(), parse_summary_reply(REPLY).unwrap());
@@ -224,7 +252,7 @@ mod tests {
             assistant("Added tests/golden.rs."),
             user("finally rename the crate to quill"),
         ];
-        let text = answer_text(REPLY, 3, &delta).unwrap();
+        let text = answer_text(REPLY, 3, &delta, None).unwrap();
         let body = parse_summary_reply(&text).unwrap();
         assert!(body.starts_with("1. Primary Request and Intent:\n   build the parser"), "{body}");
         assert!(body.contains("golden tests"), "{body}");
@@ -234,7 +262,32 @@ mod tests {
 
     #[test]
     fn a_reply_without_summary_cannot_answer() {
-        assert!(answer_text("<analysis>only a draft</analysis>", 1, &[]).is_err());
+        assert!(answer_text("<analysis>only a draft</analysis>", 1, &[], None).is_err());
+    }
+
+    #[test]
+    fn the_answer_names_the_history_tools_when_given_them() {
+        let tools = HistoryTools { search: "mcp__ctxd__search_history".into(), read: "mcp__ctxd__read_history".into() };
+        let text = answer_text(REPLY, 3, &[], Some(&tools)).unwrap();
+        let summary = &text[text.find("<summary>").unwrap()..];
+        assert!(summary.contains("mcp__ctxd__search_history"), "{summary}");
+        assert!(summary.contains("mcp__ctxd__read_history"), "{summary}");
+        let plain = answer_text(REPLY, 3, &[], None).unwrap();
+        assert!(!plain.contains("search_history"), "{plain}");
+    }
+
+    #[test]
+    fn the_working_directory_comes_from_the_system_prompt() {
+        let body = serde_json::to_vec(&json!({"model": "m", "system": [
+            {"type": "text", "text": "You are an agent."},
+            {"type": "text", "text": "Env:\nPrimary working directory: /home/dev/caf\u{e9} \"x\"\n - Is a git repository"}
+        ], "messages": []}))
+        .unwrap();
+        assert_eq!(working_directory(&body).as_deref(), Some("/home/dev/caf\u{e9} \"x\""));
+        let none = serde_json::to_vec(&json!({"system": "no directory here", "messages": []})).unwrap();
+        assert_eq!(working_directory(&none), None);
+        let relative = serde_json::to_vec(&json!({"system": "Primary working directory: proj\n"})).unwrap();
+        assert_eq!(working_directory(&relative), None);
         assert!(checked_reply("nothing", &[], 1000).is_err());
     }
 

@@ -254,6 +254,7 @@ mod tests {
             limits: crate::gateway::Limits::default(),
             prepare: Default::default(),
             state_dir: None,
+            env: None,
         };
         let bound = runtime.block_on(crate::gateway::bind(config, live)).unwrap();
         let addr = bound.local_addr().unwrap();

@@ -63,6 +63,7 @@ pub async fn run(options: Options, announce: impl FnOnce(SocketAddr)) -> anyhow:
         limits,
         prepare,
         state_dir: Some(options.state_dir.clone()),
+        env: Some(options.env.clone()),
     };
 
     let hosted = host_services(&options).await;

@@ -11,6 +11,7 @@
 //! bounded: a body of unknown length, or one that would take the bytes being read past
 //! [`MAX_READING_BYTES`], is streamed through as before and not looked at.
 
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -149,8 +150,8 @@ pub async fn intercept(
         );
     };
     let decided = {
-        let (body, prepared) = (body.clone(), prepared.clone());
-        tokio::task::spawn_blocking(move || decide(&body, &prepared)).await
+        let (body, prepared, env) = (body.clone(), prepared.clone(), gateway.config.env.clone());
+        tokio::task::spawn_blocking(move || decide(&body, &prepared, env.as_deref())).await
     };
     let (text, model, delta, form) = match decided {
         Ok(Ok(answer)) => answer,
@@ -179,7 +180,11 @@ pub async fn intercept(
 /// Whether `prepared` stands for the compaction request `body`, and if so the answer's
 /// text, the model, the number of messages past the prepared prefix and the form; else
 /// why not.
-fn decide(body: &[u8], prepared: &Prepared) -> Result<(String, String, usize, CompactionForm), String> {
+fn decide(
+    body: &[u8],
+    prepared: &Prepared,
+    env: Option<&crate::process_env::ProcessEnv>,
+) -> Result<(String, String, usize, CompactionForm), String> {
     let conversation = conversation::read(body).map_err(|e| format!("not read as a conversation ({e})"))?;
     let (model, stream) = (conversation.model.clone(), conversation.stream);
     let shape = conversation.shape().map_err(|e| format!("not read as a conversation ({e})"))?;
@@ -205,6 +210,11 @@ fn decide(body: &[u8], prepared: &Prepared) -> Result<(String, String, usize, Co
         return Err(format!("its first {} messages differ from those the summary was prepared for", prepared.covered));
     }
     let delta = &ask.covered[prepared.covered..];
-    let text = answer::answer_text(&prepared.reply, prepared.covered, delta).map_err(|e| e.to_string())?;
+    // The history tools, when `ctxd mcp` is configured for the project the program
+    // names as its working directory.
+    let project = answer::working_directory(body).map(PathBuf::from);
+    let tools = env.and_then(|env| crate::mcp_config::history_tools(project.as_deref(), env));
+    let text =
+        answer::answer_text(&prepared.reply, prepared.covered, delta, tools.as_ref()).map_err(|e| e.to_string())?;
     Ok((text, model, delta.len(), ask.form))
 }

@@ -88,6 +88,9 @@ pub struct Config {
     pub prepare: ctxd_core::gateway::prepare::PrepareSettings,
     /// Where prepared summaries are kept across restarts (memory only without one).
     pub state_dir: Option<PathBuf>,
+    /// Where an instant answer looks up whether `ctxd mcp` is configured for the
+    /// session's project, to name the history tools (none: no tools named).
+    pub env: Option<Arc<crate::process_env::ProcessEnv>>,
 }
 
 /// What a request handler reaches.
@@ -234,7 +237,12 @@ pub async fn bind(config: Config, live: LiveFigures) -> Result<Bound, String> {
 
 /// The gateway the settings ask for inside the shared daemon (`gateway.enabled`): bound
 /// and serving in the background, or a warning in the log saying why not.
-pub fn start_in_daemon(settings: &ctxd_proto::GatewaySettings, live: LiveFigures, state_dir: PathBuf) {
+pub fn start_in_daemon(
+    settings: &ctxd_proto::GatewaySettings,
+    live: LiveFigures,
+    state_dir: PathBuf,
+    env: Arc<crate::process_env::ProcessEnv>,
+) {
     let listen = match listen_address(settings.listen_or_default(), false) {
         Ok(addr) => addr,
         Err(e) => {
@@ -249,6 +257,7 @@ pub fn start_in_daemon(settings: &ctxd_proto::GatewaySettings, live: LiveFigures
         limits: Limits::default(),
         prepare: prepare_settings(settings, None, None),
         state_dir: Some(state_dir),
+        env: Some(env),
     };
     tokio::spawn(async move {
         match bind(config, live).await {

@@ -193,7 +193,12 @@ impl Backend {
             && let Ok(sessions) = self.sessions()
             && let Some(gateway) = sessions.daemon_settings().gateway.filter(|g| g.enabled == Some(true))
         {
-            crate::gateway::start_in_daemon(&gateway, sessions.live_figures(), sessions.store().root().to_path_buf());
+            crate::gateway::start_in_daemon(
+                &gateway,
+                sessions.live_figures(),
+                sessions.store().root().to_path_buf(),
+                self.options.env.clone(),
+            );
         }
         // The daemon's own editor started what its settings ask for; another's adds nothing.
         if self.guest.is_none()
