@@ -153,6 +153,23 @@ local function wait_for_first_turn(what)
   end)
 end
 
+--- Two sessions in a new folder's project directory, the older written an hour ago
+--- (Claude Code resumes it later), and the plugin started there showing the newest.
+--- Returns the older and the newer transcript.
+local function two_sessions_started()
+  local folder = new_folder()
+  local project_dir = expected_project_dir(folder)
+  vim.fn.mkdir(project_dir, "p")
+  local older, newer = transcript_named(project_dir, 1), transcript_named(project_dir, 2)
+  append(older, { line("user"), line("assistant", 10000) })
+  local an_hour_ago = os.time() - 3600
+  vim.uv.fs_utime(older, an_hour_ago, an_hour_ago)
+  append(newer, { line("user"), line("assistant", 40000) })
+  start_in(folder)
+  wait_for_first_turn("the newest session")
+  return older, newer
+end
+
 --- A folder of the calling case's own with one Claude Code session observed: two
 --- turns, the last at 60,000 tokens, shown in the statusline. Returns the transcript and
 --- the project folder.
@@ -293,17 +310,7 @@ describe("Claude Code sessions of the current directory", function()
   end)
 
   it("lists every transcript of the directory, also one the daemon does not follow, and shows it when picked", function()
-    local folder = new_folder()
-    local project_dir = expected_project_dir(folder)
-    vim.fn.mkdir(project_dir, "p")
-    -- An older session (Claude Code resumes it later) next to the newest one.
-    local older, newer = transcript_named(project_dir, 1), transcript_named(project_dir, 2)
-    append(older, { line("user"), line("assistant", 10000) })
-    local an_hour_ago = os.time() - 3600
-    vim.uv.fs_utime(older, an_hour_ago, an_hour_ago)
-    append(newer, { line("user"), line("assistant", 40000) })
-    start_in(folder)
-    wait_for_first_turn("the newest session")
+    local older = two_sessions_started()
     local offered, shown = pick(2)
     t.contains(shown, "Claude Code session 20000000-0000-4000-8000-000000000001")
     local older_text = "ctx 10.0% · 57.0k to compact · 10.0k · claude-opus-4-6"
@@ -351,16 +358,7 @@ describe("Claude Code sessions of the current directory", function()
   -- Issue #37 item 2: `claude --resume` appends to an older transcript of the folder; a
   -- daemon that follows only the newest at start sends nothing for it.
   it("shows an older session of the folder that Claude Code resumes, unless another is pinned", function()
-    local folder = new_folder()
-    local project_dir = expected_project_dir(folder)
-    vim.fn.mkdir(project_dir, "p")
-    local older, newer = transcript_named(project_dir, 1), transcript_named(project_dir, 2)
-    append(older, { line("user"), line("assistant", 10000) })
-    local an_hour_ago = os.time() - 3600
-    vim.uv.fs_utime(older, an_hour_ago, an_hour_ago)
-    append(newer, { line("user"), line("assistant", 40000) })
-    start_in(folder)
-    wait_for_first_turn("the newest session")
+    local older, newer = two_sessions_started()
 
     -- Resumed: the older session is written to, and the statusline follows it.
     append(older, { line("user"), line("assistant", 20000) })
