@@ -15,35 +15,15 @@ Standard library only.
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 
+from gateway import free_port, read, wait_port
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SESSION = "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f"
 SLOW = 20
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port):
-    for _ in range(200):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return True
-        except OSError:
-            time.sleep(0.05)
-    return False
-
-
-def read(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def last_text(body):
