@@ -125,6 +125,23 @@ describe("a new user's workspace on a real ctxd", () => {
         return { api, projectDir, transcript };
     }
 
+    /**
+     * Two Claude Code sessions in a new folder's project directory, the older written an
+     * hour ago (Claude Code resumes it later), and the extension activated on the folder.
+     */
+    async function twoSessionsActivated(): Promise<{ older: string; newer: string }> {
+        const folder = newFolder();
+        const projectDir = claudeProjectDir(folder, claudeDir);
+        fs.mkdirSync(projectDir, { recursive: true });
+        const older = path.join(projectDir, `${randomUUID()}.jsonl`);
+        fs.writeFileSync(older, `${claudeLine("user")}\n${claudeLine("assistant", 10_000)}\n`);
+        fs.utimesSync(older, new Date(Date.now() - 3_600_000), new Date(Date.now() - 3_600_000));
+        const newer = path.join(projectDir, `${randomUUID()}.jsonl`);
+        fs.writeFileSync(newer, `${claudeLine("user")}\n${claudeLine("assistant", 40_000)}\n`);
+        await activated(ctxdBin(), folder);
+        return { older, newer };
+    }
+
     it("names the project folder as Claude Code does", () => {
         const folder = path.join(scratch, "my.project_1");
         const projectDir = claudeProjectDir(folder, claudeDir);
@@ -307,16 +324,7 @@ describe("a new user's workspace on a real ctxd", () => {
     });
 
     it("lists every transcript of the folder, also one the daemon does not follow, and shows it when picked", async () => {
-        // An older session (Claude Code resumes it later) next to the newest one.
-        const folder = newFolder();
-        const projectDir = claudeProjectDir(folder, claudeDir);
-        fs.mkdirSync(projectDir, { recursive: true });
-        const older = path.join(projectDir, `${randomUUID()}.jsonl`);
-        fs.writeFileSync(older, `${claudeLine("user")}\n${claudeLine("assistant", 10_000)}\n`);
-        fs.utimesSync(older, new Date(Date.now() - 3_600_000), new Date(Date.now() - 3_600_000));
-        const newer = path.join(projectDir, `${randomUUID()}.jsonl`);
-        fs.writeFileSync(newer, `${claudeLine("user")}\n${claudeLine("assistant", 40_000)}\n`);
-        await activated(ctxdBin(), folder);
+        const { older, newer } = await twoSessionsActivated();
         await waitFor("the newest session", () => (status().text.includes("ctx 40.0%") ? true : undefined), 10_000, recent);
         let offered: { label: string; detail?: string }[] = [];
         fake.quickPick = (items) => {
@@ -364,15 +372,7 @@ describe("a new user's workspace on a real ctxd", () => {
     // Issue #37 item 2: `claude --resume` appends to an older transcript of the folder; a
     // daemon that follows only the newest at start sends nothing for it.
     it("shows an older session of the folder that Claude Code resumes, unless another is pinned", async () => {
-        const folder = newFolder();
-        const projectDir = claudeProjectDir(folder, claudeDir);
-        fs.mkdirSync(projectDir, { recursive: true });
-        const older = path.join(projectDir, `${randomUUID()}.jsonl`);
-        fs.writeFileSync(older, `${claudeLine("user")}\n${claudeLine("assistant", 10_000)}\n`);
-        fs.utimesSync(older, new Date(Date.now() - 3_600_000), new Date(Date.now() - 3_600_000));
-        const newer = path.join(projectDir, `${randomUUID()}.jsonl`);
-        fs.writeFileSync(newer, `${claudeLine("user")}\n${claudeLine("assistant", 40_000)}\n`);
-        await activated(ctxdBin(), folder);
+        const { older, newer } = await twoSessionsActivated();
         const newest = "$(dashboard) ctx 40.0% · 27.0k to compact · 40.0k · claude-opus-4-6";
         await waitFor("the newest session", () => (status().text === newest ? true : undefined), 10_000, recent);
 
