@@ -359,6 +359,44 @@ fn an_automatic_fork_is_the_request_the_model_answered_last_byte_for_byte() {
     assert!(after.to_string().contains("REPLY-AFTER-THE-REQUEST"), "the reply is kept: {after}");
 }
 
+/// The user's `/compact` right after a turn forks the request that turn sent, as an
+/// automatic compaction does: a request built anew would lack the note given once at
+/// its end, and the provider would read its cache only up to the note.
+#[test]
+fn a_manual_compaction_after_a_turn_forks_the_request_the_model_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, seen) = serve(sse_summary);
+    let env = [("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "100000")];
+    let mut daemon = opened_records(port, dir.path(), json!({}), &env, ENDS_WITH_REPLY);
+    let records = json!([user_record("n1", None, "Go on."), assistant_record("n2", Some("n1"), "msg_n2", 50_000, 200)]);
+    daemon.request("ctx/append", json!({"sessionId": "p", "records": records})).unwrap();
+    let sent = host_assembles(&mut daemon);
+    assert!(sent.to_string().contains("Context budget"), "a note given once ends the request: {sent}");
+    // The turn's reply, below the threshold; then the user compacts.
+    let mut reply = assistant_record("n3", Some("n2"), "msg_n3", 60_000, 300);
+    reply["message"]["content"] = json!([{"type": "text", "text": "REPLY-AFTER-THE-REQUEST"}]);
+    daemon.request("ctx/append", json!({"sessionId": "p", "records": [reply]})).unwrap();
+    let result = daemon.request("ctx/compact", json!({"sessionId": "p"})).unwrap();
+    assert_eq!(result["summaryPath"], "fork", "{result}");
+
+    let bodies = bodies(&seen);
+    let fork = bodies.iter().find(|b| is_fork(b)).expect("a fork was sent");
+    let shared = sent["messages"].as_array().unwrap();
+    let messages = fork["messages"].as_array().unwrap();
+    let last = shared.len() - 1;
+    assert_eq!(messages.len(), shared.len(), "the instruction joins the last user message: {fork}");
+    assert_eq!(&messages[..last], &shared[..last], "the message prefix is byte-equal");
+    let sent_last = shared[last]["content"].as_array().unwrap();
+    assert_eq!(&messages[last]["content"].as_array().unwrap()[..sent_last.len()], sent_last.as_slice());
+    // Priced by the cache simulation: all but the instruction is read.
+    let share = ctxd_e2e::cache::fork_read_share(&sent, fork);
+    assert!(share >= 0.99, "the fork read {:.1} % of the turn's request from cache", share * 100.0);
+    // The reply is kept after the summary.
+    let after = host_assembles(&mut daemon);
+    assert!(after.to_string().contains("REMOTE-SUMMARY"), "{after}");
+    assert!(after.to_string().contains("REPLY-AFTER-THE-REQUEST"), "the reply is kept: {after}");
+}
+
 fn tool_use_to_the_fork(body: &str) -> (u16, String) {
     if is_fork(&serde_json::from_str(body).unwrap()) {
         let blocks = vec![

@@ -336,12 +336,15 @@ impl Session {
         let lifecycle::Start { generation, trigger, focus, partial, pre_tokens, ahead: _ } = start;
         let progress = self.compaction.lifecycle.requester(generation).and_then(|r| r.progress.clone());
         let view = &self.view.records;
-        // What ctxd starts on its own forks the newest request the model answered, byte
-        // for byte (its one-time notes and breakpoints included), so the fork reads all
-        // of it from the provider's cache. Only when everything appended since is in the
-        // tail kept verbatim after the summary: the summary is written from the part
-        // before that tail, which that request shows whole.
-        let answered = (partial.is_none() && trigger.is_automatic() && trigger != Trigger::Reactive)
+        // A whole-view compaction forks the newest request the model answered, byte for
+        // byte (its one-time notes and breakpoints included), so the fork reads all of it
+        // from the provider's cache: the host's `/compact` right after a turn as much as
+        // ctxd's own. A request built now would differ from it where notes were given
+        // once, and read only up to there. Only when everything appended since is in
+        // the tail kept verbatim after the summary: the summary is written from the part
+        // before that tail, which that request shows whole. Not after "prompt is too
+        // long": that request is the one refused.
+        let answered = (partial.is_none() && trigger != Trigger::Reactive)
             .then(|| self.requests.answered_parent(view, self.view.generation))
             .flatten()
             .filter(|p| {
