@@ -10,7 +10,9 @@ streamed as server-sent events when the request asks for a stream. The reply rep
 usage as the request's size in bytes / 4, so the program's own context figures move.
 A user prompt that contains `[[READ:PATH]]` is answered with a call of the Read tool
 on PATH (then, once its result comes back, with text), so the session reads files as
-a real one does. A summary request in ctxd's own form (its summary system prompt)
+a real one does. A user prompt that contains `[[USAGE:N]]` is answered with a
+usage of N input tokens, so the program's context can be put near its threshold. A
+summary request in ctxd's own form (its summary system prompt)
 is answered with a `<summary>` that starts with STUB-PROVIDER-SUMMARY and names the
 MARK-PROMPT-n markers the request carried, as a model's summary would. Other paths get
 an empty JSON object. Standard library only.
@@ -82,7 +84,7 @@ class Handler(BaseHTTPRequestHandler):
             text = ("<analysis>stub</analysis><summary>1. Primary Request and Intent:\n"
                     f"   STUB-PROVIDER-SUMMARY of the prompts {', '.join(marks)}.\n</summary>")
         read = wants_read(body.get("messages") or [])
-        usage = {"input_tokens": max(1, length // 4), "output_tokens": 8,
+        usage = {"input_tokens": asked_usage(body.get("messages") or []) or max(1, length // 4), "output_tokens": 8,
                  "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
         message = {"id": f"msg_stub_{n:04d}", "type": "message", "role": "assistant",
                    "model": body.get("model", "claude-opus-5-5"), "content": [],
@@ -167,6 +169,22 @@ def is_ctxd_fork(body):
 def is_program_compaction(body):
     return os.environ.get("STUB_SLOW_COMPACT") is not None and any(
         t.lstrip().startswith(PROGRAM_INSTRUCTION) for t in last_texts(body))
+
+
+def asked_usage(messages):
+    """The N of a `[[USAGE:N]]` in the messages since the last assistant message (the
+    program may put a message of its own context after the prompt), else None."""
+    for message in reversed(messages):
+        if message.get("role") == "assistant":
+            return None
+        content = message.get("content")
+        blocks = content if isinstance(content, list) else [{"text": content or ""}]
+        for b in blocks:
+            if isinstance(b, dict) and isinstance(b.get("text"), str):
+                found = re.search(r"\[\[USAGE:(\d+)\]\]", b["text"])
+                if found:
+                    return int(found.group(1))
+    return None
 
 
 def wants_read(messages):
