@@ -75,7 +75,7 @@ struct Block {
 }
 
 /// The provider's cache for one account: entries by prefix key, with their expiry.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct PromptCache {
     entries: HashMap<u64, (u64, u64)>, // key → (expires at, ttl)
 }

@@ -7,7 +7,9 @@
 //! test releases them), `json`, `echo` (the request body back), `big:N` (N MB of
 //! events), `fast` (a whole stream at once), `gzip` (the same, gzip-encoded), `count` (a `count_tokens` answer),
 //! `error` (529 `overloaded_error`), `cut` (a stream that breaks off), `hang`
-//! (never answers; says when the gateway drops the request), `redirect:URL` (307).
+//! (never answers; says when the gateway drops the request), `redirect:URL` (307),
+//! `priced` (a whole stream whose usage is what the request costs in a simulated prompt
+//! cache, [`crate::cache::PromptCache`], shared by every request: see [`Pricing`]).
 //!
 //! Whatever the mode, a summary request gets a summary: ctxd's preparation fork (its
 //! instruction) at once, Claude Code's own compaction request after [`SLOW_SUMMARY`], as
@@ -27,6 +29,8 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
+
+use crate::cache::{Bill, PromptCache};
 
 /// The usage the stub reports in every answer.
 pub const USAGE: [(&str, u64); 4] = [
@@ -63,6 +67,42 @@ pub struct Upstream {
     pub dropped: Arc<Notify>,
     /// Told when a `hang` request arrived.
     pub arrived: Arc<Notify>,
+    /// The `priced` mode's cache and bills.
+    pub pricing: Arc<Pricing>,
+}
+
+/// The `priced` mode's account: one prompt cache for every request, on the clock of
+/// the upstream's start, and each request's bill.
+#[derive(Debug)]
+pub struct Pricing {
+    pub cache: Mutex<PromptCache>,
+    pub calls: Mutex<Vec<PricedCall>>,
+    pub started: std::time::Instant,
+}
+
+impl Pricing {
+    /// Milliseconds since the upstream started: the cache's clock.
+    pub fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+}
+
+/// What a `priced` request was and what it cost.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PricedCall {
+    pub kind: CallKind,
+    pub bill: Bill,
+    /// Tokens of the answer's text (bytes / 4).
+    pub output_tokens: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallKind {
+    Turn,
+    /// ctxd's preparation fork.
+    Fork,
+    /// Claude Code's own compaction request (one the gateway forwarded).
+    Compaction,
 }
 
 impl Upstream {
@@ -140,8 +180,19 @@ pub fn upstream(runtime: &tokio::runtime::Runtime) -> Upstream {
         release: Arc::new(Notify::new()),
         dropped: Arc::new(Notify::new()),
         arrived: Arc::new(Notify::new()),
+        pricing: Arc::new(Pricing {
+            cache: Mutex::default(),
+            calls: Mutex::default(),
+            started: std::time::Instant::now(),
+        }),
     };
-    let shared = (state.received.clone(), state.release.clone(), state.dropped.clone(), state.arrived.clone());
+    let shared = (
+        state.received.clone(),
+        state.release.clone(),
+        state.dropped.clone(),
+        state.arrived.clone(),
+        state.pricing.clone(),
+    );
     runtime.spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else { continue };
@@ -169,10 +220,10 @@ impl Drop for OnDrop {
     }
 }
 
-type Shared = (Arc<Mutex<Vec<Received>>>, Arc<Notify>, Arc<Notify>, Arc<Notify>);
+type Shared = (Arc<Mutex<Vec<Received>>>, Arc<Notify>, Arc<Notify>, Arc<Notify>, Arc<Pricing>);
 
 async fn answer(request: hyper::Request<hyper::body::Incoming>, shared: Shared) -> hyper::Response<StubBody> {
-    let (received, release, dropped, arrived) = shared;
+    let (received, release, dropped, arrived, pricing) = shared;
     let (parts, body) = request.into_parts();
     let mode = parts.headers.get("x-stub").and_then(|v| v.to_str().ok()).unwrap_or("sse").to_owned();
     let body = body.collect().await.map(|b| b.to_bytes().to_vec()).unwrap_or_default();
@@ -184,7 +235,10 @@ async fn answer(request: hyper::Request<hyper::body::Incoming>, shared: Shared) 
     });
     if let Some(delay) = summary_delay(&body) {
         tokio::time::sleep(delay).await;
-        let answer = message_start() + &stream_tail(&summary_answer(&body));
+        let text = summary_answer(&body);
+        let kind = if delay.is_zero() { CallKind::Fork } else { CallKind::Compaction };
+        let start = if mode == "priced" { priced_start(&pricing, &body, kind, &text) } else { message_start() };
+        let answer = start + &stream_tail(&text);
         return hyper::Response::builder()
             .status(200)
             .header("content-type", "text/event-stream")
@@ -209,6 +263,10 @@ async fn answer(request: hyper::Request<hyper::body::Incoming>, shared: Shared) 
         ),
         "count" => respond(200, "application/json", full(r#"{"input_tokens":42}"#)),
         "fast" => respond(200, "text/event-stream", full(message_start() + &stream_tail("FAST"))),
+        "priced" => {
+            let start = priced_start(&pricing, &body, CallKind::Turn, "PRICED");
+            respond(200, "text/event-stream", full(start + &stream_tail("PRICED")))
+        }
         "gzip" => {
             use std::io::Write;
             let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
@@ -270,6 +328,23 @@ async fn answer(request: hyper::Request<hyper::body::Incoming>, shared: Shared) 
             respond(200, "text/event-stream", body)
         }
     }
+}
+
+/// Prices `body` in the shared cache, records the bill, and returns a `message_start`
+/// whose usage says it: uncached input, cache writes and reads, as the API splits them.
+fn priced_start(pricing: &Pricing, body: &[u8], kind: CallKind, text: &str) -> String {
+    let request: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let bill = pricing.cache.lock().unwrap().send(&request, pricing.now_ms());
+    let output_tokens = text.len() as u64 / 4;
+    pricing.calls.lock().unwrap().push(PricedCall { kind, bill, output_tokens });
+    let written = bill.written_5m + bill.written_1h;
+    let usage = json!({"input_tokens": bill.input - bill.read - written, "cache_creation_input_tokens": written,
+        "cache_read_input_tokens": bill.read, "output_tokens": output_tokens});
+    event(
+        "message_start",
+        &json!({"type": "message_start", "message": {"id": "msg_gw_priced", "type": "message", "role": "assistant",
+            "model": request["model"], "content": [], "stop_reason": null, "usage": usage}}),
+    )
 }
 
 /// How ctxd's summary instruction (the preparation fork's) begins.

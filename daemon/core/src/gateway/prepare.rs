@@ -108,8 +108,11 @@ pub fn decide(settings: &PrepareSettings, now: &SessionNow<'_>) -> PrepareDecisi
     }
     let share = |percent: u64| u128::from(threshold) * u128::from(percent) / 100;
     let tokens = u128::from(now.tokens);
+    // Growth counts from the last preparation, unless the context has shrunk below it
+    // since: the conversation was compacted, and that preparation summarized the one
+    // before.
     if let Some(before) = now.prepared_at_tokens
-        && tokens < u128::from(before) + share(REPREPARE_GROWTH_PERCENT)
+        && (u128::from(before)..u128::from(before) + share(REPREPARE_GROWTH_PERCENT)).contains(&tokens)
     {
         return No(NotPrepared::RecentlyPrepared);
     }
@@ -200,6 +203,15 @@ mod tests {
         assert_eq!(decide(&settings, &again), PrepareDecision::No(NotPrepared::RecentlyPrepared));
         let grown = SessionNow { prepared_at_tokens: Some(first), ..now(first + t() / 10 + 1) };
         assert_eq!(decide(&settings, &grown), PrepareDecision::Prepare(PrepareReason::NearThreshold));
+    }
+
+    #[test]
+    fn after_a_compaction_the_new_conversation_is_prepared_again() {
+        // Prepared at 95 %; the program compacted, and the new conversation has grown
+        // back to 92 %, below the old mark: it is due, not "recently prepared".
+        let settings = PrepareSettings::default();
+        let compacted = SessionNow { prepared_at_tokens: Some(t() * 95 / 100), ..now(t() * 92 / 100) };
+        assert_eq!(decide(&settings, &compacted), PrepareDecision::Prepare(PrepareReason::NearThreshold));
     }
 
     #[test]
