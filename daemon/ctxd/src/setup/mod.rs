@@ -1,6 +1,6 @@
 //! `ctxd claude setup`: Claude Code through ctxd in one command, and back with `--undo`.
 //!
-//! Two changes, each printed as it is made:
+//! Three changes, each printed as it is made:
 //!
 //! - the status line: `statusLine` in Claude Code's user settings (`settings.json` in
 //!   `$CLAUDE_CONFIG_DIR`, else `~/.claude`) runs `ctxd statusline`. Only that member's
@@ -12,18 +12,27 @@
 //!   (the gateway cannot be had), the function runs the plain program: `claude` is never
 //!   left pointing at a gateway that is not there. Nothing is written to Claude Code's
 //!   `env` settings, which every `claude` (an IDE's too) would obey with or without ctxd.
+//! - the history tools: `ctxd mcp` as the user's MCP server named `ctxd`, added with the
+//!   program's own `claude mcp add -s user` (when `claude` is on `PATH` and the user has
+//!   no `ctxd` server of their own), so the model can search and read the history in
+//!   every project.
 //!
-//! Every file is backed up under `<state dir>/claude-setup/` before it changes, with the
-//! bytes setup wrote beside it. `--undo` puts each file back byte for byte (its mode
-//! too) when it still holds what setup wrote; when the user (or Claude Code) changed it
-//! since, only ctxd's part is taken out and the rest kept, and the output says so.
+//! Every file setup writes is backed up under `<state dir>/claude-setup/` before it
+//! changes, with the bytes setup wrote beside it. `--undo` puts each file back byte for
+//! byte (its mode too) when it still holds what setup wrote; when the user (or Claude
+//! Code) changed it since, only ctxd's part is taken out and the rest kept, and the
+//! output says so. Claude Code's own `~/.claude.json`, where the MCP server is kept, is
+//! not a file setup writes: the program changes it as it runs, so no byte-for-byte
+//! promise can hold for it. There `--undo` runs `claude mcp remove -s user ctxd` when
+//! setup added the server and it is still what setup added: the entry is gone, and
+//! everything else in that file is as the program left it (`mcp.rs`).
 //!
 //! `ctxd claude run [args…]` is the same path without a shell function: it makes sure
 //! the gateway runs, then replaces itself with the real `claude`.
 //!
 //! This module holds the plan, the record and the undo; the parts are in
-//! `statusline.rs` (the settings member), `shell.rs` (the shell function) and `run.rs`
-//! (`ctxd claude env` and `run`).
+//! `statusline.rs` (the settings member), `shell.rs` (the shell function), `mcp.rs`
+//! (the MCP server) and `run.rs` (`ctxd claude env` and `run`).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -36,6 +45,7 @@ use serde::{Deserialize, Serialize};
 use crate::gateway::client;
 use crate::process_env::ProcessEnv;
 
+mod mcp;
 mod run;
 mod shell;
 mod statusline;
@@ -67,6 +77,11 @@ pub struct Targets {
     pub state_dir: PathBuf,
     /// Where the gateway listens (for the message).
     pub gateway: SocketAddr,
+    /// `claude` and its own file, for the MCP server.
+    mcp: mcp::Place,
+    /// The state directory `ctxd mcp` is given: `None` when it is the one ctxd finds by
+    /// itself in this environment.
+    mcp_state_dir: Option<PathBuf>,
 }
 
 impl Targets {
@@ -88,6 +103,7 @@ impl Targets {
         } else {
             default_shell_rc(env)
         };
+        let mcp_state_dir = (absolute(&env.default_state_dir())? != state_dir).then(|| state_dir.clone());
         Ok(Targets {
             settings: claude_dir.join("settings.json"),
             shell_rc,
@@ -95,6 +111,8 @@ impl Targets {
             record_dir: state_dir.join(RECORD_DIR),
             state_dir,
             gateway: client::listen_address(env).0,
+            mcp: mcp::Place { claude: find_claude(env), config: env.claude_global_config() },
+            mcp_state_dir,
         })
     }
 }
@@ -139,6 +157,9 @@ struct Manifest {
     changes: Vec<Change>,
     /// Folders setup created (deepest last), removed by `--undo` when empty.
     created_dirs: Vec<PathBuf>,
+    /// The user MCP server setup added through `claude mcp add` (none: it added none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mcp_server: Option<mcp::Server>,
 }
 
 /// Configures Claude Code for ctxd; returns the lines that say what changed.
@@ -209,6 +230,10 @@ pub fn setup(targets: &Targets, ctxd: &Path) -> anyhow::Result<Vec<String>> {
     if let Some(note) = &targets.shell_note {
         said.push(note.clone());
     }
+    let server = mcp::Server::ctxd_mcp(ctxd, targets.mcp_state_dir.as_deref());
+    let (added, line) = mcp::add(&targets.mcp, manifest.mcp_server.take(), &server);
+    manifest.mcp_server = added;
+    said.push(line);
     if let Some(set) = settings_env_base_url(&new_settings) {
         said.push(format!(
             "note: {} sets env.ANTHROPIC_BASE_URL ({set}), which Claude Code puts before the shell's: its requests \
@@ -217,8 +242,9 @@ pub fn setup(targets: &Targets, ctxd: &Path) -> anyhow::Result<Vec<String>> {
         ));
     }
     write_manifest(&targets.record_dir, &manifest)?;
+    let server = if manifest.mcp_server.is_some() { " and removes the MCP server it added" } else { "" };
     said.push(format!(
-        "backups in {}; `ctxd claude setup --undo` puts every changed file back",
+        "backups in {}; `ctxd claude setup --undo` puts every changed file back{server}",
         targets.record_dir.display()
     ));
     Ok(said)
@@ -320,11 +346,23 @@ fn write_manifest(dir: &Path, manifest: &Manifest) -> anyhow::Result<()> {
 }
 
 /// Puts back what [`setup`] changed; returns the lines that say how.
-pub fn undo(record_dir: &Path) -> anyhow::Result<Vec<String>> {
+pub fn undo(targets: &Targets) -> anyhow::Result<Vec<String>> {
+    let record_dir = targets.record_dir.as_path();
     let Some(manifest) = read_manifest(record_dir)? else {
         return Ok(vec![format!("nothing to undo: no record of a setup in {}", record_dir.display())]);
     };
     let mut said = Vec::new();
+    // The server first: setup added it last.
+    let mut server_left = None;
+    if let Some(server) = &manifest.mcp_server {
+        match mcp::remove(&targets.mcp, server) {
+            Ok(line) => said.push(line),
+            Err(why) => {
+                said.push(why);
+                server_left = Some(server.clone());
+            }
+        }
+    }
     let mut left = Vec::new();
     for change in manifest.changes.iter().rev() {
         match undo_one(record_dir, change) {
@@ -335,10 +373,10 @@ pub fn undo(record_dir: &Path) -> anyhow::Result<Vec<String>> {
             }
         }
     }
-    if left.is_empty() {
+    if left.is_empty() && server_left.is_none() {
         std::fs::remove_dir_all(record_dir).with_context(|| format!("cannot remove {}", record_dir.display()))?;
     } else {
-        write_manifest(record_dir, &Manifest { changes: left, created_dirs: Vec::new() })?;
+        write_manifest(record_dir, &Manifest { changes: left, created_dirs: Vec::new(), mcp_server: server_left })?;
         said.push(format!("the record of what is left to undo stays in {}", record_dir.display()));
     }
     // Deepest first, and only while empty: anything put there since is the user's (or
