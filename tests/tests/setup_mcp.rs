@@ -91,7 +91,12 @@ impl World {
     /// `ctxd [--state-dir STATE] ARGS` with this home, bash as the shell and only the
     /// world's `bin` on PATH; it must succeed.
     fn ctxd(&self, state: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> Output {
-        let mut command = std::process::Command::new(ctxd_e2e::ctxd_bin());
+        self.ctxd_at(&ctxd_e2e::ctxd_bin(), state, args, env)
+    }
+
+    /// The same with the ctxd binary at `bin`.
+    fn ctxd_at(&self, bin: &Path, state: Option<&Path>, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut command = std::process::Command::new(bin);
         command
             .env_clear()
             .env("HOME", self.home())
@@ -240,6 +245,35 @@ fn a_users_own_ctxd_server_is_left_alone() {
         assert_eq!(std::fs::read(world.claude_json()).unwrap(), before);
         assert!(!world.home().join(".claude/settings.json").exists(), "{}", text(&out));
     }
+}
+
+#[test]
+fn setup_from_a_ctxd_elsewhere_replaces_its_own_server() {
+    let world = World::new();
+    world.fake_claude();
+    // Set up from a ctxd installed elsewhere, then from this one.
+    let installed = world.root.path().join("opt/ctxd");
+    std::fs::create_dir_all(installed.parent().unwrap()).unwrap();
+    std::fs::copy(ctxd_e2e::ctxd_bin(), &installed).unwrap();
+    let old = installed.to_str().unwrap();
+    world.ctxd_at(&installed, None, &["claude", "setup", "--no-shell"], &[]);
+    let out = world.ctxd(None, &["claude", "setup", "--no-shell"], &[]);
+    let ctxd = ctxd_path();
+    assert_eq!(
+        world.calls(),
+        [
+            strings(&["mcp", "add", "-s", "user", "ctxd", "--", old, "mcp"]),
+            strings(&["mcp", "remove", "-s", "user", "ctxd"]),
+            strings(&["mcp", "add", "-s", "user", "ctxd", "--", &ctxd, "mcp"]),
+        ],
+        "{}",
+        text(&out)
+    );
+    assert_eq!(world.config()["mcpServers"]["ctxd"]["command"], json!(ctxd));
+    // Undo removes the one setup added last.
+    world.ctxd(None, &["claude", "setup", "--undo"], &[]);
+    assert_eq!(world.calls().len(), 4);
+    assert!(world.config()["mcpServers"].get("ctxd").is_none());
 }
 
 #[test]

@@ -157,10 +157,10 @@ pub(super) fn add(place: &Place, added: Option<Server>, wanted: &Server) -> (Opt
             )
         }
         step @ (Step::Add | Step::Replace) => {
-            if step == Step::Replace {
-                if let Err(why) = run_claude(claude, &["mcp", "remove", "-s", "user", SERVER_NAME]) {
-                    return (added, format!("{what}: could not replace setup's `{SERVER_NAME}` server: {why}"));
-                }
+            if step == Step::Replace
+                && let Err(why) = run_claude(claude, &["mcp", "remove", "-s", "user", SERVER_NAME])
+            {
+                return (added, format!("{what}: could not replace setup's `{SERVER_NAME}` server: {why}"));
             }
             let mut args = vec!["mcp", "add", "-s", "user", SERVER_NAME, "--", wanted.command.as_str()];
             args.extend(wanted.args.iter().map(String::as_str));
