@@ -34,6 +34,9 @@ Checks (each prints "ok" or "FAIL", then a closing "N passed, N failed" line):
    `/ctxd/sessions` figures equal to the stub's usage, and the 1M window.
 9. `ctxd claude setup --no-shell` in a fresh home: the program runs the status line it
    set and shows ctxd's line with the 1M window; `--undo` takes it out again.
+10. setup adds `ctxd mcp` as the program's user MCP server through `claude mcp add`,
+   `--undo` removes it and leaves the rest of `~/.claude.json` to the program, and a
+   user's own `ctxd` server is left alone (`mcp_setup.py`).
 
 6. instant compaction behind `ctxd gateway` (instant.py): a summary prepared through a
    fork of the idle session's last request answers the program's `/compact` at once
@@ -61,6 +64,7 @@ import uuid
 
 import gateway  # the program behind `ctxd gateway`
 import live
+import mcp_setup
 import recall
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -838,6 +842,7 @@ def main():
                 rewound_compact_and_resume(w)
                 interactive_statusline(w)
                 setup_statusline(w)
+                mcp_setup.run(w, check)
                 live.live_session(w, check, Lsp, texts)
                 recall.run(w.claude, w.ctxd, os.path.join(w.work, "recall"), check)
                 gateway.run(w, check)

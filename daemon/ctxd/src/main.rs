@@ -118,11 +118,12 @@ enum ClaudeCommand {
         /// A session id or a transcript's path.
         session: String,
     },
-    /// Set up Claude Code for ctxd: its status line runs `ctxd statusline`, and a `claude`
+    /// Set up Claude Code for ctxd: its status line runs `ctxd statusline`, a `claude`
     /// shell function runs it through ctxd's gateway (the plain program when ctxd is
-    /// gone). Prints what it changed; every changed file is backed up first.
+    /// gone), and `ctxd mcp` is its user MCP server (`claude mcp add -s user`). Prints
+    /// what it changed; every changed file is backed up first.
     Setup {
-        /// Put every file setup changed back as it was.
+        /// Put every file setup changed back as it was, and remove the MCP server it added.
         #[arg(long)]
         undo: bool,
         /// Leave the shell's start-up files alone (run Claude Code as `ctxd claude run`).
@@ -200,11 +201,7 @@ async fn claude(state_dir: &std::path::Path, env: Arc<ProcessEnv>, command: Clau
         }
         ClaudeCommand::Setup { undo, no_shell, shell_rc } => {
             let targets = ctxd::setup::Targets::standard(&env, state_dir, shell_rc, no_shell)?;
-            let said = if undo {
-                ctxd::setup::undo(&targets.record_dir)?
-            } else {
-                ctxd::setup::setup(&targets, &this_ctxd()?)?
-            };
+            let said = if undo { ctxd::setup::undo(&targets)? } else { ctxd::setup::setup(&targets, &this_ctxd()?)? };
             let mut stdout = std::io::stdout().lock();
             for line in said {
                 writeln!(stdout, "{line}")?;

@@ -87,8 +87,21 @@ fn config_key(project: &Path) -> PathBuf {
     project.ancestors().find(|dir| dir.join(".git").exists()).unwrap_or(project).to_owned()
 }
 
+/// The user's MCP server named `name` in Claude Code's own file `config` (its top-level
+/// `mcpServers`), read only. `Ok(None)`: no such server, or no file; `Err`: the file is
+/// there but cannot be read as JSON (then nothing can be said about it).
+pub fn user_server(config: &Path, name: &str) -> Result<Option<Value>, String> {
+    let text = match outside::read_text(config, CLAUDE_JSON) {
+        Ok(text) => text,
+        Err(outside::OutsideError::Missing) => return Ok(None),
+        Err(e) => return Err(format!("cannot read {}: {e}", config.display())),
+    };
+    let value: Value = serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", config.display()))?;
+    Ok(value.get("mcpServers").and_then(|servers| servers.get(name)).cloned())
+}
+
 /// A stdio server that runs `ctxd … mcp`.
-fn is_ctxd_mcp(server: &Value) -> bool {
+pub fn is_ctxd_mcp(server: &Value) -> bool {
     let stdio = server["type"].as_str().is_none_or(|kind| kind == "stdio");
     let ctxd = server["command"].as_str().and_then(|c| Path::new(c).file_name()).is_some_and(|name| name == "ctxd");
     let mcp = server["args"].as_array().is_some_and(|args| args.iter().any(|a| a == "mcp"));
