@@ -9,7 +9,7 @@ import { ErrorCodes } from "./lsp_ext";
 /** The code of a JSON-RPC error, when `error` is one. */
 export function errorCode(error: unknown): number | undefined {
     if (typeof error === "object" && error !== null && "code" in error) {
-        const code = (error as { code: unknown }).code;
+        const code = error.code;
         return typeof code === "number" ? code : undefined;
     }
     return undefined;
@@ -20,14 +20,14 @@ function errorMessage(error: unknown): string {
         return error.message;
     }
     if (typeof error === "object" && error !== null && "message" in error) {
-        return String((error as { message: unknown }).message);
+        return String(error.message);
     }
     return String(error);
 }
 
 function errorReason(error: unknown): unknown {
     if (typeof error === "object" && error !== null && "data" in error) {
-        const data = (error as { data: unknown }).data;
+        const data = error.data;
         return typeof data === "object" && data !== null ? (data as { reason?: unknown }).reason : undefined;
     }
     return undefined;

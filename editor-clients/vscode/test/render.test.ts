@@ -112,7 +112,7 @@ describe("context document", () => {
         assert.ok(doc.includes("| /home/dev/project/.claude/rules/rust.md | rule | 236 | waiting |"));
         assert.match(doc, /## Pending rules/);
         assert.ok(doc.includes("| /home/dev/project/.claude/rules/rust.md | src/\\*\\*/\\*.rs, daemon/\\*\\*/\\*.rs |"));
-        assert.match(doc, /## Files and git\n\n\|  \|  \|\n\| --- \| --- \|\n\| Files read \| 3 \|\n\| Changed since read \| 1 \|\n\| Git snapshot \| yes \|/);
+        assert.match(doc, /## Files and git\n\n\| {2}\| {2}\|\n\| --- \| --- \|\n\| Files read \| 3 \|\n\| Changed since read \| 1 \|\n\| Git snapshot \| yes \|/);
         assert.match(doc, /## Changed since read\n\n- \/home\/dev\/project\/src\/lib\.rs\n/);
         assert.match(doc, /## Problems\n\n- \/home\/dev\/project\/CLAUDE\.md: @docs\/missing\.md: no such file\n/);
     });

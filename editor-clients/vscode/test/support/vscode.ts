@@ -134,7 +134,7 @@ export const fake = {
     inputAnswers: [] as (string | undefined)[],
     inputBoxes: [] as { title?: string; prompt?: string; validateInput?: (v: string) => unknown }[],
     /** Picks the quick pick item (default: the first). */
-    quickPick: (items: unknown[]) => items[0] as unknown,
+    quickPick: (items: unknown[]) => items[0],
     /** The button `showWarningMessage` etc. answer with. */
     messageAnswer: undefined as string | undefined,
     shownDocuments: [] as FakeDocument[],
