@@ -238,7 +238,7 @@ export class ObservedSessions {
         for (const [projectDir, folder] of this.folders) {
             for (const name of transcriptNames(projectDir)) {
                 const transcript = path.join(projectDir, name);
-                let modified = 0;
+                let modified: number;
                 try {
                     modified = fs.statSync(transcript).mtimeMs;
                 } catch {

@@ -60,7 +60,7 @@ export function registerCommands(deps: CommandDeps): vscode.Disposable[] {
         [Commands.showContext]: (arg) => showContext(deps, arg),
         [Commands.setAutoCompactWindow]: (arg) => setAutoCompactWindow(deps, arg),
         [Commands.clear]: (arg) => clearSession(deps, arg),
-        [Commands.showLog]: async () => deps.output.show(true),
+        [Commands.showLog]: () => Promise.resolve(deps.output.show(true)),
         [Commands.restart]: () => deps.restart(),
         [Commands.fixStart]: () => fixStart(deps),
         [Commands.pickClaudeSession]: () => pickClaudeSession(deps),

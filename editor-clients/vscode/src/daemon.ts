@@ -244,6 +244,8 @@ export class DaemonController implements vscode.Disposable {
     }
 
     private createClient(generation: number): LanguageClient {
+        // async: a missing executable becomes the rejected promise the client expects.
+        // eslint-disable-next-line @typescript-eslint/require-await
         const serverOptions: ServerOptions = async () => {
             const c = this.config();
             this.output.appendLine(`[ctxd client] starting ${c.serverPath} ${serveArgs(c).join(" ")}`);
@@ -372,8 +374,8 @@ function quietLog(output: vscode.LogOutputChannel): vscode.LogOutputChannel {
                 return (message: string | Error, ...rest: unknown[]) =>
                     target.debug(`[language client] ${message instanceof Error ? message.message : message}`, ...rest);
             }
-            const value = Reflect.get(target, property, receiver);
-            return typeof value === "function" ? value.bind(target) : value;
+            const value: unknown = Reflect.get(target, property, receiver);
+            return typeof value === "function" ? (value as (...args: unknown[]) => unknown).bind(target) : value;
         },
     });
 }

@@ -113,9 +113,15 @@ export class CtxdSessions implements CtxdApi {
         const on = <P>(type: { method: string }, handler: (params: P) => void) =>
             this.subscriptions.push(connection.onNotification(type.method, (params) => handler(params as P)));
         on<ext.UsageChangedParams>(ext.usageChanged, (p) => this.setUsage(p.sessionId, p.usage));
-        on<ext.CompactedParams>(ext.compacted, (p) => this.compactedEmitter.fire(p));
-        on<ext.CompactFailedParams>(ext.compactFailed, (p) => this.compactFailedEmitter.fire(p));
-        on<ext.ContextChangedParams>(ext.contextChanged, (p) => this.contextChangedEmitter.fire(p));
+        on<ext.CompactedParams>(ext.compacted, (p) => {
+            this.compactedEmitter.fire(p);
+        });
+        on<ext.CompactFailedParams>(ext.compactFailed, (p) => {
+            this.compactFailedEmitter.fire(p);
+        });
+        on<ext.ContextChangedParams>(ext.contextChanged, (p) => {
+            this.contextChangedEmitter.fire(p);
+        });
     }
 
     detach(): void {
