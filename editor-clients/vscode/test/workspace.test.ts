@@ -152,7 +152,7 @@ describe("a new user's workspace on a real ctxd", () => {
     it("says the binary was not found in the status item and one notification, which goes once the daemon runs", async () => {
         await activated(path.join(scratch, "no-such-ctxd"));
         assert.match(status().text, /^\$\(error\) ctxd failed: not found · retrying in 1 s$/);
-        assert.match(String(status().tooltip), new RegExp(`^ctxd could not start: not found: ${path.join(scratch, "no-such-ctxd")} does not exist\n\nIt tries again in 1 s on its own`));
+        assert.match(status().tooltipText, new RegExp(`^ctxd could not start: not found: ${path.join(scratch, "no-such-ctxd")} does not exist\n\nIt tries again in 1 s on its own`));
         assert.equal((status().command as { command: string }).command, "ctxd.fixStart");
         assert.ok(status().texts.includes("$(loading~spin) ctxd starting"), "starting was shown first");
         // One notification, not an error toast that outlives the failure.
@@ -174,7 +174,7 @@ describe("a new user's workspace on a real ctxd", () => {
         fake.config.path = notExecutable;
         await fake.commands.get("ctxd.restart")?.();
         assert.match(status().text, /^\$\(error\) ctxd failed: not executable · retrying in \d+ s$/);
-        assert.match(String(status().tooltip), new RegExp(`not executable: ${notExecutable} \\(chmod \\+x it`));
+        assert.match(status().tooltipText, new RegExp(`not executable: ${notExecutable} \\(chmod \\+x it`));
     });
 
     it("names the exit code and the last stderr lines of a daemon that exits at start, with no raw toast", async () => {
@@ -185,7 +185,7 @@ describe("a new user's workspace on a real ctxd", () => {
         await fake.commands.get("ctxd.restart")?.();
         const item = status();
         assert.match(item.text, /^\$\(error\) ctxd failed: exited with code 3 · retrying in \d+ s$/);
-        assert.match(String(item.tooltip), /exited with code 3: first line \| error: cannot open the state directory/);
+        assert.match(item.tooltipText, /exited with code 3: first line \| error: cannot open the state directory/);
         // The language client's own words (write EPIPE, "connection to server is erroring",
         // "Server initialization failed") never reach the user.
         assert.deepEqual(fake.messages, []);
@@ -219,7 +219,7 @@ describe("a new user's workspace on a real ctxd", () => {
         changeSetting("path", ctxdBin());
         await waitFor("the daemon ready", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 10_000, recent);
         // The folder's Claude Code project has no transcript yet: the tooltip says so.
-        await waitFor("the reason in the tooltip", () => (/No Claude Code session yet:\n- .*my\.project_1: /.test(String(status().tooltip)) ? true : undefined));
+        await waitFor("the reason in the tooltip", () => (/No Claude Code session yet:\n- .*my\.project_1: /.test(status().tooltipText) ? true : undefined));
         // And the restart command, from a running client: a new start, then ready again.
         const shown = status().texts.length;
         await fake.commands.get("ctxd.restart")?.();
@@ -238,7 +238,7 @@ describe("a new user's workspace on a real ctxd", () => {
         process.kill(pid, "SIGKILL");
         await waitFor("the restart to fail", () => (status().text.startsWith("$(error) ctxd failed: not found · retrying in ") ? true : undefined), 10_000, recent);
         assert.ok(status().texts.some((t) => /^\$\(debug-disconnect\) ctxd restarting in \d+ s$/.test(t)), "the countdown came first");
-        assert.match(String(status().tooltip), new RegExp(`not found: ${moved} does not exist`));
+        assert.match(status().tooltipText, new RegExp(`not found: ${moved} does not exist`));
         changeSetting("path", ctxdBin());
         await waitFor("ready again", () => (status().text === "$(pulse) ctxd ready" ? true : undefined), 30_000, recent);
         // Neither the crash nor the failed restart showed the language client's raw

@@ -7,7 +7,7 @@
  * calls return a disposable. That is enough for `vscode-languageclient` to load and run
  * a client with no documents.
  */
-import Module = require("node:module");
+import Module from "node:module";
 
 import * as standIn from "./vscode";
 

@@ -87,6 +87,10 @@ export class FakeStatusBarItem {
         this.texts.push(value);
     }
     tooltip: string | MarkdownString | undefined;
+    /** The tooltip's text, plain or markdown alike (`String()` of markdown is `[object Object]`). */
+    get tooltipText(): string {
+        return this.tooltip instanceof MarkdownString ? this.tooltip.value : (this.tooltip ?? "");
+    }
     backgroundColor: ThemeColor | undefined;
     name: string | undefined;
     command: unknown;
