@@ -34,7 +34,11 @@ export default tseslint.config(
                 "error",
                 {
                     allowForKnownSafeCalls: [
-                        { from: "package", package: "node:test", name: ["test", "describe", "it", "suite"] },
+                        {
+                            from: "package",
+                            package: "node:test",
+                            name: ["test", "describe", "it", "suite"],
+                        },
                     ],
                 },
             ],
