@@ -32,6 +32,8 @@
 pub mod background;
 pub mod claude;
 pub mod client;
+#[cfg(test)]
+mod code_size;
 pub mod context;
 pub mod gateway;
 pub mod history;

@@ -31,7 +31,9 @@ local MISS_MS = 5000
 local MODEL = "claude-opus-4-6"
 local bin = vim.env.CTXD_BIN or vim.fs.normalize(plugin_root .. "/../../target/debug/ctxd")
 
-local scratch = vim.uv.fs_realpath(vim.fn.tempname():match("^(.*)/[^/]*$")) .. "/ctxd-observed-bench-" .. vim.uv.os_getpid()
+local scratch = vim.uv.fs_realpath(vim.fn.tempname():match("^(.*)/[^/]*$"))
+  .. "/ctxd-observed-bench-"
+  .. vim.uv.os_getpid()
 local folder = scratch .. "/app"
 local config_dir = scratch .. "/claude"
 vim.fn.mkdir(folder, "p")
@@ -43,12 +45,21 @@ local n = 0
 --- A transcript line: a user prompt, or an assistant reply whose context holds `tokens`.
 local function line(tokens)
   n = n + 1
-  local base = { uuid = string.format("00000000-0000-4000-8000-%012d", n), sessionId = "bench", timestamp = "2026-12-06T05:00:00.000Z", version = "2.1.332" }
+  local base = {
+    uuid = string.format("00000000-0000-4000-8000-%012d", n),
+    sessionId = "bench",
+    timestamp = "2026-12-06T05:00:00.000Z",
+    version = "2.1.332",
+  }
   if not tokens then
-    return vim.json.encode(vim.tbl_extend("force", base, { type = "user", message = { role = "user", content = "go on" } }))
+    return vim.json.encode(
+      vim.tbl_extend("force", base, { type = "user", message = { role = "user", content = "go on" } })
+    )
   end
-  local usage = { input_tokens = 10, cache_creation_input_tokens = 0, cache_read_input_tokens = tokens - 60, output_tokens = 50 }
-  local message = { id = "msg_" .. n, role = "assistant", model = MODEL, content = { { type = "text", text = "ok" } }, usage = usage }
+  local usage =
+    { input_tokens = 10, cache_creation_input_tokens = 0, cache_read_input_tokens = tokens - 60, output_tokens = 50 }
+  local message =
+    { id = "msg_" .. n, role = "assistant", model = MODEL, content = { { type = "text", text = "ok" } }, usage = usage }
   return vim.json.encode(vim.tbl_extend("force", base, { type = "assistant", message = message }))
 end
 
@@ -82,7 +93,17 @@ local function report(name, latencies, missed)
     say(string.format("%-24s none of %d shown within %d ms", name, missed, MISS_MS))
     return
   end
-  say(string.format("%-24s %3d shown, %3d missed: median %6.1f ms  p90 %6.1f ms  max %6.1f ms", name, #latencies, missed, common.percentile(latencies, 50), common.percentile(latencies, 90), latencies[#latencies]))
+  say(
+    string.format(
+      "%-24s %3d shown, %3d missed: median %6.1f ms  p90 %6.1f ms  max %6.1f ms",
+      name,
+      #latencies,
+      missed,
+      common.percentile(latencies, 50),
+      common.percentile(latencies, 90),
+      latencies[#latencies]
+    )
+  )
 end
 
 -- 50 transcripts of one turn each, the last written the newest.
@@ -104,7 +125,13 @@ assert(vim.wait(20000, client.is_ready, 10), "the daemon did not start")
 assert(shown_after(now_ms(), tokens_of[TRANSCRIPTS]), "the newest transcript never showed: " .. ctxd.status())
 
 say(string.format("ctxd %s (%s), Neovim %s", client.state.capabilities.version, bin, tostring(vim.version())))
-say(string.format("%d transcripts in the project folder; turns %s, 300 ms apart:", TRANSCRIPTS, SPREAD and "to each transcript in turn" or "to the newest"))
+say(
+  string.format(
+    "%d transcripts in the project folder; turns %s, 300 ms apart:",
+    TRANSCRIPTS,
+    SPREAD and "to each transcript in turn" or "to the newest"
+  )
+)
 local latencies, missed = {}, 0
 for i = 1, TURNS do
   local k = SPREAD and (i - 1) % TRANSCRIPTS + 1 or TRANSCRIPTS

@@ -81,7 +81,12 @@ local function run(name, interval_ms)
       message = {
         role = "assistant",
         content = { { type = "text", text = "ok" } },
-        usage = { input_tokens = 10, cache_creation_input_tokens = 0, cache_read_input_tokens = 10000 + i * 1000, output_tokens = 50 },
+        usage = {
+          input_tokens = 10,
+          cache_creation_input_tokens = 0,
+          cache_read_input_tokens = 10000 + i * 1000,
+          output_tokens = 50,
+        },
       },
     }
     parent = assistant.uuid

@@ -21,7 +21,9 @@ local function line(kind, context_tokens)
     cwd = vim.fn.getcwd(),
   }
   if kind == "user" then
-    return vim.json.encode(vim.tbl_extend("force", base, { type = "user", message = { role = "user", content = "go on" } }))
+    return vim.json.encode(
+      vim.tbl_extend("force", base, { type = "user", message = { role = "user", content = "go on" } })
+    )
   end
   return vim.json.encode(vim.tbl_extend("force", base, {
     type = "assistant",
@@ -30,7 +32,12 @@ local function line(kind, context_tokens)
       role = "assistant",
       model = MODEL,
       content = { { type = "text", text = "ok" } },
-      usage = { input_tokens = 10, cache_creation_input_tokens = 0, cache_read_input_tokens = context_tokens - 60, output_tokens = 50 },
+      usage = {
+        input_tokens = 10,
+        cache_creation_input_tokens = 0,
+        cache_read_input_tokens = context_tokens - 60,
+        output_tokens = 50,
+      },
     },
   }))
 end
@@ -89,7 +96,14 @@ local function start_in(folder)
   vim.fn.chdir(folder)
   vim.env.CLAUDE_CONFIG_DIR = config_dir
   ctxd.setup({
-    cmd = { test_env.ctxd_bin, "serve", "--state-dir", scratch .. "/state-" .. cases, "--log-file", scratch .. "/ctxd-" .. cases .. ".log" },
+    cmd = {
+      test_env.ctxd_bin,
+      "serve",
+      "--state-dir",
+      scratch .. "/state-" .. cases,
+      "--log-file",
+      scratch .. "/ctxd-" .. cases .. ".log",
+    },
     settings = { autoCompactWindow = 100000, provider = "offline" },
   })
   t.wait_for("the daemon to be ready", client.is_ready)
@@ -220,7 +234,8 @@ describe("Claude Code sessions of the current directory", function()
   end)
 
   it("names project folders as the real Claude Code program did, in every pinned case", function()
-    local pinned = vim.json.decode(table.concat(vim.fn.readfile(test_env.fixtures .. "/claude-project-folders.json"), "\n"))
+    local pinned =
+      vim.json.decode(table.concat(vim.fn.readfile(test_env.fixtures .. "/claude-project-folders.json"), "\n"))
     t.truthy(#pinned.cases >= 9)
     for _, case in ipairs(pinned.cases) do
       t.eq(case.folder, claude.project_folder_name(case.cwd), case.cwd)
@@ -264,7 +279,14 @@ describe("Claude Code sessions of the current directory", function()
     vim.cmd("Ctxd context")
     local lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)
     local text = table.concat(lines, "\n")
-    t.contains(text, "Claude Code session 20000000-0000-4000-8000-000000000001 (" .. transcript .. ", model " .. MODEL .. "), observed by ctxd.")
+    t.contains(
+      text,
+      "Claude Code session 20000000-0000-4000-8000-000000000001 ("
+        .. transcript
+        .. ", model "
+        .. MODEL
+        .. "), observed by ctxd."
+    )
     t.contains(text, "ctx 60.0% · 7.0k to compact")
     vim.cmd("close")
   end)
@@ -292,7 +314,10 @@ describe("Claude Code sessions of the current directory", function()
     end)
     local offered, shown = pick(2)
     t.eq(2, #offered)
-    t.eq("ctx 20.0% · 47.0k to compact · 20.0k · claude-opus-4-6  20000000-0000-4000-8000-000000000002  (shown)", offered[1])
+    t.eq(
+      "ctx 20.0% · 47.0k to compact · 20.0k · claude-opus-4-6  20000000-0000-4000-8000-000000000002  (shown)",
+      offered[1]
+    )
     t.eq("ctx 60.0% · 7.0k to compact · 60.0k · claude-opus-4-6  20000000-0000-4000-8000-000000000001", offered[2])
     t.contains(shown, "Claude Code session 20000000-0000-4000-8000-000000000001")
     -- The picked session is pinned to the statusline, and stays while the other changes.
@@ -309,21 +334,24 @@ describe("Claude Code sessions of the current directory", function()
     t.eq("ctx 30.0% · 37.0k to compact · 30.0k · claude-opus-4-6", ctxd.status())
   end)
 
-  it("lists every transcript of the directory, also one the daemon does not follow, and shows it when picked", function()
-    local older = two_sessions_started()
-    local offered, shown = pick(2)
-    t.contains(shown, "Claude Code session 20000000-0000-4000-8000-000000000001")
-    local older_text = "ctx 10.0% · 57.0k to compact · 10.0k · claude-opus-4-6"
-    t.eq(2, #offered)
-    t.eq(FIRST_TURN .. "  20000000-0000-4000-8000-000000000002  (shown)", offered[1])
-    -- A daemon that follows only the newest transcript has sent nothing for the older one.
-    t.truthy(
-      offered[2] == "not followed yet  20000000-0000-4000-8000-000000000001"
-        or offered[2] == older_text .. "  20000000-0000-4000-8000-000000000001",
-      offered[2]
-    )
-    t.eq(older_text, ctxd.status())
-  end)
+  it(
+    "lists every transcript of the directory, also one the daemon does not follow, and shows it when picked",
+    function()
+      local older = two_sessions_started()
+      local offered, shown = pick(2)
+      t.contains(shown, "Claude Code session 20000000-0000-4000-8000-000000000001")
+      local older_text = "ctx 10.0% · 57.0k to compact · 10.0k · claude-opus-4-6"
+      t.eq(2, #offered)
+      t.eq(FIRST_TURN .. "  20000000-0000-4000-8000-000000000002  (shown)", offered[1])
+      -- A daemon that follows only the newest transcript has sent nothing for the older one.
+      t.truthy(
+        offered[2] == "not followed yet  20000000-0000-4000-8000-000000000001"
+          or offered[2] == older_text .. "  20000000-0000-4000-8000-000000000001",
+        offered[2]
+      )
+      t.eq(older_text, ctxd.status())
+    end
+  )
 
   -- Issue #37 item 1: a follower that reads on from the old end of a file cut back shows
   -- the compacted figure after undo and misses the turns written after it.
@@ -387,7 +415,11 @@ describe("Claude Code sessions of the current directory", function()
     observed_session()
     local cmd = client.state.config.cmd
     local function setup(on)
-      ctxd.setup({ cmd = cmd, settings = { autoCompactWindow = 100000, provider = "offline" }, observe_claude_code = on })
+      ctxd.setup({
+        cmd = cmd,
+        settings = { autoCompactWindow = 100000, provider = "offline" },
+        observe_claude_code = on,
+      })
       t.wait_for("the daemon to be ready", client.is_ready)
     end
     setup(false)
@@ -449,7 +481,10 @@ describe("Claude Code sessions of the current directory", function()
 
   it("completes :Ctxd subcommands and windows", function()
     t.eq({ "compact", "context" }, vim.fn.getcompletion("Ctxd co", "cmdline"))
-    t.eq({ "compact", "context", "history", "log", "restart", "sessions", "undo", "window" }, vim.fn.getcompletion("Ctxd ", "cmdline"))
+    t.eq(
+      { "compact", "context", "history", "log", "restart", "sessions", "undo", "window" },
+      vim.fn.getcompletion("Ctxd ", "cmdline")
+    )
     t.eq({ "200k" }, vim.fn.getcompletion("Ctxd window 2", "cmdline"))
   end)
 
@@ -471,11 +506,13 @@ describe("Claude Code sessions of the current directory", function()
     t.truthy(ok, err)
     t.eq(MODEL, result.model, "the observed session's model")
     t.truthy(result.reason, "the answer says why: " .. vim.inspect(result))
-    t.eq({ msg = "ctxd: window 200,000, not 500,000: " .. result.reason .. ".", level = vim.log.levels.WARN }, messages[1])
+    t.eq(
+      { msg = "ctxd: window 200,000, not 500,000: " .. result.reason .. ".", level = vim.log.levels.WARN },
+      messages[1]
+    )
     t.contains(result.reason, "at most 200000")
     t.contains(messages[#messages].msg, "ctxd: auto-compact window for " .. MODEL .. " is 200,000 tokens")
   end)
-
 end)
 
 describe("observing while the daemon refuses", function()

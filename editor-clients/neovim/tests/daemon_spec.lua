@@ -284,16 +284,26 @@ describe("ctxd on a real daemon", function()
     end
     local claude_md = file(project.claude_md)
     t.truthy(claude_md and claude_md.tokens > 0, vim.inspect(context.memoryFiles))
-    t.eq({ project.claude_md, "project", render.format_count(claude_md.tokens), "loaded" }, row_of(section(lines, "Memory files"), project.claude_md))
+    t.eq(
+      { project.claude_md, "project", render.format_count(claude_md.tokens), "loaded" },
+      row_of(section(lines, "Memory files"), project.claude_md)
+    )
     local rule = t.truthy(file(project.rule), vim.inspect(context.memoryFiles))
-    t.eq({ project.rule, "rule", render.format_count(rule.tokens), "waiting" }, row_of(section(lines, "Memory files"), project.rule))
+    t.eq(
+      { project.rule, "rule", render.format_count(rule.tokens), "waiting" },
+      row_of(section(lines, "Memory files"), project.rule)
+    )
     t.eq({ project.rule, "src/**/*.rs" }, row_of(section(lines, "Pending rules"), project.rule))
-    t.eq({ "  Files read          0", "  Changed since read  0", "  Git snapshot        no" }, section(lines, "Files and git"))
+    t.eq(
+      { "  Files read          0", "  Changed since read  0", "  Git snapshot        no" },
+      section(lines, "Files and git")
+    )
   end)
 
   it("the float follows ctx/contextChanged (files changed on disk) and ctx/usageChanged", function()
     local project, project_id, buf = context_float()
-    local err, read = request("ctx/fileRead", { sessionId = project_id, path = project.notes, startLine = 2, numLines = 1 })
+    local err, read =
+      request("ctx/fileRead", { sessionId = project_id, path = project.notes, startLine = 2, numLines = 1 })
     t.eq(nil, err)
     t.eq({ false, 1, 2, 1, 3 }, { read.alreadyRead, read.reads, read.startLine, read.numLines, read.totalLines })
     local paths = {}
@@ -344,7 +354,10 @@ describe("ctxd on a real daemon", function()
       loaded = loaded + (f.status == "loaded" and f.tokens or 0)
     end
     lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
-    t.truthy(vim.tbl_contains(section(lines, "Breakdown"), "  Memory files            " .. render.format_count(loaded)), vim.inspect(lines))
+    t.truthy(
+      vim.tbl_contains(section(lines, "Breakdown"), "  Memory files            " .. render.format_count(loaded)),
+      vim.inspect(lines)
+    )
     vim.api.nvim_win_close(vim.fn.bufwinid(buf), true)
     t.eq({}, float_buffers())
   end)
@@ -366,8 +379,14 @@ describe("ctxd on a real daemon", function()
     t.truthy(vim.tbl_contains(ids, cleared.sessionId) and not vim.tbl_contains(ids, project_id), vim.inspect(ids))
     t.eq(project.dir, require("ctxd.sessions").get(cleared.sessionId).cwd)
     -- Nothing but the project's memory files, which its next request carries.
-    t.truthy(cleared.usage.tokens > 0 and cleared.usage.tokens == cleared.usage.breakdown.memoryFiles, vim.inspect(cleared.usage))
-    t.truthy(ctxd.status(cleared.sessionId):match("^ctx 0%.%d%% · 6%d%.%dk to compact$"), ctxd.status(cleared.sessionId))
+    t.truthy(
+      cleared.usage.tokens > 0 and cleared.usage.tokens == cleared.usage.breakdown.memoryFiles,
+      vim.inspect(cleared.usage)
+    )
+    t.truthy(
+      ctxd.status(cleared.sessionId):match("^ctx 0%.%d%% · 6%d%.%dk to compact$"),
+      ctxd.status(cleared.sessionId)
+    )
     t.eq(nil, (request("ctx/closeSession", { sessionId = cleared.sessionId })))
     t.eq(session_id, require("ctxd.sessions").get().session_id, "back to the first session")
     t.eq(1, #ctxd.sessions())
@@ -403,7 +422,12 @@ describe("ctxd on a real daemon", function()
     end, function(seen)
       return #seen > 0
     end)
-    t.eq({ { msg = "ctxd: auto-compact window for " .. MODEL .. " is 200,000 tokens (from settings).", level = vim.log.levels.INFO } }, seen)
+    t.eq({
+      {
+        msg = "ctxd: auto-compact window for " .. MODEL .. " is 200,000 tokens (from settings).",
+        level = vim.log.levels.INFO,
+      },
+    }, seen)
     t.wait_for("the statusline at a 200,000 window", window_is(200000))
     t.truthy(ctxd.status() ~= before)
 
@@ -418,7 +442,10 @@ describe("ctxd on a real daemon", function()
         msg = "ctxd: window 200,000, not 2,000,000: the model accepts at most 200000 tokens; 2000000 is more than it can take.",
         level = vim.log.levels.WARN,
       },
-      { msg = "ctxd: auto-compact window for " .. MODEL .. " is 200,000 tokens (from settings).", level = vim.log.levels.INFO },
+      {
+        msg = "ctxd: auto-compact window for " .. MODEL .. " is 200,000 tokens (from settings).",
+        level = vim.log.levels.INFO,
+      },
     }, seen)
 
     seen = notifications(function()
@@ -455,7 +482,9 @@ describe("ctxd on a real daemon", function()
     seen = failure
     t.eq(vim.log.levels.ERROR, seen[1].level)
     t.truthy(
-      seen[1].msg:match("^ctxd could not save the auto%-compact window: ctxd could not read or write its store %(.*saved%-settings%.json.*%)%. The daemon's log has more%.$"),
+      seen[1].msg:match(
+        "^ctxd could not save the auto%-compact window: ctxd could not read or write its store %(.*saved%-settings%.json.*%)%. The daemon's log has more%.$"
+      ),
       seen[1].msg
     )
     t.eq(before, ctxd.status(), "nothing changed")
@@ -501,7 +530,10 @@ describe("ctxd on a real daemon", function()
     local seen = notifications(function() end, function(seen)
       return #seen > 0
     end)
-    t.eq({ { msg = "ctxd was killed by signal 9; retrying in 1 s (:CtxdLog for details)", level = vim.log.levels.ERROR } }, seen)
+    t.eq(
+      { { msg = "ctxd was killed by signal 9; retrying in 1 s (:CtxdLog for details)", level = vim.log.levels.ERROR } },
+      seen
+    )
     t.eq("ctxd down: was killed by signal 9", ctxd.status())
     -- While it is down, a request fails at once (its callback runs before request() returns).
     -- Nothing has run the event loop since the statusline said so: it is still down.
@@ -514,7 +546,10 @@ describe("ctxd on a real daemon", function()
     t.wait_for("a new daemon", function()
       return client.is_ready() and ctxd.pid() ~= nil and ctxd.pid() ~= old_pid
     end)
-    t.truthy(vim.tbl_contains(vim.api.nvim_get_proc_children(vim.fn.getpid()), ctxd.pid()), "the new daemon is Neovim's child")
+    t.truthy(
+      vim.tbl_contains(vim.api.nvim_get_proc_children(vim.fn.getpid()), ctxd.pid()),
+      "the new daemon is Neovim's child"
+    )
     t.eq(before, ctxd.status(), "the session resumed with its usage")
     t.wait_for("the request made during the crash to be answered", function()
       return answered
@@ -541,7 +576,11 @@ describe("ctxd on a real daemon", function()
     t.eq({ session_id, "manual" }, { compacted.sessionId, compacted.trigger })
     t.eq({
       {
-        msg = string.format("ctxd: compacted %s → %s tokens", render.format_count(compacted.preTokens), render.format_count(compacted.postTokens)),
+        msg = string.format(
+          "ctxd: compacted %s → %s tokens",
+          render.format_count(compacted.preTokens),
+          render.format_count(compacted.postTokens)
+        ),
         level = vim.log.levels.INFO,
       },
     }, seen, "one message (the manual ctx/compacted is not shown again)")
@@ -569,7 +608,9 @@ describe("ctxd on a real daemon", function()
     t.eq(vim.log.levels.INFO, seen[1].level)
     t.wait_for("the statusline after the undo", function()
       local s = require("ctxd.sessions").get(session_id)
-      return s.usage.tokens >= 60000 and render.format_count(s.usage.tokens) == post and ctxd.status() == render.status_text(s.usage)
+      return s.usage.tokens >= 60000
+        and render.format_count(s.usage.tokens) == post
+        and ctxd.status() == render.status_text(s.usage)
     end)
     seen = notifications(function()
       vim.cmd("CtxdUndoCompact")
@@ -607,7 +648,11 @@ describe("ctxd on a real daemon", function()
           return #messages == i
         end)
         t.eq({
-          msg = string.format("ctxd: compacted (auto) %s → %s tokens", render.format_count(compacted.preTokens), render.format_count(compacted.postTokens)),
+          msg = string.format(
+            "ctxd: compacted (auto) %s → %s tokens",
+            render.format_count(compacted.preTokens),
+            render.format_count(compacted.postTokens)
+          ),
           level = vim.log.levels.INFO,
         }, messages[i])
         t.wait_for("the statusline after automatic compaction " .. i, function()
@@ -665,7 +710,10 @@ describe("ctxd that cannot start", function()
       return #seen > 0
     end)
     t.eq({
-      { msg = "ctxd not found: /nonexistent/ctxd does not exist; retrying in 60 s (:CtxdLog for details)", level = vim.log.levels.ERROR },
+      {
+        msg = "ctxd not found: /nonexistent/ctxd does not exist; retrying in 60 s (:CtxdLog for details)",
+        level = vim.log.levels.ERROR,
+      },
     }, seen)
     -- The request is answered before request() returns: no wait through the back-off.
     local err
@@ -690,7 +738,10 @@ describe("ctxd that cannot start", function()
     t.truthy(not text:find("lsp.log", 1, true), "no reference to Neovim's lsp.log")
     vim.cmd("close")
     -- The fix: the right binary, and setup() again.
-    ctxd.setup({ bin = test_env.ctxd_bin, cmd = { test_env.ctxd_bin, "serve", "--state-dir", state_dir, "--log-file", log_file } })
+    ctxd.setup({
+      bin = test_env.ctxd_bin,
+      cmd = { test_env.ctxd_bin, "serve", "--state-dir", state_dir, "--log-file", log_file },
+    })
     t.wait_for("the daemon to be ready", client.is_ready)
     t.eq("", ctxd.status())
     ctxd.stop()

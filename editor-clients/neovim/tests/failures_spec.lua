@@ -40,9 +40,13 @@ describe("a daemon that exits at start", function()
     vim.cmd("Ctxd log")
     local lines = vim.api.nvim_buf_get_lines(0, 0, -1, false)
     vim.cmd("close")
-    local at = vim.fn.index(lines, "The daemon's stderr (what it said before its log was open, and panics), last lines:")
+    local at =
+      vim.fn.index(lines, "The daemon's stderr (what it said before its log was open, and panics), last lines:")
     t.truthy(at >= 0, table.concat(lines, "\n"))
-    t.eq({ "first line", "ctxd: cannot open the state directory /nope: Permission denied" }, vim.list_slice(lines, at + 2, at + 3))
+    t.eq(
+      { "first line", "ctxd: cannot open the state directory /nope: Permission denied" },
+      vim.list_slice(lines, at + 2, at + 3)
+    )
     ctxd.stop()
   end)
 end)

@@ -38,7 +38,13 @@ function M.new(answers, methods)
             callback(nil, {
               capabilities = {
                 experimental = {
-                  ctxd = { version = "0.0.1", protocol = 1, methods = methods or vim.tbl_keys(answers), notifications = { "ctx/usageChanged" }, stateDir = "/nonexistent" },
+                  ctxd = {
+                    version = "0.0.1",
+                    protocol = 1,
+                    methods = methods or vim.tbl_keys(answers),
+                    notifications = { "ctx/usageChanged" },
+                    stateDir = "/nonexistent",
+                  },
                 },
               },
             })

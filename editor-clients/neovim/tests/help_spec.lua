@@ -11,15 +11,17 @@ describe("doc/ctxd.txt", function()
       "io.stdout:write(vim.api.nvim_buf_get_name(0), '\\n', vim.fn.line('.'), '\\n', vim.fn.line('w0'), '\\n', vim.fn.getline(1), '\\n')",
       "vim.cmd('qa!')",
     }, "; ")
-    local done = vim.system({
-      vim.v.progpath,
-      "--clean",
-      "--headless",
-      "--cmd",
-      "set runtimepath+=" .. vim.fn.fnameescape(test_env.plugin_root),
-      "-c",
-      "lua " .. script,
-    }, { text = true }):wait(20000)
+    local done = vim
+      .system({
+        vim.v.progpath,
+        "--clean",
+        "--headless",
+        "--cmd",
+        "set runtimepath+=" .. vim.fn.fnameescape(test_env.plugin_root),
+        "-c",
+        "lua " .. script,
+      }, { text = true })
+      :wait(20000)
     t.eq(0, done.code, done.stderr)
     local out = vim.split(done.stdout, "\n", { plain = true })
     t.eq(test_env.plugin_root .. "/doc/ctxd.txt", out[1])
@@ -34,7 +36,11 @@ describe("doc/ctxd.txt", function()
     vim.fn.writefile(vim.fn.readfile(test_env.plugin_root .. "/doc/ctxd.txt", "b"), copy .. "/ctxd.txt", "b")
     vim.cmd.helptags(vim.fn.fnameescape(copy))
     local fresh = vim.fn.readfile(copy .. "/tags", "b")
-    t.eq(fresh, vim.fn.readfile(test_env.plugin_root .. "/doc/tags", "b"), "doc/tags is stale: run nvim --clean --headless -c 'helptags doc' -c q in editor-clients/neovim")
+    t.eq(
+      fresh,
+      vim.fn.readfile(test_env.plugin_root .. "/doc/tags", "b"),
+      "doc/tags is stale: run nvim --clean --headless -c 'helptags doc' -c q in editor-clients/neovim"
+    )
   end)
 
   it("has tags that :help finds, and names every subcommand and option", function()

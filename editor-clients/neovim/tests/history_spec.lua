@@ -9,7 +9,8 @@ local client = require("ctxd.client")
 local history = require("ctxd.history")
 
 local SESSION = "b7d55388-c9ad-4169-a8d1-459fc6bdb46f"
-local fixture = vim.fs.normalize(test_env.plugin_root .. "/../../tests/fixtures/transcripts/claude-code-2.1.332/manual-compact.jsonl")
+local fixture =
+  vim.fs.normalize(test_env.plugin_root .. "/../../tests/fixtures/transcripts/claude-code-2.1.332/manual-compact.jsonl")
 
 local scratch = vim.uv.fs_realpath(vim.fn.tempname()) or vim.fn.tempname()
 vim.fn.mkdir(scratch, "p")
@@ -113,14 +114,33 @@ describe(":Ctxd history", function()
       truncated = "text cut",
       records = {
         { uuid = "a", role = "assistant", text = "call", target = false, beforeCompaction = false },
-        { uuid = "b", role = "tool_result", text = "one\ntwo", target = true, beforeCompaction = true, timestamp = "T" },
+        {
+          uuid = "b",
+          role = "tool_result",
+          text = "one\ntwo",
+          target = true,
+          beforeCompaction = true,
+          timestamp = "T",
+        },
       },
     })
     t.eq({
-      "# History of s", "", "`/t.jsonl`",
-      "", "## assistant", "`a`", "", "call",
-      "", "## ▶ tool result · T", "`b` (before compaction, the record found)", "", "one", "two",
-      "", "> text cut",
+      "# History of s",
+      "",
+      "`/t.jsonl`",
+      "",
+      "## assistant",
+      "`a`",
+      "",
+      "call",
+      "",
+      "## ▶ tool result · T",
+      "`b` (before compaction, the record found)",
+      "",
+      "one",
+      "two",
+      "",
+      "> text cut",
     }, lines)
   end)
 

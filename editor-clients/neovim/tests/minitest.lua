@@ -65,14 +65,25 @@ end
 --- Asserts `actual` equals `expected` (deeply for tables).
 function M.eq(expected, actual, what)
   if not vim.deep_equal(expected, actual) then
-    error(string.format("%s\n  expected: %s\n  actual:   %s", what or "values differ", vim.inspect(expected), vim.inspect(actual)), 2)
+    error(
+      string.format(
+        "%s\n  expected: %s\n  actual:   %s",
+        what or "values differ",
+        vim.inspect(expected),
+        vim.inspect(actual)
+      ),
+      2
+    )
   end
 end
 
 --- Asserts the string `actual` contains `pattern` (a plain string unless `is_pattern`).
 function M.contains(actual, needle, what)
   if type(actual) ~= "string" or not actual:find(needle, 1, true) then
-    error(string.format("%s\n  expected to contain: %s\n  actual: %s", what or "missing text", needle, vim.inspect(actual)), 2)
+    error(
+      string.format("%s\n  expected to contain: %s\n  actual: %s", what or "missing text", needle, vim.inspect(actual)),
+      2
+    )
   end
 end
 

@@ -20,11 +20,19 @@ local function start_holder()
   local out = {}
   local holder = vim.system(
     { test_env.ctxd_bin, "serve", "--state-dir", state_dir, "--log-file", state_dir .. "/holder.log" },
-    { stdin = true, stdout = function(_, data)
-      table.insert(out, data or "")
-    end }
+    {
+      stdin = true,
+      stdout = function(_, data)
+        table.insert(out, data or "")
+      end,
+    }
   )
-  holder:write(frame({ jsonrpc = "2.0", id = 1, method = "initialize", params = { processId = vim.fn.getpid(), rootUri = vim.NIL, capabilities = vim.empty_dict() } }))
+  holder:write(frame({
+    jsonrpc = "2.0",
+    id = 1,
+    method = "initialize",
+    params = { processId = vim.fn.getpid(), rootUri = vim.NIL, capabilities = vim.empty_dict() },
+  }))
   t.wait_for("the holder's initialize answer", function()
     return table.concat(out):find('"id":1', 1, true)
   end)
@@ -49,12 +57,26 @@ describe("a second editor on the same store", function()
       vim.cmd("checkhealth ctxd")
       local health = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), "\n")
       vim.cmd("bwipeout")
-      t.contains(health, string.format("this editor's ctxd (pid %d) relays to the daemon that holds the store, pid %d", relay, holder.pid))
+      t.contains(
+        health,
+        string.format(
+          "this editor's ctxd (pid %d) relays to the daemon that holds the store, pid %d",
+          relay,
+          holder.pid
+        )
+      )
       t.contains(health, "that daemon's log: " .. state_dir .. "/holder.log")
       vim.cmd("Ctxd log")
       local log = table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), "\n")
       vim.cmd("close")
-      t.contains(log, string.format("relays to the daemon that holds the store (pid %d); its log (%s/holder.log), last lines:", holder.pid, state_dir))
+      t.contains(
+        log,
+        string.format(
+          "relays to the daemon that holds the store (pid %d); its log (%s/holder.log), last lines:",
+          holder.pid,
+          state_dir
+        )
+      )
       t.contains(log, "an editor shares this daemon")
     end)
     local stopped = false

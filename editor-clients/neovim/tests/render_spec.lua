@@ -28,7 +28,10 @@ describe("shared render cases", function()
 
   it("renders read files and git", function()
     t.eq(cases.contextCase.contextRows, render.context_rows(cases.contextCase.context))
-    t.eq({ { "Files read", "0" }, { "Changed since read", "0" }, { "Git snapshot", "no" } }, render.context_rows({ filesRead = 0, git = false }))
+    t.eq(
+      { { "Files read", "0" }, { "Changed since read", "0" }, { "Git snapshot", "no" } },
+      render.context_rows({ filesRead = 0, git = false })
+    )
   end)
 
   it("says which window is in force and where it comes from", function()
@@ -60,8 +63,14 @@ describe("context lines", function()
     t.eq("ctx 50.1% · 16.9k to compact", lines[3], "no note")
     t.truthy(vim.tbl_contains(lines, "  Memory files            1,840"), "the breakdown's memory-file line")
     t.truthy(vim.tbl_contains(lines, "Memory files"))
-    t.truthy(vim.tbl_contains(lines, "  /home/dev/project/CLAUDE.md              project  1,428  loaded"), vim.inspect(lines))
-    t.truthy(vim.tbl_contains(lines, "  /home/dev/project/.claude/rules/rust.md  rule     236    waiting"), vim.inspect(lines))
+    t.truthy(
+      vim.tbl_contains(lines, "  /home/dev/project/CLAUDE.md              project  1,428  loaded"),
+      vim.inspect(lines)
+    )
+    t.truthy(
+      vim.tbl_contains(lines, "  /home/dev/project/.claude/rules/rust.md  rule     236    waiting"),
+      vim.inspect(lines)
+    )
     t.truthy(vim.tbl_contains(lines, "Pending rules"))
     local tail = vim.list_slice(lines, #lines - 10)
     t.eq({
@@ -80,7 +89,8 @@ describe("context lines", function()
   end)
 
   it("leaves out empty sections", function()
-    local context = vim.tbl_extend("force", cases.contextCase.context, { memoryFiles = {}, pendingRules = {}, diagnostics = {} })
+    local context =
+      vim.tbl_extend("force", cases.contextCase.context, { memoryFiles = {}, pendingRules = {}, diagnostics = {} })
     context.staleFiles = nil
     local lines = render.context_lines("s-1", context)
     t.truthy(vim.tbl_contains(lines, "  none loaded"))
@@ -107,7 +117,10 @@ describe("config", function()
 
   it("leaves empty settings out of initializationOptions (they would encode as [])", function()
     t.eq(nil, config.init_options(config.resolve({ cmd = { "ctxd" } })))
-    t.eq({ settings = { autoCompactWindow = 1000 } }, config.init_options(config.resolve({ cmd = { "ctxd" }, settings = { autoCompactWindow = 1000 } })))
+    t.eq(
+      { settings = { autoCompactWindow = 1000 } },
+      config.init_options(config.resolve({ cmd = { "ctxd" }, settings = { autoCompactWindow = 1000 } }))
+    )
   end)
 
   it("finds the log from the daemon's state dir when cmd names no log file", function()

@@ -59,7 +59,11 @@ local function start(answers)
       return { sessionId = p.sessionId or "s-1", resumed = false, records = 0, usage = usage_at("warning") }
     end
   local fake = fake_server.new(answers)
-  ctxd.setup({ cmd = fake.cmd, observe_claude_code = false, restart = { initial_ms = 60000, max_ms = 60000, stable_ms = 60000 } })
+  ctxd.setup({
+    cmd = fake.cmd,
+    observe_claude_code = false,
+    restart = { initial_ms = 60000, max_ms = 60000, stable_ms = 60000 },
+  })
   t.wait_for("the scripted server to be ready", client.is_ready)
   t.eq(nil, (request("ctx/openSession", { cwd = "/w", model = MODEL })))
   return fake
@@ -124,12 +128,18 @@ describe("ctxd against a scripted daemon", function()
     end
     undone.preTokens, undone.postTokens = 12000, 110700
     t.eq({
-      { msg = "ctxd: the Claude Code session's last compaction is undone: 12,000 → 110,700 tokens; the transcript is as it was before it", level = vim.log.levels.INFO },
+      {
+        msg = "ctxd: the Claude Code session's last compaction is undone: 12,000 → 110,700 tokens; the transcript is as it was before it",
+        level = vim.log.levels.INFO,
+      },
     }, undo())
     -- An answer without them (today's daemon) says what happened all the same.
     undone.preTokens, undone.postTokens = nil, nil
     t.eq({
-      { msg = "ctxd: the Claude Code session's last compaction is undone; the transcript is as it was before it", level = vim.log.levels.INFO },
+      {
+        msg = "ctxd: the Claude Code session's last compaction is undone; the transcript is as it was before it",
+        level = vim.log.levels.INFO,
+      },
     }, undo())
     claude.reset()
   end)
@@ -191,7 +201,10 @@ describe("ctxd against a scripted daemon", function()
     context.staleFiles = {}
     fake.notify("ctx/contextChanged", { sessionId = "s-1", paths = { "/home/dev/project/CLAUDE.md" } })
     t.wait_for("the float with the new answer", function()
-      return vim.tbl_contains(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "  /home/dev/project/CLAUDE.md              project  2,000  loaded")
+      return vim.tbl_contains(
+        vim.api.nvim_buf_get_lines(buf, 0, -1, false),
+        "  /home/dev/project/CLAUDE.md              project  2,000  loaded"
+      )
     end)
     t.eq(asked + 1, #fake.sent, "one more ctx/context")
     t.truthy(not vim.tbl_contains(vim.api.nvim_buf_get_lines(buf, 0, -1, false), "Changed since read"))

@@ -59,7 +59,11 @@ function scalar(type) {
 
 /** The TypeScript type of a schema, written at `indent` (for nested objects). */
 function typeOf(schema, indent) {
-    if (schema === true || schema === undefined || (typeof schema === "object" && Object.keys(schema).length === 0)) {
+    if (
+        schema === true ||
+        schema === undefined ||
+        (typeof schema === "object" && Object.keys(schema).length === 0)
+    ) {
         return "unknown";
     }
     if (schema.$ref) {
@@ -88,7 +92,10 @@ function typeOf(schema, indent) {
                 const item = typeOf(schema.items, indent);
                 return /[ |]/.test(item) ? `(${item})[]` : `${item}[]`;
             }
-            if (t === "object" && (schema.properties || schema.additionalProperties !== undefined)) {
+            if (
+                t === "object" &&
+                (schema.properties || schema.additionalProperties !== undefined)
+            ) {
                 return objectType(schema, indent);
             }
             return scalar(t);
@@ -97,8 +104,15 @@ function typeOf(schema, indent) {
 }
 
 function objectType(schema, indent) {
-    if (!schema.properties && schema.additionalProperties !== undefined && schema.additionalProperties !== false) {
-        const value = schema.additionalProperties === true ? "unknown" : typeOf(schema.additionalProperties, indent);
+    if (
+        !schema.properties &&
+        schema.additionalProperties !== undefined &&
+        schema.additionalProperties !== false
+    ) {
+        const value =
+            schema.additionalProperties === true
+                ? "unknown"
+                : typeOf(schema.additionalProperties, indent);
         return `Record<string, ${value}>`;
     }
     const required = new Set(schema.required ?? []);
@@ -109,7 +123,9 @@ function objectType(schema, indent) {
         return `${comment(property.description, inner)}${inner}${key}${optional}: ${typeOf(property, inner)};`;
     });
     if (schema.additionalProperties && schema.additionalProperties !== false) {
-        fields.push(`${inner}[key: string]: ${typeOf(schema.additionalProperties === true ? {} : schema.additionalProperties, inner)};`);
+        fields.push(
+            `${inner}[key: string]: ${typeOf(schema.additionalProperties === true ? {} : schema.additionalProperties, inner)};`,
+        );
     }
     return fields.length === 0 ? "Record<string, never>" : `{\n${fields.join("\n")}\n${indent}}`;
 }
@@ -125,7 +141,10 @@ function declaration(name, schema) {
 
 /** The whole of src/protocol.ts for the schemas in `dir`. */
 function generate(dir = schemasDir) {
-    const files = fs.readdirSync(dir).filter((f) => f.endsWith(".json")).sort();
+    const files = fs
+        .readdirSync(dir)
+        .filter((f) => f.endsWith(".json"))
+        .sort();
     const declared = new Map();
     const add = (name, schema, from) => {
         const text = declaration(name, schema);
@@ -142,7 +161,9 @@ function generate(dir = schemasDir) {
         for (const [name, def] of Object.entries({ ...definitions, ...$defs })) {
             add(name, def, file);
         }
-        const name = schema.title ?? file.replace(/\.json$/, "").replace(/(^|[.])(\w)/g, (_, __, c) => c.toUpperCase());
+        const name =
+            schema.title ??
+            file.replace(/\.json$/, "").replace(/(^|[.])(\w)/g, (_, __, c) => c.toUpperCase());
         add(name, top, file);
         const method = /^ctx\.(\w+)\.(params|result)\.json$/.exec(file);
         if (method) {
@@ -155,10 +176,14 @@ function generate(dir = schemasDir) {
     }
     const sorted = [...byMethod.entries()].sort(([a], [b]) => a.localeCompare(b));
     // A method with params and no result schema: a notification when its params type is one.
-    const isNotification = ({ params, result }) => result === undefined && /Notification$/.test(params ?? "");
+    const isNotification = ({ params, result }) =>
+        result === undefined && /Notification$/.test(params ?? "");
     const table = sorted
         .filter(([, m]) => !isNotification(m))
-        .map(([method, { params, result }]) => `    ${JSON.stringify(method)}: { params: ${params}; result: ${result ?? "null"} };`);
+        .map(
+            ([method, { params, result }]) =>
+                `    ${JSON.stringify(method)}: { params: ${params}; result: ${result ?? "null"} };`,
+        );
     const notifications = sorted
         .filter(([, m]) => isNotification(m))
         .map(([method, { params }]) => `    ${JSON.stringify(method)}: ${params};`);

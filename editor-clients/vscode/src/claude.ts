@@ -17,7 +17,10 @@ import { Emitter } from "vscode-jsonrpc";
 import type * as ext from "./lsp_ext";
 
 /** Claude Code's configuration folder: `$CLAUDE_CONFIG_DIR`, else `~/.claude`. */
-export function claudeConfigDir(env: NodeJS.ProcessEnv = process.env, home: string = os.homedir()): string {
+export function claudeConfigDir(
+    env: NodeJS.ProcessEnv = process.env,
+    home: string = os.homedir(),
+): string {
     const configured = env.CLAUDE_CONFIG_DIR;
     return configured !== undefined && configured !== "" ? configured : path.join(home, ".claude");
 }
@@ -101,7 +104,8 @@ export function transcriptModel(transcript: string): string | undefined {
                 continue;
             }
             try {
-                const model = (JSON.parse(line) as { message?: { model?: unknown } }).message?.model;
+                const model = (JSON.parse(line) as { message?: { model?: unknown } }).message
+                    ?.model;
                 if (typeof model === "string" && !model.startsWith("<")) {
                     return model;
                 }
@@ -198,7 +202,12 @@ export class ObservedSessions {
 
     /** Observes again every folder known (after the daemon restarted). */
     async reobserve(): Promise<void> {
-        const folders = [...new Set([...this.folders.values(), ...[...this.waiting.values()].map((w) => w.folder)])];
+        const folders = [
+            ...new Set([
+                ...this.folders.values(),
+                ...[...this.waiting.values()].map((w) => w.folder),
+            ]),
+        ];
         await this.observe(folders);
     }
 
@@ -238,17 +247,26 @@ export class ObservedSessions {
         for (const [projectDir, folder] of this.folders) {
             for (const name of transcriptNames(projectDir)) {
                 const transcript = path.join(projectDir, name);
-                let modified = 0;
+                let modified: number;
                 try {
                     modified = fs.statSync(transcript).mtimeMs;
                 } catch {
                     continue; // Gone since the listing.
                 }
                 const session = this.get(observeId(transcript));
-                listed.push({ transcript, folder, projectDir, claudeSessionId: name.slice(0, -".jsonl".length), modified, session });
+                listed.push({
+                    transcript,
+                    folder,
+                    projectDir,
+                    claudeSessionId: name.slice(0, -".jsonl".length),
+                    modified,
+                    session,
+                });
             }
         }
-        return listed.sort((a, b) => b.modified - a.modified || a.transcript.localeCompare(b.transcript));
+        return listed.sort(
+            (a, b) => b.modified - a.modified || a.transcript.localeCompare(b.transcript),
+        );
     }
 
     /**
@@ -260,11 +278,15 @@ export class ObservedSessions {
         if (known?.usage !== undefined) {
             return known;
         }
-        const result = await this.connection.request<ext.ObserveResult>("ctx/observe", { transcript: listed.transcript });
+        const result = await this.connection.request<ext.ObserveResult>("ctx/observe", {
+            transcript: listed.transcript,
+        });
         this.update(result.sessionId, result.usage);
         const session = this.get(result.sessionId);
         if (session === undefined) {
-            throw new Error(`the daemon followed ${listed.transcript} under an id this editor cannot place`);
+            throw new Error(
+                `the daemon followed ${listed.transcript} under an id this editor cannot place`,
+            );
         }
         return session;
     }
@@ -319,7 +341,9 @@ export class ObservedSessions {
         const projectDir = claudeProjectDir(folder, this.configDir());
         this.folders.set(projectDir, folder);
         try {
-            const result = await this.connection.request<ext.ObserveResult>("ctx/observe", { projectDir });
+            const result = await this.connection.request<ext.ObserveResult>("ctx/observe", {
+                projectDir,
+            });
             if (this.folders.get(projectDir) !== folder) {
                 return; // Forgotten meanwhile.
             }
@@ -340,7 +364,9 @@ export class ObservedSessions {
             } else if (retry) {
                 await this.observeFolder(folder, false);
             } else {
-                this.log(`[ctxd client] cannot observe the Claude Code sessions of ${folder}: ${reason}`);
+                this.log(
+                    `[ctxd client] cannot observe the Claude Code sessions of ${folder}: ${reason}`,
+                );
             }
         }
     }
@@ -404,7 +430,14 @@ export class ObservedSessions {
             for (const name of transcriptNames(projectDir)) {
                 const transcript = path.join(projectDir, name);
                 if (observeId(transcript) === sessionId) {
-                    return { sessionId, folder, projectDir, transcript, claudeSessionId: name.slice(0, -".jsonl".length), seen: 0 };
+                    return {
+                        sessionId,
+                        folder,
+                        projectDir,
+                        transcript,
+                        claudeSessionId: name.slice(0, -".jsonl".length),
+                        seen: 0,
+                    };
                 }
             }
         }

@@ -6,7 +6,12 @@
  */
 import * as vscode from "vscode";
 
-import { type ListedTranscript, type ObservedSession, type ObservedSessions, isObservedId } from "./claude";
+import {
+    type ListedTranscript,
+    type ObservedSession,
+    type ObservedSessions,
+    isObservedId,
+} from "./claude";
 import type { ContextView } from "./contextView";
 import type { DaemonState } from "./daemon";
 import { observedText } from "./daemonStatus";
@@ -54,22 +59,33 @@ export interface CommandDeps {
  * history.ts); dispose the result to unregister them.
  */
 export function registerCommands(deps: CommandDeps): vscode.Disposable[] {
-    const handlers: Record<Exclude<CommandId, typeof Commands.searchHistory>, (arg?: unknown) => Promise<unknown>> = {
+    const handlers: Record<
+        Exclude<CommandId, typeof Commands.searchHistory>,
+        (arg?: unknown) => Promise<unknown>
+    > = {
         [Commands.compact]: (arg) => compactNow(deps, arg),
         [Commands.undoCompact]: (arg) => undoCompaction(deps, arg),
         [Commands.showContext]: (arg) => showContext(deps, arg),
         [Commands.setAutoCompactWindow]: (arg) => setAutoCompactWindow(deps, arg),
         [Commands.clear]: (arg) => clearSession(deps, arg),
-        [Commands.showLog]: async () => deps.output.show(true),
+        [Commands.showLog]: () => Promise.resolve(deps.output.show(true)),
         [Commands.restart]: () => deps.restart(),
         [Commands.fixStart]: () => fixStart(deps),
         [Commands.pickClaudeSession]: () => pickClaudeSession(deps),
     };
-    return [...Object.entries(handlers).map(([id, handler]) => vscode.commands.registerCommand(id, handler)), ...registerHistory(deps)];
+    return [
+        ...Object.entries(handlers).map(([id, handler]) =>
+            vscode.commands.registerCommand(id, handler),
+        ),
+        ...registerHistory(deps),
+    ];
 }
 
 /** The session a command acts on, or undefined when none is open or the pick was dismissed. */
-export async function pickSession(sessions: CtxdSessions, arg: unknown): Promise<SessionInfo | undefined> {
+export async function pickSession(
+    sessions: CtxdSessions,
+    arg: unknown,
+): Promise<SessionInfo | undefined> {
     const open = sessions.sessions();
     if (typeof arg === "string") {
         const named = open.find((s) => s.sessionId === arg);
@@ -206,17 +222,25 @@ export async function setAutoCompactWindow(deps: CommandDeps, arg?: unknown): Pr
     const open = deps.sessions.sessions();
     const named = typeof arg === "string" ? open.find((s) => s.sessionId === arg) : undefined;
     const shownClaude = open.length === 0 ? deps.observed?.shown()?.model : undefined;
-    const model = named?.model ?? (open.length === 1 ? open[0].model : undefined) ?? shownClaude ?? deps.defaultModel();
+    const model =
+        named?.model ??
+        (open.length === 1 ? open[0].model : undefined) ??
+        shownClaude ??
+        deps.defaultModel();
     const modelInput =
         model ??
-        (await vscode.window.showInputBox({ title: "ctxd: Set auto-compact window", prompt: "Model id the window applies to" }));
+        (await vscode.window.showInputBox({
+            title: "ctxd: Set auto-compact window",
+            prompt: "Model id the window applies to",
+        }));
     if (modelInput === undefined || modelInput.trim() === "") {
         return;
     }
     const input = await vscode.window.showInputBox({
         title: `ctxd: auto-compact window for ${modelInput}`,
         prompt: "Tokens, 100k to 1M (e.g. 200000 or 200k), or auto to clear the saved window",
-        validateInput: (value) => (parseWindow(value) === undefined ? "A positive token count, or auto" : undefined),
+        validateInput: (value) =>
+            parseWindow(value) === undefined ? "A positive token count, or auto" : undefined,
     });
     if (input === undefined) {
         return;
@@ -319,7 +343,10 @@ export function reportCompactions(sessions: CtxdSessions): { dispose(): unknown 
  * an agent extension's session (one is named, or one is open, or none is observed),
  * `null` when the pick was dismissed.
  */
-async function claudeTarget(deps: CommandDeps, arg: unknown): Promise<ObservedSession | null | undefined> {
+async function claudeTarget(
+    deps: CommandDeps,
+    arg: unknown,
+): Promise<ObservedSession | null | undefined> {
     const observed = deps.observed;
     if (observed === undefined) {
         return undefined;
@@ -332,7 +359,12 @@ async function claudeTarget(deps: CommandDeps, arg: unknown): Promise<ObservedSe
     }
     // The session the status item shows first.
     const shown = observed.shown();
-    const all = observed.sessions().sort((a, b) => Number(b.sessionId === shown?.sessionId) - Number(a.sessionId === shown?.sessionId));
+    const all = observed
+        .sessions()
+        .sort(
+            (a, b) =>
+                Number(b.sessionId === shown?.sessionId) - Number(a.sessionId === shown?.sessionId),
+        );
     if (all.length === 0) {
         return undefined;
     }
@@ -369,7 +401,9 @@ export async function pickClaudeSession(deps: CommandDeps): Promise<void> {
     const observed = deps.observed;
     const listed = observed?.listed() ?? [];
     if (observed === undefined || listed.length === 0) {
-        void vscode.window.showInformationMessage("ctxd: no Claude Code session found for this workspace's folders yet.");
+        void vscode.window.showInformationMessage(
+            "ctxd: no Claude Code session found for this workspace's folders yet.",
+        );
         return;
     }
     const shown = observed.shown()?.sessionId;
@@ -382,13 +416,22 @@ export async function pickClaudeSession(deps: CommandDeps): Promise<void> {
     for (const l of listed) {
         const here = l.session?.sessionId === shown && shown !== undefined;
         items.push({
-            label: l.session?.usage !== undefined ? observedText(l.session).replace(/^\$\([^)]*\) /, "") : "not followed yet",
-            description: here ? (pinned !== undefined ? "pinned in the status bar" : "in the status bar") : undefined,
+            label:
+                l.session?.usage !== undefined
+                    ? observedText(l.session).replace(/^\$\([^)]*\) /, "")
+                    : "not followed yet",
+            description: here
+                ? pinned !== undefined
+                    ? "pinned in the status bar"
+                    : "in the status bar"
+                : undefined,
             detail: `${l.claudeSessionId}  ${l.folder}`,
             listed: l,
         });
     }
-    const picked = await vscode.window.showQuickPick(items, { placeHolder: "Which Claude Code session? (shown in the status bar from now on)" });
+    const picked = await vscode.window.showQuickPick(items, {
+        placeHolder: "Which Claude Code session? (shown in the status bar from now on)",
+    });
     if (picked === undefined) {
         return;
     }
@@ -407,10 +450,15 @@ export async function pickClaudeSession(deps: CommandDeps): Promise<void> {
     await showClaudeContext(deps, session);
 }
 
-export async function showClaudeContext(deps: CommandDeps, session: ObservedSession): Promise<void> {
+export async function showClaudeContext(
+    deps: CommandDeps,
+    session: ObservedSession,
+): Promise<void> {
     const usage = session.usage;
     if (usage === undefined) {
-        void vscode.window.showInformationMessage("ctxd: no usage for this Claude Code session yet.");
+        void vscode.window.showInformationMessage(
+            "ctxd: no usage for this Claude Code session yet.",
+        );
         return;
     }
     const model = session.model !== undefined ? `, model ${session.model}` : "";
@@ -451,8 +499,15 @@ export async function compactClaude(deps: CommandDeps, session: ObservedSession)
     }
     try {
         const result = await vscode.window.withProgress(
-            { location: vscode.ProgressLocation.Notification, title: "ctxd: compacting the Claude Code session…" },
-            () => deps.sessions.request<Partial<ClaudeCompactResult>>("ctx/claudeCompact", claudeParams(session, instructions.trim())),
+            {
+                location: vscode.ProgressLocation.Notification,
+                title: "ctxd: compacting the Claude Code session…",
+            },
+            () =>
+                deps.sessions.request<Partial<ClaudeCompactResult>>(
+                    "ctx/claudeCompact",
+                    claudeParams(session, instructions.trim()),
+                ),
         );
         const numbers =
             result?.preTokens !== undefined && result.postTokens !== undefined
@@ -460,7 +515,9 @@ export async function compactClaude(deps: CommandDeps, session: ObservedSession)
                 : "";
         // Who wrote the summary, and why the configured provider did not when it fell back.
         const by = result?.summarizer ? `, summary by ${result.summarizer}` : "";
-        void vscode.window.showInformationMessage(`ctxd: Claude Code session compacted${numbers}${by}.`);
+        void vscode.window.showInformationMessage(
+            `ctxd: Claude Code session compacted${numbers}${by}.`,
+        );
         for (const problem of result?.problems ?? []) {
             void vscode.window.showWarningMessage(`ctxd: ${problem}`);
         }
@@ -472,15 +529,16 @@ export async function compactClaude(deps: CommandDeps, session: ObservedSession)
 export async function undoClaude(deps: CommandDeps, session: ObservedSession): Promise<void> {
     try {
         // Token figures when the daemon's answer has them (older answers do not).
-        const result = await deps.sessions.request<Partial<ClaudeUndoResult> & { preTokens?: number; postTokens?: number }>(
-            "ctx/claudeUndo",
-            claudeParams(session),
-        );
+        const result = await deps.sessions.request<
+            Partial<ClaudeUndoResult> & { preTokens?: number; postTokens?: number }
+        >("ctx/claudeUndo", claudeParams(session));
         const numbers =
             result?.preTokens !== undefined && result.postTokens !== undefined
                 ? `: ${formatCount(result.preTokens)} → ${formatCount(result.postTokens)} tokens`
                 : "";
-        void vscode.window.showInformationMessage(`ctxd: the Claude Code session's last compaction is undone${numbers}; the transcript is as it was before it.`);
+        void vscode.window.showInformationMessage(
+            `ctxd: the Claude Code session's last compaction is undone${numbers}; the transcript is as it was before it.`,
+        );
     } catch (error) {
         void vscode.window.showErrorMessage(describeError("ctx/claudeUndo", error));
     }
@@ -492,9 +550,21 @@ export async function fixStart(deps: CommandDeps): Promise<void> {
     const reason = state?.kind === "failed" ? state.reason : "ctxd is not failing now";
     const choice = await vscode.window.showQuickPick(
         [
-            { label: "Set ctxd.path", detail: "Open the setting (user settings work in remote windows too)", id: "path" },
-            { label: "Restart ctxd", detail: "Start the daemon again with the current settings", id: "restart" },
-            { label: "Show log", detail: "The client's start attempts and the daemon's own log", id: "log" },
+            {
+                label: "Set ctxd.path",
+                detail: "Open the setting (user settings work in remote windows too)",
+                id: "path",
+            },
+            {
+                label: "Restart ctxd",
+                detail: "Start the daemon again with the current settings",
+                id: "restart",
+            },
+            {
+                label: "Show log",
+                detail: "The client's start attempts and the daemon's own log",
+                id: "log",
+            },
         ],
         { placeHolder: reason },
     );

@@ -81,7 +81,9 @@ export function readConfig(get: SettingReader): CtxdConfig {
         autoCompactWindow: typeof window === "number" && window > 0 ? Math.trunc(window) : "auto",
         autoCompactEnabled: get("autoCompactEnabled") !== false,
         idleCompaction: get("idleCompaction") === true,
-        provider: PROVIDERS.includes(provider as ProviderKind) ? (provider as ProviderKind) : undefined,
+        provider: PROVIDERS.includes(provider as ProviderKind)
+            ? (provider as ProviderKind)
+            : undefined,
         model: nonEmptyString(get("model")),
         observeClaudeCode: get("observeClaudeCode") !== false,
         claudeIdleCompaction: get("claudeIdleCompaction") === true,

@@ -79,7 +79,8 @@ export class ContextView implements vscode.TextDocumentContentProvider, vscode.D
      */
     async refresh(sessionId: string, usage?: Usage): Promise<void> {
         const generation = this.nextGeneration(sessionId);
-        const current = () => this.generations.get(sessionId) === generation && this.snapshots.has(sessionId);
+        const current = () =>
+            this.generations.get(sessionId) === generation && this.snapshots.has(sessionId);
         try {
             const context = await this.sessions.context(sessionId);
             if (current()) {

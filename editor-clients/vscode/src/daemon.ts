@@ -29,7 +29,14 @@ import {
 } from "vscode-languageclient/node";
 
 import { Backoff } from "./backoff";
-import { type CtxdConfig, daemonEnv, daemonSettings, findExecutable, initializationOptions, serveArgs } from "./config";
+import {
+    type CtxdConfig,
+    daemonEnv,
+    daemonSettings,
+    findExecutable,
+    initializationOptions,
+    serveArgs,
+} from "./config";
 import { parseLogLine } from "./daemonLog";
 import type { Connection } from "./sessions";
 
@@ -161,7 +168,11 @@ export class DaemonController implements vscode.Disposable {
                 return;
             }
             await this.exited(1000);
-            this.failed(generation, this.startError ?? this.failureReason(error), this.startError !== undefined ? "path" : "restart");
+            this.failed(
+                generation,
+                this.startError ?? this.failureReason(error),
+                this.startError !== undefined ? "path" : "restart",
+            );
         }
     }
 
@@ -185,7 +196,9 @@ export class DaemonController implements vscode.Disposable {
     /** A start failed: said, and tried again after the back-off. */
     private failed(generation: number, reason: string, fix: "path" | "restart"): void {
         const delay = this.backoff.nextDelay(Date.now());
-        this.output.appendLine(`[ctxd client] start failed: ${reason}; trying again in ${seconds(delay)}`);
+        this.output.appendLine(
+            `[ctxd client] start failed: ${reason}; trying again in ${seconds(delay)}`,
+        );
         this.setState({ kind: "failed", reason, fix, retryAt: Date.now() + delay });
         this.startAfter(generation, delay);
     }
@@ -244,19 +257,28 @@ export class DaemonController implements vscode.Disposable {
     }
 
     private createClient(generation: number): LanguageClient {
+        // async: a missing executable becomes the rejected promise the client expects.
+        // eslint-disable-next-line @typescript-eslint/require-await
         const serverOptions: ServerOptions = async () => {
             const c = this.config();
-            this.output.appendLine(`[ctxd client] starting ${c.serverPath} ${serveArgs(c).join(" ")}`);
+            this.output.appendLine(
+                `[ctxd client] starting ${c.serverPath} ${serveArgs(c).join(" ")}`,
+            );
             this.backoff.started(Date.now());
             const executable = findExecutable(c.serverPath, process.env.PATH ?? "");
             if (executable === undefined) {
-                this.startError = executableProblem(c.serverPath, process.env.PATH ?? "") ?? `not found: ${c.serverPath}`;
+                this.startError =
+                    executableProblem(c.serverPath, process.env.PATH ?? "") ??
+                    `not found: ${c.serverPath}`;
                 throw new Error(this.startError);
             }
             this.startError = undefined;
             this.stderrTail.length = 0;
             this.exit = undefined;
-            const child = spawn(executable, serveArgs(c), { env: { ...process.env, ...daemonEnv(c) }, stdio: "pipe" });
+            const child = spawn(executable, serveArgs(c), {
+                env: { ...process.env, ...daemonEnv(c) },
+                stdio: "pipe",
+            });
             child.on("exit", (code, signal) => {
                 if (generation === this.generation) {
                     this.exit = { code, signal };
@@ -278,14 +300,16 @@ export class DaemonController implements vscode.Disposable {
                 // stdout carries the protocol; nothing else is read from it.
                 stdout: () => undefined,
                 stderr: (input) => {
-                    readline.createInterface({ input, crlfDelay: Infinity, terminal: false }).on("line", (line) => {
-                        const { level, text } = parseLogLine(line);
-                        this.output[level](text);
-                        this.stderrTail.push(line);
-                        if (this.stderrTail.length > STDERR_LINES) {
-                            this.stderrTail.shift();
-                        }
-                    });
+                    readline
+                        .createInterface({ input, crlfDelay: Infinity, terminal: false })
+                        .on("line", (line) => {
+                            const { level, text } = parseLogLine(line);
+                            this.output[level](text);
+                            this.stderrTail.push(line);
+                            if (this.stderrTail.length > STDERR_LINES) {
+                                this.stderrTail.shift();
+                            }
+                        });
                 },
             },
             initializationOptions: () => initializationOptions(this.config()),
@@ -317,7 +341,9 @@ export class DaemonController implements vscode.Disposable {
         if (this.exit === undefined) {
             return "";
         }
-        return this.exit.code !== null ? ` with code ${this.exit.code}` : ` on signal ${this.exit.signal}`;
+        return this.exit.code !== null
+            ? ` with code ${this.exit.code}`
+            : ` on signal ${this.exit.signal}`;
     }
 
     /** The cause of a failed start, in one message: the error, the exit and the last stderr lines. */
@@ -370,10 +396,15 @@ function quietLog(output: vscode.LogOutputChannel): vscode.LogOutputChannel {
         get(target, property, receiver) {
             if (property === "error" || property === "warn") {
                 return (message: string | Error, ...rest: unknown[]) =>
-                    target.debug(`[language client] ${message instanceof Error ? message.message : message}`, ...rest);
+                    target.debug(
+                        `[language client] ${message instanceof Error ? message.message : message}`,
+                        ...rest,
+                    );
             }
-            const value = Reflect.get(target, property, receiver);
-            return typeof value === "function" ? value.bind(target) : value;
+            const value: unknown = Reflect.get(target, property, receiver);
+            return typeof value === "function"
+                ? (value as (...args: unknown[]) => unknown).bind(target)
+                : value;
         },
     });
 }
@@ -382,10 +413,15 @@ function quietLog(output: vscode.LogOutputChannel): vscode.LogOutputChannel {
  * Sends the current settings to a running daemon. A daemon that stops meanwhile gets them
  * at its next start (`initializationOptions`), so a failure here is not reported.
  */
-export async function sendSettings(client: LanguageClient | undefined, config: CtxdConfig): Promise<void> {
+export async function sendSettings(
+    client: LanguageClient | undefined,
+    config: CtxdConfig,
+): Promise<void> {
     if (client?.isRunning()) {
         try {
-            await client.sendNotification(DidChangeConfigurationNotification.type, { settings: daemonSettings(config) });
+            await client.sendNotification(DidChangeConfigurationNotification.type, {
+                settings: daemonSettings(config),
+            });
         } catch {
             // Stopped or restarting: initializationOptions carry the settings next time.
         }

@@ -16,7 +16,11 @@ import { formatTokens, levelBackground, statusBarText, statusTooltip } from "./r
 import type { CtxdSessions } from "./sessions";
 
 /** The label of the status item for a daemon state (and the shown session, when ready). */
-export function daemonStatusText(state: DaemonState, shown: ObservedSession | undefined, now: number): string {
+export function daemonStatusText(
+    state: DaemonState,
+    shown: ObservedSession | undefined,
+    now: number,
+): string {
     switch (state.kind) {
         case "starting":
             return "$(loading~spin) ctxd starting";
@@ -62,7 +66,11 @@ export class DaemonStatusItem implements vscode.Disposable {
         private readonly sessions: CtxdSessions,
         private readonly observed: ObservedSessions,
     ) {
-        this.item = vscode.window.createStatusBarItem("ctxd.status", vscode.StatusBarAlignment.Right, 101);
+        this.item = vscode.window.createStatusBarItem(
+            "ctxd.status",
+            vscode.StatusBarAlignment.Right,
+            101,
+        );
         this.item.name = "ctxd";
         this.subscriptions.push(
             observed.onDidChange(() => this.draw()),
@@ -120,12 +128,26 @@ export class DaemonStatusItem implements vscode.Disposable {
                     this.item.tooltip = new vscode.MarkdownString(
                         `${statusTooltip(shown.sessionId, shown.usage)}\n\nClaude Code session \`${where}\`, ${which}`,
                     );
-                    this.item.command = { title: "Show context", command: "ctxd.showContext", arguments: [shown.sessionId] };
+                    this.item.command = {
+                        title: "Show context",
+                        command: "ctxd.showContext",
+                        arguments: [shown.sessionId],
+                    };
                     const background = levelBackground(shown.usage.level);
-                    this.item.backgroundColor = background !== undefined ? new vscode.ThemeColor(background) : undefined;
+                    this.item.backgroundColor =
+                        background !== undefined ? new vscode.ThemeColor(background) : undefined;
                 } else {
-                    const waiting = this.observed.unobserved().map((u) => `- ${u.folder}: ${u.reason}`);
-                    this.item.tooltip = ["ctxd is running.", ...(waiting.length > 0 ? ["", "No Claude Code session yet:", ...waiting] : []), "", "Click for the log."].join("\n");
+                    const waiting = this.observed
+                        .unobserved()
+                        .map((u) => `- ${u.folder}: ${u.reason}`);
+                    this.item.tooltip = [
+                        "ctxd is running.",
+                        ...(waiting.length > 0
+                            ? ["", "No Claude Code session yet:", ...waiting]
+                            : []),
+                        "",
+                        "Click for the log.",
+                    ].join("\n");
                     this.item.command = { title: "Show log", command: "ctxd.showLog" };
                 }
                 break;

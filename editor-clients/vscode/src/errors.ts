@@ -9,7 +9,7 @@ import { ErrorCodes } from "./lsp_ext";
 /** The code of a JSON-RPC error, when `error` is one. */
 export function errorCode(error: unknown): number | undefined {
     if (typeof error === "object" && error !== null && "code" in error) {
-        const code = (error as { code: unknown }).code;
+        const code = error.code;
         return typeof code === "number" ? code : undefined;
     }
     return undefined;
@@ -20,15 +20,17 @@ function errorMessage(error: unknown): string {
         return error.message;
     }
     if (typeof error === "object" && error !== null && "message" in error) {
-        return String((error as { message: unknown }).message);
+        return String(error.message);
     }
     return String(error);
 }
 
 function errorReason(error: unknown): unknown {
     if (typeof error === "object" && error !== null && "data" in error) {
-        const data = (error as { data: unknown }).data;
-        return typeof data === "object" && data !== null ? (data as { reason?: unknown }).reason : undefined;
+        const data = error.data;
+        return typeof data === "object" && data !== null
+            ? (data as { reason?: unknown }).reason
+            : undefined;
     }
     return undefined;
 }
@@ -79,7 +81,10 @@ function reason(method: string, error: unknown): string {
     const message = errorMessage(error);
     // The Claude Code methods name the transcript first and say nothing was written last;
     // the daemon's own refusals start with what failed, which the sentence says already.
-    const why = message.replace(/^\/.*?\.jsonl: /, "").replace(/; nothing was written$/, "").replace(/^(compaction failed|cannot undo): /, "");
+    const why = message
+        .replace(/^\/.*?\.jsonl: /, "")
+        .replace(/; nothing was written$/, "")
+        .replace(/^(compaction failed|cannot undo): /, "");
     switch (code) {
         case ErrorCodes.MethodNotFound:
             return `this ctxd is too old to do that. Update ctxd${method === "ctx/claudeCompact" ? ", or run /compact in Claude Code." : "."}`;
@@ -101,7 +106,9 @@ function reason(method: string, error: unknown): string {
             return method === "ctx/claudeUndo" ? claudeRefusal(why) : sentence(why);
         }
         case ErrorCodes.CompactFailed:
-            return method === "ctx/claudeCompact" ? claudeRefusal(why) : `${sentence(why)} Nothing was changed.`;
+            return method === "ctx/claudeCompact"
+                ? claudeRefusal(why)
+                : `${sentence(why)} Nothing was changed.`;
         case ErrorCodes.Busy:
             return `the session is busy (${message}). Try again when it is done.`;
         case ErrorCodes.UnknownSession:
@@ -115,7 +122,10 @@ function reason(method: string, error: unknown): string {
         case -32603:
             return `something went wrong inside ctxd (${message}). The daemon's log has more.`;
     }
-    if ((code !== undefined && CONNECTION_LOST.has(code)) || (code === undefined && /exited before answering|disposed|got closed/.test(message))) {
+    if (
+        (code !== undefined && CONNECTION_LOST.has(code)) ||
+        (code === undefined && /exited before answering|disposed|got closed/.test(message))
+    ) {
         return `ctxd stopped before it answered. ${RESTARTS}`;
     }
     if (code === undefined && /^ctxd is not running/.test(message)) {

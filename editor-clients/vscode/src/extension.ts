@@ -22,20 +22,27 @@ function currentConfig() {
 }
 
 function workspaceFolders(): string[] {
-    return (vscode.workspace.workspaceFolders ?? []).filter((f) => f.uri.scheme === "file").map((f) => f.uri.fsPath);
+    return (vscode.workspace.workspaceFolders ?? [])
+        .filter((f) => f.uri.scheme === "file")
+        .map((f) => f.uri.fsPath);
 }
 
 export async function activate(context: vscode.ExtensionContext): Promise<CtxdApi> {
     const output = vscode.window.createOutputChannel("ctxd", { log: true });
     const sessions = new CtxdSessions();
     const observed = new ObservedSessions(
-        { request: (method, params) => sessions.request(method, params), onUsageChanged: (l) => sessions.onUsageChanged(l) },
+        {
+            request: (method, params) => sessions.request(method, params),
+            onUsageChanged: (l) => sessions.onUsageChanged(l),
+        },
         undefined,
         (line) => output.appendLine(line),
     );
     const statusBar = new SessionStatusBar(sessions);
     const status = new DaemonStatusItem(sessions, observed);
-    const daemon = new DaemonController(currentConfig, output, (connection) => sessions.attach(connection));
+    const daemon = new DaemonController(currentConfig, output, (connection) =>
+        sessions.attach(connection),
+    );
     const contextView = new ContextView(sessions);
 
     let readyOnce = false;
@@ -69,7 +76,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<CtxdAp
                 observed.forget(workspaceFolders());
             }
             if (daemon.state.kind === "ready" && currentConfig().observeClaudeCode) {
-                void observed.observe(event.added.filter((f) => f.uri.scheme === "file").map((f) => f.uri.fsPath));
+                void observed.observe(
+                    event.added.filter((f) => f.uri.scheme === "file").map((f) => f.uri.fsPath),
+                );
             }
         }),
         vscode.workspace.onDidChangeConfiguration((event) => {
@@ -94,7 +103,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<CtxdAp
             }
             if (RESTART_KEYS.some((key) => event.affectsConfiguration(`ctxd.${key}`))) {
                 void vscode.window
-                    .showInformationMessage("ctxd: the new path, state folder or log level takes effect when the daemon restarts.", "Restart now")
+                    .showInformationMessage(
+                        "ctxd: the new path, state folder or log level takes effect when the daemon restarts.",
+                        "Restart now",
+                    )
                     .then((choice) => (choice === "Restart now" ? daemon.restart() : undefined));
             }
         }),
@@ -131,10 +143,17 @@ class FailureNotice implements vscode.Disposable {
             this.told = false;
         } else if (state.kind === "failed" && !this.told) {
             this.told = true;
-            const fix = state.fix === "path" ? "set ctxd.path to the ctxd binary" : "read the log (ctxd: Show daemon log)";
+            const fix =
+                state.fix === "path"
+                    ? "set ctxd.path to the ctxd binary"
+                    : "read the log (ctxd: Show daemon log)";
             const message = `${state.reason}. It tries again on its own; to fix it, ${fix}, or click the ctxd item in the status bar.`;
             void vscode.window.withProgress(
-                { location: vscode.ProgressLocation.Notification, title: "ctxd did not start", cancellable: true },
+                {
+                    location: vscode.ProgressLocation.Notification,
+                    title: "ctxd did not start",
+                    cancellable: true,
+                },
                 (progress, token) =>
                     new Promise<void>((resolve) => {
                         progress.report({ message });

@@ -35,7 +35,10 @@ export class HistoryDocuments implements vscode.TextDocumentContentProvider {
 
     set(read: ReadHistoryResult): vscode.Uri {
         const target = read.records.find((r) => r.target) ?? read.records[0];
-        const uri = vscode.Uri.from({ scheme: HISTORY_SCHEME, path: `/${read.sessionId}/${target?.uuid ?? "record"}.md` });
+        const uri = vscode.Uri.from({
+            scheme: HISTORY_SCHEME,
+            path: `/${read.sessionId}/${target?.uuid ?? "record"}.md`,
+        });
         this.texts.set(uri.path, renderRecord(read));
         return uri;
     }
@@ -50,44 +53,63 @@ export function registerHistory(deps: HistoryDeps): vscode.Disposable[] {
     const documents = new HistoryDocuments();
     return [
         vscode.workspace.registerTextDocumentContentProvider(HISTORY_SCHEME, documents),
-        vscode.commands.registerCommand(SEARCH_HISTORY_COMMAND, (arg?: unknown) => searchHistory(deps, documents, arg)),
+        vscode.commands.registerCommand(SEARCH_HISTORY_COMMAND, (arg?: unknown) =>
+            searchHistory(deps, documents, arg),
+        ),
     ];
 }
 
-export async function searchHistory(deps: HistoryDeps, documents: HistoryDocuments, arg?: unknown): Promise<void> {
+export async function searchHistory(
+    deps: HistoryDeps,
+    documents: HistoryDocuments,
+    arg?: unknown,
+): Promise<void> {
     const target = await pickTarget(deps, arg);
     if (target === undefined) {
         return;
     }
     const query = await vscode.window.showInputBox({
         title: `ctxd: Search the history of ${target.label}`,
-        prompt: "Words to find (\"an exact phrase\" in quotes); the compacted past is searched too",
+        prompt: 'Words to find ("an exact phrase" in quotes); the compacted past is searched too',
     });
     if (query === undefined || query.trim() === "") {
         return;
     }
     let found: SearchHistoryResult;
     try {
-        found = await deps.sessions.request<SearchHistoryResult>("ctx/searchHistory", { query, sessionId: target.sessionId, limit: 50 });
+        found = await deps.sessions.request<SearchHistoryResult>("ctx/searchHistory", {
+            query,
+            sessionId: target.sessionId,
+            limit: 50,
+        });
     } catch (error) {
         void vscode.window.showErrorMessage(describeError("ctx/searchHistory", error));
         return;
     }
     if (found.hits.length === 0) {
         const notes = found.notes?.length ? ` (${found.notes.join("; ")})` : "";
-        void vscode.window.showInformationMessage(`ctxd: nothing found for ${JSON.stringify(query)}${notes}.`);
+        void vscode.window.showInformationMessage(
+            `ctxd: nothing found for ${JSON.stringify(query)}${notes}.`,
+        );
         return;
     }
     const picked = await vscode.window.showQuickPick(
         found.hits.map((hit) => ({ ...hitItem(hit), hit })),
-        { title: `ctxd: ${found.hits.length} hits for ${JSON.stringify(query)}`, matchOnDescription: true, matchOnDetail: true },
+        {
+            title: `ctxd: ${found.hits.length} hits for ${JSON.stringify(query)}`,
+            matchOnDescription: true,
+            matchOnDetail: true,
+        },
     );
     if (picked === undefined) {
         return;
     }
     let read: ReadHistoryResult;
     try {
-        read = await deps.sessions.request<ReadHistoryResult>("ctx/readHistory", { sessionId: picked.hit.sessionId, uuid: picked.hit.uuid });
+        read = await deps.sessions.request<ReadHistoryResult>("ctx/readHistory", {
+            sessionId: picked.hit.sessionId,
+            uuid: picked.hit.uuid,
+        });
     } catch (error) {
         void vscode.window.showErrorMessage(describeError("ctx/readHistory", error));
         return;
@@ -101,7 +123,9 @@ export function hitItem(hit: HistoryHit): { label: string; description: string; 
     const when = hit.timestamp ? hit.timestamp.replace("T", " ").replace(/\.\d+Z$|Z$/, "") : "";
     return {
         label: hit.snippet.replace(/\s+/g, " ").slice(0, 120),
-        description: [hit.role.replace("_", " "), hit.beforeCompaction ? "before compaction" : ""].filter(Boolean).join(" · "),
+        description: [hit.role.replace("_", " "), hit.beforeCompaction ? "before compaction" : ""]
+            .filter(Boolean)
+            .join(" · "),
         detail: [when, hit.uuid].filter(Boolean).join("  "),
     };
 }
@@ -110,9 +134,21 @@ export function hitItem(hit: HistoryHit): { label: string; description: string; 
 export function renderRecord(read: ReadHistoryResult): string {
     const parts = [`# History of ${read.sessionId}`, "", `\`${read.transcript}\``];
     for (const r of read.records) {
-        const marks = [r.beforeCompaction ? "before compaction" : "", r.target ? "the record found" : ""].filter(Boolean);
-        parts.push("", `## ${r.target ? "▶ " : ""}${r.role.replace("_", " ")}${r.timestamp ? ` · ${r.timestamp}` : ""}`);
-        parts.push(`\`${r.uuid}\`${marks.length ? ` (${marks.join(", ")})` : ""}`, "", "````text", r.text, "````");
+        const marks = [
+            r.beforeCompaction ? "before compaction" : "",
+            r.target ? "the record found" : "",
+        ].filter(Boolean);
+        parts.push(
+            "",
+            `## ${r.target ? "▶ " : ""}${r.role.replace("_", " ")}${r.timestamp ? ` · ${r.timestamp}` : ""}`,
+        );
+        parts.push(
+            `\`${r.uuid}\`${marks.length ? ` (${marks.join(", ")})` : ""}`,
+            "",
+            "````text",
+            r.text,
+            "````",
+        );
     }
     if (read.truncated) {
         parts.push("", `> ${read.truncated}`);
@@ -141,7 +177,11 @@ async function pickTarget(deps: HistoryDeps, arg: unknown): Promise<Target | und
         return targets[0];
     }
     const picked = await vscode.window.showQuickPick(
-        targets.map((t, i) => ({ label: t.label, description: i === 0 ? "newest" : undefined, target: t })),
+        targets.map((t, i) => ({
+            label: t.label,
+            description: i === 0 ? "newest" : undefined,
+            target: t,
+        })),
         { placeHolder: "Whose history?" },
     );
     return picked?.target;

@@ -218,7 +218,9 @@ export interface OpenSessionResult {
  * daemon restart or `ctx/closeSession`) is resumed on its first use by id anyway; only
  * an id the store never had gives -33001.
  */
-export const openSession = new RequestType<OpenSessionParams, OpenSessionResult, void>("ctx/openSession");
+export const openSession = new RequestType<OpenSessionParams, OpenSessionResult, void>(
+    "ctx/openSession",
+);
 
 export interface AppendParams {
     sessionId: string;
@@ -270,9 +272,11 @@ export interface SetAutoCompactWindowResult {
  * at once and push `ctx/usageChanged`. A window that is neither a count nor `"auto"` is
  * error -32602.
  */
-export const setAutoCompactWindow = new RequestType<SetAutoCompactWindowParams, SetAutoCompactWindowResult, void>(
-    "ctx/setAutoCompactWindow",
-);
+export const setAutoCompactWindow = new RequestType<
+    SetAutoCompactWindowParams,
+    SetAutoCompactWindowResult,
+    void
+>("ctx/setAutoCompactWindow");
 
 export interface FileReadParams {
     sessionId: string;
@@ -401,7 +405,9 @@ export interface UndoCompactResult {
  * when a new turn followed the compaction; nothing was appended), -33008 (a compaction of
  * the session is running).
  */
-export const undoCompact = new RequestType<UndoCompactParams, UndoCompactResult, void>("ctx/undoCompact");
+export const undoCompact = new RequestType<UndoCompactParams, UndoCompactResult, void>(
+    "ctx/undoCompact",
+);
 
 export interface ClearResult {
     /** The new, empty session (same working directory and model). */
@@ -434,9 +440,11 @@ export interface ReportProviderErrorResult {
  * The host's model request failed: ctxd compacts (trigger `reactive`) when the refusal
  * is one compaction answers (prompt too long, long-context credits).
  */
-export const reportProviderError = new RequestType<ReportProviderErrorParams, ReportProviderErrorResult, void>(
-    "ctx/reportProviderError",
-);
+export const reportProviderError = new RequestType<
+    ReportProviderErrorParams,
+    ReportProviderErrorResult,
+    void
+>("ctx/reportProviderError");
 
 /** Records to take out of what the model sees (the transcript keeps them). */
 export interface SnipParams {
@@ -496,13 +504,21 @@ export type {
     SearchHistoryResult,
 } from "./protocol";
 /** Compacts a Claude Code transcript in place, in the program's own record shapes. */
-export const claudeCompact = new RequestType<ClaudeSessionParams, ClaudeCompactResult, void>("ctx/claudeCompact");
+export const claudeCompact = new RequestType<ClaudeSessionParams, ClaudeCompactResult, void>(
+    "ctx/claudeCompact",
+);
 /** Takes ctxd's last compaction of a Claude Code transcript back, byte for byte. */
-export const claudeUndo = new RequestType<ClaudeSessionParams, ClaudeUndoResult, void>("ctx/claudeUndo");
+export const claudeUndo = new RequestType<ClaudeSessionParams, ClaudeUndoResult, void>(
+    "ctx/claudeUndo",
+);
 /** Searches a session's history (its compacted past included), or every session of a project. */
-export const searchHistory = new RequestType<SearchHistoryParams, SearchHistoryResult, void>("ctx/searchHistory");
+export const searchHistory = new RequestType<SearchHistoryParams, SearchHistoryResult, void>(
+    "ctx/searchHistory",
+);
 /** One record of a session's history in full, with its neighbours on the chain. */
-export const readHistory = new RequestType<ReadHistoryParams, ReadHistoryResult, void>("ctx/readHistory");
+export const readHistory = new RequestType<ReadHistoryParams, ReadHistoryResult, void>(
+    "ctx/readHistory",
+);
 
 /** A skill ran and the model was given `content` (restored after a compaction). */
 export interface SkillInvokedParams {
@@ -510,7 +526,9 @@ export interface SkillInvokedParams {
     name: string;
     content: string;
 }
-export const skillInvoked = new RequestType<SkillInvokedParams, UsageResult, void>("ctx/skillInvoked");
+export const skillInvoked = new RequestType<SkillInvokedParams, UsageResult, void>(
+    "ctx/skillInvoked",
+);
 
 /** The session's plan file, read again from disk after a compaction (null forgets it). */
 export interface SetPlanParams {
@@ -577,7 +595,14 @@ export interface ScrollbackEntry {
     uuid?: string;
     parentUuid?: string;
     role: "user" | "assistant";
-    kind: "prompt" | "toolResults" | "meta" | "compactSummary" | "attachment" | "response" | "collapseSummary";
+    kind:
+        | "prompt"
+        | "toolResults"
+        | "meta"
+        | "compactSummary"
+        | "attachment"
+        | "response"
+        | "collapseSummary";
     /** `attachment.type` of an attachment. */
     attachmentType?: string;
     /** Milliseconds since the Unix epoch. */
@@ -587,7 +612,10 @@ export interface ScrollbackEntry {
     /** Estimated tokens of the content as written. */
     tokens: number;
     /** Why the model does not see this message; absent when it does. */
-    hidden?: { reason: "compacted"; boundaryUuid?: string | null } | { reason: "snipped" } | { reason: "collapsed"; summaryEntry: number };
+    hidden?:
+        | { reason: "compacted"; boundaryUuid?: string | null }
+        | { reason: "snipped" }
+        | { reason: "collapsed"; summaryEntry: number };
     /** Tool results of this message that the model sees changed, or not at all. */
     results?: ResultMark[];
     /** For a collapse summary: the first and last record of the span it stands for. */
@@ -598,7 +626,10 @@ export interface ResultMark {
     toolUseId: string;
     /** Index of the `tool_result` block in `content`. */
     block: number;
-    change: { kind: "cleared" } | { kind: "deletedFromCache" } | { kind: "replaced"; path: string; originalBytes: number };
+    change:
+        | { kind: "cleared" }
+        | { kind: "deletedFromCache" }
+        | { kind: "replaced"; path: string; originalBytes: number };
 }
 /** Builds the session's next model request. */
 export const assemble = new RequestType<AssembleParams, AssembleResult, void>("ctx/assemble");

@@ -8,7 +8,13 @@
  * against `editor-clients/fixtures/render-cases.json`, so the two editors show the same
  * strings for the same usage.
  */
-import type { ContextResult, Level, SetAutoCompactWindowResult, Usage, WindowSource } from "./lsp_ext";
+import type {
+    ContextResult,
+    Level,
+    SetAutoCompactWindowResult,
+    Usage,
+    WindowSource,
+} from "./lsp_ext";
 
 /** A label and its formatted value. */
 export type Row = [string, string];
@@ -103,12 +109,20 @@ export function summaryRows(usage: Usage): Row[] {
             `${formatCount(usage.tokens)} (reported ${formatCount(usage.reportedTokens)}, estimated ${formatCount(usage.estimatedTokens)})`,
         ],
         ["Used", `${percent(usage.percentUsed)}% of the window`],
-        ["Window", `${formatCount(usage.window)} (effective ${formatCount(usage.effectiveWindow)})`],
+        [
+            "Window",
+            `${formatCount(usage.window)} (effective ${formatCount(usage.effectiveWindow)})`,
+        ],
         ["Warning at", formatCount(usage.warning)],
         ["Auto-compact at", autoCompactAt],
         ["Blocked at", formatCount(usage.blocked)],
         // With auto-compact off nothing compacts at the threshold: no count-down to show.
-        ["Until compaction", usage.autoCompactEnabled ? `${formatCount(usage.tokensUntilCompact)} (${percent(usage.percentUntilCompact)}%)` : "none (auto-compact off)"],
+        [
+            "Until compaction",
+            usage.autoCompactEnabled
+                ? `${formatCount(usage.tokensUntilCompact)} (${percent(usage.percentUntilCompact)}%)`
+                : "none (auto-compact off)",
+        ],
     ];
 }
 
@@ -130,7 +144,9 @@ export function breakdownRows(usage: Usage): Row[] {
 }
 
 /** Memory files as `[path, kind, tokens, status]`. */
-export function memoryFileRows(context: Pick<ContextResult, "memoryFiles">): [string, string, string, string][] {
+export function memoryFileRows(
+    context: Pick<ContextResult, "memoryFiles">,
+): [string, string, string, string][] {
     return context.memoryFiles.map((f) => [f.path, f.kind, formatCount(f.tokens), f.status]);
 }
 
@@ -140,7 +156,9 @@ export function pendingRuleRows(context: Pick<ContextResult, "pendingRules">): R
 }
 
 /** Read files and git, one row each. */
-export function contextRows(context: Pick<ContextResult, "filesRead" | "staleFiles" | "git">): Row[] {
+export function contextRows(
+    context: Pick<ContextResult, "filesRead" | "staleFiles" | "git">,
+): Row[] {
     return [
         ["Files read", formatCount(context.filesRead)],
         ["Changed since read", formatCount(context.staleFiles?.length ?? 0)],
@@ -177,7 +195,11 @@ function escapeMarkdown(text: string): string {
 
 function markdownTable(header: string[], rows: string[][]): string[] {
     const line = (cells: string[]) => `| ${cells.join(" | ")} |`;
-    return [line(header), line(header.map(() => "---")), ...rows.map((r) => line(r.map(escapeMarkdown)))];
+    return [
+        line(header),
+        line(header.map(() => "---")),
+        ...rows.map((r) => line(r.map(escapeMarkdown))),
+    ];
 }
 
 /** Markdown for the status bar tooltip: summary, then the breakdown. */
@@ -209,27 +231,60 @@ export function contextDocument(sessionId: string, context: ContextContent, note
     }
     lines.push(`**${statusText(context.usage)}**`, "");
     lines.push(...markdownTable(["", ""], summaryRows(context.usage)), "");
-    lines.push("## Breakdown", "", ...markdownTable(["Category", "Tokens"], breakdownRows(context.usage)), "");
+    lines.push(
+        "## Breakdown",
+        "",
+        ...markdownTable(["Category", "Tokens"], breakdownRows(context.usage)),
+        "",
+    );
     if (context.memoryFiles !== undefined) {
         lines.push("## Memory files", "");
         if (context.memoryFiles.length === 0) {
             lines.push("None loaded.", "");
         } else {
-            lines.push(...markdownTable(["Path", "Kind", "Tokens", "Status"], memoryFileRows({ memoryFiles: context.memoryFiles })), "");
+            lines.push(
+                ...markdownTable(
+                    ["Path", "Kind", "Tokens", "Status"],
+                    memoryFileRows({ memoryFiles: context.memoryFiles }),
+                ),
+                "",
+            );
         }
     }
     if (context.pendingRules !== undefined && context.pendingRules.length > 0) {
-        lines.push("## Pending rules", "", ...markdownTable(["Rule", "Applies to"], pendingRuleRows({ pendingRules: context.pendingRules })), "");
+        lines.push(
+            "## Pending rules",
+            "",
+            ...markdownTable(
+                ["Rule", "Applies to"],
+                pendingRuleRows({ pendingRules: context.pendingRules }),
+            ),
+            "",
+        );
     }
     if (context.filesRead !== undefined && context.git !== undefined) {
-        const rows = contextRows({ filesRead: context.filesRead, staleFiles: context.staleFiles, git: context.git });
+        const rows = contextRows({
+            filesRead: context.filesRead,
+            staleFiles: context.staleFiles,
+            git: context.git,
+        });
         lines.push("## Files and git", "", ...markdownTable(["", ""], rows), "");
     }
     if (context.staleFiles !== undefined && context.staleFiles.length > 0) {
-        lines.push("## Changed since read", "", ...context.staleFiles.map((f) => `- ${escapeMarkdown(f)}`), "");
+        lines.push(
+            "## Changed since read",
+            "",
+            ...context.staleFiles.map((f) => `- ${escapeMarkdown(f)}`),
+            "",
+        );
     }
     if (context.diagnostics !== undefined && context.diagnostics.length > 0) {
-        lines.push("## Problems", "", ...context.diagnostics.map((d) => `- ${escapeMarkdown(d)}`), "");
+        lines.push(
+            "## Problems",
+            "",
+            ...context.diagnostics.map((d) => `- ${escapeMarkdown(d)}`),
+            "",
+        );
     }
     return lines.join("\n");
 }

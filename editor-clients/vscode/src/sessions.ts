@@ -60,7 +60,10 @@ export interface CtxdApi {
     undoCompact(sessionId: string): Promise<ext.UndoCompactResult>;
     context(sessionId: string): Promise<ext.ContextResult>;
     /** Saves the window for `model` (`"auto"` clears it); its open sessions follow at once. */
-    setAutoCompactWindow(model: string, window: ext.WindowChoice): Promise<ext.SetAutoCompactWindowResult>;
+    setAutoCompactWindow(
+        model: string,
+        window: ext.WindowChoice,
+    ): Promise<ext.SetAutoCompactWindowResult>;
     /** Tells the daemon the agent read a file by some means the transcript does not show. */
     fileRead(params: ext.FileReadParams): Promise<ext.FileReadResult>;
     /** Starts a new empty session in place of `sessionId` (which closes); returns the new id. */
@@ -69,7 +72,10 @@ export interface CtxdApi {
      * Tells the daemon the host's model request failed; it compacts when that answers the
      * refusal (`action: "compacted"`: retry the request now).
      */
-    reportProviderError(sessionId: string, error: ext.ProviderErrorReport): Promise<ext.ReportProviderErrorResult>;
+    reportProviderError(
+        sessionId: string,
+        error: ext.ProviderErrorReport,
+    ): Promise<ext.ReportProviderErrorResult>;
     closeSession(sessionId: string): Promise<void>;
     /** Any `ctx/` method, for what this API does not wrap yet. */
     request<R = unknown>(method: string, params: unknown): Promise<R>;
@@ -111,11 +117,19 @@ export class CtxdSessions implements CtxdApi {
         this.detach();
         this.connection = connection;
         const on = <P>(type: { method: string }, handler: (params: P) => void) =>
-            this.subscriptions.push(connection.onNotification(type.method, (params) => handler(params as P)));
+            this.subscriptions.push(
+                connection.onNotification(type.method, (params) => handler(params as P)),
+            );
         on<ext.UsageChangedParams>(ext.usageChanged, (p) => this.setUsage(p.sessionId, p.usage));
-        on<ext.CompactedParams>(ext.compacted, (p) => this.compactedEmitter.fire(p));
-        on<ext.CompactFailedParams>(ext.compactFailed, (p) => this.compactFailedEmitter.fire(p));
-        on<ext.ContextChangedParams>(ext.contextChanged, (p) => this.contextChangedEmitter.fire(p));
+        on<ext.CompactedParams>(ext.compacted, (p) => {
+            this.compactedEmitter.fire(p);
+        });
+        on<ext.CompactFailedParams>(ext.compactFailed, (p) => {
+            this.compactFailedEmitter.fire(p);
+        });
+        on<ext.ContextChangedParams>(ext.contextChanged, (p) => {
+            this.contextChangedEmitter.fire(p);
+        });
     }
 
     detach(): void {
@@ -134,7 +148,11 @@ export class CtxdSessions implements CtxdApi {
         }
         const reopen = [...this.open.values()].map((s) =>
             connection
-                .request<ext.OpenSessionResult>(ext.openSession.method, { cwd: s.cwd, model: s.model, sessionId: s.sessionId })
+                .request<ext.OpenSessionResult>(ext.openSession.method, {
+                    cwd: s.cwd,
+                    model: s.model,
+                    sessionId: s.sessionId,
+                })
                 .then(
                     (result) => this.setUsage(result.sessionId, result.usage),
                     () => undefined,
@@ -156,7 +174,12 @@ export class CtxdSessions implements CtxdApi {
     async openSession(params: ext.OpenSessionParams): Promise<ext.OpenSessionResult> {
         const result = await this.send(ext.openSession, params);
         const known = this.open.get(result.sessionId);
-        this.open.set(result.sessionId, { sessionId: result.sessionId, cwd: params.cwd, model: params.model, usage: known?.usage });
+        this.open.set(result.sessionId, {
+            sessionId: result.sessionId,
+            cwd: params.cwd,
+            model: params.model,
+            usage: known?.usage,
+        });
         this.sessionsEmitter.fire();
         this.setUsage(result.sessionId, result.usage);
         return result;
@@ -172,14 +195,19 @@ export class CtxdSessions implements CtxdApi {
 
     async nextRequest(params: ext.AssembleParams): Promise<ext.AssembleResult> {
         const kept = this.held.get(params.sessionId);
-        const result = await this.send(ext.assemble, kept ? { ...params, since: kept.revision } : params);
+        const result = await this.send(
+            ext.assemble,
+            kept ? { ...params, since: kept.revision } : params,
+        );
         const sent = (result.request.messages ?? []) as unknown[];
         let messages = sent;
         if (result.messagesFrom > 0) {
             // The daemon answers `since` only its latest answer, which this kept.
             if (kept === undefined || result.messagesFrom > kept.messages.length) {
                 this.held.delete(params.sessionId);
-                throw new Error(`ctx/assemble answered from message ${result.messagesFrom} of a request this client does not hold`);
+                throw new Error(
+                    `ctx/assemble answered from message ${result.messagesFrom} of a request this client does not hold`,
+                );
             }
             messages = [...kept.messages.slice(0, result.messagesFrom), ...sent];
         }
@@ -192,7 +220,9 @@ export class CtxdSessions implements CtxdApi {
     }
 
     compact(sessionId: string, instructions?: string): Promise<ext.CompactResult> {
-        const params: ext.CompactParams = instructions ? { sessionId, instructions } : { sessionId };
+        const params: ext.CompactParams = instructions
+            ? { sessionId, instructions }
+            : { sessionId };
         return this.send(ext.compact, params);
     }
 
@@ -204,7 +234,10 @@ export class CtxdSessions implements CtxdApi {
         return this.send(ext.context, { sessionId });
     }
 
-    setAutoCompactWindow(model: string, window: ext.WindowChoice): Promise<ext.SetAutoCompactWindowResult> {
+    setAutoCompactWindow(
+        model: string,
+        window: ext.WindowChoice,
+    ): Promise<ext.SetAutoCompactWindowResult> {
         return this.send(ext.setAutoCompactWindow, { model, window });
     }
 
@@ -218,14 +251,21 @@ export class CtxdSessions implements CtxdApi {
         const old = this.open.get(sessionId);
         if (old !== undefined) {
             this.open.delete(sessionId);
-            this.open.set(result.sessionId, { sessionId: result.sessionId, cwd: old.cwd, model: old.model });
+            this.open.set(result.sessionId, {
+                sessionId: result.sessionId,
+                cwd: old.cwd,
+                model: old.model,
+            });
             this.sessionsEmitter.fire();
             this.setUsage(result.sessionId, result.usage);
         }
         return result.sessionId;
     }
 
-    reportProviderError(sessionId: string, error: ext.ProviderErrorReport): Promise<ext.ReportProviderErrorResult> {
+    reportProviderError(
+        sessionId: string,
+        error: ext.ProviderErrorReport,
+    ): Promise<ext.ReportProviderErrorResult> {
         return this.send(ext.reportProviderError, { sessionId, error });
     }
 
@@ -250,7 +290,12 @@ export class CtxdSessions implements CtxdApi {
 
     dispose(): void {
         this.detach();
-        for (const e of [this.usageEmitter, this.compactedEmitter, this.compactFailedEmitter, this.contextChangedEmitter]) {
+        for (const e of [
+            this.usageEmitter,
+            this.compactedEmitter,
+            this.compactFailedEmitter,
+            this.contextChangedEmitter,
+        ]) {
             e.dispose();
         }
         this.sessionsEmitter.dispose();
@@ -265,12 +310,14 @@ export class CtxdSessions implements CtxdApi {
         if (session !== undefined) {
             // The daemon pushes the opened state as well as answering with it: the same
             // usage twice for a session already drawn is one change.
-            if (session.usage !== undefined && JSON.stringify(session.usage) === JSON.stringify(usage)) {
+            if (
+                session.usage !== undefined &&
+                JSON.stringify(session.usage) === JSON.stringify(usage)
+            ) {
                 return;
             }
             session.usage = usage;
         }
         this.usageEmitter.fire({ sessionId, usage });
     }
-
 }

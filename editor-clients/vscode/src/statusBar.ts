@@ -56,9 +56,17 @@ export class SessionStatusBar implements vscode.Disposable {
         }
         for (const sessionId of open) {
             if (!this.items.has(sessionId)) {
-                const item = vscode.window.createStatusBarItem(`ctxd.session.${sessionId}`, vscode.StatusBarAlignment.Right, 100);
+                const item = vscode.window.createStatusBarItem(
+                    `ctxd.session.${sessionId}`,
+                    vscode.StatusBarAlignment.Right,
+                    100,
+                );
                 item.name = "ctxd context";
-                item.command = { title: "Show context", command: Commands.showContext, arguments: [sessionId] };
+                item.command = {
+                    title: "Show context",
+                    command: Commands.showContext,
+                    arguments: [sessionId],
+                };
                 this.items.set(sessionId, item);
                 this.draw(sessionId, this.sessions.latestUsage(sessionId));
                 item.show();
@@ -73,13 +81,16 @@ export class SessionStatusBar implements vscode.Disposable {
         }
         if (!this.daemonRunning || usage === undefined) {
             item.text = this.daemonRunning ? "$(loading~spin) ctx" : DAEMON_DOWN_TEXT;
-            item.tooltip = this.daemonRunning ? `ctxd session ${sessionId}: waiting for usage` : "ctxd stopped; restarting";
+            item.tooltip = this.daemonRunning
+                ? `ctxd session ${sessionId}: waiting for usage`
+                : "ctxd stopped; restarting";
             item.backgroundColor = undefined;
             return;
         }
         item.text = statusBarText(usage);
         item.tooltip = new vscode.MarkdownString(statusTooltip(sessionId, usage));
         const background = levelBackground(usage.level);
-        item.backgroundColor = background !== undefined ? new vscode.ThemeColor(background) : undefined;
+        item.backgroundColor =
+            background !== undefined ? new vscode.ThemeColor(background) : undefined;
     }
 }

@@ -8,18 +8,32 @@ import * as os from "node:os";
 import * as path from "node:path";
 import { describe, it } from "node:test";
 
-import { claudeConfigDir, claudeProjectDir, claudeProjectFolderName, isObservedId, ObservedSessions, observeId, transcriptModel } from "../src/claude";
+import {
+    claudeConfigDir,
+    claudeProjectDir,
+    claudeProjectFolderName,
+    isObservedId,
+    ObservedSessions,
+    observeId,
+    transcriptModel,
+} from "../src/claude";
 import { packageRoot } from "./support/daemon";
 import { usageCase } from "./support/fixtures";
 
 /** What the real Claude Code program named each folder (editor-clients/scripts/claude-project-folders). */
-const folderCases: { cases: { cwd: string; folder: string }[]; symlink: { link: string; target: string; folder: string } } = JSON.parse(
+const folderCases: {
+    cases: { cwd: string; folder: string }[];
+    symlink: { link: string; target: string; folder: string };
+} = JSON.parse(
     fs.readFileSync(path.join(packageRoot, "../fixtures/claude-project-folders.json"), "utf8"),
 );
 
 describe("Claude Code's project folders", () => {
     it("is $CLAUDE_CONFIG_DIR, else ~/.claude", () => {
-        assert.equal(claudeConfigDir({ CLAUDE_CONFIG_DIR: "/etc/claude" }, "/home/u"), "/etc/claude");
+        assert.equal(
+            claudeConfigDir({ CLAUDE_CONFIG_DIR: "/etc/claude" }, "/home/u"),
+            "/etc/claude",
+        );
         assert.equal(claudeConfigDir({ CLAUDE_CONFIG_DIR: "" }, "/home/u"), "/home/u/.claude");
         assert.equal(claudeConfigDir({}, "/home/u"), "/home/u/.claude");
     });
@@ -35,14 +49,24 @@ describe("Claude Code's project folders", () => {
     });
 
     it("names the project after the real path of a folder opened through a symlink, as the program does", () => {
-        assert.equal(folderCases.symlink.folder, claudeProjectFolderName(folderCases.symlink.target), "the pinned case");
+        assert.equal(
+            folderCases.symlink.folder,
+            claudeProjectFolderName(folderCases.symlink.target),
+            "the pinned case",
+        );
         const dir = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), "ctxd-link-")));
         const target = path.join(dir, "café-😀");
         fs.mkdirSync(target);
         fs.symlinkSync(target, path.join(dir, "link"));
-        assert.equal(claudeProjectDir(path.join(dir, "link"), "/c"), path.join("/c/projects", claudeProjectFolderName(target)));
+        assert.equal(
+            claudeProjectDir(path.join(dir, "link"), "/c"),
+            path.join("/c/projects", claudeProjectFolderName(target)),
+        );
         // A folder that does not exist is named as given.
-        assert.equal(claudeProjectDir(path.join(dir, "gone"), "/c"), path.join("/c/projects", claudeProjectFolderName(path.join(dir, "gone"))));
+        assert.equal(
+            claudeProjectDir(path.join(dir, "gone"), "/c"),
+            path.join("/c/projects", claudeProjectFolderName(path.join(dir, "gone"))),
+        );
     });
 });
 
@@ -59,8 +83,20 @@ describe("transcriptModel", () => {
     it("reads the latest real model from the tail, skipping synthetic ones and cut lines", () => {
         const dir = fs.mkdtempSync(path.join(os.tmpdir(), "ctxd-claude-"));
         const file = path.join(dir, "t.jsonl");
-        const assistant = (model: string) => JSON.stringify({ type: "assistant", message: { role: "assistant", model, content: [] } });
-        fs.writeFileSync(file, [assistant("claude-opus-4-1"), assistant("claude-sonnet-4-5-20250929"), assistant("<synthetic>"), '{"type":"assistant","mess'].join("\n"));
+        const assistant = (model: string) =>
+            JSON.stringify({
+                type: "assistant",
+                message: { role: "assistant", model, content: [] },
+            });
+        fs.writeFileSync(
+            file,
+            [
+                assistant("claude-opus-4-1"),
+                assistant("claude-sonnet-4-5-20250929"),
+                assistant("<synthetic>"),
+                '{"type":"assistant","mess',
+            ].join("\n"),
+        );
         assert.equal(transcriptModel(file), "claude-sonnet-4-5-20250929");
         assert.equal(transcriptModel(path.join(dir, "missing.jsonl")), undefined);
     });
@@ -74,7 +110,11 @@ describe("ObservedSessions", () => {
         return { configDir, folder, projectDir: claudeProjectDir(folder, configDir) };
     }
 
-    function connection(answer: (projectDir: string) => Promise<unknown>): { asked: string[]; request<R>(method: string, params: unknown): Promise<R>; onUsageChanged(): { dispose(): void } } {
+    function connection(answer: (projectDir: string) => Promise<unknown>): {
+        asked: string[];
+        request<R>(method: string, params: unknown): Promise<R>;
+        onUsageChanged(): { dispose(): void };
+    } {
         const asked: string[] = [];
         return {
             asked,
@@ -95,7 +135,11 @@ describe("ObservedSessions", () => {
         fs.writeFileSync(transcript, "");
         const down = connection(() => Promise.reject(new Error("Client is not running")));
         const logged: string[] = [];
-        const observed = new ObservedSessions(down, () => configDir, (line) => logged.push(line));
+        const observed = new ObservedSessions(
+            down,
+            () => configDir,
+            (line) => logged.push(line),
+        );
         await observed.observe([folder]);
         // The client gives up until the next daemon start, and says so.
         const gaveUp = `[ctxd client] cannot observe the Claude Code sessions of ${folder}: Client is not running`;
@@ -106,7 +150,9 @@ describe("ObservedSessions", () => {
         fs.appendFileSync(transcript, "{}\n");
         await new Promise((resolve) => setTimeout(resolve, 200));
         assert.equal(down.asked.length, 2);
-        assert.deepEqual(observed.unobserved(), [{ folder, projectDir, reason: "Client is not running" }]);
+        assert.deepEqual(observed.unobserved(), [
+            { folder, projectDir, reason: "Client is not running" },
+        ]);
         observed.dispose();
     });
 
@@ -114,7 +160,11 @@ describe("ObservedSessions", () => {
         const { configDir, folder, projectDir } = project();
         const transcript = path.join(projectDir, "s.jsonl");
         const usage = usageCase("ok").usage;
-        const daemon = connection(() => (fs.existsSync(transcript) ? Promise.resolve({ sessionId: observeId(transcript), usage }) : Promise.reject(new Error("no transcript yet"))));
+        const daemon = connection(() =>
+            fs.existsSync(transcript)
+                ? Promise.resolve({ sessionId: observeId(transcript), usage })
+                : Promise.reject(new Error("no transcript yet")),
+        );
         const observed = new ObservedSessions(daemon, () => configDir);
         await observed.observe([folder]);
         assert.equal(observed.unobserved()[0]?.reason, "no transcript yet");
@@ -133,18 +183,41 @@ describe("ObservedSessions", () => {
         asked: unknown[];
         push(sessionId: string, level: "ok" | "warning"): void;
         request<R>(method: string, params: unknown): Promise<R>;
-        onUsageChanged(listener: (p: { sessionId: string; usage: ReturnType<typeof usageCase>["usage"] }) => void): { dispose(): void };
+        onUsageChanged(
+            listener: (p: {
+                sessionId: string;
+                usage: ReturnType<typeof usageCase>["usage"];
+            }) => void,
+        ): { dispose(): void };
     } {
-        const listeners: ((p: { sessionId: string; usage: ReturnType<typeof usageCase>["usage"] }) => void)[] = [];
+        const listeners: ((p: {
+            sessionId: string;
+            usage: ReturnType<typeof usageCase>["usage"];
+        }) => void)[] = [];
         const asked: unknown[] = [];
         return {
             asked,
-            push: (sessionId, level) => listeners.forEach((l) => l({ sessionId, usage: usageCase(level).usage })),
+            push: (sessionId, level) =>
+                listeners.forEach((l) => l({ sessionId, usage: usageCase(level).usage })),
             request: <R>(_method: string, params: unknown) => {
                 asked.push(params);
-                const { projectDir, transcript } = params as { projectDir?: string; transcript?: string };
-                const newest = transcript ?? path.join(projectDir ?? "", fs.readdirSync(projectDir ?? "").sort().at(-1) ?? "");
-                return Promise.resolve({ sessionId: observeId(newest), usage: usageCase("ok").usage } as R);
+                const { projectDir, transcript } = params as {
+                    projectDir?: string;
+                    transcript?: string;
+                };
+                const newest =
+                    transcript ??
+                    path.join(
+                        projectDir ?? "",
+                        fs
+                            .readdirSync(projectDir ?? "")
+                            .sort()
+                            .at(-1) ?? "",
+                    );
+                return Promise.resolve({
+                    sessionId: observeId(newest),
+                    usage: usageCase("ok").usage,
+                } as R);
             },
             onUsageChanged: (listener) => {
                 listeners.push(listener);
@@ -167,13 +240,23 @@ describe("ObservedSessions", () => {
         assert.equal(observed.shown()?.transcript, newer);
         // The older session is listed though the daemon sent nothing for it.
         const listed = observed.listed();
-        assert.deepEqual(listed.map((l) => [l.claudeSessionId, l.session?.sessionId]), [["b-newer", observeId(newer)], ["a-older", undefined]]);
+        assert.deepEqual(
+            listed.map((l) => [l.claudeSessionId, l.session?.sessionId]),
+            [
+                ["b-newer", observeId(newer)],
+                ["a-older", undefined],
+            ],
+        );
         // Picking it follows it (one ctx/observe of that transcript) and pins it.
         const followed = await observed.follow(listed[1]);
         assert.deepEqual(d.asked.at(-1), { transcript: older });
         observed.pin(followed.sessionId);
         d.push(observeId(newer), "warning");
-        assert.equal(observed.shown()?.transcript, older, "pinned: the newer one's change does not take the item");
+        assert.equal(
+            observed.shown()?.transcript,
+            older,
+            "pinned: the newer one's change does not take the item",
+        );
         assert.equal(observed.newest()?.transcript, newer);
         // Following a session already followed asks nothing.
         const before = d.asked.length;

@@ -11,12 +11,30 @@ import * as fs from "node:fs";
 import * as path from "node:path";
 import { afterEach, beforeEach, describe, it } from "node:test";
 
-import { Commands, OLD_DAEMON_NOTE, parseWindow, registerCommands, reportCompactions, undoClaude } from "../src/commands";
+import {
+    Commands,
+    OLD_DAEMON_NOTE,
+    parseWindow,
+    registerCommands,
+    reportCompactions,
+    undoClaude,
+} from "../src/commands";
 import { ContextView } from "../src/contextView";
-import type { CompactedParams, CompactResult, ContextChangedParams, ContextResult } from "../src/lsp_ext";
+import type {
+    CompactedParams,
+    CompactResult,
+    ContextChangedParams,
+    ContextResult,
+} from "../src/lsp_ext";
 import { formatCount, statusText, windowResultText } from "../src/render";
 import { CtxdSessions } from "../src/sessions";
-import { packageRoot, startDaemon, TEST_SETTINGS, tempStateDir, type TestDaemon } from "./support/daemon";
+import {
+    packageRoot,
+    startDaemon,
+    TEST_SETTINGS,
+    tempStateDir,
+    type TestDaemon,
+} from "./support/daemon";
 import { FakeConnection } from "./support/fakeConnection";
 import { renderCases, usageCase } from "./support/fixtures";
 import { makeProject, type TestProject, writeAtomically } from "./support/project";
@@ -84,7 +102,9 @@ describe("commands on a real ctxd", () => {
         sessionId = (await sessions.openSession({ cwd: project.dir, model: MODEL })).sessionId;
         const user = userRecord("hi");
         await sessions.append(sessionId, [user, assistantRecord(50_060, user.uuid as string)]);
-        await waitFor("the usage after the append", () => (sessions.latestUsage(sessionId)?.tokens === 50_060 ? true : undefined));
+        await waitFor("the usage after the append", () =>
+            sessions.latestUsage(sessionId)?.tokens === 50_060 ? true : undefined,
+        );
     });
     afterEach(async () => {
         commands.dispose();
@@ -93,7 +113,9 @@ describe("commands on a real ctxd", () => {
     });
 
     it("registers every command package.json contributes", () => {
-        const manifest = JSON.parse(fs.readFileSync(path.join(packageRoot, "package.json"), "utf8")) as {
+        const manifest = JSON.parse(
+            fs.readFileSync(path.join(packageRoot, "package.json"), "utf8"),
+        ) as {
             contributes: { commands: { command: string }[] };
         };
         const contributed = manifest.contributes.commands.map((c) => c.command).sort();
@@ -118,7 +140,9 @@ describe("commands on a real ctxd", () => {
         // The transcript's last report (50,060) already holds the memory files.
         assert.ok(pre >= 50_060 && post < 50_060, message.text);
         await waitFor("ctx/compacted", () => (compacted.length > 0 ? true : undefined));
-        assert.deepEqual(compacted, [{ sessionId, trigger: "manual", preTokens: pre, postTokens: post }]);
+        assert.deepEqual(compacted, [
+            { sessionId, trigger: "manual", preTokens: pre, postTokens: post },
+        ]);
         const usage = await waitFor("the usage after the compaction", () => {
             const u = sessions.latestUsage(sessionId);
             return u !== undefined && u.tokens < 50_060 && u.level !== "compacting" ? u : undefined;
@@ -130,22 +154,32 @@ describe("commands on a real ctxd", () => {
         const empty = await sessions.openSession({ cwd: project.dir, model: MODEL });
         fake.inputAnswers.push("");
         await run(Commands.compact, empty.sessionId);
-        assert.match(lastError(), /^ctxd could not compact the session: nothing to compact: .*\. Nothing was changed\.$/);
+        assert.match(
+            lastError(),
+            /^ctxd could not compact the session: nothing to compact: .*\. Nothing was changed\.$/,
+        );
     });
 
     it("Undo last compaction brings the tokens back, and says why when it cannot", async () => {
         await run(Commands.undoCompact);
-        assert.equal(lastError(), "ctxd could not undo the compaction: this session has no compaction to undo.");
+        assert.equal(
+            lastError(),
+            "ctxd could not undo the compaction: this session has no compaction to undo.",
+        );
         fake.inputAnswers.push("");
         await run(Commands.compact);
         fake.messages.length = 0;
         await run(Commands.undoCompact);
         assert.equal(fake.messages.length, 1, JSON.stringify(fake.messages));
-        const undone = /^ctxd: compaction undone; ([\d,]+) → ([\d,]+) tokens\.$/.exec(fake.messages[0].text);
+        const undone = /^ctxd: compaction undone; ([\d,]+) → ([\d,]+) tokens\.$/.exec(
+            fake.messages[0].text,
+        );
         assert.ok(undone, fake.messages[0].text);
         const [pre, post] = [undone[1], undone[2]].map((n) => Number(n.replace(/,/g, "")));
         assert.ok(pre < 50_060 && post >= 50_060, fake.messages[0].text);
-        await waitFor("the usage after the undo", () => (sessions.latestUsage(sessionId)?.tokens === post ? true : undefined));
+        await waitFor("the usage after the undo", () =>
+            sessions.latestUsage(sessionId)?.tokens === post ? true : undefined,
+        );
         await run(Commands.undoCompact);
         assert.match(lastError(), /^ctxd could not undo the compaction: /);
     });
@@ -163,20 +197,46 @@ describe("commands on a real ctxd", () => {
         assert.equal(fake.shownDocuments.length, 1);
         const text = fake.shownDocuments[0].getText();
         const answer = await sessions.context(sessionId);
-        assert.match(text, new RegExp(`^# ctxd context: ${sessionId}\n\n\\*\\*ctx 50\\.1% · 16\\.9k to compact\\*\\*`), "no note");
+        assert.match(
+            text,
+            new RegExp(
+                `^# ctxd context: ${sessionId}\n\n\\*\\*ctx 50\\.1% · 16\\.9k to compact\\*\\*`,
+            ),
+            "no note",
+        );
         const claudeMd = answer.memoryFiles.find((f) => f.path === project.claudeMd);
-        assert.ok(claudeMd !== undefined && claudeMd.tokens > 0, JSON.stringify(answer.memoryFiles));
+        assert.ok(
+            claudeMd !== undefined && claudeMd.tokens > 0,
+            JSON.stringify(answer.memoryFiles),
+        );
         assert.deepEqual([claudeMd.kind, claudeMd.status], ["project", "loaded"]);
         assert.ok(text.includes(memoryRow(claudeMd)), text);
         const rule = answer.memoryFiles.find((f) => f.path === project.rule);
-        assert.ok(rule !== undefined && rule.status === "waiting", JSON.stringify(answer.memoryFiles));
+        assert.ok(
+            rule !== undefined && rule.status === "waiting",
+            JSON.stringify(answer.memoryFiles),
+        );
         assert.ok(text.includes(memoryRow(rule)), text);
-        assert.ok(text.includes(`## Pending rules\n\n| Rule | Applies to |\n| --- | --- |\n| ${project.rule} | src/\\*\\*/\\*.rs |`), text);
+        assert.ok(
+            text.includes(
+                `## Pending rules\n\n| Rule | Applies to |\n| --- | --- |\n| ${project.rule} | src/\\*\\*/\\*.rs |`,
+            ),
+            text,
+        );
         // ctx/context and ctx/usageChanged carry the same breakdown.
         assert.ok(answer.usage.breakdown.memoryFiles > 0);
-        assert.equal(sessions.latestUsage(sessionId)?.breakdown.memoryFiles, answer.usage.breakdown.memoryFiles);
-        assert.ok(text.includes(`| Memory files | ${formatCount(answer.usage.breakdown.memoryFiles)} |`), text);
-        assert.match(text, /\| Files read \| 0 \|\n\| Changed since read \| 0 \|\n\| Git snapshot \| no \|/);
+        assert.equal(
+            sessions.latestUsage(sessionId)?.breakdown.memoryFiles,
+            answer.usage.breakdown.memoryFiles,
+        );
+        assert.ok(
+            text.includes(`| Memory files | ${formatCount(answer.usage.breakdown.memoryFiles)} |`),
+            text,
+        );
+        assert.match(
+            text,
+            /\| Files read \| 0 \|\n\| Changed since read \| 0 \|\n\| Git snapshot \| no \|/,
+        );
     });
 
     it("Show context follows ctx/contextChanged when a memory file or a read file changes on disk", async () => {
@@ -184,23 +244,46 @@ describe("commands on a real ctxd", () => {
         sessions.onContextChanged((c) => changed.push(c));
         await run(Commands.showContext, sessionId);
         const doc = fake.shownDocuments[0];
-        const read = await sessions.fileRead({ sessionId, path: project.notes, startLine: 2, numLines: 1 });
+        const read = await sessions.fileRead({
+            sessionId,
+            path: project.notes,
+            startLine: 2,
+            numLines: 1,
+        });
         assert.deepEqual(
-            { alreadyRead: read.alreadyRead, reads: read.reads, startLine: read.startLine, numLines: read.numLines, totalLines: read.totalLines },
+            {
+                alreadyRead: read.alreadyRead,
+                reads: read.reads,
+                startLine: read.startLine,
+                numLines: read.numLines,
+                totalLines: read.totalLines,
+            },
             { alreadyRead: false, reads: 1, startLine: 2, numLines: 1, totalLines: 3 },
         );
         writeAtomically(project.notes, "uno\ndos\ntres\n");
-        writeAtomically(project.claudeMd, `# Project\n\n${"Run the tests before every commit. ".repeat(40)}\n`);
+        writeAtomically(
+            project.claudeMd,
+            `# Project\n\n${"Run the tests before every commit. ".repeat(40)}\n`,
+        );
         await waitFor("ctx/contextChanged for both files", () => {
             const paths = changed.filter((c) => c.sessionId === sessionId).flatMap((c) => c.paths);
-            return paths.includes(project.notes) && paths.includes(project.claudeMd) ? true : undefined;
+            return paths.includes(project.notes) && paths.includes(project.claudeMd)
+                ? true
+                : undefined;
         });
         // The daemon's state once both changes are in; the view asked again after each
         // notification, so it ends on that state too.
         let answer = await sessions.context(sessionId);
-        const grown = (a: ContextResult) => (a.memoryFiles.find((f) => f.path === project.claudeMd)?.tokens ?? 0) > 100;
-        for (const deadline = Date.now() + 10_000; !(grown(answer) && answer.staleFiles?.includes(project.notes)); ) {
-            assert.ok(Date.now() < deadline, `the daemon's context after the changes: ${JSON.stringify(answer)}`);
+        const grown = (a: ContextResult) =>
+            (a.memoryFiles.find((f) => f.path === project.claudeMd)?.tokens ?? 0) > 100;
+        for (
+            const deadline = Date.now() + 10_000;
+            !(grown(answer) && answer.staleFiles?.includes(project.notes));
+        ) {
+            assert.ok(
+                Date.now() < deadline,
+                `the daemon's context after the changes: ${JSON.stringify(answer)}`,
+            );
             await new Promise((r) => setTimeout(r, 50));
             answer = await sessions.context(sessionId);
         }
@@ -208,7 +291,10 @@ describe("commands on a real ctxd", () => {
         assert.deepEqual(answer.staleFiles, [project.notes]);
         await waitFor("the view to show the new state", () => {
             const text = doc.getText();
-            return text.includes(memoryRow(claudeMd)) && text.includes(`## Changed since read\n\n- ${project.notes}\n`) ? true : undefined;
+            return text.includes(memoryRow(claudeMd)) &&
+                text.includes(`## Changed since read\n\n- ${project.notes}\n`)
+                ? true
+                : undefined;
         });
         assert.match(doc.getText(), /\| Files read \| 1 \|\n\| Changed since read \| 1 \|/);
         assert.deepEqual(fake.messages, []);
@@ -219,7 +305,9 @@ describe("commands on a real ctxd", () => {
         const doc = fake.shownDocuments[0];
         const parent = userRecord("more");
         await sessions.append(sessionId, [parent, assistantRecord(60_000, parent.uuid as string)]);
-        await waitFor("the view at 60,000 tokens", () => (doc.getText().includes("| Tokens | 60,000 ") ? true : undefined));
+        await waitFor("the view at 60,000 tokens", () =>
+            doc.getText().includes("| Tokens | 60,000 ") ? true : undefined,
+        );
         assert.match(doc.getText(), /\*\*ctx 60\.0% · 7\.0k to compact\*\*/);
         assert.match(doc.getText(), /## Memory files/, "still the ctx/context view");
     });
@@ -231,7 +319,10 @@ describe("commands on a real ctxd", () => {
         assert.equal(box.validateInput?.("lots"), "A positive token count, or auto");
         assert.equal(box.validateInput?.("auto"), undefined);
         assert.deepEqual(fake.messages, [
-            { kind: "info", text: `ctxd: auto-compact window for ${MODEL} is 200,000 tokens (from settings).` },
+            {
+                kind: "info",
+                text: `ctxd: auto-compact window for ${MODEL} is 200,000 tokens (from settings).`,
+            },
         ]);
         // The daemon applies the saved window to the model's open sessions at once.
         const usage = await waitFor("the session at a 200,000 window", () => {
@@ -239,7 +330,9 @@ describe("commands on a real ctxd", () => {
             return u?.window === 200_000 ? u : undefined;
         });
         assert.equal(statusText(usage), "ctx 25.0% · 116.9k to compact");
-        const saved = JSON.parse(fs.readFileSync(path.join(daemon.stateDir, "saved-settings.json"), "utf8"));
+        const saved = JSON.parse(
+            fs.readFileSync(path.join(daemon.stateDir, "saved-settings.json"), "utf8"),
+        );
         assert.deepEqual(saved.modelSettings[MODEL], { autoCompactWindow: 200_000 });
     });
 
@@ -248,18 +341,31 @@ describe("commands on a real ctxd", () => {
         await run(Commands.setAutoCompactWindow);
         // Capped to the model's window: the reason says so, in place of the clamp warning.
         assert.deepEqual(fake.messages, [
-            { kind: "warning", text: "ctxd: window 200,000, not 2,000,000: the model accepts at most 200000 tokens; 2000000 is more than it can take." },
-            { kind: "info", text: `ctxd: auto-compact window for ${MODEL} is 200,000 tokens (from settings).` },
+            {
+                kind: "warning",
+                text: "ctxd: window 200,000, not 2,000,000: the model accepts at most 200000 tokens; 2000000 is more than it can take.",
+            },
+            {
+                kind: "info",
+                text: `ctxd: auto-compact window for ${MODEL} is 200,000 tokens (from settings).`,
+            },
         ]);
-        await waitFor("the session at a 200,000 window", () => (sessions.latestUsage(sessionId)?.window === 200_000 ? true : undefined));
+        await waitFor("the session at a 200,000 window", () =>
+            sessions.latestUsage(sessionId)?.window === 200_000 ? true : undefined,
+        );
         fake.messages = [];
         fake.inputAnswers.push("auto");
         await run(Commands.setAutoCompactWindow);
         // Back to the client's autoCompactWindow setting.
         assert.deepEqual(fake.messages, [
-            { kind: "info", text: `ctxd: auto-compact window for ${MODEL} is 100,000 tokens (from settings).` },
+            {
+                kind: "info",
+                text: `ctxd: auto-compact window for ${MODEL} is 100,000 tokens (from settings).`,
+            },
         ]);
-        await waitFor("the session at a 100,000 window", () => (sessions.latestUsage(sessionId)?.window === 100_000 ? true : undefined));
+        await waitFor("the session at a 100,000 window", () =>
+            sessions.latestUsage(sessionId)?.window === 100_000 ? true : undefined,
+        );
         assert.equal(statusText(sessions.latestUsage(sessionId)!), "ctx 50.1% · 16.9k to compact");
     });
 
@@ -268,7 +374,10 @@ describe("commands on a real ctxd", () => {
         fs.mkdirSync(path.join(daemon.stateDir, "saved-settings.json"));
         fake.inputAnswers.push("300k");
         await run(Commands.setAutoCompactWindow);
-        assert.match(lastError(), /^ctxd could not save the auto-compact window: ctxd could not read or write its store \(.*saved-settings\.json.*\)\. The daemon's log has more\.$/);
+        assert.match(
+            lastError(),
+            /^ctxd could not save the auto-compact window: ctxd could not read or write its store \(.*saved-settings\.json.*\)\. The daemon's log has more\.$/,
+        );
         assert.equal(sessions.latestUsage(sessionId)?.window, 100_000, "nothing changed");
     });
 
@@ -281,8 +390,15 @@ describe("commands on a real ctxd", () => {
         assert.ok(cleared, fake.messages[1].text);
         const [newId] = [cleared[1]];
         assert.notEqual(newId, sessionId);
-        assert.deepEqual(sessions.sessions().map((s) => [s.sessionId, s.cwd, s.model]), [[newId, project.dir, MODEL]]);
-        assert.equal(statusText(sessions.latestUsage(newId)!), "ctx 0.0% · 67.0k to compact", "the new session's usage from the answer");
+        assert.deepEqual(
+            sessions.sessions().map((s) => [s.sessionId, s.cwd, s.model]),
+            [[newId, project.dir, MODEL]],
+        );
+        assert.equal(
+            statusText(sessions.latestUsage(newId)!),
+            "ctx 0.0% · 67.0k to compact",
+            "the new session's usage from the answer",
+        );
         // Nothing but the project's memory files (its next request carries them).
         const usage = await sessions.usage(newId);
         assert.ok(usage.tokens > 0);
@@ -293,7 +409,10 @@ describe("commands on a real ctxd", () => {
         fake.messageAnswer = undefined;
         await run(Commands.clear);
         assert.equal(fake.messages.length, 1);
-        assert.deepEqual(sessions.sessions().map((s) => s.sessionId), [sessionId]);
+        assert.deepEqual(
+            sessions.sessions().map((s) => s.sessionId),
+            [sessionId],
+        );
     });
 
     it("Show log reveals the output channel; Restart restarts", async () => {
@@ -327,7 +446,11 @@ describe("commands against scripted answers (a future daemon, an older one)", ()
         sessions.dispose();
     });
 
-    const compactResult = (preTokens: number, postTokens: number, problems?: string[]): CompactResult => ({
+    const compactResult = (
+        preTokens: number,
+        postTokens: number,
+        problems?: string[],
+    ): CompactResult => ({
         boundary: "b",
         trigger: "manual",
         preTokens,
@@ -343,32 +466,90 @@ describe("commands against scripted answers (a future daemon, an older one)", ()
         connection.answer("ctx/compact", () => compactResult(150_000, 20_000));
         fake.inputAnswers.push("  keep the plan ");
         await run(Commands.compact);
-        assert.deepEqual(connection.sent.at(-1), { method: "ctx/compact", params: { sessionId: "s-1", instructions: "keep the plan" } });
-        assert.deepEqual(fake.messages, [{ kind: "info", text: "ctxd: compacted 150,000 → 20,000 tokens." }]);
+        assert.deepEqual(connection.sent.at(-1), {
+            method: "ctx/compact",
+            params: { sessionId: "s-1", instructions: "keep the plan" },
+        });
+        assert.deepEqual(fake.messages, [
+            { kind: "info", text: "ctxd: compacted 150,000 → 20,000 tokens." },
+        ]);
     });
 
     it("Undo on a Claude Code session gives the token figures when the answer has them", async () => {
-        const session = { sessionId: "observe-1", folder: "/w", projectDir: "/c/projects/-w", transcript: "/c/projects/-w/t.jsonl", claudeSessionId: "t", seen: 1 };
-        connection.answer("ctx/claudeUndo", () => ({ transcript: session.transcript, offset: 10, removedBytes: 5, preTokens: 12_000, postTokens: 110_700 }));
-        await undoClaude({ sessions, contextView: undefined as never, output: undefined as never, restart: async () => undefined, defaultModel: () => undefined }, session);
-        assert.deepEqual(connection.sent.at(-1), { method: "ctx/claudeUndo", params: { transcript: session.transcript, sessionId: "t" } });
-        assert.deepEqual(fake.messages, [{ kind: "info", text: "ctxd: the Claude Code session's last compaction is undone: 12,000 → 110,700 tokens; the transcript is as it was before it." }]);
+        const session = {
+            sessionId: "observe-1",
+            folder: "/w",
+            projectDir: "/c/projects/-w",
+            transcript: "/c/projects/-w/t.jsonl",
+            claudeSessionId: "t",
+            seen: 1,
+        };
+        connection.answer("ctx/claudeUndo", () => ({
+            transcript: session.transcript,
+            offset: 10,
+            removedBytes: 5,
+            preTokens: 12_000,
+            postTokens: 110_700,
+        }));
+        await undoClaude(
+            {
+                sessions,
+                contextView: undefined as never,
+                output: undefined as never,
+                restart: async () => undefined,
+                defaultModel: () => undefined,
+            },
+            session,
+        );
+        assert.deepEqual(connection.sent.at(-1), {
+            method: "ctx/claudeUndo",
+            params: { transcript: session.transcript, sessionId: "t" },
+        });
+        assert.deepEqual(fake.messages, [
+            {
+                kind: "info",
+                text: "ctxd: the Claude Code session's last compaction is undone: 12,000 → 110,700 tokens; the transcript is as it was before it.",
+            },
+        ]);
         // An answer without them (today's daemon) says what happened all the same.
         fake.messages = [];
-        connection.answer("ctx/claudeUndo", () => ({ transcript: session.transcript, offset: 10, removedBytes: 5 }));
-        await undoClaude({ sessions, contextView: undefined as never, output: undefined as never, restart: async () => undefined, defaultModel: () => undefined }, session);
-        assert.deepEqual(fake.messages, [{ kind: "info", text: "ctxd: the Claude Code session's last compaction is undone; the transcript is as it was before it." }]);
+        connection.answer("ctx/claudeUndo", () => ({
+            transcript: session.transcript,
+            offset: 10,
+            removedBytes: 5,
+        }));
+        await undoClaude(
+            {
+                sessions,
+                contextView: undefined as never,
+                output: undefined as never,
+                restart: async () => undefined,
+                defaultModel: () => undefined,
+            },
+            session,
+        );
+        assert.deepEqual(fake.messages, [
+            {
+                kind: "info",
+                text: "ctxd: the Claude Code session's last compaction is undone; the transcript is as it was before it.",
+            },
+        ]);
     });
 
     it("Compact now with an empty focus sends no instructions", async () => {
         connection.answer("ctx/compact", () => compactResult(2, 1));
         fake.inputAnswers.push("");
         await run(Commands.compact);
-        assert.deepEqual(connection.sent.at(-1), { method: "ctx/compact", params: { sessionId: "s-1" } });
+        assert.deepEqual(connection.sent.at(-1), {
+            method: "ctx/compact",
+            params: { sessionId: "s-1" },
+        });
     });
 
     it("Compact now shows the problems that did not stop the compaction", async () => {
-        connection.answer("ctx/compact", () => compactResult(150_000, 20_000, ["PreCompact hook `lint` exited with 1"]));
+        connection.answer("ctx/compact", () =>
+            compactResult(150_000, 20_000, ["PreCompact hook `lint` exited with 1"]),
+        );
         fake.inputAnswers.push("");
         await run(Commands.compact);
         assert.deepEqual(fake.messages, [
@@ -380,13 +561,22 @@ describe("commands against scripted answers (a future daemon, an older one)", ()
     it("Compact now shows -32601 from a daemon without ctx/compact", async () => {
         fake.inputAnswers.push("");
         await run(Commands.compact);
-        assert.equal(lastError(), "ctxd could not compact the session: this ctxd is too old to do that. Update ctxd.");
+        assert.equal(
+            lastError(),
+            "ctxd could not compact the session: this ctxd is too old to do that. Update ctxd.",
+        );
     });
 
     it("Show context falls back to the ctx/usage breakdown and says why (a daemon without ctx/context)", async () => {
-        connection.answer("ctx/usage", (p) => ({ sessionId: (p as { sessionId: string }).sessionId, usage: usageCase("warning").usage }));
+        connection.answer("ctx/usage", (p) => ({
+            sessionId: (p as { sessionId: string }).sessionId,
+            usage: usageCase("warning").usage,
+        }));
         await run(Commands.showContext);
-        assert.deepEqual(connection.sent.slice(-2).map((m) => m.method), ["ctx/context", "ctx/usage"]);
+        assert.deepEqual(
+            connection.sent.slice(-2).map((m) => m.method),
+            ["ctx/context", "ctx/usage"],
+        );
         assert.deepEqual(fake.messages, []);
         assert.equal(fake.shownDocuments.length, 1);
         const doc = fake.shownDocuments[0];
@@ -397,7 +587,10 @@ describe("commands against scripted answers (a future daemon, an older one)", ()
         assert.doesNotMatch(text, /## Memory files/);
         // It redraws from the pushed usage, without asking for ctx/context again.
         const sent = connection.sent.length;
-        connection.notify("ctx/usageChanged", { sessionId: "s-1", usage: usageCase("blocked").usage });
+        connection.notify("ctx/usageChanged", {
+            sessionId: "s-1",
+            usage: usageCase("blocked").usage,
+        });
         assert.match(doc.getText(), /\*\*ctx 89\.3% · blocked\*\*/);
         assert.ok(doc.getText().includes(`> ${OLD_DAEMON_NOTE}`));
         assert.equal(connection.sent.length, sent);
@@ -405,11 +598,16 @@ describe("commands against scripted answers (a future daemon, an older one)", ()
 
     it("Show context shows a failing ctx/context as an error", async () => {
         connection.answer("ctx/context", () => {
-            throw Object.assign(new Error("unknown session \"s-1\""), { code: -33001 });
+            throw Object.assign(new Error('unknown session "s-1"'), { code: -33001 });
         });
         await run(Commands.showContext);
         assert.deepEqual(fake.shownDocuments, []);
-        assert.deepEqual(fake.messages, [{ kind: "error", text: "ctxd could not show the context: ctxd does not know this session (it may have been closed)." }]);
+        assert.deepEqual(fake.messages, [
+            {
+                kind: "error",
+                text: "ctxd could not show the context: ctxd does not know this session (it may have been closed).",
+            },
+        ]);
     });
 
     it("Show context lists memory files with their sizes", async () => {
@@ -418,7 +616,9 @@ describe("commands against scripted answers (a future daemon, an older one)", ()
         const text = fake.shownDocuments[0].getText();
         assert.match(text, /## Memory files/);
         assert.ok(text.includes("| /home/dev/project/CLAUDE.md | project | 1,428 | loaded |"));
-        assert.ok(text.includes("| /home/dev/project/.claude/rules/rust.md | rule | 236 | waiting |"));
+        assert.ok(
+            text.includes("| /home/dev/project/.claude/rules/rust.md | rule | 236 | waiting |"),
+        );
         assert.doesNotMatch(text, /no ctx\/context yet/);
     });
 
@@ -436,28 +636,64 @@ describe("commands against scripted answers (a future daemon, an older one)", ()
         });
         await run(Commands.showContext);
         const doc = fake.shownDocuments[0];
-        connection.notify("ctx/contextChanged", { sessionId: "other", paths: ["/elsewhere/CLAUDE.md"] });
+        connection.notify("ctx/contextChanged", {
+            sessionId: "other",
+            paths: ["/elsewhere/CLAUDE.md"],
+        });
         assert.equal(calls, 1, "another session's change is not this view's");
-        connection.notify("ctx/contextChanged", { sessionId: "s-1", paths: ["/home/dev/project/CLAUDE.md"] });
-        connection.notify("ctx/contextChanged", { sessionId: "s-1", paths: ["/home/dev/project/src/lib.rs"] });
-        await waitFor("two more ctx/context requests", () => (answers.length === 2 ? true : undefined));
-        const grown = { ...base, memoryFiles: base.memoryFiles.map((f) => (f.kind === "project" ? { ...f, tokens: 2_000 } : f)) };
-        const stale = { ...base, memoryFiles: base.memoryFiles.map((f) => (f.kind === "project" ? { ...f, tokens: 1_500 } : f)) };
+        connection.notify("ctx/contextChanged", {
+            sessionId: "s-1",
+            paths: ["/home/dev/project/CLAUDE.md"],
+        });
+        connection.notify("ctx/contextChanged", {
+            sessionId: "s-1",
+            paths: ["/home/dev/project/src/lib.rs"],
+        });
+        await waitFor("two more ctx/context requests", () =>
+            answers.length === 2 ? true : undefined,
+        );
+        const grown = {
+            ...base,
+            memoryFiles: base.memoryFiles.map((f) =>
+                f.kind === "project" ? { ...f, tokens: 2_000 } : f,
+            ),
+        };
+        const stale = {
+            ...base,
+            memoryFiles: base.memoryFiles.map((f) =>
+                f.kind === "project" ? { ...f, tokens: 1_500 } : f,
+            ),
+        };
         answers[1](grown);
-        await waitFor("the newest answer drawn", () => (doc.getText().includes("| project | 2,000 | loaded |") ? true : undefined));
+        await waitFor("the newest answer drawn", () =>
+            doc.getText().includes("| project | 2,000 | loaded |") ? true : undefined,
+        );
         answers[0](stale);
         // The older answer has been handled once what its resolution set off has run.
         await settled();
-        assert.ok(doc.getText().includes("| project | 2,000 | loaded |"), "an older answer does not overwrite a newer one");
+        assert.ok(
+            doc.getText().includes("| project | 2,000 | loaded |"),
+            "an older answer does not overwrite a newer one",
+        );
     });
 
     it("Set auto-compact window sends the session's model and says where the window comes from", async () => {
-        connection.answer("ctx/setAutoCompactWindow", (p) => ({ model: (p as { model: string }).model, window: 150_000, source: "env" }));
+        connection.answer("ctx/setAutoCompactWindow", (p) => ({
+            model: (p as { model: string }).model,
+            window: 150_000,
+            source: "env",
+        }));
         fake.inputAnswers.push("200,000");
         await run(Commands.setAutoCompactWindow);
-        assert.deepEqual(connection.sent.at(-1), { method: "ctx/setAutoCompactWindow", params: { model: MODEL, window: 200_000 } });
+        assert.deepEqual(connection.sent.at(-1), {
+            method: "ctx/setAutoCompactWindow",
+            params: { model: MODEL, window: 200_000 },
+        });
         assert.deepEqual(fake.messages, [
-            { kind: "info", text: `ctxd: auto-compact window for ${MODEL} is 150,000 tokens (CLAUDE_CODE_AUTO_COMPACT_WINDOW overrides saved windows).` },
+            {
+                kind: "info",
+                text: `ctxd: auto-compact window for ${MODEL} is 150,000 tokens (CLAUDE_CODE_AUTO_COMPACT_WINDOW overrides saved windows).`,
+            },
         ]);
     });
 
@@ -468,7 +704,10 @@ describe("commands against scripted answers (a future daemon, an older one)", ()
         await run(Commands.setAutoCompactWindow);
         assert.deepEqual(connection.sent.at(-1)?.params, { model: MODEL, window: 2_000_000 });
         assert.deepEqual(fake.messages, [
-            ...(withWarnings.result.warnings ?? []).map((w) => ({ kind: "warning", text: `ctxd: ${w}` })),
+            ...(withWarnings.result.warnings ?? []).map((w) => ({
+                kind: "warning",
+                text: `ctxd: ${w}`,
+            })),
             { kind: "info", text: windowResultText(withWarnings.result) },
         ]);
         assert.ok((withWarnings.result.warnings ?? []).length > 0);
@@ -477,24 +716,42 @@ describe("commands against scripted answers (a future daemon, an older one)", ()
     it("Set auto-compact window shows -32601 from a daemon without it", async () => {
         fake.inputAnswers.push("auto");
         await run(Commands.setAutoCompactWindow);
-        assert.deepEqual(connection.sent.at(-1), { method: "ctx/setAutoCompactWindow", params: { model: MODEL, window: "auto" } });
-        assert.equal(lastError(), "ctxd could not save the auto-compact window: this ctxd is too old to do that. Update ctxd.");
+        assert.deepEqual(connection.sent.at(-1), {
+            method: "ctx/setAutoCompactWindow",
+            params: { model: MODEL, window: "auto" },
+        });
+        assert.equal(
+            lastError(),
+            "ctxd could not save the auto-compact window: this ctxd is too old to do that. Update ctxd.",
+        );
     });
 
     it("Clear moves the session to the new id, with the new session's usage", async () => {
         connection.answer("ctx/clear", () => ({ sessionId: "s-2", usage: usageCase("ok").usage }));
         fake.messageAnswer = "Clear";
         await run(Commands.clear);
-        assert.deepEqual(sessions.sessions().map((s) => s.sessionId), ["s-2"]);
+        assert.deepEqual(
+            sessions.sessions().map((s) => s.sessionId),
+            ["s-2"],
+        );
         assert.deepEqual(sessions.latestUsage("s-2"), usageCase("ok").usage);
-        assert.deepEqual(fake.messages.at(-1), { kind: "info", text: "ctxd: cleared; the new session is s-2." });
+        assert.deepEqual(fake.messages.at(-1), {
+            kind: "info",
+            text: "ctxd: cleared; the new session is s-2.",
+        });
     });
 
     it("Clear shows -32601 from a daemon without it and keeps the session", async () => {
         fake.messageAnswer = "Clear";
         await run(Commands.clear);
-        assert.equal(lastError(), "ctxd could not clear the session: this ctxd is too old to do that. Update ctxd.");
-        assert.deepEqual(sessions.sessions().map((s) => s.sessionId), ["s-1"]);
+        assert.equal(
+            lastError(),
+            "ctxd could not clear the session: this ctxd is too old to do that. Update ctxd.",
+        );
+        assert.deepEqual(
+            sessions.sessions().map((s) => s.sessionId),
+            ["s-1"],
+        );
     });
 
     it("asks which session when several are open", async () => {
@@ -502,13 +759,24 @@ describe("commands against scripted answers (a future daemon, an older one)", ()
         connection.answer("ctx/context", () => renderCases.contextCase.context);
         fake.quickPick = (items) => items[1];
         await run(Commands.showContext);
-        assert.deepEqual(connection.sent.at(-1), { method: "ctx/context", params: { sessionId: "s-9" } });
+        assert.deepEqual(connection.sent.at(-1), {
+            method: "ctx/context",
+            params: { sessionId: "s-9" },
+        });
     });
 
     it("reports ctx/compacted and ctx/compactFailed", () => {
         const reporting = reportCompactions(sessions);
-        connection.notify("ctx/compacted", { sessionId: "s-1", trigger: "auto", preTokens: 170_000, postTokens: 30_000 });
-        connection.notify("ctx/compactFailed", { sessionId: "s-1", reason: "Autocompact is thrashing" });
+        connection.notify("ctx/compacted", {
+            sessionId: "s-1",
+            trigger: "auto",
+            preTokens: 170_000,
+            postTokens: 30_000,
+        });
+        connection.notify("ctx/compactFailed", {
+            sessionId: "s-1",
+            reason: "Autocompact is thrashing",
+        });
         assert.deepEqual(fake.messages, [
             { kind: "info", text: "ctxd: compacted (auto) 170,000 → 30,000 tokens." },
             { kind: "warning", text: "ctxd: compaction failed: Autocompact is thrashing" },
@@ -519,12 +787,19 @@ describe("commands against scripted answers (a future daemon, an older one)", ()
     it("does not report a manual compaction twice (Compact now reports it)", async () => {
         const reporting = reportCompactions(sessions);
         connection.answer("ctx/compact", (p) => {
-            connection.notify("ctx/compacted", { sessionId: (p as { sessionId: string }).sessionId, trigger: "manual", preTokens: 9_000, postTokens: 900 });
+            connection.notify("ctx/compacted", {
+                sessionId: (p as { sessionId: string }).sessionId,
+                trigger: "manual",
+                preTokens: 9_000,
+                postTokens: 900,
+            });
             return compactResult(9_000, 900);
         });
         fake.inputAnswers.push("");
         await run(Commands.compact);
-        assert.deepEqual(fake.messages, [{ kind: "info", text: "ctxd: compacted 9,000 → 900 tokens." }]);
+        assert.deepEqual(fake.messages, [
+            { kind: "info", text: "ctxd: compacted 9,000 → 900 tokens." },
+        ]);
         reporting.forEach((d) => d.dispose());
     });
 

@@ -76,7 +76,9 @@ describe("readConfig", () => {
     });
 
     it("ignores values of the wrong type", () => {
-        const config = readConfig(reader({ path: "  ", logLevel: "loud", autoCompactWindow: "huge", provider: "acme" }));
+        const config = readConfig(
+            reader({ path: "  ", logLevel: "loud", autoCompactWindow: "huge", provider: "acme" }),
+        );
         assert.equal(config.serverPath, "ctxd");
         assert.equal(config.logLevel, "info");
         assert.equal(daemonSettings(config).autoCompactWindow, undefined);
@@ -87,17 +89,31 @@ describe("readConfig", () => {
         const settingsSchema = schema("settings");
         const known = Object.keys(settingsSchema.properties);
         const config = readConfig(
-            reader({ autoCompactWindow: 300_000, autoCompactEnabled: false, idleCompaction: true, provider: "offline", model: "m", logLevel: "trace", claudeIdleCompaction: true }),
+            reader({
+                autoCompactWindow: 300_000,
+                autoCompactEnabled: false,
+                idleCompaction: true,
+                provider: "offline",
+                model: "m",
+                logLevel: "trace",
+                claudeIdleCompaction: true,
+            }),
         );
         const sent = daemonSettings(config);
         for (const key of Object.keys(sent)) {
             assert.ok(known.includes(key), `settings key ${key} is in schemas/settings.json`);
         }
         assert.equal("logLevel" in sent, false);
-        const providers = (settingsSchema.$defs?.ProviderKind as unknown as { enum: string[] }).enum;
+        const providers = (settingsSchema.$defs?.ProviderKind as unknown as { enum: string[] })
+            .enum;
         assert.ok(providers.includes(sent.provider as string));
-        const manifest = JSON.parse(fs.readFileSync(path.join(packageRoot, "package.json"), "utf8"));
-        assert.deepEqual(manifest.contributes.configuration.properties["ctxd.provider"].enum, ["", ...providers]);
+        const manifest = JSON.parse(
+            fs.readFileSync(path.join(packageRoot, "package.json"), "utf8"),
+        );
+        assert.deepEqual(manifest.contributes.configuration.properties["ctxd.provider"].enum, [
+            "",
+            ...providers,
+        ]);
     });
 });
 
@@ -121,21 +137,39 @@ describe("package.json", () => {
         const properties: Record<string, { markdownDescription?: string; description?: string }> =
             manifest.contributes.configuration.properties;
         // `ctxd.trace.server` is read by vscode-languageclient itself (the client's id is `ctxd`).
-        assert.deepEqual(Object.keys(properties).sort(), [...SETTING_KEYS.map((k) => `ctxd.${k}`), "ctxd.trace.server"].sort());
+        assert.deepEqual(
+            Object.keys(properties).sort(),
+            [...SETTING_KEYS.map((k) => `ctxd.${k}`), "ctxd.trace.server"].sort(),
+        );
         for (const [key, property] of Object.entries(properties)) {
-            assert.ok((property.markdownDescription ?? property.description ?? "").length > 20, `${key} has a description`);
+            assert.ok(
+                (property.markdownDescription ?? property.description ?? "").length > 20,
+                `${key} has a description`,
+            );
         }
     });
 
     it("lets user settings choose the executable, in local and remote windows", () => {
         // `machine` and `machine-overridable` settings are read from the remote machine's
         // settings only, and hidden from the User tab there: a user-level ctxd.path was ignored.
-        const properties: Record<string, { scope?: string; restricted?: boolean }> = manifest.contributes.configuration.properties;
+        const properties: Record<string, { scope?: string; restricted?: boolean }> =
+            manifest.contributes.configuration.properties;
         for (const key of ["ctxd.path", "ctxd.stateDir"]) {
             assert.equal(properties[key].scope, "window", key);
-            assert.equal(properties[key].restricted, true, `${key}: not taken from an untrusted workspace`);
+            assert.equal(
+                properties[key].restricted,
+                true,
+                `${key}: not taken from an untrusted workspace`,
+            );
         }
-        assert.deepEqual((manifest.contributes.configuration.properties["ctxd.trace.server"] as { enum: string[] }).enum, ["off", "messages", "verbose"]);
+        assert.deepEqual(
+            (
+                manifest.contributes.configuration.properties["ctxd.trace.server"] as {
+                    enum: string[];
+                }
+            ).enum,
+            ["off", "messages", "verbose"],
+        );
     });
 
     it("activates at start-up and runs from a self-contained bundle", () => {
@@ -144,7 +178,9 @@ describe("package.json", () => {
         const bundle = fs.readFileSync(path.join(packageRoot, manifest.main), "utf8");
         // Only `vscode` (given by the editor) and Node's own modules are left to require().
         const required = [...bundle.matchAll(/require\("([^"]+)"\)/g)].map((m) => m[1]);
-        const outside = required.filter((m) => m !== "vscode" && !m.startsWith("node:") && !builtinModules.includes(m));
+        const outside = required.filter(
+            (m) => m !== "vscode" && !m.startsWith("node:") && !builtinModules.includes(m),
+        );
         assert.deepEqual([...new Set(outside)], [], "every dependency is bundled");
         assert.ok(required.includes("vscode"));
     });

@@ -5,14 +5,22 @@ import { parseLogLine } from "../src/daemonLog";
 
 describe("parseLogLine", () => {
     it("reads the level of a tracing line and drops its timestamp", () => {
-        assert.deepEqual(parseLogLine("2026-11-29T21:57:40.060152Z  INFO ctxd: ctxd starting version=\"0.1.0\""), {
-            level: "info",
-            text: "ctxd: ctxd starting version=\"0.1.0\"",
-        });
-        assert.deepEqual(parseLogLine("2026-11-29T21:57:40.498794Z  WARN tower_lsp_server::server: not implemented"), {
-            level: "warn",
-            text: "tower_lsp_server::server: not implemented",
-        });
+        assert.deepEqual(
+            parseLogLine('2026-11-29T21:57:40.060152Z  INFO ctxd: ctxd starting version="0.1.0"'),
+            {
+                level: "info",
+                text: 'ctxd: ctxd starting version="0.1.0"',
+            },
+        );
+        assert.deepEqual(
+            parseLogLine(
+                "2026-11-29T21:57:40.498794Z  WARN tower_lsp_server::server: not implemented",
+            ),
+            {
+                level: "warn",
+                text: "tower_lsp_server::server: not implemented",
+            },
+        );
     });
 
     it("shows anything else as an error", () => {

@@ -16,7 +16,9 @@ interface ErrorCase {
     text: string;
 }
 
-const cases: ErrorCase[] = JSON.parse(fs.readFileSync(path.join(packageRoot, "../fixtures/error-cases.json"), "utf8")).cases;
+const cases: ErrorCase[] = JSON.parse(
+    fs.readFileSync(path.join(packageRoot, "../fixtures/error-cases.json"), "utf8"),
+).cases;
 
 describe("describeError", () => {
     it("words every shared case as the fixture says", () => {
@@ -35,7 +37,10 @@ describe("describeError", () => {
 
     it("takes an Error as well as a JSON-RPC error object", () => {
         assert.equal(
-            describeError("ctx/compact", new Error("ctxd is not running; ctx/compact was not sent")),
+            describeError(
+                "ctx/compact",
+                new Error("ctxd is not running; ctx/compact was not sent"),
+            ),
             "ctxd could not compact the session: ctxd is not running right now. It restarts on its own; try again in a moment.",
         );
     });

@@ -12,14 +12,29 @@ import * as path from "node:path";
 import { afterEach, beforeEach, describe, it } from "node:test";
 
 import { claudeProjectDir } from "../src/claude";
-import { HISTORY_SCHEME, hitItem, registerHistory, renderRecord, SEARCH_HISTORY_COMMAND } from "../src/history";
+import {
+    HISTORY_SCHEME,
+    hitItem,
+    registerHistory,
+    renderRecord,
+    SEARCH_HISTORY_COMMAND,
+} from "../src/history";
 import { CtxdSessions } from "../src/sessions";
-import { packageRoot, startDaemon, TEST_SETTINGS, tempStateDir, type TestDaemon } from "./support/daemon";
+import {
+    packageRoot,
+    startDaemon,
+    TEST_SETTINGS,
+    tempStateDir,
+    type TestDaemon,
+} from "./support/daemon";
 import { userRecord } from "./support/records";
 import { fake } from "./support/vscode";
 
 const CLAUDE_SESSION = "b7d55388-c9ad-4169-a8d1-459fc6bdb46f";
-const FIXTURE = path.join(packageRoot, "../../tests/fixtures/transcripts/claude-code-2.1.332/manual-compact.jsonl");
+const FIXTURE = path.join(
+    packageRoot,
+    "../../tests/fixtures/transcripts/claude-code-2.1.332/manual-compact.jsonl",
+);
 
 // The daemon this file starts finds Claude Code's projects here (node runs each test
 // file in its own process, so no other file sees this).
@@ -69,13 +84,19 @@ describe("Search this session's history, on a real ctxd", () => {
         const [document] = fake.shownDocuments;
         assert.equal(document.uri.scheme, HISTORY_SCHEME);
         const text = document.getText();
-        assert.ok(text.includes("def f0(x):") && text.includes("(before compaction, the record found)"), text.slice(0, 800));
+        assert.ok(
+            text.includes("def f0(x):") && text.includes("(before compaction, the record found)"),
+            text.slice(0, 800),
+        );
         assert.ok(text.length > 5_000, "the whole record, not the snippet");
     });
 
     it("searches a session the extension opened; says when nothing is found; a failed request is one error", async () => {
         const cwd = fs.mkdtempSync(path.join(os.tmpdir(), "ctxd-history-cwd-"));
-        const { sessionId } = await sessions.openSession({ cwd, model: "claude-sonnet-4-5-20250929" });
+        const { sessionId } = await sessions.openSession({
+            cwd,
+            model: "claude-sonnet-4-5-20250929",
+        });
         await sessions.append(sessionId, [userRecord("the heron flies at dawn")]);
         // The only session: no pick of the session, one of the hit.
         fake.inputAnswers.push("heron");
@@ -85,13 +106,18 @@ describe("Search this session's history, on a real ctxd", () => {
 
         fake.inputAnswers.push("albatross");
         await run(sessionId);
-        assert.deepEqual(fake.messages, [{ kind: "info", text: 'ctxd: nothing found for "albatross".' }]);
+        assert.deepEqual(fake.messages, [
+            { kind: "info", text: 'ctxd: nothing found for "albatross".' },
+        ]);
 
         fake.inputAnswers.push("heron");
         await run("no-such-session");
         assert.equal(fake.messages.length, 2);
         assert.equal(fake.messages[1].kind, "error");
-        assert.ok(fake.messages[1].text.startsWith("ctxd could not search the session's history: "), fake.messages[1].text);
+        assert.ok(
+            fake.messages[1].text.startsWith("ctxd could not search the session's history: "),
+            fake.messages[1].text,
+        );
 
         // A dismissed box asks nothing.
         fake.inputAnswers.push(undefined);
@@ -103,28 +129,61 @@ describe("Search this session's history, on a real ctxd", () => {
 describe("history rendering", () => {
     it("shows a hit by its snippet, role, place and time", () => {
         const item = hitItem({
-            sessionId: "s", uuid: "u-1", timestamp: "2026-11-29T21:19:52.130Z", role: "tool_result",
-            snippet: "a\n  b", beforeCompaction: true, transcript: "/t.jsonl",
+            sessionId: "s",
+            uuid: "u-1",
+            timestamp: "2026-11-29T21:19:52.130Z",
+            role: "tool_result",
+            snippet: "a\n  b",
+            beforeCompaction: true,
+            transcript: "/t.jsonl",
         });
-        assert.deepEqual(item, { label: "a b", description: "tool result · before compaction", detail: "2026-11-29 21:19:52  u-1" });
+        assert.deepEqual(item, {
+            label: "a b",
+            description: "tool result · before compaction",
+            detail: "2026-11-29 21:19:52  u-1",
+        });
     });
 
     it("renders a read as Markdown, the record found marked and a cut said", () => {
         const text = renderRecord({
-            sessionId: "s", transcript: "/t.jsonl", truncated: "text cut",
+            sessionId: "s",
+            transcript: "/t.jsonl",
+            truncated: "text cut",
             records: [
-                { uuid: "a", role: "assistant", text: "call", target: false, beforeCompaction: false },
-                { uuid: "b", role: "user", text: "```inner fence```", target: true, beforeCompaction: true, timestamp: "T" },
+                {
+                    uuid: "a",
+                    role: "assistant",
+                    text: "call",
+                    target: false,
+                    beforeCompaction: false,
+                },
+                {
+                    uuid: "b",
+                    role: "user",
+                    text: "```inner fence```",
+                    target: true,
+                    beforeCompaction: true,
+                    timestamp: "T",
+                },
             ],
         });
-        assert.ok(text.includes("## ▶ user · T\n`b` (before compaction, the record found)\n\n````text\n```inner fence```\n````"), text);
+        assert.ok(
+            text.includes(
+                "## ▶ user · T\n`b` (before compaction, the record found)\n\n````text\n```inner fence```\n````",
+            ),
+            text,
+        );
         assert.ok(text.includes("## assistant\n`a`\n"), text);
         assert.ok(text.endsWith("> text cut\n"), text);
     });
 
     it("is contributed in package.json", () => {
-        const manifest = JSON.parse(fs.readFileSync(path.join(packageRoot, "package.json"), "utf8"));
-        const titles = manifest.contributes.commands.filter((c: { command: string }) => c.command === SEARCH_HISTORY_COMMAND);
+        const manifest = JSON.parse(
+            fs.readFileSync(path.join(packageRoot, "package.json"), "utf8"),
+        );
+        const titles = manifest.contributes.commands.filter(
+            (c: { command: string }) => c.command === SEARCH_HISTORY_COMMAND,
+        );
         assert.equal(titles.length, 1);
         assert.equal(titles[0].title, "Search this session's history");
     });

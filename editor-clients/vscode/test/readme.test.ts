@@ -26,16 +26,31 @@ function readmeSettings(): string[] {
     const section = readme.split(/^## /m).find((s) => s.startsWith("Settings\n"));
     assert.ok(section, "the README has a Settings section");
     const rows = section.split("\n").filter((l) => l.startsWith("| `ctxd."));
-    return rows.flatMap((row) => [...row.split("|")[1].matchAll(/`(ctxd\.[A-Za-z.]+)`/g)].map((m) => m[1]));
+    return rows.flatMap((row) =>
+        [...row.split("|")[1].matchAll(/`(ctxd\.[A-Za-z.]+)`/g)].map((m) => m[1]),
+    );
 }
 
 /** The docs of both clients that show an observed session's status line. */
-const DOCS = ["README.md", "../neovim/README.md", "../neovim/doc/ctxd.txt"].map((p) => path.join(packageRoot, p));
+const DOCS = ["README.md", "../neovim/README.md", "../neovim/doc/ctxd.txt"].map((p) =>
+    path.join(packageRoot, p),
+);
 
 /** A Claude Code transcript of one turn of `model` whose context holds `tokens`. */
 function transcript(model: string, tokens: number): string {
-    const base = { sessionId: "s", timestamp: new Date().toISOString(), cwd: os.tmpdir(), version: "2.1.332" };
-    const user = { ...base, uuid: randomUUID(), parentUuid: null, type: "user", message: { role: "user", content: "go on" } };
+    const base = {
+        sessionId: "s",
+        timestamp: new Date().toISOString(),
+        cwd: os.tmpdir(),
+        version: "2.1.332",
+    };
+    const user = {
+        ...base,
+        uuid: randomUUID(),
+        parentUuid: null,
+        type: "user",
+        message: { role: "user", content: "go on" },
+    };
     const assistant = {
         ...base,
         uuid: randomUUID(),
@@ -46,7 +61,12 @@ function transcript(model: string, tokens: number): string {
             role: "assistant",
             model,
             content: [{ type: "text", text: "done" }],
-            usage: { input_tokens: 10, cache_creation_input_tokens: 0, cache_read_input_tokens: tokens - 60, output_tokens: 50 },
+            usage: {
+                input_tokens: 10,
+                cache_creation_input_tokens: 0,
+                cache_read_input_tokens: tokens - 60,
+                output_tokens: 50,
+            },
         },
     };
     return `${JSON.stringify(user)}\n${JSON.stringify(assistant)}\n`;
@@ -54,7 +74,9 @@ function transcript(model: string, tokens: number): string {
 
 describe("README", () => {
     it("lists every setting of package.json's contributes.configuration, and only those", () => {
-        const manifest = JSON.parse(fs.readFileSync(path.join(packageRoot, "package.json"), "utf8"));
+        const manifest = JSON.parse(
+            fs.readFileSync(path.join(packageRoot, "package.json"), "utf8"),
+        );
         const contributed = Object.keys(manifest.contributes.configuration.properties).sort();
         assert.ok(contributed.includes("ctxd.claudeIdleCompaction"));
         assert.deepEqual([...readmeSettings()].sort(), contributed);
@@ -68,7 +90,9 @@ describe("README", () => {
             {
                 request: (method, params) => daemon.connection.request(method, params),
                 onUsageChanged: (listener) => {
-                    daemon.connection.onNotification("ctx/usageChanged", (p) => listener(p as UsageChangedParams));
+                    daemon.connection.onNotification("ctx/usageChanged", (p) =>
+                        listener(p as UsageChangedParams),
+                    );
                     return { dispose: () => undefined };
                 },
             },
@@ -79,9 +103,14 @@ describe("README", () => {
             const folder = path.join(configDir, model);
             const projectDir = claudeProjectDir(folder, configDir);
             fs.mkdirSync(projectDir, { recursive: true });
-            fs.writeFileSync(path.join(projectDir, `${randomUUID()}.jsonl`), transcript(model, tokens));
+            fs.writeFileSync(
+                path.join(projectDir, `${randomUUID()}.jsonl`),
+                transcript(model, tokens),
+            );
             await observed.observe([folder]);
-            const session = await waitFor(`the usage of ${model}`, () => observed.sessions().find((s) => s.folder === folder && s.usage !== undefined));
+            const session = await waitFor(`the usage of ${model}`, () =>
+                observed.sessions().find((s) => s.folder === folder && s.usage !== undefined),
+            );
             return observedText(session).replace(/^\$\([^)]*\) /, "");
         };
         try {
@@ -92,10 +121,15 @@ describe("README", () => {
             assert.equal(sonnet, "ctx 45.0% · auto-compact off · 90.0k · claude-sonnet-4-5");
             for (const doc of DOCS) {
                 const text = fs.readFileSync(doc, "utf8");
-                const examples = [...text.matchAll(/ctx \d+\.\d% · [^`\n]* · claude-[a-z0-9-]+/g)].map((m) => m[0]);
+                const examples = [
+                    ...text.matchAll(/ctx \d+\.\d% · [^`\n]* · claude-[a-z0-9-]+/g),
+                ].map((m) => m[0]);
                 assert.ok(examples.length > 0, `${doc} shows an observed session's status line`);
                 for (const example of examples) {
-                    assert.ok([opus, sonnet].includes(example), `${doc}: ${example} is not what ctxd shows (${opus})`);
+                    assert.ok(
+                        [opus, sonnet].includes(example),
+                        `${doc}: ${example} is not what ctxd shows (${opus})`,
+                    );
                 }
             }
         } finally {

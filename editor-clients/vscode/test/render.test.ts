@@ -68,8 +68,14 @@ describe("shared render cases", () => {
 
 describe("status bar rendering", () => {
     it("puts the level's icon before the shared text, spinning while compacting", () => {
-        assert.equal(statusBarText(usageCase("ok").usage), `$(dashboard) ${usageCase("ok").statusText}`);
-        assert.equal(statusBarText(usageCase("compacting").usage), "$(sync~spin) ctx 85.0% · compacting");
+        assert.equal(
+            statusBarText(usageCase("ok").usage),
+            `$(dashboard) ${usageCase("ok").statusText}`,
+        );
+        assert.equal(
+            statusBarText(usageCase("compacting").usage),
+            "$(sync~spin) ctx 85.0% · compacting",
+        );
         assert.equal(levelIcon("warning"), "$(warning)");
         assert.equal(levelIcon("blocked"), "$(error)");
     });
@@ -109,17 +115,35 @@ describe("context document", () => {
         assert.match(doc, /\| Memory files \| 1,840 \|/, "the breakdown's memory-file line");
         assert.match(doc, /## Memory files/);
         assert.ok(doc.includes("| /home/dev/project/CLAUDE.md | project | 1,428 | loaded |"));
-        assert.ok(doc.includes("| /home/dev/project/.claude/rules/rust.md | rule | 236 | waiting |"));
+        assert.ok(
+            doc.includes("| /home/dev/project/.claude/rules/rust.md | rule | 236 | waiting |"),
+        );
         assert.match(doc, /## Pending rules/);
-        assert.ok(doc.includes("| /home/dev/project/.claude/rules/rust.md | src/\\*\\*/\\*.rs, daemon/\\*\\*/\\*.rs |"));
-        assert.match(doc, /## Files and git\n\n\|  \|  \|\n\| --- \| --- \|\n\| Files read \| 3 \|\n\| Changed since read \| 1 \|\n\| Git snapshot \| yes \|/);
+        assert.ok(
+            doc.includes(
+                "| /home/dev/project/.claude/rules/rust.md | src/\\*\\*/\\*.rs, daemon/\\*\\*/\\*.rs |",
+            ),
+        );
+        assert.match(
+            doc,
+            /## Files and git\n\n\| {2}\| {2}\|\n\| --- \| --- \|\n\| Files read \| 3 \|\n\| Changed since read \| 1 \|\n\| Git snapshot \| yes \|/,
+        );
         assert.match(doc, /## Changed since read\n\n- \/home\/dev\/project\/src\/lib\.rs\n/);
-        assert.match(doc, /## Problems\n\n- \/home\/dev\/project\/CLAUDE\.md: @docs\/missing\.md: no such file\n/);
+        assert.match(
+            doc,
+            /## Problems\n\n- \/home\/dev\/project\/CLAUDE\.md: @docs\/missing\.md: no such file\n/,
+        );
     });
 
     it("leaves out empty sections", () => {
         const { context } = renderCases.contextCase;
-        const doc = contextDocument("s-1", { ...context, memoryFiles: [], pendingRules: [], staleFiles: undefined, diagnostics: [] });
+        const doc = contextDocument("s-1", {
+            ...context,
+            memoryFiles: [],
+            pendingRules: [],
+            staleFiles: undefined,
+            diagnostics: [],
+        });
         assert.match(doc, /## Memory files\n\nNone loaded\./);
         for (const heading of ["Pending rules", "Changed since read", "Problems"]) {
             assert.ok(!doc.includes(`## ${heading}`), heading);

@@ -7,7 +7,13 @@ import { afterEach, beforeEach, describe, it } from "node:test";
 import { DAEMON_DOWN_TEXT, statusBarText } from "../src/render";
 import { CtxdSessions } from "../src/sessions";
 import { SessionStatusBar } from "../src/statusBar";
-import { startDaemon, TEST_SETTINGS, tempStateDir, type TestDaemon, EMPTY_CWD } from "./support/daemon";
+import {
+    startDaemon,
+    TEST_SETTINGS,
+    tempStateDir,
+    type TestDaemon,
+    EMPTY_CWD,
+} from "./support/daemon";
 import { FakeConnection } from "./support/fakeConnection";
 import { usageCase } from "./support/fixtures";
 import { assistantRecord, userRecord } from "./support/records";
@@ -49,7 +55,11 @@ describe("status bar on a real ctxd", () => {
         assert.equal(fakeItem.visible, true);
         assert.equal(fakeItem.text, "$(dashboard) ctx 0.0% · 67.0k to compact");
         assert.equal(fakeItem.backgroundColor, undefined);
-        assert.deepEqual(fakeItem.command, { title: "Show context", command: "ctxd.showContext", arguments: [a.sessionId] });
+        assert.deepEqual(fakeItem.command, {
+            title: "Show context",
+            command: "ctxd.showContext",
+            arguments: [a.sessionId],
+        });
     });
 
     it("redraws text, colour and tooltip when ctx/usageChanged arrives", async () => {
@@ -90,7 +100,10 @@ describe("status bar levels the daemon does not reach in a test", () => {
     it("spins while compacting and turns red when blocked", async () => {
         fake.reset();
         const connection = new FakeConnection().answer("ctx/openSession", () => ({
-            sessionId: "s-1", resumed: false, records: 0, usage: usageCase("ok").usage,
+            sessionId: "s-1",
+            resumed: false,
+            records: 0,
+            usage: usageCase("ok").usage,
         }));
         const sessions = new CtxdSessions();
         sessions.attach(connection);
@@ -98,17 +111,30 @@ describe("status bar levels the daemon does not reach in a test", () => {
         await sessions.openSession({ cwd: "/w", model: MODEL });
         const item = statusBar.item("s-1") as unknown as FakeStatusBarItem;
 
-        connection.notify("ctx/usageChanged", { sessionId: "s-1", usage: usageCase("compacting").usage });
+        connection.notify("ctx/usageChanged", {
+            sessionId: "s-1",
+            usage: usageCase("compacting").usage,
+        });
         assert.equal(item.text, "$(sync~spin) ctx 85.0% · compacting");
         assert.equal(item.text, statusBarText(usageCase("compacting").usage));
         assert.equal((item.backgroundColor as ThemeColor).id, "statusBarItem.warningBackground");
 
-        connection.notify("ctx/usageChanged", { sessionId: "s-1", usage: usageCase("blocked").usage });
+        connection.notify("ctx/usageChanged", {
+            sessionId: "s-1",
+            usage: usageCase("blocked").usage,
+        });
         assert.equal(item.text, "$(error) ctx 89.3% · blocked");
         assert.equal((item.backgroundColor as ThemeColor).id, "statusBarItem.errorBackground");
 
-        connection.notify("ctx/usageChanged", { sessionId: "other", usage: usageCase("blocked").usage });
-        assert.equal(fake.statusBarItems.length, 1, "no item for a session this editor did not open");
+        connection.notify("ctx/usageChanged", {
+            sessionId: "other",
+            usage: usageCase("blocked").usage,
+        });
+        assert.equal(
+            fake.statusBarItems.length,
+            1,
+            "no item for a session this editor did not open",
+        );
         statusBar.dispose();
     });
 });

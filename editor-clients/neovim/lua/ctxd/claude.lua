@@ -49,7 +49,11 @@ local function utf16_units(s)
   local units, i, n = {}, 1, #s
   while i <= n do
     local b = s:byte(i)
-    local len = b < 0x80 and 1 or (b >= 0xC2 and b <= 0xDF) and 2 or (b >= 0xE0 and b <= 0xEF) and 3 or (b >= 0xF0 and b <= 0xF4) and 4 or 0
+    local len = b < 0x80 and 1
+      or (b >= 0xC2 and b <= 0xDF) and 2
+      or (b >= 0xE0 and b <= 0xEF) and 3
+      or (b >= 0xF0 and b <= 0xF4) and 4
+      or 0
     local cp = len == 1 and b or nil
     if len > 1 and i + len - 1 <= n then
       cp = bit.band(b, bit.rshift(0x7F, len))
@@ -404,7 +408,10 @@ function M.follow(request, listed, callback)
     M.set_usage(result.sessionId, result.usage)
     local session = observed[result.sessionId]
     if not session then
-      return callback({ message = "the daemon followed " .. listed.transcript .. " under an id this editor cannot place" }, nil)
+      return callback(
+        { message = "the daemon followed " .. listed.transcript .. " under an id this editor cannot place" },
+        nil
+      )
     end
     callback(nil, session)
   end)

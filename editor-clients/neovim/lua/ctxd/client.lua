@@ -418,22 +418,26 @@ function M.stop(on_stopped)
   local deadline, killed = vim.uv.now() + RETIRE_GRACE_MS, false
   client:stop()
   local timer = assert(vim.uv.new_timer())
-  timer:start(50, 50, vim.schedule_wrap(function()
-    local alive = pid ~= nil and vim.uv.kill(pid, 0) == 0
-    if alive and not killed and vim.uv.now() >= deadline then
-      vim.uv.kill(pid, "sigkill")
-      deadline, killed = vim.uv.now() + RETIRE_GRACE_MS, true
-    end
-    local stopped = client:is_stopped() or not vim.lsp.get_client_by_id(client.id)
-    if stopped and (not alive or (killed and vim.uv.now() >= deadline)) then
-      timer:stop()
-      timer:close()
-      state.client_id = nil
-      if on_stopped then
-        on_stopped()
+  timer:start(
+    50,
+    50,
+    vim.schedule_wrap(function()
+      local alive = pid ~= nil and vim.uv.kill(pid, 0) == 0
+      if alive and not killed and vim.uv.now() >= deadline then
+        vim.uv.kill(pid, "sigkill")
+        deadline, killed = vim.uv.now() + RETIRE_GRACE_MS, true
       end
-    end
-  end))
+      local stopped = client:is_stopped() or not vim.lsp.get_client_by_id(client.id)
+      if stopped and (not alive or (killed and vim.uv.now() >= deadline)) then
+        timer:stop()
+        timer:close()
+        state.client_id = nil
+        if on_stopped then
+          on_stopped()
+        end
+      end
+    end)
+  )
 end
 
 --- True when the daemon is initialized and the sessions resumed.
@@ -503,7 +507,9 @@ function M.store_holder()
   if not holder then
     local log = config_mod.log_path(state.config, caps.stateDir)
     for _, line in ipairs(log and vim.fn.filereadable(log) == 1 and vim.fn.readfile(log) or {}) do
-      holder = tonumber(line:match("relaying to it.*holder=Some%((%d+)%)") or line:match("holder=Some%((%d+)%).*relaying to it") or "") or holder
+      holder = tonumber(
+        line:match("relaying to it.*holder=Some%((%d+)%)") or line:match("holder=Some%((%d+)%).*relaying to it") or ""
+      ) or holder
     end
   end
   if not holder or holder == mine then

@@ -79,7 +79,11 @@ function M.compact(focus, done)
       vim.notify("ctxd: " .. problem, vim.log.levels.WARN)
     end
     vim.notify(
-      string.format("ctxd: compacted %s → %s tokens", render.format_count(result.preTokens), render.format_count(result.postTokens)),
+      string.format(
+        "ctxd: compacted %s → %s tokens",
+        render.format_count(result.preTokens),
+        render.format_count(result.postTokens)
+      ),
       vim.log.levels.INFO
     )
   end, done)
@@ -94,17 +98,27 @@ function M.undo_compact(done)
       -- Token figures when the daemon's answer has them (older answers do not).
       local numbers = ""
       if type(result) == "table" and result.preTokens and result.postTokens then
-        numbers = string.format(": %s → %s tokens", render.format_count(result.preTokens), render.format_count(result.postTokens))
+        numbers = string.format(
+          ": %s → %s tokens",
+          render.format_count(result.preTokens),
+          render.format_count(result.postTokens)
+        )
       end
       vim.notify(
-        "ctxd: the Claude Code session's last compaction is undone" .. numbers .. "; the transcript is as it was before it",
+        "ctxd: the Claude Code session's last compaction is undone"
+          .. numbers
+          .. "; the transcript is as it was before it",
         vim.log.levels.INFO
       )
     end, done)
   end
   session_request("ctx/undoCompact", {}, function(result)
     vim.notify(
-      string.format("ctxd: compaction undone; %s → %s tokens", render.format_count(result.preTokens), render.format_count(result.postTokens)),
+      string.format(
+        "ctxd: compaction undone; %s → %s tokens",
+        render.format_count(result.preTokens),
+        render.format_count(result.postTokens)
+      ),
       vim.log.levels.INFO
     )
   end, done)
@@ -298,7 +312,10 @@ function M.auto_compact_window(input, model, done)
   done = done or function() end
   local window = M.parse_window(input)
   if not window then
-    vim.notify("ctxd: the window is a positive token count (e.g. 200000 or 200k) or auto, not " .. vim.inspect(input), vim.log.levels.ERROR)
+    vim.notify(
+      "ctxd: the window is a positive token count (e.g. 200000 or 200k) or auto, not " .. vim.inspect(input),
+      vim.log.levels.ERROR
+    )
     return done({ message = "invalid window" }, nil)
   end
   if not model or model == "" then
@@ -365,10 +382,23 @@ function M.log_lines()
     table.insert(lines, "")
     if holder.log and vim.fn.filereadable(holder.log) == 1 then
       local content = vim.fn.readfile(holder.log)
-      table.insert(lines, string.format("This editor's ctxd relays to the daemon that holds the store (pid %d); its log (%s), last lines:", holder.pid, holder.log))
+      table.insert(
+        lines,
+        string.format(
+          "This editor's ctxd relays to the daemon that holds the store (pid %d); its log (%s), last lines:",
+          holder.pid,
+          holder.log
+        )
+      )
       vim.list_extend(lines, vim.list_slice(content, math.max(1, #content - 199)))
     else
-      table.insert(lines, string.format("This editor's ctxd relays to the daemon that holds the store (pid %d), which logs to the editor that started it.", holder.pid))
+      table.insert(
+        lines,
+        string.format(
+          "This editor's ctxd relays to the daemon that holds the store (pid %d), which logs to the editor that started it.",
+          holder.pid
+        )
+      )
     end
   end
   return lines
@@ -422,7 +452,11 @@ function M.compact_claude(observed, focus, done)
     M.claude_request("ctx/claudeCompact", observed, focus, function(result)
       local numbers = ""
       if type(result) == "table" and result.preTokens and result.postTokens then
-        numbers = string.format(" %s → %s tokens", render.format_count(result.preTokens), render.format_count(result.postTokens))
+        numbers = string.format(
+          " %s → %s tokens",
+          render.format_count(result.preTokens),
+          render.format_count(result.postTokens)
+        )
       end
       -- Who wrote the summary, and why the configured provider did not when it fell back.
       local by = ""
@@ -467,7 +501,8 @@ function M.pick_session(done)
       if item.follow_newest then
         return M.FOLLOW_NEWEST
       end
-      local text = item.session and item.session.usage and require("ctxd").observed_status(item.session) or "not followed yet"
+      local text = item.session and item.session.usage and require("ctxd").observed_status(item.session)
+        or "not followed yet"
       local here = shown and item.session and item.session.session_id == shown.session_id
       return text .. "  " .. item.claude_session_id .. (here and (pinned and "  (pinned)" or "  (shown)") or "")
     end,
@@ -496,18 +531,55 @@ function M.pick_session(done)
 end
 
 local SUBCOMMANDS = {
-  compact = { run = function(rest) M.compact(rest) end, desc = "compact the current session [focus]" },
-  undo = { run = function() M.undo_compact() end, desc = "undo the latest compaction" },
-  context = { run = function() M.context() end, desc = "show the context" },
+  compact = {
+    run = function(rest)
+      M.compact(rest)
+    end,
+    desc = "compact the current session [focus]",
+  },
+  undo = {
+    run = function()
+      M.undo_compact()
+    end,
+    desc = "undo the latest compaction",
+  },
+  context = {
+    run = function()
+      M.context()
+    end,
+    desc = "show the context",
+  },
   window = {
-    run = function(_, fargs) M.auto_compact_window(fargs[2], fargs[3]) end,
+    run = function(_, fargs)
+      M.auto_compact_window(fargs[2], fargs[3])
+    end,
     desc = "save the auto-compact window {tokens|auto} [model]",
     complete = { "auto", "200k", "500k", "1M" },
   },
-  sessions = { run = function() M.pick_session() end, desc = "pick a Claude Code session of this directory" },
-  history = { run = function(rest) require("ctxd.history").search(rest) end, desc = "search the current session's history [query]" },
-  log = { run = function() M.log() end, desc = "the client's start log and the daemon's log" },
-  restart = { run = function() require("ctxd").restart() end, desc = "restart the daemon" },
+  sessions = {
+    run = function()
+      M.pick_session()
+    end,
+    desc = "pick a Claude Code session of this directory",
+  },
+  history = {
+    run = function(rest)
+      require("ctxd.history").search(rest)
+    end,
+    desc = "search the current session's history [query]",
+  },
+  log = {
+    run = function()
+      M.log()
+    end,
+    desc = "the client's start log and the daemon's log",
+  },
+  restart = {
+    run = function()
+      require("ctxd").restart()
+    end,
+    desc = "restart the daemon",
+  },
 }
 
 --- The usage line `:Ctxd` with no argument prints.
@@ -549,7 +621,11 @@ function M.register()
       return vim.notify("ctxd: no subcommand " .. name .. ". " .. M.usage(), vim.log.levels.ERROR)
     end
     sub.run(vim.trim(args.args:sub(#name + 1)), args.fargs)
-  end, { nargs = "*", complete = M.complete, desc = "ctxd: compact, undo, context, window, sessions, history, log, restart" })
+  end, {
+    nargs = "*",
+    complete = M.complete,
+    desc = "ctxd: compact, undo, context, window, sessions, history, log, restart",
+  })
   command("CtxdCompact", function(args)
     M.compact(args.args)
   end, { nargs = "?", desc = "ctxd: compact the current session, with optional focus instructions" })

@@ -92,7 +92,11 @@ local function reason(method, err)
     return "something went wrong inside ctxd (" .. message .. "). The daemon's log has more."
   end
   local lost = code == nil
-    and (message:find("exited before answering", 1, true) or message:find("disposed", 1, true) or message:find("got closed", 1, true))
+    and (
+      message:find("exited before answering", 1, true)
+      or message:find("disposed", 1, true)
+      or message:find("got closed", 1, true)
+    )
   if CONNECTION_LOST[code] or lost then
     return "ctxd stopped before it answered. " .. RESTARTS
   end

@@ -28,7 +28,10 @@ function M.check()
   elseif vim.fn.executable(state.config.cmd[1]) == 1 then
     health.ok("daemon command: " .. table.concat(state.config.cmd, " "))
   else
-    health.error(state.config.cmd[1] .. " is not executable", { "install ctxd or pass cmd = { '/path/to/ctxd', 'serve' } to setup()" })
+    health.error(
+      state.config.cmd[1] .. " is not executable",
+      { "install ctxd or pass cmd = { '/path/to/ctxd', 'serve' } to setup()" }
+    )
   end
 
   health.start("ctxd: daemon")
@@ -36,20 +39,24 @@ function M.check()
   local holder = client.is_ready() and client.store_holder() or nil
   if client.is_ready() and caps and holder then
     -- Another editor's daemon holds the store: this one only relays to it.
-    health.ok(string.format(
-      "running: this editor's ctxd (pid %s) relays to the daemon that holds the store, pid %d (started by another editor), ctxd %s, protocol %s",
-      tostring(client.pid()),
-      holder.pid,
-      caps.version,
-      caps.protocol
-    ))
+    health.ok(
+      string.format(
+        "running: this editor's ctxd (pid %s) relays to the daemon that holds the store, pid %d (started by another editor), ctxd %s, protocol %s",
+        tostring(client.pid()),
+        holder.pid,
+        caps.version,
+        caps.protocol
+      )
+    )
     health.info(
       holder.log and ("that daemon's log: " .. holder.log .. " (:CtxdLog shows its end)")
         or "that daemon logs to the editor that started it (VS Code: the ctxd output channel)"
     )
     health.info("state dir: " .. caps.stateDir)
   elseif client.is_ready() and caps then
-    health.ok(string.format("running (pid %s), ctxd %s, protocol %s", tostring(client.pid()), caps.version, caps.protocol))
+    health.ok(
+      string.format("running (pid %s), ctxd %s, protocol %s", tostring(client.pid()), caps.version, caps.protocol)
+    )
     health.info("state dir: " .. caps.stateDir)
     health.info("methods: " .. table.concat(caps.methods, ", "))
     health.info("notifications: " .. table.concat(caps.notifications or {}, ", "))
@@ -57,12 +64,17 @@ function M.check()
       return not vim.tbl_contains(caps.methods, m)
     end, WANTED_METHODS)
     if #missing > 0 then
-      health.warn("this ctxd does not answer " .. table.concat(missing, ", ") .. " yet; the commands using them report an error")
+      health.warn(
+        "this ctxd does not answer " .. table.concat(missing, ", ") .. " yet; the commands using them report an error"
+      )
     end
   else
     local down = client.down_text()
     if down then
-      health.error(down, { ":CtxdLog shows each start attempt", "fix the cause, then call setup() again or :Ctxd restart" })
+      health.error(
+        down,
+        { ":CtxdLog shows each start attempt", "fix the cause, then call setup() again or :Ctxd restart" }
+      )
     else
       health.warn(string.format("not running (started %d times); it restarts with back-off", state.starts))
     end
@@ -85,7 +97,9 @@ function M.check()
   end
   local claude = require("ctxd.claude")
   for _, s in ipairs(claude.list()) do
-    health.info(string.format("Claude Code %s  %s", s.claude_session_id or s.session_id, require("ctxd").observed_status(s)))
+    health.info(
+      string.format("Claude Code %s  %s", s.claude_session_id or s.session_id, require("ctxd").observed_status(s))
+    )
   end
   for _, w in ipairs(claude.waiting()) do
     health.info(string.format("Claude Code project of %s: %s", w.folder, w.reason))

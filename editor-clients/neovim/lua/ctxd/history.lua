@@ -53,8 +53,14 @@ function M.render(read)
     end
     local role = tostring(r.role):gsub("_", " ")
     table.insert(lines, "")
-    table.insert(lines, string.format("## %s%s%s", r.target and "▶ " or "", role, r.timestamp and (" · " .. r.timestamp) or ""))
-    table.insert(lines, "`" .. tostring(r.uuid) .. "`" .. (#marks > 0 and (" (" .. table.concat(marks, ", ") .. ")") or ""))
+    table.insert(
+      lines,
+      string.format("## %s%s%s", r.target and "▶ " or "", role, r.timestamp and (" · " .. r.timestamp) or "")
+    )
+    table.insert(
+      lines,
+      "`" .. tostring(r.uuid) .. "`" .. (#marks > 0 and (" (" .. table.concat(marks, ", ") .. ")") or "")
+    )
     table.insert(lines, "")
     vim.list_extend(lines, vim.split(tostring(r.text), "\n", { plain = true }))
   end
@@ -106,7 +112,10 @@ function M.search(query, done)
       end
       local hits = type(found) == "table" and found.hits or {}
       if #hits == 0 then
-        local notes = type(found.notes) == "table" and #found.notes > 0 and (" (" .. table.concat(found.notes, "; ") .. ")") or ""
+        local notes = type(found.notes) == "table"
+            and #found.notes > 0
+            and (" (" .. table.concat(found.notes, "; ") .. ")")
+          or ""
         vim.notify(string.format("ctxd: nothing found for %q%s.", q, notes), vim.log.levels.INFO)
         return done(nil)
       end

@@ -14,7 +14,12 @@ local sessions = require("ctxd.sessions")
 local M = {}
 
 local function define_highlights()
-  local links = { CtxdOk = "DiagnosticOk", CtxdWarning = "DiagnosticWarn", CtxdCompacting = "DiagnosticInfo", CtxdBlocked = "DiagnosticError" }
+  local links = {
+    CtxdOk = "DiagnosticOk",
+    CtxdWarning = "DiagnosticWarn",
+    CtxdCompacting = "DiagnosticInfo",
+    CtxdBlocked = "DiagnosticError",
+  }
   for group, target in pairs(links) do
     vim.api.nvim_set_hl(0, group, { link = target, default = true })
   end

@@ -92,7 +92,12 @@ function M.summary_rows(usage)
     { "Level", usage.level },
     {
       "Tokens",
-      string.format("%s (reported %s, estimated %s)", f(usage.tokens), f(usage.reportedTokens), f(usage.estimatedTokens)),
+      string.format(
+        "%s (reported %s, estimated %s)",
+        f(usage.tokens),
+        f(usage.reportedTokens),
+        f(usage.estimatedTokens)
+      ),
     },
     { "Used", percent(usage.percentUsed) .. "% of the window" },
     { "Window", string.format("%s (effective %s)", f(usage.window), f(usage.effectiveWindow)) },
@@ -102,7 +107,8 @@ function M.summary_rows(usage)
     {
       "Until compaction",
       -- With auto-compact off nothing compacts at the threshold: no count-down to show.
-      usage.autoCompactEnabled and string.format("%s (%s%%)", f(usage.tokensUntilCompact), percent(usage.percentUntilCompact))
+      usage.autoCompactEnabled
+          and string.format("%s (%s%%)", f(usage.tokensUntilCompact), percent(usage.percentUntilCompact))
         or "none (auto-compact off)",
     },
   }

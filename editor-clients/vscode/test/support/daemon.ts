@@ -8,7 +8,12 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
 
-import { createMessageConnection, type MessageConnection, StreamMessageReader, StreamMessageWriter } from "vscode-jsonrpc/node";
+import {
+    createMessageConnection,
+    type MessageConnection,
+    StreamMessageReader,
+    StreamMessageWriter,
+} from "vscode-jsonrpc/node";
 
 import type { CtxdCapabilities, InitializationOptions } from "../../src/lsp_ext";
 import type { Connection } from "../../src/sessions";
@@ -50,14 +55,26 @@ export interface TestDaemon {
     kill(): Promise<void>;
 }
 
-export async function startDaemon(stateDir: string, options: InitializationOptions = {}): Promise<TestDaemon> {
-    const child = spawn(ctxdBin(), ["serve", "--state-dir", stateDir, "--log-file", path.join(stateDir, "test.log")], {
-        stdio: "pipe",
-    });
+export async function startDaemon(
+    stateDir: string,
+    options: InitializationOptions = {},
+): Promise<TestDaemon> {
+    const child = spawn(
+        ctxdBin(),
+        ["serve", "--state-dir", stateDir, "--log-file", path.join(stateDir, "test.log")],
+        {
+            stdio: "pipe",
+        },
+    );
     const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-    const rpc = createMessageConnection(new StreamMessageReader(child.stdout), new StreamMessageWriter(child.stdin));
+    const rpc = createMessageConnection(
+        new StreamMessageReader(child.stdout),
+        new StreamMessageWriter(child.stdin),
+    );
     rpc.listen();
-    const init = await rpc.sendRequest<{ capabilities: { experimental: { ctxd: CtxdCapabilities } } }>("initialize", {
+    const init = await rpc.sendRequest<{
+        capabilities: { experimental: { ctxd: CtxdCapabilities } };
+    }>("initialize", {
         processId: process.pid,
         rootUri: null,
         capabilities: {},

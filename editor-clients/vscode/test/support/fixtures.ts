@@ -42,6 +42,12 @@ export function usageCase(level: Usage["level"]): UsageCase {
 }
 
 /** `schemas/<name>.json` of this checkout. */
-export function schema(name: string): { properties: Record<string, unknown>; required?: string[]; $defs?: Record<string, { properties: Record<string, unknown>; required?: string[] }> } {
-    return JSON.parse(fs.readFileSync(path.join(packageRoot, "../../schemas", `${name}.json`), "utf8"));
+export function schema(name: string): {
+    properties: Record<string, unknown>;
+    required?: string[];
+    $defs?: Record<string, { properties: Record<string, unknown>; required?: string[] }>;
+} {
+    return JSON.parse(
+        fs.readFileSync(path.join(packageRoot, "../../schemas", `${name}.json`), "utf8"),
+    );
 }

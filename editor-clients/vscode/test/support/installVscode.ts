@@ -7,7 +7,7 @@
  * calls return a disposable. That is enough for `vscode-languageclient` to load and run
  * a client with no documents.
  */
-import Module = require("node:module");
+import Module from "node:module";
 
 import * as standIn from "./vscode";
 
@@ -46,11 +46,23 @@ const vscodeModule = withInertRest({
 });
 
 type Resolve = (request: string, ...rest: unknown[]) => string;
-const moduleWithResolve = Module as unknown as { _resolveFilename: Resolve; _cache: Record<string, unknown> };
+const moduleWithResolve = Module as unknown as {
+    _resolveFilename: Resolve;
+    _cache: Record<string, unknown>;
+};
 const resolve = moduleWithResolve._resolveFilename;
 const cacheKey = "vscode (stand-in)";
-moduleWithResolve._cache[cacheKey] = { id: cacheKey, filename: cacheKey, loaded: true, exports: vscodeModule };
+moduleWithResolve._cache[cacheKey] = {
+    id: cacheKey,
+    filename: cacheKey,
+    loaded: true,
+    exports: vscodeModule,
+};
 
-moduleWithResolve._resolveFilename = function (this: unknown, request: string, ...rest: unknown[]): string {
+moduleWithResolve._resolveFilename = function (
+    this: unknown,
+    request: string,
+    ...rest: unknown[]
+): string {
     return request === "vscode" ? cacheKey : resolve.call(this, request, ...rest);
 };

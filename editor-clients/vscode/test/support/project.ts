@@ -24,7 +24,10 @@ export function makeProject(): TestProject {
     };
     fs.writeFileSync(project.claudeMd, "# Project\n\nRun the tests before every commit.\n");
     fs.mkdirSync(path.dirname(project.rule), { recursive: true });
-    fs.writeFileSync(project.rule, '---\npaths: "src/**/*.rs"\n---\nUse `thiserror` for error types.\n');
+    fs.writeFileSync(
+        project.rule,
+        '---\npaths: "src/**/*.rs"\n---\nUse `thiserror` for error types.\n',
+    );
     fs.writeFileSync(project.notes, "one\ntwo\nthree\n");
     return project;
 }

@@ -4,11 +4,19 @@ import { randomUUID } from "node:crypto";
 import type { TranscriptRecord } from "../../src/lsp_ext";
 
 export function userRecord(text: string, parentUuid: string | null = null): TranscriptRecord {
-    return { type: "user", uuid: randomUUID(), parentUuid, message: { role: "user", content: text } };
+    return {
+        type: "user",
+        uuid: randomUUID(),
+        parentUuid,
+        message: { role: "user", content: text },
+    };
 }
 
 /** An assistant turn whose provider usage puts the context at `contextTokens`. */
-export function assistantRecord(contextTokens: number, parentUuid: string | null = null): TranscriptRecord {
+export function assistantRecord(
+    contextTokens: number,
+    parentUuid: string | null = null,
+): TranscriptRecord {
     return {
         type: "assistant",
         uuid: randomUUID(),

@@ -87,6 +87,10 @@ export class FakeStatusBarItem {
         this.texts.push(value);
     }
     tooltip: string | MarkdownString | undefined;
+    /** The tooltip's text, plain or markdown alike (`String()` of markdown is `[object Object]`). */
+    get tooltipText(): string {
+        return this.tooltip instanceof MarkdownString ? this.tooltip.value : (this.tooltip ?? "");
+    }
     backgroundColor: ThemeColor | undefined;
     name: string | undefined;
     command: unknown;
@@ -134,7 +138,7 @@ export const fake = {
     inputAnswers: [] as (string | undefined)[],
     inputBoxes: [] as { title?: string; prompt?: string; validateInput?: (v: string) => unknown }[],
     /** Picks the quick pick item (default: the first). */
-    quickPick: (items: unknown[]) => items[0] as unknown,
+    quickPick: (items: unknown[]) => items[0],
     /** The button `showWarningMessage` etc. answer with. */
     messageAnswer: undefined as string | undefined,
     shownDocuments: [] as FakeDocument[],
@@ -177,7 +181,11 @@ function message(kind: "info" | "warning" | "error") {
 }
 
 export const window = {
-    createStatusBarItem(id: string, alignment: StatusBarAlignment, priority: number): FakeStatusBarItem {
+    createStatusBarItem(
+        id: string,
+        alignment: StatusBarAlignment,
+        priority: number,
+    ): FakeStatusBarItem {
         const item = new FakeStatusBarItem(id, alignment, priority);
         fake.statusBarItems.push(item);
         return item;
@@ -218,7 +226,11 @@ export const window = {
         fake.outputChannels.push(channel);
         return channel;
     },
-    async showInputBox(options: { title?: string; prompt?: string; validateInput?: (v: string) => unknown }) {
+    async showInputBox(options: {
+        title?: string;
+        prompt?: string;
+        validateInput?: (v: string) => unknown;
+    }) {
         fake.inputBoxes.push(options);
         return fake.inputAnswers.shift();
     },
@@ -230,7 +242,10 @@ export const window = {
     showErrorMessage: message("error"),
     async withProgress<R>(
         options: { title?: string; location?: ProgressLocation },
-        task: (progress: { report(v: { message?: string }): void }, token: { onCancellationRequested(l: () => void): Disposable }) => Promise<R>,
+        task: (
+            progress: { report(v: { message?: string }): void },
+            token: { onCancellationRequested(l: () => void): Disposable },
+        ) => Promise<R>,
     ): Promise<R> {
         fake.progressTitles.push(options.title ?? "");
         const cancelled = new EventEmitter<void>();
@@ -242,7 +257,10 @@ export const window = {
         };
         fake.notifications.push(notification);
         try {
-            return await task({ report: (v) => (notification.message = v.message ?? notification.message) }, { onCancellationRequested: (l) => cancelled.event(l) });
+            return await task(
+                { report: (v) => (notification.message = v.message ?? notification.message) },
+                { onCancellationRequested: (l) => cancelled.event(l) },
+            );
         } finally {
             notification.open = false;
         }
@@ -272,7 +290,9 @@ export const workspace = {
     getConfiguration(_section: string) {
         return { get: (key: string) => fake.config[key] };
     },
-    onDidChangeConfiguration(listener: (e: { affectsConfiguration(section: string): boolean }) => unknown): Disposable {
+    onDidChangeConfiguration(
+        listener: (e: { affectsConfiguration(section: string): boolean }) => unknown,
+    ): Disposable {
         return fake.configurationChanged.event(listener);
     },
     get workspaceFolders() {
@@ -282,7 +302,13 @@ export const workspace = {
 
 export const version = "1.91.0";
 
-export const env = { appName: "stand-in", language: "en", machineId: "test", sessionId: "test", uriScheme: "vscode" };
+export const env = {
+    appName: "stand-in",
+    language: "en",
+    machineId: "test",
+    sessionId: "test",
+    uriScheme: "vscode",
+};
 
 export const commands = {
     registerCommand(id: string, handler: (...args: unknown[]) => unknown): Disposable {
