@@ -11,9 +11,6 @@ use std::path::{Path, PathBuf};
 
 const MAX_CODE_LINES: usize = 700;
 
-/// Files (relative to `src/`) still over the limit while their split is on another
-/// branch. Each must still be over it: the list cannot outlive the reason for an entry.
-const KNOWN_OVER: &[&str] = &["setup.rs"];
 
 /// The lines of code in a source file's text, by the rule above.
 fn code_lines(text: &str) -> usize {
@@ -77,22 +74,10 @@ fn no_file_in_src_has_more_than_700_lines_of_code() {
     assert!(sizes.len() > 50, "the walk found the sources: {} files", sizes.len());
     let over: Vec<String> = sizes
         .iter()
-        .filter(|(path, lines)| *lines > MAX_CODE_LINES && !KNOWN_OVER.contains(&path.as_str()))
+        .filter(|(_, lines)| *lines > MAX_CODE_LINES)
         .map(|(path, lines)| format!("{path}: {lines} lines of code"))
         .collect();
     assert!(over.is_empty(), "over {MAX_CODE_LINES} lines of code (split along its concerns): {over:#?}");
-}
-
-#[test]
-fn each_known_exception_is_still_over_the_limit() {
-    let sizes = sizes();
-    for known in KNOWN_OVER {
-        let lines = sizes.iter().find(|(path, _)| path == known).map(|(_, lines)| *lines);
-        assert!(
-            lines.is_some_and(|lines| lines > MAX_CODE_LINES),
-            "{known} has {lines:?} lines of code now: remove it from KNOWN_OVER"
-        );
-    }
 }
 
 #[test]
