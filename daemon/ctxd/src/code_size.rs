@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 
 const MAX_CODE_LINES: usize = 700;
 
-
 /// The lines of code in a source file's text, by the rule above.
 fn code_lines(text: &str) -> usize {
     let lines: Vec<&str> = text.lines().map(str::trim).collect();
