@@ -13,7 +13,7 @@ import { afterEach, beforeEach, describe, it } from "node:test";
 
 import { Commands, OLD_DAEMON_NOTE, parseWindow, registerCommands, reportCompactions, undoClaude } from "../src/commands";
 import { ContextView } from "../src/contextView";
-import type { CompactedParams, CompactResult, ContextChangedParams, ContextResult } from "../src/lsp_ext";
+import type { CompactedNotification, CompactResult, ContextChangedNotification, ContextResult } from "../src/lsp_ext";
 import { formatCount, statusText, windowResultText } from "../src/render";
 import { CtxdSessions } from "../src/sessions";
 import { packageRoot, startDaemon, TEST_SETTINGS, tempStateDir, type TestDaemon } from "./support/daemon";
@@ -103,7 +103,7 @@ describe("commands on a real ctxd", () => {
     });
 
     it("Compact now asks for a focus, compacts, and reports the token drop; the session follows", async () => {
-        const compacted: CompactedParams[] = [];
+        const compacted: CompactedNotification[] = [];
         sessions.onCompacted((c) => compacted.push(c));
         fake.inputAnswers.push("keep the failing test output");
         await run(Commands.compact);
@@ -180,7 +180,7 @@ describe("commands on a real ctxd", () => {
     });
 
     it("Show context follows ctx/contextChanged when a memory file or a read file changes on disk", async () => {
-        const changed: ContextChangedParams[] = [];
+        const changed: ContextChangedNotification[] = [];
         sessions.onContextChanged((c) => changed.push(c));
         await run(Commands.showContext, sessionId);
         const doc = fake.shownDocuments[0];
