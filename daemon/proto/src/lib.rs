@@ -532,6 +532,17 @@ pub enum CompactOrigin {
     Queued,
 }
 
+impl From<ctxd_core::compact::lifecycle::Origin> for CompactOrigin {
+    fn from(origin: ctxd_core::compact::lifecycle::Origin) -> Self {
+        use ctxd_core::compact::lifecycle::Origin;
+        match origin {
+            Origin::Requested => CompactOrigin::Requested,
+            Origin::Joined => CompactOrigin::Joined,
+            Origin::Queued => CompactOrigin::Queued,
+        }
+    }
+}
+
 /// `ctx/undoCompact` params: take back the session's latest compaction.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -836,39 +847,13 @@ pub struct ObserveResult {
 }
 
 // Closed sets of values. Each travels as the string its serde name gives, so a client
-// compares strings as before; the schemas list the values.
-
-/// Where a context window came from (`ctx/setAutoCompactWindow`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum WindowSource {
-    /// `CLAUDE_CODE_AUTO_COMPACT_WINDOW`.
-    Env,
-    /// A settings file.
-    Setting,
-    /// The client's `initializationOptions.autoCompactWindow`.
-    Client,
-    /// An experiment's window.
-    Experiment,
-    /// The model's own window.
-    ModelDefault,
-    /// A subagent's ceiling.
-    SubagentCeiling,
-}
-
-impl WindowSource {
-    /// The wire name, for messages that name the source.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WindowSource::Env => "env",
-            WindowSource::Setting => "setting",
-            WindowSource::Client => "client",
-            WindowSource::Experiment => "experiment",
-            WindowSource::ModelDefault => "modelDefault",
-            WindowSource::SubagentCeiling => "subagentCeiling",
-        }
-    }
-}
+// compares strings as before; the schemas list the values. Those the core decides on
+// are the core's own types, carried as they are (one definition: a renamed value
+// changes the committed schemas, which a test catches); the others are defined here.
+pub use ctxd_core::budget::WindowSource;
+pub use ctxd_core::compact::Trigger;
+pub use ctxd_core::memory::MemoryKind;
+pub use ctxd_core::view::Stage;
 
 /// How the window in force differs from the one a client asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -884,20 +869,6 @@ pub enum WindowAdjustment {
     Overridden,
 }
 
-/// Where a memory file comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum MemoryKind {
-    Managed,
-    User,
-    Project,
-    Local,
-    Rule,
-    Nested,
-    AutoMemory,
-    Import,
-}
-
 /// Whether a memory file is in the context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -910,22 +881,16 @@ pub enum MemoryStatus {
     Duplicate,
 }
 
-/// What started a compaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum Trigger {
-    /// The user asked.
-    Manual,
-    /// The context reached the threshold.
-    Auto,
-    /// The provider refused a request as too long.
-    Reactive,
-    /// The session sat idle.
-    Idle,
-    /// The user summarized from, or up to, a chosen message.
-    Partial,
-    /// A summary prepared ahead of time was installed.
-    Precomputed,
+/// The core's states of a memory entry under the names clients show.
+impl From<ctxd_core::memory::Status> for MemoryStatus {
+    fn from(status: ctxd_core::memory::Status) -> Self {
+        use ctxd_core::memory::Status;
+        match status {
+            Status::Active => MemoryStatus::Loaded,
+            Status::Pending => MemoryStatus::Waiting,
+            Status::Duplicate => MemoryStatus::Duplicate,
+        }
+    }
 }
 
 /// Who wrote a compaction summary.
@@ -966,19 +931,4 @@ pub enum Decision {
     Continue,
     /// The threshold is reached: an automatic compaction was started in the background.
     Compact,
-}
-
-/// A stage of the request pipeline, in `ctx/assemble`'s `applied`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Stage {
-    Normalize,
-    Slice,
-    Place,
-    Snip,
-    Collapse,
-    ToolResultBudget,
-    Microcompact,
-    CacheBreakpoints,
-    CompactCheck,
 }

@@ -468,7 +468,7 @@ export interface HistoryRecord {
     beforeCompaction: boolean;
 }
 
-/** What kind of record a hit is. */
+/** What kind of record a hit is, as the tools name it (and `ctx/searchHistory`). */
 export type HistoryRole = "user" | "assistant" | "tool_result" | "attachment" | "summary" | "meta";
 
 /** One hook command: run with JSON on stdin, its stdout read back. */
@@ -516,7 +516,10 @@ export interface MemoryFile {
     status: MemoryStatus;
 }
 
-/** Where a memory file comes from. */
+/**
+ * Where a memory entry came from. Apart from `Import` (placed right after its importer),
+ * the order of the variants is the order of placement.
+ */
 export type MemoryKind = "managed" | "user" | "project" | "local" | "rule" | "nested" | "auto-memory" | "import";
 
 /** Whether a memory file is in the context. */
@@ -696,16 +699,16 @@ export interface ResultMark {
     change: ResultChange;
 }
 
-/** Every message of the active chain since the latest compact boundary, in view order. */
+/** Every message of the active chain, marked. */
 export interface Scrollback {
     entries: ScrollbackEntry[];
-    /** The latest compact boundary. */
+    /** The latest compact boundary among the records given. */
     boundaryUuid?: string | null;
-    /** Message records on branches the host rewound away from: counted, not listed. */
+    /** Message records on branches the host rewound away from, not listed. */
     offChain: number;
 }
 
-/** One message. */
+/** One message of the scrollback. */
 export interface ScrollbackEntry {
     /** The record's uuid (none for a collapse summary, which has no record of its own). */
     uuid?: string | null;
@@ -717,8 +720,8 @@ export interface ScrollbackEntry {
     /** Milliseconds since the Unix epoch. */
     timestampMs?: number | null;
     /**
-     * Content blocks as the transcript has them (Messages API blocks; those the API
-     * would refuse left out).
+     * Content blocks as the transcript has them (blocks the API would refuse already
+     * left out, as for requests).
      */
     content: unknown[];
     /** Estimated tokens of the content as written. */
@@ -955,7 +958,10 @@ export type Summarizer = "anthropic" | "openai" | "offline";
 /** Which request a provider wrote a summary for. */
 export type SummaryPath = "fork" | "fallback";
 
-/** What started a compaction. */
+/**
+ * What started a compaction. Written to the boundary's `compactMetadata.trigger`, and
+ * the protocol's `trigger`.
+ */
 export type Trigger = "manual" | "auto" | "reactive" | "idle" | "partial" | "precomputed";
 
 /** `ctx/undoCompact` params: take back the session's latest compaction. */
@@ -1038,7 +1044,7 @@ export type WindowAdjustment = "cappedToModel" | "raisedToFloor" | "loweredToCei
 /** A window in tokens, or `"auto"` for the model's own. */
 export type WindowChoice = number | AutoWord;
 
-/** Where a context window came from (`ctx/setAutoCompactWindow`). */
+/** Where a context window came from (also `ctx/setAutoCompactWindow`'s `source`). */
 export type WindowSource = "env" | "setting" | "client" | "experiment" | "modelDefault" | "subagentCeiling";
 
 /** Each `ctx/` request with the types of its params and result (`null`: the result is null). */

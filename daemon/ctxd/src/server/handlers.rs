@@ -439,7 +439,6 @@ impl Backend {
             proto::WindowChoice::Auto(_) => None,
         };
         let (resolved, source) = self.sessions()?.set_auto_compact_window(&params.model, window).map_err(rpc_error)?;
-        let source = wire::window_source(source);
         let (adjustment, reason) = window_adjustment(window, resolved.window, resolved.model.context_window, source);
         Ok(proto::SetAutoCompactWindowResult {
             window: resolved.window,

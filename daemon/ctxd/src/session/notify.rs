@@ -82,7 +82,7 @@ impl Notifier {
     ) {
         let params = proto::CompactedNotification {
             session_id: session_id.to_owned(),
-            trigger: crate::wire::trigger(trigger),
+            trigger,
             pre_tokens,
             post_tokens,
         };
