@@ -135,7 +135,10 @@ impl<'a> Table<'a> {
     /// `ctx/append`: its params read borrowed from the frame, each record checked as it
     /// is admitted (not the whole params first), and stored whether or not its answer
     /// is awaited (never answered "cancelled").
-    pub fn on_append(mut self, handler: impl Handler<'a, proto::request::Append, super::handlers::AppendParams<'a>>) -> Self {
+    pub fn on_append(
+        mut self,
+        handler: impl Handler<'a, proto::request::Append, super::handlers::AppendParams<'a>>,
+    ) -> Self {
         if let Some(call) = self.take::<proto::request::Append>() {
             let reply = handler.reply(call, false, small);
             self.routed = Some(Routed::Reply { reply, cancellable: false, exclusive: false });

@@ -80,12 +80,8 @@ impl Notifier {
         pre_tokens: u64,
         post_tokens: u64,
     ) {
-        let params = proto::CompactedNotification {
-            session_id: session_id.to_owned(),
-            trigger,
-            pre_tokens,
-            post_tokens,
-        };
+        let params =
+            proto::CompactedNotification { session_id: session_id.to_owned(), trigger, pre_tokens, post_tokens };
         self.notify::<Lsp<notification::Compacted>>(params).await;
     }
 
