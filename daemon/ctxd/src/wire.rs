@@ -1,13 +1,13 @@
 //! Conversion of domain values to the protocol's types (`ctxd_proto`): the one place
 //! where the core's and the daemon's types become what travels on the wire, so the wire
-//! can stay stable while they move. Every match here is exhaustive: a new domain value
-//! fails to compile until it has a wire name.
+//! can stay stable while they move. The closed sets the core decides on (trigger,
+//! stage, memory kind, window source, history role) travel as the core's own types;
+//! those the wire names otherwise convert by `From` in the proto crate; every match
+//! here is exhaustive: a new domain value fails to compile until it has a wire name.
 
-use ctxd_core::budget::{Level as CoreLevel, WindowSource};
-use ctxd_core::compact::Trigger;
+use ctxd_core::budget::Level as CoreLevel;
 use ctxd_core::ledger::ReadOutcome;
-use ctxd_core::memory::{MemoryKind, Status};
-use ctxd_core::view::Stage;
+use ctxd_core::memory::Status;
 use ctxd_proto as proto;
 
 use crate::session::actor::{
@@ -125,7 +125,7 @@ pub fn file_read(answer: FileReadAnswer) -> proto::FileReadResult {
 pub fn compacted(done: CompactAnswer, after: &UsageSnapshot) -> Result<proto::CompactResult, String> {
     Ok(proto::CompactResult {
         boundary: done.boundary,
-        trigger: trigger(done.trigger),
+        trigger: done.trigger,
         pre_tokens: done.pre_tokens,
         post_tokens: done.post_tokens,
         summary: done.summary,
@@ -133,18 +133,9 @@ pub fn compacted(done: CompactAnswer, after: &UsageSnapshot) -> Result<proto::Co
         summary_path: done.summarizer.path.map(summary_path),
         fidelity_appended: done.fidelity_appended as u64,
         problems: done.problems,
-        origin: compact_origin(done.origin),
+        origin: done.origin.into(),
         usage: usage(after),
     })
-}
-
-fn compact_origin(origin: ctxd_core::compact::lifecycle::Origin) -> proto::CompactOrigin {
-    use ctxd_core::compact::lifecycle::Origin;
-    match origin {
-        Origin::Requested => proto::CompactOrigin::Requested,
-        Origin::Joined => proto::CompactOrigin::Joined,
-        Origin::Queued => proto::CompactOrigin::Queued,
-    }
 }
 
 pub fn undone(done: UndoAnswer) -> proto::UndoCompactResult {
@@ -181,9 +172,9 @@ pub fn context(session_id: String, view: ContextView) -> proto::ContextResult {
             .into_iter()
             .map(|f| proto::MemoryFile {
                 path: f.path.display().to_string(),
-                kind: memory_kind(f.kind),
+                kind: f.kind,
                 tokens: f.tokens,
-                status: memory_status(f.status),
+                status: f.status.into(),
             })
             .collect(),
         pending_rules,
@@ -226,80 +217,14 @@ pub fn assembled(done: AssembleAnswer) -> AssembleResultText {
             .applied
             .into_iter()
             .map(|a| proto::AppliedStage {
-                stage: stage(a.stage),
+                stage: a.stage,
                 acted: a.acted,
                 tokens_freed: a.tokens_freed,
                 detail: a.detail,
             })
             .collect(),
         decision: if done.compact { proto::Decision::Compact } else { proto::Decision::Continue },
-        scrollback: done.scrollback.map(scrollback),
-    }
-}
-
-/// The scrollback as the protocol has it (the core's type, field for field).
-pub fn scrollback(core: ctxd_core::view::Scrollback) -> proto::scrollback::Scrollback {
-    use ctxd_core::view::scrollback as domain;
-    use proto::scrollback as wire;
-    let entry = |e: domain::ScrollbackEntry| wire::ScrollbackEntry {
-        uuid: e.uuid,
-        parent_uuid: e.parent_uuid,
-        role: match e.role {
-            domain::EntryRole::User => wire::EntryRole::User,
-            domain::EntryRole::Assistant => wire::EntryRole::Assistant,
-        },
-        kind: match e.kind {
-            domain::EntryKind::Prompt => wire::EntryKind::Prompt,
-            domain::EntryKind::ToolResults => wire::EntryKind::ToolResults,
-            domain::EntryKind::Meta => wire::EntryKind::Meta,
-            domain::EntryKind::CompactSummary => wire::EntryKind::CompactSummary,
-            domain::EntryKind::Attachment => wire::EntryKind::Attachment,
-            domain::EntryKind::Response => wire::EntryKind::Response,
-            domain::EntryKind::CollapseSummary => wire::EntryKind::CollapseSummary,
-        },
-        attachment_type: e.attachment_type,
-        timestamp_ms: e.timestamp_ms,
-        content: e.content,
-        tokens: e.tokens,
-        hidden: e.hidden.map(|h| match h {
-            domain::Hidden::Compacted { boundary_uuid } => wire::Hidden::Compacted { boundary_uuid },
-            domain::Hidden::Snipped => wire::Hidden::Snipped,
-            domain::Hidden::Collapsed { summary_entry } => {
-                wire::Hidden::Collapsed { summary_entry: summary_entry as u64 }
-            }
-        }),
-        results: e
-            .results
-            .into_iter()
-            .map(|r| wire::ResultMark {
-                tool_use_id: r.tool_use_id,
-                block: r.block as u64,
-                change: match r.change {
-                    domain::ResultChange::Cleared => wire::ResultChange::Cleared,
-                    domain::ResultChange::DeletedFromCache => wire::ResultChange::DeletedFromCache,
-                    domain::ResultChange::Replaced { path, original_bytes } => {
-                        wire::ResultChange::Replaced { path, original_bytes }
-                    }
-                },
-            })
-            .collect(),
-        span: e.span.map(|s| wire::Span { from: s.from, to: s.to }),
-    };
-    wire::Scrollback {
-        entries: core.entries.into_iter().map(entry).collect(),
-        boundary_uuid: core.boundary_uuid,
-        off_chain: core.off_chain as u64,
-    }
-}
-
-pub fn trigger(trigger: Trigger) -> proto::Trigger {
-    match trigger {
-        Trigger::Manual => proto::Trigger::Manual,
-        Trigger::Auto => proto::Trigger::Auto,
-        Trigger::Reactive => proto::Trigger::Reactive,
-        Trigger::Idle => proto::Trigger::Idle,
-        Trigger::Partial => proto::Trigger::Partial,
-        Trigger::Precomputed => proto::Trigger::Precomputed,
+        scrollback: done.scrollback,
     }
 }
 
@@ -322,68 +247,14 @@ pub fn summary_path(path: SummaryPath) -> proto::SummaryPath {
     }
 }
 
-pub fn stage(stage: Stage) -> proto::Stage {
-    match stage {
-        Stage::Normalize => proto::Stage::Normalize,
-        Stage::Slice => proto::Stage::Slice,
-        Stage::Place => proto::Stage::Place,
-        Stage::Snip => proto::Stage::Snip,
-        Stage::Collapse => proto::Stage::Collapse,
-        Stage::ToolResultBudget => proto::Stage::ToolResultBudget,
-        Stage::Microcompact => proto::Stage::Microcompact,
-        Stage::CacheBreakpoints => proto::Stage::CacheBreakpoints,
-        Stage::CompactCheck => proto::Stage::CompactCheck,
-    }
-}
-
-pub fn memory_kind(kind: MemoryKind) -> proto::MemoryKind {
-    match kind {
-        MemoryKind::Managed => proto::MemoryKind::Managed,
-        MemoryKind::User => proto::MemoryKind::User,
-        MemoryKind::Project => proto::MemoryKind::Project,
-        MemoryKind::Local => proto::MemoryKind::Local,
-        MemoryKind::Rule => proto::MemoryKind::Rule,
-        MemoryKind::Nested => proto::MemoryKind::Nested,
-        MemoryKind::AutoMemory => proto::MemoryKind::AutoMemory,
-        MemoryKind::Import => proto::MemoryKind::Import,
-    }
-}
-
-pub fn memory_status(status: Status) -> proto::MemoryStatus {
-    match status {
-        Status::Active => proto::MemoryStatus::Loaded,
-        Status::Pending => proto::MemoryStatus::Waiting,
-        Status::Duplicate => proto::MemoryStatus::Duplicate,
-    }
-}
-
-pub fn window_source(source: WindowSource) -> proto::WindowSource {
-    match source {
-        WindowSource::Env => proto::WindowSource::Env,
-        WindowSource::Setting => proto::WindowSource::Setting,
-        WindowSource::Client => proto::WindowSource::Client,
-        WindowSource::Experiment => proto::WindowSource::Experiment,
-        WindowSource::ModelDefault => proto::WindowSource::ModelDefault,
-        WindowSource::SubagentCeiling => proto::WindowSource::SubagentCeiling,
-    }
-}
-
-/// A history record's role.
-pub fn history_role(role: ctxd_core::recall::Role) -> proto::HistoryRole {
-    use ctxd_core::recall::Role;
-    match role {
-        Role::User => proto::HistoryRole::User,
-        Role::Assistant => proto::HistoryRole::Assistant,
-        Role::ToolResult => proto::HistoryRole::ToolResult,
-        Role::Attachment => proto::HistoryRole::Attachment,
-        Role::Summary => proto::HistoryRole::Summary,
-        Role::Meta => proto::HistoryRole::Meta,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+
+    use ctxd_core::budget::WindowSource;
+    use ctxd_core::compact::Trigger;
+    use ctxd_core::memory::MemoryKind;
+    use ctxd_core::view::Stage;
 
     use super::*;
 
@@ -392,74 +263,35 @@ mod tests {
         serde_json::to_value(value).unwrap().as_str().unwrap().to_owned()
     }
 
+    /// The closed sets the wire carries as the core defines them: the names the core
+    /// writes in logs, transcripts and messages are the wire's.
     #[test]
     fn wire_names_are_the_domains_own() {
         use Trigger::*;
         for t in [Manual, Auto, Reactive, Idle, Partial, Precomputed] {
-            assert_eq!(name(trigger(t)), t.as_str());
+            assert_eq!(name(t), t.as_str());
         }
         use Stage::*;
         for s in
             [Normalize, Slice, Place, Snip, Collapse, ToolResultBudget, Microcompact, CacheBreakpoints, CompactCheck]
         {
-            assert_eq!(name(stage(s)), s.as_str());
-            assert_eq!(name(stage(s)), name(s), "the core's serde name is the wire's");
+            assert_eq!(name(s), s.as_str());
         }
         use MemoryKind::*;
         for k in [Managed, User, Project, Local, Rule, Nested, AutoMemory, Import] {
-            assert_eq!(name(memory_kind(k)), k.label());
+            assert_eq!(name(k), k.label());
+        }
+        use WindowSource::*;
+        for w in [Env, Setting, Client, Experiment, ModelDefault, SubagentCeiling] {
+            assert_eq!(name(w), w.as_str());
+        }
+        use ctxd_core::recall::Role;
+        for r in [Role::User, Role::Assistant, Role::ToolResult, Role::Attachment, Role::Summary, Role::Meta] {
+            assert_eq!(name(r), r.as_str());
         }
         for p in [SummaryPath::Fork, SummaryPath::Fallback] {
             assert_eq!(name(summary_path(p)), p.as_str());
         }
-    }
-
-    #[test]
-    fn the_wire_scrollback_writes_the_same_json_as_the_cores_for_every_variant() {
-        use ctxd_core::view::scrollback::{
-            EntryKind, EntryRole, Hidden, ResultChange, ResultMark, Scrollback, ScrollbackEntry, Span,
-        };
-        let entry = |kind, hidden| ScrollbackEntry {
-            uuid: Some("u".into()),
-            parent_uuid: None,
-            role: EntryRole::User,
-            kind,
-            attachment_type: None,
-            timestamp_ms: Some(1),
-            content: vec![serde_json::json!({"type": "text", "text": "hi"})],
-            tokens: 3,
-            hidden,
-            results: Vec::new(),
-            span: None,
-        };
-        let mut results = entry(EntryKind::ToolResults, None);
-        results.results = [
-            ResultChange::Cleared,
-            ResultChange::DeletedFromCache,
-            ResultChange::Replaced { path: "/p".into(), original_bytes: 9 },
-        ]
-        .into_iter()
-        .enumerate()
-        .map(|(block, change)| ResultMark { tool_use_id: format!("t{block}"), block, change })
-        .collect();
-        let mut summary = entry(EntryKind::CollapseSummary, None);
-        summary.role = EntryRole::Assistant;
-        summary.span = Some(Span { from: "a".into(), to: "b".into() });
-        let core = Scrollback {
-            entries: vec![
-                entry(EntryKind::Prompt, Some(Hidden::Compacted { boundary_uuid: Some("b".into()) })),
-                entry(EntryKind::Meta, Some(Hidden::Snipped)),
-                entry(EntryKind::Response, Some(Hidden::Collapsed { summary_entry: 4 })),
-                entry(EntryKind::CompactSummary, None),
-                entry(EntryKind::Attachment, None),
-                results,
-                summary,
-            ],
-            boundary_uuid: Some("b".into()),
-            off_chain: 2,
-        };
-        let expected = serde_json::to_value(&core).unwrap();
-        assert_eq!(serde_json::to_value(scrollback(core)).unwrap(), expected);
     }
 
     #[test]

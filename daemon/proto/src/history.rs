@@ -4,6 +4,9 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// What kind of record a hit is: the core's closed set, carried as it is.
+pub use ctxd_core::recall::Role as HistoryRole;
+
 /// `ctx/searchHistory` params: a full-text search over session transcripts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -59,24 +62,6 @@ pub struct HistoryHit {
     pub before_compaction: bool,
     /// The transcript file the record is in.
     pub transcript: String,
-}
-
-/// What kind of record a hit is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum HistoryRole {
-    /// A prompt the user wrote.
-    User,
-    /// The model's text and tool calls.
-    Assistant,
-    /// What a tool gave back.
-    ToolResult,
-    /// Something the host attached for the model (a file it read, …).
-    Attachment,
-    /// A compaction's summary.
-    Summary,
-    /// A message the host wrote on the user's side.
-    Meta,
 }
 
 /// `ctx/readHistory` params: one record in full, with its neighbours on the chain.

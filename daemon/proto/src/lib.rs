@@ -15,75 +15,20 @@ use serde::{Deserialize, Serialize};
 
 pub mod gateway;
 pub mod history;
+pub mod methods;
 pub mod schema;
 pub mod scrollback;
 pub mod settings;
 
 pub use gateway::{GatewaySession, GatewaySessions, GatewaySettings};
 pub use history::*;
+pub use methods::{Methods, Notification, Request, each_method, notification, request};
 pub use settings::Settings;
 
 /// A transcript record: one line of a Claude Code style JSONL transcript, as a JSON
 /// object. ctxd reads the fields it knows (`uuid`, `parentUuid`, `type`, `message`, …)
 /// and keeps every other field verbatim.
 pub type Record = serde_json::Map<String, serde_json::Value>;
-
-/// Method names, in one place so the server, the clients and the tests agree.
-pub mod methods {
-    pub const OPEN_SESSION: &str = "ctx/openSession";
-    pub const APPEND: &str = "ctx/append";
-    pub const USAGE: &str = "ctx/usage";
-    pub const CLOSE_SESSION: &str = "ctx/closeSession";
-    pub const USAGE_CHANGED: &str = "ctx/usageChanged";
-    pub const SET_AUTO_COMPACT_WINDOW: &str = "ctx/setAutoCompactWindow";
-    pub const FILE_READ: &str = "ctx/fileRead";
-    pub const CONTEXT: &str = "ctx/context";
-    pub const COMPACT: &str = "ctx/compact";
-    pub const UNDO_COMPACT: &str = "ctx/undoCompact";
-    pub const REPORT_PROVIDER_ERROR: &str = "ctx/reportProviderError";
-    pub const CLEAR: &str = "ctx/clear";
-    pub const ASSEMBLE: &str = "ctx/assemble";
-    pub const SNIP: &str = "ctx/snip";
-    pub const COLLAPSE: &str = "ctx/collapse";
-    pub const OBSERVE: &str = "ctx/observe";
-    pub const SKILL_INVOKED: &str = "ctx/skillInvoked";
-    pub const SET_PLAN: &str = "ctx/setPlan";
-    pub const CLAUDE_COMPACT: &str = "ctx/claudeCompact";
-    pub const CLAUDE_UNDO: &str = "ctx/claudeUndo";
-    pub const SEARCH_HISTORY: &str = "ctx/searchHistory";
-    pub const READ_HISTORY: &str = "ctx/readHistory";
-    pub const COMPACTED: &str = "ctx/compacted";
-    pub const COMPACT_FAILED: &str = "ctx/compactFailed";
-    pub const CONTEXT_CHANGED: &str = "ctx/contextChanged";
-
-    /// Every `ctx/` request method this build of ctxd answers, as announced in
-    /// `initialize` under `capabilities.experimental.ctxd.methods`.
-    pub const REQUESTS: &[&str] = &[
-        OPEN_SESSION,
-        APPEND,
-        USAGE,
-        CLOSE_SESSION,
-        SET_AUTO_COMPACT_WINDOW,
-        FILE_READ,
-        CONTEXT,
-        COMPACT,
-        REPORT_PROVIDER_ERROR,
-        CLEAR,
-        ASSEMBLE,
-        SNIP,
-        COLLAPSE,
-        OBSERVE,
-        SKILL_INVOKED,
-        SET_PLAN,
-        UNDO_COMPACT,
-        CLAUDE_COMPACT,
-        CLAUDE_UNDO,
-        SEARCH_HISTORY,
-        READ_HISTORY,
-    ];
-    /// Every `ctx/` notification this build of ctxd sends.
-    pub const NOTIFICATIONS: &[&str] = &[USAGE_CHANGED, CONTEXT_CHANGED, COMPACTED, COMPACT_FAILED];
-}
 
 /// Error codes ctxd uses beyond the JSON-RPC standard ones. They sit in the range the
 /// JSON-RPC spec leaves to applications (-32000 to -32099 is reserved for servers; LSP
@@ -107,9 +52,27 @@ pub mod error_codes {
     pub const BUSY: i64 = -33008;
     /// A compaction failed; the message says why. Nothing was installed.
     pub const COMPACT_FAILED: i64 = -33009;
-    /// `ctx/undoCompact` has nothing to undo, or a new turn followed the compaction. The
-    /// error's `data.reason` is `nothingToUndo` or `newTurnSince`; nothing was appended.
+    /// `ctx/undoCompact` has nothing to undo, or a new turn followed the compaction (the
+    /// error's `data` is a [`CannotUndoData`](crate::CannotUndoData)); or `ctx/claudeUndo`
+    /// found nothing of ctxd's to take back. Nothing was appended.
     pub const CANNOT_UNDO: i64 = -33010;
+}
+
+/// The `data` of a `ctx/undoCompact` refusal (error -33010).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CannotUndoData {
+    pub reason: CannotUndoReason,
+}
+
+/// Why `ctx/undoCompact` was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum CannotUndoReason {
+    /// The session has no compaction left to undo.
+    NothingToUndo,
+    /// A new turn followed the compaction: undoing it would lose that turn.
+    NewTurnSince,
 }
 
 /// `initializationOptions` of the `initialize` request.
@@ -126,6 +89,7 @@ pub struct InitializationOptions {
     /// Settings with the same keys as a settings file (`schemas/settings.json`). An empty
     /// array is accepted as an empty map (Lua encodes an empty table as `[]`).
     #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "map_or_empty_list")]
+    #[schemars(with = "Option<Settings>")]
     pub settings: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
@@ -568,6 +532,17 @@ pub enum CompactOrigin {
     Queued,
 }
 
+impl From<ctxd_core::compact::lifecycle::Origin> for CompactOrigin {
+    fn from(origin: ctxd_core::compact::lifecycle::Origin) -> Self {
+        use ctxd_core::compact::lifecycle::Origin;
+        match origin {
+            Origin::Requested => CompactOrigin::Requested,
+            Origin::Joined => CompactOrigin::Joined,
+            Origin::Queued => CompactOrigin::Queued,
+        }
+    }
+}
+
 /// `ctx/undoCompact` params: take back the session's latest compaction.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -775,6 +750,7 @@ pub struct AssembleResult {
     /// A body for the Anthropic Messages API: model, system, messages, tools, max_tokens.
     /// With `messagesFrom` above 0, `messages` holds only the messages from that index
     /// on; the ones before are those of the request answered with `since`.
+    #[schemars(with = "serde_json::Map<String, serde_json::Value>")]
     pub request: serde_json::Value,
     /// Names this answer's request: pass it as `since` on the next `ctx/assemble` to be
     /// sent only what changed. Unique across daemon restarts.
@@ -871,39 +847,13 @@ pub struct ObserveResult {
 }
 
 // Closed sets of values. Each travels as the string its serde name gives, so a client
-// compares strings as before; the schemas list the values.
-
-/// Where a context window came from (`ctx/setAutoCompactWindow`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum WindowSource {
-    /// `CLAUDE_CODE_AUTO_COMPACT_WINDOW`.
-    Env,
-    /// A settings file.
-    Setting,
-    /// The client's `initializationOptions.autoCompactWindow`.
-    Client,
-    /// An experiment's window.
-    Experiment,
-    /// The model's own window.
-    ModelDefault,
-    /// A subagent's ceiling.
-    SubagentCeiling,
-}
-
-impl WindowSource {
-    /// The wire name, for messages that name the source.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WindowSource::Env => "env",
-            WindowSource::Setting => "setting",
-            WindowSource::Client => "client",
-            WindowSource::Experiment => "experiment",
-            WindowSource::ModelDefault => "modelDefault",
-            WindowSource::SubagentCeiling => "subagentCeiling",
-        }
-    }
-}
+// compares strings as before; the schemas list the values. Those the core decides on
+// are the core's own types, carried as they are (one definition: a renamed value
+// changes the committed schemas, which a test catches); the others are defined here.
+pub use ctxd_core::budget::WindowSource;
+pub use ctxd_core::compact::Trigger;
+pub use ctxd_core::memory::MemoryKind;
+pub use ctxd_core::view::Stage;
 
 /// How the window in force differs from the one a client asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -919,20 +869,6 @@ pub enum WindowAdjustment {
     Overridden,
 }
 
-/// Where a memory file comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "kebab-case")]
-pub enum MemoryKind {
-    Managed,
-    User,
-    Project,
-    Local,
-    Rule,
-    Nested,
-    AutoMemory,
-    Import,
-}
-
 /// Whether a memory file is in the context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -945,22 +881,16 @@ pub enum MemoryStatus {
     Duplicate,
 }
 
-/// What started a compaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum Trigger {
-    /// The user asked.
-    Manual,
-    /// The context reached the threshold.
-    Auto,
-    /// The provider refused a request as too long.
-    Reactive,
-    /// The session sat idle.
-    Idle,
-    /// The user summarized from, or up to, a chosen message.
-    Partial,
-    /// A summary prepared ahead of time was installed.
-    Precomputed,
+/// The core's states of a memory entry under the names clients show.
+impl From<ctxd_core::memory::Status> for MemoryStatus {
+    fn from(status: ctxd_core::memory::Status) -> Self {
+        use ctxd_core::memory::Status;
+        match status {
+            Status::Active => MemoryStatus::Loaded,
+            Status::Pending => MemoryStatus::Waiting,
+            Status::Duplicate => MemoryStatus::Duplicate,
+        }
+    }
 }
 
 /// Who wrote a compaction summary.
@@ -1001,19 +931,4 @@ pub enum Decision {
     Continue,
     /// The threshold is reached: an automatic compaction was started in the background.
     Compact,
-}
-
-/// A stage of the request pipeline, in `ctx/assemble`'s `applied`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Stage {
-    Normalize,
-    Slice,
-    Place,
-    Snip,
-    Collapse,
-    ToolResultBudget,
-    Microcompact,
-    CacheBreakpoints,
-    CompactCheck,
 }

@@ -19,59 +19,75 @@ fn file<T: JsonSchema>(name: &str) -> SchemaFile {
     SchemaFile { name: format!("{name}.json"), schema: schema_for!(T) }
 }
 
-/// Every schema, in a stable order.
+/// Every schema: the settings and capabilities, then each method's params and result
+/// (from [`each_method`], so a method gets its schemas by being listed), the methods'
+/// names, and the data of errors that carry some.
 pub fn all() -> Vec<SchemaFile> {
-    vec![
+    let mut files = vec![
         file::<InitializationOptions>("initializationOptions"),
         file::<Settings>("settings"),
         file::<CtxdCapabilities>("capabilities"),
-        file::<OpenSessionParams>("ctx.openSession.params"),
-        file::<OpenSessionResult>("ctx.openSession.result"),
-        file::<AppendParams>("ctx.append.params"),
-        file::<AppendResult>("ctx.append.result"),
-        file::<SessionParams>("ctx.usage.params"),
-        file::<UsageResult>("ctx.usage.result"),
-        file::<SessionParams>("ctx.closeSession.params"),
-        file::<UsageChangedNotification>("ctx.usageChanged.params"),
-        file::<SetAutoCompactWindowParams>("ctx.setAutoCompactWindow.params"),
-        file::<FileReadParams>("ctx.fileRead.params"),
-        file::<SessionParams>("ctx.context.params"),
-        file::<CompactParams>("ctx.compact.params"),
-        file::<CompactResult>("ctx.compact.result"),
-        file::<UndoCompactParams>("ctx.undoCompact.params"),
-        file::<UndoCompactResult>("ctx.undoCompact.result"),
-        file::<ClaudeSessionParams>("ctx.claudeCompact.params"),
-        file::<ClaudeCompactResult>("ctx.claudeCompact.result"),
-        file::<ClaudeSessionParams>("ctx.claudeUndo.params"),
-        file::<ClaudeUndoResult>("ctx.claudeUndo.result"),
-        file::<CompactedNotification>("ctx.compacted.params"),
-        file::<ReportProviderErrorParams>("ctx.reportProviderError.params"),
-        file::<ReportProviderErrorResult>("ctx.reportProviderError.result"),
-        file::<SessionParams>("ctx.clear.params"),
-        file::<AssembleParams>("ctx.assemble.params"),
-        file::<SnipParams>("ctx.snip.params"),
-        file::<ObserveParams>("ctx.observe.params"),
-        file::<ObserveResult>("ctx.observe.result"),
-        file::<SnipResult>("ctx.snip.result"),
-        file::<CollapseParams>("ctx.collapse.params"),
-        file::<CollapseResult>("ctx.collapse.result"),
-        file::<AssembleResult>("ctx.assemble.result"),
-        file::<ClearResult>("ctx.clear.result"),
-        file::<CompactFailedNotification>("ctx.compactFailed.params"),
-        file::<ContextResult>("ctx.context.result"),
-        file::<ContextChangedNotification>("ctx.contextChanged.params"),
-        file::<FileReadResult>("ctx.fileRead.result"),
-        file::<SetAutoCompactWindowResult>("ctx.setAutoCompactWindow.result"),
-        file::<SkillInvokedParams>("ctx.skillInvoked.params"),
-        file::<UsageResult>("ctx.skillInvoked.result"),
-        file::<SetPlanParams>("ctx.setPlan.params"),
-        file::<UsageResult>("ctx.setPlan.result"),
         file::<GatewaySessions>("gateway.sessions"),
-        file::<SearchHistoryParams>("ctx.searchHistory.params"),
-        file::<SearchHistoryResult>("ctx.searchHistory.result"),
-        file::<ReadHistoryParams>("ctx.readHistory.params"),
-        file::<ReadHistoryResult>("ctx.readHistory.result"),
-    ]
+    ];
+    let mut methods = MethodFiles::default();
+    each_method(&mut methods);
+    files.append(&mut methods.files);
+    files.push(names("requests", "CtxRequestMethod", "Every `ctx/` request ctxd answers.", &methods.requests));
+    files.push(names(
+        "notifications",
+        "CtxNotificationMethod",
+        "Every `ctx/` notification ctxd sends.",
+        &methods.notifications,
+    ));
+    files.push(file::<CannotUndoData>("ctx.undoCompact.error"));
+    files
+}
+
+/// The schema files of each method, and its name with its documentation.
+#[derive(Default)]
+struct MethodFiles {
+    files: Vec<SchemaFile>,
+    requests: Vec<(&'static str, &'static str)>,
+    notifications: Vec<(&'static str, &'static str)>,
+}
+
+impl Methods for MethodFiles {
+    fn request<R: Request>(&mut self, doc: &'static str) {
+        let stem = R::METHOD.replace('/', ".");
+        self.files.push(file::<R::Params>(&format!("{stem}.params")));
+        let result = file::<R::Result>(&format!("{stem}.result"));
+        // A request answered with `null` has no result type to describe.
+        if result.schema.get("type") != Some(&serde_json::Value::from("null")) {
+            self.files.push(result);
+        }
+        self.requests.push((R::METHOD, doc));
+    }
+
+    fn notification<N: Notification>(&mut self, doc: &'static str) {
+        let stem = N::METHOD.replace('/', ".");
+        self.files.push(file::<N::Params>(&format!("{stem}.params")));
+        self.notifications.push((N::METHOD, doc));
+    }
+}
+
+/// A schema of the method names `methods` (a string, one of them), each described by
+/// its documentation, for clients to generate their method constants from.
+fn names(name: &str, title: &str, description: &str, methods: &[(&str, &str)]) -> SchemaFile {
+    let one_of: Vec<serde_json::Value> = methods
+        .iter()
+        .map(|(method, doc)| {
+            let doc: Vec<&str> = doc.lines().map(str::trim).collect();
+            serde_json::json!({ "const": method, "description": doc.join("\n").trim() })
+        })
+        .collect();
+    let schema = serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": title,
+        "description": description,
+        "type": "string",
+        "oneOf": one_of,
+    });
+    SchemaFile { name: format!("{name}.json"), schema: Schema::try_from(schema).unwrap_or_default() }
 }
 
 /// Renders a schema the way it is committed: pretty JSON with a trailing newline.

@@ -142,7 +142,9 @@ export interface ObservedSession {
 /** What `ObservedSessions` needs: the daemon's requests and its usage notifications. */
 export interface ObserveConnection {
     request<R>(method: string, params: unknown): Promise<R>;
-    onUsageChanged(listener: (params: ext.UsageChangedParams) => void): { dispose(): unknown };
+    onUsageChanged(listener: (params: ext.UsageChangedNotification) => void): {
+        dispose(): unknown;
+    };
 }
 
 /**

@@ -4,7 +4,7 @@
  * Neovim client words them the same (`lua/ctxd/errors.lua`); both are checked against
  * `editor-clients/fixtures/error-cases.json`.
  */
-import { ErrorCodes } from "./lsp_ext";
+import { type CannotUndoReason, ErrorCodes } from "./lsp_ext";
 
 /** The code of a JSON-RPC error, when `error` is one. */
 export function errorCode(error: unknown): number | undefined {
@@ -34,6 +34,13 @@ function errorReason(error: unknown): unknown {
     }
     return undefined;
 }
+
+/** What each reason of a `ctx/undoCompact` refusal means; a reason added to the
+ * protocol does not compile until it is worded here. */
+const cannotUndo: Record<CannotUndoReason, string> = {
+    nothingToUndo: "this session has no compaction to undo.",
+    newTurnSince: "a new turn came after it, and undoing it now would lose that turn.",
+};
 
 /** True when the daemon answered "unknown method" (it does not implement `method`). */
 export function isMethodNotFound(error: unknown): boolean {
@@ -90,11 +97,8 @@ function reason(method: string, error: unknown): string {
             return `this ctxd is too old to do that. Update ctxd${method === "ctx/claudeCompact" ? ", or run /compact in Claude Code." : "."}`;
         case ErrorCodes.CannotUndo: {
             const data = errorReason(error);
-            if (data === "nothingToUndo") {
-                return "this session has no compaction to undo.";
-            }
-            if (data === "newTurnSince") {
-                return "a new turn came after it, and undoing it now would lose that turn.";
+            if (typeof data === "string" && Object.hasOwn(cannotUndo, data)) {
+                return cannotUndo[data as CannotUndoReason];
             }
             if (why.includes("is not ctxd's")) {
                 return "the transcript does not end with a compaction by ctxd, so there is nothing of ctxd's to undo.";

@@ -81,10 +81,10 @@ export interface CtxdApi {
     request<R = unknown>(method: string, params: unknown): Promise<R>;
     /** Open sessions with their latest usage. */
     sessions(): SessionInfo[];
-    readonly onUsageChanged: Event<ext.UsageChangedParams>;
-    readonly onCompacted: Event<ext.CompactedParams>;
-    readonly onCompactFailed: Event<ext.CompactFailedParams>;
-    readonly onContextChanged: Event<ext.ContextChangedParams>;
+    readonly onUsageChanged: Event<ext.UsageChangedNotification>;
+    readonly onCompacted: Event<ext.CompactedNotification>;
+    readonly onCompactFailed: Event<ext.CompactFailedNotification>;
+    readonly onContextChanged: Event<ext.ContextChangedNotification>;
     /** A session was opened, cleared into a new id, or closed. */
     readonly onSessionsChanged: Event<void>;
 }
@@ -100,10 +100,10 @@ export class CtxdSessions implements CtxdApi {
     /** Settles when `reopenAll` is done; requests wait for it so none meets "not open". */
     private reopened: Promise<void> = Promise.resolve();
 
-    private readonly usageEmitter = new Emitter<ext.UsageChangedParams>();
-    private readonly compactedEmitter = new Emitter<ext.CompactedParams>();
-    private readonly compactFailedEmitter = new Emitter<ext.CompactFailedParams>();
-    private readonly contextChangedEmitter = new Emitter<ext.ContextChangedParams>();
+    private readonly usageEmitter = new Emitter<ext.UsageChangedNotification>();
+    private readonly compactedEmitter = new Emitter<ext.CompactedNotification>();
+    private readonly compactFailedEmitter = new Emitter<ext.CompactFailedNotification>();
+    private readonly contextChangedEmitter = new Emitter<ext.ContextChangedNotification>();
     private readonly sessionsEmitter = new Emitter<void>();
 
     readonly onUsageChanged = this.usageEmitter.event;
@@ -120,14 +120,16 @@ export class CtxdSessions implements CtxdApi {
             this.subscriptions.push(
                 connection.onNotification(type.method, (params) => handler(params as P)),
             );
-        on<ext.UsageChangedParams>(ext.usageChanged, (p) => this.setUsage(p.sessionId, p.usage));
-        on<ext.CompactedParams>(ext.compacted, (p) => {
+        on<ext.UsageChangedNotification>(ext.usageChanged, (p) =>
+            this.setUsage(p.sessionId, p.usage),
+        );
+        on<ext.CompactedNotification>(ext.compacted, (p) => {
             this.compactedEmitter.fire(p);
         });
-        on<ext.CompactFailedParams>(ext.compactFailed, (p) => {
+        on<ext.CompactFailedNotification>(ext.compactFailed, (p) => {
             this.compactFailedEmitter.fire(p);
         });
-        on<ext.ContextChangedParams>(ext.contextChanged, (p) => {
+        on<ext.ContextChangedNotification>(ext.contextChanged, (p) => {
             this.contextChangedEmitter.fire(p);
         });
     }

@@ -21,9 +21,9 @@ import {
 } from "../src/commands";
 import { ContextView } from "../src/contextView";
 import type {
-    CompactedParams,
+    CompactedNotification,
     CompactResult,
-    ContextChangedParams,
+    ContextChangedNotification,
     ContextResult,
 } from "../src/lsp_ext";
 import { formatCount, statusText, windowResultText } from "../src/render";
@@ -125,7 +125,7 @@ describe("commands on a real ctxd", () => {
     });
 
     it("Compact now asks for a focus, compacts, and reports the token drop; the session follows", async () => {
-        const compacted: CompactedParams[] = [];
+        const compacted: CompactedNotification[] = [];
         sessions.onCompacted((c) => compacted.push(c));
         fake.inputAnswers.push("keep the failing test output");
         await run(Commands.compact);
@@ -240,7 +240,7 @@ describe("commands on a real ctxd", () => {
     });
 
     it("Show context follows ctx/contextChanged when a memory file or a read file changes on disk", async () => {
-        const changed: ContextChangedParams[] = [];
+        const changed: ContextChangedNotification[] = [];
         sessions.onContextChanged((c) => changed.push(c));
         await run(Commands.showContext, sessionId);
         const doc = fake.shownDocuments[0];

@@ -12,7 +12,7 @@ import { after, afterEach, before, describe, it } from "node:test";
 
 import type { CtxdApi } from "../src/extension";
 import * as extension from "../src/extension";
-import type { UsageChangedParams } from "../src/lsp_ext";
+import type { UsageChangedNotification } from "../src/lsp_ext";
 import { DAEMON_DOWN_TEXT } from "../src/render";
 import { ctxdBin, EMPTY_CWD, packageRoot, tempStateDir } from "./support/daemon";
 import { childPids } from "./support/processes";
@@ -27,7 +27,7 @@ const daemonName = path.basename(ctxdBin()).slice(0, 15);
 describe("activate() on a real ctxd", () => {
     const subscriptions: { dispose(): unknown }[] = [];
     let api: CtxdApi;
-    let changes: UsageChangedParams[];
+    let changes: UsageChangedNotification[];
     /** The sessions the current case opened: each case opens its own and closes them after. */
     let opened: string[] = [];
 

@@ -16,7 +16,7 @@ import { describe, it } from "node:test";
 
 import { claudeProjectDir, ObservedSessions } from "../src/claude";
 import { observedText } from "../src/daemonStatus";
-import type { UsageChangedParams } from "../src/lsp_ext";
+import type { UsageChangedNotification } from "../src/lsp_ext";
 import { packageRoot, startDaemon, tempStateDir } from "./support/daemon";
 import { waitFor } from "./support/wait";
 
@@ -91,7 +91,7 @@ describe("README", () => {
                 request: (method, params) => daemon.connection.request(method, params),
                 onUsageChanged: (listener) => {
                     daemon.connection.onNotification("ctx/usageChanged", (p) =>
-                        listener(p as UsageChangedParams),
+                        listener(p as UsageChangedNotification),
                     );
                     return { dispose: () => undefined };
                 },

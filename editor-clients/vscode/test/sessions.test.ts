@@ -9,10 +9,10 @@ import { afterEach, beforeEach, describe, it } from "node:test";
 import { describeError, errorCode, isMethodNotFound } from "../src/errors";
 import * as ext from "../src/lsp_ext";
 import {
-    type ContextChangedParams,
+    type ContextChangedNotification,
     ErrorCodes,
     type Usage,
-    type UsageChangedParams,
+    type UsageChangedNotification,
 } from "../src/lsp_ext";
 import { statusText } from "../src/render";
 import { CtxdSessions } from "../src/sessions";
@@ -32,7 +32,7 @@ const MODEL = "claude-sonnet-4-5-20250929";
 describe("CtxdSessions on a real ctxd", () => {
     let daemon: TestDaemon;
     let sessions: CtxdSessions;
-    let changes: UsageChangedParams[];
+    let changes: UsageChangedNotification[];
 
     beforeEach(async () => {
         daemon = await startDaemon(tempStateDir(), { settings: TEST_SETTINGS });
@@ -195,7 +195,7 @@ describe("CtxdSessions on a real ctxd", () => {
     it("records a file read and says when the agent already had the text", async () => {
         const project = makeProject();
         const { sessionId } = await sessions.openSession({ cwd: project.dir, model: MODEL });
-        const contextChanges: ContextChangedParams[] = [];
+        const contextChanges: ContextChangedNotification[] = [];
         sessions.onContextChanged((c) => contextChanges.push(c));
         const first = await sessions.fileRead({ sessionId, path: project.notes });
         assert.deepEqual(
@@ -365,7 +365,7 @@ describe("two windows on one store", () => {
             a.attach(first.connection);
             b.attach(second.connection);
             const opened = await a.openSession({ cwd: EMPTY_CWD, model: MODEL });
-            const seen: UsageChangedParams[] = [];
+            const seen: UsageChangedNotification[] = [];
             a.onUsageChanged((c) => seen.push(c));
             // Open in the daemon already: the same session, not a new one.
             const again = await b.openSession({

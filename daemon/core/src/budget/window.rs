@@ -33,21 +33,38 @@ pub struct WindowInputs {
     pub host_model_window: Option<u64>,
 }
 
-/// Where the window came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a context window came from (also `ctx/setAutoCompactWindow`'s `source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
 pub enum WindowSource {
     /// `CLAUDE_CODE_AUTO_COMPACT_WINDOW`.
     Env,
-    /// [`WindowInputs::setting`].
+    /// A settings file (`WindowInputs::setting`).
     Setting,
-    /// [`WindowInputs::client`].
+    /// The client's `initializationOptions.autoCompactWindow` (`WindowInputs::client`).
     Client,
-    /// [`WindowInputs::experiment`].
+    /// An experiment's window (`WindowInputs::experiment`).
     Experiment,
     /// The model's own window; nothing else was set.
     ModelDefault,
-    /// [`WindowInputs::subagent_ceiling`] was below the window found otherwise.
+    /// A subagent's ceiling (`WindowInputs::subagent_ceiling`) was below the window
+    /// found otherwise.
     SubagentCeiling,
+}
+
+impl WindowSource {
+    /// The name the protocol gives the source, for messages that name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WindowSource::Env => "env",
+            WindowSource::Setting => "setting",
+            WindowSource::Client => "client",
+            WindowSource::Experiment => "experiment",
+            WindowSource::ModelDefault => "modelDefault",
+            WindowSource::SubagentCeiling => "subagentCeiling",
+        }
+    }
 }
 
 /// The window to budget against, with where it came from.

@@ -95,8 +95,10 @@ pub use restore::{
 
 use serde::{Deserialize, Serialize};
 
-/// What started a compaction. Written to the boundary's `compactMetadata.trigger`.
+/// What started a compaction. Written to the boundary's `compactMetadata.trigger`, and
+/// the protocol's `trigger`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Trigger {
     /// The user asked (`compact [focus]`).

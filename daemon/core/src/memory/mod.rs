@@ -123,7 +123,9 @@ impl MemoryConfig {
 
 /// Where a memory entry came from. Apart from `Import` (placed right after its importer),
 /// the order of the variants is the order of placement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "kebab-case")]
 pub enum MemoryKind {
     Managed,
     User,

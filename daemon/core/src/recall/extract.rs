@@ -18,8 +18,10 @@ use serde_json::value::RawValue;
 
 use crate::compact::UNDO_SUBTYPE;
 
-/// What kind of record a hit is, as the tools name it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What kind of record a hit is, as the tools name it (and `ctx/searchHistory`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema), schemars(rename = "HistoryRole"))]
+#[serde(rename_all = "snake_case")]
 pub enum Role {
     /// A prompt the user wrote.
     User,

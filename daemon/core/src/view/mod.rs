@@ -103,8 +103,9 @@ pub use validate::validate_request;
 
 use crate::record::Record;
 
-/// The pipeline's stages, by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// A stage of the request pipeline, in `ctx/assemble`'s `applied`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
     Normalize,

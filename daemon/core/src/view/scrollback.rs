@@ -45,6 +45,7 @@ use crate::record::Record;
 
 /// Every message of the active chain, marked.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Scrollback {
     pub entries: Vec<ScrollbackEntry>,
@@ -57,6 +58,7 @@ pub struct Scrollback {
 
 /// One message of the scrollback.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ScrollbackEntry {
     /// The record's uuid (none for a collapse summary, which has no record of its own).
@@ -89,6 +91,7 @@ pub struct ScrollbackEntry {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum EntryRole {
     User,
@@ -97,6 +100,7 @@ pub enum EntryRole {
 
 /// Where a message came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub enum EntryKind {
     Prompt,
@@ -111,18 +115,20 @@ pub enum EntryKind {
 
 /// Why the model does not see a message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "reason", rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum Hidden {
     /// Before a compact boundary: the model sees the compaction summary instead.
     Compacted { boundary_uuid: Option<String> },
     /// Removed by a snip.
     Snipped,
-    /// Replaced by the collapse summary in entry `summary_entry`.
+    /// Replaced by the collapse summary in entry `summaryEntry` (its index).
     Collapsed { summary_entry: usize },
 }
 
 /// A tool result whose content the model sees changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ResultMark {
     pub tool_use_id: String,
@@ -132,6 +138,7 @@ pub struct ResultMark {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum ResultChange {
     /// Time-based microcompact replaced the content by a placeholder.
@@ -142,7 +149,9 @@ pub enum ResultChange {
     Replaced { path: String, original_bytes: u64 },
 }
 
+/// The records a collapse summary stands for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Span {
     pub from: String,
     pub to: String,

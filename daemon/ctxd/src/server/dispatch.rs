@@ -1,12 +1,16 @@
 //! Params in, answers out: each request's params are decoded once, from the frame's
 //! text, and its answer is encoded once, straight from the handler's typed result into
 //! the JSON-RPC response body. Errors become JSON-RPC errors here too ([`rpc_error`]).
+//!
+//! [`Table`] is how the server's table pairs a method's type with its handler: the
+//! handler's params and result must be the ones the type names, so a wrong pair does
+//! not compile.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use ctxd_core::compact::UndoError;
-use ctxd_proto::error_codes;
+use ctxd_proto::{self as proto, Request, error_codes};
 use futures::FutureExt;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -16,7 +20,7 @@ use tower_lsp_server::jsonrpc::{Error, ErrorCode, Id, Response};
 use super::Backend;
 use crate::session::SessionError;
 use crate::store::StoreError;
-use crate::transport::{Answer, Reply};
+use crate::transport::{Answer, Reply, Routed};
 
 pub type Result<T> = std::result::Result<T, Error>;
 
@@ -25,6 +29,138 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub trait Outgoing: serde::Serialize + Send + 'static {
     /// Called with the encoded answer's length.
     fn encoded(&self, _bytes: usize) {}
+}
+
+/// A type that reads or writes as `T` on the wire: `T` itself, or a daemon type made
+/// for speed (params borrowed from the frame, an answer encoded from text) that a test
+/// shows to be the same JSON.
+pub trait Wire<T> {}
+
+impl<T> Wire<T> for T {}
+
+/// A handler of request `R` taking params `P`: a function of the backend and the params
+/// whose future answers with what `R` answers.
+pub trait Handler<'a, R: Request, P> {
+    /// The reply to request `id`, its params decoded from `params` (checked to be
+    /// strict JSON first when `strict`), its answer encoded into `capacity` bytes.
+    fn reply(self, call: Call<'a>, strict: bool, capacity: fn(&Self::Answer) -> usize) -> Reply;
+    type Answer;
+}
+
+impl<'a, R, P, O, F, H> Handler<'a, R, P> for H
+where
+    R: Request,
+    H: FnOnce(Arc<Backend>, P) -> F,
+    P: Deserialize<'a> + Wire<R::Params>,
+    F: Future<Output = Result<O>> + Send + 'static,
+    O: Outgoing + Wire<R::Result>,
+{
+    type Answer = O;
+
+    fn reply(self, call: Call<'a>, strict: bool, capacity: fn(&O) -> usize) -> Reply {
+        let Call { backend, id, params, .. } = call;
+        if strict {
+            request(backend, id, params, self, capacity)
+        } else {
+            request_unchecked(backend, id, params, self, capacity)
+        }
+    }
+}
+
+/// A request on its way through the [`Table`].
+pub struct Call<'a> {
+    backend: &'a Arc<Backend>,
+    id: Id,
+    method: &'a str,
+    params: Option<&'a RawValue>,
+}
+
+/// The `ctx/` table: each row names a method by its type and gives its handler; the
+/// first row whose method the request names answers it. A table made by
+/// [`Table::listing`] answers nothing and lists the methods of its rows instead.
+pub struct Table<'a> {
+    /// The request, until a row takes it.
+    call: Option<Call<'a>>,
+    routed: Option<Routed>,
+    /// Set when the table lists its rows.
+    listed: Option<Vec<&'static str>>,
+}
+
+impl<'a> Table<'a> {
+    pub fn new(backend: &'a Arc<Backend>, id: Id, method: &'a str, params: Option<&'a RawValue>) -> Self {
+        Table { call: Some(Call { backend, id, method, params }), routed: None, listed: None }
+    }
+
+    /// A table that answers nothing and records the method of each row.
+    #[cfg(test)]
+    pub fn listing() -> Self {
+        Table { call: None, routed: None, listed: Some(Vec::new()) }
+    }
+
+    /// The methods of the rows, in order ([`Table::listing`]).
+    #[cfg(test)]
+    pub fn listed(self) -> Vec<&'static str> {
+        self.listed.unwrap_or_default()
+    }
+
+    /// The request, when it names `R` and no row took it yet.
+    fn take<R: Request>(&mut self) -> Option<Call<'a>> {
+        if let Some(listed) = &mut self.listed {
+            listed.push(R::METHOD);
+        }
+        match &self.call {
+            Some(call) if call.method == R::METHOD => self.call.take(),
+            _ => None,
+        }
+    }
+
+    /// Request `R`, answered by `handler`; `$/cancelRequest` may stop it.
+    pub fn on<R: Request>(self, handler: impl Handler<'a, R, R::Params>) -> Self {
+        self.on_sized::<R, _>(handler, small)
+    }
+
+    /// [`Table::on`], with the buffer its answer is encoded into sized by `capacity`.
+    pub fn on_sized<R: Request, H: Handler<'a, R, R::Params>>(
+        mut self,
+        handler: H,
+        capacity: fn(&H::Answer) -> usize,
+    ) -> Self {
+        if let Some(call) = self.take::<R>() {
+            let reply = handler.reply(call, true, capacity);
+            self.routed = Some(Routed::Reply { reply, cancellable: true, exclusive: false });
+        }
+        self
+    }
+
+    /// `ctx/append`: its params read borrowed from the frame, each record checked as it
+    /// is admitted (not the whole params first), and stored whether or not its answer
+    /// is awaited (never answered "cancelled").
+    pub fn on_append(
+        mut self,
+        handler: impl Handler<'a, proto::request::Append, super::handlers::AppendParams<'a>>,
+    ) -> Self {
+        if let Some(call) = self.take::<proto::request::Append>() {
+            let reply = handler.reply(call, false, small);
+            self.routed = Some(Routed::Reply { reply, cancellable: false, exclusive: false });
+        }
+        self
+    }
+
+    /// The routed request: a row's reply, nothing for an LSP extension ctxd does not
+    /// know (`$/…`, even as a request), else "method not found".
+    pub fn finish(self) -> Routed {
+        if let Some(routed) = self.routed {
+            return routed;
+        }
+        let Some(Call { id, method, .. }) = self.call else { return Routed::Nothing };
+        if method.starts_with("$/") {
+            return Routed::Nothing;
+        }
+        let mut error = Error::method_not_found();
+        error.message = format!("unknown method: {method}").into();
+        error.data = Some(method.into());
+        Routed::Reply { reply: refuse(id, error), cancellable: true, exclusive: false }
+    }
 }
 
 /// The buffer most answers need (counts, usage, a few strings): one allocation.
@@ -163,11 +299,11 @@ pub fn rpc_error(e: SessionError) -> Error {
         SessionError::CompactFailed(_) => with_code(error_codes::COMPACT_FAILED, message),
         SessionError::CannotUndo(why) => {
             let reason = match why {
-                UndoError::NothingToUndo => "nothingToUndo",
-                UndoError::NewTurnSince => "newTurnSince",
+                UndoError::NothingToUndo => proto::CannotUndoReason::NothingToUndo,
+                UndoError::NewTurnSince => proto::CannotUndoReason::NewTurnSince,
             };
             let mut e = with_code(error_codes::CANNOT_UNDO, message);
-            e.data = Some(serde_json::json!({ "reason": reason }));
+            e.data = serde_json::to_value(proto::CannotUndoData { reason }).ok();
             e
         }
     }
@@ -187,6 +323,7 @@ macro_rules! plain {
 }
 
 plain!(
+    (),
     serde_json::Value,
     ctxd_proto::OpenSessionResult,
     ctxd_proto::AppendResult,

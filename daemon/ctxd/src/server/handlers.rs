@@ -32,6 +32,9 @@ pub struct AppendParams<'a> {
     records: Vec<&'a RawValue>,
 }
 
+/// The same JSON as `proto::AppendParams`, its records left as text.
+impl super::dispatch::Wire<proto::AppendParams> for AppendParams<'_> {}
+
 /// An assemble's answer with when its steps happened, logged once it is encoded.
 pub struct Assembled {
     result: wire::AssembleResultText,
@@ -52,6 +55,11 @@ impl serde::Serialize for Assembled {
         self.result.serialize(serializer)
     }
 }
+
+/// Encoded from the assembled request's text; the e2e test
+/// `include_snipped_returns_the_scrollback_with_what_the_model_no_longer_sees` reads it
+/// back as a `proto::AssembleResult` that writes the same JSON.
+impl super::dispatch::Wire<proto::AssembleResult> for Assembled {}
 
 impl Outgoing for Assembled {
     fn encoded(&self, bytes: usize) {
@@ -431,7 +439,6 @@ impl Backend {
             proto::WindowChoice::Auto(_) => None,
         };
         let (resolved, source) = self.sessions()?.set_auto_compact_window(&params.model, window).map_err(rpc_error)?;
-        let source = wire::window_source(source);
         let (adjustment, reason) = window_adjustment(window, resolved.window, resolved.model.context_window, source);
         Ok(proto::SetAutoCompactWindowResult {
             window: resolved.window,
@@ -445,10 +452,10 @@ impl Backend {
         })
     }
 
-    pub(super) async fn close_session(self: Arc<Self>, params: proto::SessionParams) -> Result<Value> {
+    pub(super) async fn close_session(self: Arc<Self>, params: proto::SessionParams) -> Result<()> {
         let rx = self.sessions()?.close(&params.session_id).map_err(rpc_error)?;
         rx.await.map_err(|_| rpc_error(SessionError::Closed(params.session_id)))?;
-        Ok(Value::Null)
+        Ok(())
     }
 }
 

@@ -15,7 +15,6 @@ use super::Backend;
 use super::dispatch::{Outgoing, Result, internal, invalid_params, with_code};
 use crate::history::{self, History, HistoryError, Origin, Roots, SearchRequest};
 use crate::session::Sessions;
-use crate::wire;
 
 impl Outgoing for proto::SearchHistoryResult {}
 impl Outgoing for proto::ReadHistoryResult {}
@@ -87,7 +86,7 @@ impl Backend {
                         session_id: h.source.session,
                         uuid: h.uuid,
                         timestamp: h.timestamp,
-                        role: wire::history_role(h.role),
+                        role: h.role,
                         snippet: h.snippet,
                         before_compaction: h.before_compaction,
                         transcript: h.source.path.display().to_string(),
@@ -119,7 +118,7 @@ impl Backend {
                     .map(|r| proto::HistoryRecord {
                         uuid: r.uuid,
                         timestamp: r.timestamp,
-                        role: wire::history_role(r.role),
+                        role: r.role,
                         text: r.text,
                         target: r.target,
                         before_compaction: r.before_compaction,

@@ -1,9 +1,10 @@
 //! The protocol surface: a table of contents of the methods ctxd answers.
 //!
-//! One table ([`Server::route`]) takes every message the transport reads: the LSP
-//! lifecycle (`initialize`, `initialized`, `shutdown`, `exit`,
-//! `workspace/didChangeConfiguration`, `$/cancelRequest`) and each `ctx/` method. A
-//! request's params are decoded once, from the frame's text (borrowed where that
+//! [`Server::route`] takes every message the transport reads: the LSP lifecycle
+//! (`initialize`, `initialized`, `shutdown`, `exit`, `workspace/didChangeConfiguration`,
+//! `$/cancelRequest`), and each `ctx/` request through one table ([`table`]) that pairs
+//! the request's type (`ctxd_proto::request`) with its handler. A request's params are
+//! decoded once, from the frame's text (borrowed where that
 //! matters: an append's records), its handler queues one command on a session actor
 //! before its first `.await`, and the answer is encoded once (see [`dispatch`]).
 //!
@@ -24,13 +25,14 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use ctxd_proto::methods;
+use ctxd_proto::request as ctx;
 use tower_lsp_server::jsonrpc::{Error, ErrorCode, Id};
 
 use crate::process_env::ProcessEnv;
 use crate::session::Sessions;
 use crate::transport::{Message, Outbound, Outflow, Routed, Router};
 
+use self::dispatch::Table;
 pub use self::dispatch::rpc_error;
 
 /// Options the daemon was started with.
@@ -135,48 +137,36 @@ impl Server {
         (Server { backend: Arc::new(backend) }, outflow, outbound)
     }
 
-    /// A `ctx/` request, once initialized: the table.
+    /// A `ctx/` request, once initialized.
     fn ctx_request(&self, id: Id, method: &str, params: Option<&serde_json::value::RawValue>) -> Routed {
-        use dispatch::{request as on, small};
-        let received = Instant::now();
-        let b = &self.backend;
-        let reply = match method {
-            methods::OPEN_SESSION => on(b, id, params, Backend::open_session, small),
-            // Stored whether or not its answer is awaited: never answered "cancelled".
-            methods::APPEND => {
-                let reply = dispatch::request_unchecked(b, id, params, |b, p| b.append(p, received), small);
-                return Routed::Reply { reply, cancellable: false, exclusive: false };
-            }
-            methods::ASSEMBLE => on(b, id, params, |b, p| b.assemble(p, received), handlers::Assembled::capacity),
-            methods::USAGE => on(b, id, params, Backend::usage, small),
-            methods::CONTEXT => on(b, id, params, Backend::context, small),
-            methods::CLOSE_SESSION => on(b, id, params, Backend::close_session, small),
-            methods::SET_AUTO_COMPACT_WINDOW => on(b, id, params, Backend::set_auto_compact_window, small),
-            methods::FILE_READ => on(b, id, params, Backend::file_read, small),
-            methods::COMPACT => on(b, id, params, Backend::compact, small),
-            methods::UNDO_COMPACT => on(b, id, params, Backend::undo_compact, small),
-            methods::REPORT_PROVIDER_ERROR => on(b, id, params, Backend::report_provider_error, small),
-            methods::CLEAR => on(b, id, params, Backend::clear, small),
-            methods::SNIP => on(b, id, params, Backend::snip, small),
-            methods::COLLAPSE => on(b, id, params, Backend::collapse, small),
-            methods::OBSERVE => on(b, id, params, Backend::observe, small),
-            methods::SKILL_INVOKED => on(b, id, params, Backend::skill_invoked, small),
-            methods::SET_PLAN => on(b, id, params, Backend::set_plan, small),
-            methods::CLAUDE_COMPACT => on(b, id, params, Backend::claude_compact, small),
-            methods::CLAUDE_UNDO => on(b, id, params, Backend::claude_undo, small),
-            methods::SEARCH_HISTORY => on(b, id, params, Backend::search_history, small),
-            methods::READ_HISTORY => on(b, id, params, Backend::read_history, small),
-            // An LSP extension ctxd does not know (`$/…`) is ignored, even as a request.
-            _ if method.starts_with("$/") => return Routed::Nothing,
-            _ => {
-                let mut error = Error::method_not_found();
-                error.message = format!("unknown method: {method}").into();
-                error.data = Some(method.into());
-                dispatch::refuse(id, error)
-            }
-        };
-        Routed::Reply { reply, cancellable: true, exclusive: false }
+        table(Table::new(&self.backend, id, method, params), Instant::now()).finish()
     }
+}
+
+/// The table: one row per `ctx/` request, its type and its handler, whose params and
+/// result must be the type's. `received` is when the request was read.
+fn table(t: Table<'_>, received: Instant) -> Table<'_> {
+    t.on::<ctx::OpenSession>(Backend::open_session)
+        .on_append(|b: Arc<Backend>, p| b.append(p, received))
+        .on_sized::<ctx::Assemble, _>(|b: Arc<Backend>, p| b.assemble(p, received), handlers::Assembled::capacity)
+        .on::<ctx::Usage>(Backend::usage)
+        .on::<ctx::Context>(Backend::context)
+        .on::<ctx::CloseSession>(Backend::close_session)
+        .on::<ctx::SetAutoCompactWindow>(Backend::set_auto_compact_window)
+        .on::<ctx::FileRead>(Backend::file_read)
+        .on::<ctx::Compact>(Backend::compact)
+        .on::<ctx::UndoCompact>(Backend::undo_compact)
+        .on::<ctx::ReportProviderError>(Backend::report_provider_error)
+        .on::<ctx::Clear>(Backend::clear)
+        .on::<ctx::Snip>(Backend::snip)
+        .on::<ctx::Collapse>(Backend::collapse)
+        .on::<ctx::Observe>(Backend::observe)
+        .on::<ctx::SkillInvoked>(Backend::skill_invoked)
+        .on::<ctx::SetPlan>(Backend::set_plan)
+        .on::<ctx::ClaudeCompact>(Backend::claude_compact)
+        .on::<ctx::ClaudeUndo>(Backend::claude_undo)
+        .on::<ctx::SearchHistory>(Backend::search_history)
+        .on::<ctx::ReadHistory>(Backend::read_history)
 }
 
 impl Router for Server {
@@ -214,5 +204,26 @@ impl Router for Server {
             Lifecycle::Initialized if method == "shutdown" => self.backend.shutdown_request(id),
             Lifecycle::Initialized => self.ctx_request(id, method, params),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::{Table, table};
+
+    /// The table answers exactly the methods `initialize` announces, each once: a row
+    /// without an entry in the proto crate's list, or an entry without a row, fails.
+    #[test]
+    fn the_table_answers_exactly_the_announced_methods() {
+        let rows = table(Table::listing(), Instant::now()).listed();
+        let mut sorted = rows.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), rows.len(), "a method has two rows: {rows:?}");
+        let mut announced = ctxd_proto::methods::REQUESTS.to_vec();
+        announced.sort_unstable();
+        assert_eq!(sorted, announced);
     }
 }

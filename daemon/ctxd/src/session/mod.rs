@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use self::actor::{Appended, Command, Opened};
 pub use self::error::SessionError;
-pub use self::notify::{CompactFailed, Compacted, ContextChanged, Notifier, Progress, UsageChanged};
+pub use self::notify::{Notifier, Progress};
 pub use self::setup::{Environment, Services, SessionSetup};
 use self::usage::UsageSnapshot;
 use crate::settings;

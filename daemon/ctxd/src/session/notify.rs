@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use ctxd_proto as proto;
+use ctxd_proto::{self as proto, notification};
 
 use super::usage::UsageSnapshot;
 use crate::transport::Outbound;
@@ -70,7 +70,7 @@ impl Notifier {
 
     pub async fn context_changed(&self, session_id: &str, paths: Vec<String>) {
         let params = proto::ContextChangedNotification { session_id: session_id.to_owned(), paths };
-        self.notify::<ContextChanged>(params).await;
+        self.notify::<Lsp<notification::ContextChanged>>(params).await;
     }
 
     pub async fn compacted(
@@ -80,24 +80,20 @@ impl Notifier {
         pre_tokens: u64,
         post_tokens: u64,
     ) {
-        let params = proto::CompactedNotification {
-            session_id: session_id.to_owned(),
-            trigger: crate::wire::trigger(trigger),
-            pre_tokens,
-            post_tokens,
-        };
-        self.notify::<Compacted>(params).await;
+        let params =
+            proto::CompactedNotification { session_id: session_id.to_owned(), trigger, pre_tokens, post_tokens };
+        self.notify::<Lsp<notification::Compacted>>(params).await;
     }
 
     pub async fn compact_failed(&self, session_id: &str, reason: &str) {
         let params = proto::CompactFailedNotification { session_id: session_id.to_owned(), reason: reason.to_owned() };
-        self.notify::<CompactFailed>(params).await;
+        self.notify::<Lsp<notification::CompactFailed>>(params).await;
     }
 
     pub async fn usage_changed(&self, session_id: &str, usage: UsageSnapshot) {
         let params =
             proto::UsageChangedNotification { session_id: session_id.to_owned(), usage: crate::wire::usage(&usage) };
-        self.notify::<UsageChanged>(params).await;
+        self.notify::<Lsp<notification::UsageChanged>>(params).await;
     }
 }
 
@@ -157,38 +153,15 @@ impl Progress {
     }
 }
 
-/// `ctx/usageChanged` as an LSP notification type.
+/// A `ctx/` notification of the proto crate as an LSP notification type, for the
+/// transport's queue.
 #[derive(Debug)]
-pub enum UsageChanged {}
+pub struct Lsp<N>(std::marker::PhantomData<N>);
 
-impl tower_lsp_server::ls_types::notification::Notification for UsageChanged {
-    type Params = proto::UsageChangedNotification;
-    const METHOD: &'static str = proto::methods::USAGE_CHANGED;
-}
-
-/// `ctx/compacted` as an LSP notification type.
-#[derive(Debug)]
-pub enum Compacted {}
-
-impl tower_lsp_server::ls_types::notification::Notification for Compacted {
-    type Params = proto::CompactedNotification;
-    const METHOD: &'static str = proto::methods::COMPACTED;
-}
-
-/// `ctx/compactFailed` as an LSP notification type.
-#[derive(Debug)]
-pub enum CompactFailed {}
-
-impl tower_lsp_server::ls_types::notification::Notification for CompactFailed {
-    type Params = proto::CompactFailedNotification;
-    const METHOD: &'static str = proto::methods::COMPACT_FAILED;
-}
-
-/// `ctx/contextChanged` as an LSP notification type.
-#[derive(Debug)]
-pub enum ContextChanged {}
-
-impl tower_lsp_server::ls_types::notification::Notification for ContextChanged {
-    type Params = proto::ContextChangedNotification;
-    const METHOD: &'static str = proto::methods::CONTEXT_CHANGED;
+impl<N: proto::Notification> tower_lsp_server::ls_types::notification::Notification for Lsp<N>
+where
+    N::Params: Send + Sync + 'static,
+{
+    type Params = N::Params;
+    const METHOD: &'static str = N::METHOD;
 }
