@@ -90,6 +90,8 @@ export interface PromptCache {
     /** The price table's date (YYYY-MM-DD), beside a price. */
     pricesDate?: string | null;
     source: PromptCacheSource;
+    /** ctxd's gateway holds a summary prepared for the session's newest request: `/compact` is instant. */
+    summaryReady?: boolean;
 }
 
 /** A transcript record: one line of a Claude Code style JSONL transcript. */

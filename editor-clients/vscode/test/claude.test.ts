@@ -9,8 +9,9 @@ import * as path from "node:path";
 import { describe, it } from "node:test";
 
 import { claudeConfigDir, claudeProjectDir, claudeProjectFolderName, isObservedId, ObservedSessions, observeId, transcriptModel } from "../src/claude";
+import { observedText } from "../src/daemonStatus";
 import { packageRoot } from "./support/daemon";
-import { usageCase } from "./support/fixtures";
+import { renderCases, usageCase } from "./support/fixtures";
 
 /** What the real Claude Code program named each folder (editor-clients/scripts/claude-project-folders). */
 const folderCases: { cases: { cwd: string; folder: string }[]; symlink: { link: string; target: string; folder: string } } = JSON.parse(
@@ -131,7 +132,7 @@ describe("ObservedSessions", () => {
     /** A daemon stand-in that answers ctx/observe and pushes usage when told. */
     function daemon(): {
         asked: unknown[];
-        push(sessionId: string, level: "ok" | "warning"): void;
+        push(sessionId: string, level: "ok" | "warning", cache?: (typeof renderCases.cacheCases)[number]["cache"]): void;
         request<R>(method: string, params: unknown): Promise<R>;
         onUsageChanged(listener: (p: { sessionId: string; usage: ReturnType<typeof usageCase>["usage"] }) => void): { dispose(): void };
     } {
@@ -139,7 +140,7 @@ describe("ObservedSessions", () => {
         const asked: unknown[] = [];
         return {
             asked,
-            push: (sessionId, level) => listeners.forEach((l) => l({ sessionId, usage: usageCase(level).usage })),
+            push: (sessionId, level, cache) => listeners.forEach((l) => l({ sessionId, usage: { ...usageCase(level).usage, cache } })),
             request: <R>(_method: string, params: unknown) => {
                 asked.push(params);
                 const { projectDir, transcript } = params as { projectDir?: string; transcript?: string };
@@ -199,6 +200,32 @@ describe("ObservedSessions", () => {
         assert.deepEqual(observed.listed(), []);
         d.push(observeId(transcript), "warning");
         assert.equal(observed.shown(), undefined, "a forgotten folder's usage is not shown");
+        observed.dispose();
+    });
+
+    it("shows the cold cache the daemon pushes at its expiry, with the fix when a summary is ready", async () => {
+        const { configDir, folder, projectDir } = project();
+        fs.mkdirSync(projectDir, { recursive: true });
+        const transcript = path.join(projectDir, "s.jsonl");
+        fs.writeFileSync(transcript, "");
+        const d = daemon();
+        const observed = new ObservedSessions(d, () => configDir);
+        await observed.observe([folder]);
+        const caseNamed = (name: string) => {
+            const found = renderCases.cacheCases.find((c) => c.name === name);
+            assert.ok(found, name);
+            return found;
+        };
+        const shown = () => observedText(observed.shown() ?? assert.fail("no session shown"));
+        d.push(observeId(transcript), "ok", caseNamed("warm").cache);
+        assert.equal(shown(), "$(dashboard) ctx 0.0% · 67.0k to compact · 0", "warm: nothing to add");
+        const cold = caseNamed("cold with a summary ready");
+        d.push(observeId(transcript), "ok", cold.cache);
+        assert.equal(shown(), `$(dashboard) ctx 0.0% · 67.0k to compact · 0 · ${cold.text}`);
+        assert.ok(shown().endsWith("; /compact is instant (summary ready)"));
+        const plain = caseNamed("cold, nothing prepared");
+        d.push(observeId(transcript), "ok", plain.cache);
+        assert.ok(shown().endsWith(` · ${plain.text}`), shown());
         observed.dispose();
     });
 });
