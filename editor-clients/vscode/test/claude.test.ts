@@ -2,6 +2,8 @@
  * Where Claude Code keeps a folder's transcripts, the id ctxd publishes a transcript
  * under, and the model read from a transcript's tail.
  */
+import "./support/installVscode";
+
 import * as assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as os from "node:os";

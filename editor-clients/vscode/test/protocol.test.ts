@@ -21,6 +21,7 @@ const usageKeys = {
 } satisfies Keys<ext.Usage>;
 const promptCacheKeys = {
     warm: true, secondsLeft: true, expiresAt: true, ttlSeconds: true, recacheTokens: true, recacheCostUsd: true, pricesDate: true, source: true,
+    summaryReady: true,
 } satisfies Keys<ext.PromptCache>;
 const breakdownKeys = {
     systemPrompt: true, tools: true, memoryFiles: true, skills: true, messages: true, freeSpace: true, autocompactBuffer: true,
@@ -193,7 +194,7 @@ describe("lsp_ext.ts against schemas/", () => {
             ["ctx.append.result", optionalOf<ext.AppendResult>({})],
             ["ctx.usage.result", optionalOf<ext.UsageResult>({})],
             ["ctx.usage.result", optionalOf<ext.Usage>({ cache: true }), "Usage"],
-            ["ctx.usage.result", optionalOf<ext.PromptCache>({ recacheTokens: true, recacheCostUsd: true, pricesDate: true }), "PromptCache"],
+            ["ctx.usage.result", optionalOf<ext.PromptCache>({ recacheTokens: true, recacheCostUsd: true, pricesDate: true, summaryReady: true }), "PromptCache"],
             ["ctx.setAutoCompactWindow.result", optionalOf<ext.SetAutoCompactWindowResult>({ warnings: true, requested: true, adjustment: true, reason: true })],
             ["ctx.fileRead.params", optionalOf<ext.FileReadParams>({ startLine: true, numLines: true })],
             ["ctx.fileRead.result", optionalOf<ext.FileReadResult>({ totalLines: true })],
