@@ -7,6 +7,9 @@ the session's summary after one idle second (`--precompute-idle 1 --precompute-a
 
     - the stub saw the preparation fork, and its messages up to the appended instruction
       equal the session's last request's (the cache prefix is shared);
+    - `ctxd statusline`, run as the program runs its `statusLine` command (its JSON on
+      stdin, the user's HOME), says once the cache is cold that `/compact` is instant
+      (summary ready);
     - `/compact` is answered by the gateway: the program's compaction took <= 1 s
       (`compactMetadata.durationMs`), and its compaction request never reached the stub;
     - `claude --resume` afterwards sends each user message once.
@@ -74,8 +77,8 @@ class Rig:
              "--precompute-idle", "1", "--precompute-at", "1"],
             stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
             env={**w.env, "HOME": os.path.join(work, "gateway-home"), "CTXD_LOG": "info"})
-        base = self.gateway.stdout.readline().strip().rsplit(" ", 1)[-1]
-        self.env = {**w.env, "HOME": self.home, "ANTHROPIC_BASE_URL": base}
+        self.base = self.gateway.stdout.readline().strip().rsplit(" ", 1)[-1]
+        self.env = {**w.env, "HOME": self.home, "ANTHROPIC_BASE_URL": self.base}
 
     def claude(self, *args, env=None):
         out = subprocess.run([self.w.claude, *args, "--output-format", "json"], cwd=self.w.proj,
@@ -155,6 +158,23 @@ def manual(rig, check):
             fork.get(k) == last.get(k) for k in ("model", "system", "tools", "thinking"))
         check("instant: the fork's messages, system and tools are the last request's (cache shared)", same,
               f"{len(fork['messages'])} vs {len(last['messages'])} messages")
+    # The status line the program would show once the cache went cold: its input in the
+    # program's shape (captured from 2.1.332), this session's, `prompt_cache` cold.
+    with open(os.path.join(HERE, "..", "fixtures", "transcripts", "claude-code-2.1.332",
+                           "statusline-inputs.jsonl")) as f:
+        status_input = json.loads(f.read().splitlines()[2])
+    status_input["session_id"] = SESSION
+    status_input.pop("transcript_path", None)
+    status_input["prompt_cache"].update(warm=False, expires_at=int(time.time()) - 60)
+    config = os.path.join(rig.home, ".config", "ctxd")
+    os.makedirs(config, exist_ok=True)
+    with open(os.path.join(config, "settings.json"), "w") as f:
+        json.dump({"gateway": {"listen": rig.base.split("//", 1)[-1]}}, f)
+    line = subprocess.run([rig.w.ctxd, "statusline"], input=json.dumps(status_input), env=rig.env,
+                          capture_output=True, text=True, timeout=30).stdout.strip()
+    check("instant: the status line says the cold cache's fix, /compact is instant (summary ready)",
+          line.endswith("; /compact is instant (summary ready)") and "cache cold: next turn re-writes" in line,
+          line)
     before = len(read(rig.log))
     compacted = rig.claude("-p", "/compact", "--resume", SESSION)
     glog_text = rig.gateway_log()

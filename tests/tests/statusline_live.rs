@@ -205,11 +205,19 @@ fn the_gateway_fills_in_the_cache_when_the_program_gives_none() {
         line,
         "Opus 5.5 · ctx 14.2k / 1.00M (1.4%) · 952.8k to compact · ok · cache cold: next turn re-writes 612.0k tokens (~$3.06)"
     );
-    // With the program's own `prompt_cache`, the gateway is not asked at all.
-    let with_program = without(captured(2), &["transcript_path"]);
+    // With the program's own `prompt_cache` warm, the gateway is not asked at all.
+    let mut with_program = without(captured(2), &["transcript_path"]);
+    let soon = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 250;
+    with_program["prompt_cache"]["expires_at"] = json!(soon);
     let line = home.statusline(&with_program.to_string());
-    assert!(line.contains("re-writes 14.3k tokens"), "{line}");
+    assert!(line.ends_with("cache warm (cold in 4m)"), "{line}");
     assert!(asked.try_recv().is_err(), "the gateway was asked for what the input had");
+    // Cold, it is asked whether a summary is ready (this one says nothing of one): the
+    // program's figures stand.
+    let cold = without(captured(2), &["transcript_path"]);
+    let line = home.statusline(&cold.to_string());
+    assert_eq!(asked.try_recv().unwrap(), "GET /ctxd/sessions HTTP/1.0");
+    assert!(line.ends_with("cache cold: next turn re-writes 14.3k tokens (~$0.07)"), "{line}");
 }
 
 #[test]

@@ -30,6 +30,9 @@ pub const LOG_ENV: &str = "CTXD_LOG";
 pub const NO_WATCH_ENV: &str = "CTXD_NO_WATCH";
 /// Set (and not `0`): no cache-sharing fork for summaries (as `compactFork: false`).
 pub const DISABLE_FORK_ENV: &str = "CTXD_DISABLE_COMPACT_FORK";
+/// Seconds the gateway takes a prompt cache to live, instead of what the requests' cache
+/// markers say (5 minutes or an hour): tests drive a cache's expiry with a short one.
+pub const CACHE_TTL_ENV: &str = "CTXD_CACHE_TTL_SECONDS";
 /// Claude Code's own directory, instead of `~/.claude`.
 pub const CLAUDE_CONFIG_DIR_ENV: &str = "CLAUDE_CONFIG_DIR";
 /// The managed policy memory file, instead of [`MANAGED_MEMORY_PATH`] (tests point it
@@ -157,6 +160,11 @@ impl ProcessEnv {
     pub fn compact_fork_disabled(&self) -> bool {
         self.flag(DISABLE_FORK_ENV)
     }
+
+    /// `CTXD_CACHE_TTL_SECONDS`, when a positive whole number.
+    pub fn cache_ttl_override(&self) -> Option<u64> {
+        self.var(CACHE_TTL_ENV).and_then(|v| v.trim().parse().ok()).filter(|&s: &u64| s > 0)
+    }
 }
 
 /// Names only, never values: an API key is one of them.
@@ -185,6 +193,10 @@ mod tests {
         assert_eq!(env.default_state_dir(), PathBuf::from("/srv/ctxd"));
         assert!(env.no_watch());
         assert!(!env.compact_fork_disabled());
+        assert_eq!(env.cache_ttl_override(), None);
+        assert_eq!(ProcessEnv::from_pairs([(CACHE_TTL_ENV, "3")]).cache_ttl_override(), Some(3));
+        assert_eq!(ProcessEnv::from_pairs([(CACHE_TTL_ENV, "0")]).cache_ttl_override(), None);
+        assert_eq!(ProcessEnv::from_pairs([(CACHE_TTL_ENV, "soon")]).cache_ttl_override(), None);
         assert_eq!(env.var("MY_KEY"), Some("sk-given"));
         assert_eq!(env.var("OTHER_KEY"), None);
         assert_eq!(env.budget().auto_compact_window, Some(50_000));

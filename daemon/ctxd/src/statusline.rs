@@ -274,8 +274,11 @@ pub fn render(
     let transcript_reported = tail.as_ref().is_some_and(|t| t.reported);
 
     let session_id = input.session_id.as_deref().filter(|id| !id.is_empty());
-    let needs_gateway =
-        input.prompt_cache.is_none() || (host_tokens.is_none() && !after_compaction && !transcript_reported);
+    // A cold cache is when a prepared summary matters: only the gateway knows of one.
+    let program_cold = input.prompt_cache.as_ref().and_then(|p| program_cache(p, now_ms, "")).is_some_and(|c| !c.warm);
+    let needs_gateway = input.prompt_cache.is_none()
+        || program_cold
+        || (host_tokens.is_none() && !after_compaction && !transcript_reported);
     let live = match session_id {
         Some(id) if needs_gateway => gateway(id),
         _ => None,
@@ -336,11 +339,11 @@ pub fn render(
     }
     let cache = match &input.prompt_cache {
         Some(program) => program_cache(program, now_ms, &model_id),
-        None => live.as_ref().and_then(|l| gateway_cache(l, now_ms, &model_id)),
+        None => live.as_ref().and_then(|l| client::cache_state(l, now_ms, &model_id)),
     };
     if let Some(cache) = cache {
         line.push_str(" · ");
-        line.push_str(&cache_text(&cache));
+        line.push_str(&cache_text(&cache, live.as_ref().is_some_and(|l| l.summary_ready)));
     }
     line
 }
@@ -360,21 +363,10 @@ fn program_cache(program: &PromptCacheField, now_ms: i64, model_id: &str) -> Opt
     Some(cache_state(now_ms, last_ms, ttl, tokens, prices_for(model_id)))
 }
 
-/// The cache state from the gateway's last request of the session; `None` when that
-/// request neither read nor wrote the cache.
-fn gateway_cache(live: &GatewaySession, now_ms: i64, model_id: &str) -> Option<CacheState> {
-    if live.cache_read_input_tokens == 0 && live.cache_creation_input_tokens == 0 {
-        return None;
-    }
-    let answered_ms = ctxd_core::view::parse_rfc3339_ms(&live.answered_at)?;
-    let ttl = Some(live.cache_ttl_seconds).filter(|&t| t > 0).unwrap_or(FIVE_MINUTES_SECS);
-    let prices = prices_for(&live.model).or_else(|| prices_for(model_id));
-    let tokens = client::token_usage(live).request_tokens();
-    Some(cache_state(now_ms, answered_ms, ttl, Some(tokens).filter(|&t| t > 0), prices))
-}
-
-/// "cache warm (cold in 4m)", "cache cold: next turn re-writes 612.0k tokens (~$3.06)".
-fn cache_text(cache: &CacheState) -> String {
+/// "cache warm (cold in 4m)", "cache cold: next turn re-writes 612.0k tokens (~$3.06)",
+/// and once cold with a summary ready (`summary_ready`, the gateway's word) the fix:
+/// "; /compact is instant (summary ready)". The editors say the same.
+fn cache_text(cache: &CacheState, summary_ready: bool) -> String {
     if cache.warm {
         let minutes = cache.seconds_left / 60;
         return if minutes == 0 {
@@ -383,13 +375,17 @@ fn cache_text(cache: &CacheState) -> String {
             format!("cache warm (cold in {minutes}m)")
         };
     }
-    match (cache.recache_tokens, cache.recache_cost_usd) {
+    let mut text = match (cache.recache_tokens, cache.recache_cost_usd) {
         (Some(tokens), Some(cost)) => {
             format!("cache cold: next turn re-writes {} tokens ({})", short(tokens), dollars(cost))
         }
         (Some(tokens), None) => format!("cache cold: next turn re-writes {} tokens", short(tokens)),
         (None, _) => "cache cold".to_owned(),
+    };
+    if summary_ready {
+        text.push_str("; /compact is instant (summary ready)");
     }
+    text
 }
 
 /// "~$3.06"; under a cent, "<$0.01".
@@ -760,8 +756,15 @@ mod tests {
         let mut input = captured(2);
         input.as_object_mut().unwrap().remove("transcript_path");
         let expires = expires_ms(&input);
+        // The gateway is asked only once the cache is cold (for a summary ready); here
+        // none answers.
         let at = |now: i64, input: &serde_json::Value| {
-            render(&serde_json::from_value(input.clone()).unwrap(), &EnvConfig::default(), now, &mut no_gateway)
+            let mut asked_warm = |_: &str| -> Option<GatewaySession> { panic!("asked while warm") };
+            let mut none = |_: &str| None;
+            let warm = input["prompt_cache"]["warm"] != false && now < expires;
+            let gateway: &mut dyn FnMut(&str) -> Option<GatewaySession> =
+                if warm { &mut asked_warm } else { &mut none };
+            render(&serde_json::from_value(input.clone()).unwrap(), &EnvConfig::default(), now, gateway)
         };
         // 14,268 tokens on the program's input, its 5-minute cache just written.
         let warm = at(expires - 299_999, &input);
@@ -787,6 +790,62 @@ mod tests {
         // Nothing cached yet: no cache figure.
         input["prompt_cache"]["caching_observed"] = serde_json::json!(false);
         assert!(!at(expires, &input).contains("cache"), "{}", at(expires, &input));
+    }
+
+    #[test]
+    fn once_cold_the_gateways_ready_summary_is_the_fix() {
+        // The real program's input after a turn, its cache gone cold: the gateway is
+        // asked, and says whether a summary covering the session's newest request is
+        // ready.
+        let mut input = captured(2);
+        input.as_object_mut().unwrap().remove("transcript_path");
+        let expires = expires_ms(&input);
+        let sid = input["session_id"].as_str().unwrap().to_owned();
+        let figures = |ready: bool| GatewaySession {
+            session_id: sid.clone(),
+            model: "claude-opus-5-5".to_owned(),
+            cache_read_input_tokens: 14_000,
+            answered_at: ctxd_core::view::format_rfc3339_ms(expires - 300_000),
+            cache_ttl_seconds: 300,
+            summary_ready: ready,
+            ..GatewaySession::default()
+        };
+        let line = |now: i64, ready: bool| {
+            let mut asked = 0;
+            let text = render(&serde_json::from_value(input.clone()).unwrap(), &EnvConfig::default(), now, &mut |_| {
+                asked += 1;
+                Some(figures(ready))
+            });
+            (text, asked)
+        };
+        let cold = "cache cold: next turn re-writes 14.3k tokens (~$0.07)";
+        for (now, ready, ends, asked) in [
+            (expires, true, format!("{cold}; /compact is instant (summary ready)"), 1),
+            (expires + 3_600_000, true, format!("{cold}; /compact is instant (summary ready)"), 1),
+            (expires, false, cold.to_owned(), 1),
+            // Warm: a ready summary is no news, and the gateway is not asked.
+            (expires - 60_000, true, "cache warm (cold in 1m)".to_owned(), 0),
+        ] {
+            let (text, n) = line(now, ready);
+            assert!(text.ends_with(&format!(" · {ends}")), "{now} {ready}: {text}");
+            assert_eq!(n, asked, "{text}");
+        }
+        // No gateway: today's cold line.
+        let text =
+            render(&serde_json::from_value(input.clone()).unwrap(), &EnvConfig::default(), expires, &mut |_| None);
+        assert!(text.ends_with(&format!(" · {cold}")), "{text}");
+        // The gateway's own cold cache says it the same way.
+        let mut bare = input.clone();
+        bare.as_object_mut().unwrap().remove("prompt_cache");
+        let text = render(&serde_json::from_value(bare).unwrap(), &EnvConfig::default(), expires, &mut |_| {
+            Some(figures(true))
+        });
+        assert!(
+            text.ends_with(
+                "cache cold: next turn re-writes 14.0k tokens (~$0.07); /compact is instant (summary ready)"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

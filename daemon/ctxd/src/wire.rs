@@ -50,15 +50,16 @@ pub fn usage(snapshot: &UsageSnapshot) -> proto::Usage {
             free_space: free,
             autocompact_buffer: buffer,
         },
-        cache: None,
+        cache: snapshot.cache.clone(),
     }
 }
 
 /// A session's prompt cache (`core::cache_state`) on the wire; `source` says whose
-/// figures they were.
+/// figures they were, `summary_ready` whether the gateway holds a summary for it.
 pub fn prompt_cache(
     state: &ctxd_core::cache_state::CacheState,
     source: proto::PromptCacheSource,
+    summary_ready: bool,
 ) -> proto::PromptCache {
     proto::PromptCache {
         warm: state.warm,
@@ -69,6 +70,7 @@ pub fn prompt_cache(
         recache_cost_usd: state.recache_cost_usd,
         prices_date: state.recache_cost_usd.map(|_| ctxd_core::cache_state::price_table().date.clone()),
         source,
+        summary_ready,
     }
 }
 
@@ -307,15 +309,16 @@ mod tests {
     fn the_prompt_cache_on_the_wire() {
         let opus = ctxd_core::cache_state::prices_for("claude-opus-5-5");
         let cold = ctxd_core::cache_state::cache_state(600_000, 0, 300, Some(612_000), opus);
-        let wire = serde_json::to_value(prompt_cache(&cold, proto::PromptCacheSource::Gateway)).unwrap();
+        let wire = serde_json::to_value(prompt_cache(&cold, proto::PromptCacheSource::Gateway, true)).unwrap();
         assert_eq!(
             wire,
             serde_json::json!({"warm": false, "secondsLeft": 0, "expiresAt": "1970-01-01T00:05:00.000Z", "ttlSeconds": 300,
-                "recacheTokens": 612_000, "recacheCostUsd": 3.06, "pricesDate": "2026-11-24", "source": "gateway"})
+                "recacheTokens": 612_000, "recacheCostUsd": 3.06, "pricesDate": "2026-11-24", "source": "gateway",
+                "summaryReady": true})
         );
         // Nothing known, nothing said.
         let warm = ctxd_core::cache_state::cache_state(0, 0, 300, None, None);
-        let wire = serde_json::to_value(prompt_cache(&warm, proto::PromptCacheSource::Program)).unwrap();
+        let wire = serde_json::to_value(prompt_cache(&warm, proto::PromptCacheSource::Program, false)).unwrap();
         assert_eq!(
             wire.as_object().unwrap().keys().collect::<Vec<_>>(),
             ["warm", "secondsLeft", "expiresAt", "ttlSeconds", "source"]

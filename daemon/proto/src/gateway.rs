@@ -36,6 +36,11 @@ pub struct GatewaySession {
     pub cache_ttl_seconds: u64,
     /// Messages requests of the session forwarded so far (answered or not).
     pub requests: u64,
+    /// The gateway holds a prepared summary that covers the session's newest request
+    /// exactly (same model, system and tools, same messages): its `/compact` is
+    /// answered at once. Absent (false) from a gateway without instant compaction.
+    #[serde(default)]
+    pub summary_ready: bool,
 }
 
 /// The gateway's settings (`gateway` in a settings file). Only the user's own files

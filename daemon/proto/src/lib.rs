@@ -287,6 +287,10 @@ pub struct PromptCache {
     pub prices_date: Option<String>,
     /// Whose figures these are.
     pub source: PromptCacheSource,
+    /// ctxd's gateway holds a summary prepared for the session's newest request: a
+    /// `/compact` now is answered at once instead of re-writing the cold cache.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub summary_ready: bool,
 }
 
 /// Who saw the traffic the cache state comes from.

@@ -274,6 +274,31 @@ describe("Claude Code sessions of the current directory", function()
     t.eq("CtxdWarning", ctxd.status_highlight())
   end)
 
+  it("shows the cold cache the daemon pushes at its expiry, with the fix when a summary is ready", function()
+    local _, project_dir = start_in_new_folder()
+    local transcript = first_turn(project_dir)
+    wait_for_first_turn("the observed session in the statusline")
+    local cases = vim.json.decode(table.concat(vim.fn.readfile(test_env.fixtures .. "/render-cases.json"), "\n"))
+    local named = {}
+    for _, c in ipairs(cases.cacheCases) do
+      named[c.name] = c
+    end
+    -- The daemon's push, as the LSP client hands it to the plugin's handler.
+    local handler = vim.lsp.get_client_by_id(client.state.client_id).handlers["ctx/usageChanged"]
+    local function push(cache)
+      local usage = vim.deepcopy(claude.get().usage)
+      usage.cache = cache
+      handler(nil, { sessionId = claude.observe_id(transcript), usage = usage })
+    end
+    push(named["warm"].cache)
+    t.eq(FIRST_TURN, ctxd.status(), "warm: nothing to add")
+    push(named["cold with a summary ready"].cache)
+    t.eq(FIRST_TURN .. " · " .. named["cold with a summary ready"].text, ctxd.status())
+    t.truthy(vim.endswith(ctxd.status(), "; /compact is instant (summary ready)"))
+    push(named["cold, nothing prepared"].cache)
+    t.eq(FIRST_TURN .. " · cache cold: next turn re-writes 14.3k tokens (~$0.07)", ctxd.status())
+  end)
+
   it(":Ctxd context shows the observed session", function()
     local transcript = observed_session()
     vim.cmd("Ctxd context")

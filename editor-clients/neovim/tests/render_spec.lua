@@ -20,6 +20,15 @@ describe("shared render cases", function()
     end)
   end
 
+  it("says what a cold cache costs and the fix", function()
+    t.truthy(#cases.cacheCases > 0)
+    for _, c in ipairs(cases.cacheCases) do
+      t.eq(c.text, render.cache_text(c.cache), c.name)
+    end
+    t.eq("", render.cache_text(nil))
+    t.eq("", render.cache_text(vim.NIL))
+  end)
+
   it("renders memory files and pending rules", function()
     local c = cases.contextCase
     t.eq(c.memoryFileRows, render.memory_file_rows(c.context))

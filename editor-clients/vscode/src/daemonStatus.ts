@@ -12,7 +12,7 @@ import * as vscode from "vscode";
 
 import type { ObservedSession, ObservedSessions } from "./claude";
 import type { DaemonState } from "./daemon";
-import { formatTokens, levelBackground, statusBarText, statusTooltip } from "./render";
+import { cacheText, formatTokens, levelBackground, statusBarText, statusTooltip } from "./render";
 import type { CtxdSessions } from "./sessions";
 
 /** The label of the status item for a daemon state (and the shown session, when ready). */
@@ -40,14 +40,18 @@ function secondsUntil(at: number, now: number): number {
     return Math.max(0, Math.ceil((at - now) / 1000));
 }
 
-/** `$(dashboard) ctx 45.0% · 77.0k to compact · 90.0k · claude-opus-4-6` */
+/**
+ * `$(dashboard) ctx 45.0% · 77.0k to compact · 90.0k · claude-opus-4-6`, and once its
+ * prompt cache went cold what that costs and the fix (`cacheText`).
+ */
 export function observedText(session: ObservedSession): string {
     const usage = session.usage;
     if (usage === undefined) {
         return "$(loading~spin) ctx";
     }
     const model = session.model !== undefined ? ` · ${session.model.replace(/-\d{8}$/, "")}` : "";
-    return `${statusBarText(usage)} · ${formatTokens(usage.tokens)}${model}`;
+    const cache = cacheText(usage.cache);
+    return `${statusBarText(usage)} · ${formatTokens(usage.tokens)}${model}${cache !== "" ? ` · ${cache}` : ""}`;
 }
 
 /** The cause alone (`not found`, `not executable`, `exited with code 3`); the tooltip has the rest. */

@@ -391,6 +391,12 @@ export interface GatewaySession {
     cacheTtlSeconds: number;
     /** Messages requests of the session forwarded so far (answered or not). */
     requests: number;
+    /**
+     * The gateway holds a prepared summary that covers the session's newest request
+     * exactly (same model, system and tools, same messages): its `/compact` is
+     * answered at once. Absent (false) from a gateway without instant compaction.
+     */
+    summaryReady?: boolean;
 }
 
 /**
@@ -622,6 +628,11 @@ export interface PromptCache {
     pricesDate?: string | null;
     /** Whose figures these are. */
     source: PromptCacheSource;
+    /**
+     * ctxd's gateway holds a summary prepared for the session's newest request: a
+     * `/compact` now is answered at once instead of re-writing the cold cache.
+     */
+    summaryReady?: boolean;
 }
 
 /** Who saw the traffic the cache state comes from. */

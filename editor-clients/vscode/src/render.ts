@@ -11,6 +11,7 @@
 import type {
     ContextResult,
     Level,
+    PromptCache,
     SetAutoCompactWindowResult,
     Usage,
     WindowSource,
@@ -60,6 +61,30 @@ export function statusText(usage: Usage): string {
             }
             return `${used} · ${formatTokens(usage.tokensUntilCompact)} to compact`;
     }
+}
+
+/** `~$3.06`; under a cent, `<$0.01`. */
+function dollars(usd: number): string {
+    return usd < 0.005 ? "<$0.01" : `~$${usd.toFixed(2)}`;
+}
+
+/**
+ * What a cold prompt cache costs and the fix, as `ctxd statusline` says it:
+ * `cache cold: next turn re-writes 612.0k tokens (~$3.06); /compact is instant (summary ready)`.
+ * Empty while the cache is warm (the daemon says when that ends; no countdown here).
+ */
+export function cacheText(cache: PromptCache | null | undefined): string {
+    if (cache === undefined || cache === null || cache.warm) {
+        return "";
+    }
+    let text = "cache cold";
+    if (cache.recacheTokens !== undefined && cache.recacheTokens !== null) {
+        text += `: next turn re-writes ${formatTokens(cache.recacheTokens)} tokens`;
+        if (cache.recacheCostUsd !== undefined && cache.recacheCostUsd !== null) {
+            text += ` (${dollars(cache.recacheCostUsd)})`;
+        }
+    }
+    return cache.summaryReady === true ? `${text}; /compact is instant (summary ready)` : text;
 }
 
 /** Codicon shown before the status text; the compacting one spins. */
@@ -204,9 +229,11 @@ function markdownTable(header: string[], rows: string[][]): string[] {
 
 /** Markdown for the status bar tooltip: summary, then the breakdown. */
 export function statusTooltip(sessionId: string, usage: Usage): string {
+    const cache = cacheText(usage.cache);
     return [
         `**ctxd session** \`${sessionId}\``,
         "",
+        ...(cache !== "" ? [`**${cache}**`, ""] : []),
         ...markdownTable(["", ""], summaryRows(usage)),
         "",
         "**Breakdown**",

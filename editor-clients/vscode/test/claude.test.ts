@@ -2,6 +2,8 @@
  * Where Claude Code keeps a folder's transcripts, the id ctxd publishes a transcript
  * under, and the model read from a transcript's tail.
  */
+import "./support/installVscode";
+
 import * as assert from "node:assert/strict";
 import * as fs from "node:fs";
 import * as os from "node:os";
@@ -17,8 +19,9 @@ import {
     observeId,
     transcriptModel,
 } from "../src/claude";
+import { observedText } from "../src/daemonStatus";
 import { packageRoot } from "./support/daemon";
-import { usageCase } from "./support/fixtures";
+import { renderCases, usageCase } from "./support/fixtures";
 
 /** What the real Claude Code program named each folder (editor-clients/scripts/claude-project-folders). */
 const folderCases: {
@@ -181,7 +184,11 @@ describe("ObservedSessions", () => {
     /** A daemon stand-in that answers ctx/observe and pushes usage when told. */
     function daemon(): {
         asked: unknown[];
-        push(sessionId: string, level: "ok" | "warning"): void;
+        push(
+            sessionId: string,
+            level: "ok" | "warning",
+            cache?: (typeof renderCases.cacheCases)[number]["cache"],
+        ): void;
         request<R>(method: string, params: unknown): Promise<R>;
         onUsageChanged(
             listener: (p: {
@@ -197,8 +204,10 @@ describe("ObservedSessions", () => {
         const asked: unknown[] = [];
         return {
             asked,
-            push: (sessionId, level) =>
-                listeners.forEach((l) => l({ sessionId, usage: usageCase(level).usage })),
+            push: (sessionId, level, cache) =>
+                listeners.forEach((l) =>
+                    l({ sessionId, usage: { ...usageCase(level).usage, cache } }),
+                ),
             request: <R>(_method: string, params: unknown) => {
                 asked.push(params);
                 const { projectDir, transcript } = params as {
@@ -282,6 +291,36 @@ describe("ObservedSessions", () => {
         assert.deepEqual(observed.listed(), []);
         d.push(observeId(transcript), "warning");
         assert.equal(observed.shown(), undefined, "a forgotten folder's usage is not shown");
+        observed.dispose();
+    });
+
+    it("shows the cold cache the daemon pushes at its expiry, with the fix when a summary is ready", async () => {
+        const { configDir, folder, projectDir } = project();
+        fs.mkdirSync(projectDir, { recursive: true });
+        const transcript = path.join(projectDir, "s.jsonl");
+        fs.writeFileSync(transcript, "");
+        const d = daemon();
+        const observed = new ObservedSessions(d, () => configDir);
+        await observed.observe([folder]);
+        const caseNamed = (name: string) => {
+            const found = renderCases.cacheCases.find((c) => c.name === name);
+            assert.ok(found, name);
+            return found;
+        };
+        const shown = () => observedText(observed.shown() ?? assert.fail("no session shown"));
+        d.push(observeId(transcript), "ok", caseNamed("warm").cache);
+        assert.equal(
+            shown(),
+            "$(dashboard) ctx 0.0% · 67.0k to compact · 0",
+            "warm: nothing to add",
+        );
+        const cold = caseNamed("cold with a summary ready");
+        d.push(observeId(transcript), "ok", cold.cache);
+        assert.equal(shown(), `$(dashboard) ctx 0.0% · 67.0k to compact · 0 · ${cold.text}`);
+        assert.ok(shown().endsWith("; /compact is instant (summary ready)"));
+        const plain = caseNamed("cold, nothing prepared");
+        d.push(observeId(transcript), "ok", plain.cache);
+        assert.ok(shown().endsWith(` · ${plain.text}`), shown());
         observed.dispose();
     });
 });

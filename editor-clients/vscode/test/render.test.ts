@@ -4,6 +4,7 @@ import { describe, it } from "node:test";
 
 import {
     breakdownRows,
+    cacheText,
     contextDocument,
     contextRows,
     formatCount,
@@ -35,6 +36,15 @@ describe("shared render cases", () => {
             assert.deepEqual(breakdownRows(c.usage), c.breakdownRows);
         });
     }
+
+    it("says what a cold cache costs and the fix", () => {
+        assert.ok(renderCases.cacheCases.length > 0);
+        for (const c of renderCases.cacheCases) {
+            assert.equal(cacheText(c.cache), c.text, c.name);
+        }
+        assert.equal(cacheText(undefined), "");
+        assert.equal(cacheText(null), "");
+    });
 
     it("renders memory files and pending rules", () => {
         const { context, memoryFileRows: files, pendingRuleRows: rules } = renderCases.contextCase;

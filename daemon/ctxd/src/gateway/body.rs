@@ -159,6 +159,8 @@ pub struct Recorder {
     pub exchange: Arc<Exchange>,
     /// The session named by the request's header, if valid.
     pub header_session: Option<String>,
+    /// The cache's lifetime when `CTXD_CACHE_TTL_SECONDS` sets it (tests).
+    pub cache_ttl_seconds: Option<u64>,
 }
 
 impl Recorder {
@@ -183,8 +185,9 @@ impl Recorder {
             output_tokens: usage.output_tokens,
             sent_at: rfc3339(sent_at.unwrap_or(answered_at)),
             answered_at: rfc3339(answered_at),
-            cache_ttl_seconds: facts.cache_ttl_seconds(),
+            cache_ttl_seconds: self.cache_ttl_seconds.unwrap_or_else(|| facts.cache_ttl_seconds()),
             requests: 0,
+            summary_ready: false,
         };
         tracing::debug!(session = %figures.session_id, model = %figures.model, "answer figures recorded");
         self.live.answered(Live { figures, message_id: answer.message_id });

@@ -20,6 +20,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use ctxd_core::cache_state::{CacheState, FIVE_MINUTES_SECS, prices_for};
 use ctxd_core::gateway::SESSIONS_PATH;
 use ctxd_core::record::TokenUsage;
 use ctxd_proto::{GatewaySession, GatewaySessions, GatewaySettings};
@@ -95,6 +96,20 @@ pub fn token_usage(session: &GatewaySession) -> TokenUsage {
         cache_read_input_tokens: session.cache_read_input_tokens,
         output_tokens: session.output_tokens,
     }
+}
+
+/// The cache state from the gateway's last request of the session at `now_ms`, priced
+/// for its model (else `model_id`'s); `None` when that request neither read nor wrote
+/// the cache.
+pub fn cache_state(session: &GatewaySession, now_ms: i64, model_id: &str) -> Option<CacheState> {
+    if session.cache_read_input_tokens == 0 && session.cache_creation_input_tokens == 0 {
+        return None;
+    }
+    let answered_ms = ctxd_core::view::parse_rfc3339_ms(&session.answered_at)?;
+    let ttl = Some(session.cache_ttl_seconds).filter(|&t| t > 0).unwrap_or(FIVE_MINUTES_SECS);
+    let prices = prices_for(&session.model).or_else(|| prices_for(model_id));
+    let tokens = token_usage(session).request_tokens();
+    Some(ctxd_core::cache_state::cache_state(now_ms, answered_ms, ttl, Some(tokens).filter(|&t| t > 0), prices))
 }
 
 /// The gateway's sessions at `addr`, asked within `deadline`; `None` for no gateway, no

@@ -131,7 +131,12 @@ async fn forward(
         tracing::debug!("gateway: an answer in a coding ctxd does not read; its figures are not read");
     }
     let recorder = read.zip(coding).map(|(kind, coding)| {
-        (kind, coding, Recorder { live: gateway.live.clone(), exchange: exchange.clone(), header_session })
+        let cache_ttl_seconds = gateway.config.env.as_ref().and_then(|env| env.cache_ttl_override());
+        (
+            kind,
+            coding,
+            Recorder { live: gateway.live.clone(), exchange: exchange.clone(), header_session, cache_ttl_seconds },
+        )
     });
     let upstream: Response<reqwest::Body> = answer.into();
     let mut body = DownBody::new(upstream.into_body(), recorder, permit);

@@ -193,22 +193,7 @@ fn decide(
     if !stream {
         return Err("it does not ask for a stream".into());
     }
-    if prepared.model != model {
-        return Err(format!("prepared for {}, asked of {model}", prepared.model));
-    }
-    if prepared.shape != shape {
-        return Err("its system blocks or tools differ from the prepared summary's".into());
-    }
-    if ask.covered.len() < prepared.covered {
-        return Err(format!(
-            "it covers {} messages, fewer than the {} the summary was prepared for",
-            ask.covered.len(),
-            prepared.covered
-        ));
-    }
-    if PrefixHash::of(&ask.covered, prepared.covered).hash() != prepared.prefix {
-        return Err(format!("its first {} messages differ from those the summary was prepared for", prepared.covered));
-    }
+    prepared.stands_for(&model, &shape, ask.covered.len(), |n| PrefixHash::of(&ask.covered, n).hash())?;
     let delta = &ask.covered[prepared.covered..];
     // The history tools, when `ctxd mcp` is configured for the project the program
     // names as its working directory.

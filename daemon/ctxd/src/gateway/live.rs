@@ -115,6 +115,23 @@ impl LiveFigures {
         entry.live.send_replace(Some(Arc::new(live)));
     }
 
+    /// Whether a prepared summary covers the session's newest request (see
+    /// `prepare::Preparer`): its followers are told when that changes. A session
+    /// without an answer has nothing to say it on.
+    pub fn set_summary_ready(&self, session_id: &str, ready: bool) {
+        let inner = self.lock();
+        let Some(entry) = inner.sessions.get(session_id) else { return };
+        entry.live.send_if_modified(|current| match current {
+            Some(live) if live.figures.summary_ready != ready => {
+                let mut changed = Live::clone(live);
+                changed.figures.summary_ready = ready;
+                *current = Some(Arc::new(changed));
+                true
+            }
+            _ => false,
+        });
+    }
+
     /// The session's newest figures, if it has an answer (the registry is not touched).
     pub fn latest(&self, session_id: &str) -> Option<Arc<Live>> {
         self.lock().sessions.get(session_id).and_then(|e| e.live.borrow().clone())
@@ -202,6 +219,27 @@ mod tests {
             registry.answered(live(&format!("s{n}"), 1, "t"));
         }
         assert_eq!(registry.lock().sessions.len(), MAX_SESSIONS);
+    }
+
+    #[test]
+    fn a_ready_summary_is_told_to_followers_once_and_a_new_answer_clears_it() {
+        let registry = LiveFigures::default();
+        registry.set_summary_ready("a", true);
+        assert!(registry.snapshot().sessions.is_empty(), "no answer, nothing to say it on");
+        let mut rx = Some(registry.watch("a"));
+        registry.answered(live("a", 10, "t1"));
+        assert!(!futures::executor::block_on(next(&mut rx)).figures.summary_ready);
+        registry.set_summary_ready("a", true);
+        let got = futures::executor::block_on(next(&mut rx));
+        assert!(got.figures.summary_ready && got.figures.input_tokens == 10);
+        assert!(registry.snapshot().sessions[0].summary_ready);
+        registry.set_summary_ready("a", true);
+        assert!(!rx.as_mut().unwrap().has_changed().unwrap(), "unchanged: no wake-up");
+        registry.answered(live("a", 20, "t2"));
+        assert!(!futures::executor::block_on(next(&mut rx)).figures.summary_ready);
+        registry.set_summary_ready("a", true);
+        registry.set_summary_ready("a", false);
+        assert!(!registry.snapshot().sessions[0].summary_ready);
     }
 
     #[test]

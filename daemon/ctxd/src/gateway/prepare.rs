@@ -28,7 +28,7 @@ use hyper::header::{self, HeaderMap};
 
 use super::Gateway;
 use super::live::LiveFigures;
-use super::prepared::{Prepared, PreparedStore};
+use super::prepared::{Cover, Prepared, PreparedStore};
 
 /// Request bodies kept for forks, all sessions together.
 pub const MAX_KEPT_BYTES: usize = 256 << 20;
@@ -54,6 +54,10 @@ struct Slot {
     answered_at: Option<Instant>,
     preparing: bool,
     prepared: Option<Arc<Prepared>>,
+    /// What identifies the kept request's whole conversation, once a preparation has
+    /// read it (cleared when another request is kept): a summary covering it exactly
+    /// is ready for the session's `/compact`.
+    newest_cover: Option<Cover>,
     /// The disk was asked for a record (once per process).
     looked_on_disk: bool,
     /// Context tokens at the last preparation tried (done or failed).
@@ -149,10 +153,16 @@ impl Preparer {
     /// requests leave it).
     pub fn sent(&self, session: &str, newest: Option<Newest>) -> InFlight {
         let mut inner = self.lock();
+        let mut unready = false;
         if let Some(newest) = newest {
             let size = newest.body.len();
-            let old = inner.slot(session).newest.take().map_or(0, |n| n.body.len());
-            inner.kept_bytes -= old;
+            let slot = inner.slot(session);
+            let old = slot.newest.take();
+            // The same bytes again (a retry) are the same conversation.
+            if old.as_ref().is_none_or(|old| old.body != newest.body) {
+                unready = slot.newest_cover.take().is_some();
+            }
+            inner.kept_bytes -= old.map_or(0, |n| n.body.len());
             if size <= inner.max_kept_bytes {
                 inner.make_room(size);
                 inner.kept_bytes += size;
@@ -160,6 +170,10 @@ impl Preparer {
             }
         }
         inner.slot(session).in_flight += 1;
+        drop(inner);
+        if unready {
+            self.live.set_summary_ready(session, false);
+        }
         InFlight { inner: self.inner.clone(), session: session.to_owned() }
     }
 
@@ -167,8 +181,19 @@ impl Preparer {
     /// replaced, so it is not forked again.
     pub fn compacting(&self, session: &str) {
         let mut inner = self.lock();
-        let old = inner.slot(session).newest.take().map_or(0, |n| n.body.len());
+        let slot = inner.slot(session);
+        let old = slot.newest.take().map_or(0, |n| n.body.len());
+        slot.newest_cover = None;
         inner.kept_bytes -= old;
+        drop(inner);
+        self.live.set_summary_ready(session, false);
+    }
+
+    /// Whether the session's prepared summary (the lookup [`Preparer::prepared`] does)
+    /// covers its newest request exactly.
+    pub fn summary_ready(&self, session: &str) -> bool {
+        let Some(cover) = self.lock().slots.get(session).and_then(|s| s.newest_cover.clone()) else { return false };
+        self.prepared(session).0.is_some_and(|prepared| prepared.covers_exactly(&cover))
     }
 
     /// The session's prepared summary, if any (from memory, else once from disk), and
@@ -255,10 +280,23 @@ impl Preparer {
                     output = prepared.usage.output_tokens,
                     "gateway: summary prepared"
                 );
+                // The fork read the whole of the kept request: when that is still the
+                // session's newest, what identifies it is known now.
+                if slot.newest.as_ref().is_some_and(|kept| kept.body == newest.body) {
+                    slot.newest_cover = Some(Cover {
+                        model: prepared.model.clone(),
+                        shape: prepared.shape,
+                        messages: prepared.covered,
+                        prefix: prepared.prefix,
+                    });
+                }
                 slot.prepared = Some(Arc::new(prepared));
             }
             Err(why) => tracing::warn!(session = %session, "gateway: the preparation failed: {why}"),
         }
+        drop(inner);
+        let ready = self.summary_ready(&session);
+        self.live.set_summary_ready(&session, ready);
     }
 
     /// Sends the fork and reads its reply into a record (saved before it is returned).

@@ -41,6 +41,54 @@ pub struct Prepared {
     pub at_tokens: u64,
 }
 
+impl Prepared {
+    /// The one rule for using this summary: it stands for a conversation of `model`
+    /// with the system and tools of `shape` whose `messages` start with exactly the
+    /// ones it covers (`prefix_of(n)`: the hash of the conversation's first `n`
+    /// messages, asked only when it has that many). Else why not.
+    pub fn stands_for(
+        &self,
+        model: &str,
+        shape: &Hash,
+        messages: usize,
+        prefix_of: impl FnOnce(usize) -> Hash,
+    ) -> Result<(), String> {
+        if self.model != model {
+            return Err(format!("prepared for {}, asked of {model}", self.model));
+        }
+        if self.shape != *shape {
+            return Err("its system blocks or tools differ from the prepared summary's".into());
+        }
+        if messages < self.covered {
+            return Err(format!(
+                "it covers {messages} messages, fewer than the {} the summary was prepared for",
+                self.covered
+            ));
+        }
+        if prefix_of(self.covered) != self.prefix {
+            return Err(format!("its first {} messages differ from those the summary was prepared for", self.covered));
+        }
+        Ok(())
+    }
+
+    /// Whether this summary covers the conversation `newest` exactly: it stands for it
+    /// and nothing came after what it covers.
+    pub fn covers_exactly(&self, newest: &Cover) -> bool {
+        newest.messages == self.covered
+            && self.stands_for(&newest.model, &newest.shape, newest.messages, |_| newest.prefix).is_ok()
+    }
+}
+
+/// What identifies a whole conversation for [`Prepared::covers_exactly`]: its model,
+/// its shape, its number of messages and the hash of all of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cover {
+    pub model: String,
+    pub shape: Hash,
+    pub messages: usize,
+    pub prefix: Hash,
+}
+
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Record {
@@ -196,6 +244,24 @@ mod tests {
             },
             at_tokens: 600_000,
         }
+    }
+
+    #[test]
+    fn it_covers_exactly_only_the_same_model_shape_and_messages() {
+        let p = sample();
+        let cover = Cover { model: p.model.clone(), shape: p.shape, messages: p.covered, prefix: p.prefix };
+        assert!(p.covers_exactly(&cover));
+        for (other, why) in [
+            (Cover { model: "claude-opus-4-6".into(), ..cover.clone() }, "another model"),
+            (Cover { shape: [8; 32], ..cover.clone() }, "other system or tools"),
+            (Cover { messages: 13, ..cover.clone() }, "a turn more"),
+            (Cover { messages: 11, ..cover.clone() }, "fewer messages"),
+            (Cover { prefix: [1; 32], ..cover.clone() }, "other messages"),
+        ] {
+            assert!(!p.covers_exactly(&other), "{why}");
+        }
+        // A conversation that goes on past the summary is one it stands for, not exactly.
+        assert_eq!(p.stands_for(&p.model, &p.shape, 14, |n| if n == 12 { p.prefix } else { [0; 32] }), Ok(()));
     }
 
     #[test]

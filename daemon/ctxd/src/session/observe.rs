@@ -280,6 +280,8 @@ enum Event {
     Asked(Option<Ask>),
     /// The base context finished loading (or failed to).
     BaseLoaded,
+    /// The prompt cache of the gateway's last answer went cold just now.
+    CacheCold,
 }
 
 /// Starts following `path`, publishing under `names`; returns its figures (the first
@@ -338,6 +340,10 @@ pub async fn start(path: PathBuf, names: Names, idle_gate: Arc<Semaphore>, deps:
         loop {
             let deadline =
                 policy.idle.filter(|_| !tried).and_then(|p| changed.checked_add(p.after)).map(|d| d.max(not_before));
+            // The moment the cache goes cold: the editors are told then, not at the
+            // user's next keystroke.
+            let cold_at =
+                latest_live.as_deref().and_then(|live| cache_of(live, &reading.observed)).and_then(cold_instant);
             let event = tokio::select! {
                 got = subscription.recv() => Event::Delivered(got.is_some()),
                 () = tokio::time::sleep_until(deadline.unwrap_or(changed)), if deadline.is_some() => Event::Idle,
@@ -346,6 +352,7 @@ pub async fn start(path: PathBuf, names: Names, idle_gate: Arc<Semaphore>, deps:
                 ask = asks.recv(), if asks_live => Event::Asked(ask),
                 _ = base.loaded(), if base.is_loading() => Event::BaseLoaded,
                 () = tokio::time::sleep_until(leased.unwrap_or(changed)), if leased.is_some() => Event::Delivered(true),
+                () = tokio::time::sleep_until(cold_at.unwrap_or(changed)), if cold_at.is_some() => Event::CacheCold,
             };
             // Whether to publish even an unchanged figure.
             let mut always = false;
@@ -402,9 +409,22 @@ pub async fn start(path: PathBuf, names: Names, idle_gate: Arc<Semaphore>, deps:
                     continue;
                 }
                 Event::Live(figures) => {
-                    figures.apply(&mut reading.observed.tally);
-                    reading.observed.reported_outside();
+                    // The same answer again (its summary became ready, or not): its
+                    // figure is in the tally already, with what came after it.
+                    let same_answer = latest_live.as_ref().is_some_and(|l| {
+                        l.message_id.is_some()
+                            && l.message_id == figures.message_id
+                            && l.figures.answered_at == figures.figures.answered_at
+                    });
+                    if !same_answer {
+                        figures.apply(&mut reading.observed.tally);
+                        reading.observed.reported_outside();
+                    }
                     latest_live = Some(figures);
+                }
+                Event::CacheCold => {
+                    tracing::info!(path = %path.display(), "observed Claude Code session's prompt cache went cold");
+                    always = true;
                 }
                 Event::Settings(true) => policy = policy_of(&settings.borrow_and_update()),
                 Event::Asked(None) => {
@@ -463,8 +483,9 @@ pub async fn start(path: PathBuf, names: Names, idle_gate: Arc<Semaphore>, deps:
                     continue;
                 }
             }
-            let usage = usage_of(&reading.observed, &base, &policy);
-            if always || last.as_ref().unwrap_or(&shown_first) != &usage {
+            let mut usage = usage_of(&reading.observed, &base, &policy);
+            usage.cache = latest_live.as_deref().and_then(|live| cache_of(live, &reading.observed));
+            if always || !same_but_clock(last.as_ref().unwrap_or(&shown_first), &usage) {
                 publish(usage.clone()).await;
                 last = Some(usage);
             }
@@ -489,6 +510,38 @@ fn usage_of(observed: &Observed, base: &ObservedBase, policy: &Policy) -> UsageS
     let mut usage = UsageSnapshot::compute(&observed.shown_tally(), &shape, &(policy.thresholds)(model), false);
     usage.parts = observed.split(usage.tokens, &shape.prefix);
     usage
+}
+
+/// The prompt cache after the gateway's last answer `live`, now, on the wire.
+fn cache_of(live: &crate::gateway::live::Live, observed: &Observed) -> Option<ctxd_proto::PromptCache> {
+    let model = observed.model.as_deref().unwrap_or(UNKNOWN_MODEL);
+    let state = crate::gateway::client::cache_state(&live.figures, now_ms(), model)?;
+    let source = ctxd_proto::PromptCacheSource::Gateway;
+    Some(crate::wire::prompt_cache(&state, source, live.figures.summary_ready))
+}
+
+/// When a warm cache goes cold, on the runtime's clock.
+fn cold_instant(cache: ctxd_proto::PromptCache) -> Option<Instant> {
+    cache.warm.then(|| Instant::now() + Duration::from_secs(cache.seconds_left))
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Whether two figures say the same but for the seconds a warm cache has left (which
+/// the clock changes: no reason to tell anyone).
+fn same_but_clock(a: &UsageSnapshot, b: &UsageSnapshot) -> bool {
+    let calm = |u: &UsageSnapshot| {
+        let mut u = u.clone();
+        if let Some(cache) = &mut u.cache {
+            cache.seconds_left = 0;
+        }
+        u
+    };
+    calm(a) == calm(b)
 }
 
 /// The moment `ago` before now (the earliest the clock can tell when that is too far).

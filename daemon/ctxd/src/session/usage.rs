@@ -17,6 +17,9 @@ pub struct UsageSnapshot {
     pub parts: Breakdown,
     pub thresholds: Thresholds,
     pub compacting: bool,
+    /// The prompt cache, for a live Claude Code session whose requests pass through
+    /// ctxd's gateway (its follower fills it in).
+    pub cache: Option<ctxd_proto::PromptCache>,
 }
 
 /// What a session knows beyond its tally: the request's fixed parts, what the next
@@ -37,6 +40,7 @@ impl UsageSnapshot {
             parts: breakdown::split(tokens, &shape.prefix, &shape.composition),
             thresholds: *thresholds,
             compacting,
+            cache: None,
         }
     }
 

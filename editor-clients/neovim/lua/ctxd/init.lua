@@ -68,7 +68,8 @@ function M.update_settings(settings)
   client.notify("workspace/didChangeConfiguration", { settings = settings })
 end
 
---- An observed Claude Code session's status: `ctx 45.0% · 77.0k to compact · 90.0k · claude-opus-4-6`.
+--- An observed Claude Code session's status: `ctx 45.0% · 77.0k to compact · 90.0k · claude-opus-4-6`,
+--- and once its prompt cache went cold what that costs and the fix (`render.cache_text`).
 ---@param observed ctxd.ObservedSession
 ---@return string
 function M.observed_status(observed)
@@ -76,7 +77,12 @@ function M.observed_status(observed)
     return "ctx"
   end
   local model = observed.model and (" · " .. observed.model:gsub("%-%d%d%d%d%d%d%d%d$", "")) or ""
-  return render.status_text(observed.usage) .. " · " .. render.format_tokens(observed.usage.tokens) .. model
+  local cache = render.cache_text(observed.usage.cache)
+  return render.status_text(observed.usage)
+    .. " · "
+    .. render.format_tokens(observed.usage.tokens)
+    .. model
+    .. (cache ~= "" and (" · " .. cache) or "")
 end
 
 --- The status of a session (default: the one whose usage changed last; with no agent

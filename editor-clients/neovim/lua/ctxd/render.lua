@@ -56,6 +56,32 @@ local function percent(p)
   return string.format("%.1f", p)
 end
 
+local function dollars(usd)
+  return usd < 0.005 and "<$0.01" or string.format("~$%.2f", usd)
+end
+
+--- What a cold prompt cache costs and the fix, as `ctxd statusline` says it:
+--- `cache cold: next turn re-writes 612.0k tokens (~$3.06); /compact is instant (summary ready)`.
+--- Empty while the cache is warm (the daemon says when that ends; no countdown here).
+---@param cache? table
+---@return string
+function M.cache_text(cache)
+  if type(cache) ~= "table" or cache.warm then
+    return ""
+  end
+  local text = "cache cold"
+  if type(cache.recacheTokens) == "number" then
+    text = text .. ": next turn re-writes " .. M.format_tokens(cache.recacheTokens) .. " tokens"
+    if type(cache.recacheCostUsd) == "number" then
+      text = text .. " (" .. dollars(cache.recacheCostUsd) .. ")"
+    end
+  end
+  if cache.summaryReady == true then
+    text = text .. "; /compact is instant (summary ready)"
+  end
+  return text
+end
+
 --- The status text shared by both editors, e.g. `ctx 50.1% · 16.9k to compact`.
 ---@param usage ctxd.Usage
 ---@return string

@@ -2,7 +2,12 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 
-import type { ContextResult, SetAutoCompactWindowResult, Usage } from "../../src/lsp_ext";
+import type {
+    ContextResult,
+    PromptCache,
+    SetAutoCompactWindowResult,
+    Usage,
+} from "../../src/lsp_ext";
 import { packageRoot } from "./daemon";
 
 export interface UsageCase {
@@ -27,6 +32,8 @@ export interface RenderCases {
     windowReasonCases: { result: SetAutoCompactWindowResult; text: string }[];
     /** Window prompt inputs and what they parse to (`null`: rejected). */
     windowInputs: [string, number | "auto" | null][];
+    /** A prompt cache and what an observed session's status adds for it. */
+    cacheCases: { name: string; cache: PromptCache; text: string }[];
 }
 
 export const renderCases: RenderCases = JSON.parse(
