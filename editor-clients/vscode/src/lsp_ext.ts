@@ -22,6 +22,7 @@ import type {
     SearchHistoryResult,
     CompactOrigin,
     Decision,
+    InstantCompactionStats,
     MemoryKind,
     MemoryStatus,
     ProviderErrorAction,
@@ -329,6 +330,8 @@ export interface ContextResult {
     git: boolean;
     /** A summary prepared ahead of the threshold is ready: tokens right after installing it. */
     preparedAhead?: number;
+    /** A Claude Code session on ctxd's gateway: what preparing cost and answering at once saved. */
+    instantCompaction?: InstantCompactionStats;
 }
 /** What the model sees, by source. */
 export const context = new RequestType<SessionParams, ContextResult, void>("ctx/context");
@@ -486,6 +489,7 @@ export interface ObserveResult {
 export const observe = new RequestType<ObserveParams, ObserveResult, void>("ctx/observe");
 
 export type { ClaudeCompactResult, ClaudeSessionParams, ClaudeUndoResult } from "./protocol";
+export type { InstantCompactionStats } from "./protocol";
 export type {
     HistoryHit,
     HistoryRecord,

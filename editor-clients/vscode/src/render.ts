@@ -8,7 +8,7 @@
  * against `editor-clients/fixtures/render-cases.json`, so the two editors show the same
  * strings for the same usage.
  */
-import type { ContextResult, Level, SetAutoCompactWindowResult, Usage, WindowSource } from "./lsp_ext";
+import type { ContextResult, InstantCompactionStats, Level, SetAutoCompactWindowResult, Usage, WindowSource } from "./lsp_ext";
 
 /** A label and its formatted value. */
 export type Row = [string, string];
@@ -148,6 +148,24 @@ export function contextRows(context: Pick<ContextResult, "filesRead" | "staleFil
     ];
 }
 
+/**
+ * Dollars as `ctxd claude stats` writes them: `$1.20`, `<$0.01` under half a cent.
+ * Rounded to whole cents with integer arithmetic, so JavaScript and Lua agree.
+ */
+export function formatUsd(usd: number): string {
+    if (usd > 0 && usd < 0.005) {
+        return "<$0.01";
+    }
+    const cents = Math.floor(Math.max(usd, 0) * 100 + 0.5);
+    return `$${Math.floor(cents / 100)}.${String(cents % 100).padStart(2, "0")}`;
+}
+
+/** A Claude Code session's instant compaction in one line: `prepared 2× $0.41 · saved 1 compaction ~$1.20`. */
+export function instantCompactionText(stats: InstantCompactionStats): string {
+    const compactions = stats.instantCompactions === 1 ? "compaction" : "compactions";
+    return `prepared ${stats.preparations}× ${formatUsd(stats.preparationUsd)} · saved ${stats.instantCompactions} ${compactions} ~${formatUsd(stats.savedUsd)}`;
+}
+
 const WINDOW_SOURCES: Record<WindowSource, string> = {
     env: "CLAUDE_CODE_AUTO_COMPACT_WINDOW overrides saved windows",
     setting: "from settings",
@@ -210,6 +228,9 @@ export function contextDocument(sessionId: string, context: ContextContent, note
     lines.push(`**${statusText(context.usage)}**`, "");
     lines.push(...markdownTable(["", ""], summaryRows(context.usage)), "");
     lines.push("## Breakdown", "", ...markdownTable(["Category", "Tokens"], breakdownRows(context.usage)), "");
+    if (context.instantCompaction !== undefined && context.instantCompaction !== null) {
+        lines.push("## Instant compaction", "", instantCompactionText(context.instantCompaction), "");
+    }
     if (context.memoryFiles !== undefined) {
         lines.push("## Memory files", "");
         if (context.memoryFiles.length === 0) {

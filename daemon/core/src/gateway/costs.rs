@@ -215,9 +215,15 @@ impl CostSummary {
     }
 }
 
-/// Dollars as a person reads them: `$1.20`, `<$0.01` for a cost under a cent, `$0.00`.
+/// Dollars as a person reads them: `$1.20`, `<$0.01` for a cost under half a cent,
+/// `$0.00`. Whole cents, rounded half up the way the editors round them
+/// (`editor-clients/fixtures/render-cases.json`), so every place shows the same figure.
 pub fn format_usd(usd: f64) -> String {
-    if usd > 0.0 && usd < 0.005 { "<$0.01".to_owned() } else { format!("${:.2}", usd.max(0.0)) }
+    if usd > 0.0 && usd < 0.005 {
+        return "<$0.01".to_owned();
+    }
+    let cents = (usd.max(0.0) * 100.0 + 0.5).floor() as u64;
+    format!("${}.{:02}", cents / 100, cents % 100)
 }
 
 #[cfg(test)]
@@ -332,5 +338,7 @@ mod tests {
         assert_eq!(format_usd(0.004), "<$0.01");
         assert_eq!(format_usd(0.005), "$0.01");
         assert_eq!(format_usd(0.0), "$0.00");
+        assert_eq!(format_usd(0.125), "$0.13", "half a cent up, as the editors round");
+        assert_eq!(format_usd(12.346), "$12.35");
     }
 }

@@ -2,7 +2,7 @@
 import * as fs from "node:fs";
 import * as path from "node:path";
 
-import type { ContextResult, SetAutoCompactWindowResult, Usage } from "../../src/lsp_ext";
+import type { ContextResult, InstantCompactionStats, SetAutoCompactWindowResult, Usage } from "../../src/lsp_ext";
 import { packageRoot } from "./daemon";
 
 export interface UsageCase {
@@ -21,7 +21,10 @@ export interface RenderCases {
         memoryFileRows: [string, string, string, string][];
         pendingRuleRows: [string, string][];
         contextRows: [string, string][];
+        instantCompactionText: string;
     };
+    /** A Claude Code session's instant-compaction figures and the context view's line for them. */
+    instantCompactionCases: { stats: InstantCompactionStats; text: string }[];
     /** A `ctx/setAutoCompactWindow` answer and the message shown for it. */
     windowCases: { result: SetAutoCompactWindowResult; text: string }[];
     windowReasonCases: { result: SetAutoCompactWindowResult; text: string }[];
