@@ -421,3 +421,34 @@ fn a_model_the_price_table_does_not_know_is_never_prepared() {
     assert!(ok);
     assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["sessions"], json!([]), "nothing spent, nothing claimed");
 }
+
+#[test]
+fn ctx_context_of_the_observed_session_shows_what_its_instant_compaction_cost_and_saved() {
+    let (dir, rt, _upstream, gw) = prepared();
+    let (_, instant, _) = post(&rt, &gw, compact_request(SESSION, MODEL, &[]));
+    assert!(instant.is_some(), "{}", log(&gw));
+    wait_log(&gw, "gateway: cost recorded", 2);
+    let state = gw.state_dir.clone();
+    // The gateway holds the store; an editor's daemon takes it once it is gone.
+    drop(gw);
+    // The session's transcript, named by its id as Claude Code names it, and another one.
+    let (_home, other, _) = ctxd_e2e::claude_home(&dir.path().join("cc")).unwrap();
+    let transcript = other.with_file_name(format!("{SESSION}.jsonl"));
+    std::fs::copy(&other, &transcript).unwrap();
+    let mut daemon = ctxd_e2e::Daemon::started(&state).unwrap();
+    let view_of = |daemon: &mut ctxd_e2e::Daemon, path: &std::path::Path| {
+        let observed = daemon.request("ctx/observe", json!({"transcript": path})).unwrap();
+        daemon.request("ctx/context", json!({"sessionId": observed["sessionId"]})).unwrap()
+    };
+    let view = view_of(&mut daemon, &transcript);
+    let figures = &view["instantCompaction"];
+    assert_eq!(figures["sessionId"], SESSION, "{view}");
+    assert_eq!((figures["preparations"].as_u64(), figures["instantCompactions"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(figures["preparationInputTokens"], 12_305);
+    assert!(figures["savedUsd"].as_f64().unwrap() > 0.0, "{figures}");
+    let net = figures["savedUsd"].as_f64().unwrap() - figures["preparationUsd"].as_f64().unwrap();
+    assert!((figures["netUsd"].as_f64().unwrap() - net).abs() < 1e-9, "{figures}");
+    // A session the gateway never prepared has no such figures.
+    let view = view_of(&mut daemon, &other);
+    assert!(view.get("instantCompaction").is_none(), "{view}");
+}

@@ -43,7 +43,13 @@ const fileReadResultKeys = {
 } satisfies Keys<ext.FileReadResult>;
 const contextResultKeys = {
     sessionId: true, usage: true, memoryFiles: true, pendingRules: true, diagnostics: true, filesRead: true, staleFiles: true, git: true, preparedAhead: true,
+    instantCompaction: true,
 } satisfies Keys<ext.ContextResult>;
+const instantCompactionKeys = {
+    sessionId: true, model: true, preparations: true, preparationInputTokens: true, preparationCacheReadTokens: true,
+    preparationCacheWriteTokens: true, preparationOutputTokens: true, preparationUsd: true, instantCompactions: true,
+    savedCallUsd: true, savedColdRewriteUsd: true, savedUsd: true, netUsd: true,
+} satisfies Keys<ext.InstantCompactionStats>;
 const memoryFileKeys = { path: true, kind: true, tokens: true, status: true } satisfies Keys<ext.MemoryFile>;
 const pendingRuleKeys = { path: true, paths: true } satisfies Keys<ext.PendingRule>;
 const compactParamKeys = { sessionId: true, instructions: true, from: true, upTo: true, workDoneToken: true } satisfies Keys<ext.CompactParams>;
@@ -141,6 +147,7 @@ describe("lsp_ext.ts against schemas/", () => {
             ["ctx.context.result", contextResultKeys],
             ["ctx.context.result", memoryFileKeys, "MemoryFile"],
             ["ctx.context.result", pendingRuleKeys, "PendingRule"],
+            ["ctx.context.result", instantCompactionKeys, "InstantCompactionStats"],
             ["ctx.setAutoCompactWindow.params", windowParamKeys],
             ["ctx.setAutoCompactWindow.result", windowResultKeys],
             ["ctx.fileRead.params", fileReadParamKeys],
@@ -197,7 +204,8 @@ describe("lsp_ext.ts against schemas/", () => {
             ["ctx.setAutoCompactWindow.result", optionalOf<ext.SetAutoCompactWindowResult>({ warnings: true, requested: true, adjustment: true, reason: true })],
             ["ctx.fileRead.params", optionalOf<ext.FileReadParams>({ startLine: true, numLines: true })],
             ["ctx.fileRead.result", optionalOf<ext.FileReadResult>({ totalLines: true })],
-            ["ctx.context.result", optionalOf<ext.ContextResult>({ diagnostics: true, staleFiles: true, preparedAhead: true })],
+            ["ctx.context.result", optionalOf<ext.ContextResult>({ diagnostics: true, staleFiles: true, preparedAhead: true, instantCompaction: true })],
+            ["ctx.context.result", optionalOf<ext.InstantCompactionStats>({}), "InstantCompactionStats"],
             ["ctx.context.result", optionalOf<ext.MemoryFile>({}), "MemoryFile"],
             ["ctx.compact.params", optionalOf<ext.CompactParams>({ instructions: true, from: true, upTo: true, workDoneToken: true })],
             ["ctx.compact.result", optionalOf<ext.CompactResult>({ problems: true, summaryPath: true, origin: true })],

@@ -187,18 +187,6 @@ pub fn stats_command(state_dir: &Path, session: Option<&str>, json: bool) -> Res
     Ok(all.iter().map(stats_text).collect::<Vec<_>>().join("\n"))
 }
 
-fn count(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// One session as text.
 fn stats_text(s: &CostSummary) -> String {
     let u = &s.preparation_usage;
@@ -213,10 +201,10 @@ fn stats_text(s: &CostSummary) -> String {
         s.session_id,
         s.model,
         s.preparations,
-        count(u.input_tokens),
-        count(u.cache_read_input_tokens),
-        count(u.cache_creation_input_tokens),
-        count(u.output_tokens),
+        crate::replay::thousands(u.input_tokens),
+        crate::replay::thousands(u.cache_read_input_tokens),
+        crate::replay::thousands(u.cache_creation_input_tokens),
+        crate::replay::thousands(u.output_tokens),
         format_usd(s.preparation_usd),
         s.instant_compactions,
         format_usd(s.saved_usd()),
