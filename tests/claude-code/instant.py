@@ -87,6 +87,18 @@ def run(w, check):
               str(compacted)[:300] + " | " + glog_text[-1500:])
         reached = [r for r in read(log)[before:] if last_text(r["body"]).lstrip().startswith("CRITICAL: Respond with TEXT ONLY")]
         check("instant: the program's compaction request never reached the stub", not reached, f"{len(reached)} reached")
+        # What it cost and saved: the preparation's line and the answer's (written behind it).
+        deadline = time.time() + 30
+        while open(glog).read().count("gateway: cost recorded") < 2 and time.time() < deadline:
+            time.sleep(0.1)
+        out = subprocess.run([w.ctxd, "--state-dir", os.path.join(work, "ctxd-state"), "claude", "stats", SESSION[:8],
+                              "--json"], capture_output=True, text=True, timeout=60,
+                             env={**w.env, "HOME": os.path.join(work, "gateway-home")})
+        stats = (json.loads(out.stdout or "{}").get("sessions") or [{}])[0]
+        check("instant: ctxd claude stats counts the preparation at its cost and the compaction answered at once",
+              out.returncode == 0 and stats.get("preparations") == 1 and stats.get("instantCompactions") == 1
+              and stats.get("preparationUsd", 0) > 0 and stats.get("savedUsd", 0) > 0,
+              out.stdout[-800:] + out.stderr[-400:])
         transcript = next((os.path.join(d, f) for d, _, fs in os.walk(os.path.join(home, ".claude", "projects"))
                            for f in fs if f == f"{SESSION}.jsonl"), None)
         boundaries = []
