@@ -12,6 +12,7 @@ the session's summary after one idle second (`--precompute-idle 1 --precompute-a
       (summary ready);
     - `/compact` is answered by the gateway: the program's compaction took <= 1 s
       (`compactMetadata.durationMs`), and its compaction request never reached the stub;
+    - `ctxd claude stats` counts the preparation at its cost and the compaction answered;
     - `claude --resume` afterwards sends each user message once.
 
 Then an automatic compaction (`auto`): the stub reports a usage (`[[USAGE:N]]`) that puts
@@ -59,7 +60,7 @@ class Rig:
 
     def __init__(self, w):
         self.w = w
-        work = os.path.join(w.work, "instant")
+        work = self.work = os.path.join(w.work, "instant")
         self.home = os.path.join(work, "home")
         os.makedirs(os.path.join(self.home, ".claude"))
         with open(os.path.join(self.home, ".claude.json"), "w") as f:
@@ -183,6 +184,16 @@ def manual(rig, check):
           str(compacted)[:300] + " | " + glog_text[-1500:])
     reached = rig.program_compactions(before)
     check("instant: the program's compaction request never reached the stub", not reached, f"{len(reached)} reached")
+    # What it cost and saved: the preparation's line and the answer's (written behind it).
+    rig.wait_log("gateway: cost recorded", 2, seconds=30)
+    out = subprocess.run([rig.w.ctxd, "--state-dir", os.path.join(rig.work, "ctxd-state"), "claude", "stats",
+                          SESSION[:8], "--json"], capture_output=True, text=True, timeout=60,
+                         env={**rig.w.env, "HOME": os.path.join(rig.work, "gateway-home")})
+    stats = (json.loads(out.stdout or "{}").get("sessions") or [{}])[0]
+    check("instant: ctxd claude stats counts the preparation at its cost and the compaction answered at once",
+          out.returncode == 0 and stats.get("preparations") == 1 and stats.get("instantCompactions") == 1
+          and stats.get("preparationUsd", 0) > 0 and stats.get("savedUsd", 0) > 0,
+          out.stdout[-800:] + out.stderr[-400:])
     took = [b.get("durationMs") for b in boundaries(rig.transcript(SESSION))]
     check("instant: the program's compaction took at most 1 s (20 s at the stub)",
           len(took) == 1 and isinstance(took[0], (int, float)) and took[0] <= 1000, str(took))

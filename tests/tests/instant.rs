@@ -318,3 +318,137 @@ fn an_instant_answer_names_the_history_tools_when_ctxd_mcp_is_configured_for_the
         assert_eq!(text.contains("mcp__ctxd__search_history"), configured, "configured: {configured}: {text}");
     }
 }
+
+/// `ctxd claude stats ARGS` on the gateway's state dir: exit success, stdout, stderr.
+fn stats(gw: &Gateway, args: &[&str]) -> (bool, String, String) {
+    let mut command = ctxd_e2e::ctxd_command();
+    ctxd_e2e::hermetic(&mut command, &gw.home);
+    let out = command.arg("--state-dir").arg(&gw.state_dir).args(["claude", "stats"]).args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn stats_report_the_preparation_at_the_upstreams_usage_and_the_instant_compaction_and_skip_a_damaged_line() {
+    let (_dir, rt, _upstream, gw) = prepared();
+    let (_, instant, _) = post(&rt, &gw, compact_request(SESSION, MODEL, &[]));
+    assert!(instant.is_some(), "{}", log(&gw));
+    // The preparation's line, then the answer's (written behind the answer).
+    wait_log(&gw, "gateway: cost recorded", 2);
+
+    let (ok, out, err) = stats(&gw, &["--json"]);
+    assert!(ok, "{err}");
+    let json: Value = serde_json::from_str(&out).unwrap();
+    let sessions = json["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 1, "{out}");
+    let s = &sessions[0];
+    assert_eq!((s["sessionId"].as_str(), s["model"].as_str()), (Some(SESSION), Some(MODEL)));
+    // The fork's usage is the upstream's: every figure it reported.
+    let reported = |key: &str| gateway::USAGE.iter().find(|(k, _)| *k == key).unwrap().1;
+    assert_eq!(s["preparations"], 1);
+    assert_eq!(s["preparationInputTokens"], reported("input_tokens"));
+    assert_eq!(s["preparationCacheReadTokens"], reported("cache_read_input_tokens"));
+    assert_eq!(s["preparationCacheWriteTokens"], reported("cache_creation_input_tokens"));
+    assert_eq!(s["preparationOutputTokens"], gateway::OUTPUT_TOKENS);
+    // claude-opus-5-5 per million: $4 input, $0.20 cache read, $5 5-minute write, $20 output.
+    let want = (12_305.0 * 4.0 + 98_304.0 * 0.2 + 4_096.0 * 5.0 + 321.0 * 20.0) / 1e6;
+    let usd = |key: &str| s[key].as_f64().unwrap_or_else(|| panic!("{key}: {out}"));
+    assert!((usd("preparationUsd") - want).abs() < 1e-9, "{out}");
+    assert_eq!(s["instantCompactions"], 1);
+    // The avoided call read at least the turn's cached prefix (114,705 tokens at $0.20);
+    // the cache was warm, so no cold re-write is claimed.
+    assert!(usd("savedCallUsd") >= 114_705.0 * 0.2 / 1e6, "{out}");
+    assert_eq!(usd("savedColdRewriteUsd"), 0.0, "{out}");
+    assert!((usd("netUsd") - (usd("savedUsd") - usd("preparationUsd"))).abs() < 1e-9, "{out}");
+
+    // Text, by a prefix of the id.
+    let (ok, text, err) = stats(&gw, &["6f1d2c3b"]);
+    assert!(ok, "{err}");
+    assert!(text.starts_with(&format!("session {SESSION} ({MODEL})")), "{text}");
+    assert!(
+        text.contains(
+            "preparations         1 (12,305 input, 98,304 cache read, 4,096 cache write, 321 output tokens) $0.10"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("instant compactions  1"), "{text}");
+    // An unknown session: a clear error and a failing exit.
+    let (ok, out, err) = stats(&gw, &["0000dead"]);
+    assert!(!ok && out.is_empty(), "{out}");
+    assert!(err.contains("no instant-compaction figures for a session \"0000dead\""), "{err}");
+
+    // A damaged line is skipped with one log line; the others still count.
+    let ledgers: Vec<_> =
+        std::fs::read_dir(gw.state_dir.join("gateway/costs")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(ledgers.len(), 1, "{ledgers:?}");
+    let ledger = std::fs::read_to_string(&ledgers[0]).unwrap();
+    assert!(!ledger.contains("sk-ant-test") && !ledger.contains("STUB-SUMMARY"), "no key or body: {ledger}");
+    let first = ledger.lines().next().unwrap();
+    let damaged = format!("{ledger}{}\n{{\"v\":1,\"entry\":\n", first.replace("12305", "99999"));
+    std::fs::write(&ledgers[0], damaged).unwrap();
+    let (ok, out, err) = stats(&gw, &["--json"]);
+    assert!(ok, "{err}");
+    let json: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json["sessions"][0]["preparations"], 1, "{out}");
+    assert_eq!(json["sessions"][0]["instantCompactions"], 1, "{out}");
+    assert_eq!(err.matches("a damaged cost ledger line skipped").count(), 2, "one log line per damaged line: {err}");
+}
+
+#[test]
+fn a_model_the_price_table_does_not_know_is_never_prepared() {
+    // Known to the model table (the claude-opus-4 family: its threshold is known), with
+    // no price: what a preparation would cost cannot be told.
+    const UNPRICED: &str = "claude-opus-4-9";
+    let dir = tempfile::tempdir().unwrap();
+    let rt = gateway::runtime();
+    let upstream = gateway::upstream(&rt);
+    let gw = Gateway::start(dir.path(), &upstream.url(), &FLAGS, &[]).unwrap();
+    let (status, _, _) = post(&rt, &gw, body(SESSION, UNPRICED, &first_turn()));
+    assert_eq!(status, 200);
+    wait_log(&gw, "not preparing: the price table does not know the model", 1);
+    // From the refusal through the compaction's forwarded answer (the upstream's slow
+    // summary, 3 s): no fork.
+    let (_, instant, text) = post(&rt, &gw, compact_request(SESSION, UNPRICED, &[]));
+    assert_eq!(instant, None);
+    assert!(text.contains("STUB-SUMMARY"), "{text}");
+    wait_log(&gw, "nothing prepared for the session", 1);
+    assert!(seen_with(&upstream, CTXD_INSTRUCTION).is_empty(), "no preparation fork was sent");
+    assert_eq!(log(&gw).matches("the price table does not know").count(), 1, "said once");
+    let (ok, out, _) = stats(&gw, &["--json"]);
+    assert!(ok);
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["sessions"], json!([]), "nothing spent, nothing claimed");
+}
+
+#[test]
+fn ctx_context_of_the_observed_session_shows_what_its_instant_compaction_cost_and_saved() {
+    let (dir, rt, _upstream, gw) = prepared();
+    let (_, instant, _) = post(&rt, &gw, compact_request(SESSION, MODEL, &[]));
+    assert!(instant.is_some(), "{}", log(&gw));
+    wait_log(&gw, "gateway: cost recorded", 2);
+    let state = gw.state_dir.clone();
+    // The gateway holds the store; an editor's daemon takes it once it is gone.
+    drop(gw);
+    // The session's transcript, named by its id as Claude Code names it, and another one.
+    let (_home, other, _) = ctxd_e2e::claude_home(&dir.path().join("cc")).unwrap();
+    let transcript = other.with_file_name(format!("{SESSION}.jsonl"));
+    std::fs::copy(&other, &transcript).unwrap();
+    let mut daemon = ctxd_e2e::Daemon::started(&state).unwrap();
+    let view_of = |daemon: &mut ctxd_e2e::Daemon, path: &std::path::Path| {
+        let observed = daemon.request("ctx/observe", json!({"transcript": path})).unwrap();
+        daemon.request("ctx/context", json!({"sessionId": observed["sessionId"]})).unwrap()
+    };
+    let view = view_of(&mut daemon, &transcript);
+    let figures = &view["instantCompaction"];
+    assert_eq!(figures["sessionId"], SESSION, "{view}");
+    assert_eq!((figures["preparations"].as_u64(), figures["instantCompactions"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(figures["preparationInputTokens"], 12_305);
+    assert!(figures["savedUsd"].as_f64().unwrap() > 0.0, "{figures}");
+    let net = figures["savedUsd"].as_f64().unwrap() - figures["preparationUsd"].as_f64().unwrap();
+    assert!((figures["netUsd"].as_f64().unwrap() - net).abs() < 1e-9, "{figures}");
+    // A session the gateway never prepared has no such figures.
+    let view = view_of(&mut daemon, &other);
+    assert!(view.get("instantCompaction").is_none(), "{view}");
+}

@@ -75,7 +75,7 @@ impl Kind {
 }
 
 /// Token usage the provider reported for one response.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 pub struct TokenUsage {
     #[serde(default)]
     pub input_tokens: u64,

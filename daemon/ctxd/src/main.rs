@@ -144,6 +144,16 @@ enum ClaudeCommand {
     /// Print the shell variables that send one `claude` through ctxd's gateway (starting
     /// it when needed); nothing when it cannot be had. For the `claude` function.
     Env,
+    /// What instant compaction cost and saved per session on the gateway: preparations
+    /// (count, tokens, dollars), compactions answered at once, the estimated savings
+    /// and the net.
+    Stats {
+        /// A session id, or the start of one (default: every session).
+        session: Option<String>,
+        /// Print JSON (`{"sessions": [...]}`) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// A session named on the command line: a path when a file is there, else an id.
@@ -214,6 +224,11 @@ async fn claude(state_dir: &std::path::Path, env: Arc<ProcessEnv>, command: Clau
         ClaudeCommand::Env => {
             let vars = gateway_vars(&env, state_dir)?;
             write!(std::io::stdout(), "{}", ctxd::setup::shell_exports(&vars))?;
+        }
+        ClaudeCommand::Stats { session, json } => {
+            let text = ctxd::gateway::costs::stats_command(state_dir, session.as_deref(), json)
+                .map_err(|e| anyhow::anyhow!(e))?;
+            write!(std::io::stdout(), "{text}")?;
         }
     }
     Ok(ExitCode::SUCCESS)

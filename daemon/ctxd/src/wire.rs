@@ -185,6 +185,7 @@ pub fn context(session_id: String, view: ContextView) -> proto::ContextResult {
         stale_files: view.stale_files,
         git: view.git,
         prepared_ahead: view.prepared_ahead,
+        instant_compaction: view.instant_compaction.as_ref().map(crate::gateway::costs::stats),
     }
 }
 

@@ -452,6 +452,40 @@ pub struct ContextResult {
     /// hold right after installing it (before what was appended since).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prepared_ahead: Option<u64>,
+    /// A Claude Code session on ctxd's gateway: what preparing its summaries cost and
+    /// what answering its compactions at once saved (absent when there is nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instant_compaction: Option<InstantCompactionStats>,
+}
+
+/// A Claude Code session's instant compaction in dollars: the preparations ctxd's
+/// gateway made (their usage and cost at the price table's rates) and the compactions
+/// it answered at once (the estimated model calls avoided). `ctxd claude stats --json`
+/// prints the same object per session.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstantCompactionStats {
+    pub session_id: String,
+    /// The model of the newest preparation or answer.
+    pub model: String,
+    /// Preparations made (forks answered).
+    pub preparations: u64,
+    pub preparation_input_tokens: u64,
+    pub preparation_cache_read_tokens: u64,
+    pub preparation_cache_write_tokens: u64,
+    pub preparation_output_tokens: u64,
+    /// What the preparations cost, in US dollars.
+    pub preparation_usd: f64,
+    /// Compactions answered from a prepared summary.
+    pub instant_compactions: u64,
+    /// The compaction calls avoided, estimated at the warm cache's prices.
+    pub saved_call_usd: f64,
+    /// What a cold cache would have added to them (the prefix written again).
+    pub saved_cold_rewrite_usd: f64,
+    /// `savedCallUsd + savedColdRewriteUsd`.
+    pub saved_usd: f64,
+    /// `savedUsd - preparationUsd`.
+    pub net_usd: f64,
 }
 
 /// One memory file.

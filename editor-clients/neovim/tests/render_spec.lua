@@ -29,6 +29,17 @@ describe("shared render cases", function()
     t.eq("", render.cache_text(vim.NIL))
   end)
 
+  it("says what instant compaction cost and saved", function()
+    t.truthy(#cases.instantCompactionCases > 0)
+    for _, c in ipairs(cases.instantCompactionCases) do
+      t.eq(c.text, render.instant_compaction_text(c.stats), vim.inspect(c.stats))
+    end
+    t.eq(
+      cases.contextCase.instantCompactionText,
+      render.instant_compaction_text(cases.contextCase.context.instantCompaction)
+    )
+  end)
+
   it("renders memory files and pending rules", function()
     local c = cases.contextCase
     t.eq(c.memoryFileRows, render.memory_file_rows(c.context))
@@ -81,6 +92,9 @@ describe("context lines", function()
       vim.inspect(lines)
     )
     t.truthy(vim.tbl_contains(lines, "Pending rules"))
+    local at = vim.fn.index(lines, "Instant compaction") + 1
+    t.truthy(at > 0, vim.inspect(lines))
+    t.eq("  prepared 2× $0.41 · saved 1 compaction ~$1.20", lines[at + 1])
     local tail = vim.list_slice(lines, #lines - 10)
     t.eq({
       "",
@@ -107,6 +121,11 @@ describe("context lines", function()
       t.truthy(not vim.tbl_contains(lines, heading), heading)
     end
     t.truthy(vim.tbl_contains(lines, "  Changed since read  0"))
+    context.instantCompaction = nil
+    t.truthy(
+      not vim.tbl_contains(render.context_lines("s-1", context), "Instant compaction"),
+      "a session off the gateway"
+    )
   end)
 
   it("shows the note and no memory files when only a usage is known", function()

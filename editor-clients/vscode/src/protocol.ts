@@ -289,6 +289,11 @@ export interface ContextResult {
      * hold right after installing it (before what was appended since).
      */
     preparedAhead?: number | null;
+    /**
+     * A Claude Code session on ctxd's gateway: what preparing its summaries cost and
+     * what answering its compactions at once saved (absent when there is nothing).
+     */
+    instantCompaction?: InstantCompactionStats | null;
 }
 
 /** Every `ctx/` notification ctxd sends. */
@@ -509,6 +514,36 @@ export interface InitializationOptions {
      * array is accepted as an empty map (Lua encodes an empty table as `[]`).
      */
     settings?: Settings | null;
+}
+
+/**
+ * A Claude Code session's instant compaction in dollars: the preparations ctxd's
+ * gateway made (their usage and cost at the price table's rates) and the compactions
+ * it answered at once (the estimated model calls avoided). `ctxd claude stats --json`
+ * prints the same object per session.
+ */
+export interface InstantCompactionStats {
+    sessionId: string;
+    /** The model of the newest preparation or answer. */
+    model: string;
+    /** Preparations made (forks answered). */
+    preparations: number;
+    preparationInputTokens: number;
+    preparationCacheReadTokens: number;
+    preparationCacheWriteTokens: number;
+    preparationOutputTokens: number;
+    /** What the preparations cost, in US dollars. */
+    preparationUsd: number;
+    /** Compactions answered from a prepared summary. */
+    instantCompactions: number;
+    /** The compaction calls avoided, estimated at the warm cache's prices. */
+    savedCallUsd: number;
+    /** What a cold cache would have added to them (the prefix written again). */
+    savedColdRewriteUsd: number;
+    /** `savedCallUsd + savedColdRewriteUsd`. */
+    savedUsd: number;
+    /** `savedUsd - preparationUsd`. */
+    netUsd: number;
 }
 
 /** Usage level, for colouring a status bar. */

@@ -10,6 +10,7 @@
  */
 import type {
     ContextResult,
+    InstantCompactionStats,
     Level,
     PromptCache,
     SetAutoCompactWindowResult,
@@ -191,6 +192,24 @@ export function contextRows(
     ];
 }
 
+/**
+ * Dollars as `ctxd claude stats` writes them: `$1.20`, `<$0.01` under half a cent.
+ * Rounded to whole cents with integer arithmetic, so JavaScript and Lua agree.
+ */
+export function formatUsd(usd: number): string {
+    if (usd > 0 && usd < 0.005) {
+        return "<$0.01";
+    }
+    const cents = Math.floor(Math.max(usd, 0) * 100 + 0.5);
+    return `$${Math.floor(cents / 100)}.${String(cents % 100).padStart(2, "0")}`;
+}
+
+/** A Claude Code session's instant compaction in one line: `prepared 2× $0.41 · saved 1 compaction ~$1.20`. */
+export function instantCompactionText(stats: InstantCompactionStats): string {
+    const compactions = stats.instantCompactions === 1 ? "compaction" : "compactions";
+    return `prepared ${stats.preparations}× ${formatUsd(stats.preparationUsd)} · saved ${stats.instantCompactions} ${compactions} ~${formatUsd(stats.savedUsd)}`;
+}
+
 const WINDOW_SOURCES: Record<WindowSource, string> = {
     env: "CLAUDE_CODE_AUTO_COMPACT_WINDOW overrides saved windows",
     setting: "from settings",
@@ -264,6 +283,14 @@ export function contextDocument(sessionId: string, context: ContextContent, note
         ...markdownTable(["Category", "Tokens"], breakdownRows(context.usage)),
         "",
     );
+    if (context.instantCompaction !== undefined && context.instantCompaction !== null) {
+        lines.push(
+            "## Instant compaction",
+            "",
+            instantCompactionText(context.instantCompaction),
+            "",
+        );
+    }
     if (context.memoryFiles !== undefined) {
         lines.push("## Memory files", "");
         if (context.memoryFiles.length === 0) {

@@ -9,6 +9,7 @@ import {
     contextRows,
     formatCount,
     formatTokens,
+    instantCompactionText,
     levelBackground,
     levelIcon,
     memoryFileRows,
@@ -60,6 +61,16 @@ describe("shared render cases", () => {
             ["Changed since read", "0"],
             ["Git snapshot", "no"],
         ]);
+    });
+
+    it("says what instant compaction cost and saved", () => {
+        assert.ok(renderCases.instantCompactionCases.length > 0);
+        for (const { stats, text } of renderCases.instantCompactionCases) {
+            assert.equal(instantCompactionText(stats), text, JSON.stringify(stats));
+        }
+        const { context, instantCompactionText: line } = renderCases.contextCase;
+        assert.ok(context.instantCompaction !== undefined && context.instantCompaction !== null);
+        assert.equal(instantCompactionText(context.instantCompaction), line);
     });
 
     it("says which window is in force and where it comes from", () => {
@@ -143,6 +154,12 @@ describe("context document", () => {
             doc,
             /## Problems\n\n- \/home\/dev\/project\/CLAUDE\.md: @docs\/missing\.md: no such file\n/,
         );
+        assert.ok(
+            doc.includes(
+                "## Instant compaction\n\nprepared 2× $0.41 · saved 1 compaction ~$1.20\n",
+            ),
+            doc,
+        );
     });
 
     it("leaves out empty sections", () => {
@@ -159,6 +176,11 @@ describe("context document", () => {
             assert.ok(!doc.includes(`## ${heading}`), heading);
         }
         assert.match(doc, /\| Changed since read \| 0 \|/);
+        const without = contextDocument("s-1", { ...context, instantCompaction: undefined });
+        assert.ok(
+            !without.includes("Instant compaction"),
+            "a session off the gateway has no such line",
+        );
     });
 
     it("shows only the breakdown and a note when the daemon gave only a usage", () => {

@@ -9,10 +9,12 @@
 //! - [`json_scan`]: the bounded streaming JSON scanner both readers use.
 //! - Instant compaction: [`conversation`] (a request as a conversation: Claude Code's
 //!   compaction request, the prefix and shape hashes), [`fork`] (the preparation
-//!   request), [`prepare`] (when to prepare), [`instant`] (the answer and its stream).
+//!   request), [`prepare`] (when to prepare), [`instant`] (the answer and its stream),
+//!   [`costs`] (what preparing cost and answering at once saved).
 
 pub mod answer;
 pub mod conversation;
+pub mod costs;
 pub mod fork;
 pub mod head;
 pub mod instant;

@@ -8,9 +8,11 @@
 //! the threshold, between turns. Never while a request of the session is in flight (the
 //! newest request is about to change), at most once per tenth of the threshold grown
 //! since the last preparation, and not for a model the model table does not know (its
-//! threshold would be a guess).
+//! threshold would be a guess) nor one the price table does not (`prices.json`: what a
+//! preparation costs could not be told, see [`super::costs`]).
 
 use crate::budget::{EnvConfig, WindowInputs, model_spec, resolve_window, thresholds};
+use crate::cache_state::prices_for;
 
 /// The share of the threshold past which a session is prepared between turns, idle or
 /// not.
@@ -73,6 +75,8 @@ pub enum PrepareDecision {
 pub enum NotPrepared {
     Disabled,
     UnknownModel,
+    /// The price table does not list the model.
+    UnpricedModel,
     NoRequest,
     InFlight,
     /// Prepared within the last tenth of the threshold.
@@ -100,6 +104,9 @@ pub fn decide(settings: &PrepareSettings, now: &SessionNow<'_>) -> PrepareDecisi
         return No(NotPrepared::Disabled);
     }
     let Some(threshold) = threshold(now.model) else { return No(NotPrepared::UnknownModel) };
+    if prices_for(now.model).is_none() {
+        return No(NotPrepared::UnpricedModel);
+    }
     if !now.have_request {
         return No(NotPrepared::NoRequest);
     }
@@ -221,6 +228,10 @@ mod tests {
         assert_eq!(decide(&off, &near), PrepareDecision::No(NotPrepared::Disabled));
         let unknown = SessionNow { model: "mystery-model", ..near };
         assert_eq!(decide(&PrepareSettings::default(), &unknown), PrepareDecision::No(NotPrepared::UnknownModel));
+        // Known to the model table (its family), absent from the price table.
+        let unpriced = SessionNow { model: "claude-opus-4-9-20270101", ..near };
+        assert!(threshold(unpriced.model).is_some());
+        assert_eq!(decide(&PrepareSettings::default(), &unpriced), PrepareDecision::No(NotPrepared::UnpricedModel));
         let none = SessionNow { have_request: false, ..near };
         assert_eq!(decide(&PrepareSettings::default(), &none), PrepareDecision::No(NotPrepared::NoRequest));
     }

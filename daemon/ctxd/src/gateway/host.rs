@@ -115,7 +115,7 @@ async fn host_services(options: &Options) -> Option<(Arc<Sessions>, Arc<Sharing>
         client_window: None,
         client_settings: ctxd_proto::Settings::default(),
         sources: SettingsSources::standard(&options.state_dir, &process),
-        services: Services::start(&process),
+        services: Services::start(&process, &options.state_dir),
     };
     // No editor of its own: notifications go to the editors that connect to the socket.
     let sessions = Arc::new(Sessions::new(Arc::new(store), environment, Notifier::default()));

@@ -13,6 +13,7 @@
 
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -75,7 +76,7 @@ pub enum Intercepted {
 /// Reads a Messages request and answers it or lets it go on.
 pub async fn intercept(
     gateway: &Gateway,
-    preparer: &Preparer,
+    preparer: &Arc<Preparer>,
     parts: &Parts,
     incoming: hyper::body::Incoming,
     target: &str,
@@ -116,8 +117,8 @@ pub async fn intercept(
     let Some(session) = session else { return forward("it names no session", None, None, body) };
     // An ordinary turn costs one scan of the body and one parse of its last message; a
     // compaction request is read whole, off the runtime's workers.
-    let glance = conversation::read(&body).map(|c| (c.asks_for_summary(), c.has_tools));
-    let (asks, has_tools) = match glance {
+    let glance = conversation::read(&body).map(|c| (c.asks_for_summary(), c.has_tools, c.model));
+    let (asks, has_tools, model) = match glance {
         Ok(glance) => glance,
         Err(e) => {
             let guard = preparer.sent(&session, None);
@@ -134,6 +135,7 @@ pub async fn intercept(
             body: body.clone(),
             headers: super::forward::forwardable(&parts.headers, true),
             target: target.to_owned(),
+            model,
         };
         let guard = preparer.sent(&session, Some(newest));
         return Intercepted::Forward(Inbound::Read(Some(body)), Some(guard));
@@ -160,6 +162,7 @@ pub async fn intercept(
     };
     let id = format!("msg_ctxd_{}", uuid::Uuid::new_v4().simple());
     let stream = answer::event_stream(&id, &model, &text, &prepared.usage);
+    preparer.answered_instantly(&session, &prepared, &text);
     tracing::info!(
         session = %session,
         covered = prepared.covered,

@@ -17,13 +17,15 @@
 //! - [`host`]: the foreground command, which also hosts the daemon's services.
 //! - Instant compaction: [`prepare`] (summaries prepared in the background through a
 //!   fork of each session's newest request), [`prepared`] (kept on disk), [`instant`]
-//!   (a compaction request answered from one, or forwarded saying why).
+//!   (a compaction request answered from one, or forwarded saying why), [`costs`]
+//!   (what preparing cost and answering at once saved, per session, on disk).
 //!
 //! Bounds: header bytes, body bytes (the API's 32 MB), streams in flight, open
 //! connections, and how long a connection may sit without sending a request head.
 
 pub mod body;
 pub mod client;
+pub mod costs;
 pub mod forward;
 pub mod host;
 pub mod instant;
@@ -229,7 +231,8 @@ pub async fn bind(config: Config, live: LiveFigures) -> Result<Bound, String> {
     let streams = Arc::new(Semaphore::new(config.limits.max_streams));
     let preparer = config.prepare.enabled.then(|| {
         let store = config.state_dir.as_deref().map(prepared::PreparedStore::new);
-        Arc::new(prepare::Preparer::new(config.prepare, store, live.clone()))
+        let costs = config.state_dir.as_deref().map(costs::CostLedger::new);
+        Arc::new(prepare::Preparer::new(config.prepare, store, costs, live.clone()))
     });
     let reading = Arc::new(Semaphore::new(instant::MAX_READING_BYTES / 1024));
     Ok(Bound { listener, gateway: Arc::new(Gateway { config, upstream, client, live, streams, preparer, reading }) })

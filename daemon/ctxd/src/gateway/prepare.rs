@@ -9,7 +9,8 @@
 //! sends the fork of that request (`ctxd_core::gateway::fork`) to the upstream with the
 //! same headers, so the upstream reads the session's prompt cache and bills the same
 //! account the session does. The reply, checked for fidelity, becomes the session's
-//! [`Prepared`] record, in memory and on disk ([`PreparedStore`]).
+//! [`Prepared`] record, in memory and on disk ([`PreparedStore`]). What each fork cost
+//! and what each instant answer saved go to the session's cost ledger ([`CostLedger`]).
 //!
 //! Memory: kept request bodies are at most [`MAX_KEPT_BYTES`] together (the least
 //! recently used session's body is dropped first, and a body alone past it is not
@@ -22,11 +23,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ctxd_core::gateway::conversation::{PrefixHash, read};
-use ctxd_core::gateway::prepare::{PrepareDecision, PrepareSettings, SessionNow, decide, threshold};
+use ctxd_core::gateway::costs::{CompactionFacts, CostEntry, CostKind, estimate_compaction_call, usage_cost_usd};
+use ctxd_core::gateway::prepare::{NotPrepared, PrepareDecision, PrepareSettings, SessionNow, decide, threshold};
 use ctxd_core::gateway::{AnswerKind, fork, instant};
 use hyper::header::{self, HeaderMap};
 
 use super::Gateway;
+use super::costs::CostLedger;
 use super::live::LiveFigures;
 use super::prepared::{Cover, Prepared, PreparedStore};
 
@@ -45,6 +48,8 @@ pub struct Newest {
     pub body: Bytes,
     pub headers: HeaderMap,
     pub target: String,
+    /// The request's model: the fork is sent with it and priced by it.
+    pub model: String,
 }
 
 #[derive(Debug, Default)]
@@ -52,6 +57,11 @@ struct Slot {
     newest: Option<Newest>,
     in_flight: u32,
     answered_at: Option<Instant>,
+    /// When a preparation's fork last got its answer (it read the cache, which keeps it
+    /// warm as an answer of the session does).
+    forked_at: Option<Instant>,
+    /// The log said the model has no price (once per session and process).
+    said_unpriced: bool,
     preparing: bool,
     prepared: Option<Arc<Prepared>>,
     /// What identifies the kept request's whole conversation, once a preparation has
@@ -85,6 +95,7 @@ impl Default for Inner {
 pub struct Preparer {
     settings: PrepareSettings,
     store: Option<PreparedStore>,
+    costs: Option<CostLedger>,
     live: LiveFigures,
     inner: Arc<Mutex<Inner>>,
 }
@@ -140,8 +151,13 @@ impl Inner {
 }
 
 impl Preparer {
-    pub fn new(settings: PrepareSettings, store: Option<PreparedStore>, live: LiveFigures) -> Preparer {
-        Preparer { settings, store, live, inner: Arc::default() }
+    pub fn new(
+        settings: PrepareSettings,
+        store: Option<PreparedStore>,
+        costs: Option<CostLedger>,
+        live: LiveFigures,
+    ) -> Preparer {
+        Preparer { settings, store, costs, live, inner: Arc::default() }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -225,16 +241,17 @@ impl Preparer {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            for (session, newest, tokens) in self.due() {
+            for (session, newest, tokens, ttl) in self.due() {
                 let me = self.clone();
                 let gateway = gateway.clone();
-                tokio::spawn(async move { me.prepare(gateway, session, newest, tokens).await });
+                tokio::spawn(async move { me.prepare(gateway, session, newest, tokens, ttl).await });
             }
         }
     }
 
-    /// The sessions to prepare now, marked as preparing.
-    fn due(&self) -> Vec<(String, Newest, u64)> {
+    /// The sessions to prepare now, marked as preparing, with the context they stand at
+    /// and their cache's lifetime.
+    fn due(&self) -> Vec<(String, Newest, u64, u64)> {
         let mut inner = self.lock();
         let mut out = Vec::new();
         for (session, slot) in &mut inner.slots {
@@ -246,7 +263,7 @@ impl Preparer {
             let figures = &live.figures;
             let tokens = live.usage().context_tokens();
             let now = SessionNow {
-                model: &figures.model,
+                model: &newest.model,
                 tokens,
                 idle_seconds: slot.answered_at.map_or(0, |at| at.elapsed().as_secs()),
                 cache_ttl_seconds: figures.cache_ttl_seconds,
@@ -254,21 +271,33 @@ impl Preparer {
                 prepared_at_tokens: slot.tried_at_tokens,
                 have_request: true,
             };
-            if let PrepareDecision::Prepare(reason) = decide(&self.settings, &now) {
-                tracing::info!(session = %session, tokens, ?reason, "gateway: preparing the session's summary");
-                slot.preparing = true;
-                slot.tried_at_tokens = Some(tokens);
-                out.push((session.clone(), newest.clone(), tokens));
+            match decide(&self.settings, &now) {
+                PrepareDecision::Prepare(reason) => {
+                    tracing::info!(session = %session, tokens, ?reason, "gateway: preparing the session's summary");
+                    slot.preparing = true;
+                    slot.tried_at_tokens = Some(tokens);
+                    out.push((session.clone(), newest.clone(), tokens, figures.cache_ttl_seconds));
+                }
+                PrepareDecision::No(NotPrepared::UnpricedModel) if !slot.said_unpriced => {
+                    slot.said_unpriced = true;
+                    tracing::info!(
+                        session = %session,
+                        model = %newest.model,
+                        "gateway: not preparing: the price table does not know the model, so what a preparation costs could not be told"
+                    );
+                }
+                _ => {}
             }
         }
         out
     }
 
-    async fn prepare(&self, gateway: Arc<Gateway>, session: String, newest: Newest, tokens: u64) {
-        let result = self.fork(&gateway, &session, &newest, tokens).await;
+    async fn prepare(&self, gateway: Arc<Gateway>, session: String, newest: Newest, tokens: u64, ttl: u64) {
+        let result = self.fork(&gateway, &session, &newest, tokens, ttl).await;
         let mut inner = self.lock();
         let slot = inner.slot(&session);
         slot.preparing = false;
+        slot.forked_at = Some(Instant::now());
         match result {
             Ok(prepared) => {
                 tracing::info!(
@@ -300,7 +329,14 @@ impl Preparer {
     }
 
     /// Sends the fork and reads its reply into a record (saved before it is returned).
-    async fn fork(&self, gateway: &Gateway, session: &str, newest: &Newest, tokens: u64) -> Result<Prepared, String> {
+    async fn fork(
+        &self,
+        gateway: &Gateway,
+        session: &str,
+        newest: &Newest,
+        tokens: u64,
+        ttl: u64,
+    ) -> Result<Prepared, String> {
         let conversation = read(&newest.body).map_err(|e| e.to_string())?;
         let values = conversation.values().map_err(|e| e.to_string())?;
         let body = fork::fork_body(&conversation);
@@ -335,6 +371,19 @@ impl Preparer {
             return Err(format!("the upstream answered {status}"));
         }
         let (reply, usage) = instant::reply_of(kind, &bytes).ok_or("the answer reported no usage")?;
+        // Spent whether or not the reply passes the check below.
+        if let Some(prices) = ctxd_core::cache_state::prices_for(&conversation.model) {
+            let entry = CostEntry {
+                at: crate::session::actor::now_rfc3339(),
+                session_id: session.to_owned(),
+                model: conversation.model.clone(),
+                kind: CostKind::Preparation,
+                usage,
+                usd: usage_cost_usd(prices, &usage, ttl),
+                cold_rewrite_usd: 0.0,
+            };
+            self.record(entry).await;
+        }
         let cap = threshold(&conversation.model)
             .map_or(ctxd_core::summary::DEFAULT_MAX_OUTPUT_TOKENS, ctxd_core::summary::offline_cap_tokens)
             .max(ctxd_core::summary::DEFAULT_MAX_OUTPUT_TOKENS);
@@ -362,17 +411,75 @@ impl Preparer {
     }
 }
 
+impl Preparer {
+    /// Writes a ledger line (off the runtime's workers); a failure is said in the log.
+    async fn record(&self, entry: CostEntry) {
+        let Some(costs) = self.costs.clone() else { return };
+        let kind = entry.kind;
+        let session = entry.session_id.clone();
+        let written = tokio::task::spawn_blocking(move || costs.append(&entry)).await;
+        match written {
+            Ok(Ok(())) => tracing::info!(session = %session, ?kind, "gateway: cost recorded"),
+            Ok(Err(e)) => tracing::warn!(session = %session, error = %e, "gateway: a cost cannot be recorded"),
+            Err(e) => tracing::warn!(session = %session, error = %e, "gateway: a cost cannot be recorded"),
+        }
+    }
+
+    /// A compaction of `session` was answered from `prepared` with `text`: the call it
+    /// avoided is estimated (`ctxd_core::gateway::costs`) and recorded in the background.
+    pub fn answered_instantly(self: &Arc<Self>, session: &str, prepared: &Prepared, text: &str) {
+        let Some(prices) = ctxd_core::cache_state::prices_for(&prepared.model) else { return };
+        let cache_used = {
+            let mut inner = self.lock();
+            let slot = inner.slot(session);
+            slot.answered_at.into_iter().chain(slot.forked_at).max()
+        };
+        let live = self.live.latest(session);
+        let ttl = live.as_ref().map_or(ctxd_core::cache_state::FIVE_MINUTES_SECS, |l| l.figures.cache_ttl_seconds);
+        // Without the gateway's figures (it restarted): the context prepared at, taken
+        // as cached and warm, the lower estimate.
+        let (prompt_tokens, cached_tokens) = live.as_ref().map_or((prepared.at_tokens, prepared.at_tokens), |l| {
+            let usage = l.usage();
+            (usage.context_tokens(), usage.request_tokens())
+        });
+        let facts = CompactionFacts {
+            prompt_tokens,
+            cached_tokens,
+            summary_tokens: ctxd_core::tally::estimate_tokens(text),
+            cache_warm: cache_used.is_none_or(|at| at.elapsed().as_secs() < ttl),
+            ttl_seconds: ttl,
+        };
+        let estimate = estimate_compaction_call(prices, &facts);
+        let entry = CostEntry {
+            at: crate::session::actor::now_rfc3339(),
+            session_id: session.to_owned(),
+            model: prepared.model.clone(),
+            kind: CostKind::InstantCompaction,
+            usage: estimate.usage,
+            usd: estimate.call_usd,
+            cold_rewrite_usd: estimate.cold_rewrite_usd,
+        };
+        let me = self.clone();
+        tokio::spawn(async move { me.record(entry).await });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn newest(bytes: usize) -> Option<Newest> {
-        Some(Newest { body: Bytes::from(vec![b'x'; bytes]), headers: HeaderMap::new(), target: "/v1/messages".into() })
+        Some(Newest {
+            body: Bytes::from(vec![b'x'; bytes]),
+            headers: HeaderMap::new(),
+            target: "/v1/messages".into(),
+            model: "claude-opus-5-5".into(),
+        })
     }
 
     #[test]
     fn kept_bodies_stay_within_the_cap_and_in_flight_marks_count_down() {
-        let preparer = Preparer::new(PrepareSettings::default(), None, LiveFigures::default());
+        let preparer = Preparer::new(PrepareSettings::default(), None, None, LiveFigures::default());
         preparer.lock().max_kept_bytes = 1000;
         let a = preparer.sent("a", newest(400));
         let b = preparer.sent("b", newest(400));

@@ -126,7 +126,7 @@ impl Backend {
             client_window: options.auto_compact_window,
             client_settings: client.settings,
             sources: SettingsSources::standard(&state_dir, process),
-            services: crate::session::Services::start(process),
+            services: crate::session::Services::start(process, &state_dir),
         };
         let sessions = Arc::new(Sessions::new(Arc::new(store), environment, Notifier::new(self.outbound.clone())));
         if self.sessions.set(sessions.clone()).is_err() {

@@ -291,7 +291,10 @@ pub async fn start(path: PathBuf, names: Names, idle_gate: Arc<Semaphore>, deps:
     let Deps { policy_of, mut settings, env, settings_for, services, memory_for, notifier } = deps;
     // The gateway's figures for the session, when its requests pass through ctxd's
     // gateway (the transcript's file stem is Claude Code's session id, as it reads it).
-    let mut live = path.file_stem().and_then(|s| s.to_str()).map(|id| services.live.watch(id));
+    let claude_id = path.file_stem().and_then(|s| s.to_str()).map(str::to_owned);
+    let mut live = claude_id.as_deref().map(|id| services.live.watch(id));
+    // Its instant-compaction figures, from the gateway's ledger, for `ctx/context`.
+    let costs = services.costs.clone();
     // Subscribed before the first read: a write in between is delivered, not lost.
     let mut subscription = services.watcher.subscribe([Target::file(path.clone())]);
     let load_path = path.clone();
@@ -432,8 +435,13 @@ pub async fn start(path: PathBuf, names: Names, idle_gate: Arc<Semaphore>, deps:
                     continue;
                 }
                 Event::Asked(Some(reply)) => {
-                    let view =
+                    let mut view =
                         base.view(&reading.observed.ledger, |base| usage_of(&reading.observed, base, &policy)).await;
+                    if let Some(id) = claude_id.clone() {
+                        let costs = costs.clone();
+                        view.instant_compaction =
+                            tokio::task::spawn_blocking(move || costs.session(&id)).await.ok().flatten();
+                    }
                     let _ = reply.send(view);
                 }
                 Event::BaseLoaded => {}

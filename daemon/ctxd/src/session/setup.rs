@@ -42,10 +42,13 @@ pub struct Services {
     pub fs: Arc<crate::context::fs::RealFs>,
     /// The gateway's live figures per Claude Code session (observed transcripts follow them).
     pub live: crate::gateway::LiveFigures,
+    /// The gateway's cost ledger in the store's state dir (`ctx/context` of an observed
+    /// Claude Code session shows its figures).
+    pub costs: crate::gateway::costs::CostLedger,
 }
 
 impl Services {
-    pub fn start(env: &ProcessEnv) -> Services {
+    pub fn start(env: &ProcessEnv, state_dir: &std::path::Path) -> Services {
         Services {
             // CTXD_NO_WATCH=1: no OS notifications; stamps are compared before each request.
             watcher: if env.no_watch() {
@@ -56,6 +59,7 @@ impl Services {
             memory_cache: Arc::default(),
             fs: Arc::default(),
             live: crate::gateway::LiveFigures::default(),
+            costs: crate::gateway::costs::CostLedger::new(state_dir),
         }
     }
 }

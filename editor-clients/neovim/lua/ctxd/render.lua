@@ -190,6 +190,34 @@ function M.context_rows(context)
   }
 end
 
+--- Dollars as `ctxd claude stats` writes them: `$1.20`, `<$0.01` under half a cent.
+--- Rounded to whole cents with integer arithmetic, so Lua and JavaScript agree.
+---@param usd number
+---@return string
+function M.format_usd(usd)
+  if usd > 0 and usd < 0.005 then
+    return "<$0.01"
+  end
+  local cents = math.floor(math.max(usd, 0) * 100 + 0.5)
+  return string.format("$%d.%02d", math.floor(cents / 100), cents % 100)
+end
+
+--- A Claude Code session's instant compaction in one line:
+--- `prepared 2× $0.41 · saved 1 compaction ~$1.20`.
+---@param stats { preparations: integer, preparationUsd: number, instantCompactions: integer, savedUsd: number }
+---@return string
+function M.instant_compaction_text(stats)
+  local compactions = stats.instantCompactions == 1 and "compaction" or "compactions"
+  return string.format(
+    "prepared %d× %s · saved %d %s ~%s",
+    stats.preparations,
+    M.format_usd(stats.preparationUsd),
+    stats.instantCompactions,
+    compactions,
+    M.format_usd(stats.savedUsd)
+  )
+end
+
 local WINDOW_SOURCES = {
   env = "CLAUDE_CODE_AUTO_COMPACT_WINDOW overrides saved windows",
   setting = "from settings",
@@ -255,7 +283,7 @@ end
 --- The lines of the context window. `context` is the `ctx/context` answer, or only
 --- `{ usage = … }` when the daemon does not have `ctx/context`; `note` says so.
 ---@param session_id string
----@param context { usage: ctxd.Usage, memoryFiles?: table[], pendingRules?: table[], filesRead?: integer, staleFiles?: string[], diagnostics?: string[], git?: boolean }
+---@param context { usage: ctxd.Usage, memoryFiles?: table[], pendingRules?: table[], filesRead?: integer, staleFiles?: string[], diagnostics?: string[], git?: boolean, instantCompaction?: table }
 ---@param note? string
 ---@return string[]
 function M.context_lines(session_id, context, note)
@@ -267,6 +295,9 @@ function M.context_lines(session_id, context, note)
   vim.list_extend(lines, aligned(M.summary_rows(context.usage)))
   vim.list_extend(lines, { "", "Breakdown" })
   vim.list_extend(lines, aligned(M.breakdown_rows(context.usage)))
+  if type(context.instantCompaction) == "table" then
+    vim.list_extend(lines, { "", "Instant compaction", "  " .. M.instant_compaction_text(context.instantCompaction) })
+  end
   if context.memoryFiles then
     vim.list_extend(lines, { "", "Memory files" })
     if #context.memoryFiles == 0 then

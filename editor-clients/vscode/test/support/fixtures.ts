@@ -4,6 +4,7 @@ import * as path from "node:path";
 
 import type {
     ContextResult,
+    InstantCompactionStats,
     PromptCache,
     SetAutoCompactWindowResult,
     Usage,
@@ -26,7 +27,10 @@ export interface RenderCases {
         memoryFileRows: [string, string, string, string][];
         pendingRuleRows: [string, string][];
         contextRows: [string, string][];
+        instantCompactionText: string;
     };
+    /** A Claude Code session's instant-compaction figures and the context view's line for them. */
+    instantCompactionCases: { stats: InstantCompactionStats; text: string }[];
     /** A `ctx/setAutoCompactWindow` answer and the message shown for it. */
     windowCases: { result: SetAutoCompactWindowResult; text: string }[];
     windowReasonCases: { result: SetAutoCompactWindowResult; text: string }[];

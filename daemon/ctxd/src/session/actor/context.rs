@@ -260,6 +260,7 @@ impl Session {
             stale_files: ledger.newest_first().iter().filter(|e| e.stale).map(|e| e.path.clone()).collect(),
             git: base.is_some_and(|b| b.system_context().is_some()),
             prepared_ahead: self.compaction.prepared_ahead(),
+            instant_compaction: None,
         }
     }
 

@@ -279,6 +279,8 @@ pub struct ContextView {
     pub git: bool,
     /// Estimated tokens after installing the summary prepared ahead, if one is ready.
     pub prepared_ahead: Option<u64>,
+    /// An observed Claude Code session's instant-compaction costs and savings.
+    pub instant_compaction: Option<ctxd_core::gateway::costs::CostSummary>,
 }
 
 /// The state of one session, owned by its actor: a few handles, and one part per file.

@@ -126,6 +126,7 @@ impl ObservedBase {
             stale_files: Vec::new(),
             git: base.is_some_and(|b| b.system_context().is_some()),
             prepared_ahead: None,
+            instant_compaction: None,
         }
     }
 }
