@@ -41,41 +41,41 @@ local function config_options()
   return defaults, fields
 end
 
---- The options the README's `## Setup` table lists (the first column's backticked name).
-local function readme_options()
-  local options, in_setup = {}, false
-  for _, line in ipairs(lines("README.md")) do
-    if line:match("^## ") then
-      in_setup = line == "## Setup"
-    elseif in_setup then
-      local option = line:match("^| `([%w_]+)` |")
-      if option then
-        options[option] = true
+--- The names `pattern` captures in the lines of `file` between the line `opens` accepts
+--- and the next line `closes` accepts.
+local function listed(file, opens, closes, pattern)
+  local names, inside = {}, false
+  for _, line in ipairs(lines(file)) do
+    if inside and closes(line) then
+      break
+    elseif inside then
+      local name = line:match(pattern)
+      if name then
+        names[name] = true
       end
+    else
+      inside = opens(line)
     end
   end
-  return options
+  return names
 end
 
---- The options the manual lists under `Options:` after *ctxd.setup()* (up to the blank line).
+--- The options the README's `## Setup` table lists (the first column's backticked name).
+local function readme_options()
+  return listed("README.md", function(line)
+    return line == "## Setup"
+  end, function(line)
+    return line:match("^## ") ~= nil
+  end, "^| `([%w_]+)` |")
+end
+
+--- The options the manual lists under `Options:` (in *ctxd.setup()*), up to the blank line.
 local function manual_options()
-  local options, state = {}, "before"
-  for _, line in ipairs(lines("doc/ctxd.txt")) do
-    if state == "before" and line:find("*ctxd.setup()*", 1, true) then
-      state = "setup"
-    elseif state == "setup" and line == "Options:" then
-      state = "list"
-    elseif state == "list" then
-      if line == "" then
-        break
-      end
-      local option = line:match("^  `([%w_]+)`")
-      if option then
-        options[option] = true
-      end
-    end
-  end
-  return options
+  return listed("doc/ctxd.txt", function(line)
+    return line == "Options:"
+  end, function(line)
+    return line == ""
+  end, "^  `([%w_]+)`")
 end
 
 describe("setup() options in the docs", function()
