@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use ctxd_core::record::{Kind, Record};
+use ctxd_core::summary::thousands;
 use serde_json::{Value, json};
 
 use crate::client::RpcClient;
@@ -294,30 +295,4 @@ fn report(out: &mut dyn Write, turn: usize, usage: &Value) -> anyhow::Result<()>
 
 fn display_name(path: &Path) -> String {
     path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
-}
-
-/// 1234567 → "1,234,567".
-pub fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn thousands_separators() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(999), "999");
-        assert_eq!(thousands(1000), "1,000");
-        assert_eq!(thousands(1234567), "1,234,567");
-    }
 }

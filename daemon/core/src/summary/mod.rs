@@ -36,7 +36,7 @@ mod text;
 mod tests;
 
 pub use reply::{SECTION_TITLES, SummaryParseError, SummarySection, parse_summary_reply, split_sections};
-pub use text::estimate_tokens;
+pub use text::{estimate_tokens, thousands};
 
 use crate::record::Record;
 

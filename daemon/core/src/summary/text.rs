@@ -22,9 +22,11 @@ pub(super) enum CutStyle {
 /// fragments read worse than one short one.
 const MIN_SPLIT: usize = 160;
 
-/// `1234567` as `1,234,567`.
-pub(super) fn thousands(n: usize) -> String {
-    let digits = n.to_string();
+/// `1234567` as `1,234,567`: the one digit grouping of the crate and the daemon (summaries,
+/// `ctxd replay`). Takes any unsigned count (`usize`, `u64`, …); a value that does not fit
+/// a `u64` shows as `u64::MAX`.
+pub fn thousands(n: impl TryInto<u64>) -> String {
+    let digits = n.try_into().ok().unwrap_or(u64::MAX).to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, ch) in digits.chars().enumerate() {
         if i > 0 && (digits.len() - i).is_multiple_of(3) {
@@ -234,6 +236,8 @@ mod tests {
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(1234), "1,234");
         assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(1000_u64), "1,000");
+        assert_eq!(thousands(u64::MAX), "18,446,744,073,709,551,615");
     }
 
     #[test]
