@@ -15,6 +15,10 @@ the session's summary after one idle second (`--precompute-idle 1 --precompute-a
     - `ctxd claude stats` counts the preparation at its cost and the compaction answered;
     - `claude --resume` afterwards sends each user message once.
 
+A session too small to prepare (`unmatched`): its `/compact` matches nothing prepared, so
+the gateway forwards it (one log line says why) and it takes the stub's 20 s; `--resume`
+afterwards sends each user message once.
+
 Then an automatic compaction (`auto`): the stub reports a usage (`[[USAGE:N]]`) that puts
 the session at 55 % of the gateway's threshold, the gateway prepares while idle, two more
 turns follow (the second past the program's own threshold, lowered for it alone with
@@ -49,6 +53,7 @@ def last_text(body):
 
 PROGRAM_INSTRUCTION = "CRITICAL: Respond with TEXT ONLY"
 AUTO_SESSION = "2d3e4f5a-6b7c-4d8e-9fa0-1b2c3d4e5f60"
+UNMATCHED_SESSION = "3e4f5a6b-7c8d-4e9f-a0b1-2c3d4e5f6a7b"
 # The program compacts at 58 % of its effective window here (CLAUDE_AUTOCOMPACT_PCT_OVERRIDE,
 # set for its process only); the gateway keeps the default threshold.
 AUTO_PERCENT = 58
@@ -137,6 +142,7 @@ def run(w, check):
     try:
         window = manual(rig, check)
         check("instant: the program names its model's window", bool(window), str(window))
+        unmatched(rig, check)
         if window:
             auto(rig, check, window)
     finally:
@@ -202,6 +208,29 @@ def manual(rig, check):
     check("instant: --resume after the compaction sends each message once",
           not resumed.get("is_error") and once, f"{detail}; {str(resumed)[:300]}")
     return window
+
+
+def unmatched(rig, check):
+    """A `/compact` that nothing prepared covers is forwarded and waits for the model."""
+    # A usage far below `--precompute-at 1` (1 % of the threshold): never prepared.
+    first = rig.claude("-p", "Unmatched turn one. MARK-PROMPT-91 [[USAGE:100]]", "--session-id", UNMATCHED_SESSION)
+    check("unmatched: the session's first turn runs", not first.get("is_error"), str(first)[:300])
+    before = len(read(rig.log))
+    forwarded_before = rig.gateway_log().count("compaction request forwarded")
+    compacted = rig.claude("-p", "/compact", "--resume", UNMATCHED_SESSION)
+    forwarded = [line for line in rig.gateway_log().splitlines()
+                 if "compaction request forwarded" in line][forwarded_before:]
+    check("unmatched: the gateway forwarded the compaction with one line saying why",
+          len(forwarded) == 1 and UNMATCHED_SESSION in forwarded[0], f"{forwarded} {str(compacted)[:300]}")
+    reached = rig.program_compactions(before)
+    took = [m.get("durationMs") for m in boundaries(rig.transcript(UNMATCHED_SESSION))]
+    check("unmatched: the stub wrote the summary, in its 20 s",
+          len(reached) == 1 and len(took) == 1 and isinstance(took[0], (int, float)) and took[0] >= SLOW * 1000,
+          f"{len(reached)} reached; took {took}")
+    resumed = rig.claude("-p", "Unmatched turn two. MARK-PROMPT-92", "--resume", UNMATCHED_SESSION)
+    once, detail = sent_once(rig, "MARK-PROMPT-92", ["Unmatched turn one. MARK-PROMPT-91"])
+    check("unmatched: --resume after the compaction sends each message once",
+          not resumed.get("is_error") and once, f"{detail}; {str(resumed)[:300]}")
 
 
 def auto(rig, check, window):
