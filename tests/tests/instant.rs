@@ -452,3 +452,64 @@ fn ctx_context_of_the_observed_session_shows_what_its_instant_compaction_cost_an
     let view = view_of(&mut daemon, &other);
     assert!(view.get("instantCompaction").is_none(), "{view}");
 }
+
+/// Bad compaction requests: each is forwarded unchanged or refused, with one log line
+/// saying which and why, and the session's prepared summary still answers afterwards.
+#[test]
+fn bad_compaction_requests_are_forwarded_or_refused_with_one_line_and_the_summary_survives() {
+    use std::io::{Read, Write};
+    let (_dir, rt, upstream, gw) = prepared();
+    let forwarded = |n: usize| wait_log(&gw, "compaction request forwarded", n);
+
+    // No session id anywhere: nothing to match it against.
+    let mut anonymous: Value = serde_json::from_str(&compact_request(SESSION, MODEL, &[])).unwrap();
+    anonymous.as_object_mut().unwrap().remove("metadata");
+    let anonymous = anonymous.to_string();
+    let (status, instant, text) = post(&rt, &gw, anonymous.clone());
+    assert_eq!((status, instant), (200, None));
+    assert!(text.contains("STUB-SUMMARY"), "{text}");
+    assert_eq!(seen_with(&upstream, CLAUDE_INSTRUCTION), vec![anonymous], "forwarded byte for byte");
+    forwarded(1);
+    assert!(log(&gw).contains("compaction request forwarded: it names no session"), "{}", log(&gw));
+
+    // Complete as HTTP, cut as JSON (just past the instruction's opening).
+    let whole = compact_request(SESSION, MODEL, &[]);
+    let cut = whole[..whole.find(CLAUDE_INSTRUCTION).unwrap() + CLAUDE_INSTRUCTION.len() + 10].to_owned();
+    let mut stream = std::net::TcpStream::connect(gw.addr).unwrap();
+    let head = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nx-stub: fast\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        gw.addr,
+        cut.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(cut.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(!answer.contains("x-ctxd-instant-compaction"), "never answered from a summary: {answer}");
+    forwarded(2);
+    let reached = seen_with(&upstream, CLAUDE_INSTRUCTION);
+    assert_eq!(reached.len(), 2, "forwarded");
+    assert_eq!(reached[1], cut, "byte for byte");
+
+    // Cut as HTTP: the client sends half of what it announced, then stops writing.
+    let mut stream = std::net::TcpStream::connect(gw.addr).unwrap();
+    let head = format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nx-stub: fast\r\nContent-Length: {}\r\n\r\n",
+        gw.addr,
+        whole.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(&whole.as_bytes()[..whole.len() / 2]).unwrap();
+    stream.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    wait_log(&gw, "a request body broke off; nothing forwarded", 1);
+    assert_eq!(upstream.received().len(), 4, "the turn, its fork and the two forwarded: nothing of the cut one");
+
+    // The session's summary still answers its real compaction at once.
+    let (status, instant, text) = post(&rt, &gw, whole);
+    assert_eq!(status, 200);
+    assert!(instant.is_some(), "answered by the gateway: {}", log(&gw));
+    assert!(text.contains("MARK-1"), "{text}");
+    assert_eq!(seen_with(&upstream, CLAUDE_INSTRUCTION).len(), 2, "the real one never reached the upstream");
+}
