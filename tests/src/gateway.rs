@@ -8,7 +8,8 @@
 //! events), `fast` (a whole stream at once), `gzip` (the same, gzip-encoded), `count` (a `count_tokens` answer),
 //! `error` (529 `overloaded_error`), `cut` (a stream that breaks off), `hang`
 //! (never answers; says when the gateway drops the request), `redirect:URL` (307),
-//! `priced` (a whole stream whose usage is what the request costs in a simulated prompt
+//! `slowfork:MS` (as `fast`, and ctxd's preparation fork is answered after MS
+//! milliseconds), `priced` (a whole stream whose usage is what the request costs in a simulated prompt
 //! cache, [`crate::cache::PromptCache`], shared by every request: see [`Pricing`]).
 //!
 //! Whatever the mode, a summary request gets a summary: ctxd's preparation fork (its
@@ -234,9 +235,13 @@ async fn answer(request: hyper::Request<hyper::body::Incoming>, shared: Shared) 
         body: body.clone(),
     });
     if let Some(delay) = summary_delay(&body) {
+        let kind = if delay.is_zero() { CallKind::Fork } else { CallKind::Compaction };
+        let delay = match mode.strip_prefix("slowfork:") {
+            Some(ms) if kind == CallKind::Fork => Duration::from_millis(ms.parse().unwrap_or(0)),
+            _ => delay,
+        };
         tokio::time::sleep(delay).await;
         let text = summary_answer(&body);
-        let kind = if delay.is_zero() { CallKind::Fork } else { CallKind::Compaction };
         let start = if mode == "priced" { priced_start(&pricing, &body, kind, &text) } else { message_start() };
         let answer = start + &stream_tail(&text);
         return hyper::Response::builder()
@@ -262,7 +267,9 @@ async fn answer(request: hyper::Request<hyper::body::Incoming>, shared: Shared) 
             full(r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#),
         ),
         "count" => respond(200, "application/json", full(r#"{"input_tokens":42}"#)),
-        "fast" => respond(200, "text/event-stream", full(message_start() + &stream_tail("FAST"))),
+        fast if fast == "fast" || fast.starts_with("slowfork:") => {
+            respond(200, "text/event-stream", full(message_start() + &stream_tail("FAST")))
+        }
         "priced" => {
             let start = priced_start(&pricing, &body, CallKind::Turn, "PRICED");
             respond(200, "text/event-stream", full(start + &stream_tail("PRICED")))

@@ -54,11 +54,16 @@ fn first_turn() -> Vec<Value> {
 /// POSTs a body; the status, the `x-ctxd-instant-compaction` header and the text of the
 /// stream's text deltas.
 fn post(rt: &tokio::runtime::Runtime, gw: &Gateway, body: String) -> (u16, Option<String>, String) {
+    post_as(rt, gw, body, "fast")
+}
+
+/// [`post`] with the upstream's mode (`x-stub`) named.
+fn post_as(rt: &tokio::runtime::Runtime, gw: &Gateway, body: String, mode: &str) -> (u16, Option<String>, String) {
     let client = gateway::client();
     rt.block_on(async {
         let answer = client
             .post(gw.url("/v1/messages?beta=true"))
-            .header("x-stub", "fast")
+            .header("x-stub", mode)
             .header("x-api-key", "sk-ant-test")
             .header("anthropic-version", "2023-06-01")
             .body(body)
@@ -512,4 +517,31 @@ fn bad_compaction_requests_are_forwarded_or_refused_with_one_line_and_the_summar
     assert!(instant.is_some(), "answered by the gateway: {}", log(&gw));
     assert!(text.contains("MARK-1"), "{text}");
     assert_eq!(seen_with(&upstream, CLAUDE_INSTRUCTION).len(), 2, "the real one never reached the upstream");
+}
+
+/// A compaction request that comes while its session's preparation is running waits for
+/// it and is answered from it: the model is not asked for the same summary twice.
+#[test]
+fn a_compaction_request_during_the_preparation_waits_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = gateway::runtime();
+    let upstream = gateway::upstream(&rt);
+    let gw = Gateway::start(dir.path(), &upstream.url(), &FLAGS, &[]).unwrap();
+    // The session's headers go with its fork: the upstream answers the fork in 3 s.
+    let (status, _, text) = post_as(&rt, &gw, body(SESSION, MODEL, &first_turn()), "slowfork:3000");
+    assert_eq!((status, text.as_str()), (200, "FAST"));
+    wait_log(&gw, "gateway: preparing the session's summary", 1);
+    assert!(!log(&gw).contains("gateway: summary prepared"), "the fork is still on its way");
+    let (status, instant, text) = post(&rt, &gw, compact_request(SESSION, MODEL, &[]));
+    assert_eq!(status, 200);
+    assert!(instant.is_some(), "answered from the preparation it waited for: {}", log(&gw));
+    assert!(text.contains("MARK-1"), "{text}");
+    // The log is written behind the answers.
+    wait_log(&gw, "gateway: summary prepared", 1);
+    wait_log(&gw, "compaction answered from the prepared summary", 1);
+    let held = log(&gw);
+    let (hold, ready) = (held.find("held until its preparation ends").unwrap(), held.find("summary prepared").unwrap());
+    assert!(hold < ready, "held, then prepared, then answered: {held}");
+    assert!(seen_with(&upstream, CLAUDE_INSTRUCTION).is_empty(), "the compaction request never reached the upstream");
+    assert_eq!(seen_with(&upstream, CTXD_INSTRUCTION).len(), 1, "one summary asked of the model");
 }

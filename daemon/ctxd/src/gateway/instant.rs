@@ -9,7 +9,9 @@
 //! system and tools, and its messages start with exactly the messages the summary
 //! covers; those after them are folded in offline), else forwarded. Reading whole is
 //! bounded: a body of unknown length, or one that would take the bytes being read past
-//! [`MAX_READING_BYTES`], is streamed through as before and not looked at.
+//! [`MAX_READING_BYTES`], is streamed through as before and not looked at. A compaction
+//! request that comes while its session's preparation runs waits for it (at most
+//! [`HOLD_FOR_PREPARATION`]) rather than asking the model for the same summary twice.
 
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -32,6 +34,9 @@ use super::prepared::Prepared;
 
 /// Request bytes being read whole at once, all requests together.
 pub const MAX_READING_BYTES: usize = 256 << 20;
+/// How long a compaction request waits for its session's running preparation before
+/// it is forwarded (a model writes a summary in seconds to minutes).
+const HOLD_FOR_PREPARATION: std::time::Duration = std::time::Duration::from_secs(180);
 
 /// A request body on its way upstream: as it streams in, or read whole already.
 pub enum Inbound {
@@ -141,14 +146,27 @@ pub async fn intercept(
         return Intercepted::Forward(Inbound::Read(Some(body)), Some(guard));
     }
     preparer.compacting(&session);
-    let (prepared, preparing) = preparer.prepared(&session);
+    let (mut prepared, mut preparing) = preparer.prepared(&session);
+    if preparing {
+        // The running preparation is the summary this request asks for, and nearer done
+        // than a new call would be: wait for it rather than pay for the summary twice.
+        tracing::info!(session = %session, "gateway: compaction request held until its preparation ends");
+        if preparer.preparation_ended(&session, HOLD_FOR_PREPARATION).await {
+            (prepared, preparing) = preparer.prepared(&session);
+        }
+    }
     let refuse = |why: String| {
         let guard = preparer.sent(&session, None);
         forward(&why, Some(&session), Some(guard), body.clone())
     };
     let Some(prepared) = prepared else {
         return refuse(
-            if preparing { "its preparation is still running" } else { "nothing prepared for the session" }.into(),
+            if preparing {
+                "its preparation was still running after the hold"
+            } else {
+                "nothing prepared for the session"
+            }
+            .into(),
         );
     };
     let decided = {

@@ -98,6 +98,8 @@ pub struct Preparer {
     costs: Option<CostLedger>,
     live: LiveFigures,
     inner: Arc<Mutex<Inner>>,
+    /// Counts preparations ended (done or failed): what a held compaction waits on.
+    ended: tokio::sync::watch::Sender<u64>,
 }
 
 /// A request of a session in flight; dropped when its answer has passed (or failed).
@@ -157,7 +159,7 @@ impl Preparer {
         costs: Option<CostLedger>,
         live: LiveFigures,
     ) -> Preparer {
-        Preparer { settings, store, costs, live, inner: Arc::default() }
+        Preparer { settings, store, costs, live, inner: Arc::default(), ended: tokio::sync::watch::Sender::new(0) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -232,6 +234,22 @@ impl Preparer {
             slot.prepared = loaded;
         }
         (slot.prepared.clone(), slot.preparing)
+    }
+
+    /// Waits, at most `limit`, until no preparation of `session` runs; whether none does.
+    pub async fn preparation_ended(&self, session: &str, limit: Duration) -> bool {
+        // Subscribed before the first look, so an end between the look and the wait
+        // still wakes it.
+        let mut ended = self.ended.subscribe();
+        let running = || self.lock().slots.get(session).is_some_and(|s| s.preparing);
+        let wait = async {
+            while running() {
+                if ended.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(limit, wait).await.is_ok() && !running()
     }
 
     /// Looks at every session once a second and starts the preparations due, until the
@@ -324,6 +342,7 @@ impl Preparer {
             Err(why) => tracing::warn!(session = %session, "gateway: the preparation failed: {why}"),
         }
         drop(inner);
+        self.ended.send_modify(|n| *n += 1);
         let ready = self.summary_ready(&session);
         self.live.set_summary_ready(&session, ready);
     }
