@@ -13,7 +13,7 @@ use ctxd_proto as proto;
 use crate::session::actor::{
     Appended, AssembleAnswer, CompactAnswer, ContextView, FileReadAnswer, Opened, Reduced, UndoAnswer,
 };
-use crate::session::compaction::{Summarizer, SummaryPath};
+use crate::session::compaction::Summarizer;
 use crate::session::usage::UsageSnapshot;
 
 /// A session's usage, with every level a status bar needs.
@@ -132,7 +132,7 @@ pub fn compacted(done: CompactAnswer, after: &UsageSnapshot) -> Result<proto::Co
         post_tokens: done.post_tokens,
         summary: done.summary,
         summarizer: summarizer(&done.summarizer)?,
-        summary_path: done.summarizer.path.map(summary_path),
+        summary_path: done.summarizer.path,
         fidelity_appended: done.fidelity_appended as u64,
         problems: done.problems,
         origin: done.origin.into(),
@@ -243,13 +243,6 @@ pub fn summarizer(summarizer: &Summarizer) -> Result<proto::Summarizer, String> 
     }
 }
 
-pub fn summary_path(path: SummaryPath) -> proto::SummaryPath {
-    match path {
-        SummaryPath::Fork => proto::SummaryPath::Fork,
-        SummaryPath::Fallback => proto::SummaryPath::Fallback,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -291,9 +284,6 @@ mod tests {
         use ctxd_core::recall::Role;
         for r in [Role::User, Role::Assistant, Role::ToolResult, Role::Attachment, Role::Summary, Role::Meta] {
             assert_eq!(name(r), r.as_str());
-        }
-        for p in [SummaryPath::Fork, SummaryPath::Fallback] {
-            assert_eq!(name(summary_path(p)), p.as_str());
         }
     }
 

@@ -95,23 +95,9 @@ impl Summarizer {
     const OFFLINE: Summarizer = Summarizer { name: "offline", path: None };
 }
 
-/// The two requests a provider can be asked (BEHAVIOR.md §6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SummaryPath {
-    /// Path 1: the cache-sharing fork of the session's request.
-    Fork,
-    /// Path 2: the summary-specific streaming fallback.
-    Fallback,
-}
-
-impl SummaryPath {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SummaryPath::Fork => "fork",
-            SummaryPath::Fallback => "fallback",
-        }
-    }
-}
+/// The two requests a provider can be asked: the cache-sharing fork of the session's
+/// request, or the summary-specific streaming fallback. One closed set, the wire's.
+pub use ctxd_proto::SummaryPath;
 
 /// Why a compaction failed.
 #[derive(Debug, Clone, thiserror::Error)]
