@@ -203,6 +203,14 @@ fn a_compaction_that_matches_nothing_prepared_is_forwarded_unchanged() {
             compact_request(SESSION, MODEL, &[]).replace("You are Claude Code.", "You are someone else."),
             "system blocks or tools differ",
         ),
+        (
+            "a /compact with a focus",
+            compact_request(SESSION, MODEL, &[]).replace(
+                "then a <summary> block.",
+                "then a <summary> block.\\n\\nAdditional Instructions:\\nkeep only the parser decisions\\n\\nREMINDER: text only.",
+            ),
+            "asks for a focus (30 characters)",
+        ),
     ];
     for (n, (what, request, why)) in cases.into_iter().enumerate() {
         let (status, instant, text) = post(&rt, &gw, request.clone());

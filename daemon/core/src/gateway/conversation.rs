@@ -30,6 +30,9 @@ pub type Hash = [u8; 32];
 pub const INSTRUCTION_OPENING: &str = "CRITICAL: Respond with TEXT ONLY";
 /// What the instruction asks for, somewhere in it.
 const INSTRUCTION_ASKS_FOR: &str = "<summary>";
+/// Where the instruction carries the user's `/compact <focus>` text (2.1.332: a line of
+/// its own, the focus on the lines after it, up to a blank line).
+const FOCUS_HEADING: &str = "\nAdditional Instructions:\n";
 
 /// A request body read far enough to compare conversations. Borrows the body.
 #[derive(Debug)]
@@ -251,6 +254,15 @@ pub struct CompactionAsk {
     pub form: CompactionForm,
     /// The conversation to summarize: every message but the instruction.
     pub covered: Vec<Value>,
+    /// What the user asked the summary to focus on (`/compact <focus>`), if anything.
+    pub focus: Option<String>,
+}
+
+/// The focus text of a summary instruction, if it carries one.
+fn instruction_focus(text: &str) -> Option<String> {
+    let after = &text[text.find(FOCUS_HEADING)? + FOCUS_HEADING.len()..];
+    let focus = after.split("\n\n").next().unwrap_or("").trim();
+    (!focus.is_empty()).then(|| focus.to_owned())
 }
 
 /// Whether a text block is Claude Code's summary instruction.
@@ -264,12 +276,12 @@ pub fn compaction_ask(mut messages: Vec<Value>) -> Option<CompactionAsk> {
     if last.get("role").and_then(Value::as_str) != Some("user") {
         return None;
     }
-    let form = match last.get_mut("content")? {
+    let (form, focus) = match last.get_mut("content")? {
         Value::String(text) => {
             if !is_summary_instruction(text) {
                 return None;
             }
-            CompactionForm::Separate
+            (CompactionForm::Separate, instruction_focus(text))
         }
         Value::Array(blocks) => {
             let is_instruction = |b: &Value| {
@@ -279,15 +291,16 @@ pub fn compaction_ask(mut messages: Vec<Value>) -> Option<CompactionAsk> {
             if !blocks.last().is_some_and(is_instruction) {
                 return None;
             }
-            blocks.pop();
-            if blocks.is_empty() { CompactionForm::Separate } else { CompactionForm::Appended }
+            let focus =
+                blocks.pop().as_ref().and_then(|b| b.get("text")).and_then(Value::as_str).and_then(instruction_focus);
+            (if blocks.is_empty() { CompactionForm::Separate } else { CompactionForm::Appended }, focus)
         }
         _ => return None,
     };
     if form == CompactionForm::Appended {
         messages.push(last);
     }
-    Some(CompactionAsk { form, covered: messages })
+    Some(CompactionAsk { form, covered: messages, focus })
 }
 
 #[cfg(test)]
@@ -312,6 +325,23 @@ mod tests {
             {"role": "assistant", "content": [{"type": "text", "text": "an answer"}]},
             {"role": "user", "content": [{"type": "text", "text": "second prompt", "cache_control": {"type": "ephemeral"}}]}
         ])
+    }
+
+    #[test]
+    fn a_compact_focus_is_read_from_the_instruction() {
+        let ask = |text: &str| {
+            let messages = vec![
+                json!({"role": "user", "content": "a prompt"}),
+                json!({"role": "user", "content": [{"type": "text", "text": text}]}),
+            ];
+            compaction_ask(messages).unwrap().focus
+        };
+        assert_eq!(ask(INSTRUCTION), None);
+        let focused = format!(
+            "{INSTRUCTION}\n\n\nAdditional Instructions:\nkeep only the parser decisions\n\nREMINDER: text only."
+        );
+        assert_eq!(ask(&focused).as_deref(), Some("keep only the parser decisions"));
+        assert_eq!(ask(&format!("{INSTRUCTION}\nAdditional Instructions:\n  \n\nREMINDER")), None, "an empty focus");
     }
 
     #[test]

@@ -214,6 +214,14 @@ fn decide(
     if !stream {
         return Err("it does not ask for a stream".into());
     }
+    // A summary written without the user's focus is not the one asked for. (The focus is
+    // the user's text: its length goes to the log, not its words.)
+    if let Some(focus) = &ask.focus {
+        return Err(format!(
+            "it asks for a focus ({} characters) the prepared summary was not written for",
+            focus.len()
+        ));
+    }
     prepared.stands_for(&model, &shape, ask.covered.len(), |n| PrefixHash::of(&ask.covered, n).hash())?;
     let delta = &ask.covered[prepared.covered..];
     // The history tools, when `ctxd mcp` is configured for the project the program
