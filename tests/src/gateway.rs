@@ -443,6 +443,25 @@ impl Gateway {
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
+
+    /// The gateway's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits (up to a minute) until the log has `line` `count` times (it is written on a
+    /// thread of its own, behind the answers).
+    pub fn wait_log(&self, line: &str, count: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let log = self.log_text();
+            if log.matches(line).count() >= count {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "no {line:?} ×{count} in the log:\n{log}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 impl Drop for Gateway {

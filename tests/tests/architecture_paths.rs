@@ -159,7 +159,7 @@ fn a_path_that_is_gone_or_outside_is_reported() {
     .map(String::from)
     .collect();
     let text = "\
-intro `../shared/design/ARCHITECTURE.md`, `ctx/append`, `~/.claude`, `<state dir>/ctxd.sock`
+intro `../elsewhere/DESIGN.md`, `ctx/append`, `~/.claude`, `<state dir>/ctxd.sock`
 ### `daemon/ctxd` (crate)
 - `wire.rs` and `gone.rs`; `src/lib.rs` is not under daemon/ctxd
 ## Invariants
@@ -168,7 +168,7 @@ intro `../shared/design/ARCHITECTURE.md`, `ctx/append`, `~/.claude`, `<state dir
     assert_eq!(
         missing_paths(text, &entries),
         vec![
-            "line 1: `../shared/design/ARCHITECTURE.md`".to_owned(),
+            "line 1: `../elsewhere/DESIGN.md`".to_owned(),
             "line 3: `gone.rs` (under daemon/ctxd)".to_owned(),
             "line 3: `src/lib.rs` (under daemon/ctxd)".to_owned(),
             "line 5: `daemon/ctxd/src/old/`".to_owned(),

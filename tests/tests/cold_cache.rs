@@ -11,8 +11,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
-
 use ctxd_e2e::Daemon;
 use ctxd_e2e::gateway::{self, Gateway};
 use serde_json::{Value, json};
@@ -61,19 +59,6 @@ fn turn(rt: &tokio::runtime::Runtime, gw: &Gateway, session: &str, turns: usize)
     });
 }
 
-/// Waits (up to a minute) until the gateway's log has `line` `count` times.
-fn wait_log(gw: &Gateway, line: &str, count: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let log = std::fs::read_to_string(&gw.log).unwrap_or_default();
-        if log.matches(line).count() >= count {
-            return;
-        }
-        assert!(Instant::now() < deadline, "no {line:?} ×{count} in the log:\n{log}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// `ctxd statusline` as Claude Code runs it for `session`, its own `prompt_cache` saying
 /// the cache went cold a minute ago; the user's settings point at the gateway.
 fn statusline(gw: &Gateway, session: &str) -> String {
@@ -114,7 +99,7 @@ fn the_status_line_says_summary_ready_once_prepared_and_only_for_the_newest_requ
     // Idle one second: the summary is prepared for the newest request, and said.
     let gw = Gateway::start(&dir.path().join("prepared"), &upstream.url(), &FLAGS, &[]).unwrap();
     turn(&rt, &gw, session, 1);
-    wait_log(&gw, "gateway: summary prepared", 1);
+    gw.wait_log("gateway: summary prepared", 1);
     let line = statusline(&gw, session);
     assert!(line.ends_with(&format!("{cold}{SUMMARY_READY}")), "{line}");
     // Another session of the same gateway has nothing prepared.
@@ -178,6 +163,6 @@ fn the_editor_is_told_the_moment_the_cache_goes_cold_with_the_summary_ready() {
     assert_eq!(cache["recacheTokens"], 114_705, "{cold}");
     assert!(cache["recacheCostUsd"].as_f64().unwrap() > 0.0, "{cold}");
     assert_eq!(upstream.received().len(), requests, "no request woke it");
-    wait_log(&gw, "prompt cache went cold", 1);
+    gw.wait_log("prompt cache went cold", 1);
     editor.stop().unwrap();
 }

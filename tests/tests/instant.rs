@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ctxd_e2e::gateway::{self, CLAUDE_INSTRUCTION, CTXD_INSTRUCTION, Gateway, Upstream};
 use serde_json::{Value, json};
@@ -112,24 +112,6 @@ fn seen_with(upstream: &Upstream, needle: &str) -> Vec<String> {
         .collect()
 }
 
-/// Waits (up to a minute) until the gateway's log has `line` `count` times (the log is
-/// written on a thread of its own, behind the answers).
-fn wait_log(gw: &Gateway, line: &str, count: usize) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let log = std::fs::read_to_string(&gw.log).unwrap_or_default();
-        if log.matches(line).count() >= count {
-            return;
-        }
-        assert!(Instant::now() < deadline, "no {line:?} ×{count} in the log:\n{log}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn log(gw: &Gateway) -> String {
-    std::fs::read_to_string(&gw.log).unwrap_or_default()
-}
-
 /// A gateway whose session has had one turn and then idled until its summary was
 /// prepared.
 fn prepared() -> (tempfile::TempDir, tokio::runtime::Runtime, Upstream, Gateway) {
@@ -139,7 +121,7 @@ fn prepared() -> (tempfile::TempDir, tokio::runtime::Runtime, Upstream, Gateway)
     let gw = Gateway::start(dir.path(), &upstream.url(), &FLAGS, &[]).unwrap();
     let (status, _, text) = post(&rt, &gw, body(SESSION, MODEL, &first_turn()));
     assert_eq!((status, text.as_str()), (200, "FAST"));
-    wait_log(&gw, "gateway: summary prepared", 1);
+    gw.wait_log("gateway: summary prepared", 1);
     (dir, rt, upstream, gw)
 }
 
@@ -166,7 +148,7 @@ fn a_summary_prepared_while_idle_answers_compact_at_once_and_the_fork_shares_the
 
     let (status, instant, text) = post(&rt, &gw, compact_request(SESSION, MODEL, &[]));
     assert_eq!(status, 200);
-    assert!(instant.is_some(), "answered by the gateway: {}", log(&gw));
+    assert!(instant.is_some(), "answered by the gateway: {}", gw.log_text());
     assert!(text.contains("<summary>") && text.contains("STUB-SUMMARY of MARK-1"), "{text}");
     assert!(text.contains("<analysis>"), "{text}");
     assert!(seen_with(&upstream, CLAUDE_INSTRUCTION).is_empty(), "the compaction request never reached the upstream");
@@ -179,12 +161,12 @@ fn a_delta_past_the_prepared_prefix_is_folded_in_without_a_model_call() {
     let before = upstream.received().len();
     let (status, instant, text) = post(&rt, &gw, compact_request(SESSION, MODEL, &later));
     assert_eq!(status, 200);
-    assert!(instant.is_some(), "{}", log(&gw));
+    assert!(instant.is_some(), "{}", gw.log_text());
     assert!(text.contains("STUB-SUMMARY of MARK-1"), "the prepared part: {text}");
     assert!(text.contains("golden tests for the tokenizer"), "the delta's user message is named: {text}");
     assert_eq!(upstream.received().len(), before, "no model call for the delta");
     // The answer and the two later messages (the log is written behind the answer).
-    wait_log(&gw, "delta=3", 1);
+    gw.wait_log("delta=3", 1);
 }
 
 #[test]
@@ -220,7 +202,7 @@ fn a_compaction_that_matches_nothing_prepared_is_forwarded_unchanged() {
         let reached = seen_with(&upstream, CLAUDE_INSTRUCTION);
         assert_eq!(reached.len(), n + 1, "{what}: forwarded");
         assert_eq!(reached[n], request, "{what}: byte for byte");
-        wait_log(&gw, why, 1);
+        gw.wait_log(why, 1);
     }
 }
 
@@ -230,7 +212,7 @@ fn a_restarted_gateway_answers_from_the_record_and_ignores_a_damaged_one() {
     drop(gw);
     let gw = Gateway::start(dir.path(), &upstream.url(), &FLAGS, &[]).unwrap();
     let (_, instant, text) = post(&rt, &gw, compact_request(SESSION, MODEL, &[]));
-    assert!(instant.is_some(), "answered from the record on disk: {}", log(&gw));
+    assert!(instant.is_some(), "answered from the record on disk: {}", gw.log_text());
     assert!(text.contains("STUB-SUMMARY of MARK-1"), "{text}");
     drop(gw);
 
@@ -244,8 +226,8 @@ fn a_restarted_gateway_answers_from_the_record_and_ignores_a_damaged_one() {
     let (_, instant, text) = post(&rt, &gw, compact_request(SESSION, MODEL, &[]));
     assert_eq!(instant, None, "a damaged record answers nothing");
     assert!(!text.contains("EDITED-SUMMARY"), "{text}");
-    wait_log(&gw, "record is damaged; ignored", 1);
-    wait_log(&gw, "nothing prepared for the session", 1);
+    gw.wait_log("record is damaged; ignored", 1);
+    gw.wait_log("nothing prepared for the session", 1);
 }
 
 #[test]
@@ -269,7 +251,7 @@ fn two_compaction_requests_of_one_session_at_once_are_both_answered() {
             vec![a, b]
         });
         for (instant, text) in texts {
-            assert!(instant.is_some(), "trial {trial}: {}", log(&gw));
+            assert!(instant.is_some(), "trial {trial}: {}", gw.log_text());
             assert!(text.contains("STUB-SUMMARY of MARK-1"), "trial {trial}: {text}");
         }
     }
@@ -320,13 +302,13 @@ fn an_instant_answer_names_the_history_tools_when_ctxd_mcp_is_configured_for_the
         let gw = Gateway::start(dir.path(), &upstream.url(), &FLAGS, &[]).unwrap();
         let (status, _, text) = post(&rt, &gw, body_in(&project, &first_turn()));
         assert_eq!((status, text.as_str()), (200, "FAST"));
-        wait_log(&gw, "gateway: summary prepared", 1);
+        gw.wait_log("gateway: summary prepared", 1);
         let mut messages = first_turn();
         messages.push(assistant("FAST"));
         messages.push(user(&instruction()));
         let (status, instant, text) = post(&rt, &gw, body_in(&project, &messages));
         assert_eq!(status, 200);
-        assert!(instant.is_some(), "answered by the gateway: {}", log(&gw));
+        assert!(instant.is_some(), "answered by the gateway: {}", gw.log_text());
         assert!(text.contains("STUB-SUMMARY of MARK-1"), "{text}");
         assert_eq!(text.contains("mcp__ctxd__search_history"), configured, "configured: {configured}: {text}");
     }
@@ -348,9 +330,9 @@ fn stats(gw: &Gateway, args: &[&str]) -> (bool, String, String) {
 fn stats_report_the_preparation_at_the_upstreams_usage_and_the_instant_compaction_and_skip_a_damaged_line() {
     let (_dir, rt, _upstream, gw) = prepared();
     let (_, instant, _) = post(&rt, &gw, compact_request(SESSION, MODEL, &[]));
-    assert!(instant.is_some(), "{}", log(&gw));
+    assert!(instant.is_some(), "{}", gw.log_text());
     // The preparation's line, then the answer's (written behind the answer).
-    wait_log(&gw, "gateway: cost recorded", 2);
+    gw.wait_log("gateway: cost recorded", 2);
 
     let (ok, out, err) = stats(&gw, &["--json"]);
     assert!(ok, "{err}");
@@ -421,15 +403,15 @@ fn a_model_the_price_table_does_not_know_is_never_prepared() {
     let gw = Gateway::start(dir.path(), &upstream.url(), &FLAGS, &[]).unwrap();
     let (status, _, _) = post(&rt, &gw, body(SESSION, UNPRICED, &first_turn()));
     assert_eq!(status, 200);
-    wait_log(&gw, "not preparing: the price table does not know the model", 1);
+    gw.wait_log("not preparing: the price table does not know the model", 1);
     // From the refusal through the compaction's forwarded answer (the upstream's slow
     // summary, 3 s): no fork.
     let (_, instant, text) = post(&rt, &gw, compact_request(SESSION, UNPRICED, &[]));
     assert_eq!(instant, None);
     assert!(text.contains("STUB-SUMMARY"), "{text}");
-    wait_log(&gw, "nothing prepared for the session", 1);
+    gw.wait_log("nothing prepared for the session", 1);
     assert!(seen_with(&upstream, CTXD_INSTRUCTION).is_empty(), "no preparation fork was sent");
-    assert_eq!(log(&gw).matches("the price table does not know").count(), 1, "said once");
+    assert_eq!(gw.log_text().matches("the price table does not know").count(), 1, "said once");
     let (ok, out, _) = stats(&gw, &["--json"]);
     assert!(ok);
     assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["sessions"], json!([]), "nothing spent, nothing claimed");
@@ -439,8 +421,8 @@ fn a_model_the_price_table_does_not_know_is_never_prepared() {
 fn ctx_context_of_the_observed_session_shows_what_its_instant_compaction_cost_and_saved() {
     let (dir, rt, _upstream, gw) = prepared();
     let (_, instant, _) = post(&rt, &gw, compact_request(SESSION, MODEL, &[]));
-    assert!(instant.is_some(), "{}", log(&gw));
-    wait_log(&gw, "gateway: cost recorded", 2);
+    assert!(instant.is_some(), "{}", gw.log_text());
+    gw.wait_log("gateway: cost recorded", 2);
     let state = gw.state_dir.clone();
     // The gateway holds the store; an editor's daemon takes it once it is gone.
     drop(gw);
@@ -472,7 +454,7 @@ fn ctx_context_of_the_observed_session_shows_what_its_instant_compaction_cost_an
 fn bad_compaction_requests_are_forwarded_or_refused_with_one_line_and_the_summary_survives() {
     use std::io::{Read, Write};
     let (_dir, rt, upstream, gw) = prepared();
-    let forwarded = |n: usize| wait_log(&gw, "compaction request forwarded", n);
+    let forwarded = |n: usize| gw.wait_log("compaction request forwarded", n);
 
     // No session id anywhere: nothing to match it against.
     let mut anonymous: Value = serde_json::from_str(&compact_request(SESSION, MODEL, &[])).unwrap();
@@ -483,7 +465,7 @@ fn bad_compaction_requests_are_forwarded_or_refused_with_one_line_and_the_summar
     assert!(text.contains("STUB-SUMMARY"), "{text}");
     assert_eq!(seen_with(&upstream, CLAUDE_INSTRUCTION), vec![anonymous], "forwarded byte for byte");
     forwarded(1);
-    assert!(log(&gw).contains("compaction request forwarded: it names no session"), "{}", log(&gw));
+    assert!(gw.log_text().contains("compaction request forwarded: it names no session"), "{}", gw.log_text());
 
     // Complete as HTTP, cut as JSON (just past the instruction's opening).
     let whole = compact_request(SESSION, MODEL, &[]);
@@ -516,13 +498,13 @@ fn bad_compaction_requests_are_forwarded_or_refused_with_one_line_and_the_summar
     stream.shutdown(std::net::Shutdown::Write).unwrap();
     let mut answer = Vec::new();
     let _ = stream.read_to_end(&mut answer);
-    wait_log(&gw, "a request body broke off; nothing forwarded", 1);
+    gw.wait_log("a request body broke off; nothing forwarded", 1);
     assert_eq!(upstream.received().len(), 4, "the turn, its fork and the two forwarded: nothing of the cut one");
 
     // The session's summary still answers its real compaction at once.
     let (status, instant, text) = post(&rt, &gw, whole);
     assert_eq!(status, 200);
-    assert!(instant.is_some(), "answered by the gateway: {}", log(&gw));
+    assert!(instant.is_some(), "answered by the gateway: {}", gw.log_text());
     assert!(text.contains("MARK-1"), "{text}");
     assert_eq!(seen_with(&upstream, CLAUDE_INSTRUCTION).len(), 2, "the real one never reached the upstream");
 }
@@ -538,16 +520,16 @@ fn a_compaction_request_during_the_preparation_waits_for_it() {
     // The session's headers go with its fork: the upstream answers the fork in 3 s.
     let (status, _, text) = post_as(&rt, &gw, body(SESSION, MODEL, &first_turn()), "slowfork:3000");
     assert_eq!((status, text.as_str()), (200, "FAST"));
-    wait_log(&gw, "gateway: preparing the session's summary", 1);
-    assert!(!log(&gw).contains("gateway: summary prepared"), "the fork is still on its way");
+    gw.wait_log("gateway: preparing the session's summary", 1);
+    assert!(!gw.log_text().contains("gateway: summary prepared"), "the fork is still on its way");
     let (status, instant, text) = post(&rt, &gw, compact_request(SESSION, MODEL, &[]));
     assert_eq!(status, 200);
-    assert!(instant.is_some(), "answered from the preparation it waited for: {}", log(&gw));
+    assert!(instant.is_some(), "answered from the preparation it waited for: {}", gw.log_text());
     assert!(text.contains("MARK-1"), "{text}");
     // The log is written behind the answers.
-    wait_log(&gw, "gateway: summary prepared", 1);
-    wait_log(&gw, "compaction answered from the prepared summary", 1);
-    let held = log(&gw);
+    gw.wait_log("gateway: summary prepared", 1);
+    gw.wait_log("compaction answered from the prepared summary", 1);
+    let held = gw.log_text();
     let (hold, ready) = (held.find("held until its preparation ends").unwrap(), held.find("summary prepared").unwrap());
     assert!(hold < ready, "held, then prepared, then answered: {held}");
     assert!(seen_with(&upstream, CLAUDE_INSTRUCTION).is_empty(), "the compaction request never reached the upstream");
