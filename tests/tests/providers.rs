@@ -315,22 +315,33 @@ fn the_fork_sends_the_hosts_request_with_the_instruction_appended() {
     assert!((1..=4).contains(&markers), "{markers} breakpoints");
 }
 
+/// A session at 75 % of a 100k window after a turn: the request the host was handed
+/// for the next turn carries a budget notice, a note given once, at its end (where its
+/// cache breakpoint goes). Returns the daemon and that request.
+fn a_turn_sent_with_a_note(port: u16, dir: &std::path::Path) -> (Daemon, Value) {
+    let env = [("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "100000")];
+    let mut daemon = opened_records(port, dir, json!({}), &env, ENDS_WITH_REPLY);
+    let records = json!([user_record("n1", None, "Go on."), assistant_record("n2", Some("n1"), "msg_n2", 50_000, 200)]);
+    daemon.request("ctx/append", json!({"sessionId": "p", "records": records})).unwrap();
+    let sent = host_assembles(&mut daemon);
+    assert!(sent.to_string().contains("Context budget"), "a note given once ends the request: {sent}");
+    (daemon, sent)
+}
+
+/// The model's reply to that request, reporting `tokens` of context.
+fn append_the_reply(daemon: &mut Daemon, tokens: u64) {
+    let mut reply = assistant_record("n3", Some("n2"), "msg_n3", tokens, 300);
+    reply["message"]["content"] = json!([{"type": "text", "text": "REPLY-AFTER-THE-REQUEST"}]);
+    daemon.request("ctx/append", json!({"sessionId": "p", "records": [reply]})).unwrap();
+}
+
 #[test]
 fn an_automatic_fork_is_the_request_the_model_answered_last_byte_for_byte() {
     let dir = tempfile::tempdir().unwrap();
     let (port, seen) = serve(sse_summary);
-    let env = [("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "100000")];
-    let mut daemon = opened_records(port, dir.path(), json!({}), &env, ENDS_WITH_REPLY);
-    // A reply at 75 % of the threshold: the next request carries a budget notice, a
-    // note given once, at its end (where its cache breakpoint goes).
-    let records = json!([user_record("n1", None, "Go on."), assistant_record("n2", Some("n1"), "msg_n2", 50_000, 200)]);
-    daemon.request("ctx/append", json!({"sessionId": "p", "records": records})).unwrap();
-    let sent = host_assembles(&mut daemon);
-    assert!(sent.to_string().contains("Context budget"), "{sent}");
+    let (mut daemon, sent) = a_turn_sent_with_a_note(port, dir.path());
     // Its reply crosses the threshold: ctxd compacts on its own, forking that request.
-    let mut reply = assistant_record("n3", Some("n2"), "msg_n3", 101_000, 300);
-    reply["message"]["content"] = json!([{"type": "text", "text": "REPLY-AFTER-THE-REQUEST"}]);
-    daemon.request("ctx/append", json!({"sessionId": "p", "records": [reply]})).unwrap();
+    append_the_reply(&mut daemon, 101_000);
     let compacted = daemon.wait_notification("ctx/compacted", |p| p["sessionId"] == "p").unwrap();
     assert_eq!(compacted["trigger"], "auto", "{compacted}");
 
@@ -366,16 +377,9 @@ fn an_automatic_fork_is_the_request_the_model_answered_last_byte_for_byte() {
 fn a_manual_compaction_after_a_turn_forks_the_request_the_model_answered() {
     let dir = tempfile::tempdir().unwrap();
     let (port, seen) = serve(sse_summary);
-    let env = [("CLAUDE_CODE_AUTO_COMPACT_WINDOW", "100000")];
-    let mut daemon = opened_records(port, dir.path(), json!({}), &env, ENDS_WITH_REPLY);
-    let records = json!([user_record("n1", None, "Go on."), assistant_record("n2", Some("n1"), "msg_n2", 50_000, 200)]);
-    daemon.request("ctx/append", json!({"sessionId": "p", "records": records})).unwrap();
-    let sent = host_assembles(&mut daemon);
-    assert!(sent.to_string().contains("Context budget"), "a note given once ends the request: {sent}");
+    let (mut daemon, sent) = a_turn_sent_with_a_note(port, dir.path());
     // The turn's reply, below the threshold; then the user compacts.
-    let mut reply = assistant_record("n3", Some("n2"), "msg_n3", 60_000, 300);
-    reply["message"]["content"] = json!([{"type": "text", "text": "REPLY-AFTER-THE-REQUEST"}]);
-    daemon.request("ctx/append", json!({"sessionId": "p", "records": [reply]})).unwrap();
+    append_the_reply(&mut daemon, 60_000);
     let result = daemon.request("ctx/compact", json!({"sessionId": "p"})).unwrap();
     assert_eq!(result["summaryPath"], "fork", "{result}");
 
